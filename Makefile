@@ -2,6 +2,7 @@
 PY ?= python3
 VENV ?= .venv
 PARAMS ?= params/smoke-cpu.yaml
+comma := ,
 UNAME := $(shell uname -s)
 ifeq ($(UNAME),Darwin)
   EXTRAS ?= dev
@@ -14,7 +15,6 @@ endif
 .PHONY: setup test run clean
 setup: $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-comma := ,
 $(VENV)/.installed-%: pyproject.toml
 	@test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip

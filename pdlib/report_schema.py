@@ -1,0 +1,47 @@
+"""The report's JSON schema (version 1), in one place: the trial runner writes it, analysis reads it.
+
+A report is one JSON object:
+
+    {
+      "schema": "pdlib.report/1",
+      "created_utc": "2026-11-29T10:00:00Z",
+      "params": {prompt_tokens, output_tokens, chunk_size, policies: [..], trials, warmups,
+                 logical_cache_reset, lossless_decode_weights, model, validation_checkpoint_every,
+                 stall_threshold_ms, seed, ...},
+      "model": {"spec": "synthetic:tiny@0", "source": "synthetic" | "checkpoint", "preset": "tiny",
+                "seed": 0, "path": null | "/abs/dir", "revision": null | "sha", "config": {...}},
+      "prompts": {"A": {"tokens": 4096, "sha256": "..", "tokenizer": "bytes" | "<name>"}, "B": {...}},
+      "environment": {"device": "cpu" | "gpu", "device_name": "..", "backend": "cpu" | "cuda" | "metal",
+                      "mlx": "0.32.4", "mlx_lm": "..", "python": "3.11.7", "platform": "..",
+                      "git_commit": null | ".."},
+      "sources": {"pdlib/engine/model.py": "<sha256>", ..., "params_file": null | "<sha256>"},
+      "validation": {"<policy>": <validate.ValidationResult.to_dict()>, ...},
+      "reference_tokens": {"A": [..output ids..], "B": [..]},
+      "trials": [
+        {"policy": "eager", "trial": 1, "position": 0,       # trial number (1-based), place in that
+                                                             # trial's policy order (0-based)
+         "makespan_ns": 51750000000,
+         "requests": {
+            "A": {"output_ids": [...],   # every output id, A's untimed first token included
+                  "timed_from": 1,       # output_ids[timed_from:] are timed
+                  "emit_ns": [...]},     # host emission time of each timed output, ns since t0
+            "B": {"output_ids": [...], "timed_from": 0, "emit_ns": [...]}},
+         "events": [ {"kind": "reset" | "prefill" | "decode", "req": "A" | "B",
+                      "start": int, "stop": int,   # prefill: prompt positions [start, stop);
+                                                   # decode: cache position written, stop = start + 1;
+                                                   # reset: 0, 0
+                      "t_start_ns": int, "t_end_ns": int}, ...]}   # ns since t0, in order
+      ]
+    }
+
+All times are integer nanoseconds relative to t0 (the instant A is ready for its next decode and B arrives).
+A's first timed token has a gap measured from t0 (its "initial resumption gap"); every later gap is the
+difference of consecutive emission times. Warmups are not in the report (they are untimed and checked only
+against the reference tokens).
+"""
+
+SCHEMA = "pdlib.report/1"
+REQUESTS = ("A", "B")
+EVENT_KINDS = ("reset", "prefill", "decode")
+TOP_LEVEL_KEYS = ("schema", "created_utc", "params", "model", "prompts", "environment", "sources",
+                  "validation", "reference_tokens", "trials")
