@@ -1,0 +1,289 @@
+"""Turn a report.json into tidy pandas frames, per-trial metrics and paired policy ratios.
+
+    from pdlib import analysis as an
+    report = an.load_report("outputs/smoke-cpu/report.json")    # InputError (one line) if malformed
+    tokens = an.tokens_frame(report)       # one row per timed output token: emit_ms, gap_ms
+    events = an.events_frame(report)       # one row per scheduling event
+    metrics = an.metrics_frame(report, stall_threshold_ms=100.0)  # one row per (policy, trial)
+    summary = an.summary_frame(metrics)    # median / min / max / n per policy and metric
+    per_trial, ratios = an.paired_ratios(metrics, numerator="eager", denominator="chunked")
+    print(an.metrics_markdown(summary, ratios=ratios))
+
+Report times are integer ns since t0; frames use float ms. Gaps are differenced in integer ns and
+converted once, so a gap of exactly the threshold never turns into a stall through rounding.
+Percentiles are numpy's default linear interpolation (pandas' default too): p of n sorted gaps is read
+at position p/100 * (n - 1), between the two nearest gaps. Rows follow params.policies, then trial.
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pdlib.errors import InputError
+from pdlib.report_schema import EVENT_KINDS, REQUESTS, SCHEMA, TOP_LEVEL_KEYS
+
+NS_PER_MS = 1e6
+RATIO_METRICS = ("a_gap_max_ms", "a_gap_p99_ms", "b_ttft_ms", "makespan_ms", "throughput_tok_s")
+MIN_BOOT_TRIALS = 5  # fewer paired trials make a bootstrap CI of the median meaningless
+TRIAL_KEYS = ("policy", "trial", "makespan_ns", "requests", "events")
+REQUEST_KEYS = ("output_ids", "timed_from", "emit_ns")
+EVENT_KEYS = ("kind", "req", "start", "stop", "t_start_ns", "t_end_ns")
+
+
+# ---- loading and checking ---------------------------------------------------------------------------
+def load_report(path) -> dict:
+    """Read and check a report file; every problem is an InputError naming the file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: cannot read report ({getattr(e, 'strerror', None) or e})") from e
+    try:
+        report = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: not valid JSON (truncated?): {e.msg} at line {e.lineno} "
+                         f"column {e.colno}") from e
+    check_report(report, where=str(path))
+    return report
+
+
+def check_report(report: dict, *, where: str = "report") -> None:
+    """Schema, top-level keys, and per trial: both requests with consistent ids/emissions/makespan."""
+    if not isinstance(report, dict):
+        raise InputError(f"{where}: top level is not a JSON object")
+    if report.get("schema") != SCHEMA:
+        raise InputError(f"{where}: schema is {report.get('schema')!r}, expected {SCHEMA!r}")
+    missing = [k for k in TOP_LEVEL_KEYS if k not in report]
+    if missing:
+        raise InputError(f"{where}: missing top-level keys: {', '.join(missing)}")
+    trials = report["trials"]
+    if not isinstance(trials, list) or not trials:
+        raise InputError(f"{where}: 'trials' must be a non-empty list")
+    seen = set()
+    for i, trial in enumerate(trials):
+        _check_trial(trial, f"{where}: trials[{i}]")
+        key = (trial["policy"], trial["trial"])
+        if key in seen:
+            raise InputError(f"{where}: trials[{i}] repeats policy {key[0]!r} trial {key[1]}")
+        seen.add(key)
+
+
+def _check_trial(trial, where):
+    if not isinstance(trial, dict):
+        raise InputError(f"{where}: not an object")
+    missing = [k for k in TRIAL_KEYS if k not in trial]
+    if missing:
+        raise InputError(f"{where}: missing keys: {', '.join(missing)}")
+    where = f"{where} ({trial['policy']} trial {trial['trial']})"
+    requests = trial["requests"] if isinstance(trial["requests"], dict) else {}
+    for name in REQUESTS:
+        _check_request(requests.get(name), f"{where} request {name}")
+    _check_makespan(trial, where)
+    if not isinstance(trial["events"], list):
+        raise InputError(f"{where}: events must be a list")
+    for j, ev in enumerate(trial["events"]):
+        if not isinstance(ev, dict) or any(k not in ev for k in EVENT_KEYS):
+            raise InputError(f"{where} events[{j}]: needs keys {', '.join(EVENT_KEYS)}")
+        if ev["kind"] not in EVENT_KINDS or ev["req"] not in REQUESTS:
+            raise InputError(f"{where} events[{j}]: kind {ev['kind']!r} / req {ev['req']!r} not in "
+                             f"{EVENT_KINDS} / {REQUESTS}")
+
+
+def _check_request(req, where):
+    if not isinstance(req, dict):
+        raise InputError(f"{where}: missing")
+    missing = [k for k in REQUEST_KEYS if k not in req]
+    if missing:
+        raise InputError(f"{where}: lacks {', '.join(missing)}")
+    ids, start, emit = req["output_ids"], req["timed_from"], req["emit_ns"]
+    if not isinstance(ids, list) or not isinstance(emit, list):
+        raise InputError(f"{where}: output_ids and emit_ns must be lists")
+    if not isinstance(start, int) or not 0 <= start <= len(ids):
+        raise InputError(f"{where}: timed_from {start!r} is not in [0, {len(ids)}]")
+    if len(emit) != len(ids) - start:
+        raise InputError(f"{where}: {len(emit)} emit_ns for {len(ids)} output_ids from timed_from "
+                         f"{start} (expected {len(ids) - start})")
+    e = np.asarray(emit)
+    if e.size == 0:
+        raise InputError(f"{where}: no timed outputs")
+    if e.dtype.kind not in "iu" or e[0] < 0 or np.any(np.diff(e) < 0):
+        raise InputError(f"{where}: emit_ns must be non-negative, non-decreasing integer ns")
+
+
+def _check_makespan(trial, where):
+    # Makespan is by definition the last emission of either request; anything else is a writer bug.
+    last = max(trial["requests"][r]["emit_ns"][-1] for r in REQUESTS)
+    if trial["makespan_ns"] != last:
+        raise InputError(f"{where}: makespan_ns {trial['makespan_ns']} != last emission {last} ns")
+
+
+def policy_order(report: dict) -> list:
+    """Policies as params.policies lists them (first = numerator of the default ratio), then any others."""
+    seen = list(dict.fromkeys(t["policy"] for t in report["trials"]))
+    declared = (report.get("params") or {}).get("policies") or []
+    first = [p for p in declared if p in seen]
+    return first + [p for p in seen if p not in first]
+
+
+def _trials(report):
+    check_report(report)
+    rank = {p: i for i, p in enumerate(policy_order(report))}
+    return sorted(report["trials"], key=lambda t: (rank[t["policy"]], t["trial"]))
+
+
+# ---- frames ----------------------------------------------------------------------------------------
+def tokens_frame(report: dict) -> pd.DataFrame:
+    """One row per timed output: policy, trial, request, index, token_id, emit_ms, gap_ms."""
+    parts = []
+    for t in _trials(report):
+        for name in REQUESTS:
+            req = t["requests"][name]
+            emit = np.asarray(req["emit_ns"], dtype=np.int64)
+            start = req["timed_from"]
+            parts.append(pd.DataFrame({
+                "policy": t["policy"], "trial": t["trial"], "request": name,
+                "index": np.arange(start, start + emit.size), "token_id": req["output_ids"][start:],
+                "emit_ms": emit / NS_PER_MS, "gap_ms": np.diff(emit, prepend=0) / NS_PER_MS}))
+    return pd.concat(parts, ignore_index=True)
+
+
+def events_frame(report: dict) -> pd.DataFrame:
+    """One row per scheduling event: policy, trial, kind, req, start, stop, t_start_ms, t_end_ms, dur_ms."""
+    rows = [(t["policy"], t["trial"], e["kind"], e["req"], e["start"], e["stop"], e["t_start_ns"],
+             e["t_end_ns"]) for t in _trials(report) for e in t["events"]]
+    df = pd.DataFrame(rows, columns=["policy", "trial", "kind", "req", "start", "stop", "t0", "t1"])
+    df["t_start_ms"], df["t_end_ms"] = df.pop("t0") / NS_PER_MS, df.pop("t1") / NS_PER_MS
+    df["dur_ms"] = df["t_end_ms"] - df["t_start_ms"]
+    return df
+
+
+def metrics_frame(report: dict, *, stall_threshold_ms: float = 100.0) -> pd.DataFrame:
+    """One row per (policy, trial) of the metrics listed in _trial_metrics."""
+    if not np.isfinite(stall_threshold_ms) or stall_threshold_ms < 0:
+        raise InputError(f"stall_threshold_ms must be a finite number >= 0, got {stall_threshold_ms!r}")
+    rows = [{"policy": t["policy"], "trial": t["trial"],
+             **_trial_metrics(t, stall_threshold_ms * NS_PER_MS)} for t in _trials(report)]
+    return pd.DataFrame(rows)
+
+
+def _overlaps(prev, emit, lo, hi):
+    # A gap [prev, emit] meets [lo, hi] when they share a stretch of positive length; touching ends don't.
+    return (prev < hi) & (emit > lo)
+
+
+def _trial_metrics(t, threshold_ns):
+    a = np.asarray(t["requests"]["A"]["emit_ns"], dtype=np.int64)
+    b = np.asarray(t["requests"]["B"]["emit_ns"], dtype=np.int64)
+    gap = np.diff(a, prepend=0)  # A's first gap runs from t0: its initial resumption gap
+    prev = a - gap
+    in_prefill = _overlaps(prev, a, 0, b[0])   # B's prefill: t0 until B's first token
+    in_service = _overlaps(prev, a, 0, b[-1])  # B's service: t0 until B's last token
+    stall = gap > threshold_ns                 # a gap exactly at the threshold is not a stall
+    p50, p95, p99 = np.percentile(gap, [50, 95, 99]) / NS_PER_MS
+    worst = int(np.argmax(gap))  # first of tied maxima
+    return {
+        "a_gap_p50_ms": p50, "a_gap_p95_ms": p95, "a_gap_p99_ms": p99,
+        "a_gap_max_ms": gap[worst] / NS_PER_MS, "a_resume_gap_ms": a[0] / NS_PER_MS,
+        # The eager stall starts in B's prefill and ends after B's first token: it still counts as prefill.
+        "a_max_gap_phase": "b_prefill" if in_prefill[worst] else "decode",
+        "b_prefill_gaps": int(in_prefill.sum()), "b_prefill_gap_max_ms": _max_ms(gap[in_prefill]),
+        "b_service_gaps": int(in_service.sum()), "b_service_gap_max_ms": _max_ms(gap[in_service]),
+        "stalls": int(stall.sum()), "stall_excess_ms": float((gap[stall] - threshold_ns).sum()) / NS_PER_MS,
+        "b_ttft_ms": b[0] / NS_PER_MS, "a_completion_ms": a[-1] / NS_PER_MS,
+        "makespan_ms": t["makespan_ns"] / NS_PER_MS,
+        "throughput_tok_s": (a.size + b.size) / (t["makespan_ns"] / 1e9) if t["makespan_ns"] else np.nan,
+    }
+
+
+def _max_ms(gaps):
+    return gaps.max() / NS_PER_MS if gaps.size else np.nan
+
+
+# ---- summaries and ratios --------------------------------------------------------------------------
+def metric_columns(metrics: pd.DataFrame) -> list:
+    """The numeric metric columns (everything but policy, trial and the phase label)."""
+    return [c for c in metrics.select_dtypes("number").columns if c != "trial"]
+
+
+def summary_frame(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Tidy: policy, metric, median, min, max, n (trials with a value; NaN maxima are left out)."""
+    rows = []
+    for policy, sub in metrics.groupby("policy", sort=False):
+        for col in metric_columns(metrics):
+            v = sub[col]
+            rows.append({"policy": policy, "metric": col, "median": v.median(), "min": v.min(),
+                         "max": v.max(), "n": int(v.count())})
+    return pd.DataFrame(rows, columns=["policy", "metric", "median", "min", "max", "n"])
+
+
+def paired_ratios(metrics: pd.DataFrame, *, numerator: str, denominator: str, columns=RATIO_METRICS,
+                  n_boot: int = 2000, seed: int = 0, ci: float = 0.95):
+    """Ratios numerator/denominator paired by trial number; returns (per_trial, summary) frames.
+
+    summary has the median ratio over trials and a bootstrap percentile CI of that median (NaN, with
+    ci_note saying why, below MIN_BOOT_TRIALS finite ratios). Each metric resamples from its own
+    default_rng(seed), so a CI does not depend on which other metrics are asked for."""
+    known = list(metrics["policy"].unique())
+    for name in (numerator, denominator):
+        if name not in known:
+            raise InputError(f"unknown policy {name!r}; the metrics have {', '.join(map(str, known))}")
+    bad = [c for c in columns if c not in metric_columns(metrics)]
+    if bad:
+        raise InputError(f"unknown metric(s) {', '.join(bad)}; choose from {metric_columns(metrics)}")
+    if not 0 < ci < 1 or n_boot < 1:
+        raise InputError(f"need 0 < ci < 1 and n_boot >= 1, got ci={ci}, n_boot={n_boot}")
+    num, den = (metrics[metrics["policy"] == p].set_index("trial")[list(columns)]
+                for p in (numerator, denominator))
+    paired = num.index.intersection(den.index).sort_values()
+    if paired.empty:
+        raise InputError(f"no trial number has both {numerator!r} and {denominator!r}")
+    ratio = num.loc[paired] / den.loc[paired]
+    per_trial = pd.DataFrame([
+        {"numerator": numerator, "denominator": denominator, "metric": c, "trial": tr,
+         "numerator_value": num.at[tr, c], "denominator_value": den.at[tr, c], "ratio": ratio.at[tr, c]}
+        for c in columns for tr in paired])
+    summary = pd.DataFrame([
+        {"numerator": numerator, "denominator": denominator, "metric": c,
+         **_median_ci(ratio[c].to_numpy(float), n_boot=n_boot, seed=seed, ci=ci)} for c in columns])
+    return per_trial, summary
+
+
+def _median_ci(r, *, n_boot, seed, ci):
+    r = r[np.isfinite(r)]  # a zero denominator says nothing about the typical ratio
+    out = {"n": r.size, "median_ratio": np.median(r) if r.size else np.nan,
+           "ci_low": np.nan, "ci_high": np.nan, "ci_level": ci, "ci_note": ""}
+    if r.size < MIN_BOOT_TRIALS:
+        out["ci_note"] = f"{r.size} paired trials < {MIN_BOOT_TRIALS}: no bootstrap CI"
+        return out
+    rng = np.random.default_rng(seed)
+    medians = np.median(r[rng.integers(0, r.size, size=(n_boot, r.size))], axis=1)
+    out["ci_low"], out["ci_high"] = np.percentile(medians, [50 * (1 - ci), 50 * (1 + ci)])
+    return out
+
+
+# ---- text ------------------------------------------------------------------------------------------
+def _fmt(v) -> str:
+    if pd.isna(v):
+        return "-"
+    return f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"
+
+
+def metrics_markdown(summary: pd.DataFrame, *, ratios: pd.DataFrame | None = None) -> str:
+    """Markdown tables: each metric's median [min, max] per policy; then ratios' medians and CIs."""
+    policies = list(summary["policy"].unique())
+    lines = ["| metric | " + " | ".join(policies) + " |", "|---" * (len(policies) + 1) + "|"]
+    cells = summary.set_index(["metric", "policy"])
+    for metric in summary["metric"].unique():
+        row = [f"{_fmt(c['median'])} [{_fmt(c['min'])}, {_fmt(c['max'])}] n={c['n']}"
+               for c in (cells.loc[(metric, p)] for p in policies)]
+        lines.append(f"| {metric} | " + " | ".join(row) + " |")
+    if ratios is not None and not ratios.empty:
+        r0 = ratios.iloc[0]
+        lines += ["", f"| metric | {r0['numerator']} / {r0['denominator']} (median) | "
+                      f"{r0['ci_level']:.0%} CI | n | note |", "|---|---|---|---|---|"]
+        for _, r in ratios.iterrows():
+            lines.append(f"| {r['metric']} | {r['median_ratio']:.3f} | "
+                         f"[{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}] | {r['n']} | {r['ci_note']} |")
+    return "\n".join(lines) + "\n"

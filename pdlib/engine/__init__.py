@@ -1,0 +1,89 @@
+"""The model under test: pdlib's own Qwen3 with per-request KV caches.
+
+    engine = Engine(load_model("synthetic:tiny"), capacity=prompt + outputs)
+    engine.add_request("A", prompt_ids)
+    engine.reset("A", logical=True)
+    out = engine.prefill_chunk("A", 64)     # None until the chunk that finishes the prompt
+    out = engine.decode("A")                # Output(logits, token); token stays on the device
+    int(out.token)                          # the host observes it
+
+The engine keeps each request's next input token itself, so a step needs only the request's name.
+"""
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+from pdlib.engine.cache import KVCache
+from pdlib.engine.model import Qwen3
+from pdlib.weights import LoadedModel
+
+
+@dataclass
+class Output:
+    logits: mx.array    # (V,) FP32, on the device
+    token: mx.array     # greedy pick, scalar uint32, on the device
+
+
+@dataclass
+class Request:
+    prompt: mx.array        # (P,) int32
+    cache: KVCache
+    prefilled: int = 0
+    next_token: mx.array | None = None
+
+    @property
+    def length(self) -> int:
+        return self.cache.length
+
+
+class Engine:
+    def __init__(self, model: LoadedModel, *, capacity: int, lossless_decode_weights: bool = True,
+                 prune_final_layer: bool = True):
+        self.model = Qwen3(model, lossless_decode_weights=lossless_decode_weights)
+        self.capacity = capacity
+        self.prune_final_layer = prune_final_layer
+        self.requests: dict[str, Request] = {}
+
+    def add_request(self, name: str, prompt_ids) -> None:
+        prompt = mx.array(list(prompt_ids), dtype=mx.int32)
+        if prompt.size >= self.capacity:
+            raise ValueError(f"prompt of {prompt.size} tokens leaves no room in a cache of {self.capacity}")
+        self.requests[name] = Request(prompt, self.model.new_cache(self.capacity))
+
+    def reset(self, name: str, *, logical: bool) -> None:
+        """Forget the request's progress; logical keeps the cache allocation and only rewinds its length."""
+        r = self.requests[name]
+        r.cache.reset(logical=logical)
+        r.prefilled, r.next_token = 0, None
+
+    def prefill_chunk(self, name: str, n: int) -> Output | None:
+        r = self.requests[name]
+        start, stop = r.prefilled, r.prefilled + n
+        if n < 1 or stop > r.prompt.size:
+            raise ValueError(f"prefill of {n} tokens at {start} overruns {name}'s {r.prompt.size}-token prompt")
+        last = stop == r.prompt.size
+        logits = self.model.prefill(r.cache, r.prompt[start:stop], start=start, last=last,
+                                    prune=self.prune_final_layer)
+        r.prefilled, r.cache.length = stop, stop
+        return self._emit(r, logits) if last else None
+
+    def decode(self, name: str) -> Output:
+        r = self.requests[name]
+        if r.next_token is None:
+            raise ValueError(f"decode of {name} before its prompt is prefilled")
+        pos = r.cache.length
+        logits = self.model.decode(r.cache, r.next_token, pos=pos)
+        r.cache.length = pos + 1
+        return self._emit(r, logits)
+
+    @staticmethod
+    def _emit(r: Request, logits: mx.array) -> Output:
+        token = mx.argmax(logits)
+        r.next_token = token
+        return Output(logits, token)
+
+    def kv(self, name: str, layer: int) -> tuple[mx.array, mx.array]:
+        """K, V of one layer over the filled positions: (Hkv, length, Dh) each."""
+        r = self.requests[name]
+        return r.cache.view(layer, r.cache.length)

@@ -1,0 +1,44 @@
+"""Per-request KV cache, preallocated for prompt + outputs: (layers) x (Hkv, capacity, Dh) FP32 K and V.
+
+A logical reset only rewinds `length` and keeps the allocation (and its stale contents, which nothing may
+read: attention only ever sees K/V[:, :length]); a full reset allocates fresh buffers.
+"""
+
+import mlx.core as mx
+
+
+class KVCache:
+    def __init__(self, *, layers: int, kv_heads: int, head_dim: int, capacity: int):
+        self.shape = (kv_heads, capacity, head_dim)
+        self.layers = layers
+        self.allocations = 0
+        self.allocate()
+
+    @property
+    def capacity(self) -> int:
+        return self.shape[1]
+
+    def allocate(self) -> None:
+        self.k = [mx.zeros(self.shape, mx.float32) for _ in range(self.layers)]
+        self.v = [mx.zeros(self.shape, mx.float32) for _ in range(self.layers)]
+        mx.eval(self.k, self.v)
+        self.length = 0
+        self.allocations += 1
+
+    def reset(self, *, logical: bool) -> None:
+        if logical:
+            self.length = 0
+        else:
+            self.k = self.v = None  # drop the old buffers before allocating new ones
+            self.allocate()
+
+    def write(self, layer: int, k: mx.array, v: mx.array, *, start: int) -> None:
+        """Store (Hkv, T, Dh) new entries at positions start .. start+T-1."""
+        stop = start + k.shape[1]
+        if stop > self.capacity:
+            raise RuntimeError(f"KV cache overflow: position {stop - 1} >= capacity {self.capacity}")
+        self.k[layer][:, start:stop, :] = k
+        self.v[layer][:, start:stop, :] = v
+
+    def view(self, layer: int, stop: int) -> tuple[mx.array, mx.array]:
+        return self.k[layer][:, :stop, :], self.v[layer][:, :stop, :]

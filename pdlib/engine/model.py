@@ -1,0 +1,125 @@
+"""Qwen3 forward passes on pdlib's op layer: a prefill chunk (FP32 weights, final-layer pruning) and one
+decode step (bf16-packed weights, FP32 accumulation). Shapes: D hidden, T tokens in the step, Dh head dim.
+"""
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+from pdlib.config import ModelConfig
+from pdlib.engine import kernels as K
+from pdlib.engine.cache import KVCache
+from pdlib.weights import LoadedModel, layer_names, pack_bf16
+
+
+@dataclass
+class Layer:
+    wq: mx.array; wk: mx.array; wv: mx.array; wo: mx.array
+    q_norm: mx.array; k_norm: mx.array; in_norm: mx.array; post_norm: mx.array
+    w_gate: mx.array; w_up: mx.array; w_down: mx.array
+    # decode copies: fused q|k|v and gate|up rows, bf16 when packing is on
+    d_qkv: mx.array = None; d_o: mx.array = None; d_gate_up: mx.array = None; d_down: mx.array = None
+
+
+class Qwen3:
+    def __init__(self, model: LoadedModel, *, lossless_decode_weights: bool = True):
+        self.cfg = cfg = model.config
+        w = model.weights
+        self.embed = w["model.embed_tokens.weight"]
+        self.lm_head = self.embed if cfg.tie_word_embeddings else w["lm_head.weight"]
+        self.norm = w["model.norm.weight"]
+        self.inv_freq = K.rope_inv_freq(cfg.head_dim, base=cfg.rope_theta)
+        self.scale = cfg.head_dim ** -0.5
+        pack = (lambda a, name: pack_bf16(a, name=name)) if lossless_decode_weights else (lambda a, name: a)
+        self.layers = []
+        for i in range(cfg.num_hidden_layers):
+            names = layer_names(i)
+            L = Layer(**{k: w[n] for k, n in names.items()})
+            L.d_qkv = pack(mx.concatenate([L.wq, L.wk, L.wv]), f"{names['wq']} (+k, v)")
+            L.d_o = pack(L.wo, names["wo"])
+            L.d_gate_up = pack(mx.concatenate([L.w_gate, L.w_up]), f"{names['w_gate']} (+up)")
+            L.d_down = pack(L.w_down, names["w_down"])
+            self.layers.append(L)
+        self.d_lm_head = pack(self.lm_head, "lm_head")
+        mx.eval(self.d_lm_head, [[L.d_qkv, L.d_o, L.d_gate_up, L.d_down] for L in self.layers])
+
+    def new_cache(self, capacity: int) -> KVCache:
+        c = self.cfg
+        return KVCache(layers=c.num_hidden_layers, kv_heads=c.num_key_value_heads, head_dim=c.head_dim,
+                       capacity=capacity)
+
+    # -- prefill ---------------------------------------------------------------------------------------
+
+    def _q(self, L: Layer, x: mx.array, start: int) -> mx.array:
+        """x: (T, D) normed input -> q (Hq, T, Dh) after q-norm and RoPE."""
+        c, T = self.cfg, x.shape[0]
+        q = K.linear(x, L.wq).reshape(T, c.num_attention_heads, c.head_dim)
+        q = K.rms_norm(q, L.q_norm, eps=c.rms_norm_eps).swapaxes(0, 1)
+        return K.rope(q, start=start, inv_freq=self.inv_freq)
+
+    def _kv(self, L: Layer, x: mx.array, start: int) -> tuple[mx.array, mx.array]:
+        """x: (T, D) normed input -> k (after k-norm and RoPE), v: (Hkv, T, Dh)."""
+        c, T = self.cfg, x.shape[0]
+        k = K.linear(x, L.wk).reshape(T, c.num_key_value_heads, c.head_dim)
+        k = K.rope(K.rms_norm(k, L.k_norm, eps=c.rms_norm_eps).swapaxes(0, 1), start=start, inv_freq=self.inv_freq)
+        v = K.linear(x, L.wv).reshape(T, c.num_key_value_heads, c.head_dim).swapaxes(0, 1)
+        return k, v
+
+    def _mlp(self, L: Layer, h: mx.array) -> mx.array:
+        x = K.rms_norm(h, L.post_norm, eps=self.cfg.rms_norm_eps)
+        g, u = K.linear(x, L.w_gate), K.linear(x, L.w_up)
+        return h + K.linear(g * mx.sigmoid(g) * u, L.w_down)
+
+    def prefill(self, cache: KVCache, tokens: mx.array, *, start: int, last: bool, prune: bool = True):
+        """Run prompt tokens at positions start .. start+T-1, writing their K/V. Returns the logits (V,) of
+        the final position when `last` (this chunk finishes the prompt), else None.
+
+        Final-layer pruning: the last layer's output only matters for the prompt's final position, so a
+        chunk that does not finish the prompt computes only its K/V, and the finishing chunk runs attention,
+        MLP, norm and LM head for its final position only."""
+        c, T = self.cfg, tokens.shape[0]
+        eps = c.rms_norm_eps
+        h = self.embed[tokens]
+        n_layers = len(self.layers)
+        for i, L in enumerate(self.layers):
+            x = K.rms_norm(h, L.in_norm, eps=eps)
+            k, v = self._kv(L, x, start)
+            cache.write(i, k, v, start=start)
+            q_start = start
+            if prune and i == n_layers - 1:
+                if not last:
+                    return None
+                x, h, q_start = x[-1:], h[-1:], start + T - 1
+            q = self._q(L, x, q_start)
+            keys, values = cache.view(i, start + T)
+            o = K.attention(q, keys, values, start=q_start, scale=self.scale)
+            h = h + K.linear(o.swapaxes(0, 1).reshape(-1, c.num_attention_heads * c.head_dim), L.wo)
+            h = self._mlp(L, h)
+        if not last:
+            return None
+        return K.linear(K.rms_norm(h[-1], self.norm, eps=eps), self.lm_head)
+
+    # -- decode ----------------------------------------------------------------------------------------
+
+    def decode(self, cache: KVCache, token: mx.array, *, pos: int) -> mx.array:
+        """One token at position `pos` (writes K/V slot pos) -> logits (V,), reading the decode weights."""
+        c = self.cfg
+        eps, Hq, Hkv, Dh = c.rms_norm_eps, c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        h = self.embed[token].reshape(c.hidden_size)
+        for i, L in enumerate(self.layers):
+            x = K.rms_norm(h, L.in_norm, eps=eps)
+            qkv = K.gemv_packed(x, L.d_qkv)
+            q = qkv[: Hq * Dh].reshape(Hq, 1, Dh)
+            k = qkv[Hq * Dh: (Hq + Hkv) * Dh].reshape(Hkv, 1, Dh)
+            v = qkv[(Hq + Hkv) * Dh:].reshape(Hkv, 1, Dh)
+            q = K.rope(K.rms_norm(q, L.q_norm, eps=eps), start=pos, inv_freq=self.inv_freq)
+            k = K.rope(K.rms_norm(k, L.k_norm, eps=eps), start=pos, inv_freq=self.inv_freq)
+            cache.write(i, k, v, start=pos)
+            keys, values = cache.view(i, pos + 1)
+            o = K.attention(q, keys, values, start=pos, scale=self.scale)
+            h = h + K.gemv_packed(o.reshape(Hq * Dh), L.d_o)
+            x = K.rms_norm(h, L.post_norm, eps=eps)
+            gu = K.gemv_packed(x, L.d_gate_up)
+            g, u = gu[: c.intermediate_size], gu[c.intermediate_size:]
+            h = h + K.gemv_packed(g * mx.sigmoid(g) * u, L.d_down)
+        return K.gemv_packed(K.rms_norm(h, self.norm, eps=eps), self.d_lm_head)

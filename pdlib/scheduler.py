@@ -1,0 +1,196 @@
+"""Who runs next when B's long prompt arrives while A is decoding: pure step logic, no arrays.
+
+    from pdlib.scheduler import plan, t0_index
+    steps = plan("chunked", prompt_tokens=4096, output_tokens=1024, chunk_size=512)
+    setup, timed = steps[:t0_index(steps)], steps[t0_index(steps):]
+
+An executor runs each `Prefill(req, n)` / `Decode(req)` on the engine. A new policy is one `Policy`
+subclass with a `name`; it registers itself in `POLICIES`.
+"""
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import ClassVar
+
+from pdlib.errors import InputError
+
+
+@dataclass(frozen=True)
+class Prefill:
+    req: str
+    n: int  # the next n prompt tokens; the chunk that ends the prompt emits the first output
+
+
+@dataclass(frozen=True)
+class Decode:
+    req: str  # one decode step: one more output
+
+
+Step = Prefill | Decode
+
+
+@dataclass
+class RequestState:
+    name: str
+    prompt_tokens: int
+    output_tokens: int
+    prefilled: int = 0
+    emitted: int = 0
+
+    @property
+    def prompt_done(self) -> bool:
+        return self.prefilled == self.prompt_tokens
+
+    @property
+    def ready(self) -> bool:
+        return self.prompt_done and self.emitted < self.output_tokens
+
+    @property
+    def finished(self) -> bool:
+        return self.emitted == self.output_tokens
+
+    def check(self, step: Step) -> None:
+        """Raise ValueError if `step` is illegal now, so a buggy policy fails before the engine runs it."""
+        if step.req != self.name:
+            raise ValueError(f"step {step} is for {step.req!r}, not {self.name!r}")
+        if isinstance(step, Prefill):
+            if step.n < 1 or self.prefilled + step.n > self.prompt_tokens:
+                raise ValueError(f"{step} is illegal: {self.name} has prefilled {self.prefilled}/{self.prompt_tokens}")
+        elif not self.ready:
+            raise ValueError(f"{step} is illegal: {self.name} is not ready ({self.prefilled}/{self.prompt_tokens} "
+                             f"prefilled, {self.emitted}/{self.output_tokens} emitted)")
+
+    def apply(self, step: Step) -> None:
+        self.check(step)
+        if isinstance(step, Prefill):
+            self.prefilled += step.n
+            self.emitted += self.prompt_done  # the final chunk yields the first output token
+        else:
+            self.emitted += 1
+
+
+POLICIES: dict[str, type["Policy"]] = {}
+
+
+class Policy:
+    """Given both requests' states, return the next step (None when both are finished).
+    May keep tiny private state, so make a fresh instance per run."""
+
+    name: ClassVar[str]
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        if "name" in cls.__dict__:  # abstract helpers without a name stay out of the registry
+            if cls.name in POLICIES:
+                raise TypeError(f"policy name {cls.name!r} is already taken by {POLICIES[cls.name].__qualname__}")
+            POLICIES[cls.name] = cls
+
+    def next_step(self, a: RequestState, b: RequestState, *, chunk_size: int) -> Step | None:
+        raise NotImplementedError
+
+
+def _chunk(r: RequestState, chunk_size: int) -> Prefill:
+    return Prefill(r.name, min(chunk_size, r.prompt_tokens - r.prefilled))
+
+
+class Eager(Policy):
+    """B's whole prompt back to back (A stalls once), then A and B decode in turn, A first."""
+
+    name = "eager"
+
+    def __init__(self):
+        self._a_turn = True
+
+    def next_step(self, a, b, *, chunk_size):
+        if not b.prompt_done:
+            return _chunk(b, chunk_size)
+        first, second = (a, b) if self._a_turn else (b, a)
+        r = first if first.ready else second if second.ready else None
+        if r is None:
+            return None
+        self._a_turn = r is b  # the other one goes next
+        return Decode(r.name)
+
+
+class Chunked(Policy):
+    """Rounds: one decode per ready request (A then B), then one B prefill chunk: many short stalls."""
+
+    name = "chunked"
+
+    def __init__(self):
+        self._round: list[Step] = []
+
+    def next_step(self, a, b, *, chunk_size):
+        if not self._round:  # planned from the round's start, so B's last chunk cannot add a B decode
+            self._round = [Decode(r.name) for r in (a, b) if r.ready]
+            if not b.prompt_done:
+                self._round.append(_chunk(b, chunk_size))
+        return self._round.pop(0) if self._round else None
+
+
+class Fifo(Policy):
+    """A runs to completion, then B: A never stalls, B waits for all of A."""
+
+    name = "fifo"
+
+    def next_step(self, a, b, *, chunk_size):
+        if a.ready:
+            return Decode(a.name)
+        if not b.prompt_done:
+            return _chunk(b, chunk_size)
+        return Decode(b.name) if b.ready else None
+
+
+def make_policy(name: str) -> Policy:
+    if name not in POLICIES:
+        raise InputError(f"unknown policy {name!r}; expected one of: {', '.join(POLICIES)}")
+    return POLICIES[name]()
+
+
+def _positive(**kw) -> None:
+    for k, v in kw.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise InputError(f"{k} must be an integer >= 1, got {v!r}")
+
+
+def prefill_steps(req: RequestState, *, chunk_size: int) -> list[Prefill]:
+    """The rest of req's prompt in chunks; A's untimed set-up before t0."""
+    _positive(chunk_size=chunk_size)
+    starts = range(req.prefilled, req.prompt_tokens, chunk_size)
+    return [Prefill(req.name, min(chunk_size, req.prompt_tokens - s)) for s in starts]
+
+
+def schedule(policy: Policy, a: RequestState, b: RequestState, *, chunk_size: int) -> Iterator[Step]:
+    """Yield the policy's steps until both requests finish; states advance after each step is consumed."""
+    states = {a.name: a, b.name: b}
+    while not (a.finished and b.finished):
+        step = policy.next_step(a, b, chunk_size=chunk_size)
+        if step is None:
+            raise RuntimeError(f"policy {policy.name!r} stopped before both requests finished: {a}, {b}")
+        if step.req not in states:
+            raise RuntimeError(f"policy {policy.name!r} made step {step} for an unknown request")
+        try:  # every legal step advances a counter, so legality is enough to guarantee progress
+            states[step.req].check(step)
+        except ValueError as e:
+            raise RuntimeError(f"policy {policy.name!r} made no progress: {e}") from e
+        yield step
+        states[step.req].apply(step)
+
+
+def plan(policy_name: str, *, prompt_tokens: int, output_tokens: int, chunk_size: int) -> list[Step]:
+    """One experiment's full step sequence: A's set-up prefill, then the policy's steps from t0."""
+    _positive(prompt_tokens=prompt_tokens, output_tokens=output_tokens, chunk_size=chunk_size)
+    policy = make_policy(policy_name)
+    a, b = (RequestState(n, prompt_tokens, output_tokens) for n in "AB")
+    steps: list[Step] = prefill_steps(a, chunk_size=chunk_size)
+    for s in steps:
+        a.apply(s)
+    return steps + list(schedule(policy, a, b, chunk_size=chunk_size))
+
+
+def t0_index(steps: list[Step]) -> int:
+    """Index of the first timed step: A's set-up is the leading run of A prefills (no policy prefills A)."""
+    i = 0
+    while i < len(steps) and isinstance(steps[i], Prefill) and steps[i].req == "A":
+        i += 1
+    return i
