@@ -276,7 +276,7 @@ def metrics_markdown(summary: pd.DataFrame, *, ratios: pd.DataFrame | None = Non
     lines = ["| metric | " + " | ".join(policies) + " |", "|---" * (len(policies) + 1) + "|"]
     cells = summary.set_index(["metric", "policy"])
     for metric in summary["metric"].unique():
-        row = [f"{_fmt(c['median'])} [{_fmt(c['min'])}, {_fmt(c['max'])}] n={c['n']}"
+        row = [f"{_fmt(c['median'])} [{_fmt(c['min'])}, {_fmt(c['max'])}] n={int(c['n'])}"
                for c in (cells.loc[(metric, p)] for p in policies)]
         lines.append(f"| {metric} | " + " | ".join(row) + " |")
     if ratios is not None and not ratios.empty:
@@ -284,6 +284,7 @@ def metrics_markdown(summary: pd.DataFrame, *, ratios: pd.DataFrame | None = Non
         lines += ["", f"| metric | {r0['numerator']} / {r0['denominator']} (median) | "
                       f"{r0['ci_level']:.0%} CI | n | note |", "|---|---|---|---|---|"]
         for _, r in ratios.iterrows():
-            lines.append(f"| {r['metric']} | {r['median_ratio']:.3f} | "
-                         f"[{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}] | {r['n']} | {r['ci_note']} |")
+            lo, hi = ("-" if pd.isna(v) else f"{v:.3f}" for v in (r["ci_low"], r["ci_high"]))
+            lines.append(f"| {r['metric']} | {r['median_ratio']:.3f} | [{lo}, {hi}] | {r['n']} | "
+                         f"{r['ci_note']} |")
     return "\n".join(lines) + "\n"

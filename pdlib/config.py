@@ -64,3 +64,75 @@ def preset(name: str) -> ModelConfig:
     if name not in PRESETS:
         raise InputError(f"unknown model preset {name!r}; expected one of: {', '.join(PRESETS)}")
     return PRESETS[name]
+
+
+# -- run parameters: one schema for the CLI, the params/*.yaml files and the notebooks ----------------
+
+@dataclass(frozen=True)
+class RunParams:
+    model: str = "qwen3-0.6b"          # preset (local checkpoint if cached, else synthetic), repo id, dir
+    prompt_tokens: int = 4096
+    output_tokens: int = 1024
+    chunk_size: int = 128
+    policies: tuple[str, ...] = ("eager", "chunked")
+    trials: int = 5
+    warmups: int = 1
+    logical_cache_reset: bool = False
+    lossless_decode_weights: bool = True
+    validation_checkpoint_every: int = 64
+    stall_threshold_ms: float = 100.0
+
+    def __post_init__(self):
+        object.__setattr__(self, "policies", tuple(self.policies))
+        for name in ("prompt_tokens", "output_tokens", "chunk_size", "trials", "validation_checkpoint_every"):
+            _check_int(name, getattr(self, name), 1)
+        _check_int("warmups", self.warmups, 0)
+        for name in ("logical_cache_reset", "lossless_decode_weights"):
+            if not isinstance(getattr(self, name), bool):
+                raise InputError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if not isinstance(self.model, str) or not self.model:
+            raise InputError(f"model must be a non-empty string, got {self.model!r}")
+        if not isinstance(self.stall_threshold_ms, (int, float)) or isinstance(self.stall_threshold_ms, bool) \
+                or not self.stall_threshold_ms > 0:
+            raise InputError(f"stall_threshold_ms must be a number > 0, got {self.stall_threshold_ms!r}")
+        from pdlib.scheduler import POLICIES  # pure logic, no MLX
+        if not self.policies:
+            raise InputError("policies must name at least one of: " + ", ".join(POLICIES))
+        for p in self.policies:
+            if p not in POLICIES:
+                raise InputError(f"unknown policy {p!r}; expected one of: {', '.join(POLICIES)}")
+        if len(set(self.policies)) != len(self.policies):
+            raise InputError(f"policies must not repeat, got {' '.join(self.policies)}")
+
+    def check_positions(self, cfg: ModelConfig) -> None:
+        if self.prompt_tokens + self.output_tokens > cfg.max_position_embeddings:
+            raise InputError(f"prompt_tokens + output_tokens = {self.prompt_tokens + self.output_tokens} exceeds "
+                             f"the model's {cfg.max_position_embeddings} positions")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["policies"] = list(self.policies)
+        return d
+
+    @classmethod
+    def from_yaml(cls, path, **overrides) -> "RunParams":
+        """Read a params file (keys = field names); `overrides` (e.g. from CLI flags) win."""
+        import yaml
+        try:
+            with open(path) as f:
+                data = yaml.safe_load(f) or {}
+        except (OSError, yaml.YAMLError) as e:
+            raise InputError(f"cannot read params file {str(path)!r}: {str(e).splitlines()[0]}") from None
+        if not isinstance(data, dict):
+            raise InputError(f"params file {str(path)!r} must hold a mapping of parameter: value")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise InputError(f"params file {str(path)!r} has unknown key(s) {', '.join(unknown)}; "
+                             f"accepted: {', '.join(sorted(known))}")
+        return cls(**{**data, **overrides})
+
+
+def _check_int(name: str, value, lo: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        raise InputError(f"{name} must be an integer >= {lo}, got {value!r}")

@@ -15,7 +15,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
-from pdlib.config import ModelConfig, preset
+from pdlib.config import PRESETS, ModelConfig, preset
 from pdlib.errors import InputError
 
 HF_CACHE_HELP = ("populate the cache on a machine with network (`huggingface-cli download REPO`), copy "
@@ -56,9 +56,21 @@ def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+PRESET_REPOS = {"qwen3-0.6b": "Qwen/Qwen3-0.6B"}
+
+
 def load_model(spec: str) -> LoadedModel:
-    """`synthetic:PRESET[@SEED]`, a directory with config.json + *.safetensors, or a HF repo id that is
-    already in the local cache (never downloaded)."""
+    """`synthetic:PRESET[@SEED]`, a directory with config.json + *.safetensors, a HF repo id that is already in
+    the local cache (never downloaded), or a bare preset name: its real checkpoint when cached, otherwise
+    synthetic weights of the same shapes (the source records which)."""
+    if spec in PRESET_REPOS or spec in PRESETS:
+        repo = PRESET_REPOS.get(spec)
+        try:
+            return load_model(repo) if repo else synthetic_model(spec)
+        except InputError:
+            model = synthetic_model(spec)
+            model.source["fallback_from"] = f"{repo} (not in the local Hugging Face cache)"
+            return model
     if spec.startswith("synthetic:"):
         m = re.fullmatch(r"synthetic:([\w.\-]+)(?:@(\d+))?", spec)
         if not m:
@@ -70,8 +82,8 @@ def load_model(spec: str) -> LoadedModel:
     if re.fullmatch(r"[\w.\-]+/[\w.\-]+", spec):
         directory = resolve_cached_repo(spec)
         return checkpoint_model(directory, spec=spec, revision=directory.name)
-    raise InputError(f"model {spec!r} is neither synthetic:PRESET[@SEED], an existing directory, "
-                     f"nor a Hugging Face repo id (owner/name)")
+    raise InputError(f"model {spec!r} is neither a preset ({', '.join(PRESETS)}), synthetic:PRESET[@SEED], "
+                     f"an existing directory, nor a Hugging Face repo id (owner/name)")
 
 
 def resolve_cached_repo(repo_id: str) -> Path:

@@ -1,0 +1,80 @@
+"""The CLI.
+
+    python -m pdlib validate --model synthetic:tiny --prompt-tokens 300 --output-tokens 40 --chunk-size 64 \\
+        --policies eager chunked fifo
+    python -m pdlib run --params params/smoke-cpu.yaml --output /tmp/report.json
+
+Bad input prints one line on stderr and exits with code 2; a failed validation exits with code 1.
+"""
+
+import argparse
+import sys
+
+from pdlib.errors import InputError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, as for every other bad input
+        raise InputError(f"{self.prog}: {message}")
+
+
+def _run_options(p: argparse.ArgumentParser) -> None:
+    """Flags that mirror RunParams; None means 'not given' so params files and defaults apply."""
+    p.add_argument("--params", help="YAML file with RunParams keys; flags override it")
+    p.add_argument("--model", help="preset (qwen3-0.6b, tiny), synthetic:PRESET[@SEED], HF repo id or directory")
+    p.add_argument("--prompt-tokens", type=int)
+    p.add_argument("--output-tokens", type=int)
+    p.add_argument("--chunk-size", type=int)
+    p.add_argument("--policies", nargs="+")
+    p.add_argument("--logical-cache-reset", action="store_true", default=None)
+    p.add_argument("--no-lossless-decode-weights", dest="lossless_decode_weights", action="store_false", default=None)
+    p.add_argument("--validation-checkpoint-every", type=int)
+    p.add_argument("--quiet", action="store_true")
+
+
+def _params(args):
+    from pdlib.config import RunParams
+    keys = ("model", "prompt_tokens", "output_tokens", "chunk_size", "policies", "trials", "warmups",
+            "logical_cache_reset", "lossless_decode_weights", "validation_checkpoint_every")
+    given = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
+    return RunParams.from_yaml(args.params, **given) if args.params else RunParams(**given)
+
+
+def cmd_validate(args) -> int:
+    from tqdm import tqdm
+
+    from pdlib.experiment import Experiment
+    from pdlib.validate import ValidationError, format_table
+    params = _params(args)
+    exp = Experiment(params)
+    total = sum(exp.steps_per_run(p) for p in params.policies)
+    with tqdm(total=total, desc="validate", unit="step", disable=args.quiet or None, file=sys.stderr) as bar:
+        try:
+            results = exp.validate(on_step=bar.update)
+        except ValidationError as e:
+            bar.close()
+            print(str(e), file=sys.stderr)
+            return 1
+    src = exp.model.source
+    print(f"model {src['spec']} ({src['source']}), prompts {params.prompt_tokens} tokens, "
+          f"{params.output_tokens} outputs, chunk {params.chunk_size}, backend {exp.describe()['backend']}")
+    print(format_table(results))
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = _Parser(prog="python -m pdlib", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    v = sub.add_parser("validate", help="check every policy against the FP32 reference")
+    _run_options(v)
+    v.set_defaults(func=cmd_validate)
+    try:
+        args = parser.parse_args(argv)
+        return args.func(args)
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

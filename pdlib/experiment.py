@@ -1,0 +1,57 @@
+"""One experiment's untimed set-up: weights, prompts, the engine and the reference traces.
+
+    exp = Experiment(RunParams(model="synthetic:tiny", prompt_tokens=300, output_tokens=40, chunk_size=64))
+    results = exp.validate()        # {policy: ValidationResult}; raises ValidationError on any mismatch
+"""
+
+import mlx.core as mx
+
+from pdlib.config import RunParams
+from pdlib.engine import Engine
+from pdlib.engine.kernels import BACKEND
+from pdlib.prompts import make_prompts
+from pdlib.reference import Reference
+from pdlib.validate import ReferenceTrace, ValidationResult, validate_policy
+from pdlib.weights import load_model
+
+REQUESTS = ("A", "B")
+
+
+class Experiment:
+    def __init__(self, params: RunParams, *, model=None, prune_final_layer: bool = True):
+        self.params = p = params
+        self.model = model or load_model(p.model)
+        p.check_positions(self.model.config)
+        self.prompts = make_prompts(n_tokens=p.prompt_tokens, vocab_size=self.model.config.vocab_size,
+                                    tokenizer=self.model.tokenizer, names=REQUESTS)
+        self.engine = Engine(self.model, capacity=p.prompt_tokens + p.output_tokens,
+                             lossless_decode_weights=p.lossless_decode_weights, prune_final_layer=prune_final_layer)
+        for r in REQUESTS:
+            self.engine.add_request(r, self.prompts[r].token_ids)
+        self._reference = None
+        self._traces = None
+
+    @property
+    def traces(self) -> dict[str, ReferenceTrace]:
+        """The reference runs lazily, once per request, shared by every policy's validation."""
+        if self._traces is None:
+            self._reference = Reference(self.model)
+            self._traces = {r: ReferenceTrace(self._reference, self.prompts[r].token_ids) for r in REQUESTS}
+        return self._traces
+
+    def validate(self, policies=None, *, on_step=None) -> dict[str, ValidationResult]:
+        p = self.params
+        return {policy: validate_policy(policy, engine=self.engine, traces=self.traces,
+                                        prompt_tokens=p.prompt_tokens, output_tokens=p.output_tokens,
+                                        chunk_size=p.chunk_size, checkpoint_every=p.validation_checkpoint_every,
+                                        logical_reset=p.logical_cache_reset, on_step=on_step)
+                for policy in (policies or p.policies)}
+
+    def steps_per_run(self, policy: str) -> int:
+        from pdlib.scheduler import plan
+        p = self.params
+        return len(plan(policy, prompt_tokens=p.prompt_tokens, output_tokens=p.output_tokens, chunk_size=p.chunk_size))
+
+    def describe(self) -> dict:
+        return {"model": self.model.source, "prompts": {r: self.prompts[r].to_dict() for r in REQUESTS},
+                "backend": BACKEND, "device": str(mx.default_device())}

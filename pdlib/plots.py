@@ -1,0 +1,175 @@
+"""Altair figures from the analysis frames, and one call that renders everything for a report.
+
+    from pdlib import analysis as an, plots
+    report = an.load_report("outputs/smoke-cpu/report.json")
+    paths = plots.render_all(report, "outputs/smoke-cpu/figures")   # never overwrites
+    # or one chart at a time, in a notebook:
+    plots.headline_chart(an.metrics_frame(report))
+
+Charts carry their rows inline (alt.InlineData), so Altair's 5,000-row guard never trips and the saved
+HTML (scripts inlined, no CDN), SVG and PNG all work offline. Only notebooks and the render command
+import this module; the GPU path never does.
+"""
+
+import os
+from pathlib import Path
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+from pdlib import analysis as an
+from pdlib.errors import InputError
+
+HEADLINE = {"a_gap_max_ms": "A's max gap (ms)", "a_gap_p99_ms": "A's p99 gap (ms)",
+            "b_ttft_ms": "B's TTFT (ms)", "makespan_ms": "makespan (ms)",
+            "throughput_tok_s": "throughput (tok/s)"}
+FORMATS = ("html", "png", "svg")
+ECDF_POINTS = 2000  # per policy; thinning keeps the smallest and the largest gap
+
+
+def _inline(df: pd.DataFrame) -> alt.InlineData:
+    # NaN is not JSON; None becomes null, which Vega-Lite skips.
+    return alt.InlineData(values=df.astype(object).where(df.notna(), None).to_dict("records"))
+
+
+def _policies(frame):
+    return list(frame["policy"].unique())  # analysis frames are already in declared policy order
+
+
+def headline_chart(metrics: pd.DataFrame) -> alt.FacetChart:
+    """One panel per headline metric (own y scale): a dot per trial, a black tick at the median."""
+    policies = _policies(metrics)
+    long = metrics.melt(id_vars=["policy", "trial"], value_vars=list(HEADLINE), var_name="metric")
+    long["label"] = long["metric"].map(HEADLINE)
+    x = alt.X("policy:N", sort=policies, title=None)
+    dots = alt.Chart().mark_circle(size=60, opacity=0.6).encode(
+        x=x, y=alt.Y("value:Q", title=None, scale=alt.Scale(zero=False)),
+        color=alt.Color("policy:N", sort=policies, legend=None),
+        tooltip=["policy:N", "trial:Q", alt.Tooltip("value:Q", format=".4~g")])
+    median = alt.Chart().mark_tick(color="black", thickness=2, size=28).encode(
+        x=x, y=alt.Y("median(value):Q", title=None))
+    return (alt.layer(dots, median, data=_inline(long)).properties(width=110, height=220)
+            .facet(column=alt.Column("label:N", sort=list(HEADLINE.values()), title=None))
+            .resolve_scale(y="independent")
+            .properties(title="Per-trial headline metrics (dot: one trial; tick: median)"))
+
+
+def gap_timeline_chart(tokens: pd.DataFrame, events: pd.DataFrame, metrics: pd.DataFrame, *,
+                       trial: int = 1, stall_threshold_ms: float = 100.0) -> alt.FacetChart:
+    """A's gaps against emission time, one row per policy, for one trial. Light shade: B's prefill
+    interval [t0, B's first token]; darker stripes: B's prefill chunks; dashed red: the threshold."""
+    a = tokens[(tokens["trial"] == trial) & (tokens["request"] == "A")]
+    if a.empty:
+        raise InputError(f"no tokens for trial {trial}; trials present: "
+                         f"{sorted(tokens['trial'].unique().tolist())}")
+    policies = _policies(a)
+    m = metrics[metrics["trial"] == trial]
+    chunks = events[(events["trial"] == trial) & (events["req"] == "B") & (events["kind"] == "prefill")]
+    data = pd.concat([
+        pd.DataFrame({"policy": m["policy"], "layer": "b_prefill", "x": 0.0, "x2": m["b_ttft_ms"]}),
+        pd.DataFrame({"policy": chunks["policy"], "layer": "chunk", "x": chunks["t_start_ms"],
+                      "x2": chunks["t_end_ms"]}),
+        pd.DataFrame({"policy": a["policy"], "layer": "gap", "x": a["emit_ms"], "y": a["gap_ms"],
+                      "index": a["index"]}),
+        pd.DataFrame({"policy": policies, "layer": "threshold", "y": float(stall_threshold_ms)}),
+    ], ignore_index=True)
+
+    def only(layer):
+        return alt.Chart().transform_filter(alt.datum.layer == layer)
+
+    x = alt.X("x:Q", title="emission time since t0 (ms)")
+    shade = only("b_prefill").mark_rect(color="orange", opacity=0.15).encode(x=x, x2="x2:Q")
+    stripes = only("chunk").mark_rect(color="orange", opacity=0.35).encode(x=x, x2="x2:Q")
+    gaps = only("gap").transform_filter(alt.datum.y > 0).mark_point(filled=True, size=14).encode(
+        x=x, y=alt.Y("y:Q", scale=alt.Scale(type="log"), title="A's gap (ms)"),
+        tooltip=["index:Q", alt.Tooltip("x:Q", title="emit (ms)"), alt.Tooltip("y:Q", title="gap (ms)")])
+    rule = only("threshold").mark_rule(color="red", strokeDash=[4, 4]).encode(y="y:Q")
+    return (alt.layer(shade, stripes, gaps, rule, data=_inline(data)).properties(width=640, height=150)
+            .facet(row=alt.Row("policy:N", sort=policies, title=None))
+            .properties(title=f"A's inter-token gaps, trial {trial} (shaded: B's prefill; "
+                              f"dashed: {stall_threshold_ms:g} ms stall threshold)"))
+
+
+def gap_ecdf_chart(tokens: pd.DataFrame) -> alt.Chart:
+    """ECDF of A's gaps per policy, all trials pooled, log x."""
+    policies, parts = _policies(tokens), []
+    for policy, g in tokens[tokens["request"] == "A"].groupby("policy", sort=False):
+        s = np.sort(g["gap_ms"].to_numpy())
+        keep = np.unique(np.linspace(0, s.size - 1, min(s.size, ECDF_POINTS)).round().astype(int))
+        parts.append(pd.DataFrame({"policy": policy, "gap_ms": s[keep], "ecdf": (keep + 1) / s.size}))
+    data = pd.concat(parts, ignore_index=True)
+    return alt.Chart(_inline(data)).mark_line(interpolate="step-after").encode(
+        x=alt.X("gap_ms:Q", scale=alt.Scale(type="log"), title="A's gap (ms)"),
+        y=alt.Y("ecdf:Q", title="fraction of A's gaps <= x"),
+        color=alt.Color("policy:N", sort=policies),
+    ).properties(width=480, height=280, title="ECDF of A's inter-token gaps (all trials)")
+
+
+def _refuse_existing(paths):
+    for path in paths:
+        if path.exists():
+            raise InputError(f"{path} already exists; refusing to overwrite (pick a new folder)")
+
+
+def _replace_from_tmp(path: Path, write):
+    # Write beside the target, then rename: a crash never leaves a half-written figure or table.
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _save_one(chart, path: Path):
+    fmt = path.suffix[1:]
+    extra = {"html": {"inline": True}, "png": {"scale_factor": 2}}.get(fmt, {})
+    _replace_from_tmp(path, lambda tmp: chart.save(str(tmp), format=fmt, **extra))
+
+
+def save_chart(chart, out_dir, name: str) -> list:
+    """Write name.html (self-contained), name.png and name.svg; refuses if any of them exists."""
+    out = Path(out_dir)
+    paths = [out / f"{name}.{fmt}" for fmt in FORMATS]
+    _refuse_existing(paths)
+    out.mkdir(parents=True, exist_ok=True)
+    for path in paths:
+        _save_one(chart, path)
+    return paths
+
+
+def render_all(report: dict, out_dir, *, stall_threshold_ms: float = 100.0) -> list:
+    """Every figure and table for one report into out_dir; refuses before writing if any exists.
+
+    ratios.csv (first declared policy / second, paired by trial) is written with >= 2 policies."""
+    tokens, events = an.tokens_frame(report), an.events_frame(report)
+    metrics = an.metrics_frame(report, stall_threshold_ms=stall_threshold_ms)
+    summary, policies = an.summary_frame(metrics), _policies(metrics)
+    ratios = None
+    if len(policies) >= 2:
+        _, ratios = an.paired_ratios(metrics, numerator=policies[0], denominator=policies[1])
+    charts = {
+        "headline": headline_chart(metrics),
+        "gap_timeline": gap_timeline_chart(tokens, events, metrics, trial=int(metrics["trial"].min()),
+                                           stall_threshold_ms=stall_threshold_ms),
+        "gap_ecdf": gap_ecdf_chart(tokens),
+    }
+    tables = {"metrics.csv": metrics, "summary.csv": summary,
+              "summary.md": an.metrics_markdown(summary, ratios=ratios)}
+    if ratios is not None:
+        tables["ratios.csv"] = ratios
+    out = Path(out_dir)
+    figures = [out / f"{name}.{fmt}" for name in charts for fmt in FORMATS]
+    _refuse_existing(figures + [out / name for name in tables])
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, table in tables.items():
+        if isinstance(table, str):
+            _replace_from_tmp(out / name, lambda tmp, text=table: tmp.write_text(text))
+        else:
+            _replace_from_tmp(out / name, lambda tmp, df=table: df.to_csv(tmp, index=False))
+        written.append(out / name)
+    for name, chart in charts.items():
+        written += save_chart(chart, out, name)
+    return written

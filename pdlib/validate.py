@@ -1,0 +1,208 @@
+"""The validation gate: run a policy's exact step sequence on the engine and check every number against the
+FP32 reference before anything is timed.
+
+    result = validate_policy("chunked", engine=engine, traces=traces, chunk_size=128, output_tokens=1024)
+    result.to_dict()    # per check kind: count, worst error and where; the smallest top-1/top-2 margin
+
+Checks (each |x - ref| <= 1e-3 + 1e-3 * |ref|, fixed): `prefix_kv` — the complete K/V prefix after every
+prefill chunk; `logits` and `token` — every output's full-vocabulary logits and its exact greedy token;
+`decode_kv` — the K/V slot each decode writes; `checkpoint_kv` — the whole cache every K outputs.
+A failure raises `ValidationError` naming the check, request, position and layer, so no timing can follow.
+Comparisons run on the device as the steps go; only scalars come back to the host.
+"""
+
+from dataclasses import asdict, dataclass, field
+
+import mlx.core as mx
+
+from pdlib.engine import Engine
+from pdlib.reference import Reference
+from pdlib.scheduler import Decode, Prefill, plan, t0_index
+
+ATOL = RTOL = 1e-3
+CHECKS = ("prefix_kv", "logits", "token", "decode_kv", "checkpoint_kv")
+
+
+class ValidationError(RuntimeError):
+    def __init__(self, message: str, result: "ValidationResult"):
+        super().__init__(message)
+        self.result = result
+
+
+class ReferenceTrace:
+    """One request's reference continuation, extended on demand and kept on the device, so that every
+    policy is compared with the same reference run (the slow mlx-lm model runs once per request)."""
+
+    def __init__(self, reference: Reference, prompt_ids):
+        self.reference, self.prompt_ids = reference, list(prompt_ids)
+        self.stream = None
+        self.logits: list[mx.array] = []
+        self.tokens: list[int] = []
+
+    def output(self, i: int) -> tuple[mx.array, int]:
+        """Logits and greedy token of output i (0 = the one the prompt's last position yields)."""
+        if self.stream is None:
+            self.stream = self.reference.stream(self.prompt_ids)
+            self.logits, self.tokens = [self.stream.logits], [self.stream.token.item()]
+        while len(self.logits) <= i:
+            self.logits.append(self.stream.step())
+            self.tokens.append(self.stream.token.item())
+        return self.logits[i], self.tokens[i]
+
+    def kv(self, layer: int, stop: int) -> tuple[mx.array, mx.array]:
+        k, v = self.stream.kv(layer)
+        return k[:, :stop], v[:, :stop]
+
+
+@dataclass
+class CheckStats:
+    count: int = 0
+    worst_abs: float = 0.0      # largest |x - ref|
+    worst_ratio: float = 0.0    # largest |x - ref| / (atol + rtol * |ref|); passes while <= 1
+    where: dict | None = None   # request, position, layer of the worst ratio
+
+
+@dataclass
+class ValidationResult:
+    policy: str
+    steps: int = 0
+    passed: bool = False
+    checks: dict[str, CheckStats] = field(default_factory=lambda: {k: CheckStats() for k in CHECKS})
+    min_margin: float = float("inf")     # smallest reference top-1 minus top-2 logit
+    min_margin_where: dict | None = None
+    failure: str | None = None
+    tokens: dict[str, list[int]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["tolerance"] = {"atol": ATOL, "rtol": RTOL}
+        return d
+
+
+def _stats(x: mx.array, ref: mx.array) -> mx.array:
+    """[max |x-ref|, max |x-ref| / (atol + rtol|ref|), count out of tolerance]; NaN counts as infinitely bad."""
+    err = mx.abs(x - ref)
+    err = mx.where(mx.isnan(err), mx.inf, err)
+    bound = ATOL + RTOL * mx.abs(ref)
+    return mx.stack([mx.max(err), mx.max(err / bound), mx.sum(err > bound).astype(mx.float32)])
+
+
+def _worst_index(x: mx.array, ref: mx.array) -> int:
+    """Index along the position axis (-2; 0 for 1-D logits) of the worst ratio."""
+    if x.ndim == 1:
+        return 0
+    err = mx.abs(x - ref)
+    ratio = mx.where(mx.isnan(err), mx.inf, err) / (ATOL + RTOL * mx.abs(ref))
+    return int(mx.argmax(mx.max(ratio.swapaxes(-2, -1).reshape(-1, x.shape[-2]), axis=0)).item())
+
+
+class _Checker:
+    def __init__(self, result: ValidationResult):
+        self.result = result
+
+    def compare(self, kind: str, pairs: list[tuple[mx.array, mx.array]], *, req: str, first_position: int,
+                layered: bool) -> None:
+        """pairs: (x, ref) per layer (or one pair for logits), positions on axis -2 starting at first_position."""
+        per = mx.stack([_stats(x, ref) for x, ref in pairs]).tolist()
+        c = self.result.checks[kind]
+        c.count += 1
+        c.worst_abs = max(c.worst_abs, *(p[0] for p in per))
+
+        def where(i: int) -> dict:
+            return {"request": req, "layer": i if layered else None,
+                    "position": first_position + _worst_index(*pairs[i])}
+
+        i = max(range(len(per)), key=lambda j: per[j][1])
+        if per[i][1] > c.worst_ratio or c.where is None:
+            c.worst_ratio, c.where = per[i][1], where(i)
+        bad = [j for j, p in enumerate(per) if p[2] > 0]
+        if bad:  # name the first layer that fails: errors propagate upwards from there
+            j = bad[0]
+            self.fail(kind, where(j), f"{int(per[j][2])} value(s) out of tolerance, worst |x-ref| = "
+                      f"{per[j][0]:.3g} ({per[j][1]:.3g}x the allowed 1e-3 + 1e-3*|ref|)")
+
+    def token(self, got: int, want: int, *, req: str, index: int, position: int) -> None:
+        c = self.result.checks["token"]
+        c.count += 1
+        if got != want:
+            where = {"request": req, "layer": None, "position": position, "output": index}
+            c.worst_abs, c.worst_ratio, c.where = float("inf"), float("inf"), where
+            self.fail("token", where, f"output {index} is token {got}, the reference's is {want}")
+
+    def fail(self, kind: str, where: dict, detail: str) -> None:
+        layer = f", layer {where['layer']}" if where.get("layer") is not None else ""
+        msg = (f"validation failed for policy {self.result.policy!r}: {kind} check, request {where['request']}, "
+               f"position {where['position']}{layer}: {detail}")
+        self.result.failure = msg
+        raise ValidationError(msg, self.result)
+
+
+def validate_policy(policy: str, *, engine: Engine, traces: dict[str, ReferenceTrace], prompt_tokens: int,
+                    output_tokens: int, chunk_size: int, checkpoint_every: int = 64,
+                    logical_reset: bool = True, on_step=None) -> ValidationResult:
+    """Run `policy`'s steps (A's set-up prefill, B's reset at t0, then the policy) and check each one."""
+    steps = plan(policy, prompt_tokens=prompt_tokens, output_tokens=output_tokens, chunk_size=chunk_size)
+    result = ValidationResult(policy)
+    check = _Checker(result)
+    layers = engine.model.cfg.num_hidden_layers
+    emitted = {"A": 0, "B": 0}
+
+    def check_output(req: str, out, position: int) -> None:
+        i = emitted[req]
+        ref_logits, ref_token = traces[req].output(i)
+        check.compare("logits", [(out.logits, ref_logits)], req=req, first_position=position, layered=False)
+        check.token(out.token.item(), ref_token, req=req, index=i, position=position)
+        top2 = mx.topk(ref_logits, 2)
+        margin = abs((top2[1] - top2[0]).item())
+        if margin < result.min_margin:
+            result.min_margin, result.min_margin_where = margin, {"request": req, "output": i}
+        emitted[req] = i + 1
+        if checkpoint_every and emitted[req] % checkpoint_every == 0:
+            n = engine.requests[req].length
+            check.compare("checkpoint_kv", kv_pairs(req, 0, n), req=req, first_position=0, layered=True)
+
+    def kv_pairs(req: str, start: int, stop: int):
+        pairs = []
+        for layer in range(layers):
+            (k, v), (rk, rv) = engine.kv(req, layer), traces[req].kv(layer, stop)
+            pairs.append((mx.stack([k[:, start:stop], v[:, start:stop]]), mx.stack([rk[:, start:], rv[:, start:]])))
+        return pairs
+
+    t0 = t0_index(steps)
+    engine.reset("A", logical=logical_reset)
+    for i, step in enumerate(steps):
+        if i == t0:
+            engine.reset("B", logical=logical_reset)
+        req = step.req
+        if isinstance(step, Prefill):
+            out = engine.prefill_chunk(req, step.n)
+            stop = engine.requests[req].length
+            traces[req].output(0)  # the reference's whole-prompt K/V
+            check.compare("prefix_kv", kv_pairs(req, 0, stop), req=req, first_position=0, layered=True)
+            if out is not None:
+                check_output(req, out, stop - 1)
+        else:
+            pos = engine.requests[req].length
+            out = engine.decode(req)
+            traces[req].output(emitted[req])  # make sure the reference has written slot pos
+            check.compare("decode_kv", kv_pairs(req, pos, pos + 1), req=req, first_position=pos, layered=True)
+            check_output(req, out, pos)
+        result.steps += 1
+        if on_step:
+            on_step()
+    result.tokens = {r: traces[r].tokens[:output_tokens] for r in ("A", "B")}
+    result.passed = True
+    return result
+
+
+def format_table(results: dict[str, ValidationResult]) -> str:
+    """Per policy: pass/fail, worst |x-ref| per check, and the smallest reference top-1 margin."""
+    head = ["policy", "result", *(f"{k} max|err|" for k in CHECKS if k != "token"), "tokens", "min margin"]
+    rows = []
+    for policy, r in results.items():
+        rows.append([policy, "pass" if r.passed else "FAIL",
+                     *(f"{r.checks[k].worst_abs:.2e}" for k in CHECKS if k != "token"),
+                     f"{r.checks['token'].count} exact", f"{r.min_margin:.3g}"])
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+    fmt = lambda row: "  ".join(str(x).ljust(w) for x, w in zip(row, widths))  # noqa: E731
+    return "\n".join([fmt(head), fmt(["-" * w for w in widths]), *map(fmt, rows)])
