@@ -22,9 +22,9 @@ import numpy as np
 import pandas as pd
 
 from pdlib.errors import InputError
+from pdlib.metrics import NS_PER_MS, trial_metrics  # numpy-only, shared with the CLI summary
 from pdlib.report_schema import EVENT_KINDS, REQUESTS, SCHEMA, TOP_LEVEL_KEYS
 
-NS_PER_MS = 1e6
 RATIO_METRICS = ("a_gap_max_ms", "a_gap_p99_ms", "b_ttft_ms", "makespan_ms", "throughput_tok_s")
 MIN_BOOT_TRIALS = 5  # fewer paired trials make a bootstrap CI of the median meaningless
 TRIAL_KEYS = ("policy", "trial", "makespan_ns", "requests", "events")
@@ -49,80 +49,71 @@ def load_report(path) -> dict:
     return report
 
 
+def _require(ok, message):
+    if not ok:
+        raise InputError(message)
+
+
 def check_report(report: dict, *, where: str = "report") -> None:
     """Schema, top-level keys, and per trial: both requests with consistent ids/emissions/makespan."""
-    if not isinstance(report, dict):
-        raise InputError(f"{where}: top level is not a JSON object")
-    if report.get("schema") != SCHEMA:
-        raise InputError(f"{where}: schema is {report.get('schema')!r}, expected {SCHEMA!r}")
+    _require(isinstance(report, dict), f"{where}: top level is not a JSON object")
+    _require(report.get("schema") == SCHEMA,
+             f"{where}: schema is {report.get('schema')!r}, expected {SCHEMA!r}")
     missing = [k for k in TOP_LEVEL_KEYS if k not in report]
-    if missing:
-        raise InputError(f"{where}: missing top-level keys: {', '.join(missing)}")
+    _require(not missing, f"{where}: missing top-level keys: {', '.join(missing)}")
     trials = report["trials"]
-    if not isinstance(trials, list) or not trials:
-        raise InputError(f"{where}: 'trials' must be a non-empty list")
+    _require(isinstance(trials, list) and trials, f"{where}: 'trials' must be a non-empty list")
     seen = set()
     for i, trial in enumerate(trials):
         _check_trial(trial, f"{where}: trials[{i}]")
         key = (trial["policy"], trial["trial"])
-        if key in seen:
-            raise InputError(f"{where}: trials[{i}] repeats policy {key[0]!r} trial {key[1]}")
+        _require(key not in seen, f"{where}: trials[{i}] repeats policy {key[0]!r} trial {key[1]}")
         seen.add(key)
 
 
 def _check_trial(trial, where):
-    if not isinstance(trial, dict):
-        raise InputError(f"{where}: not an object")
+    _require(isinstance(trial, dict), f"{where}: not an object")
     missing = [k for k in TRIAL_KEYS if k not in trial]
-    if missing:
-        raise InputError(f"{where}: missing keys: {', '.join(missing)}")
+    _require(not missing, f"{where}: missing keys: {', '.join(missing)}")
     where = f"{where} ({trial['policy']} trial {trial['trial']})"
     requests = trial["requests"] if isinstance(trial["requests"], dict) else {}
     for name in REQUESTS:
         _check_request(requests.get(name), f"{where} request {name}")
-    _check_makespan(trial, where)
-    if not isinstance(trial["events"], list):
-        raise InputError(f"{where}: events must be a list")
+    # Makespan is by definition the last emission of either request; anything else is a writer bug.
+    last = max(requests[r]["emit_ns"][-1] for r in REQUESTS)
+    _require(trial["makespan_ns"] == last,
+             f"{where}: makespan_ns {trial['makespan_ns']} != last emission {last} ns")
+    _require(isinstance(trial["events"], list), f"{where}: events must be a list")
     for j, ev in enumerate(trial["events"]):
-        if not isinstance(ev, dict) or any(k not in ev for k in EVENT_KEYS):
-            raise InputError(f"{where} events[{j}]: needs keys {', '.join(EVENT_KEYS)}")
-        if ev["kind"] not in EVENT_KINDS or ev["req"] not in REQUESTS:
-            raise InputError(f"{where} events[{j}]: kind {ev['kind']!r} / req {ev['req']!r} not in "
-                             f"{EVENT_KINDS} / {REQUESTS}")
+        _require(isinstance(ev, dict) and all(k in ev for k in EVENT_KEYS),
+                 f"{where} events[{j}]: needs keys {', '.join(EVENT_KEYS)}")
+        _require(ev["kind"] in EVENT_KINDS and ev["req"] in REQUESTS,
+                 f"{where} events[{j}]: kind {ev['kind']!r} / req {ev['req']!r} not in "
+                 f"{EVENT_KINDS} / {REQUESTS}")
 
 
 def _check_request(req, where):
-    if not isinstance(req, dict):
-        raise InputError(f"{where}: missing")
+    _require(isinstance(req, dict), f"{where}: missing")
     missing = [k for k in REQUEST_KEYS if k not in req]
-    if missing:
-        raise InputError(f"{where}: lacks {', '.join(missing)}")
+    _require(not missing, f"{where}: lacks {', '.join(missing)}")
     ids, start, emit = req["output_ids"], req["timed_from"], req["emit_ns"]
-    if not isinstance(ids, list) or not isinstance(emit, list):
-        raise InputError(f"{where}: output_ids and emit_ns must be lists")
-    if not isinstance(start, int) or not 0 <= start <= len(ids):
-        raise InputError(f"{where}: timed_from {start!r} is not in [0, {len(ids)}]")
-    if len(emit) != len(ids) - start:
-        raise InputError(f"{where}: {len(emit)} emit_ns for {len(ids)} output_ids from timed_from "
-                         f"{start} (expected {len(ids) - start})")
+    _require(isinstance(ids, list) and isinstance(emit, list),
+             f"{where}: output_ids and emit_ns must be lists")
+    _require(isinstance(start, int) and 0 <= start <= len(ids),
+             f"{where}: timed_from {start!r} is not in [0, {len(ids)}]")
+    _require(len(emit) == len(ids) - start, f"{where}: {len(emit)} emit_ns for {len(ids)} output_ids "
+                                            f"from timed_from {start} (expected {len(ids) - start})")
     e = np.asarray(emit)
-    if e.size == 0:
-        raise InputError(f"{where}: no timed outputs")
-    if e.dtype.kind not in "iu" or e[0] < 0 or np.any(np.diff(e) < 0):
-        raise InputError(f"{where}: emit_ns must be non-negative, non-decreasing integer ns")
-
-
-def _check_makespan(trial, where):
-    # Makespan is by definition the last emission of either request; anything else is a writer bug.
-    last = max(trial["requests"][r]["emit_ns"][-1] for r in REQUESTS)
-    if trial["makespan_ns"] != last:
-        raise InputError(f"{where}: makespan_ns {trial['makespan_ns']} != last emission {last} ns")
+    _require(e.size > 0, f"{where}: no timed outputs")
+    _require(e.dtype.kind in "iu" and e[0] >= 0 and not np.any(np.diff(e) < 0),
+             f"{where}: emit_ns must be non-negative, non-decreasing integer ns")
 
 
 def policy_order(report: dict) -> list:
     """Policies as params.policies lists them (first = numerator of the default ratio), then any others."""
     seen = list(dict.fromkeys(t["policy"] for t in report["trials"]))
-    declared = (report.get("params") or {}).get("policies") or []
+    params = report.get("params")
+    declared = (params.get("policies") or []) if isinstance(params, dict) else []
     first = [p for p in declared if p in seen]
     return first + [p for p in seen if p not in first]
 
@@ -160,45 +151,16 @@ def events_frame(report: dict) -> pd.DataFrame:
 
 
 def metrics_frame(report: dict, *, stall_threshold_ms: float = 100.0) -> pd.DataFrame:
-    """One row per (policy, trial) of the metrics listed in _trial_metrics."""
-    if not np.isfinite(stall_threshold_ms) or stall_threshold_ms < 0:
-        raise InputError(f"stall_threshold_ms must be a finite number >= 0, got {stall_threshold_ms!r}")
+    """One row per (policy, trial). A's gaps include the resumption gap from t0. A gap "overlaps" an
+    interval when they share positive length: b_prefill_* over [t0, B's first token], b_service_* over
+    [t0, B's last token] (max NaN if none). a_max_gap_phase is "b_prefill" when A's largest gap starts
+    before B's first token (so eager's stall, which ends just after it, counts), else "decode".
+    stalls / stall_excess_ms: gaps strictly above the threshold. Throughput: timed outputs / makespan."""
+    _require(np.isfinite(stall_threshold_ms) and stall_threshold_ms >= 0,
+             f"stall_threshold_ms must be a finite number >= 0, got {stall_threshold_ms!r}")
     rows = [{"policy": t["policy"], "trial": t["trial"],
-             **_trial_metrics(t, stall_threshold_ms * NS_PER_MS)} for t in _trials(report)]
+             **trial_metrics(t, stall_threshold_ms=stall_threshold_ms)} for t in _trials(report)]
     return pd.DataFrame(rows)
-
-
-def _overlaps(prev, emit, lo, hi):
-    # A gap [prev, emit] meets [lo, hi] when they share a stretch of positive length; touching ends don't.
-    return (prev < hi) & (emit > lo)
-
-
-def _trial_metrics(t, threshold_ns):
-    a = np.asarray(t["requests"]["A"]["emit_ns"], dtype=np.int64)
-    b = np.asarray(t["requests"]["B"]["emit_ns"], dtype=np.int64)
-    gap = np.diff(a, prepend=0)  # A's first gap runs from t0: its initial resumption gap
-    prev = a - gap
-    in_prefill = _overlaps(prev, a, 0, b[0])   # B's prefill: t0 until B's first token
-    in_service = _overlaps(prev, a, 0, b[-1])  # B's service: t0 until B's last token
-    stall = gap > threshold_ns                 # a gap exactly at the threshold is not a stall
-    p50, p95, p99 = np.percentile(gap, [50, 95, 99]) / NS_PER_MS
-    worst = int(np.argmax(gap))  # first of tied maxima
-    return {
-        "a_gap_p50_ms": p50, "a_gap_p95_ms": p95, "a_gap_p99_ms": p99,
-        "a_gap_max_ms": gap[worst] / NS_PER_MS, "a_resume_gap_ms": a[0] / NS_PER_MS,
-        # The eager stall starts in B's prefill and ends after B's first token: it still counts as prefill.
-        "a_max_gap_phase": "b_prefill" if in_prefill[worst] else "decode",
-        "b_prefill_gaps": int(in_prefill.sum()), "b_prefill_gap_max_ms": _max_ms(gap[in_prefill]),
-        "b_service_gaps": int(in_service.sum()), "b_service_gap_max_ms": _max_ms(gap[in_service]),
-        "stalls": int(stall.sum()), "stall_excess_ms": float((gap[stall] - threshold_ns).sum()) / NS_PER_MS,
-        "b_ttft_ms": b[0] / NS_PER_MS, "a_completion_ms": a[-1] / NS_PER_MS,
-        "makespan_ms": t["makespan_ns"] / NS_PER_MS,
-        "throughput_tok_s": (a.size + b.size) / (t["makespan_ns"] / 1e9) if t["makespan_ns"] else np.nan,
-    }
-
-
-def _max_ms(gaps):
-    return gaps.max() / NS_PER_MS if gaps.size else np.nan
 
 
 # ---- summaries and ratios --------------------------------------------------------------------------
@@ -227,18 +189,14 @@ def paired_ratios(metrics: pd.DataFrame, *, numerator: str, denominator: str, co
     default_rng(seed), so a CI does not depend on which other metrics are asked for."""
     known = list(metrics["policy"].unique())
     for name in (numerator, denominator):
-        if name not in known:
-            raise InputError(f"unknown policy {name!r}; the metrics have {', '.join(map(str, known))}")
+        _require(name in known, f"unknown policy {name!r}; the metrics have {', '.join(map(str, known))}")
     bad = [c for c in columns if c not in metric_columns(metrics)]
-    if bad:
-        raise InputError(f"unknown metric(s) {', '.join(bad)}; choose from {metric_columns(metrics)}")
-    if not 0 < ci < 1 or n_boot < 1:
-        raise InputError(f"need 0 < ci < 1 and n_boot >= 1, got ci={ci}, n_boot={n_boot}")
+    _require(not bad, f"unknown metric(s) {', '.join(bad)}; choose from {metric_columns(metrics)}")
+    _require(0 < ci < 1 and n_boot >= 1, f"need 0 < ci < 1 and n_boot >= 1, got ci={ci}, n_boot={n_boot}")
     num, den = (metrics[metrics["policy"] == p].set_index("trial")[list(columns)]
                 for p in (numerator, denominator))
     paired = num.index.intersection(den.index).sort_values()
-    if paired.empty:
-        raise InputError(f"no trial number has both {numerator!r} and {denominator!r}")
+    _require(not paired.empty, f"no trial number has both {numerator!r} and {denominator!r}")
     ratio = num.loc[paired] / den.loc[paired]
     per_trial = pd.DataFrame([
         {"numerator": numerator, "denominator": denominator, "metric": c, "trial": tr,
@@ -267,6 +225,8 @@ def _median_ci(r, *, n_boot, seed, ci):
 def _fmt(v) -> str:
     if pd.isna(v):
         return "-"
+    if float(v).is_integer():
+        return f"{v:.0f}"  # counts, and times that happen to be whole ms
     return f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"
 
 

@@ -66,7 +66,10 @@ class Engine:
         logits = self.model.prefill(r.cache, r.prompt[start:stop], start=start, last=last,
                                     prune=self.prune_final_layer)
         r.prefilled, r.cache.length = stop, stop
-        return self._emit(r, logits) if last else None
+        if not last:
+            mx.async_eval(r.cache.k, r.cache.v)  # MLX is lazy: start the chunk's work now
+            return None
+        return self._emit(r, logits)
 
     def decode(self, name: str) -> Output:
         r = self.requests[name]
@@ -81,6 +84,7 @@ class Engine:
     def _emit(r: Request, logits: mx.array) -> Output:
         token = mx.argmax(logits)
         r.next_token = token
+        mx.async_eval(token, logits, r.cache.k, r.cache.v)
         return Output(logits, token)
 
     def kv(self, name: str, layer: int) -> tuple[mx.array, mx.array]:

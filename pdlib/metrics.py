@@ -1,0 +1,63 @@
+"""Per-trial metrics from one report trial record, in numpy only (the CLI summary on a GPU box needs no
+pandas); `analysis.py` builds its frames from the same function.
+
+    m = trial_metrics(report["trials"][0], stall_threshold_ms=100.0)
+    m["a_gap_max_ms"], m["b_ttft_ms"], m["makespan_ms"]
+
+Gaps are differenced in integer ns and converted once, so a gap of exactly the threshold never turns into a
+stall through rounding. Percentiles are numpy's default linear interpolation.
+"""
+
+import numpy as np
+
+NS_PER_MS = 1e6
+
+
+def _overlaps(prev, emit, lo, hi):
+    # A gap [prev, emit] meets [lo, hi] when they share a stretch of positive length; touching ends don't.
+    return (prev < hi) & (emit > lo)
+
+
+def _max_ms(gaps):
+    return gaps.max() / NS_PER_MS if gaps.size else np.nan
+
+
+def trial_metrics(t: dict, *, stall_threshold_ms: float = 100.0) -> dict:
+    threshold_ns = stall_threshold_ms * NS_PER_MS
+    a = np.asarray(t["requests"]["A"]["emit_ns"], dtype=np.int64)
+    b = np.asarray(t["requests"]["B"]["emit_ns"], dtype=np.int64)
+    gap = np.diff(a, prepend=0)  # A's first gap runs from t0: its initial resumption gap
+    prev = a - gap
+    in_prefill = _overlaps(prev, a, 0, b[0])   # B's prefill: t0 until B's first token
+    in_service = _overlaps(prev, a, 0, b[-1])  # B's service: t0 until B's last token
+    stall = gap > threshold_ns                 # a gap exactly at the threshold is not a stall
+    p50, p95, p99 = np.percentile(gap, [50, 95, 99]) / NS_PER_MS
+    worst = int(np.argmax(gap))  # first of tied maxima
+    return {
+        "a_gap_p50_ms": p50, "a_gap_p95_ms": p95, "a_gap_p99_ms": p99,
+        "a_gap_max_ms": gap[worst] / NS_PER_MS, "a_resume_gap_ms": a[0] / NS_PER_MS,
+        # The eager stall starts in B's prefill and ends after B's first token: it still counts as prefill.
+        "a_max_gap_phase": "b_prefill" if in_prefill[worst] else "decode",
+        "b_prefill_gaps": int(in_prefill.sum()), "b_prefill_gap_max_ms": _max_ms(gap[in_prefill]),
+        "b_service_gaps": int(in_service.sum()), "b_service_gap_max_ms": _max_ms(gap[in_service]),
+        "stalls": int(stall.sum()), "stall_excess_ms": float((gap[stall] - threshold_ns).sum()) / NS_PER_MS,
+        "b_ttft_ms": b[0] / NS_PER_MS, "a_completion_ms": a[-1] / NS_PER_MS,
+        "makespan_ms": t["makespan_ns"] / NS_PER_MS,
+        "throughput_tok_s": (a.size + b.size) / (t["makespan_ns"] / 1e9) if t["makespan_ns"] else np.nan,
+    }
+
+
+SUMMARY_COLUMNS = (("a_gap_max_ms", "A max gap ms"), ("a_gap_p99_ms", "A p99 gap ms"),
+                   ("b_ttft_ms", "B TTFT ms"), ("makespan_ms", "makespan ms"), ("throughput_tok_s", "tok/s"))
+
+
+def summary_table(trials: list[dict], policies, *, stall_threshold_ms: float = 100.0) -> str:
+    """Median over trials per policy, as a plain-text table for the CLI."""
+    head = ["policy", "trials", *(label for _, label in SUMMARY_COLUMNS)]
+    rows = []
+    for policy in policies:
+        ms = [trial_metrics(t, stall_threshold_ms=stall_threshold_ms) for t in trials if t["policy"] == policy]
+        rows.append([policy, str(len(ms)), *(f"{np.median([m[k] for m in ms]):.3f}" for k, _ in SUMMARY_COLUMNS)])
+    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
+    fmt = lambda row: "  ".join(x.rjust(w) if i else x.ljust(w) for i, (x, w) in enumerate(zip(row, widths)))  # noqa: E731
+    return "\n".join([fmt(head), fmt(["-" * w for w in widths]), *map(fmt, rows)])
