@@ -1,0 +1,231 @@
+"""Known-answer tests for pdlib.analysis on small hand-made reports."""
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from reports import make_report, ms
+
+from pdlib import analysis as an
+from pdlib.errors import InputError
+
+
+def one(report, **kw):
+    """The single metrics row of a one-policy, one-trial report."""
+    m = an.metrics_frame(report, **kw)
+    assert len(m) == 1
+    return m.iloc[0]
+
+
+def write(tmp_path, text, name="report.json"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+# ---- loading ----------------------------------------------------------------------------------------
+def test_load_round_trip(tmp_path):
+    report = make_report()
+    assert an.load_report(write(tmp_path, json.dumps(report))) == report
+
+
+def test_truncated_json_is_one_clear_line(tmp_path):
+    text = json.dumps(make_report())
+    path = write(tmp_path, text[: len(text) // 2])
+    with pytest.raises(InputError, match="not valid JSON") as err:
+        an.load_report(path)
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(InputError, match="cannot read"):
+        an.load_report(tmp_path / "nope.json")
+
+
+@pytest.mark.parametrize("schema", ["pdlib.report/0", None])
+def test_wrong_or_missing_schema(tmp_path, schema):
+    report = make_report()
+    report["schema"] = schema
+    path = write(tmp_path, json.dumps(report))
+    with pytest.raises(InputError, match=r"report\.json: schema is .* expected 'pdlib\.report/1'"):
+        an.load_report(path)
+
+
+def test_missing_top_level_key():
+    report = make_report()
+    del report["prompts"]
+    with pytest.raises(InputError, match="missing top-level keys: prompts"):
+        an.check_report(report)
+
+
+def test_request_without_emissions():
+    report = make_report()
+    del report["trials"][0]["requests"]["B"]["emit_ns"]
+    with pytest.raises(InputError, match="request B: lacks emit_ns"):
+        an.check_report(report, where="x.json")
+
+
+def test_emission_count_must_match_timed_outputs():
+    report = make_report()
+    report["trials"][0]["requests"]["A"]["emit_ns"].append(ms(9000)[0])
+    with pytest.raises(InputError, match=r"request A: 5 emit_ns for 5 output_ids from timed_from 1"):
+        an.check_report(report)
+
+
+def test_makespan_must_be_last_emission():
+    report = make_report()
+    report["trials"][0]["makespan_ns"] += 1
+    with pytest.raises(InputError, match="makespan_ns .* != last emission"):
+        an.metrics_frame(report)
+
+
+def test_duplicate_trial():
+    report = make_report(policies=("eager",))
+    report["trials"].append(report["trials"][0])
+    with pytest.raises(InputError, match="repeats policy 'eager' trial 1"):
+        an.check_report(report)
+
+
+# ---- frames -----------------------------------------------------------------------------------------
+def test_tokens_frame_indexes_and_gaps():
+    tok = an.tokens_frame(make_report(policies=("eager",)))
+    a, b = tok[tok.request == "A"], tok[tok.request == "B"]
+    assert a["index"].tolist() == [1, 2, 3, 4] and b["index"].tolist() == [0, 1, 2, 3, 4]
+    assert a["emit_ms"].tolist() == [2500, 2520, 2540, 2560]
+    assert a["gap_ms"].tolist() == [2500, 20, 20, 20]  # first gap counts from t0
+    assert b["gap_ms"].tolist() == [2400, 110, 20, 20, 20]
+    assert list(tok.columns) == ["policy", "trial", "request", "index", "token_id", "emit_ms", "gap_ms"]
+
+
+def test_events_frame():
+    ev = an.events_frame(make_report(policies=("eager",), prompt_tokens=256, chunk_size=64))
+    assert list(ev.columns) == ["policy", "trial", "kind", "req", "start", "stop", "t_start_ms",
+                                "t_end_ms", "dur_ms"]
+    assert ev.iloc[0][["kind", "req", "t_start_ms"]].tolist() == ["reset", "B", 0.0]
+    assert (ev.kind == "prefill").sum() == 4 and (ev.kind == "decode").sum() == 4 + 4
+    assert np.allclose(ev.dur_ms, ev.t_end_ms - ev.t_start_ms)
+
+
+def test_rows_follow_declared_policy_order():
+    # Trial 2 runs chunked first; rows and charts should still list eager first.
+    m = an.metrics_frame(make_report(policies=("eager", "chunked"), trials=2))
+    assert m[["policy", "trial"]].values.tolist() == [["eager", 1], ["eager", 2], ["chunked", 1],
+                                                      ["chunked", 2]]
+
+
+# ---- metrics ----------------------------------------------------------------------------------------
+def test_single_long_gap():
+    # A stalls 2.5 s from t0; B's first token (2.4 s) lands inside that stall, as under eager.
+    r = one(make_report(policies=("eager",)))
+    assert r.a_gap_max_ms == 2500 and r.a_resume_gap_ms == 2500
+    assert r.stalls == 1 and r.stall_excess_ms == 2400
+    assert r.a_max_gap_phase == "b_prefill"
+    assert r.b_prefill_gaps == 1 and r.b_prefill_gap_max_ms == 2500
+    assert r.b_service_gaps == 4 and r.b_service_gap_max_ms == 2500
+    assert (r.b_ttft_ms, r.a_completion_ms, r.makespan_ms) == (2400, 2560, 2570)
+
+
+def test_max_gap_after_b_first_token_is_decode():
+    r = one(make_report(policies=("x",), a_emits=ms(10, 20, 150, 400), b_emits=ms(100, 110)))
+    assert r.a_gap_max_ms == 250 and r.a_max_gap_phase == "decode"
+    # [20, 150] straddles B's first token at 100 ms: it overlaps the prefill interval.
+    assert r.b_prefill_gaps == 3 and r.b_prefill_gap_max_ms == 130
+    # B's service ends at 110 ms, so the last gap [150, 400] is outside it.
+    assert r.b_service_gaps == 3
+
+
+def test_no_gap_overlaps_prefill_gives_nan_max():
+    # B's first token at t0 itself: its prefill interval has no length.
+    r = one(make_report(policies=("x",), a_emits=ms(10, 20), b_emits=[0, ms(30)[0]]))
+    assert r.b_prefill_gaps == 0 and math.isnan(r.b_prefill_gap_max_ms)
+
+
+def test_gaps_exactly_at_threshold_are_not_stalls():
+    # Far from t0, so float ms would not difference to exactly 100; integer ns do.
+    a = ms(51_650.3, 51_750.3, 51_850.3)
+    r = one(make_report(policies=("x",), a_emits=a, b_emits=ms(10)))
+    assert r.a_gap_max_ms > 100
+    m = an.tokens_frame(make_report(policies=("x",), a_emits=a, b_emits=ms(10)))
+    assert m[m.request == "A"].gap_ms.tolist()[1:] == [100.0, 100.0]
+    assert r.stalls == 1  # only the 51.65 s resumption gap
+    flat = one(make_report(policies=("x",), a_emits=ms(100, 200, 300), b_emits=ms(50)))
+    assert flat.stalls == 0 and flat.stall_excess_ms == 0
+    assert one(make_report(policies=("x",), a_emits=ms(100, 200, 300), b_emits=ms(50)),
+               stall_threshold_ms=99.999).stalls == 3
+
+
+def test_percentiles_with_ties_interpolate_linearly():
+    r = one(make_report(policies=("x",), a_emits=ms(10, 20, 30, 40, 90), b_emits=ms(5)))
+    # Sorted gaps 10, 10, 10, 10, 50: p95 sits at position 3.8, p99 at 3.96.
+    assert r.a_gap_p50_ms == 10 and r.a_gap_max_ms == 50
+    assert r.a_gap_p95_ms == pytest.approx(42.0) and r.a_gap_p99_ms == pytest.approx(48.4)
+
+
+def test_throughput_is_outputs_over_makespan():
+    r = one(make_report(policies=("x",), a_emits=ms(100, 200, 300), b_emits=ms(50, 400)))
+    assert r.makespan_ms == 400 and r.throughput_tok_s == pytest.approx(5 / 0.4)
+
+
+def test_bad_threshold():
+    with pytest.raises(InputError, match="stall_threshold_ms"):
+        an.metrics_frame(make_report(), stall_threshold_ms=-1)
+
+
+# ---- summaries and ratios ---------------------------------------------------------------------------
+def varying(policy, trial):
+    """A's resumption gap: eager 2000 + 100*trial ms, chunked a tenth of that."""
+    first = 2000 + 100 * trial if policy == "eager" else (2000 + 100 * trial) / 10
+    return ms(first, first + 20, first + 40)
+
+
+def test_summary_frame():
+    s = an.summary_frame(an.metrics_frame(make_report(trials=3, a_emits=varying)))
+    assert list(s.columns) == ["policy", "metric", "median", "min", "max", "n"]
+    row = s[(s.policy == "eager") & (s.metric == "a_gap_max_ms")].iloc[0]
+    assert (row["median"], row["min"], row["max"], row["n"]) == (2200, 2100, 2300, 3)
+    assert s.policy.unique().tolist() == ["eager", "chunked"]
+    assert "a_max_gap_phase" not in set(s.metric) and "trial" not in set(s.metric)
+
+
+def test_paired_ratio_exact_and_one_trial_has_no_ci():
+    a = {"eager": ms(2500, 2520), "chunked": ms(125, 250)}
+    per, summ = an.paired_ratios(an.metrics_frame(make_report(a_emits=a)),
+                                 numerator="eager", denominator="chunked")
+    row = per[per.metric == "a_gap_max_ms"].iloc[0]
+    assert (row.numerator_value, row.denominator_value, row.ratio) == (2500, 125, 20)
+    s = summ.set_index("metric").loc["a_gap_max_ms"]
+    assert s.median_ratio == 20 and s.n == 1
+    assert math.isnan(s.ci_low) and math.isnan(s.ci_high) and "no bootstrap CI" in s.ci_note
+    assert summ.set_index("metric").loc["b_ttft_ms"].median_ratio == 1
+
+
+def test_bootstrap_ci_with_enough_trials():
+    m = an.metrics_frame(make_report(trials=6, a_emits=varying))
+    _, s1 = an.paired_ratios(m, numerator="eager", denominator="chunked", columns=("a_gap_max_ms",))
+    _, s2 = an.paired_ratios(m, numerator="chunked", denominator="eager")
+    r = s1.iloc[0]
+    assert r.median_ratio == pytest.approx(10) and r.ci_note == ""
+    assert r.ci_low == pytest.approx(10) and r.ci_high == pytest.approx(10)  # all ratios equal
+    b = s2.set_index("metric").loc["makespan_ms"]
+    assert b.ci_low <= b.median_ratio <= b.ci_high and b.ci_low < b.ci_high
+    _, again = an.paired_ratios(m, numerator="chunked", denominator="eager")
+    pd.testing.assert_frame_equal(s2, again)  # seeded
+
+
+def test_unknown_policy_or_metric():
+    m = an.metrics_frame(make_report())
+    with pytest.raises(InputError, match="unknown policy 'fifo'; the metrics have eager, chunked"):
+        an.paired_ratios(m, numerator="fifo", denominator="chunked")
+    with pytest.raises(InputError, match="unknown metric"):
+        an.paired_ratios(m, numerator="eager", denominator="chunked", columns=("nope",))
+
+
+def test_markdown():
+    m = an.metrics_frame(make_report())
+    _, ratios = an.paired_ratios(m, numerator="eager", denominator="chunked")
+    md = an.metrics_markdown(an.summary_frame(m), ratios=ratios)
+    assert "| metric | eager | chunked |" in md
+    assert "| a_gap_max_ms | 2500 [2500, 2500] n=1 |" in md
+    assert "eager / chunked (median)" in md and "| b_ttft_ms | 1.000 |" in md

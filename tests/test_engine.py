@@ -1,0 +1,146 @@
+"""pdlib's engine against mlx-lm's reference Qwen3 on the tiny preset, through the validation gate."""
+
+import mlx.core as mx
+import pytest
+
+from pdlib.config import RunParams
+from pdlib.engine import Engine
+from pdlib.engine import model as model_module
+from pdlib.experiment import Experiment
+from pdlib.reference import Reference
+from pdlib.validate import ReferenceTrace, validate_policy
+
+PROMPT, OUTPUTS = 40, 8
+
+
+def experiment(tiny, *, chunk_size=16, logical=True, **kw):
+    params = RunParams(model="synthetic:tiny", prompt_tokens=PROMPT, output_tokens=OUTPUTS, chunk_size=chunk_size,
+                       policies=("eager", "chunked", "fifo"), logical_cache_reset=logical,
+                       validation_checkpoint_every=3)
+    return Experiment(params, model=tiny, **kw)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 7, PROMPT, PROMPT + 25])
+def test_every_policy_matches_the_reference(tiny, chunk_size):
+    results = experiment(tiny, chunk_size=chunk_size).validate()
+    assert set(results) == {"eager", "chunked", "fifo"}
+    chunks = -(-PROMPT // chunk_size)
+    for policy, r in results.items():
+        assert r.passed and r.failure is None
+        assert r.checks["prefix_kv"].count == 2 * chunks       # every chunk of both prompts
+        assert r.checks["logits"].count == r.checks["token"].count == 2 * OUTPUTS
+        assert r.checks["decode_kv"].count == 2 * (OUTPUTS - 1)
+        assert r.checks["checkpoint_kv"].count == 2 * (OUTPUTS // 3)
+        for name, c in r.checks.items():
+            assert c.worst_ratio <= 1.0, (policy, name)
+        assert 0 < r.min_margin < float("inf")
+        assert [len(r.tokens[q]) for q in "AB"] == [OUTPUTS, OUTPUTS]
+    # the policies differ only in order, so they must produce the same tokens
+    assert results["eager"].tokens == results["chunked"].tokens == results["fifo"].tokens
+
+
+def run_tokens(engine, prompt, outputs, chunk):
+    engine.add_request("A", prompt)
+    engine.reset("A", logical=False)
+    logits, tokens = [], []
+    for start in range(0, len(prompt), chunk):
+        out = engine.prefill_chunk("A", min(chunk, len(prompt) - start))
+    for i in range(outputs):
+        logits.append(out.logits)
+        tokens.append(out.token.item())
+        if i < outputs - 1:
+            out = engine.decode("A")
+    return tokens, mx.stack(logits)
+
+
+def test_packed_and_unpacked_decode_weights_agree(tiny):
+    prompt = experiment(tiny).prompts["A"].token_ids
+    packed = Engine(tiny, capacity=80, lossless_decode_weights=True)
+    plain = Engine(tiny, capacity=80, lossless_decode_weights=False)
+    assert packed.model.layers[0].d_qkv.dtype == mx.bfloat16 and plain.model.layers[0].d_qkv.dtype == mx.float32
+    assert packed.model.d_lm_head.dtype == mx.bfloat16
+    t1, l1 = run_tokens(packed, prompt, 20, 16)
+    t2, l2 = run_tokens(plain, prompt, 20, 16)
+    assert t1 == t2
+    assert mx.array_equal(l1, l2).item()  # lossless packing: the same FP32 values reach the same arithmetic
+
+
+def test_final_layer_pruning_changes_no_result_and_does_prune(tiny, monkeypatch):
+    calls = []
+    real = model_module.K.attention
+
+    def spy(q, k, v, *, start, scale):
+        calls.append(q.shape[1])
+        return real(q, k, v, start=start, scale=scale)
+
+    monkeypatch.setattr(model_module.K, "attention", spy)
+    prompt = experiment(tiny).prompts["A"].token_ids
+    layers = tiny.config.num_hidden_layers
+    pruned = Engine(tiny, capacity=80, prune_final_layer=True)
+    t1, l1 = run_tokens(pruned, prompt, 6, 16)          # chunks of 16, 16, 8
+    prefill_calls = calls[: 3 * layers - 2]              # the final layer skips attention in two chunks
+    assert prefill_calls == [16] * (layers - 1) + [16] * (layers - 1) + [8] * (layers - 1) + [1]
+    calls.clear()
+    full = Engine(tiny, capacity=80, prune_final_layer=False)
+    t2, l2 = run_tokens(full, prompt, 6, 16)
+    assert calls[: 3 * layers] == [16] * layers + [16] * layers + [8] * layers
+    assert t1 == t2
+    assert mx.allclose(l1, l2, rtol=1e-5, atol=1e-5).item()
+    # and the pruned engine passes the whole gate
+    assert all(r.passed for r in experiment(tiny).validate().values())
+
+
+def test_logical_reset_reuses_memory_and_leaks_nothing(tiny):
+    exp = experiment(tiny, logical=True)
+    cache = exp.engine.requests["B"].cache
+    first = exp.validate(["eager"])["eager"]
+    buffers = [id(k) for k in cache.k]
+    allocations = cache.allocations
+    stale = mx.array(cache.k[0][:, : PROMPT + OUTPUTS - 1])
+    exp.engine.reset("B", logical=True)
+    assert cache.length == 0 and cache.allocations == allocations
+    # the stale entries are still there after a logical reset ...
+    assert mx.array_equal(cache.k[0][:, : PROMPT + OUTPUTS - 1], stale).item()
+    assert mx.any(stale != 0).item()
+    # ... and the next runs, which write over them, still match the reference exactly
+    second = exp.validate(["chunked", "fifo"])
+    assert cache.allocations == allocations and [id(k) for k in cache.k] == buffers
+    assert all(r.passed for r in second.values()) and second["fifo"].tokens == first.tokens
+
+
+def test_full_reset_reallocates(tiny):
+    exp = experiment(tiny, logical=False)
+    cache = exp.engine.requests["B"].cache
+    before = cache.allocations
+    exp.validate(["eager"])
+    assert cache.allocations == before + 1         # B's reset at t0
+    exp.engine.reset("B", logical=False)
+    assert cache.allocations == before + 2 and not mx.any(cache.k[0] != 0).item()
+
+
+def test_reference_trace_is_shared_and_matches_a_fresh_stream(tiny):
+    exp = experiment(tiny)
+    trace = ReferenceTrace(Reference(tiny), exp.prompts["A"].token_ids)
+    _, tok3 = trace.output(3)
+    stream = Reference(tiny).stream(exp.prompts["A"].token_ids)
+    for _ in range(3):
+        stream.step()
+    assert stream.token.item() == tok3 and len(trace.tokens) == 4
+
+
+def test_engine_rejects_bad_steps(tiny):
+    engine = Engine(tiny, capacity=64)
+    engine.add_request("A", list(range(10)))
+    with pytest.raises(ValueError, match="before its prompt"):
+        engine.decode("A")
+    with pytest.raises(ValueError, match="overruns"):
+        engine.prefill_chunk("A", 11)
+    with pytest.raises(ValueError, match="no room"):
+        engine.add_request("B", list(range(64)))
+
+
+def test_validate_policy_runs_the_exact_plan(tiny):
+    exp = experiment(tiny, chunk_size=7)
+    r = validate_policy("chunked", engine=exp.engine, traces=exp.traces, prompt_tokens=PROMPT, output_tokens=OUTPUTS,
+                        chunk_size=7, checkpoint_every=0)
+    assert r.steps == exp.steps_per_run("chunked") and r.checks["checkpoint_kv"].count == 0

@@ -1,0 +1,120 @@
+"""pdlib.plots: each chart's Vega-Lite spec, and render_all's files (offline HTML, PNG, SVG, tables)."""
+
+import re
+
+import pandas as pd
+import pytest
+from reports import make_report, ms
+
+from pdlib import analysis as an
+from pdlib import plots
+from pdlib.errors import InputError
+
+pytest.importorskip("vl_convert")
+
+
+@pytest.fixture(scope="module")
+def report():
+    a = {"eager": ms(2500, 2520, 2540, 2560), "chunked": ms(30, 150, 180, 300, 330)}
+    b = {"eager": ms(2400, 2510, 2530, 2550, 2570), "chunked": ms(320, 340, 360, 380, 400)}
+    return make_report(policies=("eager", "chunked"), trials=2, a_emits=a, b_emits=b)
+
+
+@pytest.fixture(scope="module")
+def frames(report):
+    return an.tokens_frame(report), an.events_frame(report), an.metrics_frame(report)
+
+
+def mark(spec):
+    m = spec["mark"]
+    return m if isinstance(m, str) else m["type"]
+
+
+def rows(spec):
+    (values,) = spec["datasets"].values()
+    return pd.DataFrame(values)
+
+
+def test_headline_chart(frames):
+    d = plots.headline_chart(frames[2]).to_dict()
+    assert d["facet"]["column"]["field"] == "label"
+    assert d["resolve"]["scale"]["y"] == "independent"
+    dots, median = d["spec"]["layer"]
+    assert (mark(dots), mark(median)) == ("circle", "tick")
+    assert dots["encoding"]["x"]["field"] == "policy" and dots["encoding"]["x"]["sort"] == ["eager",
+                                                                                           "chunked"]
+    assert median["encoding"]["y"] == {"aggregate": "median", "field": "value", "title": None,
+                                       "type": "quantitative"}
+    data = rows(d)
+    assert set(data.metric) == set(plots.HEADLINE) and len(data) == 5 * 2 * 2  # metrics x policies x trials
+
+
+def test_gap_timeline_chart(frames):
+    tokens, events, metrics = frames
+    d = plots.gap_timeline_chart(tokens, events, metrics, trial=2, stall_threshold_ms=100.0).to_dict()
+    assert d["facet"]["row"]["field"] == "policy"
+    shade, stripes, gaps, rule = d["spec"]["layer"]
+    assert [mark(x) for x in (shade, stripes, gaps, rule)] == ["rect", "rect", "point", "rule"]
+    assert gaps["encoding"]["y"]["scale"]["type"] == "log" and gaps["encoding"]["x"]["field"] == "x"
+    assert rule["encoding"]["y"]["field"] == "y"
+    data = rows(d)
+    prefill = data[data.layer == "b_prefill"].set_index("policy")
+    assert prefill.x.tolist() == [0, 0] and prefill.x2.to_dict() == {"eager": 2400, "chunked": 320}
+    assert data[data.layer == "threshold"].y.tolist() == [100, 100]
+    assert (data.layer == "gap").sum() == 4 + 5 and (data.layer == "chunk").sum() == 2 * 4
+
+
+def test_gap_timeline_unknown_trial(frames):
+    with pytest.raises(InputError, match="no tokens for trial 9"):
+        plots.gap_timeline_chart(*frames, trial=9)
+
+
+def test_gap_ecdf_chart(frames):
+    d = plots.gap_ecdf_chart(frames[0]).to_dict()
+    assert mark(d) == "line" and d["encoding"]["x"]["scale"]["type"] == "log"
+    assert d["encoding"]["color"]["field"] == "policy"
+    data = rows(d)
+    assert data.groupby("policy").ecdf.max().tolist() == [1.0, 1.0]
+    assert data[data.policy == "eager"].gap_ms.max() == 2500  # the tail survives
+
+
+def test_save_chart_refuses_to_overwrite(frames, tmp_path):
+    chart = plots.gap_ecdf_chart(frames[0])
+    paths = plots.save_chart(chart, tmp_path, "ecdf")
+    assert [p.name for p in paths] == ["ecdf.html", "ecdf.png", "ecdf.svg"]
+    with pytest.raises(InputError, match=r"ecdf\.html already exists"):
+        plots.save_chart(chart, tmp_path, "ecdf")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ecdf.html", "ecdf.png", "ecdf.svg"]
+
+
+def test_render_all(report, tmp_path):
+    out = tmp_path / "figs"
+    paths = plots.render_all(report, out)
+    names = {p.name for p in paths}
+    for fig in ("headline", "gap_timeline", "gap_ecdf"):
+        assert {f"{fig}.html", f"{fig}.png", f"{fig}.svg"} <= names
+        html = (out / f"{fig}.html").read_text()
+        assert "cdn.jsdelivr" not in html and not re.search(r"<script[^>]*\bsrc=", html)
+        assert (out / f"{fig}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert "<svg" in (out / f"{fig}.svg").read_text()[:500]
+    assert {"metrics.csv", "summary.csv", "summary.md", "ratios.csv"} <= names
+    assert sorted(p.name for p in out.iterdir()) == sorted(names)  # no temp files left behind
+    ratios = pd.read_csv(out / "ratios.csv").set_index("metric")
+    assert ratios.loc["b_ttft_ms", "median_ratio"] == pytest.approx(2400 / 320)
+    assert (ratios.numerator == "eager").all() and (ratios.denominator == "chunked").all()
+    assert len(pd.read_csv(out / "metrics.csv")) == 4
+    with pytest.raises(InputError, match="already exists"):
+        plots.render_all(report, out)
+
+
+def test_render_all_one_policy_has_no_ratios(tmp_path):
+    paths = plots.render_all(make_report(policies=("fifo",)), tmp_path)
+    assert "ratios.csv" not in {p.name for p in paths}
+    assert "| metric | fifo |" in (tmp_path / "summary.md").read_text()
+
+
+def test_render_all_refuses_any_existing_table(report, tmp_path):
+    (tmp_path / "summary.md").write_text("keep me")
+    with pytest.raises(InputError, match=r"summary\.md already exists"):
+        plots.render_all(report, tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["summary.md"]

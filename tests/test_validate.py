@@ -1,0 +1,130 @@
+"""The gate catches planted faults, each by the check that should catch it, and says where."""
+
+import mlx.core as mx
+import pytest
+
+from pdlib.config import RunParams
+from pdlib.engine import Engine
+from pdlib.engine.cache import KVCache
+from pdlib.engine.model import Qwen3
+from pdlib.experiment import Experiment
+from pdlib.validate import ValidationError
+
+PROMPT, OUTPUTS, CHUNK = 40, 8, 16
+
+
+@pytest.fixture
+def exp(tiny):
+    params = RunParams(model="synthetic:tiny", prompt_tokens=PROMPT, output_tokens=OUTPUTS, chunk_size=CHUNK,
+                       policies=("eager", "chunked", "fifo"), logical_cache_reset=True, validation_checkpoint_every=4)
+    return Experiment(params, model=tiny)
+
+
+def fails(exp, policy="chunked"):
+    with pytest.raises(ValidationError) as e:
+        exp.validate([policy])
+    assert not e.value.result.passed and e.value.result.failure == str(e.value)
+    return e.value
+
+
+def test_perturbed_k_slot_is_caught_by_decode_kv(exp, monkeypatch):
+    real = Engine.decode
+
+    def decode(self, name):
+        out = real(self, name)
+        r = self.requests[name]
+        if name == "B" and r.length == PROMPT + 3:      # B's third decode wrote slot PROMPT + 2
+            r.cache.k[1][0, PROMPT + 2, 5] += 0.01
+        return out
+
+    monkeypatch.setattr(Engine, "decode", decode)
+    e = fails(exp)
+    assert "decode_kv check, request B, position 42, layer 1" in str(e)
+    assert e.result.checks["decode_kv"].where == {"request": "B", "layer": 1, "position": PROMPT + 2}
+
+
+def test_wrong_token_is_caught_by_the_token_check(exp, monkeypatch):
+    real = Engine._emit
+
+    def emit(r, logits):
+        out = real(r, logits)
+        if r.cache.length == PROMPT + 4 and r is exp.engine.requests["A"]:
+            out.token = (out.token + 1) % logits.shape[0]
+            r.next_token = out.token
+        return out
+
+    monkeypatch.setattr(Engine, "_emit", staticmethod(emit))
+    e = fails(exp, "fifo")
+    assert "token check, request A, position 43" in str(e) and "output 4 is token" in str(e)
+    assert e.result.checks["logits"].worst_ratio <= 1  # the logits themselves were right
+
+
+def test_off_by_one_position_is_caught_by_decode_kv(exp, monkeypatch):
+    real = Qwen3.decode
+    monkeypatch.setattr(Qwen3, "decode", lambda self, cache, token, *, pos: real(self, cache, token, pos=pos + 1))
+    e = fails(exp, "eager")
+    assert "decode_kv check" in str(e) and f"position {PROMPT}" in str(e) and "layer 0" in str(e)
+
+
+def test_stale_cache_entry_is_caught(exp, monkeypatch):
+    exp.validate(["eager"])                # leaves stale K/V in both caches (logical reset keeps them)
+    real = KVCache.view
+    monkeypatch.setattr(KVCache, "view", lambda self, layer, stop: real(self, layer, stop + 1))  # reads one too many
+    e = fails(exp)
+    # the causal mask hides the extra slot from multi-token chunks, so the K/V stay right; the pruned final
+    # layer's single query has no mask and reads the stale slot: A's first output is wrong
+    assert e.result.checks["prefix_kv"].worst_ratio <= 1
+    assert "logits check, request A, position 39" in str(e)
+
+
+def test_a_wrong_prefill_chunk_is_caught_by_prefix_kv(exp, monkeypatch):
+    real = Qwen3.prefill
+
+    def prefill(self, cache, tokens, *, start, last, prune=True):
+        if start == CHUNK:                   # the second chunk sees its tokens shifted by one
+            tokens = mx.concatenate([tokens[1:], tokens[:1]])
+        return real(self, cache, tokens, start=start, last=last, prune=prune)
+
+    monkeypatch.setattr(Qwen3, "prefill", prefill)
+    e = fails(exp, "eager")
+    assert "prefix_kv check, request A" in str(e) and "layer 0" in str(e)
+    assert CHUNK <= e.result.checks["prefix_kv"].where["position"] < 2 * CHUNK
+
+
+def test_corrupted_old_cache_entry_is_caught_by_a_checkpoint(exp, monkeypatch):
+    real = Engine.decode
+
+    def decode(self, name):
+        out = real(self, name)
+        r = self.requests[name]
+        if name == "A" and r.length == PROMPT + 1:      # after A's first decode, damage a prompt entry
+            r.cache.v[2][1, 3, 0] += 1.0
+        return out
+
+    monkeypatch.setattr(Engine, "decode", decode)
+    e = fails(exp, "fifo")
+    # decode_kv only looks at the new slot; the later logits or the checkpoint must notice the damage
+    assert e.result.failure.split(":")[1].strip().split(" check")[0] in ("logits", "checkpoint_kv")
+    assert "request A" in str(e)
+
+
+def test_nan_is_a_failure(exp, monkeypatch):
+    real = Engine.decode
+
+    def decode(self, name):
+        out = real(self, name)
+        out.logits = mx.where(mx.arange(out.logits.shape[0]) == 7, mx.nan, out.logits)
+        return out
+
+    monkeypatch.setattr(Engine, "decode", decode)
+    e = fails(exp)
+    assert "logits check" in str(e)
+
+
+def test_result_dict_reports_worst_errors_and_margin(exp):
+    r = exp.validate(["chunked"])["chunked"].to_dict()
+    assert r["passed"] and r["tolerance"] == {"atol": 1e-3, "rtol": 1e-3}
+    assert set(r["checks"]) == {"prefix_kv", "logits", "token", "decode_kv", "checkpoint_kv"}
+    assert 0 < r["checks"]["logits"]["worst_abs"] < 1e-3
+    assert r["checks"]["prefix_kv"]["where"]["request"] in ("A", "B")
+    assert r["min_margin"] > 0 and r["min_margin_where"]["request"] in ("A", "B")
