@@ -63,49 +63,23 @@ def cmd_validate(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from tqdm import tqdm
-
-    from pdlib.experiment import Experiment
     from pdlib.metrics import summary_table
-    from pdlib.report import build_report, claim_output, write_report
-    from pdlib.trial import TokenMismatch, run_trials
-    from pdlib.validate import ValidationError, format_table
+    from pdlib.runner import run_experiment
+    from pdlib.trial import TokenMismatch
+    from pdlib.validate import ValidationError
     params = _params(args)
     if args.output is None and not args.validate_only:
         raise InputError("run needs --output PATH for the report (it is never overwritten)")
-    out = claim_output(args.output) if args.output else None  # refuse before any work
-    exp = Experiment(params)
-    runs = len(params.policies) * (params.warmups + params.trials)
-    steps = sum(exp.steps_per_run(p) for p in params.policies)
-    quiet = args.quiet or None  # None: tqdm stays quiet when stderr is not a terminal (batch mode)
     try:
-        with tqdm(total=steps, desc="validate", unit="step", disable=quiet, file=sys.stderr, mininterval=2) as bar:
-            validation = exp.validate(on_step=bar.update)
-        print(format_table(validation))
-        trials = []
-        if not args.validate_only:
-            reference = {r: validation[params.policies[0]].tokens[r] for r in ("A", "B")}
-            with tqdm(total=runs, desc="warmups+trials", unit="run", disable=quiet, file=sys.stderr,
-                      mininterval=2) as bar:
-                trials = run_trials(exp.engine, policies=list(params.policies), trials=params.trials,
-                                    warmups=params.warmups, prompt_tokens=params.prompt_tokens,
-                                    output_tokens=params.output_tokens, chunk_size=params.chunk_size,
-                                    logical_reset=params.logical_cache_reset, reference_tokens=reference,
-                                    on_run=bar.update)
+        report = run_experiment(params, output=args.output, params_file=args.params,
+                                validate_only=args.validate_only, quiet=args.quiet)
     except (ValidationError, TokenMismatch) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    if out:
-        d = exp.describe()
-        report = build_report(params=params.to_dict(), model=d["model"], prompts=d["prompts"], backend=d["backend"],
-                              validation={p: v.to_dict() for p, v in validation.items()},
-                              reference_tokens=reference if trials else {}, trials=trials,
-                              params_file=args.params)
-        write_report(out, report)
-    if trials:
-        print(summary_table(trials, params.policies, stall_threshold_ms=params.stall_threshold_ms))
-    if out:
-        print(f"report: {out}")
+    if report["trials"]:
+        print(summary_table(report["trials"], params.policies, stall_threshold_ms=params.stall_threshold_ms))
+    if args.output:
+        print(f"report: {args.output}")
     return 0
 
 

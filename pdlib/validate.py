@@ -201,7 +201,7 @@ def format_table(results: dict[str, ValidationResult]) -> str:
     rows = []
     for policy, r in results.items():
         rows.append([policy, "pass" if r.passed else "FAIL",
-                     *(f"{r.checks[k].worst_abs:.2e}" for k in CHECKS if k != "token"),
+                     *(f"{r.checks[k].worst_abs:.2e}" if r.checks[k].count else "none run" for k in CHECKS if k != "token"),
                      f"{r.checks['token'].count} exact", f"{r.min_margin:.3g}"])
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
     fmt = lambda row: "  ".join(str(x).ljust(w) for x, w in zip(row, widths))  # noqa: E731

@@ -1,0 +1,52 @@
+"""The whole experiment as one call, shared by `python -m pdlib run` and notebooks/01_run_trials.ipynb.
+
+    report = run_experiment(RunParams.from_yaml("params/smoke-cpu.yaml"), output="outputs/x/report.json")
+
+Order: claim the output path (refuse before any work), set up, validate every policy (the gate), warmups,
+paired timed trials, then write the report atomically.
+"""
+
+import sys
+
+from tqdm.auto import tqdm
+
+from pdlib.config import RunParams
+from pdlib.experiment import REQUESTS, Experiment
+from pdlib.report import build_report, claim_output, write_report
+from pdlib.trial import run_trials
+from pdlib.validate import format_table
+
+
+def run_experiment(params: RunParams, *, output=None, params_file=None, validate_only: bool = False,
+                   quiet: bool = False, log=print) -> dict:
+    """Returns the report dict (also written to `output` when given). Raises ValidationError or TokenMismatch
+    on a numerical mismatch, InputError on bad input; writes nothing in those cases."""
+    out = claim_output(output) if output else None
+    exp = Experiment(params)
+    src = exp.model.source
+    log(f"model {src['spec']} ({src['source']}{', ' + src['fallback_from'] if src.get('fallback_from') else ''}), "
+        f"backend {exp.describe()['backend']}; prompts {params.prompt_tokens} tokens, {params.output_tokens} outputs, "
+        f"chunk {params.chunk_size}")
+    disable = quiet or None  # None: quiet when stderr is not a terminal, unless running under Jupyter
+    bar = dict(file=sys.stderr, disable=disable, mininterval=2)
+    steps = sum(exp.steps_per_run(p) for p in params.policies)
+    with tqdm(total=steps, desc="validate", unit="step", **bar) as progress:
+        validation = exp.validate(on_step=progress.update)
+    log(format_table(validation))
+    reference = {r: validation[params.policies[0]].tokens[r] for r in REQUESTS}
+    trials = []
+    if not validate_only:
+        runs = len(params.policies) * (params.warmups + params.trials)
+        with tqdm(total=runs, desc="warmups+trials", unit="run", **bar) as progress:
+            trials = run_trials(exp.engine, policies=list(params.policies), trials=params.trials,
+                                warmups=params.warmups, prompt_tokens=params.prompt_tokens,
+                                output_tokens=params.output_tokens, chunk_size=params.chunk_size,
+                                logical_reset=params.logical_cache_reset, reference_tokens=reference,
+                                on_run=progress.update)
+    d = exp.describe()
+    report = build_report(params=params.to_dict(), model=d["model"], prompts=d["prompts"], backend=d["backend"],
+                          validation={p: v.to_dict() for p, v in validation.items()},
+                          reference_tokens=reference, trials=trials, params_file=params_file)
+    if out:
+        write_report(out, report)
+    return report
