@@ -83,6 +83,8 @@ class RunParams:
     stall_threshold_ms: float = 100.0
 
     def __post_init__(self):
+        if isinstance(self.policies, str):
+            raise InputError(f"policies must be a list of policy names, got {self.policies!r}")
         object.__setattr__(self, "policies", tuple(self.policies))
         for name in ("prompt_tokens", "output_tokens", "chunk_size", "trials", "validation_checkpoint_every"):
             _check_int(name, getattr(self, name), 1)
@@ -100,7 +102,7 @@ class RunParams:
             raise InputError("policies must name at least one of: " + ", ".join(POLICIES))
         for p in self.policies:
             if p not in POLICIES:
-                raise InputError(f"unknown policy {p!r}; expected one of: {', '.join(POLICIES)}")
+                raise InputError(f"policies: unknown policy {p!r}; expected one of: {', '.join(POLICIES)}")
         if len(set(self.policies)) != len(self.policies):
             raise InputError(f"policies must not repeat, got {' '.join(self.policies)}")
 

@@ -63,14 +63,17 @@ def load_model(spec: str) -> LoadedModel:
     """`synthetic:PRESET[@SEED]`, a directory with config.json + *.safetensors, a HF repo id that is already in
     the local cache (never downloaded), or a bare preset name: its real checkpoint when cached, otherwise
     synthetic weights of the same shapes (the source records which)."""
-    if spec in PRESET_REPOS or spec in PRESETS:
+    if spec in PRESETS:
         repo = PRESET_REPOS.get(spec)
+        if repo is None:
+            return synthetic_model(spec)
         try:
-            return load_model(repo) if repo else synthetic_model(spec)
-        except InputError:
+            directory = resolve_cached_repo(repo)
+        except InputError:  # only a missing checkpoint falls back; a broken one is an error
             model = synthetic_model(spec)
             model.source["fallback_from"] = f"{repo} (not in the local Hugging Face cache)"
             return model
+        return checkpoint_model(directory, spec=repo, revision=directory.name)
     if spec.startswith("synthetic:"):
         m = re.fullmatch(r"synthetic:([\w.\-]+)(?:@(\d+))?", spec)
         if not m:

@@ -1,0 +1,215 @@
+"""Config: presets, RunParams validation and params files, and the CLI's bad-input contract (one line on
+stderr, exit code 2)."""
+
+from dataclasses import fields
+
+import pytest
+
+from pdlib.__main__ import main
+from pdlib.config import PRESETS, ModelConfig, RunParams, preset
+from pdlib.errors import InputError
+from pdlib.scheduler import POLICIES
+
+TINY = PRESETS["tiny"]
+FIELDS = sorted(f.name for f in fields(RunParams))
+
+
+# -- presets -----------------------------------------------------------------------------------------
+
+def test_presets_have_the_documented_shapes():
+    q = preset("qwen3-0.6b")
+    assert (q.hidden_size, q.num_hidden_layers, q.num_attention_heads, q.num_key_value_heads, q.head_dim,
+            q.intermediate_size, q.vocab_size, q.max_position_embeddings) == \
+        (1024, 28, 16, 8, 128, 3072, 151936, 40960)
+    assert q.tie_word_embeddings and q.rope_theta == 1e6 and q.rms_norm_eps == 1e-6
+    t = preset("tiny")
+    assert (t.hidden_size, t.num_hidden_layers, t.num_attention_heads, t.num_key_value_heads, t.head_dim,
+            t.intermediate_size, t.vocab_size, t.max_position_embeddings) == (64, 3, 4, 2, 16, 128, 512, 4096)
+    assert t.num_attention_heads // t.num_key_value_heads == q.num_attention_heads // q.num_key_value_heads
+
+
+def test_unknown_preset_lists_presets():
+    with pytest.raises(InputError) as e:
+        preset("nope")
+    msg = str(e.value)
+    assert "'nope'" in msg
+    assert all(name in msg for name in PRESETS)
+
+
+def test_model_config_rejects_bad_gqa_ratio():
+    with pytest.raises(InputError, match="num_key_value_heads=3"):
+        ModelConfig(**{**TINY.to_dict(), "num_key_value_heads": 3})
+
+
+def test_model_config_hf_dict_roundtrip():
+    assert ModelConfig.from_hf_dict(TINY.to_hf_dict()) == TINY
+    assert TINY.to_hf_dict()["model_type"] == "qwen3"
+
+
+# -- RunParams -----------------------------------------------------------------------------------------
+
+def test_defaults_are_the_documented_workload():
+    p = RunParams()
+    assert (p.model, p.prompt_tokens, p.output_tokens) == ("qwen3-0.6b", 4096, 1024)
+    assert p.policies == ("eager", "chunked")
+    p.check_positions(PRESETS["qwen3-0.6b"])  # 5,120 positions fit in 40,960
+
+
+@pytest.mark.parametrize("field, value", [
+    ("chunk_size", 0),
+    ("prompt_tokens", -1),
+    ("output_tokens", 0),
+    ("trials", 0),
+    ("warmups", -1),
+    ("validation_checkpoint_every", 0),
+    ("chunk_size", 16.0),
+    ("prompt_tokens", True),
+    ("policies", ("eager", "nope")),
+    ("policies", ("eager", "eager")),
+    ("policies", ()),
+    ("logical_cache_reset", "yes"),
+    ("logical_cache_reset", 1),
+    ("lossless_decode_weights", None),
+    ("stall_threshold_ms", 0),
+    ("stall_threshold_ms", -5.0),
+    ("stall_threshold_ms", True),
+    ("model", ""),
+])
+def test_bad_value_names_the_field(field, value):
+    with pytest.raises(InputError) as e:
+        RunParams(**{field: value})
+    msg = str(e.value)
+    assert field in msg or (field == "policies" and "policy" in msg), msg
+    assert "\n" not in msg
+
+
+def test_unknown_policy_lists_known_ones():
+    with pytest.raises(InputError) as e:
+        RunParams(policies=["eager", "nope"])
+    assert "'nope'" in str(e.value)
+    assert all(p in str(e.value) for p in POLICIES)
+
+
+def test_good_values_pass_and_list_becomes_tuple():
+    p = RunParams(model="synthetic:tiny", prompt_tokens=1, output_tokens=1, chunk_size=1, trials=1, warmups=0,
+                  policies=["fifo", "eager", "chunked"], logical_cache_reset=True, stall_threshold_ms=0.5)
+    assert p.policies == ("fifo", "eager", "chunked")
+    assert RunParams(**p.to_dict()) == p
+    assert p.to_dict()["policies"] == ["fifo", "eager", "chunked"]
+
+
+def test_check_positions():
+    RunParams(prompt_tokens=4000, output_tokens=96).check_positions(TINY)  # exactly 4096: fits
+    with pytest.raises(InputError) as e:
+        RunParams(prompt_tokens=4000, output_tokens=97).check_positions(TINY)
+    assert "4097" in str(e.value) and "4096" in str(e.value)
+
+
+# -- params files ---------------------------------------------------------------------------------------
+
+def test_from_yaml_reads_and_overrides_win(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text("model: synthetic:tiny\nprompt_tokens: 300\nchunk_size: 64\npolicies: [eager, fifo]\n"
+                 "logical_cache_reset: true\n")
+    p = RunParams.from_yaml(f)
+    assert (p.model, p.prompt_tokens, p.chunk_size, p.policies, p.logical_cache_reset) == \
+        ("synthetic:tiny", 300, 64, ("eager", "fifo"), True)
+    assert p.output_tokens == RunParams().output_tokens  # unset keys keep defaults
+    q = RunParams.from_yaml(str(f), chunk_size=32, policies=["chunked"])
+    assert (q.chunk_size, q.policies, q.prompt_tokens) == (32, ("chunked",), 300)
+
+
+def test_from_yaml_empty_file_gives_defaults(tmp_path):
+    f = tmp_path / "empty.yaml"
+    f.write_text("")
+    assert RunParams.from_yaml(f) == RunParams()
+
+
+def test_from_yaml_rejects_unknown_keys_listing_accepted_ones(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text("chunk_size: 64\nchunksize: 32\nbogus: 1\n")
+    with pytest.raises(InputError) as e:
+        RunParams.from_yaml(f)
+    msg = str(e.value)
+    assert "bogus" in msg and "chunksize" in msg
+    accepted = msg.split("accepted:", 1)[1]
+    assert all(name in accepted for name in FIELDS)
+
+
+def test_from_yaml_bad_value_is_input_error(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text("chunk_size: 0\n")
+    with pytest.raises(InputError, match="chunk_size"):
+        RunParams.from_yaml(f)
+
+
+def test_from_yaml_unreadable_file(tmp_path):
+    missing = tmp_path / "missing.yaml"
+    with pytest.raises(InputError) as e:
+        RunParams.from_yaml(missing)
+    assert "cannot read params file" in str(e.value) and "missing.yaml" in str(e.value)
+    with pytest.raises(InputError, match="cannot read params file"):
+        RunParams.from_yaml(tmp_path)  # a directory
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("chunk_size: [1, 2\n")
+    with pytest.raises(InputError) as e:
+        RunParams.from_yaml(broken)
+    assert "cannot read params file" in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("text", ["- eager\n- chunked\n", "just a string\n", "42\n"])
+def test_from_yaml_rejects_non_mapping(tmp_path, text):
+    f = tmp_path / "p.yaml"
+    f.write_text(text)
+    with pytest.raises(InputError, match="must hold a mapping"):
+        RunParams.from_yaml(f)
+
+
+# -- CLI ----------------------------------------------------------------------------------------------
+
+def _one_error_line(capsys) -> str:
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: ")
+    assert out == ""
+    return lines[0]
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["validate", "--chunk-size", "0"], "chunk_size"),
+    (["validate", "--model", "synthetic:nope"], "unknown model preset 'nope'"),
+    (["validate", "--bogus"], "--bogus"),
+    (["validate", "--chunk-size", "x"], "--chunk-size"),
+    (["validate", "--policies", "eager", "eager"], "must not repeat"),
+    (["validate", "--model", "synthetic:tiny", "--prompt-tokens", "4090", "--output-tokens", "8"], "4098"),
+    ([], "command"),
+])
+def test_cli_bad_input_exits_2_with_one_line(capsys, argv, needle):
+    assert main(argv) == 2
+    assert needle in _one_error_line(capsys)
+
+
+def test_cli_params_file_errors_exit_2(tmp_path, capsys):
+    f = tmp_path / "p.yaml"
+    f.write_text("bogus: 1\n")
+    assert main(["validate", "--params", str(f)]) == 2
+    assert "bogus" in _one_error_line(capsys)
+    assert main(["validate", "--params", str(tmp_path / "nope.yaml")]) == 2
+    assert "cannot read params file" in _one_error_line(capsys)
+
+
+def test_cli_validate_passes_on_tiny(capsys):
+    argv = ["validate", "--model", "synthetic:tiny", "--prompt-tokens", "64", "--output-tokens", "8",
+            "--chunk-size", "16", "--policies", "eager", "chunked", "fifo", "--quiet"]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert err == ""  # --quiet: no progress bar
+    lines = out.strip().splitlines()
+    assert "synthetic:tiny@0" in lines[0] and "prompts 64 tokens" in lines[0] and "chunk 16" in lines[0]
+    assert lines[1].split()[:2] == ["policy", "result"]
+    rows = {ln.split()[0]: ln.split() for ln in lines[3:]}
+    assert set(rows) == {"eager", "chunked", "fifo"}
+    for policy, cols in rows.items():
+        assert cols[1] == "pass", (policy, cols)
+        assert "FAIL" not in " ".join(cols)
