@@ -248,3 +248,92 @@ def metrics_markdown(summary: pd.DataFrame, *, ratios: pd.DataFrame | None = Non
             lines.append(f"| {r['metric']} | {r['median_ratio']:.3f} | [{lo}, {hi}] | {r['n']} | "
                          f"{r['ci_note']} |")
     return "\n".join(lines) + "\n"
+
+
+# ---- prose -----------------------------------------------------------------------------------------
+SAME_MAKESPAN = 0.05  # relative makespan difference below which two policies "take as long"
+
+
+def _ms(v) -> str:
+    if pd.isna(v):
+        return "-"
+    if abs(v) >= 1000:
+        return f"{v / 1000:.2f} s"
+    return f"{v:.1f} ms" if abs(v) >= 10 else f"{v:.3g} ms"
+
+
+def _x(r) -> str:
+    return f"{r:.0f}x" if r >= 10 else f"{r:.1f}x"
+
+
+def _times(a: str, va, b: str, vb) -> str:
+    """'a's is 18x b's' with the larger first, or 'a and b are equal'."""
+    if not (va > 0 and vb > 0):
+        return f"{a} {_ms(va)}, {b} {_ms(vb)}"
+    if va < vb:
+        a, va, b, vb = b, vb, a, va
+    return f"{a}'s is {_x(va / vb)} {b}'s ({_ms(va)} vs {_ms(vb)})"
+
+
+def findings(metrics: pd.DataFrame, summary: pd.DataFrame, *, stall_threshold_ms: float = 100.0) -> str:
+    """A short Markdown reading of the per-policy medians: eager against chunked (else the first two
+    policies) on A's worst and p99 gap, B's first token and makespan, one line per other policy, and
+    the stall counts. Every number comes from `summary` (medians over trials) or `metrics`."""
+    policies = list(summary["policy"].unique())
+    _require(policies, "findings: the summary is empty")
+    med = summary.set_index(["policy", "metric"])["median"]
+    n = metrics.groupby("policy", sort=False)["trial"].nunique()
+    lines = []
+    if {"eager", "chunked"} <= set(policies):
+        p, q = "eager", "chunked"
+    elif len(policies) >= 2:
+        p, q = policies[:2]
+    else:
+        p = q = None
+    if p:
+        gp, gq = med[p, "a_gap_max_ms"], med[q, "a_gap_max_ms"]
+        tp, tq = med[p, "b_ttft_ms"], med[q, "b_ttft_ms"]
+        mp, mq = med[p, "makespan_ms"], med[q, "makespan_ms"]
+        phase = metrics[metrics["policy"] == p]["a_max_gap_phase"]
+        where = (f"; it falls during B's prefill in {(phase == 'b_prefill').sum()} of {phase.size} {p} "
+                 f"trials") if phase.size else ""
+        lines.append(f"- **A's worst gap:** {_times(p, gp, q, gq)}{where}.")
+        lines.append(f"- **A's p99 gap:** {_times(p, med[p, 'a_gap_p99_ms'], q, med[q, 'a_gap_p99_ms'])}.")
+        if tq > tp > 0:
+            ttft = f"{q} delays B's first token by {_x(tq / tp)} ({_ms(tq)} vs {_ms(tp)} under {p})"
+        elif tp > tq > 0:
+            ttft = f"{q} brings B's first token forward: {_ms(tq)} vs {_ms(tp)} under {p}"
+        else:
+            ttft = f"B's first token comes at {_ms(tq)} under {q}, {_ms(tp)} under {p}"
+        lines.append(f"- **B's first token:** {ttft}.")
+        rel = (mq - mp) / mp if mp else np.nan
+        same = abs(rel) < SAME_MAKESPAN
+        span = (f"within {abs(rel):.1%} of each other" if same else
+                f"{q}'s is {abs(rel):.1%} {'longer' if rel > 0 else 'shorter'} than {p}'s")
+        lines.append(f"- **Makespan:** {span} ({_ms(mq)} vs {_ms(mp)}).")
+        if gq > 0 and gp / gq >= 2 and tq > tp and same:
+            steps = (f" (A emits over {med[q, 'b_prefill_gaps']:g} gaps during B's prefill under {q}, "
+                     f"{med[p, 'b_prefill_gaps']:g} under {p})")
+            verdict = (f"{q} trades one long stall for many short ones{steps}: A's worst gap shrinks "
+                       f"{_x(gp / gq)}, B waits {_x(tq / tp)} as long for its first token, and the work "
+                       f"takes as long — it is not a throughput win.")
+        elif gq > 0 and gp / gq >= 2:
+            verdict = f"{q} cuts A's worst gap {_x(gp / gq)}" + (
+                "; the makespan does not change much." if same else
+                f", at a makespan {abs(rel):.1%} {'longer' if rel > 0 else 'shorter'}.")
+        else:
+            verdict = (f"{q} does not cut A's worst gap by much here ({_ms(gq)} vs {_ms(gp)}); at this "
+                       f"prompt size B's prefill is short next to a decode step.")
+        lines.append(f"\n**Reading:** {verdict}")
+    others = [r for r in policies if r not in (p, q)]
+    if others:
+        lines.append("")
+    for r in others:
+        base = f" ({_x(med[r, 'b_ttft_ms'] / med[p, 'b_ttft_ms'])} {p}'s)" if p and med[p, "b_ttft_ms"] > 0 else ""
+        lines.append(f"- **{r}:** A's worst gap {_ms(med[r, 'a_gap_max_ms'])}, B's first token at "
+                     f"{_ms(med[r, 'b_ttft_ms'])}{base}, makespan {_ms(med[r, 'makespan_ms'])}.")
+    stalls = ", ".join(f"{r} {med[r, 'stalls']:g}" for r in policies)
+    trials = ", ".join(f"{r} {n.get(r, 0)}" for r in policies)
+    lines.append(f"\nGaps in A's stream longer than {stall_threshold_ms:g} ms (median per trial): {stalls}. "
+                 f"Medians over trials ({trials}); the spread is in the summary table.")
+    return "\n".join(lines).strip() + "\n"

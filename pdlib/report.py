@@ -20,16 +20,16 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def claim_output(path) -> Path:
-    """Check, before doing any work, that `path` can be written without overwriting anything."""
+    """Check, before doing any work, that `path` can be written without overwriting anything. Creates
+    nothing: folders are made only when the report is written."""
     path = Path(path)
-    if path.exists():
+    if os.path.lexists(path):
         raise InputError(f"output {str(path)!r} already exists; pdlib never overwrites a report: choose a new path")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise InputError(f"cannot create the folder of output {str(path)!r}: {e.strerror}") from None
-    if not os.access(path.parent, os.W_OK):
-        raise InputError(f"cannot write into {str(path.parent)!r} (for output {str(path)!r})")
+    parent = path.parent.resolve()
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"cannot create the folder of output {str(path)!r}: {str(parent)!r} is not a writable folder")
     return path
 
 
@@ -37,6 +37,7 @@ def write_report(path, report: dict) -> Path:
     """Atomic: the JSON goes to a temp file in the same folder, then is linked into place; the link fails
     rather than replace a file that appeared meanwhile."""
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     umask = os.umask(0)
     os.umask(umask)
@@ -50,8 +51,14 @@ def write_report(path, report: dict) -> Path:
             os.link(tmp, path)  # unlike rename, never replaces an existing file
         except FileExistsError:
             raise InputError(f"output {str(path)!r} appeared while the run was going; the report is not written") from None
+        except OSError:  # a filesystem without hard links: rename, after one last check
+            if os.path.lexists(path):
+                raise InputError(f"output {str(path)!r} appeared while the run was going; the report is not written") from None
+            os.rename(tmp, path)
+            return path
     finally:
-        os.unlink(tmp)
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
     return path
 
 
