@@ -3,6 +3,8 @@
     python -m pdlib validate --model synthetic:tiny --prompt-tokens 300 --output-tokens 40 --chunk-size 64 \\
         --policies eager chunked fifo
     python -m pdlib run --params params/smoke-cpu.yaml --output /tmp/report.json
+    python -m pdlib notebooks --params params/smoke-cpu.yaml      # run + analyze + figures -> outputs/smoke-cpu/
+    python -m pdlib render outputs/smoke-cpu/report.json --out /tmp/figs   # tables and figures, no rerun
 
 Bad input prints one line on stderr and exits with code 2; a failed validation exits with code 1.
 """
@@ -83,6 +85,33 @@ def cmd_run(args) -> int:
     return 0
 
 
+def cmd_render(args) -> int:
+    from pdlib import analysis as an
+    from pdlib import plots
+    from pdlib.notebooks import stall_threshold
+    report = an.load_report(args.report)
+    paths = plots.render_all(report, args.out, stall_threshold_ms=stall_threshold(report))
+    print(f"wrote {len(paths)} files into {args.out}: {', '.join(p.name for p in paths)}")
+    return 0
+
+
+def cmd_notebooks(args) -> int:
+    from pdlib.notebooks import NotebookFailed, run_notebooks
+    try:
+        run = run_notebooks(args.params, out=args.out, quiet=args.quiet)
+    except NotebookFailed as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.code
+    except KeyboardInterrupt:
+        print("interrupted: the output folder keeps what was written so far", file=sys.stderr)
+        return 130
+    print(f"done in {run['seconds']:.0f} s; open:")
+    for path in run["html"]:
+        print(f"  {path}")
+    print(f"report, tables and figures: {run['out_dir']}")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = _Parser(prog="python -m pdlib", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -96,6 +125,15 @@ def main(argv=None) -> int:
     r.add_argument("--output", help="report path (JSON); must not exist")
     r.add_argument("--validate-only", action="store_true", help="run the validation gate and nothing else")
     r.set_defaults(func=cmd_run)
+    n = sub.add_parser("notebooks", help="execute the three notebooks into outputs/<params stem>/ (never overwrites)")
+    n.add_argument("--params", required=True, help="YAML file with RunParams keys")
+    n.add_argument("--out", help="output folder (default outputs/<params stem>; -2, -3, ... if it holds files)")
+    n.add_argument("--quiet", action="store_true", help="no progress bar")
+    n.set_defaults(func=cmd_notebooks)
+    d = sub.add_parser("render", help="rebuild every figure and table from a report, without rerunning")
+    d.add_argument("report", help="report.json written by run or the notebooks")
+    d.add_argument("--out", required=True, help="folder for the figures and tables; existing files are refused")
+    d.set_defaults(func=cmd_render)
     try:
         args = parser.parse_args(argv)
         return args.func(args)

@@ -312,7 +312,7 @@ def findings(metrics: pd.DataFrame, summary: pd.DataFrame, *, stall_threshold_ms
                 f"{q}'s is {abs(rel):.1%} {'longer' if rel > 0 else 'shorter'} than {p}'s")
         lines.append(f"- **Makespan:** {span} ({_ms(mq)} vs {_ms(mp)}).")
         if gq > 0 and gp / gq >= 2 and tq > tp and same:
-            steps = (f" (A emits over {med[q, 'b_prefill_gaps']:g} gaps during B's prefill under {q}, "
+            steps = (f" (A's stream has {med[q, 'b_prefill_gaps']:g} gaps during B's prefill under {q}, "
                      f"{med[p, 'b_prefill_gaps']:g} under {p})")
             verdict = (f"{q} trades one long stall for many short ones{steps}: A's worst gap shrinks "
                        f"{_x(gp / gq)}, B waits {_x(tq / tp)} as long for its first token, and the work "

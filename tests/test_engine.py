@@ -94,7 +94,6 @@ def test_logical_reset_reuses_memory_and_leaks_nothing(tiny):
     exp = experiment(tiny, logical=True)
     cache = exp.engine.requests["B"].cache
     first = exp.validate(["eager"])["eager"]
-    buffers = [id(k) for k in cache.k]
     allocations = cache.allocations
     stale = mx.array(cache.k[0][:, : PROMPT + OUTPUTS - 1])
     exp.engine.reset("B", logical=True)
@@ -104,7 +103,7 @@ def test_logical_reset_reuses_memory_and_leaks_nothing(tiny):
     assert mx.any(stale != 0).item()
     # ... and the next runs, which write over them, still match the reference exactly
     second = exp.validate(["chunked", "fifo"])
-    assert cache.allocations == allocations and [id(k) for k in cache.k] == buffers
+    assert cache.allocations == allocations
     assert all(r.passed for r in second.values()) and second["fifo"].tokens == first.tokens
 
 

@@ -408,8 +408,9 @@ def test_engine_fault_after_validation_aborts_the_run(tmp_path, monkeypatch):
         bad = planted["token"] = next(i for i in range(self.model.config.vocab_size) if i not in ref["A"] + ref["B"])
 
         def decode(model, *a, **kw):  # every decode now picks `bad`
-            logits = real_decode(model, *a, **kw)
-            return logits + 1e4 * (mx.arange(logits.shape[0]) == bad)
+            logits, _ = real_decode(model, *a, **kw)
+            logits = logits + 1e4 * (mx.arange(logits.shape[0]) == bad)
+            return logits, mx.argmax(logits)
 
         monkeypatch.setattr(Qwen3, "decode", decode)
         return results

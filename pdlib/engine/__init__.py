@@ -76,13 +76,13 @@ class Engine:
         if r.next_token is None:
             raise ValueError(f"decode of {name} before its prompt is prefilled")
         pos = r.cache.length
-        logits = self.model.decode(r.cache, r.next_token, pos=pos)
+        logits, token = self.model.decode(r.cache, r.next_token, pos=pos)
         r.cache.length = pos + 1
-        return self._emit(r, logits)
+        return self._emit(r, logits, token)
 
     @staticmethod
-    def _emit(r: Request, logits: mx.array) -> Output:
-        token = mx.argmax(logits)
+    def _emit(r: Request, logits: mx.array, token: mx.array | None = None) -> Output:
+        token = mx.argmax(logits) if token is None else token
         r.next_token = token
         mx.async_eval(token, logits, r.cache.k, r.cache.v)
         return Output(logits, token)

@@ -1,7 +1,8 @@
-"""Per-request KV cache, preallocated for prompt + outputs: (layers) x (Hkv, capacity, Dh) FP32 K and V.
+"""Per-request KV cache, preallocated for prompt + outputs: K and V of shape (layers, Hkv, capacity, Dh), FP32.
 
 A logical reset only rewinds `length` and keeps the allocation (and its stale contents, which nothing may
-read: attention only ever sees K/V[:, :length]); a full reset allocates fresh buffers.
+read: attention only sees positions < length, or masks the rest); a full reset allocates fresh buffers.
+One array per K and V (not one per layer) lets a decode step write all layers' new slots in one update.
 """
 
 import mlx.core as mx
@@ -9,18 +10,17 @@ import mlx.core as mx
 
 class KVCache:
     def __init__(self, *, layers: int, kv_heads: int, head_dim: int, capacity: int):
-        self.shape = (kv_heads, capacity, head_dim)
-        self.layers = layers
+        self.shape = (layers, kv_heads, capacity, head_dim)
         self.allocations = 0
         self.allocate()
 
     @property
     def capacity(self) -> int:
-        return self.shape[1]
+        return self.shape[2]
 
     def allocate(self) -> None:
-        self.k = [mx.zeros(self.shape, mx.float32) for _ in range(self.layers)]
-        self.v = [mx.zeros(self.shape, mx.float32) for _ in range(self.layers)]
+        self.k = mx.zeros(self.shape, mx.float32)
+        self.v = mx.zeros(self.shape, mx.float32)
         mx.eval(self.k, self.v)
         self.length = 0
         self.allocations += 1
@@ -33,12 +33,12 @@ class KVCache:
             self.allocate()
 
     def write(self, layer: int, k: mx.array, v: mx.array, *, start: int) -> None:
-        """Store (Hkv, T, Dh) new entries at positions start .. start+T-1."""
+        """Store (Hkv, T, Dh) new entries of one layer at positions start .. start+T-1."""
         stop = start + k.shape[1]
         if stop > self.capacity:
             raise RuntimeError(f"KV cache overflow: position {stop - 1} >= capacity {self.capacity}")
-        self.k[layer][:, start:stop, :] = k
-        self.v[layer][:, start:stop, :] = v
+        self.k[layer, :, start:stop, :] = k
+        self.v[layer, :, start:stop, :] = v
 
     def view(self, layer: int, stop: int) -> tuple[mx.array, mx.array]:
-        return self.k[layer][:, :stop, :], self.v[layer][:, :stop, :]
+        return self.k[layer, :, :stop, :], self.v[layer, :, :stop, :]

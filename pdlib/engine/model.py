@@ -22,7 +22,7 @@ class Layer:
 
 
 class Qwen3:
-    def __init__(self, model: LoadedModel, *, lossless_decode_weights: bool = True):
+    def __init__(self, model: LoadedModel, *, lossless_decode_weights: bool = True, compile_decode: bool = True):
         self.cfg = cfg = model.config
         w = model.weights
         self.embed = w["model.embed_tokens.weight"]
@@ -41,6 +41,8 @@ class Qwen3:
             L.d_down = pack(L.w_down, names["w_down"])
             self.layers.append(L)
         self.d_lm_head = pack(self.lm_head, "lm_head")
+        # Static shapes (the cache capacity) and a position input: every decode step replays one graph.
+        self._step = mx.compile(self.decode_step) if compile_decode else self.decode_step
         mx.eval(self.d_lm_head, [[L.d_qkv, L.d_o, L.d_gate_up, L.d_down] for L in self.layers])
 
     def new_cache(self, capacity: int) -> KVCache:
@@ -99,27 +101,34 @@ class Qwen3:
             return None
         return K.linear(K.rms_norm(h[-1], self.norm, eps=eps), self.lm_head)
 
-    # -- decode ----------------------------------------------------------------------------------------
+    # -- decode ---------------------------------------------------------------------------------------
 
-    def decode(self, cache: KVCache, token: mx.array, *, pos: int) -> mx.array:
-        """One token at position `pos` (writes K/V slot pos) -> logits (V,), reading the decode weights."""
+    def decode_step(self, token: mx.array, pos: mx.array, k_all: mx.array, v_all: mx.array):
+        """One token at position pos (an int32 array, so one compiled graph serves every position), pure:
+        (token, pos, K, V) -> (logits (V,), greedy token, K, V with slot pos written in every layer).
+        Six kernels per layer: norm+q|k|v, q/k-norm+RoPE+attention, its merge, o_proj+residual,
+        norm+gate|up+SwiGLU, down+residual."""
         c = self.cfg
-        eps, Hq, Hkv, Dh = c.rms_norm_eps, c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        eps = c.rms_norm_eps
         h = self.embed[token].reshape(c.hidden_size)
+        ks, vs = [], []
         for i, L in enumerate(self.layers):
-            x = K.rms_norm(h, L.in_norm, eps=eps)
-            qkv = K.gemv_packed(x, L.d_qkv)
-            q = qkv[: Hq * Dh].reshape(Hq, 1, Dh)
-            k = qkv[Hq * Dh: (Hq + Hkv) * Dh].reshape(Hkv, 1, Dh)
-            v = qkv[(Hq + Hkv) * Dh:].reshape(Hkv, 1, Dh)
-            q = K.rope(K.rms_norm(q, L.q_norm, eps=eps), start=pos, inv_freq=self.inv_freq)
-            k = K.rope(K.rms_norm(k, L.k_norm, eps=eps), start=pos, inv_freq=self.inv_freq)
-            cache.write(i, k, v, start=pos)
-            keys, values = cache.view(i, pos + 1)
-            o = K.attention(q, keys, values, start=pos, scale=self.scale)
-            h = h + K.gemv_packed(o.reshape(Hq * Dh), L.d_o)
-            x = K.rms_norm(h, L.post_norm, eps=eps)
-            gu = K.gemv_packed(x, L.d_gate_up)
-            g, u = gu[: c.intermediate_size], gu[c.intermediate_size:]
-            h = h + K.gemv_packed(g * mx.sigmoid(g) * u, L.d_down)
-        return K.gemv_packed(K.rms_norm(h, self.norm, eps=eps), self.d_lm_head)
+            qkv = K.gemv(h, L.d_qkv, norm=L.in_norm, eps=eps)
+            o, k, v = K.decode_attention(qkv, L.q_norm, L.k_norm, self.inv_freq, pos, k_all, v_all, i,
+                                         heads=c.num_attention_heads, kv_heads=c.num_key_value_heads, eps=eps)
+            h = K.gemv(o, L.d_o, residual=h)
+            act = K.gemv(h, L.d_gate_up, norm=L.post_norm, eps=eps, swiglu=True)
+            h = K.gemv(act, L.d_down, residual=h)
+            ks.append(k)
+            vs.append(v)
+        logits = K.gemv(h, self.d_lm_head, norm=self.norm, eps=eps)
+        k_all = mx.slice_update(k_all, mx.stack(ks)[:, :, None, :], pos, axes=(2,))
+        v_all = mx.slice_update(v_all, mx.stack(vs)[:, :, None, :], pos, axes=(2,))
+        return logits, mx.argmax(logits), k_all, v_all
+
+    def decode(self, cache: KVCache, token: mx.array, *, pos: int) -> tuple[mx.array, mx.array]:
+        """Run the (compiled) step on a request's cache; returns the logits (V,) and the greedy token."""
+        if pos >= cache.capacity:
+            raise RuntimeError(f"KV cache overflow: position {pos} >= capacity {cache.capacity}")
+        logits, token, cache.k, cache.v = self._step(token, mx.array([pos], mx.int32), cache.k, cache.v)
+        return logits, token

@@ -1,19 +1,18 @@
-"""The op layer: each op has an MLX-ops twin (the CPU path and the kernels' test oracle) and may have
+"""The op layer: each op has an MLX-ops twin (the CPU path and the kernels' test oracle) and, for decode,
 `mx.fast.cuda_kernel` / `mx.fast.metal_kernel` bodies, built once at import and chosen by backend.
 
-    from pdlib.engine import kernels
-    kernels.BACKEND            # "cuda", "metal" or "cpu"
-    y = kernels.rms_norm(x, w, eps=1e-6)
+    from pdlib.engine import kernels as K
+    K.BACKEND                                   # "cuda", "metal" or "cpu"
+    y = K.gemv(x, w_bf16, norm=w_norm, eps=1e-6)   # kernel on a GPU, ops twin on the CPU
 """
 
-import mlx.core as mx
+from pdlib.engine.kernels.attention import attention, attention_ops
+from pdlib.engine.kernels.backend import BACKEND
+from pdlib.engine.kernels.decode_attention import decode_attention, decode_attention_kernel, decode_attention_ops
+from pdlib.engine.kernels.gemv import gemv, gemv_kernel, gemv_ops, linear
+from pdlib.engine.kernels.rmsnorm import rms_norm, rms_norm_ops
+from pdlib.engine.kernels.rope import rope, rope_inv_freq, rope_ops
 
-BACKEND = "cuda" if mx.cuda.is_available() else "metal" if mx.metal.is_available() else "cpu"
-
-from pdlib.engine.kernels.attention import attention, attention_ops  # noqa: E402
-from pdlib.engine.kernels.gemv import gemv_packed, gemv_packed_ops, linear  # noqa: E402
-from pdlib.engine.kernels.rmsnorm import rms_norm, rms_norm_ops  # noqa: E402
-from pdlib.engine.kernels.rope import rope, rope_inv_freq, rope_ops  # noqa: E402
-
-__all__ = ["BACKEND", "attention", "attention_ops", "gemv_packed", "gemv_packed_ops", "linear",
-           "rms_norm", "rms_norm_ops", "rope", "rope_inv_freq", "rope_ops"]
+__all__ = ["BACKEND", "attention", "attention_ops", "decode_attention", "decode_attention_kernel",
+           "decode_attention_ops", "gemv", "gemv_kernel", "gemv_ops", "linear", "rms_norm", "rms_norm_ops",
+           "rope", "rope_inv_freq", "rope_ops"]

@@ -1,0 +1,297 @@
+"""Decode attention for one new token, fused with what feeds it: q/k RMSNorm, RoPE at the token's position
+and the new K/V slot. FP32 throughout; GQA (REP query heads share a KV head).
+
+    o, k_new, v_new = decode_attention(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, layer, ...)
+
+`qkv` is the raw q|k|v projection (Hq + 2 Hkv heads of Dh). The caches hold every layer, (L, Hkv, cap, Dh);
+positions < pos are read from them, position pos from the new k/v (which the caller then stores: MLX
+kernels cannot write into an existing array, so the engine writes all layers' slots in one update).
+Split-K ("flash decoding"): block (h, c) handles KV head h over keys [c*CHUNK, (c+1)*CHUNK) with an online
+softmax; a second kernel merges the chunks. Shapes are static (the cache capacity), so a decode step
+compiles to one graph; chunks past pos exit at once.
+"""
+
+import mlx.core as mx
+
+from pdlib.engine.kernels.backend import kernel_or_none
+
+CHUNK = 128     # keys per block
+THREADS = 128   # 4 warps; Dh = 128 = 32 lanes x float4
+
+
+def decode_attention_ops(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, layer: int, *,
+                         heads: int, kv_heads: int, eps: float):
+    """The oracle, with the same static shapes: attends over the whole capacity, masking positions > pos."""
+    L, Hkv, cap, Dh = k_cache.shape
+    q = qkv[: heads * Dh].reshape(heads, Dh)
+    k = qkv[heads * Dh: (heads + kv_heads) * Dh].reshape(kv_heads, Dh)
+    v = qkv[(heads + kv_heads) * Dh:].reshape(kv_heads, Dh)
+
+    def norm_rope(x, w):
+        x = x * mx.rsqrt(mx.mean(mx.square(x), axis=-1, keepdims=True) + eps) * w
+        angle = pos.astype(mx.float32) * inv_freq
+        cos, sin = mx.cos(angle), mx.sin(angle)
+        x1, x2 = x[:, : Dh // 2], x[:, Dh // 2:]
+        return mx.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+    q, k = norm_rope(q, q_norm), norm_rope(k, k_norm)
+    at_pos = (mx.arange(cap) == pos)[None, :, None]
+    keys = mx.where(at_pos, k[:, None, :], k_cache[layer])          # (Hkv, cap, Dh)
+    values = mx.where(at_pos, v[:, None, :], v_cache[layer])
+    qg = q.reshape(kv_heads, heads // kv_heads, Dh) * (Dh ** -0.5)
+    scores = qg @ keys.swapaxes(-1, -2)                              # (Hkv, rep, cap)
+    scores = mx.where((mx.arange(cap) <= pos)[None, None], scores, -mx.inf)
+    p = mx.exp(scores - mx.max(scores, axis=-1, keepdims=True))
+    o = (p / mx.sum(p, axis=-1, keepdims=True)) @ values             # (Hkv, rep, Dh)
+    return o.reshape(heads * Dh), k, v
+
+
+CUDA_PARTIAL = r"""
+    // grid: (Hkv * NC) blocks of THREADS; block (h, c) = (blockIdx.x / NC, blockIdx.x % NC)
+    constexpr int REP = HQ / HKV, WARPS = THREADS / 32, HALF = DH / 2;
+    __shared__ float qs[REP][DH];
+    __shared__ float kn[DH];
+    __shared__ float vn[DH];
+    __shared__ float red[REP + 1][WARPS];
+    __shared__ float wm[WARPS][REP], wl[WARPS][REP];
+    __shared__ float wo[WARPS][REP][DH];
+    const int h = blockIdx.x / NC, c = blockIdx.x % NC;
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    const int P = pos[0];
+    const float e = consts[0], SCALE = consts[1];  // RMSNorm eps, 1/sqrt(DH)
+
+    // q (REP heads) and k of head h: RMSNorm over DH, then RoPE at P (thread t owns dim t)
+    float raw[REP + 1], ss[REP + 1];
+    for (int r = 0; r < REP; ++r) raw[r] = qkv[(h * REP + r) * DH + t];
+    raw[REP] = qkv[(HQ + h) * DH + t];
+    for (int r = 0; r <= REP; ++r) {
+        float s = raw[r] * raw[r];
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == 0) red[r][warp] = s;
+    }
+    __syncthreads();
+    for (int r = 0; r <= REP; ++r) {
+        float s = 0.f;
+        for (int w = 0; w < WARPS; ++w) s += red[r][w];
+        ss[r] = rsqrtf(s / DH + e);
+    }
+    for (int r = 0; r < REP; ++r) qs[r][t] = raw[r] * ss[r] * qn[t];
+    kn[t] = raw[REP] * ss[REP] * knw[t];
+    vn[t] = qkv[(HQ + HKV + h) * DH + t];
+    __syncthreads();
+    {
+        const int i = t < HALF ? t : t - HALF;
+        const float theta = (float)P * inv_freq[i];
+        const float cs = cos(theta), sn = sin(theta);
+        float outq[REP];
+        for (int r = 0; r < REP; ++r)
+            outq[r] = t < HALF ? qs[r][t] * cs - qs[r][t + HALF] * sn : qs[r][t - HALF] * sn + qs[r][t] * cs;
+        const float outk = t < HALF ? kn[t] * cs - kn[t + HALF] * sn : kn[t - HALF] * sn + kn[t] * cs;
+        __syncthreads();
+        for (int r = 0; r < REP; ++r) qs[r][t] = outq[r] * SCALE;
+        kn[t] = outk;
+    }
+    __syncthreads();
+    if (c == 0) { k_new[h * DH + t] = kn[t]; v_new[h * DH + t] = vn[t]; }
+
+    // online softmax over this block's keys; warp w takes keys start + w, start + w + WARPS, ...
+    const int start = c * CHUNK, stop = min(start + CHUNK, P + 1);
+    const size_t base = ((size_t)layer[0] * HKV + h) * CAP * DH;
+    float m[REP], l[REP];
+    float4 acc[REP];
+    for (int r = 0; r < REP; ++r) { m[r] = -INFINITY; l[r] = 0.f; acc[r] = make_float4(0.f, 0.f, 0.f, 0.f); }
+    for (int j = start + warp; j < stop; j += WARPS) {
+        float4 kv, vv;
+        if (j == P) {
+            kv = make_float4(kn[lane * 4], kn[lane * 4 + 1], kn[lane * 4 + 2], kn[lane * 4 + 3]);
+            vv = make_float4(vn[lane * 4], vn[lane * 4 + 1], vn[lane * 4 + 2], vn[lane * 4 + 3]);
+        } else {
+            kv = reinterpret_cast<const float4*>(kc + base + (size_t)j * DH)[lane];
+            vv = reinterpret_cast<const float4*>(vc + base + (size_t)j * DH)[lane];
+        }
+        for (int r = 0; r < REP; ++r) {
+            const float* qr = qs[r] + lane * 4;
+            float s = qr[0] * kv.x + qr[1] * kv.y + qr[2] * kv.z + qr[3] * kv.w;
+            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            const float mn = fmaxf(m[r], s);
+            const float corr = expf(m[r] - mn), p = expf(s - mn);
+            l[r] = l[r] * corr + p;
+            acc[r].x = acc[r].x * corr + p * vv.x; acc[r].y = acc[r].y * corr + p * vv.y;
+            acc[r].z = acc[r].z * corr + p * vv.z; acc[r].w = acc[r].w * corr + p * vv.w;
+            m[r] = mn;
+        }
+    }
+    // merge the warps
+    for (int r = 0; r < REP; ++r) {
+        if (lane == 0) { wm[warp][r] = m[r]; wl[warp][r] = l[r]; }
+        wo[warp][r][lane * 4] = acc[r].x; wo[warp][r][lane * 4 + 1] = acc[r].y;
+        wo[warp][r][lane * 4 + 2] = acc[r].z; wo[warp][r][lane * 4 + 3] = acc[r].w;
+    }
+    __syncthreads();
+    for (int r = 0; r < REP; ++r) {
+        float M = -INFINITY;
+        for (int w = 0; w < WARPS; ++w) M = fmaxf(M, wm[w][r]);
+        float Lsum = 0.f, O = 0.f;
+        for (int w = 0; w < WARPS; ++w) {
+            const float f = wm[w][r] == -INFINITY ? 0.f : expf(wm[w][r] - M);
+            Lsum += wl[w][r] * f;
+            O += wo[w][r][t] * f;
+        }
+        const int hq = h * REP + r;
+        part_o[((size_t)hq * NC + c) * DH + t] = O;
+        if (t == 0) { part_m[hq * NC + c] = M; part_l[hq * NC + c] = Lsum; }
+    }
+"""
+
+CUDA_REDUCE = r"""
+    // grid: HQ blocks of DH threads: merge the NC chunks of head blockIdx.x
+    const int hq = blockIdx.x, t = threadIdx.x;
+    float M = -INFINITY;
+    for (int c = 0; c < NC; ++c) M = fmaxf(M, part_m[hq * NC + c]);
+    float Lsum = 0.f, O = 0.f;
+    for (int c = 0; c < NC; ++c) {
+        const float mc = part_m[hq * NC + c];
+        if (mc == -INFINITY) continue;
+        const float f = expf(mc - M);
+        Lsum += part_l[hq * NC + c] * f;
+        O += part_o[((size_t)hq * NC + c) * DH + t] * f;
+    }
+    o[hq * DH + t] = O / Lsum;
+"""
+
+METAL_PARTIAL = r"""
+    constexpr int REP = HQ / HKV, WARPS = THREADS / 32, HALF = DH / 2;
+    threadgroup float qs[REP][DH];
+    threadgroup float kn[DH];
+    threadgroup float vn[DH];
+    threadgroup float red[REP + 1][WARPS];
+    threadgroup float wm[WARPS][REP], wl[WARPS][REP];
+    threadgroup float wo[WARPS][REP][DH];
+    const int g = threadgroup_position_in_grid.x;
+    const int h = g / NC, c = g % NC;
+    const int t = thread_position_in_threadgroup.x;
+    const int lane = thread_index_in_simdgroup, warp = simdgroup_index_in_threadgroup;
+    const int P = pos[0];
+    const float e = consts[0], SCALE = consts[1];  // RMSNorm eps, 1/sqrt(DH)
+
+    float raw[REP + 1], ss[REP + 1];
+    for (int r = 0; r < REP; ++r) raw[r] = qkv[(h * REP + r) * DH + t];
+    raw[REP] = qkv[(HQ + h) * DH + t];
+    for (int r = 0; r <= REP; ++r) {
+        float s = simd_sum(raw[r] * raw[r]);
+        if (lane == 0) red[r][warp] = s;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (int r = 0; r <= REP; ++r) {
+        float s = 0.f;
+        for (int w = 0; w < WARPS; ++w) s += red[r][w];
+        ss[r] = metal::precise::rsqrt(s / DH + e);
+    }
+    for (int r = 0; r < REP; ++r) qs[r][t] = raw[r] * ss[r] * qn[t];
+    kn[t] = raw[REP] * ss[REP] * knw[t];
+    vn[t] = qkv[(HQ + HKV + h) * DH + t];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    {
+        const int i = t < HALF ? t : t - HALF;
+        const float theta = (float)P * inv_freq[i];
+        const float cs = metal::precise::cos(theta), sn = metal::precise::sin(theta);
+        float outq[REP];
+        for (int r = 0; r < REP; ++r)
+            outq[r] = t < HALF ? qs[r][t] * cs - qs[r][t + HALF] * sn : qs[r][t - HALF] * sn + qs[r][t] * cs;
+        const float outk = t < HALF ? kn[t] * cs - kn[t + HALF] * sn : kn[t - HALF] * sn + kn[t] * cs;
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        for (int r = 0; r < REP; ++r) qs[r][t] = outq[r] * SCALE;
+        kn[t] = outk;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (c == 0) { k_new[h * DH + t] = kn[t]; v_new[h * DH + t] = vn[t]; }
+
+    const int start = c * CHUNK, stop = min(start + CHUNK, P + 1);
+    const size_t base = ((size_t)layer[0] * HKV + h) * CAP * DH;
+    float m[REP], l[REP];
+    float4 acc[REP];
+    for (int r = 0; r < REP; ++r) { m[r] = -INFINITY; l[r] = 0.f; acc[r] = float4(0.f); }
+    for (int j = start + warp; j < stop; j += WARPS) {
+        float4 kv, vv;
+        if (j == P) {
+            kv = float4(kn[lane * 4], kn[lane * 4 + 1], kn[lane * 4 + 2], kn[lane * 4 + 3]);
+            vv = float4(vn[lane * 4], vn[lane * 4 + 1], vn[lane * 4 + 2], vn[lane * 4 + 3]);
+        } else {
+            kv = reinterpret_cast<const device float4*>(kc + base + (size_t)j * DH)[lane];
+            vv = reinterpret_cast<const device float4*>(vc + base + (size_t)j * DH)[lane];
+        }
+        for (int r = 0; r < REP; ++r) {
+            float s = simd_sum(dot(float4(qs[r][lane * 4], qs[r][lane * 4 + 1], qs[r][lane * 4 + 2],
+                                          qs[r][lane * 4 + 3]), kv));
+            const float mn = fmax(m[r], s);
+            const float corr = metal::precise::exp(m[r] - mn), p = metal::precise::exp(s - mn);
+            l[r] = l[r] * corr + p;
+            acc[r] = acc[r] * corr + p * vv;
+            m[r] = mn;
+        }
+    }
+    for (int r = 0; r < REP; ++r) {
+        if (lane == 0) { wm[warp][r] = m[r]; wl[warp][r] = l[r]; }
+        for (int i = 0; i < 4; ++i) wo[warp][r][lane * 4 + i] = acc[r][i];
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (int r = 0; r < REP; ++r) {
+        float M = -INFINITY;
+        for (int w = 0; w < WARPS; ++w) M = fmax(M, wm[w][r]);
+        float Lsum = 0.f, O = 0.f;
+        for (int w = 0; w < WARPS; ++w) {
+            const float f = wm[w][r] == -INFINITY ? 0.f : metal::precise::exp(wm[w][r] - M);
+            Lsum += wl[w][r] * f;
+            O += wo[w][r][t] * f;
+        }
+        const int hq = h * REP + r;
+        part_o[((size_t)hq * NC + c) * DH + t] = O;
+        if (t == 0) { part_m[hq * NC + c] = M; part_l[hq * NC + c] = Lsum; }
+    }
+"""
+
+METAL_REDUCE = r"""
+    const int hq = threadgroup_position_in_grid.x, t = thread_position_in_threadgroup.x;
+    float M = -INFINITY;
+    for (int c = 0; c < NC; ++c) M = fmax(M, part_m[hq * NC + c]);
+    float Lsum = 0.f, O = 0.f;
+    for (int c = 0; c < NC; ++c) {
+        const float mc = part_m[hq * NC + c];
+        if (mc == -INFINITY) continue;
+        const float f = metal::precise::exp(mc - M);
+        Lsum += part_l[hq * NC + c] * f;
+        O += part_o[((size_t)hq * NC + c) * DH + t] * f;
+    }
+    o[hq * DH + t] = O / Lsum;
+"""
+
+_partial = kernel_or_none("pdlib_decode_attn_partial",
+                          ["qkv", "qn", "knw", "inv_freq", "pos", "consts", "layer", "kc", "vc"],
+                          ["part_m", "part_l", "part_o", "k_new", "v_new"],
+                          cuda_source=CUDA_PARTIAL, metal_source=METAL_PARTIAL)
+_reduce = kernel_or_none("pdlib_decode_attn_reduce", ["part_m", "part_l", "part_o"], ["o"],
+                         cuda_source=CUDA_REDUCE, metal_source=METAL_REDUCE)
+
+
+def decode_attention_kernel(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, layer: int, *,
+                            heads: int, kv_heads: int, eps: float):
+    L, Hkv, cap, Dh = k_cache.shape
+    nc = -(-cap // CHUNK)
+    part_m, part_l, part_o, k_new, v_new = _partial(
+        inputs=[qkv, q_norm, k_norm, inv_freq, pos.reshape(1).astype(mx.int32), mx.array([eps, Dh ** -0.5], mx.float32),
+                mx.array([layer], mx.int32), k_cache, v_cache],
+        template=[("HQ", heads), ("HKV", kv_heads), ("DH", Dh), ("CAP", cap), ("NC", nc), ("CHUNK", CHUNK),
+                  ("THREADS", THREADS)],
+        grid=(kv_heads * nc * THREADS, 1, 1), threadgroup=(THREADS, 1, 1),
+        output_shapes=[(heads * nc,), (heads * nc,), (heads * nc * Dh,), (kv_heads, Dh), (kv_heads, Dh)],
+        output_dtypes=[mx.float32] * 5)
+    (o,) = _reduce(inputs=[part_m, part_l, part_o], template=[("NC", nc), ("DH", Dh)],
+                   grid=(heads * Dh, 1, 1), threadgroup=(Dh, 1, 1),
+                   output_shapes=[(heads * Dh,)], output_dtypes=[mx.float32])
+    return o, k_new, v_new
+
+
+def decode_attention(*args, **kw):
+    if _partial is not None:
+        return decode_attention_kernel(*args, **kw)
+    return decode_attention_ops(*args, **kw)
