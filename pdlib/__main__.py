@@ -112,6 +112,35 @@ def cmd_notebooks(args) -> int:
     return 0
 
 
+def cmd_check_kernels(args) -> int:
+    from pdlib.kernel_check import check_kernels, format_rows
+    rows = check_kernels(seed=args.seed)
+    print(format_rows(rows))
+    if args.output:
+        from pdlib.report import claim_output, write_report
+        write_report(claim_output(args.output), {"schema": "pdlib.kernel-check/1", "rows": rows})
+    return 0 if all(r["passed"] for r in rows) else 1
+
+
+def cmd_bench_step(args) -> int:
+    from pdlib.bench import bench_step, format_table, write_json
+    from pdlib.report import claim_output
+    from pdlib.weights import load_model
+    if args.output:
+        claim_output(args.output)
+    contexts = tuple(args.contexts)
+    if min(contexts) < 1 or args.tokens < 1 or args.prefill_tokens < 1 or args.chunk_size < 1:
+        raise InputError("bench-step sizes must be >= 1")
+    model = load_model(args.model)
+    result = bench_step(model, contexts=contexts, tokens=args.tokens, warmup=args.warmup,
+                        prefill_tokens=args.prefill_tokens, chunk=args.chunk_size)
+    print(format_table(result))
+    if args.output:
+        write_json(args.output, result)
+        print(f"json: {args.output}")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = _Parser(prog="python -m pdlib", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -125,6 +154,19 @@ def main(argv=None) -> int:
     r.add_argument("--output", help="report path (JSON); must not exist")
     r.add_argument("--validate-only", action="store_true", help="run the validation gate and nothing else")
     r.set_defaults(func=cmd_run)
+    k = sub.add_parser("check-kernels", help="every GPU kernel against its MLX-ops twin (GPU only)")
+    k.add_argument("--seed", type=int, default=0)
+    k.add_argument("--output", help="JSON with every comparison; must not exist")
+    k.set_defaults(func=cmd_check_kernels)
+    b = sub.add_parser("bench-step", help="decode and prefill times, pdlib vs mlx-lm, same device and weights")
+    b.add_argument("--model", default="qwen3-0.6b")
+    b.add_argument("--contexts", type=int, nargs="+", default=[1024, 4096, 5120])
+    b.add_argument("--tokens", type=int, default=200, help="timed decode tokens per context")
+    b.add_argument("--warmup", type=int, default=20)
+    b.add_argument("--prefill-tokens", type=int, default=4096)
+    b.add_argument("--chunk-size", type=int, default=128)
+    b.add_argument("--output", help="JSON path; must not exist")
+    b.set_defaults(func=cmd_bench_step)
     n = sub.add_parser("notebooks", help="execute the three notebooks into outputs/<params stem>/ (never overwrites)")
     n.add_argument("--params", required=True, help="YAML file with RunParams keys")
     n.add_argument("--out", help="output folder (default outputs/<params stem>; -2, -3, ... if it holds files)")

@@ -274,7 +274,7 @@ _reduce = kernel_or_none("pdlib_decode_attn_reduce", ["part_m", "part_l", "part_
 
 
 def decode_attention_kernel(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, layer: int, *,
-                            heads: int, kv_heads: int, eps: float):
+                            heads: int, kv_heads: int, eps: float, poison: bool = False):
     L, Hkv, cap, Dh = k_cache.shape
     nc = -(-cap // CHUNK)
     part_m, part_l, part_o, k_new, v_new = _partial(
@@ -284,10 +284,11 @@ def decode_attention_kernel(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache
                   ("THREADS", THREADS)],
         grid=(kv_heads * nc * THREADS, 1, 1), threadgroup=(THREADS, 1, 1),
         output_shapes=[(heads * nc,), (heads * nc,), (heads * nc * Dh,), (kv_heads, Dh), (kv_heads, Dh)],
-        output_dtypes=[mx.float32] * 5)
+        output_dtypes=[mx.float32] * 5, init_value=float("nan") if poison else None)
     (o,) = _reduce(inputs=[part_m, part_l, part_o], template=[("NC", nc), ("DH", Dh)],
                    grid=(heads * Dh, 1, 1), threadgroup=(Dh, 1, 1),
-                   output_shapes=[(heads * Dh,)], output_dtypes=[mx.float32])
+                   output_shapes=[(heads * Dh,)], output_dtypes=[mx.float32],
+                   init_value=float("nan") if poison else None)
     return o, k_new, v_new
 
 

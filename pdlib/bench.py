@@ -1,0 +1,157 @@
+"""`python -m pdlib bench-step`: one decode step and one prompt's prefill, pdlib's engine next to mlx-lm's
+Qwen3 on the same device, same weights, in one run. Prints a table, writes JSON.
+
+    python -m pdlib bench-step --model synthetic:qwen3-0.6b --output bench.json
+
+Decode: median ms per token at each context (the token observed on the host, as in the trials), after a
+warm-up. Prefill: a whole 4,096-token prompt, and the same prompt in 128-token chunks (median of repeats).
+Bandwidth: the bytes a decode step must read (bf16-packed weights + the FP32 KV cache so far) over its time,
+and the floor: those bytes over a device-to-device copy's bandwidth measured in the same run.
+"""
+
+import json
+import platform
+import statistics
+import time
+
+import mlx.core as mx
+from mlx_lm.models.cache import KVCache as LmCache
+
+from pdlib.engine import Engine
+from pdlib.engine.kernels import BACKEND
+from pdlib.reference import Reference
+from pdlib.report import environment
+from pdlib.weights import LoadedModel
+
+
+def _ms(t0: int) -> float:
+    return (time.perf_counter_ns() - t0) / 1e6
+
+
+def copy_bandwidth(nbytes: int = 1 << 30) -> float:
+    """Bytes/s of a device-to-device copy (read + write counted), median of 5."""
+    x = mx.random.uniform(shape=(nbytes // 4,))
+    mx.eval(x)
+    times = []
+    for _ in range(6):
+        t0 = time.perf_counter_ns()
+        y = x + 0.0
+        mx.eval(y)
+        times.append(_ms(t0) / 1e3)
+        del y
+    return 2 * nbytes / statistics.median(times[1:])
+
+
+def decode_bytes(cfg, context: int) -> int:
+    D, F, V, Dh = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.head_dim
+    Hq, Hkv, L = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.num_hidden_layers
+    per_layer = ((Hq + 2 * Hkv) * Dh * D + D * Hq * Dh + 2 * F * D + D * F) * 2   # bf16 matrices
+    kv = L * Hkv * Dh * 2 * 4 * context                                        # FP32 K and V read
+    return L * per_layer + V * D * 2 + kv
+
+
+def _prompt(cfg, n: int) -> list[int]:
+    return [(i * 7919 + 13) % min(cfg.vocab_size, 50000) for i in range(n)]
+
+
+def bench_pdlib(model: LoadedModel, *, contexts, tokens: int, warmup: int, prefill_tokens: int, chunk: int,
+                repeats: int) -> dict:
+    cfg = model.config
+    engine = Engine(model, capacity=max(max(contexts), prefill_tokens) + warmup + tokens + 1)
+    out = {"decode_ms_median": {}, "decode_ms_all": {}}
+    for ctx in contexts:
+        engine.add_request("X", _prompt(cfg, ctx))
+        engine.reset("X", logical=True)
+        engine.prefill_chunk("X", ctx).token.item()
+        times = []
+        for i in range(warmup + tokens):
+            t0 = time.perf_counter_ns()
+            engine.decode("X").token.item()
+            if i >= warmup:
+                times.append(_ms(t0))
+        out["decode_ms_median"][str(ctx)] = statistics.median(times)
+        out["decode_ms_all"][str(ctx)] = times
+    engine.add_request("P", _prompt(cfg, prefill_tokens))
+
+    def prefill(n):
+        engine.reset("P", logical=True)
+        t0 = time.perf_counter_ns()
+        for start in range(0, prefill_tokens, n):
+            o = engine.prefill_chunk("P", min(n, prefill_tokens - start))
+        o.token.item()
+        return _ms(t0) / 1e3
+
+    for key, n in (("prefill_whole_s", prefill_tokens), ("prefill_chunked_s", chunk)):
+        prefill(n)
+        out[key] = statistics.median(prefill(n) for _ in range(repeats))
+    return out
+
+
+def bench_mlx_lm(model: LoadedModel, *, contexts, tokens: int, warmup: int, prefill_tokens: int, chunk: int,
+                 repeats: int) -> dict:
+    ref = Reference(model).model
+    cfg = model.config
+    out = {"decode_ms_median": {}, "decode_ms_all": {}}
+    for ctx in contexts:
+        cache = [LmCache() for _ in range(cfg.num_hidden_layers)]
+        tok = mx.argmax(ref(mx.array(_prompt(cfg, ctx))[None], cache=cache)[0, -1]).item()
+        times = []
+        for i in range(warmup + tokens):
+            t0 = time.perf_counter_ns()
+            tok = mx.argmax(ref(mx.array([[tok]]), cache=cache)[0, -1]).item()
+            if i >= warmup:
+                times.append(_ms(t0))
+        out["decode_ms_median"][str(ctx)] = statistics.median(times)
+        out["decode_ms_all"][str(ctx)] = times
+        del cache
+
+    def prefill(n):
+        cache = [LmCache() for _ in range(cfg.num_hidden_layers)]
+        prompt = mx.array(_prompt(cfg, prefill_tokens))[None]
+        t0 = time.perf_counter_ns()
+        for start in range(0, prefill_tokens, n):
+            logits = ref(prompt[:, start:start + n], cache=cache)
+        mx.argmax(logits[0, -1]).item()
+        return _ms(t0) / 1e3
+
+    for key, n in (("prefill_whole_s", prefill_tokens), ("prefill_chunked_s", chunk)):
+        prefill(n)
+        out[key] = statistics.median(prefill(n) for _ in range(repeats))
+    return out
+
+
+def bench_step(model: LoadedModel, *, contexts=(1024, 4096, 5120), tokens: int = 200, warmup: int = 20,
+               prefill_tokens: int = 4096, chunk: int = 128, repeats: int = 3, log=print) -> dict:
+    kw = dict(contexts=contexts, tokens=tokens, warmup=warmup, prefill_tokens=prefill_tokens, chunk=chunk,
+              repeats=repeats)
+    bw = copy_bandwidth()
+    log(f"device-to-device copy: {bw / 1e12:.2f} TB/s")
+    engines = {"pdlib": bench_pdlib(model, **kw)}
+    mx.clear_cache()
+    engines["mlx-lm"] = bench_mlx_lm(model, **kw)
+    floors = {str(c): {"bytes": decode_bytes(model.config, c), "floor_ms": decode_bytes(model.config, c) / bw * 1e3}
+              for c in contexts}
+    return {"schema": "pdlib.bench-step/1", "model": model.source, "environment": environment(BACKEND),
+            "settings": kw, "copy_bandwidth_Bps": bw, "floors": floors, "engines": engines,
+            "python": platform.python_version()}
+
+
+def format_table(result: dict) -> str:
+    e, floors = result["engines"], result["floors"]
+    lines = [f"{'what':26s} {'pdlib':>10s} {'mlx-lm':>10s} {'ratio':>8s} {'pdlib GB/s':>11s} {'floor':>9s}"]
+    for ctx, f in floors.items():
+        p, m = e["pdlib"]["decode_ms_median"][ctx], e["mlx-lm"]["decode_ms_median"][ctx]
+        lines.append(f"{'decode ms @ ' + ctx:26s} {p:10.3f} {m:10.3f} {m / p:7.1f}x {f['bytes'] / p / 1e6:11.0f} "
+                     f"{f['floor_ms']:8.3f}ms")
+    for key in ("prefill_whole_s", "prefill_chunked_s"):
+        p, m = e["pdlib"][key], e["mlx-lm"][key]
+        lines.append(f"{key.replace('_s', ' s'):26s} {p:10.4f} {m:10.4f} {m / p:7.1f}x")
+    return "\n".join(lines)
+
+
+def write_json(path, result: dict) -> None:
+    from pdlib.report import claim_output, write_report
+    write_report(claim_output(path), result)
+
+
+__all__ = ["bench_step", "format_table", "write_json"]
