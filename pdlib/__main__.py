@@ -96,7 +96,7 @@ def cmd_render(args) -> int:
 
 
 def cmd_notebooks(args) -> int:
-    from pdlib.notebooks import NotebookFailed, run_notebooks
+    from pdlib.notebooks import NotebookFailed, run_notebooks, shown
     try:
         run = run_notebooks(args.params, out=args.out, quiet=args.quiet)
     except NotebookFailed as e:
@@ -107,8 +107,8 @@ def cmd_notebooks(args) -> int:
         return 130
     print(f"done in {run['seconds']:.0f} s; open:")
     for path in run["html"]:
-        print(f"  {path}")
-    print(f"report, tables and figures: {run['out_dir']}")
+        print(f"  {shown(path)}")
+    print(f"report, tables and figures: {shown(run['out_dir'])}/")
     return 0
 
 

@@ -322,8 +322,7 @@ def findings(metrics: pd.DataFrame, summary: pd.DataFrame, *, stall_threshold_ms
                 "; the makespan does not change much." if same else
                 f", at a makespan {abs(rel):.1%} {'longer' if rel > 0 else 'shorter'}.")
         else:
-            verdict = (f"{q} does not halve A's worst gap here ({_ms(gq)} vs {_ms(gp)} under {p}), so there "
-                       f"is no long stall for it to break up.")
+            verdict = f"{q} does not halve A's worst gap here ({_ms(gq)} vs {_ms(gp)} under {p})."
         lines.append(f"\n**Reading:** {verdict}")
     others = [r for r in policies if r not in (p, q)]
     if others:

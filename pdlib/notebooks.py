@@ -157,6 +157,12 @@ def _for_notebook(path: Path) -> str:
     return os.path.relpath(path, NOTEBOOK_DIR) if path.is_relative_to(ROOT) else str(path)
 
 
+def shown(path) -> str:
+    """A path as the user should read it: relative to the current folder when inside it."""
+    path = Path(path).resolve()
+    return os.path.relpath(path) if path.is_relative_to(Path.cwd().resolve()) else str(path)
+
+
 def _one_line(text: str) -> str:
     lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
     return lines[0] if lines else ""
@@ -169,6 +175,7 @@ def run_notebooks(params_file, *, out=None, quiet: bool = False, log=print) -> d
     file (before any kernel starts) and NotebookFailed when a notebook raises; the folder then keeps the
     failed notebook and its HTML, with the traceback."""
     import papermill as pm
+    from nbclient.exceptions import DeadKernelError
     from papermill.exceptions import PapermillExecutionError
 
     from pdlib.config import RunParams
@@ -182,9 +189,9 @@ def run_notebooks(params_file, *, out=None, quiet: bool = False, log=print) -> d
     base = Path(out) if out is not None else ROOT / "outputs" / params_file.stem
     out_dir = fresh_dir(base)
     if out_dir != base:
-        log(f"{base} already holds files from an earlier run; this run writes to {out_dir}")
+        log(f"{shown(base)} already holds files from an earlier run; this run writes to {shown(out_dir)}")
     else:
-        log(f"writing to {out_dir}")
+        log(f"writing to {shown(out_dir)}")
     folder, report = _for_notebook(out_dir), _for_notebook(out_dir / "report.json")
     parameters = {
         "01_run_trials": {"params_file": _for_notebook(params_file), "output_dir": folder, "quiet": True},
@@ -197,13 +204,17 @@ def run_notebooks(params_file, *, out=None, quiet: bool = False, log=print) -> d
         nb_out = out_dir / f"{name}.ipynb"
         t0 = time.perf_counter()
         try:
-            pm.execute_notebook(str(NOTEBOOK_DIR / f"{name}.ipynb"), str(nb_out), parameters=parameters[name],
+            # shown(): papermill records these paths in the notebook; keep local folders out of it
+            pm.execute_notebook(shown(NOTEBOOK_DIR / f"{name}.ipynb"), shown(nb_out), parameters=parameters[name],
                                 kernel_name=KERNEL, cwd=str(NOTEBOOK_DIR), progress_bar=progress,
                                 extra_arguments=KERNEL_ARGS)
         except PapermillExecutionError as e:
             page = export_html(nb_out) if nb_out.exists() else nb_out
-            raise NotebookFailed(f"notebook {name} failed: {e.ename}: {_one_line(e.evalue)} (traceback in {page})",
-                                 EXIT_CODES.get(e.ename, 1)) from None
+            raise NotebookFailed(f"notebook {name} failed: {e.ename}: {_one_line(e.evalue)} "
+                                 f"(traceback in {shown(page)})", EXIT_CODES.get(e.ename, 1)) from None
+        except DeadKernelError:
+            raise NotebookFailed(f"the kernel died while running {name} (out of memory, or a crash in MLX?); "
+                                 f"the partial notebook is {shown(nb_out)}") from None
         done.append(nb_out)
         html.append(export_html(nb_out))
         log(f"{name}: {time.perf_counter() - t0:.1f} s")

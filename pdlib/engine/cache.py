@@ -23,11 +23,12 @@ class KVCache:
         self.v = mx.zeros(self.shape, mx.float32)
         mx.eval(self.k, self.v)
         self.length = 0
+        self.next_pos = None  # (host int, device int32 array) of the next decode position
         self.allocations += 1
 
     def reset(self, *, logical: bool) -> None:
         if logical:
-            self.length = 0
+            self.length, self.next_pos = 0, None
         else:
             self.k = self.v = None  # drop the old buffers before allocating new ones
             self.allocate()

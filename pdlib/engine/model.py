@@ -124,11 +124,16 @@ class Qwen3:
         logits = K.gemv(h, self.d_lm_head, norm=self.norm, eps=eps)
         k_all = mx.slice_update(k_all, mx.stack(ks)[:, :, None, :], pos, axes=(2,))
         v_all = mx.slice_update(v_all, mx.stack(vs)[:, :, None, :], pos, axes=(2,))
-        return logits, mx.argmax(logits), k_all, v_all
+        return logits, mx.argmax(logits), k_all, v_all, pos + 1
 
     def decode(self, cache: KVCache, token: mx.array, *, pos: int) -> tuple[mx.array, mx.array]:
-        """Run the (compiled) step on a request's cache; returns the logits (V,) and the greedy token."""
+        """Run the (compiled) step on a request's cache; returns the logits (V,) and the greedy token.
+        The position lives on the device and the step advances it there: a host-written scalar per step
+        would make every kernel that reads it fault on MLX's managed memory."""
         if pos >= cache.capacity:
             raise RuntimeError(f"KV cache overflow: position {pos} >= capacity {cache.capacity}")
-        logits, token, cache.k, cache.v = self._step(token, mx.array([pos], mx.int32), cache.k, cache.v)
+        if cache.next_pos is None or cache.next_pos[0] != pos:
+            cache.next_pos = (pos, mx.array([pos], mx.int32))
+        logits, token, cache.k, cache.v, next_pos = self._step(token, cache.next_pos[1], cache.k, cache.v)
+        cache.next_pos = (pos + 1, next_pos)
         return logits, token

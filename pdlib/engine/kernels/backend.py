@@ -15,3 +15,10 @@ def kernel_or_none(name: str, inputs: list[str], outputs: list[str], *, cuda_sou
         return mx.fast.metal_kernel(name=name, input_names=inputs, output_names=outputs, source=metal_source,
                                     header=header)
     return None
+
+
+def float_bits(x: float) -> int:
+    """An FP32 value as the int32 of its bits: kernels take it as a template constant and rebuild it exactly
+    (no tiny scalar array for the kernel to read: MLX keeps those in managed memory)."""
+    import struct
+    return struct.unpack("<i", struct.pack("<f", x))[0]

@@ -13,7 +13,7 @@ compiles to one graph; chunks past pos exit at once.
 
 import mlx.core as mx
 
-from pdlib.engine.kernels.backend import kernel_or_none
+from pdlib.engine.kernels.backend import float_bits, kernel_or_none
 
 CHUNK = 128     # keys per block
 THREADS = 128   # 4 warps; Dh = 128 = 32 lanes x float4
@@ -58,7 +58,7 @@ CUDA_PARTIAL = r"""
     const int h = blockIdx.x / NC, c = blockIdx.x % NC;
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
     const int P = pos[0];
-    const float e = consts[0], SCALE = consts[1];  // RMSNorm eps, 1/sqrt(DH)
+    const float e = __int_as_float(EPS_BITS), SCALE = __int_as_float(SCALE_BITS);  // RMSNorm eps, 1/sqrt(DH)
 
     // q (REP heads) and k of head h: RMSNorm over DH, then RoPE at P (thread t owns dim t)
     float raw[REP + 1], ss[REP + 1];
@@ -96,7 +96,7 @@ CUDA_PARTIAL = r"""
 
     // online softmax over this block's keys; warp w takes keys start + w, start + w + WARPS, ...
     const int start = c * CHUNK, stop = min(start + CHUNK, P + 1);
-    const size_t base = ((size_t)layer[0] * HKV + h) * CAP * DH;
+    const size_t base = ((size_t)LAYER * HKV + h) * CAP * DH;
     float m[REP], l[REP];
     float4 acc[REP];
     for (int r = 0; r < REP; ++r) { m[r] = -INFINITY; l[r] = 0.f; acc[r] = make_float4(0.f, 0.f, 0.f, 0.f); }
@@ -172,7 +172,7 @@ METAL_PARTIAL = r"""
     const int t = thread_position_in_threadgroup.x;
     const int lane = thread_index_in_simdgroup, warp = simdgroup_index_in_threadgroup;
     const int P = pos[0];
-    const float e = consts[0], SCALE = consts[1];  // RMSNorm eps, 1/sqrt(DH)
+    const float e = as_type<float>(EPS_BITS), SCALE = as_type<float>(SCALE_BITS);
 
     float raw[REP + 1], ss[REP + 1];
     for (int r = 0; r < REP; ++r) raw[r] = qkv[(h * REP + r) * DH + t];
@@ -207,7 +207,7 @@ METAL_PARTIAL = r"""
     if (c == 0) { k_new[h * DH + t] = kn[t]; v_new[h * DH + t] = vn[t]; }
 
     const int start = c * CHUNK, stop = min(start + CHUNK, P + 1);
-    const size_t base = ((size_t)layer[0] * HKV + h) * CAP * DH;
+    const size_t base = ((size_t)LAYER * HKV + h) * CAP * DH;
     float m[REP], l[REP];
     float4 acc[REP];
     for (int r = 0; r < REP; ++r) { m[r] = -INFINITY; l[r] = 0.f; acc[r] = float4(0.f); }
@@ -266,7 +266,7 @@ METAL_REDUCE = r"""
 """
 
 _partial = kernel_or_none("pdlib_decode_attn_partial",
-                          ["qkv", "qn", "knw", "inv_freq", "pos", "consts", "layer", "kc", "vc"],
+                          ["qkv", "qn", "knw", "inv_freq", "pos", "kc", "vc"],
                           ["part_m", "part_l", "part_o", "k_new", "v_new"],
                           cuda_source=CUDA_PARTIAL, metal_source=METAL_PARTIAL)
 _reduce = kernel_or_none("pdlib_decode_attn_reduce", ["part_m", "part_l", "part_o"], ["o"],
@@ -278,10 +278,10 @@ def decode_attention_kernel(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache
     L, Hkv, cap, Dh = k_cache.shape
     nc = -(-cap // CHUNK)
     part_m, part_l, part_o, k_new, v_new = _partial(
-        inputs=[qkv, q_norm, k_norm, inv_freq, pos.reshape(1).astype(mx.int32), mx.array([eps, Dh ** -0.5], mx.float32),
-                mx.array([layer], mx.int32), k_cache, v_cache],
+        inputs=[qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache],
         template=[("HQ", heads), ("HKV", kv_heads), ("DH", Dh), ("CAP", cap), ("NC", nc), ("CHUNK", CHUNK),
-                  ("THREADS", THREADS)],
+                  ("THREADS", THREADS), ("LAYER", layer), ("EPS_BITS", float_bits(eps)),
+                  ("SCALE_BITS", float_bits(Dh ** -0.5))],
         grid=(kv_heads * nc * THREADS, 1, 1), threadgroup=(THREADS, 1, 1),
         output_shapes=[(heads * nc,), (heads * nc,), (heads * nc * Dh,), (kv_heads, Dh), (kv_heads, Dh)],
         output_dtypes=[mx.float32] * 5, init_value=float("nan") if poison else None)

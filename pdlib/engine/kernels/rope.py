@@ -3,23 +3,34 @@
 The angle is computed exactly as MLX's own rope does it on the running backend (FP32 inverse frequencies,
 FP32 position times frequency): at 5K positions a float64 table differs from it by ~2e-3, which would eat
 the whole 1e-3 validation tolerance. MLX's CPU path uses exp(-i * ln(base) / half); its GPU kernels use
-exp2(-(i / half) * log2(base)).
+exp2(-(i / half) * log2(base)) on the device, so on a GPU a one-line kernel computes the table the same way
+(a host-side exp2 is 1 ulp off for some i, which at position ~2.6K already costs 1.06x the tolerance).
 """
 
 import math
 
 import mlx.core as mx
-import numpy as np
 
-from pdlib.engine.kernels.backend import BACKEND
+from pdlib.engine.kernels.backend import kernel_or_none
+
+_GPU_INV_FREQ = {  # MLX's own GPU rope kernels compute their frequencies this way; so do we
+    "cuda": "int i = threadIdx.x; if (i < HALF) { float d = (float)i / (float)HALF; out[i] = exp2(-d * lb[0]); }",
+    "metal": "uint i = thread_position_in_grid.x; if (i < HALF) { float d = (float)i / (float)HALF; "
+             "out[i] = metal::exp2(-d * lb[0]); }",
+}
+_inv_freq_kernel = kernel_or_none("pdlib_rope_inv_freq", ["lb"], ["out"], cuda_source=_GPU_INV_FREQ["cuda"],
+                                  metal_source=_GPU_INV_FREQ["metal"])
 
 
 def rope_inv_freq(head_dim: int, *, base: float) -> mx.array:
+    """FP32 inverse frequencies, bit-identical to those of MLX's rope on this backend (the reference's)."""
     half = head_dim // 2
-    if BACKEND == "cpu":
+    if _inv_freq_kernel is None:
         return mx.exp(-mx.arange(half, dtype=mx.float32) * (math.log(base) / half))
-    d = np.arange(half, dtype=np.float32) / np.float32(half)
-    return mx.array(np.exp2(-d * np.float32(math.log2(base))).astype(np.float32))
+    (out,) = _inv_freq_kernel(inputs=[mx.array([math.log2(base)], mx.float32)], template=[("HALF", half)],
+                              grid=(half, 1, 1), threadgroup=(half, 1, 1), output_shapes=[(half,)],
+                              output_dtypes=[mx.float32])
+    return out
 
 
 def rope_ops(x: mx.array, *, start: int, inv_freq: mx.array) -> mx.array:
