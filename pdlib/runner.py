@@ -8,7 +8,7 @@ paired timed trials, then write the report atomically.
 
 import sys
 
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from pdlib.config import RunParams
 from pdlib.experiment import REQUESTS, Experiment

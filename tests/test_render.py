@@ -1,0 +1,100 @@
+"""`python -m pdlib render REPORT --out DIR`: every table and figure from a committed report, no rerun;
+bad reports and existing files are one-line errors with exit code 2.
+
+tests/data/small-report.json was made with the real CLI:
+    python -m pdlib run --model synthetic:tiny --prompt-tokens 64 --output-tokens 8 --chunk-size 16 \\
+        --policies eager chunked --trials 2 --warmups 0 --output tests/data/small-report.json --quiet
+"""
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pdlib import analysis as an
+from pdlib.__main__ import main
+from pdlib.notebooks import FIGURES, TABLES
+from pdlib.plots import FORMATS
+
+pytest.importorskip("vl_convert")
+
+REPORT = Path(__file__).parent / "data" / "small-report.json"
+EXPECTED = {*TABLES, *(f"{name}.{fmt}" for name in FIGURES for fmt in FORMATS)}
+
+
+def render(capsys, *args):
+    code = main(["render", *map(str, args)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line_error(err):
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    return err
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    out = tmp_path_factory.mktemp("render") / "figs"
+    assert main(["render", str(REPORT), "--out", str(out)]) == 0
+    return out
+
+
+def test_render_writes_every_table_and_figure(rendered):
+    assert {p.name for p in rendered.iterdir()} == EXPECTED
+    for name in FIGURES:
+        assert (rendered / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert "<svg" in (rendered / f"{name}.svg").read_text()[:500]
+        html = (rendered / f"{name}.html").read_text()
+        assert not re.search(r"<script[^>]*src=[\"']https?:", html)  # scripts inlined: works offline
+
+
+def test_render_tables_match_the_analysis(rendered):
+    report = an.load_report(REPORT)
+    metrics = an.metrics_frame(report, stall_threshold_ms=report["params"]["stall_threshold_ms"])
+    read = lambda name: pd.read_csv(rendered / name)  # noqa: E731
+    pd.testing.assert_frame_equal(read("metrics.csv"), metrics, rtol=0, atol=1e-9)  # pandas < 3 may parse 1 ulp off
+    summary = an.summary_frame(metrics)
+    pd.testing.assert_frame_equal(read("summary.csv"), summary, rtol=0, atol=1e-9)
+    _, ratios = an.paired_ratios(metrics, numerator="eager", denominator="chunked")
+    assert (rendered / "summary.md").read_text() == an.metrics_markdown(summary, ratios=ratios)
+    got = read("ratios.csv")
+    assert list(got["metric"]) == list(an.RATIO_METRICS)
+    assert got["median_ratio"].tolist() == ratios["median_ratio"].tolist()
+
+
+def test_render_refuses_existing_files(rendered, capsys):
+    before = {p.name: p.read_bytes() for p in rendered.iterdir()}
+    code, out, err = render(capsys, REPORT, "--out", rendered)
+    assert code == 2 and "already exists" in one_line_error(err) and out == ""
+    assert {p.name: p.read_bytes() for p in rendered.iterdir()} == before
+
+
+def test_render_beside_the_report_is_fine(tmp_path, capsys):
+    report = tmp_path / "report.json"
+    report.write_bytes(REPORT.read_bytes())
+    code, out, _ = render(capsys, report, "--out", tmp_path)
+    assert code == 0 and f"wrote {len(EXPECTED)} files" in out
+    assert {p.name for p in tmp_path.iterdir()} == EXPECTED | {"report.json"}
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda text: text[: len(text) // 2], "not valid JSON (truncated?)"),
+    (lambda text: json.dumps({**json.loads(text), "schema": "pdlib.report/0"}), "schema is 'pdlib.report/0'"),
+    (lambda text: json.dumps({k: v for k, v in json.loads(text).items() if k != "trials"}), "missing top-level"),
+])
+def test_bad_reports_are_one_line_errors(tmp_path, capsys, damage, message):
+    bad = tmp_path / "bad.json"
+    bad.write_text(damage(REPORT.read_text()))
+    code, out, err = render(capsys, bad, "--out", tmp_path / "out")
+    assert code == 2 and message in one_line_error(err) and out == ""
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_report_and_missing_out(tmp_path, capsys):
+    code, _, err = render(capsys, tmp_path / "nope.json", "--out", tmp_path / "out")
+    assert code == 2 and "cannot read report" in one_line_error(err)
+    code, _, err = render(capsys, REPORT)
+    assert code == 2 and "--out" in one_line_error(err)
