@@ -18,14 +18,15 @@ REQUESTS = ("A", "B")
 
 
 class Experiment:
-    def __init__(self, params: RunParams, *, model=None, prune_final_layer: bool = True):
+    def __init__(self, params: RunParams, *, model=None, prune_final_layer: bool = True, compile_steps: bool = True):
         self.params = p = params
         self.model = model or load_model(p.model)
         p.check_positions(self.model.config)
         self.prompts = make_prompts(n_tokens=p.prompt_tokens, vocab_size=self.model.config.vocab_size,
                                     tokenizer=self.model.tokenizer, names=REQUESTS)
         self.engine = Engine(self.model, capacity=p.prompt_tokens + p.output_tokens,
-                             lossless_decode_weights=p.lossless_decode_weights, prune_final_layer=prune_final_layer)
+                             lossless_decode_weights=p.lossless_decode_weights, prune_final_layer=prune_final_layer,
+                             compile_steps=compile_steps)
         for r in REQUESTS:
             self.engine.add_request(r, self.prompts[r].token_ids)
         self._reference = None

@@ -69,19 +69,19 @@ def test_final_layer_pruning_changes_no_result_and_does_prune(tiny, monkeypatch)
     calls = []
     real = model_module.K.attention
 
-    def spy(q, k, v, *, start, scale):
+    def spy(q, k, v, *, mask, scale):
         calls.append(q.shape[1])
-        return real(q, k, v, start=start, scale=scale)
+        return real(q, k, v, mask=mask, scale=scale)
 
     monkeypatch.setattr(model_module.K, "attention", spy)
     prompt = experiment(tiny).prompts["A"].token_ids
     layers = tiny.config.num_hidden_layers
-    pruned = Engine(tiny, capacity=80, prune_final_layer=True)
+    pruned = Engine(tiny, capacity=80, prune_final_layer=True, compile_steps=False)  # the spy sees every call
     t1, l1 = run_tokens(pruned, prompt, 6, 16)          # chunks of 16, 16, 8
     prefill_calls = calls[: 3 * layers - 2]              # the final layer skips attention in two chunks
     assert prefill_calls == [16] * (layers - 1) + [16] * (layers - 1) + [8] * (layers - 1) + [1]
     calls.clear()
-    full = Engine(tiny, capacity=80, prune_final_layer=False)
+    full = Engine(tiny, capacity=80, prune_final_layer=False, compile_steps=False)
     t2, l2 = run_tokens(full, prompt, 6, 16)
     assert calls[: 3 * layers] == [16] * layers + [16] * layers + [8] * layers
     assert t1 == t2

@@ -5,7 +5,7 @@ import pytest
 
 from pdlib.config import RunParams
 from pdlib.engine import Engine
-from pdlib.engine.cache import KVCache
+from pdlib.engine import kernels as K
 from pdlib.engine.model import Qwen3
 from pdlib.experiment import Experiment
 from pdlib.validate import ValidationError
@@ -66,15 +66,17 @@ def test_off_by_one_position_is_caught_by_decode_kv(exp, monkeypatch):
     assert "decode_kv check" in str(e) and f"position {PROMPT}" in str(e) and "layer 0" in str(e)
 
 
-def test_stale_cache_entry_is_caught(exp, monkeypatch):
+def test_stale_cache_entry_is_caught(tiny, monkeypatch):
+    params = RunParams(model="synthetic:tiny", prompt_tokens=PROMPT, output_tokens=OUTPUTS, chunk_size=CHUNK,
+                       policies=("eager", "chunked"), logical_cache_reset=True)
+    exp = Experiment(params, model=tiny, compile_steps=False)  # uncompiled, so the planted mask takes effect
     exp.validate(["eager"])                # leaves stale K/V in both caches (logical reset keeps them)
-    real = KVCache.view
-    monkeypatch.setattr(KVCache, "view", lambda self, layer, stop: real(self, layer, stop + 1))  # reads one too many
+    real = K.causal_mask
+    monkeypatch.setattr(K, "causal_mask", lambda positions, cap: real(positions + 1, cap))
     e = fails(exp)
-    # the causal mask hides the extra slot from multi-token chunks, so the K/V stay right; the pruned final
-    # layer's single query has no mask and reads the stale slot: A's first output is wrong
-    assert e.result.checks["prefix_kv"].worst_ratio <= 1
-    assert "logits check, request A, position 39" in str(e)
+    # every query now also sees the slot after its own, stale from the earlier run: layer 0's K/V are
+    # still right, its attention output is not, so layer 1's K/V are the first wrong ones
+    assert "prefix_kv check, request A" in str(e) and "layer 1" in str(e)
 
 
 def test_a_wrong_prefill_chunk_is_caught_by_prefix_kv(exp, monkeypatch):

@@ -39,8 +39,8 @@ class Request:
 
 class Engine:
     def __init__(self, model: LoadedModel, *, capacity: int, lossless_decode_weights: bool = True,
-                 prune_final_layer: bool = True):
-        self.model = Qwen3(model, lossless_decode_weights=lossless_decode_weights)
+                 prune_final_layer: bool = True, compile_steps: bool = True):
+        self.model = Qwen3(model, lossless_decode_weights=lossless_decode_weights, compile_steps=compile_steps)
         self.capacity = capacity
         self.prune_final_layer = prune_final_layer
         self.requests: dict[str, Request] = {}
@@ -66,6 +66,7 @@ class Engine:
         logits = self.model.prefill(r.cache, r.prompt[start:stop], start=start, last=last,
                                     prune=self.prune_final_layer)
         r.prefilled, r.cache.length = stop, stop
+        r.cache.next_pos = None
         if not last:
             mx.async_eval(r.cache.k, r.cache.v)  # MLX is lazy: start the chunk's work now
             return None

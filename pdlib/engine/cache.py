@@ -33,13 +33,5 @@ class KVCache:
             self.k = self.v = None  # drop the old buffers before allocating new ones
             self.allocate()
 
-    def write(self, layer: int, k: mx.array, v: mx.array, *, start: int) -> None:
-        """Store (Hkv, T, Dh) new entries of one layer at positions start .. start+T-1."""
-        stop = start + k.shape[1]
-        if stop > self.capacity:
-            raise RuntimeError(f"KV cache overflow: position {stop - 1} >= capacity {self.capacity}")
-        self.k[layer, :, start:stop, :] = k
-        self.v[layer, :, start:stop, :] = v
-
     def view(self, layer: int, stop: int) -> tuple[mx.array, mx.array]:
         return self.k[layer, :, :stop, :], self.v[layer, :, :stop, :]

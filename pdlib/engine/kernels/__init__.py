@@ -6,13 +6,13 @@
     y = K.gemv(x, w_bf16, norm=w_norm, eps=1e-6)   # kernel on a GPU, ops twin on the CPU
 """
 
-from pdlib.engine.kernels.attention import attention, attention_ops
+from pdlib.engine.kernels.attention import attention, attention_ops, causal_mask
 from pdlib.engine.kernels.backend import BACKEND
 from pdlib.engine.kernels.decode_attention import decode_attention, decode_attention_kernel, decode_attention_ops
 from pdlib.engine.kernels.gemv import gemv, gemv_kernel, gemv_ops, linear
 from pdlib.engine.kernels.rmsnorm import rms_norm, rms_norm_ops
 from pdlib.engine.kernels.rope import rope, rope_inv_freq, rope_ops
 
-__all__ = ["BACKEND", "attention", "attention_ops", "decode_attention", "decode_attention_kernel",
+__all__ = ["BACKEND", "attention", "attention_ops", "causal_mask", "decode_attention", "decode_attention_kernel",
            "decode_attention_ops", "gemv", "gemv_kernel", "gemv_ops", "linear", "rms_norm", "rms_norm_ops",
            "rope", "rope_inv_freq", "rope_ops"]

@@ -1,18 +1,24 @@
-"""Causal GQA attention of T new queries over a request's KV cache, FP32 with a max-subtracted softmax."""
+"""Causal GQA attention of T new queries over a request's whole KV cache, FP32, max-subtracted softmax.
+
+The cache has static shape (Hkv, capacity, Dh); `causal_mask` says which slots each query may see (those at
+or before its own position), so stale entries past the request's length are never read into a result.
+"""
 
 import mlx.core as mx
 
 
-def attention_ops(q: mx.array, k: mx.array, v: mx.array, *, start: int, scale: float) -> mx.array:
-    """q: (Hq, T, Dh) at positions start .. start+T-1; k, v: (Hkv, S, Dh) with S = start + T.
-    Returns (Hq, T, Dh)."""
+def causal_mask(positions: mx.array, capacity: int) -> mx.array:
+    """(T, capacity) bool: key slot j is visible to the query at positions[t] iff j <= positions[t]."""
+    return mx.arange(capacity, dtype=mx.int32)[None] <= positions[:, None]
+
+
+def attention_ops(q: mx.array, k: mx.array, v: mx.array, *, mask: mx.array, scale: float) -> mx.array:
+    """q: (Hq, T, Dh); k, v: (Hkv, S, Dh); mask: (T, S) -> (Hq, T, Dh)."""
     Hq, T, Dh = q.shape
-    Hkv, S, _ = k.shape
+    Hkv = k.shape[0]
     qg = q.reshape(Hkv, Hq // Hkv, T, Dh)
     scores = (qg * scale) @ k[:, None].swapaxes(-1, -2)          # (Hkv, rep, T, S)
-    if T > 1:
-        causal = mx.arange(start, start + T)[:, None] >= mx.arange(S)[None]
-        scores = mx.where(causal, scores, mx.array(-mx.inf, mx.float32))
+    scores = mx.where(mask, scores, mx.array(-mx.inf, mx.float32))
     scores = mx.exp(scores - mx.max(scores, axis=-1, keepdims=True))
     probs = scores / mx.sum(scores, axis=-1, keepdims=True)
     return (probs @ v[:, None]).reshape(Hq, T, Dh)

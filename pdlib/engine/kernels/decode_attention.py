@@ -94,30 +94,54 @@ CUDA_PARTIAL = r"""
     __syncthreads();
     if (c == 0) { k_new[h * DH + t] = kn[t]; v_new[h * DH + t] = vn[t]; }
 
-    // online softmax over this block's keys; warp w takes keys start + w, start + w + WARPS, ...
+    // online softmax over this block's keys: warp w takes groups of G consecutive keys (G independent
+    // loads in flight per lane), groups w, w + WARPS, ...
+    constexpr int G = 8;
     const int start = c * CHUNK, stop = min(start + CHUNK, P + 1);
-    const size_t base = ((size_t)LAYER * HKV + h) * CAP * DH;
+    const float4* K4 = reinterpret_cast<const float4*>(kc + ((size_t)LAYER * HKV + h) * CAP * DH);
+    const float4* V4 = reinterpret_cast<const float4*>(vc + ((size_t)LAYER * HKV + h) * CAP * DH);
+    float4 qv[REP];
     float m[REP], l[REP];
     float4 acc[REP];
-    for (int r = 0; r < REP; ++r) { m[r] = -INFINITY; l[r] = 0.f; acc[r] = make_float4(0.f, 0.f, 0.f, 0.f); }
-    for (int j = start + warp; j < stop; j += WARPS) {
-        float4 kv, vv;
-        if (j == P) {
-            kv = make_float4(kn[lane * 4], kn[lane * 4 + 1], kn[lane * 4 + 2], kn[lane * 4 + 3]);
-            vv = make_float4(vn[lane * 4], vn[lane * 4 + 1], vn[lane * 4 + 2], vn[lane * 4 + 3]);
-        } else {
-            kv = reinterpret_cast<const float4*>(kc + base + (size_t)j * DH)[lane];
-            vv = reinterpret_cast<const float4*>(vc + base + (size_t)j * DH)[lane];
+    for (int r = 0; r < REP; ++r) {
+        qv[r] = make_float4(qs[r][lane * 4], qs[r][lane * 4 + 1], qs[r][lane * 4 + 2], qs[r][lane * 4 + 3]);
+        m[r] = -INFINITY; l[r] = 0.f; acc[r] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    const float4 kp = make_float4(kn[lane * 4], kn[lane * 4 + 1], kn[lane * 4 + 2], kn[lane * 4 + 3]);
+    const float4 vp = make_float4(vn[lane * 4], vn[lane * 4 + 1], vn[lane * 4 + 2], vn[lane * 4 + 3]);
+    for (int j0 = start + warp * G; j0 < stop; j0 += WARPS * G) {
+        float4 kv[G], vv[G];
+        #pragma unroll
+        for (int g = 0; g < G; ++g) {
+            const int j = j0 + g;
+            if (j < P) { kv[g] = K4[(size_t)j * (DH / 4) + lane]; vv[g] = V4[(size_t)j * (DH / 4) + lane]; }
+            else { kv[g] = kp; vv[g] = vp; }  // j == P: the new slot; j > P is masked below
         }
+        #pragma unroll
         for (int r = 0; r < REP; ++r) {
-            const float* qr = qs[r] + lane * 4;
-            float s = qr[0] * kv.x + qr[1] * kv.y + qr[2] * kv.z + qr[3] * kv.w;
-            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-            const float mn = fmaxf(m[r], s);
-            const float corr = expf(m[r] - mn), p = expf(s - mn);
-            l[r] = l[r] * corr + p;
-            acc[r].x = acc[r].x * corr + p * vv.x; acc[r].y = acc[r].y * corr + p * vv.y;
-            acc[r].z = acc[r].z * corr + p * vv.z; acc[r].w = acc[r].w * corr + p * vv.w;
+            float s[G];
+            #pragma unroll
+            for (int g = 0; g < G; ++g)
+                s[g] = qv[r].x * kv[g].x + qv[r].y * kv[g].y + qv[r].z * kv[g].z + qv[r].w * kv[g].w;
+            #pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                #pragma unroll
+                for (int g = 0; g < G; ++g) s[g] += __shfl_xor_sync(0xffffffffu, s[g], o);
+            }
+            float mn = m[r];
+            #pragma unroll
+            for (int g = 0; g < G; ++g) if (j0 + g < stop) mn = fmaxf(mn, s[g]);
+            const float corr = expf(m[r] - mn);
+            l[r] *= corr;
+            acc[r].x *= corr; acc[r].y *= corr; acc[r].z *= corr; acc[r].w *= corr;
+            #pragma unroll
+            for (int g = 0; g < G; ++g) {
+                if (j0 + g < stop) {
+                    const float p = expf(s[g] - mn);
+                    l[r] += p;
+                    acc[r].x += p * vv[g].x; acc[r].y += p * vv[g].y; acc[r].z += p * vv[g].z; acc[r].w += p * vv[g].w;
+                }
+            }
             m[r] = mn;
         }
     }
@@ -206,27 +230,41 @@ METAL_PARTIAL = r"""
     threadgroup_barrier(mem_flags::mem_threadgroup);
     if (c == 0) { k_new[h * DH + t] = kn[t]; v_new[h * DH + t] = vn[t]; }
 
+    constexpr int G = 8;
     const int start = c * CHUNK, stop = min(start + CHUNK, P + 1);
-    const size_t base = ((size_t)LAYER * HKV + h) * CAP * DH;
+    const device float4* K4 = reinterpret_cast<const device float4*>(kc + ((size_t)LAYER * HKV + h) * CAP * DH);
+    const device float4* V4 = reinterpret_cast<const device float4*>(vc + ((size_t)LAYER * HKV + h) * CAP * DH);
+    float4 qv[REP];
     float m[REP], l[REP];
     float4 acc[REP];
-    for (int r = 0; r < REP; ++r) { m[r] = -INFINITY; l[r] = 0.f; acc[r] = float4(0.f); }
-    for (int j = start + warp; j < stop; j += WARPS) {
-        float4 kv, vv;
-        if (j == P) {
-            kv = float4(kn[lane * 4], kn[lane * 4 + 1], kn[lane * 4 + 2], kn[lane * 4 + 3]);
-            vv = float4(vn[lane * 4], vn[lane * 4 + 1], vn[lane * 4 + 2], vn[lane * 4 + 3]);
-        } else {
-            kv = reinterpret_cast<const device float4*>(kc + base + (size_t)j * DH)[lane];
-            vv = reinterpret_cast<const device float4*>(vc + base + (size_t)j * DH)[lane];
+    for (int r = 0; r < REP; ++r) {
+        qv[r] = float4(qs[r][lane * 4], qs[r][lane * 4 + 1], qs[r][lane * 4 + 2], qs[r][lane * 4 + 3]);
+        m[r] = -INFINITY; l[r] = 0.f; acc[r] = float4(0.f);
+    }
+    const float4 kp = float4(kn[lane * 4], kn[lane * 4 + 1], kn[lane * 4 + 2], kn[lane * 4 + 3]);
+    const float4 vp = float4(vn[lane * 4], vn[lane * 4 + 1], vn[lane * 4 + 2], vn[lane * 4 + 3]);
+    for (int j0 = start + warp * G; j0 < stop; j0 += WARPS * G) {
+        float4 kv[G], vv[G];
+        for (int g = 0; g < G; ++g) {
+            const int j = j0 + g;
+            if (j < P) { kv[g] = K4[(size_t)j * (DH / 4) + lane]; vv[g] = V4[(size_t)j * (DH / 4) + lane]; }
+            else { kv[g] = kp; vv[g] = vp; }
         }
         for (int r = 0; r < REP; ++r) {
-            float s = simd_sum(dot(float4(qs[r][lane * 4], qs[r][lane * 4 + 1], qs[r][lane * 4 + 2],
-                                          qs[r][lane * 4 + 3]), kv));
-            const float mn = fmax(m[r], s);
-            const float corr = metal::precise::exp(m[r] - mn), p = metal::precise::exp(s - mn);
-            l[r] = l[r] * corr + p;
-            acc[r] = acc[r] * corr + p * vv;
+            float s[G];
+            for (int g = 0; g < G; ++g) s[g] = simd_sum(dot(qv[r], kv[g]));
+            float mn = m[r];
+            for (int g = 0; g < G; ++g) if (j0 + g < stop) mn = fmax(mn, s[g]);
+            const float corr = metal::precise::exp(m[r] - mn);
+            l[r] *= corr;
+            acc[r] *= corr;
+            for (int g = 0; g < G; ++g) {
+                if (j0 + g < stop) {
+                    const float p = metal::precise::exp(s[g] - mn);
+                    l[r] += p;
+                    acc[r] += p * vv[g];
+                }
+            }
             m[r] = mn;
         }
     }

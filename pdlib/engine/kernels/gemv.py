@@ -13,7 +13,9 @@ import mlx.core as mx
 
 from pdlib.engine.kernels.backend import BACKEND, float_bits, kernel_or_none
 
-BLOCK = 256  # threads: 8 warps (Metal: 8 simdgroups of 32)
+def block_size(n_rows: int) -> int:
+    """Threads per block: 8 warps, or 4 for short matrices so that more blocks cover the SMs."""
+    return 128 if n_rows <= 2048 else 256
 
 
 def linear(x: mx.array, w: mx.array) -> mx.array:
@@ -154,13 +156,13 @@ def gemv_kernel(x: mx.array, w: mx.array, *, norm: mx.array | None = None, eps: 
     """`poison` fills the output with NaN before the kernel runs, so a test sees any element it skipped."""
     K = x.shape[0]
     N = w.shape[0] // 2 if swiglu else w.shape[0]
-    warps = BLOCK // 32
-    blocks = min(-(-N // warps), 2048)
+    block = block_size(N)
+    blocks = min(-(-N // (block // 32)), 2048)
     (out,) = _kernel(
         inputs=[x, w, _ONE if norm is None else norm, _ONE if residual is None else residual],
-        template=[("K", K), ("N", N), ("BLOCK", BLOCK), ("EPS_BITS", float_bits(eps)), ("NORM", norm is not None),
+        template=[("K", K), ("N", N), ("BLOCK", block), ("EPS_BITS", float_bits(eps)), ("NORM", norm is not None),
                   ("RESIDUAL", residual is not None), ("SWIGLU", swiglu)],
-        grid=(blocks * BLOCK, 1, 1), threadgroup=(BLOCK, 1, 1),
+        grid=(blocks * block, 1, 1), threadgroup=(block, 1, 1),
         output_shapes=[(N,)], output_dtypes=[mx.float32], init_value=float("nan") if poison else None)
     return out
 

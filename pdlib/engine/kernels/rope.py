@@ -33,10 +33,10 @@ def rope_inv_freq(head_dim: int, *, base: float) -> mx.array:
     return out
 
 
-def rope_ops(x: mx.array, *, start: int, inv_freq: mx.array) -> mx.array:
-    """x: (..., T, Dh) at positions start .. start+T-1."""
-    T, half = x.shape[-2], x.shape[-1] // 2
-    angle = mx.arange(start, start + T, dtype=mx.float32)[:, None] * inv_freq[None]
+def rope_ops(x: mx.array, *, positions: mx.array, inv_freq: mx.array) -> mx.array:
+    """x: (..., T, Dh) at the T int32 positions."""
+    half = x.shape[-1] // 2
+    angle = positions.astype(mx.float32)[:, None] * inv_freq[None]
     cos, sin = mx.cos(angle), mx.sin(angle)
     x1, x2 = x[..., :half], x[..., half:]
     return mx.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)

@@ -1,0 +1,99 @@
+"""The op layer. On a GPU backend every kernel is checked against its MLX-ops twin (fresh random inputs,
+outputs poisoned with NaN); on the CPU, where the twins are what runs, the twins are checked against
+straightforward NumPy versions of the same maths."""
+
+import numpy as np
+import pytest
+
+import mlx.core as mx
+
+from pdlib.engine import kernels as K
+from pdlib.kernel_check import check_kernels
+
+gpu = pytest.mark.skipif(K.BACKEND == "cpu", reason="no GPU backend: the kernels run only on CUDA or Metal")
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("seed", [0, 1])
+def test_every_kernel_matches_its_ops_twin(seed):
+    rows = check_kernels(seed=seed)
+    assert len(rows) > 20
+    bad = [r for r in rows if not r["passed"]]
+    assert not bad, bad
+
+
+def test_check_kernels_refuses_on_the_cpu():
+    if K.BACKEND != "cpu":
+        pytest.skip("GPU backend present")
+    with pytest.raises(RuntimeError, match="no GPU backend"):
+        check_kernels()
+
+
+def rms(x, w, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+@pytest.mark.parametrize("norm,residual,swiglu", [(True, False, False), (False, True, False), (True, False, True)])
+def test_gemv_ops_twin(norm, residual, swiglu):
+    rng = np.random.default_rng(0)
+    k, n = 64, 48
+    x = rng.standard_normal(k).astype(np.float32)
+    w = rng.standard_normal((2 * n if swiglu else n, k)).astype(np.float32) / 8
+    nw = (1 + 0.1 * rng.standard_normal(k)).astype(np.float32)
+    res = rng.standard_normal(n).astype(np.float32)
+    got = K.gemv_ops(mx.array(x), mx.array(w).astype(mx.bfloat16), norm=mx.array(nw) if norm else None, eps=1e-6,
+                     residual=mx.array(res) if residual else None, swiglu=swiglu)
+    xin = rms(x, nw, 1e-6) if norm else x
+    y = np.array(mx.array(w).astype(mx.bfloat16).astype(mx.float32)) @ xin
+    if swiglu:
+        g, u = y[:n], y[n:]
+        y = g / (1 + np.exp(-g)) * u
+    if residual:
+        y = y + res
+    np.testing.assert_allclose(np.array(got), y, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("pos", [0, 5, 37])
+def test_decode_attention_ops_twin(pos):
+    """Against plain NumPy: RMSNorm + RoPE of the new q/k, softmax attention over positions 0..pos, where
+    slot pos is the new k/v and everything beyond it is garbage that must not matter."""
+    rng = np.random.default_rng(pos)
+    Hq, Hkv, Dh, L, cap = 4, 2, 16, 2, 40
+    qkv = rng.standard_normal((Hq + 2 * Hkv) * Dh).astype(np.float32)
+    qn, kn = (1 + 0.1 * rng.standard_normal((2, Dh))).astype(np.float32)
+    kc = rng.standard_normal((L, Hkv, cap, Dh)).astype(np.float32)
+    vc = rng.standard_normal((L, Hkv, cap, Dh)).astype(np.float32)
+    kc[:, :, pos:], vc[:, :, pos:] = 1e4, -1e4
+    inv_freq = K.rope_inv_freq(Dh, base=1e6)
+    o, k_new, v_new = K.decode_attention_ops(mx.array(qkv), mx.array(qn), mx.array(kn), inv_freq,
+                                             mx.array([pos], mx.int32), mx.array(kc), mx.array(vc), 1,
+                                             heads=Hq, kv_heads=Hkv, eps=1e-6)
+
+    def norm_rope(x, w):
+        x = rms(x, w, 1e-6)
+        ang = pos * np.array(inv_freq)
+        x1, x2 = x[:, : Dh // 2], x[:, Dh // 2:]
+        return np.concatenate([x1 * np.cos(ang) - x2 * np.sin(ang), x2 * np.cos(ang) + x1 * np.sin(ang)], -1)
+
+    q = norm_rope(qkv[: Hq * Dh].reshape(Hq, Dh), qn)
+    k = norm_rope(qkv[Hq * Dh: (Hq + Hkv) * Dh].reshape(Hkv, Dh), kn)
+    v = qkv[(Hq + Hkv) * Dh:].reshape(Hkv, Dh)
+    keys = np.concatenate([kc[1, :, :pos], k[:, None]], axis=1)
+    vals = np.concatenate([vc[1, :, :pos], v[:, None]], axis=1)
+    want = []
+    for hq in range(Hq):
+        s = keys[hq // (Hq // Hkv)] @ q[hq] / np.sqrt(Dh)
+        p = np.exp(s - s.max())
+        want.append(p / p.sum() @ vals[hq // (Hq // Hkv)])
+    np.testing.assert_allclose(np.array(o), np.concatenate(want), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(np.array(k_new), k, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(np.array(v_new), v)
+
+
+def test_rope_frequencies_match_mlx_rope():
+    """Our table reproduces MLX's own rope (the reference's) bit for bit at a large position."""
+    x = mx.random.normal((1, 2, 3, 128))
+    ref = mx.fast.rope(x, 128, traditional=False, base=1e6, scale=1.0, offset=4093)
+    got = K.rope_ops(x, positions=mx.arange(4093, 4096, dtype=mx.int32), inv_freq=K.rope_inv_freq(128, base=1e6))
+    assert mx.array_equal(got, ref).item()
