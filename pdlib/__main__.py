@@ -98,7 +98,9 @@ def cmd_render(args) -> int:
 def cmd_notebooks(args) -> int:
     from pdlib.notebooks import NotebookFailed, run_notebooks, shown
     try:
-        run = run_notebooks(args.params, out=args.out, quiet=args.quiet)
+        if args.report is not None and args.out is None:
+            raise InputError("notebooks --report needs --out DIR (the report has no params file to name it)")
+        run = run_notebooks(args.params, report=args.report, out=args.out, quiet=args.quiet)
     except NotebookFailed as e:
         print(f"error: {e}", file=sys.stderr)
         return e.code
@@ -167,9 +169,12 @@ def main(argv=None) -> int:
     b.add_argument("--chunk-size", type=int, default=128)
     b.add_argument("--output", help="JSON path; must not exist")
     b.set_defaults(func=cmd_bench_step)
-    n = sub.add_parser("notebooks", help="execute the three notebooks into outputs/<params stem>/ (never overwrites)")
-    n.add_argument("--params", required=True, help="YAML file with RunParams keys")
-    n.add_argument("--out", help="output folder (default outputs/<params stem>; -2, -3, ... if it holds files)")
+    n = sub.add_parser("notebooks", help="execute the three notebooks (trials, or a given report) into a fresh folder")
+    source = n.add_mutually_exclusive_group(required=True)
+    source.add_argument("--params", help="YAML file with RunParams keys: run the trials")
+    source.add_argument("--report", help="report.json from `run` (e.g. on another machine): render it, run nothing")
+    n.add_argument("--out", help="output folder (default outputs/<params stem>; required with --report; "
+                                 "-2, -3, ... if it holds files)")
     n.add_argument("--quiet", action="store_true", help="no progress bar")
     n.set_defaults(func=cmd_notebooks)
     d = sub.add_parser("render", help="rebuild every figure and table from a report, without rerunning")

@@ -3,6 +3,7 @@ smaller): the report, tables, figures and offline HTML land in a fresh folder, t
 pdlib.analysis recomputed on the same report and with `render`, and nothing is ever overwritten."""
 
 import ast
+import json
 import re
 
 import nbformat
@@ -95,6 +96,13 @@ def test_tables_agree_with_the_analysis(run, report):
     assert shown == [an.findings(metrics, summary)]
 
 
+def test_run_01_shows_where_it_ran(run, report):
+    html = (run[2] / "01_run_trials.html").read_text()
+    env = report["environment"]
+    assert "Where it ran" in html and env["backend"] in html and env["mlx"] in html
+    assert str(env["device_name"]) in html and "no trials run here" not in html
+
+
 def test_notebooks_and_render_write_the_same_files(run, report, tmp_path):
     out = run[2]
     written = plots.render_all(report, tmp_path, stall_threshold_ms=nbk.stall_threshold(report))
@@ -154,3 +162,119 @@ def test_error_inside_a_notebook_is_one_line(tmp_path, capsys):
     assert err.count("\n") == 1 and "01_run_trials failed: InputError: unknown model preset 'nosuch'" in err
     assert (tmp_path / "o" / "01_run_trials.html").is_file()  # the traceback is kept
     assert not (tmp_path / "o" / "report.json").exists()
+
+
+# ---- a report made elsewhere (e.g. `python -m pdlib run` on a GPU box without Jupyter) -----------------
+SMALL_REPORT = nbk.ROOT / "tests" / "data" / "small-report.json"
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    out = tmp_path_factory.mktemp("rendered") / "small"
+    log = []
+    result = nbk.run_notebooks(report=SMALL_REPORT, out=out, quiet=True, log=log.append)
+    return result, log, out
+
+
+def test_report_renders_the_same_folder_without_running(rendered, tmp_path):
+    result, log, out = rendered
+    assert result["out_dir"] == out and log[0] == f"writing to {out}"
+    expected = ({"report.json", *nbk.TABLES, *FIGURE_FILES}
+                | {f"{n}.{ext}" for n in nbk.NOTEBOOKS for ext in ("ipynb", "html")})
+    assert {p.name for p in out.iterdir()} == expected
+    assert (out / "report.json").read_bytes() == SMALL_REPORT.read_bytes()
+    report = an.load_report(SMALL_REPORT)
+    plots.render_all(report, tmp_path, stall_threshold_ms=nbk.stall_threshold(report))
+    for name in nbk.TABLES:
+        assert (tmp_path / name).read_bytes() == (out / name).read_bytes(), name
+    for name in nbk.NOTEBOOKS:
+        nb = nbformat.read(out / f"{name}.ipynb", as_version=4)
+        for cell in nb.cells:
+            for o in cell.get("outputs", []):
+                assert o.output_type != "error", f"{name}: {o.get('ename')}: {o.get('evalue')}"
+                assert not (o.output_type == "stream" and o.name == "stderr"), f"{name}: {o.text}"
+    nb = nbformat.read(out / "01_run_trials.ipynb", as_version=4)
+    (injected,) = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    assert "params_file = None" in injected.source and "small-report.json" in injected.source
+
+
+def test_report_01_shows_what_a_run_shows_and_where_it_ran(rendered):
+    out = rendered[2]
+    report = an.load_report(SMALL_REPORT)
+    html = (out / "01_run_trials.html").read_text()
+    assert report["environment"]["device_name"] in html
+    assert report["environment"]["mlx"] in html and report["model"]["spec"] in html
+    assert "no trials run here" in html
+    assert "warmups+trials" not in html and not re.search(r"\d+%\|", html)  # no progress bar
+    nb = nbformat.read(out / "01_run_trials.ipynb", as_version=4)
+    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert nbk.validation_table(report) in text and nbk.run_line(report) in text
+    for policy in report["params"]["policies"]:
+        assert re.search(rf"^{policy}\s+pass\s", text, re.M)  # one validation row per policy
+    tables = [o["data"]["text/html"] for c in nb.cells if c.cell_type == "code" for o in c.outputs
+              if "headline_medians" in c.source and "text/html" in o.get("data", {})]
+    metrics = an.metrics_frame(report, stall_threshold_ms=nbk.stall_threshold(report))
+    assert tables == [nbk.headline_medians(an.summary_frame(metrics))._repr_html_()]
+
+
+def test_report_second_render_goes_to_a_new_folder(rendered, capsys):
+    first = rendered[2]
+    before = {p.name: p.stat().st_mtime_ns for p in first.iterdir()}
+    assert main(["notebooks", "--report", str(SMALL_REPORT), "--out", str(first), "--quiet"]) == 0
+    second = first.with_name(first.name + "-2")
+    assert capsys.readouterr().out.splitlines()[0] == \
+        f"{first} already holds files from an earlier run; this run writes to {second}"
+    assert (second / "report.json").read_bytes() == SMALL_REPORT.read_bytes()
+    assert (second / "03_figures.html").is_file()
+    assert {p.name: p.stat().st_mtime_ns for p in first.iterdir()} == before
+
+
+def test_bad_report_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys):
+    text, report = SMALL_REPORT.read_text(), an.load_report(SMALL_REPORT)
+    bad = {"truncated.json": (text[: len(text) // 2], "not valid JSON (truncated?)"),
+           "schema.json": (json.dumps({**report, "schema": "pdlib.report/0"}), "schema is 'pdlib.report/0'"),
+           "params.json": (json.dumps({**report, "params": {**report["params"], "bogus": 1}}),
+                           "params has unknown key(s) bogus"),
+           "validation.json": (json.dumps({**report, "validation": {"eager": {"checks": 1}}}),
+                               "validation results are malformed")}
+    out = tmp_path / "o"
+    for name, (content, message) in bad.items():
+        (tmp_path / name).write_text(content)
+        assert main(["notebooks", "--report", str(tmp_path / name), "--out", str(out)]) == 2, name
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
+        with pytest.raises(InputError):
+            nbk.run_notebooks(report=tmp_path / name, out=out)
+    assert main(["notebooks", "--report", str(SMALL_REPORT)]) == 2  # --out is required with --report
+    assert "needs --out" in capsys.readouterr().err
+    assert main(["notebooks", "--report", str(SMALL_REPORT), "--params", "params/smoke-cpu.yaml",
+                 "--out", str(out)]) == 2
+    assert "not allowed with" in capsys.readouterr().err
+    assert not out.exists()  # refused before any folder or kernel
+
+
+def test_load_or_run_copies_once_and_never_overwrites(tmp_path, capsys):
+    dest = tmp_path / "x" / "report.json"
+    report = nbk.load_or_run(report_source=SMALL_REPORT, output=dest)
+    assert dest.read_bytes() == SMALL_REPORT.read_bytes() and report == an.load_report(SMALL_REPORT)
+    assert nbk.load_or_run(report_source=dest, output=dest) == report  # already in place: shown, not copied
+    assert "no trials run here" in capsys.readouterr().out
+    other = tmp_path / "other.json"
+    other.write_text("{}")
+    with pytest.raises(InputError, match="already exists"):
+        nbk.load_or_run(report_source=SMALL_REPORT, output=other)
+    assert other.read_text() == "{}"
+
+
+def test_environment_table_says_device_and_weights():
+    report = an.load_report(SMALL_REPORT)
+    report["environment"].update(device="gpu", device_name="NVIDIA H200", backend="cuda")
+    report["model"] = {**report["model"], "spec": "synthetic:qwen3-0.6b@0",
+                       "fallback_from": "Qwen/Qwen3-0.6B (not in the local Hugging Face cache)"}
+    table = nbk.environment_table(report)["value"]
+    assert table["device_name"] == "NVIDIA H200" and table["backend"] == "cuda" and table["mlx"] == "0.32.4"
+    assert table["weights"].startswith("synthetic") and "Qwen/Qwen3-0.6B" in table["weights"]
+    assert nbk.run_line(report).startswith("model synthetic:qwen3-0.6b@0 (synthetic, Qwen/Qwen3-0.6B")
+    checkpoint = {**report["model"], "source": "checkpoint", "path": "/hf/qwen3", "revision": "abc"}
+    checkpoint.pop("fallback_from")
+    assert nbk.environment_table({**report, "model": checkpoint})["value"]["weights"] == "checkpoint /hf/qwen3 @ abc"

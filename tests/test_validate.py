@@ -1,14 +1,17 @@
 """The gate catches planted faults, each by the check that should catch it, and says where."""
 
+import importlib
+
 import mlx.core as mx
 import pytest
 
 from pdlib.config import RunParams
 from pdlib.engine import Engine
-from pdlib.engine import kernels as K
 from pdlib.engine.model import Qwen3
 from pdlib.experiment import Experiment
 from pdlib.validate import ValidationError
+
+decode_attention_module = importlib.import_module("pdlib.engine.kernels.decode_attention")
 
 PROMPT, OUTPUTS, CHUNK = 40, 8, 16
 
@@ -71,12 +74,13 @@ def test_stale_cache_entry_is_caught(tiny, monkeypatch):
                        policies=("eager", "chunked"), logical_cache_reset=True)
     exp = Experiment(params, model=tiny, compile_steps=False)  # uncompiled, so the planted mask takes effect
     exp.validate(["eager"])                # leaves stale K/V in both caches (logical reset keeps them)
-    real = K.causal_mask
-    monkeypatch.setattr(K, "causal_mask", lambda positions, cap: real(positions + 1, cap))
+    real = decode_attention_module.causal_mask
+    # decode attention now also sees the slot after the new token's: stale, left by the earlier run
+    monkeypatch.setattr(decode_attention_module, "causal_mask", lambda pos, cap: real(pos + 1, cap))
     e = fails(exp)
-    # every query now also sees the slot after its own, stale from the earlier run: layer 0's K/V are
-    # still right, its attention output is not, so layer 1's K/V are the first wrong ones
-    assert "prefix_kv check, request A" in str(e) and "layer 1" in str(e)
+    assert e.result.checks["prefix_kv"].worst_ratio <= 1      # the prompts were fine
+    # A's first decode read the stale slot in layer 0's attention: the K/V slot it writes in layer 1 is wrong
+    assert f"decode_kv check, request A, position {PROMPT}, layer 1" in str(e)
 
 
 def test_a_wrong_prefill_chunk_is_caught_by_prefix_kv(exp, monkeypatch):

@@ -3,7 +3,6 @@ decode step (bf16-packed weights, FP32 accumulation). Shapes: D hidden, T tokens
 """
 
 from dataclasses import dataclass
-from functools import partial
 
 import mlx.core as mx
 
@@ -44,8 +43,7 @@ class Qwen3:
         self.d_lm_head = pack(self.lm_head, "lm_head")
         # Static shapes (the cache capacity) and a position input: every decode step replays one graph.
         self._step = mx.compile(self.decode_step) if compile_steps else self.decode_step
-        self._prefill = {(last, prune): (mx.compile if compile_steps else (lambda f: f))(
-            partial(self.prefill_step, last=last, prune=prune)) for last in (False, True) for prune in (False, True)}
+
         mx.eval(self.d_lm_head, [[L.d_qkv, L.d_o, L.d_gate_up, L.d_down] for L in self.layers])
 
     def new_cache(self, capacity: int) -> KVCache:
@@ -75,46 +73,37 @@ class Qwen3:
         g, u = K.linear(x, L.w_gate), K.linear(x, L.w_up)
         return h + K.linear(g * mx.sigmoid(g) * u, L.w_down)
 
-    def prefill_step(self, tokens: mx.array, start: mx.array, k_all: mx.array, v_all: mx.array, *,
-                     last: bool, prune: bool):
-        """Prompt tokens (T,) at positions start .. start+T-1 (start an int32 (1,) array), pure:
-        -> (logits (V,) of the final position, or None unless `last`; K, V with the chunk's slots written).
+    def prefill(self, cache: KVCache, tokens: mx.array, *, start: int, last: bool, prune: bool = True):
+        """Run prompt tokens (T,) at positions start .. start+T-1, writing their K/V into the cache. Returns the
+        logits (V,) of the final position when `last` (this chunk finishes the prompt), else None.
 
-        Shapes depend only on T and the cache capacity (attention covers the whole capacity under a causal
-        mask), so each chunk size compiles once. Final-layer pruning: the last layer's output only matters
-        for the prompt's final position, so a chunk that does not finish the prompt computes only its K/V,
-        and the finishing chunk runs attention, MLP, norm and LM head for its final position only."""
+        Final-layer pruning: the last layer's output only matters for the prompt's final position, so a
+        chunk that does not finish the prompt computes only its K/V, and the finishing chunk runs attention,
+        MLP, norm and LM head for its final position only. (Eager MLX ops: a compiled static-shape variant
+        over the whole cache measured 2.5 s for 4,096 tokens in 128-token chunks on an H200, this 0.9 s.)"""
         c, T = self.cfg, tokens.shape[0]
+        if start + T > cache.capacity:
+            raise RuntimeError(f"KV cache overflow: position {start + T - 1} >= capacity {cache.capacity}")
         eps = c.rms_norm_eps
-        positions = start + mx.arange(T, dtype=mx.int32)
-        mask = K.causal_mask(positions, k_all.shape[2])
+        positions = mx.arange(start, start + T, dtype=mx.int32)
+        mask = K.causal_mask(positions, start + T)
         h = self.embed[tokens]
         n_layers = len(self.layers)
         for i, L in enumerate(self.layers):
             x = K.rms_norm(h, L.in_norm, eps=eps)
             k, v = self._kv(L, x, positions)
-            at = mx.concatenate([mx.array([i], mx.int32), start])
-            k_all = mx.slice_update(k_all, k[None], at, axes=(0, 2))
-            v_all = mx.slice_update(v_all, v[None], at, axes=(0, 2))
+            cache.k[i, :, start:start + T, :] = k
+            cache.v[i, :, start:start + T, :] = v
             q_pos, q_mask = positions, mask
             if prune and i == n_layers - 1:
                 if not last:
-                    return None, k_all, v_all
+                    return None
                 x, h, q_pos, q_mask = x[-1:], h[-1:], positions[-1:], mask[-1:]
-            o = K.attention(self._q(L, x, q_pos), k_all[i], v_all[i], mask=q_mask, scale=self.scale)
+            keys, values = cache.view(i, start + T)
+            o = K.attention(self._q(L, x, q_pos), keys, values, mask=q_mask, scale=self.scale)
             h = h + K.linear(o.swapaxes(0, 1).reshape(-1, c.num_attention_heads * c.head_dim), L.wo)
             h = self._mlp(L, h)
-        logits = K.linear(K.rms_norm(h[-1], self.norm, eps=eps), self.lm_head) if last else None
-        return logits, k_all, v_all
-
-    def prefill(self, cache: KVCache, tokens: mx.array, *, start: int, last: bool, prune: bool = True):
-        """Run the (compiled) prefill step on a request's cache; returns the final position's logits (V,)
-        when `last` (this chunk finishes the prompt), else None."""
-        if start + tokens.shape[0] > cache.capacity:
-            raise RuntimeError(f"KV cache overflow: position {start + tokens.shape[0] - 1} >= capacity {cache.capacity}")
-        step = self._prefill[(last, prune)]
-        logits, cache.k, cache.v = step(tokens, mx.array([start], mx.int32), cache.k, cache.v)
-        return logits
+        return K.linear(K.rms_norm(h[-1], self.norm, eps=eps), self.lm_head) if last else None
 
     # -- decode ---------------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ compiles to one graph; chunks past pos exit at once.
 
 import mlx.core as mx
 
+from pdlib.engine.kernels.attention import causal_mask
 from pdlib.engine.kernels.backend import float_bits, kernel_or_none
 
 CHUNK = 128     # keys per block
@@ -40,7 +41,7 @@ def decode_attention_ops(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, l
     values = mx.where(at_pos, v[:, None, :], v_cache[layer])
     qg = q.reshape(kv_heads, heads // kv_heads, Dh) * (Dh ** -0.5)
     scores = qg @ keys.swapaxes(-1, -2)                              # (Hkv, rep, cap)
-    scores = mx.where((mx.arange(cap) <= pos)[None, None], scores, -mx.inf)
+    scores = mx.where(causal_mask(pos, cap)[None], scores, -mx.inf)
     p = mx.exp(scores - mx.max(scores, axis=-1, keepdims=True))
     o = (p / mx.sum(p, axis=-1, keepdims=True)) @ values             # (Hkv, rep, Dh)
     return o.reshape(heads * Dh), k, v
