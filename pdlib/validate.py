@@ -49,9 +49,10 @@ class ReferenceTrace:
             self.tokens.append(self.stream.token.item())
         return self.logits[i], self.tokens[i]
 
-    def kv(self, layer: int, stop: int) -> tuple[mx.array, mx.array]:
-        k, v = self.stream.kv(layer)
-        return k[:, :stop], v[:, :stop]
+    def kv(self, start: int, stop: int) -> mx.array:
+        """K and V of every layer over positions [start, stop): (L, 2, Hkv, stop - start, Dh)."""
+        layers = [self.stream.kv(i) for i in range(len(self.stream.cache))]
+        return mx.stack([mx.stack([k[:, start:stop], v[:, start:stop]]) for k, v in layers])
 
 
 @dataclass
@@ -80,11 +81,13 @@ class ValidationResult:
 
 
 def _stats(x: mx.array, ref: mx.array) -> mx.array:
-    """[max |x-ref|, max |x-ref| / (atol + rtol|ref|), count out of tolerance]; NaN counts as infinitely bad."""
-    err = mx.abs(x - ref)
+    """Per leading index (layer): [max |x-ref|, max |x-ref| / (atol + rtol|ref|), count out of tolerance],
+    shape (3, n); NaN counts as infinitely bad."""
+    n = x.shape[0]
+    err = mx.abs(x - ref).reshape(n, -1)
     err = mx.where(mx.isnan(err), mx.inf, err)
-    bound = ATOL + RTOL * mx.abs(ref)
-    return mx.stack([mx.max(err), mx.max(err / bound), mx.sum(err > bound).astype(mx.float32)])
+    bound = ATOL + RTOL * mx.abs(ref).reshape(n, -1)
+    return mx.stack([mx.max(err, axis=1), mx.max(err / bound, axis=1), mx.sum(err > bound, axis=1).astype(mx.float32)])
 
 
 def _worst_index(x: mx.array, ref: mx.array) -> int:
@@ -100,26 +103,28 @@ class _Checker:
     def __init__(self, result: ValidationResult):
         self.result = result
 
-    def compare(self, kind: str, pairs: list[tuple[mx.array, mx.array]], *, req: str, first_position: int,
-                layered: bool) -> None:
-        """pairs: (x, ref) per layer (or one pair for logits), positions on axis -2 starting at first_position."""
-        per = mx.stack([_stats(x, ref) for x, ref in pairs]).tolist()
+    def compare(self, kind: str, x: mx.array, ref: mx.array, *, req: str, first_position: int, layered: bool) -> None:
+        """x, ref: per layer on axis 0 when `layered` (K/V: (L, 2, Hkv, T, Dh)), else one 1-D logits row;
+        positions on axis -2 starting at first_position. One host sync per call."""
+        if not layered:
+            x, ref = x[None], ref[None]
+        maxabs, ratios, bad = _stats(x, ref).tolist()
         c = self.result.checks[kind]
         c.count += 1
-        c.worst_abs = max(c.worst_abs, *(p[0] for p in per))
+        c.worst_abs = max(c.worst_abs, *maxabs)
 
         def where(i: int) -> dict:
             return {"request": req, "layer": i if layered else None,
-                    "position": first_position + _worst_index(*pairs[i])}
+                    "position": first_position + _worst_index(x[i] if layered else x[0], ref[i] if layered else ref[0])}
 
-        i = max(range(len(per)), key=lambda j: per[j][1])
-        if per[i][1] > c.worst_ratio or c.where is None:
-            c.worst_ratio, c.where = per[i][1], where(i)
-        bad = [j for j, p in enumerate(per) if p[2] > 0]
-        if bad:  # name the first layer that fails: errors propagate upwards from there
-            j = bad[0]
-            self.fail(kind, where(j), f"{int(per[j][2])} value(s) out of tolerance, worst |x-ref| = "
-                      f"{per[j][0]:.3g} ({per[j][1]:.3g}x the allowed 1e-3 + 1e-3*|ref|)")
+        i = max(range(len(ratios)), key=lambda j: ratios[j])
+        if ratios[i] > c.worst_ratio or c.where is None:
+            c.worst_ratio, c.where = ratios[i], where(i)
+        failing = [j for j, n in enumerate(bad) if n > 0]
+        if failing:  # name the first layer that fails: errors propagate upwards from there
+            j = failing[0]
+            self.fail(kind, where(j), f"{int(bad[j])} value(s) out of tolerance, worst |x-ref| = "
+                      f"{maxabs[j]:.3g} ({ratios[j]:.3g}x the allowed 1e-3 + 1e-3*|ref|)")
 
     def token(self, got: int, want: int, *, req: str, index: int, position: int) -> None:
         c = self.result.checks["token"]
@@ -144,13 +149,12 @@ def validate_policy(policy: str, *, engine: Engine, traces: dict[str, ReferenceT
     steps = plan(policy, prompt_tokens=prompt_tokens, output_tokens=output_tokens, chunk_size=chunk_size)
     result = ValidationResult(policy)
     check = _Checker(result)
-    layers = engine.model.cfg.num_hidden_layers
     emitted = {"A": 0, "B": 0}
 
     def check_output(req: str, out, position: int) -> None:
         i = emitted[req]
         ref_logits, ref_token = traces[req].output(i)
-        check.compare("logits", [(out.logits, ref_logits)], req=req, first_position=position, layered=False)
+        check.compare("logits", out.logits, ref_logits, req=req, first_position=position, layered=False)
         check.token(out.token.item(), ref_token, req=req, index=i, position=position)
         top2 = mx.topk(ref_logits, 2)
         margin = abs((top2[1] - top2[0]).item())
@@ -159,14 +163,11 @@ def validate_policy(policy: str, *, engine: Engine, traces: dict[str, ReferenceT
         emitted[req] = i + 1
         if checkpoint_every and emitted[req] % checkpoint_every == 0:
             n = engine.requests[req].length
-            check.compare("checkpoint_kv", kv_pairs(req, 0, n), req=req, first_position=0, layered=True)
+            check.compare("checkpoint_kv", *kv_pair(req, 0, n), req=req, first_position=0, layered=True)
 
-    def kv_pairs(req: str, start: int, stop: int):
-        pairs = []
-        for layer in range(layers):
-            (k, v), (rk, rv) = engine.kv(req, layer), traces[req].kv(layer, stop)
-            pairs.append((mx.stack([k[:, start:stop], v[:, start:stop]]), mx.stack([rk[:, start:], rv[:, start:]])))
-        return pairs
+    def kv_pair(req: str, start: int, stop: int) -> tuple[mx.array, mx.array]:
+        cache = engine.requests[req].cache
+        return mx.stack([cache.k[:, :, start:stop], cache.v[:, :, start:stop]], axis=1), traces[req].kv(start, stop)
 
     t0 = t0_index(steps)
     engine.reset("A", logical=logical_reset)
@@ -178,14 +179,14 @@ def validate_policy(policy: str, *, engine: Engine, traces: dict[str, ReferenceT
             out = engine.prefill_chunk(req, step.n)
             stop = engine.requests[req].length
             traces[req].output(0)  # the reference's whole-prompt K/V
-            check.compare("prefix_kv", kv_pairs(req, 0, stop), req=req, first_position=0, layered=True)
+            check.compare("prefix_kv", *kv_pair(req, 0, stop), req=req, first_position=0, layered=True)
             if out is not None:
                 check_output(req, out, stop - 1)
         else:
             pos = engine.requests[req].length
             out = engine.decode(req)
             traces[req].output(emitted[req])  # make sure the reference has written slot pos
-            check.compare("decode_kv", kv_pairs(req, pos, pos + 1), req=req, first_position=pos, layered=True)
+            check.compare("decode_kv", *kv_pair(req, pos, pos + 1), req=req, first_position=pos, layered=True)
             check_output(req, out, pos)
         result.steps += 1
         if on_step:
