@@ -1,10 +1,12 @@
-"""The CLI.
+"""pdlib's command line: validate, run trials, render, and measure kernels on a GPU.
 
     python -m pdlib validate --model synthetic:tiny --prompt-tokens 300 --output-tokens 40 --chunk-size 64 \\
         --policies eager chunked fifo
     python -m pdlib run --params params/smoke-cpu.yaml --output /tmp/report.json
     python -m pdlib notebooks --params params/smoke-cpu.yaml      # run + analyze + figures -> outputs/smoke-cpu/
     python -m pdlib render outputs/smoke-cpu/report.json --out /tmp/figs   # tables and figures, no rerun
+    python -m pdlib notebooks --report gpu-report.json --out outputs/x      # render a report made elsewhere
+    python -m pdlib check-kernels; python -m pdlib bench-step --output bench.json   # on a GPU
 
 Bad input prints one line on stderr and exits with code 2; a failed validation exits with code 1.
 """
