@@ -142,10 +142,8 @@ def report_params(report: dict, *, where: str = "report"):
 
 def run_line(report: dict) -> str:
     """The line `run_experiment` prints first (model and its source, backend, sizes), from a report."""
-    src, p = report["model"], report["params"]
-    fallback = f", {src['fallback_from']}" if src.get("fallback_from") else ""
-    return (f"model {src['spec']} ({src['source']}{fallback}), backend {report['environment']['backend']}; "
-            f"prompts {p['prompt_tokens']} tokens, {p['output_tokens']} outputs, chunk {p['chunk_size']}")
+    from pdlib.runner import run_line as line
+    return line(report["model"], report["environment"]["backend"], report["params"])
 
 
 def validation_table(report: dict, *, where: str = "report") -> str:

@@ -17,16 +17,20 @@ from pdlib.trial import run_trials
 from pdlib.validate import format_table
 
 
+def run_line(model: dict, backend: str, params: dict) -> str:
+    """The first line a run prints (model and weights source, backend, sizes); notebooks repeat it from a report."""
+    fallback = f", {model['fallback_from']}" if model.get("fallback_from") else ""
+    return (f"model {model['spec']} ({model['source']}{fallback}), backend {backend}; prompts "
+            f"{params['prompt_tokens']} tokens, {params['output_tokens']} outputs, chunk {params['chunk_size']}")
+
+
 def run_experiment(params: RunParams, *, output=None, params_file=None, validate_only: bool = False,
                    quiet: bool = False, log=print) -> dict:
     """Returns the report dict (also written to `output` when given). Raises ValidationError or TokenMismatch
     on a numerical mismatch, InputError on bad input; writes nothing in those cases."""
     out = claim_output(output) if output else None
     exp = Experiment(params)
-    src = exp.model.source
-    log(f"model {src['spec']} ({src['source']}{', ' + src['fallback_from'] if src.get('fallback_from') else ''}), "
-        f"backend {exp.describe()['backend']}; prompts {params.prompt_tokens} tokens, {params.output_tokens} outputs, "
-        f"chunk {params.chunk_size}")
+    log(run_line(exp.model.source, exp.describe()["backend"], params.to_dict()))
     disable = quiet or None  # None: quiet when stderr is not a terminal, unless running under Jupyter
     bar = dict(file=sys.stderr, disable=disable, mininterval=2)
     steps = sum(exp.steps_per_run(p) for p in params.policies)

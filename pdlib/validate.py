@@ -80,7 +80,7 @@ class ValidationResult:
         return d
 
 
-def _stats(x: mx.array, ref: mx.array) -> mx.array:
+def tolerance_stats(x: mx.array, ref: mx.array) -> mx.array:
     """Per leading index (layer): [max |x-ref|, max |x-ref| / (atol + rtol|ref|), count out of tolerance],
     shape (3, n); NaN counts as infinitely bad."""
     n = x.shape[0]
@@ -108,7 +108,7 @@ class _Checker:
         positions on axis -2 starting at first_position. One host sync per call."""
         if not layered:
             x, ref = x[None], ref[None]
-        maxabs, ratios, bad = _stats(x, ref).tolist()
+        maxabs, ratios, bad = tolerance_stats(x, ref).tolist()
         c = self.result.checks[kind]
         c.count += 1
         c.worst_abs = max(c.worst_abs, *maxabs)
