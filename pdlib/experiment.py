@@ -34,7 +34,7 @@ class Experiment:
 
     @property
     def traces(self) -> dict[str, ReferenceTrace]:
-        """The reference runs lazily, once per request, shared by every policy's validation."""
+        """The reference model is built lazily, once; each request's trace follows the engine step by step."""
         if self._traces is None:
             self._reference = Reference(self.model)
             self._traces = {r: ReferenceTrace(self._reference, self.prompts[r].token_ids) for r in REQUESTS}

@@ -30,24 +30,26 @@ class ValidationError(RuntimeError):
 
 
 class ReferenceTrace:
-    """One request's reference continuation, extended on demand and kept on the device, so that every
-    policy is compared with the same reference run (the slow mlx-lm model runs once per request)."""
+    """One request's reference continuation, advanced in step with the engine. Memory stays bounded: only the
+    current output's logits are kept (and the reference's own KV cache); when a new policy starts over from
+    output 0, the reference restarts (its prompt pass and decodes run once per policy)."""
 
     def __init__(self, reference: Reference, prompt_ids):
         self.reference, self.prompt_ids = reference, list(prompt_ids)
         self.stream = None
-        self.logits: list[mx.array] = []
-        self.tokens: list[int] = []
+        self.index = -1              # the output whose logits the stream holds now
+        self.tokens: list[int] = []  # greedy tokens of outputs 0 .. index
 
     def output(self, i: int) -> tuple[mx.array, int]:
         """Logits and greedy token of output i (0 = the one the prompt's last position yields)."""
-        if self.stream is None:
+        if self.stream is None or i < self.index:
             self.stream = self.reference.stream(self.prompt_ids)
-            self.logits, self.tokens = [self.stream.logits], [self.stream.token.item()]
-        while len(self.logits) <= i:
-            self.logits.append(self.stream.step())
+            self.index, self.tokens = 0, [self.stream.token.item()]
+        while self.index < i:
+            self.stream.step()
+            self.index += 1
             self.tokens.append(self.stream.token.item())
-        return self.logits[i], self.tokens[i]
+        return self.stream.logits, self.tokens[i]
 
     def kv(self, start: int, stop: int) -> mx.array:
         """K and V of every layer over positions [start, stop): (L, 2, Hkv, stop - start, Dh)."""

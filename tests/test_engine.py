@@ -117,14 +117,31 @@ def test_full_reset_reallocates(tiny):
     assert cache.allocations == before + 2 and not mx.any(cache.k[0] != 0).item()
 
 
-def test_reference_trace_is_shared_and_matches_a_fresh_stream(tiny):
+def test_reference_trace_matches_a_fresh_stream_and_restarts(tiny):
     exp = experiment(tiny)
     trace = ReferenceTrace(Reference(tiny), exp.prompts["A"].token_ids)
-    _, tok3 = trace.output(3)
+    logits3, tok3 = trace.output(3)
     stream = Reference(tiny).stream(exp.prompts["A"].token_ids)
     for _ in range(3):
         stream.step()
     assert stream.token.item() == tok3 and len(trace.tokens) == 4
+    assert mx.array_equal(stream.logits, logits3).item()
+    # a new policy starts over from output 0: the reference restarts and reproduces itself exactly
+    first = trace.tokens[:]
+    logits0, tok0 = trace.output(0)
+    assert trace.index == 0 and tok0 == first[0] and trace.stream.length == len(exp.prompts["A"].token_ids)
+    assert trace.output(3)[1] == tok3 and trace.tokens == first
+
+
+def test_validation_keeps_one_logits_row_per_request(tiny, monkeypatch):
+    """Memory stays bounded: the trace holds no list of past logits, only the current row."""
+    exp = experiment(tiny)
+    exp.validate(["chunked", "fifo"])
+    for trace in exp.traces.values():
+        arrays = [v for v in vars(trace).values() if isinstance(v, mx.array)]
+        lists = [v for v in vars(trace).values() if isinstance(v, list) and v and isinstance(v[0], mx.array)]
+        assert not arrays and not lists
+        assert trace.index == OUTPUTS - 1
 
 
 def test_engine_rejects_bad_steps(tiny):
