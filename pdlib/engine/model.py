@@ -1,5 +1,6 @@
-"""Qwen3 forward passes on pdlib's op layer: a prefill chunk (FP32 weights, final-layer pruning) and one
-decode step (bf16-packed weights, FP32 accumulation). Shapes: D hidden, T tokens in the step, Dh head dim.
+"""Qwen3 forward passes on pdlib's op layer: a prefill chunk (FP32 weights, eager MLX ops, final-layer
+pruning) and one decode step (bf16-packed weights, FP32 accumulation, the op layer's kernels, compiled into
+one graph). Shapes: D hidden, T tokens in the step, Dh head dim.
 """
 
 from dataclasses import dataclass
@@ -41,10 +42,9 @@ class Qwen3:
             L.d_down = pack(L.w_down, names["w_down"])
             self.layers.append(L)
         self.d_lm_head = pack(self.lm_head, "lm_head")
+        mx.eval(self.d_lm_head, [[L.d_qkv, L.d_o, L.d_gate_up, L.d_down] for L in self.layers])
         # Static shapes (the cache capacity) and a position input: every decode step replays one graph.
         self._step = mx.compile(self.decode_step) if compile_steps else self.decode_step
-
-        mx.eval(self.d_lm_head, [[L.d_qkv, L.d_o, L.d_gate_up, L.d_down] for L in self.layers])
 
     def new_cache(self, capacity: int) -> KVCache:
         c = self.cfg
