@@ -30,7 +30,8 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output-tokens", type=int)
     p.add_argument("--chunk-size", type=int)
     p.add_argument("--policies", nargs="+")
-    p.add_argument("--logical-cache-reset", action="store_true", default=None)
+    p.add_argument("--logical-cache-reset", action=argparse.BooleanOptionalAction, default=None,
+                   help="B's reset at t0 only rewinds its cache (default: reallocate it)")
     p.add_argument("--no-lossless-decode-weights", dest="lossless_decode_weights", action="store_false", default=None)
     p.add_argument("--validation-checkpoint-every", type=int)
     p.add_argument("--quiet", action="store_true")
@@ -133,8 +134,9 @@ def cmd_bench_step(args) -> int:
     if args.output:
         claim_output(args.output)
     contexts = tuple(args.contexts)
-    if min(contexts) < 1 or args.tokens < 1 or args.prefill_tokens < 1 or args.chunk_size < 1:
-        raise InputError("bench-step sizes must be >= 1")
+    if min(contexts) < 1 or args.tokens < 1 or args.prefill_tokens < 1 or args.chunk_size < 1 or args.warmup < 0:
+        raise InputError(f"bench-step needs contexts, --tokens, --prefill-tokens, --chunk-size >= 1 and --warmup >= 0; "
+                         f"got {list(contexts)}, {args.tokens}, {args.prefill_tokens}, {args.chunk_size}, {args.warmup}")
     model = load_model(args.model)
     result = bench_step(model, contexts=contexts, tokens=args.tokens, warmup=args.warmup,
                         prefill_tokens=args.prefill_tokens, chunk=args.chunk_size)

@@ -62,7 +62,8 @@ def check_report(report: dict, *, where: str = "report") -> None:
     missing = [k for k in TOP_LEVEL_KEYS if k not in report]
     _require(not missing, f"{where}: missing top-level keys: {', '.join(missing)}")
     trials = report["trials"]
-    _require(isinstance(trials, list) and trials, f"{where}: 'trials' must be a non-empty list")
+    _require(isinstance(trials, list), f"{where}: 'trials' must be a list")
+    _require(trials, f"{where}: holds no trials (a --validate-only run?): nothing to analyse")
     seen = set()
     for i, trial in enumerate(trials):
         _check_trial(trial, f"{where}: trials[{i}]")
@@ -152,9 +153,10 @@ def events_frame(report: dict) -> pd.DataFrame:
 
 def metrics_frame(report: dict, *, stall_threshold_ms: float = 100.0) -> pd.DataFrame:
     """One row per (policy, trial). A's gaps include the resumption gap from t0. A gap "overlaps" an
-    interval when they share positive length: b_prefill_* over [t0, B's first token], b_service_* over
-    [t0, B's last token] (max NaN if none). a_max_gap_phase is "b_prefill" when A's largest gap starts
-    before B's first token (so eager's stall, which ends just after it, counts), else "decode".
+    interval when they share positive length: b_prefill_* over B's prefill (its first prefill chunk to its
+    first token), b_service_* over [t0, B's last token] (max NaN if none). a_max_gap_phase is "b_prefill"
+    when A's largest gap overlaps B's prefill (so eager's stall, which ends just after it, counts), else
+    "decode".
     stalls / stall_excess_ms: gaps strictly above the threshold. Throughput: timed outputs / makespan."""
     _require(np.isfinite(stall_threshold_ms) and stall_threshold_ms >= 0,
              f"stall_threshold_ms must be a finite number >= 0, got {stall_threshold_ms!r}")

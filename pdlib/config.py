@@ -86,8 +86,9 @@ class RunParams:
         if isinstance(self.policies, str):
             raise InputError(f"policies must be a list of policy names, got {self.policies!r}")
         object.__setattr__(self, "policies", tuple(self.policies))
-        for name in ("prompt_tokens", "output_tokens", "chunk_size", "trials", "validation_checkpoint_every"):
+        for name in ("prompt_tokens", "chunk_size", "trials", "validation_checkpoint_every"):
             _check_int(name, getattr(self, name), 1)
+        _check_int("output_tokens", self.output_tokens, 2)  # A's first output is untimed: it needs a second
         _check_int("warmups", self.warmups, 0)
         for name in ("logical_cache_reset", "lossless_decode_weights"):
             if not isinstance(getattr(self, name), bool):

@@ -8,6 +8,7 @@ without pytest, by `python -m pdlib check-kernels`.
 import mlx.core as mx
 
 from pdlib.engine import kernels as K
+from pdlib.errors import InputError
 from pdlib.validate import tolerance_stats
 
 
@@ -67,7 +68,7 @@ def check_decode_attention(seed: int) -> list[dict]:
 
 def check_kernels(*, seed: int = 0) -> list[dict]:
     if K.BACKEND == "cpu":
-        raise RuntimeError("no GPU backend: the kernels exist only on CUDA or Metal; the CPU runs the ops twins")
+        raise InputError("no GPU backend: the kernels exist only on CUDA or Metal; the CPU runs the ops twins")
     return check_gemv(seed) + check_decode_attention(seed)
 
 

@@ -28,7 +28,11 @@ def trial_metrics(t: dict, *, stall_threshold_ms: float = 100.0) -> dict:
     b = np.asarray(t["requests"]["B"]["emit_ns"], dtype=np.int64)
     gap = np.diff(a, prepend=0)  # A's first gap runs from t0: its initial resumption gap
     prev = a - gap
-    in_prefill = _overlaps(prev, a, 0, b[0])   # B's prefill: t0 until B's first token
+    # B's prefill: from its first prefill chunk (t0 under eager and chunked, after A under fifo) to its
+    # first token; reports without events fall back to t0.
+    prefill_start = min((e["t_start_ns"] for e in t.get("events", ()) if e["req"] == "B" and e["kind"] == "prefill"),
+                        default=0)
+    in_prefill = _overlaps(prev, a, prefill_start, b[0])
     in_service = _overlaps(prev, a, 0, b[-1])  # B's service: t0 until B's last token
     stall = gap > threshold_ns                 # a gap exactly at the threshold is not a stall
     p50, p95, p99 = np.percentile(gap, [50, 95, 99]) / NS_PER_MS
@@ -41,7 +45,8 @@ def trial_metrics(t: dict, *, stall_threshold_ms: float = 100.0) -> dict:
         "b_prefill_gaps": int(in_prefill.sum()), "b_prefill_gap_max_ms": _max_ms(gap[in_prefill]),
         "b_service_gaps": int(in_service.sum()), "b_service_gap_max_ms": _max_ms(gap[in_service]),
         "stalls": int(stall.sum()), "stall_excess_ms": float((gap[stall] - threshold_ns).sum()) / NS_PER_MS,
-        "b_ttft_ms": b[0] / NS_PER_MS, "a_completion_ms": a[-1] / NS_PER_MS,
+        "b_prefill_start_ms": prefill_start / NS_PER_MS, "b_ttft_ms": b[0] / NS_PER_MS,
+        "a_completion_ms": a[-1] / NS_PER_MS,
         "makespan_ms": t["makespan_ns"] / NS_PER_MS,
         "throughput_tok_s": (a.size + b.size) / (t["makespan_ns"] / 1e9) if t["makespan_ns"] else np.nan,
     }

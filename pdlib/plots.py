@@ -58,7 +58,8 @@ def headline_chart(metrics: pd.DataFrame) -> alt.FacetChart:
 def gap_timeline_chart(tokens: pd.DataFrame, events: pd.DataFrame, metrics: pd.DataFrame, *,
                        trial: int = 1, stall_threshold_ms: float = 100.0) -> alt.FacetChart:
     """A's gaps against emission time, one row per policy, for one trial. Light shade: B's prefill
-    interval [t0, B's first token]; darker stripes: B's prefill chunks; dashed red: the threshold."""
+    interval (its first prefill chunk to its first token); darker stripes: B's prefill chunks; dashed red:
+    the threshold."""
     a = tokens[(tokens["trial"] == trial) & (tokens["request"] == "A")]
     if a.empty:
         raise InputError(f"no tokens for trial {trial}; trials present: "
@@ -67,7 +68,8 @@ def gap_timeline_chart(tokens: pd.DataFrame, events: pd.DataFrame, metrics: pd.D
     m = metrics[metrics["trial"] == trial]
     chunks = events[(events["trial"] == trial) & (events["req"] == "B") & (events["kind"] == "prefill")]
     data = pd.concat([
-        pd.DataFrame({"policy": m["policy"], "layer": "b_prefill", "x": 0.0, "x2": m["b_ttft_ms"]}),
+        pd.DataFrame({"policy": m["policy"], "layer": "b_prefill", "x": m["b_prefill_start_ms"],
+                      "x2": m["b_ttft_ms"]}),
         pd.DataFrame({"policy": chunks["policy"], "layer": "chunk", "x": chunks["t_start_ms"],
                       "x2": chunks["t_end_ms"]}),
         pd.DataFrame({"policy": a["policy"], "layer": "gap", "x": a["emit_ms"], "y": a["gap_ms"],
@@ -160,6 +162,8 @@ def render_all(report: dict, out_dir, *, stall_threshold_ms: float = 100.0) -> l
     if ratios is not None:
         tables["ratios.csv"] = ratios
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"output folder {str(out)!r} is an existing file; give a folder")
     figures = [out / f"{name}.{fmt}" for name in charts for fmt in FORMATS]
     _refuse_existing(figures + [out / name for name in tables])
     out.mkdir(parents=True, exist_ok=True)

@@ -15,13 +15,14 @@ import mlx.core as mx
 from mlx_lm.models.cache import KVCache
 from mlx_lm.models.qwen3 import Model, ModelArgs
 
+from pdlib.errors import InputError
 from pdlib.weights import LoadedModel
 
 
 class Reference:
     def __init__(self, model: LoadedModel):
         if mx.cuda.is_available() and os.environ.get("MLX_ENABLE_TF32") != "0":
-            raise RuntimeError("the FP32 reference needs TF32 off on CUDA: export MLX_ENABLE_TF32=0")
+            raise InputError("the FP32 reference needs TF32 off on CUDA: export MLX_ENABLE_TF32=0 before starting")
         self.config = model.config
         self.model = Model(ModelArgs.from_dict(model.config.to_hf_dict()))
         self.model.load_weights(list(model.weights.items()), strict=True)

@@ -229,3 +229,20 @@ def test_markdown():
     assert "| metric | eager | chunked |" in md
     assert "| a_gap_max_ms | 2500 [2500, 2500] n=1 |" in md
     assert "eager / chunked (median)" in md and "| b_ttft_ms | 1.000 |" in md
+
+
+def test_fifo_gaps_before_b_starts_prefilling_are_not_prefill_gaps():
+    """Under fifo B waits for A: A's gaps before B's first prefill chunk must not count as during B's prefill."""
+    from pdlib.metrics import trial_metrics
+    ms_ = 1_000_000
+    trial = {"policy": "fifo", "trial": 1, "makespan_ns": 60 * ms_,
+             "requests": {"A": {"output_ids": [1, 2, 3, 4], "timed_from": 1, "emit_ns": [5 * ms_, 10 * ms_, 15 * ms_]},
+                          "B": {"output_ids": [7, 8], "timed_from": 0, "emit_ns": [50 * ms_, 60 * ms_]}},
+             "events": [{"kind": "reset", "req": "B", "start": 0, "stop": 0, "t_start_ns": 0, "t_end_ns": 1000},
+                        {"kind": "prefill", "req": "B", "start": 0, "stop": 64, "t_start_ns": 16 * ms_,
+                         "t_end_ns": 50 * ms_}]}
+    m = trial_metrics(trial)
+    assert m["b_prefill_start_ms"] == 16.0 and m["b_prefill_gaps"] == 0 and np.isnan(m["b_prefill_gap_max_ms"])
+    assert m["a_max_gap_phase"] == "decode" and m["b_service_gaps"] == 3
+    trial["events"][1]["t_start_ns"] = 12 * ms_  # now A's last gap (10-15 ms) overlaps B's prefill
+    assert trial_metrics(trial)["b_prefill_gaps"] == 1

@@ -59,6 +59,7 @@ def test_defaults_are_the_documented_workload():
     ("chunk_size", 0),
     ("prompt_tokens", -1),
     ("output_tokens", 0),
+    ("output_tokens", 1),  # A's only output would be its untimed first
     ("trials", 0),
     ("warmups", -1),
     ("validation_checkpoint_every", 0),
@@ -91,7 +92,7 @@ def test_unknown_policy_lists_known_ones():
 
 
 def test_good_values_pass_and_list_becomes_tuple():
-    p = RunParams(model="synthetic:tiny", prompt_tokens=1, output_tokens=1, chunk_size=1, trials=1, warmups=0,
+    p = RunParams(model="synthetic:tiny", prompt_tokens=1, output_tokens=2, chunk_size=1, trials=1, warmups=0,
                   policies=["fifo", "eager", "chunked"], logical_cache_reset=True, stall_threshold_ms=0.5)
     assert p.policies == ("fifo", "eager", "chunked")
     assert RunParams(**p.to_dict()) == p
@@ -183,6 +184,8 @@ def _one_error_line(capsys) -> str:
     (["validate", "--chunk-size", "x"], "--chunk-size"),
     (["validate", "--policies", "eager", "eager"], "must not repeat"),
     (["validate", "--model", "synthetic:tiny", "--prompt-tokens", "4090", "--output-tokens", "8"], "4098"),
+    (["validate", "--output-tokens", "1"], "output_tokens must be an integer >= 2"),
+    (["bench-step", "--warmup", "-1"], "--warmup >= 0"),
     ([], "command"),
 ])
 def test_cli_bad_input_exits_2_with_one_line(capsys, argv, needle):
@@ -213,3 +216,23 @@ def test_cli_validate_passes_on_tiny(capsys):
     for policy, cols in rows.items():
         assert cols[1] == "pass", (policy, cols)
         assert "FAIL" not in " ".join(cols)
+
+
+def test_cli_check_kernels_without_a_gpu_is_one_line(capsys):
+    from pdlib.engine.kernels import BACKEND
+    if BACKEND != "cpu":
+        pytest.skip("a GPU backend is present")
+    assert main(["check-kernels"]) == 2
+    assert "no GPU backend" in _one_error_line(capsys)
+
+
+def test_cli_flag_turns_a_params_file_setting_off(tmp_path):
+    import argparse
+
+    from pdlib.__main__ import _params, _run_options
+    f = tmp_path / "p.yaml"
+    f.write_text("logical_cache_reset: true\n")
+    parser = argparse.ArgumentParser()
+    _run_options(parser)
+    assert _params(parser.parse_args(["--params", str(f)])).logical_cache_reset is True
+    assert _params(parser.parse_args(["--params", str(f), "--no-logical-cache-reset"])).logical_cache_reset is False

@@ -8,6 +8,7 @@ import pytest
 import mlx.core as mx
 
 from pdlib.engine import kernels as K
+from pdlib.errors import InputError
 from pdlib.kernel_check import check_kernels
 
 gpu = pytest.mark.skipif(K.BACKEND == "cpu", reason="no GPU backend: the kernels run only on CUDA or Metal")
@@ -26,7 +27,7 @@ def test_every_kernel_matches_its_ops_twin(seed):
 def test_check_kernels_refuses_on_the_cpu():
     if K.BACKEND != "cpu":
         pytest.skip("GPU backend present")
-    with pytest.raises(RuntimeError, match="no GPU backend"):
+    with pytest.raises(InputError, match="no GPU backend"):
         check_kernels()
 
 

@@ -59,7 +59,8 @@ def test_gap_timeline_chart(frames):
     assert rule["encoding"]["y"]["field"] == "y"
     data = rows(d)
     prefill = data[data.layer == "b_prefill"].set_index("policy")
-    assert prefill.x.tolist() == [0, 0] and prefill.x2.to_dict() == {"eager": 2400, "chunked": 320}
+    # the band starts at B's first prefill chunk (1 us after t0 in the hand-built report)
+    assert prefill.x.tolist() == [0.001, 0.001] and prefill.x2.to_dict() == {"eager": 2400, "chunked": 320}
     assert data[data.layer == "threshold"].y.tolist() == [100, 100]
     assert (data.layer == "gap").sum() == 4 + 5 and (data.layer == "chunk").sum() == 2 * 4
 

@@ -98,3 +98,11 @@ def test_missing_report_and_missing_out(tmp_path, capsys):
     assert code == 2 and "cannot read report" in one_line_error(err)
     code, _, err = render(capsys, REPORT)
     assert code == 2 and "--out" in one_line_error(err)
+
+
+def test_render_into_an_existing_file_is_one_line(tmp_path, capsys):
+    target = tmp_path / "not-a-folder"
+    target.write_text("x")
+    assert main(["render", str(Path(__file__).parent / "data" / "small-report.json"), "--out", str(target)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "existing file" in err[0] and target.read_text() == "x"

@@ -134,3 +134,17 @@ def test_result_dict_reports_worst_errors_and_margin(exp):
     assert 0 < r["checks"]["logits"]["worst_abs"] < 1e-3
     assert r["checks"]["prefix_kv"]["where"]["request"] in ("A", "B")
     assert r["min_margin"] > 0 and r["min_margin_where"]["request"] in ("A", "B")
+
+
+def test_non_finite_references_are_not_waved_through():
+    """A NaN or infinite reference passes only where the engine produced exactly the same value."""
+    from pdlib.validate import tolerance_stats
+    ref = mx.array([[1.0, mx.nan, mx.inf, -mx.inf]])
+    cases = {"equal": ([1.0, mx.nan, mx.inf, -mx.inf], [0, 1, 0, 0]),
+             "finite for inf": ([1.0, 0.0, 5.0, 7.0], [0, 1, 1, 1]),
+             "wrong sign": ([1.0, 1.0, -mx.inf, mx.inf], [0, 1, 1, 1])}
+    for name, (x, want_bad) in cases.items():
+        for j, w in enumerate(want_bad):
+            (_, (ratio,), (bad,)) = tolerance_stats(mx.array([[x[j]]]), ref[:, j:j + 1]).tolist()
+            assert bad == w, (name, j)
+            assert (ratio > 1) == bool(w), (name, j)

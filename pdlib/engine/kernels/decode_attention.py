@@ -331,7 +331,9 @@ def decode_attention_kernel(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache
     return o, k_new, v_new
 
 
-def decode_attention(*args, **kw):
-    if _partial is not None:
-        return decode_attention_kernel(*args, **kw)
-    return decode_attention_ops(*args, **kw)
+def decode_attention(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, layer: int, **kw):
+    """The kernel on a GPU backend for head_dim 128 (one thread per dim, a float4 per lane); the ops twin
+    otherwise (the CPU, or other head sizes such as the `tiny` preset's)."""
+    if _partial is not None and k_cache.shape[-1] == THREADS:
+        return decode_attention_kernel(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, layer, **kw)
+    return decode_attention_ops(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, layer, **kw)
