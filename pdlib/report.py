@@ -77,8 +77,9 @@ def source_hashes(params_file=None) -> dict:
 def git_commit() -> str | None:
     try:
         rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PACKAGE_DIR, capture_output=True, text=True, timeout=5)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=PACKAGE_DIR,
-                               capture_output=True, text=True, timeout=5)
+        # "-dirty" means the code or params that ran differ from the commit (outputs being rewritten don't count)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", "../params"],
+                               cwd=PACKAGE_DIR, capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.SubprocessError):
         return None
     if rev.returncode:
