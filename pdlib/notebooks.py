@@ -56,11 +56,8 @@ def stall_threshold(report: dict) -> float:
 def default_ratios(metrics):
     """(per_trial, summary) ratios of the first declared policy over the second, as render_all writes
     them to ratios.csv; (None, None) with fewer than two policies."""
-    from pdlib import analysis as an
-    policies = list(metrics["policy"].unique())
-    if len(policies) < 2:
-        return None, None
-    return an.paired_ratios(metrics, numerator=policies[0], denominator=policies[1])
+    from pdlib import plots
+    return plots.default_ratios(metrics)
 
 
 def headline_medians(summary):
@@ -77,21 +74,8 @@ def headline_medians(summary):
 def write_tables(out_dir, *, metrics, summary, ratios=None) -> list:
     """metrics.csv, summary.csv, summary.md (+ ratios.csv): byte for byte what render_all writes.
     Refuses before writing anything if one of them exists."""
-    from pdlib import analysis as an
-    from pdlib.plots import _refuse_existing, _replace_from_tmp  # the same atomic, never-overwrite writes
-    tables = {"metrics.csv": metrics, "summary.csv": summary,
-              "summary.md": an.metrics_markdown(summary, ratios=ratios)}
-    if ratios is not None:
-        tables["ratios.csv"] = ratios
-    out = Path(out_dir)
-    _refuse_existing([out / name for name in tables])
-    out.mkdir(parents=True, exist_ok=True)
-    for name, table in tables.items():
-        if isinstance(table, str):
-            _replace_from_tmp(out / name, lambda tmp, text=table: tmp.write_text(text))
-        else:
-            _replace_from_tmp(out / name, lambda tmp, df=table: df.to_csv(tmp, index=False))
-    return [out / name for name in tables]
+    from pdlib import plots
+    return plots.write_tables(out_dir, plots.tables(metrics, summary, ratios))
 
 
 def charts(report: dict) -> dict:
@@ -99,12 +83,8 @@ def charts(report: dict) -> dict:
     from pdlib import analysis as an
     from pdlib import plots
     threshold = stall_threshold(report)
-    tokens, events = an.tokens_frame(report), an.events_frame(report)
     metrics = an.metrics_frame(report, stall_threshold_ms=threshold)
-    return {"headline": plots.headline_chart(metrics),
-            "gap_timeline": plots.gap_timeline_chart(tokens, events, metrics, trial=int(metrics["trial"].min()),
-                                                     stall_threshold_ms=threshold),
-            "gap_ecdf": plots.gap_ecdf_chart(tokens)}
+    return plots.charts(an.tokens_frame(report), an.events_frame(report), metrics, stall_threshold_ms=threshold)
 
 
 def show(paths):

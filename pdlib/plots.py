@@ -141,39 +141,63 @@ def save_chart(chart, out_dir, name: str) -> list:
     return paths
 
 
+def charts(tokens: pd.DataFrame, events: pd.DataFrame, metrics: pd.DataFrame, *,
+           stall_threshold_ms: float = 100.0) -> dict:
+    """The three figures by file stem (the timeline shows the first trial)."""
+    return {"headline": headline_chart(metrics),
+            "gap_timeline": gap_timeline_chart(tokens, events, metrics, trial=int(metrics["trial"].min()),
+                                               stall_threshold_ms=stall_threshold_ms),
+            "gap_ecdf": gap_ecdf_chart(tokens)}
+
+
+def default_ratios(metrics: pd.DataFrame):
+    """(per_trial, summary) ratios of the first declared policy over the second; (None, None) with one."""
+    policies = _policies(metrics)
+    if len(policies) < 2:
+        return None, None
+    return an.paired_ratios(metrics, numerator=policies[0], denominator=policies[1])
+
+
+def tables(metrics: pd.DataFrame, summary: pd.DataFrame, ratios: pd.DataFrame | None = None) -> dict:
+    """metrics.csv, summary.csv, summary.md (+ ratios.csv), by file name."""
+    out = {"metrics.csv": metrics, "summary.csv": summary, "summary.md": an.metrics_markdown(summary, ratios=ratios)}
+    if ratios is not None:
+        out["ratios.csv"] = ratios
+    return out
+
+
+def _out_dir(out_dir) -> Path:
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"output folder {str(out)!r} is an existing file; give a folder")
+    return out
+
+
+def write_tables(out_dir, named: dict, *, refuse: bool = True) -> list:
+    """Each table (DataFrame -> CSV, str -> text) atomically; refuses before writing if one exists."""
+    out = _out_dir(out_dir)
+    if refuse:
+        _refuse_existing([out / name for name in named])
+    out.mkdir(parents=True, exist_ok=True)
+    for name, table in named.items():
+        if isinstance(table, str):
+            _replace_from_tmp(out / name, lambda tmp, text=table: tmp.write_text(text))
+        else:
+            _replace_from_tmp(out / name, lambda tmp, df=table: df.to_csv(tmp, index=False))
+    return [out / name for name in named]
+
+
 def render_all(report: dict, out_dir, *, stall_threshold_ms: float = 100.0) -> list:
     """Every figure and table for one report into out_dir; refuses before writing if any exists.
 
     ratios.csv (first declared policy / second, paired by trial) is written with >= 2 policies."""
     tokens, events = an.tokens_frame(report), an.events_frame(report)
     metrics = an.metrics_frame(report, stall_threshold_ms=stall_threshold_ms)
-    summary, policies = an.summary_frame(metrics), _policies(metrics)
-    ratios = None
-    if len(policies) >= 2:
-        _, ratios = an.paired_ratios(metrics, numerator=policies[0], denominator=policies[1])
-    charts = {
-        "headline": headline_chart(metrics),
-        "gap_timeline": gap_timeline_chart(tokens, events, metrics, trial=int(metrics["trial"].min()),
-                                           stall_threshold_ms=stall_threshold_ms),
-        "gap_ecdf": gap_ecdf_chart(tokens),
-    }
-    tables = {"metrics.csv": metrics, "summary.csv": summary,
-              "summary.md": an.metrics_markdown(summary, ratios=ratios)}
-    if ratios is not None:
-        tables["ratios.csv"] = ratios
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"output folder {str(out)!r} is an existing file; give a folder")
-    figures = [out / f"{name}.{fmt}" for name in charts for fmt in FORMATS]
-    _refuse_existing(figures + [out / name for name in tables])
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, table in tables.items():
-        if isinstance(table, str):
-            _replace_from_tmp(out / name, lambda tmp, text=table: tmp.write_text(text))
-        else:
-            _replace_from_tmp(out / name, lambda tmp, df=table: df.to_csv(tmp, index=False))
-        written.append(out / name)
-    for name, chart in charts.items():
+    named = tables(metrics, an.summary_frame(metrics), default_ratios(metrics)[1])
+    figures = charts(tokens, events, metrics, stall_threshold_ms=stall_threshold_ms)
+    out = _out_dir(out_dir)
+    _refuse_existing([out / f"{name}.{fmt}" for name in figures for fmt in FORMATS] + [out / n for n in named])
+    written = write_tables(out, named, refuse=False)
+    for name, chart in figures.items():
         written += save_chart(chart, out, name)
     return written
