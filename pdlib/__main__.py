@@ -46,24 +46,13 @@ def _params(args):
 
 
 def cmd_validate(args) -> int:
-    from tqdm import tqdm
-
-    from pdlib.experiment import Experiment
-    from pdlib.validate import ValidationError, format_table
-    params = _params(args)
-    exp = Experiment(params)
-    total = sum(exp.steps_per_run(p) for p in params.policies)
-    with tqdm(total=total, desc="validate", unit="step", disable=args.quiet or None, file=sys.stderr) as bar:
-        try:
-            results = exp.validate(on_step=bar.update)
-        except ValidationError as e:
-            bar.close()
-            print(str(e), file=sys.stderr)
-            return 1
-    src = exp.model.source
-    print(f"model {src['spec']} ({src['source']}), prompts {params.prompt_tokens} tokens, "
-          f"{params.output_tokens} outputs, chunk {params.chunk_size}, backend {exp.describe()['backend']}")
-    print(format_table(results))
+    from pdlib.runner import run_experiment
+    from pdlib.validate import ValidationError
+    try:
+        run_experiment(_params(args), validate_only=True, quiet=args.quiet)
+    except ValidationError as e:
+        print(str(e), file=sys.stderr)
+        return 1
     return 0
 
 

@@ -172,8 +172,7 @@ def validate_policy(policy: str, *, engine: Engine, traces: dict[str, ReferenceT
             check.compare("checkpoint_kv", *kv_pair(req, 0, n), req=req, first_position=0, layered=True)
 
     def kv_pair(req: str, start: int, stop: int) -> tuple[mx.array, mx.array]:
-        cache = engine.requests[req].cache
-        return mx.stack([cache.k[:, :, start:stop], cache.v[:, :, start:stop]], axis=1), traces[req].kv(start, stop)
+        return engine.kv(req, start, stop), traces[req].kv(start, stop)
 
     t0 = t0_index(steps)
     engine.reset("A", logical=logical_reset)

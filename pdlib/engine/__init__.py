@@ -88,7 +88,7 @@ class Engine:
         mx.async_eval(token, logits, r.cache.k, r.cache.v)
         return Output(logits, token)
 
-    def kv(self, name: str, layer: int) -> tuple[mx.array, mx.array]:
-        """K, V of one layer over the filled positions: (Hkv, length, Dh) each."""
-        r = self.requests[name]
-        return r.cache.view(layer, r.cache.length)
+    def kv(self, name: str, start: int, stop: int) -> mx.array:
+        """K and V of every layer over positions [start, stop): (L, 2, Hkv, stop - start, Dh)."""
+        c = self.requests[name].cache
+        return mx.stack([c.k[:, :, start:stop], c.v[:, :, start:stop]], axis=1)

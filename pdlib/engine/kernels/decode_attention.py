@@ -15,6 +15,7 @@ import mlx.core as mx
 
 from pdlib.engine.kernels.attention import causal_mask
 from pdlib.engine.kernels.backend import float_bits, kernel_or_none
+from pdlib.engine.kernels.rmsnorm import rms_norm_ops
 
 CHUNK = 128     # keys per block
 THREADS = 128   # 4 warps; Dh = 128 = 32 lanes x float4
@@ -29,7 +30,7 @@ def decode_attention_ops(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, l
     v = qkv[(heads + kv_heads) * Dh:].reshape(kv_heads, Dh)
 
     def norm_rope(x, w):
-        x = x * mx.rsqrt(mx.mean(mx.square(x), axis=-1, keepdims=True) + eps) * w
+        x = rms_norm_ops(x, w, eps=eps)
         angle = pos.astype(mx.float32) * inv_freq
         cos, sin = mx.cos(angle), mx.sin(angle)
         x1, x2 = x[:, : Dh // 2], x[:, Dh // 2:]

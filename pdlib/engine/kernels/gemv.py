@@ -12,6 +12,7 @@ vector in shared memory once and then strides over rows.
 import mlx.core as mx
 
 from pdlib.engine.kernels.backend import BACKEND, float_bits, kernel_or_none
+from pdlib.engine.kernels.rmsnorm import rms_norm_ops
 
 def block_size(n_rows: int) -> int:
     """Threads per block: 8 warps, or 4 for short matrices so that more blocks cover the SMs."""
@@ -23,15 +24,11 @@ def linear(x: mx.array, w: mx.array) -> mx.array:
     return x @ w.T
 
 
-def rms_norm_vec(x: mx.array, w: mx.array, eps: float) -> mx.array:
-    return x * mx.rsqrt(mx.mean(mx.square(x), axis=-1, keepdims=True) + eps) * w
-
-
 def gemv_ops(x: mx.array, w: mx.array, *, norm: mx.array | None = None, eps: float = 0.0,
              residual: mx.array | None = None, swiglu: bool = False) -> mx.array:
     """The oracle: x (K,) FP32, w (N or 2N, K) bf16 or FP32 -> (N,) FP32."""
     if norm is not None:
-        x = rms_norm_vec(x, norm, eps)
+        x = rms_norm_ops(x, norm, eps=eps)
     y = w.astype(mx.float32) @ x
     if swiglu:
         g, u = mx.split(y, 2)
