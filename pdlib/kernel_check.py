@@ -29,6 +29,7 @@ def gemv_cases():
     yield "down (residual)", dict(K=F, N=D, residual=True)
     yield "lm_head (norm)", dict(K=D, N=V, norm=True)
     yield "ragged rows", dict(K=64, N=1001, norm=True, residual=True)
+    yield "ragged, 2 rows per warp", dict(K=136, N=3001, norm=True, swiglu=True, residual=True)
 
 
 def check_gemv(seed: int) -> list[dict]:
@@ -66,10 +67,21 @@ def check_decode_attention(seed: int) -> list[dict]:
     return rows
 
 
+def check_stack_pair(seed: int) -> list[dict]:
+    rows = []
+    for i, (n, shape) in enumerate([(28, (8, 128)), (3, (5,))]):
+        mx.random.seed(seed * 100 + i)
+        ks = [mx.random.normal(shape) for _ in range(n)]
+        vs = [mx.random.normal(shape) for _ in range(n)]
+        for part, g, w in zip(("k", "v"), K.stack_pair_kernel(ks, vs, poison=True), K.stack_pair_ops(ks, vs)):
+            rows.append(_compare(f"stack_pair/{part}", f"{n} x {shape}", g.reshape(-1), w.reshape(-1)))
+    return rows
+
+
 def check_kernels(*, seed: int = 0) -> list[dict]:
     if K.BACKEND == "cpu":
         raise InputError("no GPU backend: the kernels exist only on CUDA or Metal; the CPU runs the ops twins")
-    return check_gemv(seed) + check_decode_attention(seed)
+    return check_gemv(seed) + check_decode_attention(seed) + check_stack_pair(seed)
 
 
 def format_rows(rows: list[dict]) -> str:

@@ -13,15 +13,15 @@ def causal_mask(positions: mx.array, capacity: int) -> mx.array:
 
 
 def attention_ops(q: mx.array, k: mx.array, v: mx.array, *, mask: mx.array, scale: float) -> mx.array:
-    """q: (Hq, T, Dh); k, v: (Hkv, S, Dh); mask: (T, S) -> (Hq, T, Dh)."""
+    """q: (Hq, T, Dh); k, v: (Hkv, S, Dh); mask: (T, S) -> (Hq, T, Dh). The REP query heads that share a KV
+    head are stacked along the rows, so each product is one plain batched matmul (no broadcast K/V copy)."""
     Hq, T, Dh = q.shape
-    Hkv = k.shape[0]
-    qg = q.reshape(Hkv, Hq // Hkv, T, Dh)
-    scores = (qg * scale) @ k[:, None].swapaxes(-1, -2)          # (Hkv, rep, T, S)
-    scores = mx.where(mask, scores, mx.array(-mx.inf, mx.float32))
-    scores = mx.exp(scores - mx.max(scores, axis=-1, keepdims=True))
-    probs = scores / mx.sum(scores, axis=-1, keepdims=True)
-    return (probs @ v[:, None]).reshape(Hq, T, Dh)
+    Hkv, S = k.shape[0], k.shape[1]
+    rep = Hq // Hkv
+    scores = (q.reshape(Hkv, rep * T, Dh) * scale) @ k.swapaxes(-1, -2)             # (Hkv, rep T, S)
+    scores = mx.where(mask, scores.reshape(Hkv, rep, T, S), mx.array(-mx.inf, mx.float32))
+    probs = mx.softmax(scores, axis=-1, precise=True).reshape(Hkv, rep * T, S)
+    return (probs @ v).reshape(Hq, T, Dh)
 
 
 attention = attention_ops

@@ -17,8 +17,7 @@ from pdlib.engine.kernels.attention import causal_mask
 from pdlib.engine.kernels.backend import float_bits, kernel_or_none
 from pdlib.engine.kernels.rmsnorm import rms_norm_ops
 
-CHUNK = 128     # keys per block
-THREADS = 128   # 4 warps; Dh = 128 = 32 lanes x float4
+CHUNK, THREADS, GROUP = 128, 256, 8   # keys per block, threads per block (8 warps), keys per warp load group
 
 
 def decode_attention_ops(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, layer: int, *,
@@ -49,59 +48,78 @@ def decode_attention_ops(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, l
 
 
 CUDA_PARTIAL = r"""
-    // grid: (Hkv * NC) blocks of THREADS; block (h, c) = (blockIdx.x / NC, blockIdx.x % NC)
-    constexpr int REP = HQ / HKV, WARPS = THREADS / 32, HALF = DH / 2;
+    // grid: (Hkv * NC) blocks of THREADS; block (h, c) = (blockIdx.x / NC, blockIdx.x % NC) covers keys
+    // [c * CHUNK, (c + 1) * CHUNK) of KV head h; blocks wholly past P exit (the merge skips them).
+    constexpr int REP = HQ / HKV, WARPS = THREADS / 32, HALF = DH / 2, DW = DH / 32;
     __shared__ float qs[REP][DH];
     __shared__ float kn[DH];
     __shared__ float vn[DH];
-    __shared__ float red[REP + 1][WARPS];
+    __shared__ float red[REP + 1][DW];
     __shared__ float wm[WARPS][REP], wl[WARPS][REP];
     __shared__ float wo[WARPS][REP][DH];
     const int h = blockIdx.x / NC, c = blockIdx.x % NC;
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
     const int P = pos[0];
+    const int start = c * CHUNK, stop = min(start + CHUNK, P + 1);
+    if (start > P) return;
     const float e = __int_as_float(EPS_BITS), SCALE = __int_as_float(SCALE_BITS);  // RMSNorm eps, 1/sqrt(DH)
 
-    // q (REP heads) and k of head h: RMSNorm over DH, then RoPE at P (thread t owns dim t)
+    // Warp w takes groups of G consecutive keys (G loads of K and of V in flight per lane): groups w,
+    // w + WARPS, ... The first group is requested now, before the q/k prologue, to overlap its latency.
+    constexpr int G = GROUP;
+    const float4* K4 = reinterpret_cast<const float4*>(kc + ((size_t)LAYER * HKV + h) * CAP * DH);
+    const float4* V4 = reinterpret_cast<const float4*>(vc + ((size_t)LAYER * HKV + h) * CAP * DH);
+    float4 kv[G], vv[G];
+    #define PDLIB_LOAD_KV(J0)                                                                         \
+        _Pragma("unroll") for (int g = 0; g < G; ++g) {                                               \
+            const int j = (J0) + g;                                                                   \
+            if (j < P) { kv[g] = K4[(size_t)j * (DH / 4) + lane]; vv[g] = V4[(size_t)j * (DH / 4) + lane]; } \
+            else { kv[g] = make_float4(0.f, 0.f, 0.f, 0.f); vv[g] = kv[g]; }                           \
+        }
+    int j0 = start + warp * G;
+    PDLIB_LOAD_KV(j0)
+
+    // q (REP heads) and k of head h: RMSNorm over DH, then RoPE at P (thread t < DH owns dim t)
     float raw[REP + 1], ss[REP + 1];
-    for (int r = 0; r < REP; ++r) raw[r] = qkv[(h * REP + r) * DH + t];
-    raw[REP] = qkv[(HQ + h) * DH + t];
-    for (int r = 0; r <= REP; ++r) {
-        float s = raw[r] * raw[r];
-        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (lane == 0) red[r][warp] = s;
+    if (t < DH) {
+        for (int r = 0; r < REP; ++r) raw[r] = qkv[(h * REP + r) * DH + t];
+        raw[REP] = qkv[(HQ + h) * DH + t];
+        for (int r = 0; r <= REP; ++r) {
+            float s = raw[r] * raw[r];
+            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            if (lane == 0) red[r][warp] = s;
+        }
     }
     __syncthreads();
-    for (int r = 0; r <= REP; ++r) {
-        float s = 0.f;
-        for (int w = 0; w < WARPS; ++w) s += red[r][w];
-        ss[r] = rsqrtf(s / DH + e);
+    if (t < DH) {
+        for (int r = 0; r <= REP; ++r) {
+            float s = 0.f;
+            for (int w = 0; w < DW; ++w) s += red[r][w];
+            ss[r] = rsqrtf(s / DH + e);
+        }
+        for (int r = 0; r < REP; ++r) qs[r][t] = raw[r] * ss[r] * qn[t];
+        kn[t] = raw[REP] * ss[REP] * knw[t];
+        vn[t] = qkv[(HQ + HKV + h) * DH + t];
     }
-    for (int r = 0; r < REP; ++r) qs[r][t] = raw[r] * ss[r] * qn[t];
-    kn[t] = raw[REP] * ss[REP] * knw[t];
-    vn[t] = qkv[(HQ + HKV + h) * DH + t];
     __syncthreads();
-    {
+    float outq[REP], outk = 0.f;
+    if (t < DH) {
         const int i = t < HALF ? t : t - HALF;
         const float theta = (float)P * inv_freq[i];
         const float cs = cos(theta), sn = sin(theta);
-        float outq[REP];
         for (int r = 0; r < REP; ++r)
             outq[r] = t < HALF ? qs[r][t] * cs - qs[r][t + HALF] * sn : qs[r][t - HALF] * sn + qs[r][t] * cs;
-        const float outk = t < HALF ? kn[t] * cs - kn[t + HALF] * sn : kn[t - HALF] * sn + kn[t] * cs;
-        __syncthreads();
-        for (int r = 0; r < REP; ++r) qs[r][t] = outq[r] * SCALE;
-        kn[t] = outk;
+        outk = t < HALF ? kn[t] * cs - kn[t + HALF] * sn : kn[t - HALF] * sn + kn[t] * cs;
     }
     __syncthreads();
-    if (c == 0) { k_new[h * DH + t] = kn[t]; v_new[h * DH + t] = vn[t]; }
+    if (t < DH) {
+        for (int r = 0; r < REP; ++r) qs[r][t] = outq[r] * SCALE;
+        kn[t] = outk;
+        if (c == 0) { k_new[h * DH + t] = outk; v_new[h * DH + t] = vn[t]; }
+    }
+    __syncthreads();
 
-    // online softmax over this block's keys: warp w takes groups of G consecutive keys (G independent
-    // loads in flight per lane), groups w, w + WARPS, ...
-    constexpr int G = 8;
-    const int start = c * CHUNK, stop = min(start + CHUNK, P + 1);
-    const float4* K4 = reinterpret_cast<const float4*>(kc + ((size_t)LAYER * HKV + h) * CAP * DH);
-    const float4* V4 = reinterpret_cast<const float4*>(vc + ((size_t)LAYER * HKV + h) * CAP * DH);
+    // online softmax over this block's keys; key P is the new one (from shared memory, not the cache)
     float4 qv[REP];
     float m[REP], l[REP];
     float4 acc[REP];
@@ -111,14 +129,9 @@ CUDA_PARTIAL = r"""
     }
     const float4 kp = make_float4(kn[lane * 4], kn[lane * 4 + 1], kn[lane * 4 + 2], kn[lane * 4 + 3]);
     const float4 vp = make_float4(vn[lane * 4], vn[lane * 4 + 1], vn[lane * 4 + 2], vn[lane * 4 + 3]);
-    for (int j0 = start + warp * G; j0 < stop; j0 += WARPS * G) {
-        float4 kv[G], vv[G];
+    while (j0 < stop) {
         #pragma unroll
-        for (int g = 0; g < G; ++g) {
-            const int j = j0 + g;
-            if (j < P) { kv[g] = K4[(size_t)j * (DH / 4) + lane]; vv[g] = V4[(size_t)j * (DH / 4) + lane]; }
-            else { kv[g] = kp; vv[g] = vp; }  // j == P: the new slot; j > P is masked below
-        }
+        for (int g = 0; g < G; ++g) if (j0 + g == P) { kv[g] = kp; vv[g] = vp; }
         #pragma unroll
         for (int r = 0; r < REP; ++r) {
             float s[G];
@@ -146,7 +159,10 @@ CUDA_PARTIAL = r"""
             }
             m[r] = mn;
         }
+        j0 += WARPS * G;
+        if (j0 < stop) { PDLIB_LOAD_KV(j0) }
     }
+    #undef PDLIB_LOAD_KV
     // merge the warps
     for (int r = 0; r < REP; ++r) {
         if (lane == 0) { wm[warp][r] = m[r]; wl[warp][r] = l[r]; }
@@ -154,28 +170,30 @@ CUDA_PARTIAL = r"""
         wo[warp][r][lane * 4 + 2] = acc[r].z; wo[warp][r][lane * 4 + 3] = acc[r].w;
     }
     __syncthreads();
-    for (int r = 0; r < REP; ++r) {
+    for (int i = t; i < REP * DH; i += THREADS) {
+        const int r = i / DH, d = i % DH;
         float M = -INFINITY;
         for (int w = 0; w < WARPS; ++w) M = fmaxf(M, wm[w][r]);
         float Lsum = 0.f, O = 0.f;
         for (int w = 0; w < WARPS; ++w) {
             const float f = wm[w][r] == -INFINITY ? 0.f : expf(wm[w][r] - M);
             Lsum += wl[w][r] * f;
-            O += wo[w][r][t] * f;
+            O += wo[w][r][d] * f;
         }
         const int hq = h * REP + r;
-        part_o[((size_t)hq * NC + c) * DH + t] = O;
-        if (t == 0) { part_m[hq * NC + c] = M; part_l[hq * NC + c] = Lsum; }
+        part_o[((size_t)hq * NC + c) * DH + d] = O;
+        if (d == 0) { part_m[hq * NC + c] = M; part_l[hq * NC + c] = Lsum; }
     }
 """
 
 CUDA_REDUCE = r"""
-    // grid: HQ blocks of DH threads: merge the NC chunks of head blockIdx.x
+    // grid: HQ blocks of DH threads: merge the live chunks (those at or before P) of head blockIdx.x
     const int hq = blockIdx.x, t = threadIdx.x;
+    const int live = min(NC, pos[0] / CHUNK + 1);
     float M = -INFINITY;
-    for (int c = 0; c < NC; ++c) M = fmaxf(M, part_m[hq * NC + c]);
+    for (int c = 0; c < live; ++c) M = fmaxf(M, part_m[hq * NC + c]);
     float Lsum = 0.f, O = 0.f;
-    for (int c = 0; c < NC; ++c) {
+    for (int c = 0; c < live; ++c) {
         const float mc = part_m[hq * NC + c];
         if (mc == -INFINITY) continue;
         const float f = expf(mc - M);
@@ -186,56 +204,74 @@ CUDA_REDUCE = r"""
 """
 
 METAL_PARTIAL = r"""
-    constexpr int REP = HQ / HKV, WARPS = THREADS / 32, HALF = DH / 2;
+    // The CUDA body line for line (simdgroups for warps).
+    constexpr int REP = HQ / HKV, WARPS = THREADS / 32, HALF = DH / 2, DW = DH / 32;
     threadgroup float qs[REP][DH];
     threadgroup float kn[DH];
     threadgroup float vn[DH];
-    threadgroup float red[REP + 1][WARPS];
+    threadgroup float red[REP + 1][DW];
     threadgroup float wm[WARPS][REP], wl[WARPS][REP];
     threadgroup float wo[WARPS][REP][DH];
-    const int g = threadgroup_position_in_grid.x;
-    const int h = g / NC, c = g % NC;
+    const int gi = threadgroup_position_in_grid.x;
+    const int h = gi / NC, c = gi % NC;
     const int t = thread_position_in_threadgroup.x;
     const int lane = thread_index_in_simdgroup, warp = simdgroup_index_in_threadgroup;
     const int P = pos[0];
+    const int start = c * CHUNK, stop = min(start + CHUNK, P + 1);
+    if (start > P) return;
     const float e = as_type<float>(EPS_BITS), SCALE = as_type<float>(SCALE_BITS);
 
+    constexpr int G = GROUP;
+    const device float4* K4 = reinterpret_cast<const device float4*>(kc + ((size_t)LAYER * HKV + h) * CAP * DH);
+    const device float4* V4 = reinterpret_cast<const device float4*>(vc + ((size_t)LAYER * HKV + h) * CAP * DH);
+    float4 kv[G], vv[G];
+    #define PDLIB_LOAD_KV(J0)                                                                         \
+        for (int g = 0; g < G; ++g) {                                                                 \
+            const int j = (J0) + g;                                                                   \
+            if (j < P) { kv[g] = K4[(size_t)j * (DH / 4) + lane]; vv[g] = V4[(size_t)j * (DH / 4) + lane]; } \
+            else { kv[g] = float4(0.f); vv[g] = float4(0.f); }                                         \
+        }
+    int j0 = start + warp * G;
+    PDLIB_LOAD_KV(j0)
+
     float raw[REP + 1], ss[REP + 1];
-    for (int r = 0; r < REP; ++r) raw[r] = qkv[(h * REP + r) * DH + t];
-    raw[REP] = qkv[(HQ + h) * DH + t];
-    for (int r = 0; r <= REP; ++r) {
-        float s = simd_sum(raw[r] * raw[r]);
-        if (lane == 0) red[r][warp] = s;
+    if (t < DH) {
+        for (int r = 0; r < REP; ++r) raw[r] = qkv[(h * REP + r) * DH + t];
+        raw[REP] = qkv[(HQ + h) * DH + t];
+        for (int r = 0; r <= REP; ++r) {
+            float s = simd_sum(raw[r] * raw[r]);
+            if (lane == 0) red[r][warp] = s;
+        }
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (int r = 0; r <= REP; ++r) {
-        float s = 0.f;
-        for (int w = 0; w < WARPS; ++w) s += red[r][w];
-        ss[r] = metal::precise::rsqrt(s / DH + e);
+    if (t < DH) {
+        for (int r = 0; r <= REP; ++r) {
+            float s = 0.f;
+            for (int w = 0; w < DW; ++w) s += red[r][w];
+            ss[r] = metal::precise::rsqrt(s / DH + e);
+        }
+        for (int r = 0; r < REP; ++r) qs[r][t] = raw[r] * ss[r] * qn[t];
+        kn[t] = raw[REP] * ss[REP] * knw[t];
+        vn[t] = qkv[(HQ + HKV + h) * DH + t];
     }
-    for (int r = 0; r < REP; ++r) qs[r][t] = raw[r] * ss[r] * qn[t];
-    kn[t] = raw[REP] * ss[REP] * knw[t];
-    vn[t] = qkv[(HQ + HKV + h) * DH + t];
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    {
+    float outq[REP], outk = 0.f;
+    if (t < DH) {
         const int i = t < HALF ? t : t - HALF;
         const float theta = (float)P * inv_freq[i];
         const float cs = metal::precise::cos(theta), sn = metal::precise::sin(theta);
-        float outq[REP];
         for (int r = 0; r < REP; ++r)
             outq[r] = t < HALF ? qs[r][t] * cs - qs[r][t + HALF] * sn : qs[r][t - HALF] * sn + qs[r][t] * cs;
-        const float outk = t < HALF ? kn[t] * cs - kn[t + HALF] * sn : kn[t - HALF] * sn + kn[t] * cs;
-        threadgroup_barrier(mem_flags::mem_threadgroup);
-        for (int r = 0; r < REP; ++r) qs[r][t] = outq[r] * SCALE;
-        kn[t] = outk;
+        outk = t < HALF ? kn[t] * cs - kn[t + HALF] * sn : kn[t - HALF] * sn + kn[t] * cs;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    if (c == 0) { k_new[h * DH + t] = kn[t]; v_new[h * DH + t] = vn[t]; }
+    if (t < DH) {
+        for (int r = 0; r < REP; ++r) qs[r][t] = outq[r] * SCALE;
+        kn[t] = outk;
+        if (c == 0) { k_new[h * DH + t] = outk; v_new[h * DH + t] = vn[t]; }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
 
-    constexpr int G = 8;
-    const int start = c * CHUNK, stop = min(start + CHUNK, P + 1);
-    const device float4* K4 = reinterpret_cast<const device float4*>(kc + ((size_t)LAYER * HKV + h) * CAP * DH);
-    const device float4* V4 = reinterpret_cast<const device float4*>(vc + ((size_t)LAYER * HKV + h) * CAP * DH);
     float4 qv[REP];
     float m[REP], l[REP];
     float4 acc[REP];
@@ -245,13 +281,8 @@ METAL_PARTIAL = r"""
     }
     const float4 kp = float4(kn[lane * 4], kn[lane * 4 + 1], kn[lane * 4 + 2], kn[lane * 4 + 3]);
     const float4 vp = float4(vn[lane * 4], vn[lane * 4 + 1], vn[lane * 4 + 2], vn[lane * 4 + 3]);
-    for (int j0 = start + warp * G; j0 < stop; j0 += WARPS * G) {
-        float4 kv[G], vv[G];
-        for (int g = 0; g < G; ++g) {
-            const int j = j0 + g;
-            if (j < P) { kv[g] = K4[(size_t)j * (DH / 4) + lane]; vv[g] = V4[(size_t)j * (DH / 4) + lane]; }
-            else { kv[g] = kp; vv[g] = vp; }
-        }
+    while (j0 < stop) {
+        for (int g = 0; g < G; ++g) if (j0 + g == P) { kv[g] = kp; vv[g] = vp; }
         for (int r = 0; r < REP; ++r) {
             float s[G];
             for (int g = 0; g < G; ++g) s[g] = simd_sum(dot(qv[r], kv[g]));
@@ -269,33 +300,38 @@ METAL_PARTIAL = r"""
             }
             m[r] = mn;
         }
+        j0 += WARPS * G;
+        if (j0 < stop) { PDLIB_LOAD_KV(j0) }
     }
+    #undef PDLIB_LOAD_KV
     for (int r = 0; r < REP; ++r) {
         if (lane == 0) { wm[warp][r] = m[r]; wl[warp][r] = l[r]; }
         for (int i = 0; i < 4; ++i) wo[warp][r][lane * 4 + i] = acc[r][i];
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (int r = 0; r < REP; ++r) {
+    for (int i = t; i < REP * DH; i += THREADS) {
+        const int r = i / DH, d = i % DH;
         float M = -INFINITY;
         for (int w = 0; w < WARPS; ++w) M = fmax(M, wm[w][r]);
         float Lsum = 0.f, O = 0.f;
         for (int w = 0; w < WARPS; ++w) {
             const float f = wm[w][r] == -INFINITY ? 0.f : metal::precise::exp(wm[w][r] - M);
             Lsum += wl[w][r] * f;
-            O += wo[w][r][t] * f;
+            O += wo[w][r][d] * f;
         }
         const int hq = h * REP + r;
-        part_o[((size_t)hq * NC + c) * DH + t] = O;
-        if (t == 0) { part_m[hq * NC + c] = M; part_l[hq * NC + c] = Lsum; }
+        part_o[((size_t)hq * NC + c) * DH + d] = O;
+        if (d == 0) { part_m[hq * NC + c] = M; part_l[hq * NC + c] = Lsum; }
     }
 """
 
 METAL_REDUCE = r"""
     const int hq = threadgroup_position_in_grid.x, t = thread_position_in_threadgroup.x;
+    const int live = min(NC, pos[0] / CHUNK + 1);
     float M = -INFINITY;
-    for (int c = 0; c < NC; ++c) M = fmax(M, part_m[hq * NC + c]);
+    for (int c = 0; c < live; ++c) M = fmax(M, part_m[hq * NC + c]);
     float Lsum = 0.f, O = 0.f;
-    for (int c = 0; c < NC; ++c) {
+    for (int c = 0; c < live; ++c) {
         const float mc = part_m[hq * NC + c];
         if (mc == -INFINITY) continue;
         const float f = metal::precise::exp(mc - M);
@@ -309,23 +345,26 @@ _partial = kernel_or_none("pdlib_decode_attn_partial",
                           ["qkv", "qn", "knw", "inv_freq", "pos", "kc", "vc"],
                           ["part_m", "part_l", "part_o", "k_new", "v_new"],
                           cuda_source=CUDA_PARTIAL, metal_source=METAL_PARTIAL)
-_reduce = kernel_or_none("pdlib_decode_attn_reduce", ["part_m", "part_l", "part_o"], ["o"],
+_reduce = kernel_or_none("pdlib_decode_attn_reduce", ["part_m", "part_l", "part_o", "pos"], ["o"],
                          cuda_source=CUDA_REDUCE, metal_source=METAL_REDUCE)
 
 
 def decode_attention_kernel(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, layer: int, *,
-                            heads: int, kv_heads: int, eps: float, poison: bool = False):
+                            heads: int, kv_heads: int, eps: float, poison: bool = False,
+                            shape: tuple[int, int, int] | None = None):
+    """`shape` (keys per block, threads per block, keys per warp group) overrides the default, for sweeps."""
     L, Hkv, cap, Dh = k_cache.shape
-    nc = -(-cap // CHUNK)
+    chunk, threads, group = shape or (CHUNK, THREADS, GROUP)
+    nc = -(-cap // chunk)
     part_m, part_l, part_o, k_new, v_new = _partial(
         inputs=[qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache],
-        template=[("HQ", heads), ("HKV", kv_heads), ("DH", Dh), ("CAP", cap), ("NC", nc), ("CHUNK", CHUNK),
-                  ("THREADS", THREADS), ("LAYER", layer), ("EPS_BITS", float_bits(eps)),
+        template=[("HQ", heads), ("HKV", kv_heads), ("DH", Dh), ("CAP", cap), ("NC", nc), ("CHUNK", chunk),
+                  ("THREADS", threads), ("GROUP", group), ("LAYER", layer), ("EPS_BITS", float_bits(eps)),
                   ("SCALE_BITS", float_bits(Dh ** -0.5))],
-        grid=(kv_heads * nc * THREADS, 1, 1), threadgroup=(THREADS, 1, 1),
+        grid=(kv_heads * nc * threads, 1, 1), threadgroup=(threads, 1, 1),
         output_shapes=[(heads * nc,), (heads * nc,), (heads * nc * Dh,), (kv_heads, Dh), (kv_heads, Dh)],
         output_dtypes=[mx.float32] * 5, init_value=float("nan") if poison else None)
-    (o,) = _reduce(inputs=[part_m, part_l, part_o], template=[("NC", nc), ("DH", Dh)],
+    (o,) = _reduce(inputs=[part_m, part_l, part_o, pos], template=[("NC", nc), ("DH", Dh), ("CHUNK", chunk)],
                    grid=(heads * Dh, 1, 1), threadgroup=(Dh, 1, 1),
                    output_shapes=[(heads * Dh,)], output_dtypes=[mx.float32],
                    init_value=float("nan") if poison else None)
@@ -335,6 +374,6 @@ def decode_attention_kernel(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache
 def decode_attention(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, layer: int, **kw):
     """The kernel on a GPU backend for head_dim 128 (one thread per dim, a float4 per lane); the ops twin
     otherwise (the CPU, or other head sizes such as the `tiny` preset's)."""
-    if _partial is not None and k_cache.shape[-1] == THREADS:
+    if _partial is not None and k_cache.shape[-1] == 128:
         return decode_attention_kernel(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, layer, **kw)
     return decode_attention_ops(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, layer, **kw)

@@ -14,9 +14,10 @@ import mlx.core as mx
 from pdlib.engine.kernels.backend import BACKEND, float_bits, kernel_or_none
 from pdlib.engine.kernels.rmsnorm import rms_norm_ops
 
-def block_size(n_rows: int) -> int:
-    """Threads per block: 8 warps, or 4 for short matrices so that more blocks cover the SMs."""
-    return 128 if n_rows <= 2048 else 256
+# Launch shape per matrix height: threads per block and rows per warp. Chosen by a sweep on the H200
+# (notes/gpu.md); any value is correct, these are only the fastest seen.
+def launch_shape(n_rows: int) -> tuple[int, int]:
+    return (128, 1) if n_rows <= 2048 else (256, 2)
 
 
 def linear(x: mx.array, w: mx.array) -> mx.array:
@@ -39,13 +40,33 @@ def gemv_ops(x: mx.array, w: mx.array, *, norm: mx.array | None = None, eps: flo
 
 
 CUDA_SOURCE = r"""
-    constexpr int WARPS = BLOCK / 32;
-    __shared__ float xs[K];
+    // Each warp owns ROWS rows (x2 for SwiGLU) per pass; a lane holds PER 16-byte chunks of each row in
+    // registers. The first pass's weights are requested before the block stages x, and each pass requests
+    // the next pass's rows before reducing its own, so loads stay in flight behind the arithmetic.
+    constexpr int WARPS = BLOCK / 32, K8 = K / 8, PER = (K8 + 31) / 32, M = SWIGLU ? 2 : 1;
+    __shared__ float4 xs4[K / 4];
     __shared__ float red[WARPS];
+    float* xs = reinterpret_cast<float*>(xs4);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const uint4* W4 = reinterpret_cast<const uint4*>(w);
+    const int stride = gridDim.x * WARPS * ROWS;
+    int row0 = (blockIdx.x * WARPS + warp) * ROWS;
 
+    uint4 buf[ROWS][M][PER];
+    #define PDLIB_LOAD(R0)                                                                          \
+        _Pragma("unroll") for (int r = 0; r < ROWS; ++r)                                              \
+        _Pragma("unroll") for (int m = 0; m < M; ++m)                                                 \
+        _Pragma("unroll") for (int p = 0; p < PER; ++p) {                                             \
+            const int row = (R0) + r, c = lane + 32 * p;                                              \
+            if (row < N && (K8 % 32 == 0 || c < K8)) buf[r][m][p] = W4[(size_t)(row + m * N) * K8 + c]; \
+        }
+    if (row0 < N) { PDLIB_LOAD(row0) }
+
+    const float4* x4 = reinterpret_cast<const float4*>(x);
     float ss = 0.f;
-    for (int i = tid; i < K; i += BLOCK) { float v = x[i]; xs[i] = v; ss += v * v; }
+    for (int i = tid; i < K / 4; i += BLOCK) {
+        float4 v = x4[i]; xs4[i] = v; ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
     if (NORM) {
         for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
         if (lane == 0) red[warp] = ss;
@@ -57,49 +78,75 @@ CUDA_SOURCE = r"""
     }
     __syncthreads();
 
-    const uint4* W4 = reinterpret_cast<const uint4*>(w);
-    for (int row = blockIdx.x * WARPS + warp; row < N; row += gridDim.x * WARPS) {
-        float acc = 0.f, acc2 = 0.f;
-        const uint4* r1 = W4 + (size_t)row * (K / 8);
-        const uint4* r2 = W4 + (size_t)(row + N) * (K / 8);
-        #pragma unroll 4
-        for (int c = lane; c < K / 8; c += 32) {
-            const float* xv = xs + c * 8;
-            uint4 p = r1[c];
-            acc += __uint_as_float(p.x << 16) * xv[0] + __uint_as_float(p.x & 0xffff0000u) * xv[1]
-                 + __uint_as_float(p.y << 16) * xv[2] + __uint_as_float(p.y & 0xffff0000u) * xv[3]
-                 + __uint_as_float(p.z << 16) * xv[4] + __uint_as_float(p.z & 0xffff0000u) * xv[5]
-                 + __uint_as_float(p.w << 16) * xv[6] + __uint_as_float(p.w & 0xffff0000u) * xv[7];
-            if (SWIGLU) {
-                uint4 q = r2[c];
-                acc2 += __uint_as_float(q.x << 16) * xv[0] + __uint_as_float(q.x & 0xffff0000u) * xv[1]
-                      + __uint_as_float(q.y << 16) * xv[2] + __uint_as_float(q.y & 0xffff0000u) * xv[3]
-                      + __uint_as_float(q.z << 16) * xv[4] + __uint_as_float(q.z & 0xffff0000u) * xv[5]
-                      + __uint_as_float(q.w << 16) * xv[6] + __uint_as_float(q.w & 0xffff0000u) * xv[7];
+    for (; row0 < N; row0 += stride) {
+        uint4 cur[ROWS][M][PER];
+        #pragma unroll
+        for (int r = 0; r < ROWS; ++r)
+            #pragma unroll
+            for (int m = 0; m < M; ++m)
+                #pragma unroll
+                for (int p = 0; p < PER; ++p) cur[r][m][p] = buf[r][m][p];
+        if (row0 + stride < N) { PDLIB_LOAD(row0 + stride) }
+        float acc[ROWS][M];
+        #pragma unroll
+        for (int r = 0; r < ROWS; ++r)
+            #pragma unroll
+            for (int m = 0; m < M; ++m) {
+                float a = 0.f;
+                #pragma unroll
+                for (int p = 0; p < PER; ++p) {
+                    const int c = lane + 32 * p;
+                    if (K8 % 32 == 0 || c < K8) {
+                        const uint4 q = cur[r][m][p];
+                        const float4 x0 = xs4[2 * c], x1 = xs4[2 * c + 1];
+                        a += __uint_as_float(q.x << 16) * x0.x + __uint_as_float(q.x & 0xffff0000u) * x0.y
+                           + __uint_as_float(q.y << 16) * x0.z + __uint_as_float(q.y & 0xffff0000u) * x0.w
+                           + __uint_as_float(q.z << 16) * x1.x + __uint_as_float(q.z & 0xffff0000u) * x1.y
+                           + __uint_as_float(q.w << 16) * x1.z + __uint_as_float(q.w & 0xffff0000u) * x1.w;
+                    }
+                }
+                for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+                acc[r][m] = a;
+            }
+        #pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            const int row = row0 + r;
+            if (lane == r && row < N) {
+                float y = acc[r][0];
+                if (SWIGLU) y = y / (1.f + expf(-y)) * acc[r][M - 1];
+                if (RESIDUAL) y += res[row];
+                out[row] = y;
             }
         }
-        for (int o = 16; o > 0; o >>= 1) {
-            acc += __shfl_xor_sync(0xffffffffu, acc, o);
-            if (SWIGLU) acc2 += __shfl_xor_sync(0xffffffffu, acc2, o);
-        }
-        if (lane == 0) {
-            float y = acc;
-            if (SWIGLU) y = acc / (1.f + expf(-acc)) * acc2;
-            if (RESIDUAL) y += res[row];
-            out[row] = y;
-        }
     }
+    #undef PDLIB_LOAD
 """
 
 METAL_SOURCE = r"""
-    constexpr int WARPS = BLOCK / 32;
-    threadgroup float xs[K];
+    // The CUDA body's structure: ROWS rows per simdgroup, the first pass requested before x is staged.
+    constexpr int WARPS = BLOCK / 32, K8 = K / 8, PER = (K8 + 31) / 32, M = SWIGLU ? 2 : 1;
+    threadgroup float4 xs4[K / 4];
     threadgroup float red[WARPS];
-    const uint tid = thread_position_in_threadgroup.x;
-    const uint lane = thread_index_in_simdgroup, warp = simdgroup_index_in_threadgroup;
+    threadgroup float* xs = reinterpret_cast<threadgroup float*>(xs4);
+    const int tid = thread_position_in_threadgroup.x;
+    const int lane = thread_index_in_simdgroup, warp = simdgroup_index_in_threadgroup;
+    const device uint4* W4 = reinterpret_cast<const device uint4*>(w);
+    const int stride = threadgroups_per_grid.x * WARPS * ROWS;
+    int row0 = (threadgroup_position_in_grid.x * WARPS + warp) * ROWS;
 
+    uint4 buf[ROWS][M][PER];
+    #define PDLIB_LOAD(R0)                                                                          \
+        for (int r = 0; r < ROWS; ++r)                                                                \
+        for (int m = 0; m < M; ++m)                                                                   \
+        for (int p = 0; p < PER; ++p) {                                                               \
+            const int row = (R0) + r, c = lane + 32 * p;                                              \
+            if (row < N && (K8 % 32 == 0 || c < K8)) buf[r][m][p] = W4[(size_t)(row + m * N) * K8 + c]; \
+        }
+    if (row0 < N) { PDLIB_LOAD(row0) }
+
+    const device float4* x4 = reinterpret_cast<const device float4*>(x);
     float ss = 0.f;
-    for (uint i = tid; i < K; i += BLOCK) { float v = x[i]; xs[i] = v; ss += v * v; }
+    for (int i = tid; i < K / 4; i += BLOCK) { float4 v = x4[i]; xs4[i] = v; ss += dot(v, v); }
     if (NORM) {
         ss = simd_sum(ss);
         if (lane == 0) red[warp] = ss;
@@ -107,40 +154,44 @@ METAL_SOURCE = r"""
         float tot = 0.f;
         for (int w = 0; w < WARPS; ++w) tot += red[w];
         const float inv = metal::precise::rsqrt(tot / K + as_type<float>(EPS_BITS));
-        for (uint i = tid; i < K; i += BLOCK) xs[i] = xs[i] * inv * nw[i];
+        for (int i = tid; i < K; i += BLOCK) xs[i] = xs[i] * inv * nw[i];
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
 
-    const device uint4* W4 = reinterpret_cast<const device uint4*>(w);
-    const uint groups = threadgroups_per_grid.x;
-    for (uint row = threadgroup_position_in_grid.x * WARPS + warp; row < N; row += groups * WARPS) {
-        float acc = 0.f, acc2 = 0.f;
-        const device uint4* r1 = W4 + (size_t)row * (K / 8);
-        const device uint4* r2 = W4 + (size_t)(row + N) * (K / 8);
-        for (uint c = lane; c < K / 8; c += 32) {
-            threadgroup const float* xv = xs + c * 8;
-            uint4 p = r1[c];
-            acc += as_type<float>(p.x << 16) * xv[0] + as_type<float>(p.x & 0xffff0000u) * xv[1]
-                 + as_type<float>(p.y << 16) * xv[2] + as_type<float>(p.y & 0xffff0000u) * xv[3]
-                 + as_type<float>(p.z << 16) * xv[4] + as_type<float>(p.z & 0xffff0000u) * xv[5]
-                 + as_type<float>(p.w << 16) * xv[6] + as_type<float>(p.w & 0xffff0000u) * xv[7];
-            if (SWIGLU) {
-                uint4 q = r2[c];
-                acc2 += as_type<float>(q.x << 16) * xv[0] + as_type<float>(q.x & 0xffff0000u) * xv[1]
-                      + as_type<float>(q.y << 16) * xv[2] + as_type<float>(q.y & 0xffff0000u) * xv[3]
-                      + as_type<float>(q.z << 16) * xv[4] + as_type<float>(q.z & 0xffff0000u) * xv[5]
-                      + as_type<float>(q.w << 16) * xv[6] + as_type<float>(q.w & 0xffff0000u) * xv[7];
+    for (; row0 < N; row0 += stride) {
+        uint4 cur[ROWS][M][PER];
+        for (int r = 0; r < ROWS; ++r)
+            for (int m = 0; m < M; ++m)
+                for (int p = 0; p < PER; ++p) cur[r][m][p] = buf[r][m][p];
+        if (row0 + stride < N) { PDLIB_LOAD(row0 + stride) }
+        float acc[ROWS][M];
+        for (int r = 0; r < ROWS; ++r)
+            for (int m = 0; m < M; ++m) {
+                float a = 0.f;
+                for (int p = 0; p < PER; ++p) {
+                    const int c = lane + 32 * p;
+                    if (K8 % 32 == 0 || c < K8) {
+                        const uint4 q = cur[r][m][p];
+                        const float4 x0 = xs4[2 * c], x1 = xs4[2 * c + 1];
+                        a += as_type<float>(q.x << 16) * x0.x + as_type<float>(q.x & 0xffff0000u) * x0.y
+                           + as_type<float>(q.y << 16) * x0.z + as_type<float>(q.y & 0xffff0000u) * x0.w
+                           + as_type<float>(q.z << 16) * x1.x + as_type<float>(q.z & 0xffff0000u) * x1.y
+                           + as_type<float>(q.w << 16) * x1.z + as_type<float>(q.w & 0xffff0000u) * x1.w;
+                    }
+                }
+                acc[r][m] = simd_sum(a);
+            }
+        for (int r = 0; r < ROWS; ++r) {
+            const int row = row0 + r;
+            if (lane == r && row < N) {
+                float y = acc[r][0];
+                if (SWIGLU) y = y / (1.f + metal::precise::exp(-y)) * acc[r][M - 1];
+                if (RESIDUAL) y += res[row];
+                out[row] = y;
             }
         }
-        acc = simd_sum(acc);
-        if (SWIGLU) acc2 = simd_sum(acc2);
-        if (lane == 0) {
-            float y = acc;
-            if (SWIGLU) y = acc / (1.f + metal::precise::exp(-acc)) * acc2;
-            if (RESIDUAL) y += res[row];
-            out[row] = y;
-        }
     }
+    #undef PDLIB_LOAD
 """
 
 _kernel = kernel_or_none("pdlib_gemv_bf16", ["x", "w", "nw", "res"], ["out"],
@@ -149,16 +200,18 @@ _ONE = mx.zeros((4,), mx.float32)  # stands in for an unused input
 
 
 def gemv_kernel(x: mx.array, w: mx.array, *, norm: mx.array | None = None, eps: float = 0.0,
-                residual: mx.array | None = None, swiglu: bool = False, poison: bool = False) -> mx.array:
-    """`poison` fills the output with NaN before the kernel runs, so a test sees any element it skipped."""
+                residual: mx.array | None = None, swiglu: bool = False, poison: bool = False,
+                shape: tuple[int, int] | None = None) -> mx.array:
+    """`poison` fills the output with NaN before the kernel runs, so a test sees any element it skipped.
+    `shape` (threads per block, rows per warp) overrides `launch_shape`, for sweeps."""
     K = x.shape[0]
     N = w.shape[0] // 2 if swiglu else w.shape[0]
-    block = block_size(N)
-    blocks = min(-(-N // (block // 32)), 2048)
+    block, rows = shape or launch_shape(N)
+    blocks = min(-(-N // (block // 32 * rows)), 4096)
     (out,) = _kernel(
         inputs=[x, w, _ONE if norm is None else norm, _ONE if residual is None else residual],
-        template=[("K", K), ("N", N), ("BLOCK", block), ("EPS_BITS", float_bits(eps)), ("NORM", norm is not None),
-                  ("RESIDUAL", residual is not None), ("SWIGLU", swiglu)],
+        template=[("K", K), ("N", N), ("BLOCK", block), ("ROWS", rows), ("EPS_BITS", float_bits(eps)),
+                  ("NORM", norm is not None), ("RESIDUAL", residual is not None), ("SWIGLU", swiglu)],
         grid=(blocks * block, 1, 1), threadgroup=(block, 1, 1),
         output_shapes=[(N,)], output_dtypes=[mx.float32], init_value=float("nan") if poison else None)
     return out
