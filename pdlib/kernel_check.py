@@ -46,42 +46,55 @@ def check_gemv(seed: int) -> list[dict]:
 
 
 def check_decode_attention(seed: int) -> list[dict]:
+    """o against the twin, and the in-place store: slot pos holds the twin's k/v, every other slot is as it was."""
     rows = []
-    Hq, Hkv, Dh, L, cap = 16, 8, 128, 3, 5120 + 128
+    Hq, Hkv, Dh, cap = 16, 8, 128, 5120 + 128
     inv_freq = K.rope_inv_freq(Dh, base=1e6)
     for i, pos in enumerate([0, 1, 127, 128, 1000, 4095, 5119, cap - 1]):
         mx.random.seed(seed * 100 + i)
         qkv = mx.random.normal(((Hq + 2 * Hkv) * Dh,)) * 2.0
         qn, kn = 1.0 + 0.1 * mx.random.normal((Dh,)), 1.0 + 0.1 * mx.random.normal((Dh,))
-        # stale garbage beyond pos: the kernel must never read it (the twin masks it)
-        live = (mx.arange(cap) < pos)[None, None, :, None]
-        kc = mx.where(live, mx.random.normal((L, Hkv, cap, Dh)), 1e4)
-        vc = mx.where(live, mx.random.normal((L, Hkv, cap, Dh)), 1e4)
+        # stale garbage from pos on: the kernel must never read it (the twin masks it)
+        live = (mx.arange(cap) < pos)[None, :, None]
+        kc = mx.where(live, mx.random.normal((Hkv, cap, Dh)), 1e4)
+        vc = mx.where(live, mx.random.normal((Hkv, cap, Dh)), 1e4)
         p = mx.array([pos], mx.int32)
-        args = (qkv, qn, kn, inv_freq, p, kc, vc, 1)
         kw = dict(heads=Hq, kv_heads=Hkv, eps=1e-6)
-        got = K.decode_attention_kernel(*args, poison=True, **kw)
-        want = K.decode_attention_ops(*args, **kw)
-        for part, g, w in zip(("o", "k_new", "v_new"), got, want):
-            rows.append(_compare(f"decode_attention/{part}", f"pos {pos}", g.reshape(-1), w.reshape(-1)))
+        want = K.decode_attention_ops(qkv, qn, kn, inv_freq, p, kc, vc, **kw)
+        kc0, vc0 = mx.array(kc), mx.array(vc)
+        mx.eval(want, kc, vc, kc0, vc0)
+        got = K.decode_attention_kernel(qkv, qn, kn, inv_freq, p, kc, vc, poison=True, **kw)
+        mx.eval(got)
+        rows.append(_compare("decode_attention/o", f"pos {pos}", got, want[0]))
+        others = (mx.arange(cap) != pos)[None, :, None]
+        for part, cache, before, new in (("k", kc, kc0, want[1]), ("v", vc, vc0, want[2])):
+            rows.append(_compare(f"decode_attention/{part} slot", f"pos {pos}", cache[:, pos].reshape(-1),
+                                 new.reshape(-1)))
+            rows.append(_compare(f"decode_attention/{part} rest", f"pos {pos}",
+                                 mx.where(others, cache, 0).reshape(-1), mx.where(others, before, 0).reshape(-1)))
     return rows
 
 
-def check_stack_pair(seed: int) -> list[dict]:
+def check_kv_store(seed: int) -> list[dict]:
+    """The in-place prefill store against `slice_update`: the whole cache, so a stray write shows."""
     rows = []
-    for i, (n, shape) in enumerate([(28, (8, 128)), (3, (5,))]):
+    Hkv, Dh, cap = 8, 128, 640
+    for i, (start, T) in enumerate([(0, 128), (128, 128), (500, 140), (639, 1)]):
         mx.random.seed(seed * 100 + i)
-        ks = [mx.random.normal(shape) for _ in range(n)]
-        vs = [mx.random.normal(shape) for _ in range(n)]
-        for part, g, w in zip(("k", "v"), K.stack_pair_kernel(ks, vs, poison=True), K.stack_pair_ops(ks, vs)):
-            rows.append(_compare(f"stack_pair/{part}", f"{n} x {shape}", g.reshape(-1), w.reshape(-1)))
+        k, v = mx.random.normal((Hkv, T, Dh)), mx.random.normal((Hkv, T, Dh))
+        kc, vc = mx.random.normal((Hkv, cap, Dh)), mx.random.normal((Hkv, cap, Dh))
+        want = K.store_kv_ops(k, v, kc, vc, start=start)
+        mx.eval(want, kc, vc)
+        got = K.store_kv_kernel(k, v, kc, vc, positions=mx.arange(start, start + T, dtype=mx.int32))
+        for part, g, w in zip(("k", "v"), got, want):
+            rows.append(_compare(f"kv_store/{part}", f"{T} at {start}", g.reshape(-1), w.reshape(-1)))
     return rows
 
 
 def check_kernels(*, seed: int = 0) -> list[dict]:
     if K.BACKEND == "cpu":
         raise InputError("no GPU backend: the kernels exist only on CUDA or Metal; the CPU runs the ops twins")
-    return check_gemv(seed) + check_decode_attention(seed) + check_stack_pair(seed)
+    return check_gemv(seed) + check_decode_attention(seed) + check_kv_store(seed)
 
 
 def format_rows(rows: list[dict]) -> str:

@@ -60,15 +60,15 @@ def test_decode_attention_ops_twin(pos):
     """Against plain NumPy: RMSNorm + RoPE of the new q/k, softmax attention over positions 0..pos, where
     slot pos is the new k/v and everything beyond it is garbage that must not matter."""
     rng = np.random.default_rng(pos)
-    Hq, Hkv, Dh, L, cap = 4, 2, 16, 2, 40
+    Hq, Hkv, Dh, cap = 4, 2, 16, 40
     qkv = rng.standard_normal((Hq + 2 * Hkv) * Dh).astype(np.float32)
     qn, kn = (1 + 0.1 * rng.standard_normal((2, Dh))).astype(np.float32)
-    kc = rng.standard_normal((L, Hkv, cap, Dh)).astype(np.float32)
-    vc = rng.standard_normal((L, Hkv, cap, Dh)).astype(np.float32)
-    kc[:, :, pos:], vc[:, :, pos:] = 1e4, -1e4
+    kc = rng.standard_normal((Hkv, cap, Dh)).astype(np.float32)
+    vc = rng.standard_normal((Hkv, cap, Dh)).astype(np.float32)
+    kc[:, pos:], vc[:, pos:] = 1e4, -1e4
     inv_freq = K.rope_inv_freq(Dh, base=1e6)
     o, k_new, v_new = K.decode_attention_ops(mx.array(qkv), mx.array(qn), mx.array(kn), inv_freq,
-                                             mx.array([pos], mx.int32), mx.array(kc), mx.array(vc), 1,
+                                             mx.array([pos], mx.int32), mx.array(kc), mx.array(vc),
                                              heads=Hq, kv_heads=Hkv, eps=1e-6)
 
     def norm_rope(x, w):
@@ -80,8 +80,8 @@ def test_decode_attention_ops_twin(pos):
     q = norm_rope(qkv[: Hq * Dh].reshape(Hq, Dh), qn)
     k = norm_rope(qkv[Hq * Dh: (Hq + Hkv) * Dh].reshape(Hkv, Dh), kn)
     v = qkv[(Hq + Hkv) * Dh:].reshape(Hkv, Dh)
-    keys = np.concatenate([kc[1, :, :pos], k[:, None]], axis=1)
-    vals = np.concatenate([vc[1, :, :pos], v[:, None]], axis=1)
+    keys = np.concatenate([kc[:, :pos], k[:, None]], axis=1)
+    vals = np.concatenate([vc[:, :pos], v[:, None]], axis=1)
     want = []
     for hq in range(Hq):
         s = keys[hq // (Hq // Hkv)] @ q[hq] / np.sqrt(Dh)
@@ -90,6 +90,16 @@ def test_decode_attention_ops_twin(pos):
     np.testing.assert_allclose(np.array(o), np.concatenate(want), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(np.array(k_new), k, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(np.array(v_new), v)
+
+
+def test_kv_store_ops_writes_only_its_slots():
+    kc, vc = mx.zeros((2, 10, 4)), mx.ones((2, 10, 4))
+    k, v = mx.full((2, 3, 4), 5.0), mx.full((2, 3, 4), 7.0)
+    k2, v2 = K.store_kv(k, v, kc, vc, positions=mx.arange(4, 7, dtype=mx.int32), start=4)
+    want_k, want_v = np.zeros((2, 10, 4)), np.ones((2, 10, 4))
+    want_k[:, 4:7], want_v[:, 4:7] = 5.0, 7.0
+    np.testing.assert_array_equal(np.array(k2), want_k)
+    np.testing.assert_array_equal(np.array(v2), want_v)
 
 
 def test_rope_frequencies_match_mlx_rope():

@@ -37,7 +37,7 @@ def test_perturbed_k_slot_is_caught_by_decode_kv(exp, monkeypatch):
         out = real(self, name)
         r = self.requests[name]
         if name == "B" and r.length == PROMPT + 3:      # B's third decode wrote slot PROMPT + 2
-            r.cache.k[1, 0, PROMPT + 2, 5] += 0.01
+            r.cache.k[1][0, PROMPT + 2, 5] += 0.01
         return out
 
     monkeypatch.setattr(Engine, "decode", decode)
@@ -104,7 +104,7 @@ def test_corrupted_old_cache_entry_is_caught_by_a_checkpoint(exp, monkeypatch):
         out = real(self, name)
         r = self.requests[name]
         if name == "A" and r.length == PROMPT + 1:      # after A's first decode, damage a prompt entry
-            r.cache.v[2, 1, 3, 0] += 1.0
+            r.cache.v[2][1, 3, 0] += 1.0
         return out
 
     monkeypatch.setattr(Engine, "decode", decode)

@@ -91,4 +91,4 @@ class Engine:
     def kv(self, name: str, start: int, stop: int) -> mx.array:
         """K and V of every layer over positions [start, stop): (L, 2, Hkv, stop - start, Dh)."""
         c = self.requests[name].cache
-        return mx.stack([c.k[:, :, start:stop], c.v[:, :, start:stop]], axis=1)
+        return mx.stack([mx.stack([x[:, start:stop] for x in c.k]), mx.stack([x[:, start:stop] for x in c.v])], axis=1)

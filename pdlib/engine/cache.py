@@ -1,8 +1,10 @@
-"""Per-request KV cache, preallocated for prompt + outputs: K and V of shape (layers, Hkv, capacity, Dh), FP32.
+"""Per-request KV cache, preallocated for prompt + outputs: for each layer, K and V of shape (Hkv, capacity, Dh),
+FP32.
 
 A logical reset only rewinds `length` and keeps the allocation (and its stale contents, which nothing may
 read: attention only sees positions < length, or masks the rest); a full reset allocates fresh buffers.
-One array per K and V (not one per layer) lets a decode step write all layers' new slots in one update.
+One array per layer: on a GPU the kernels write new slots into them in place, and on the CPU a functional
+update copies one layer's cache rather than every layer's.
 """
 
 import mlx.core as mx
@@ -19,8 +21,9 @@ class KVCache:
         return self.shape[2]
 
     def allocate(self) -> None:
-        self.k = mx.zeros(self.shape, mx.float32)
-        self.v = mx.zeros(self.shape, mx.float32)
+        layers, *per_layer = self.shape
+        self.k = [mx.zeros(per_layer, mx.float32) for _ in range(layers)]
+        self.v = [mx.zeros(per_layer, mx.float32) for _ in range(layers)]
         mx.eval(self.k, self.v)
         self.length = 0
         self.next_pos = None  # (host int, device int32 array) of the next decode position
@@ -34,4 +37,4 @@ class KVCache:
             self.allocate()
 
     def view(self, layer: int, stop: int) -> tuple[mx.array, mx.array]:
-        return self.k[layer, :, :stop, :], self.v[layer, :, :stop, :]
+        return self.k[layer][:, :stop, :], self.v[layer][:, :stop, :]

@@ -98,8 +98,7 @@ class Qwen3:
         n_layers = len(self.layers)
         for i, L in enumerate(self.layers):
             x, k, v = self._p_norm_kv(h, positions, L.in_norm, L.wk, L.wv, L.k_norm)
-            cache.k[i, :, start:start + T, :] = k
-            cache.v[i, :, start:start + T, :] = v
+            cache.k[i], cache.v[i] = K.store_kv(k, v, cache.k[i], cache.v[i], positions=positions, start=start)
             q_pos, q_mask = positions, mask
             if prune and i == n_layers - 1:
                 if not last:
@@ -112,30 +111,29 @@ class Qwen3:
 
     # -- decode ---------------------------------------------------------------------------------------
 
-    def decode_step(self, token: mx.array, pos: mx.array, k_all: mx.array, v_all: mx.array):
-        """One token at position pos (an int32 array, so one compiled graph serves every position), pure:
-        (token, pos, K, V) -> (logits (V,), greedy token, K, V with slot pos written in every layer).
-        Six kernels per layer: norm+q|k|v, q/k-norm+RoPE+attention, its merge, o_proj+residual,
-        norm+gate|up+SwiGLU, down+residual; then one gathers the new K/V rows of all layers."""
+    def decode_step(self, token: mx.array, pos: mx.array, k_cache: list[mx.array], v_cache: list[mx.array]):
+        """One token at position pos (an int32 array, so one compiled graph serves every position):
+        (token, pos, caches) -> (logits (V,), greedy token, pos + 1, new K rows, new V rows). On a GPU the
+        attention kernels store the new rows in the caches themselves and the last two are empty lists;
+        otherwise they hold each layer's (Hkv, 1, Dh) row for the caller to store.
+        Six kernels per layer: norm+q|k|v, q/k-norm+RoPE+attention (+ the K/V store), its merge,
+        o_proj+residual, norm+gate|up+SwiGLU, down+residual."""
         c = self.cfg
         eps = c.rms_norm_eps
         h = self.embed[token].reshape(c.hidden_size)
         ks, vs = [], []
         for i, L in enumerate(self.layers):
             qkv = K.gemv(h, L.d_qkv, norm=L.in_norm, eps=eps)
-            o, k, v = K.decode_attention(qkv, L.q_norm, L.k_norm, self.inv_freq, pos, k_all, v_all, i,
+            o, k, v = K.decode_attention(qkv, L.q_norm, L.k_norm, self.inv_freq, pos, k_cache[i], v_cache[i],
                                          heads=c.num_attention_heads, kv_heads=c.num_key_value_heads, eps=eps)
             h = K.gemv(o, L.d_o, residual=h)
             act = K.gemv(h, L.d_gate_up, norm=L.post_norm, eps=eps, swiglu=True)
             h = K.gemv(act, L.d_down, residual=h)
-            ks.append(k)
-            vs.append(v)
+            if k is not None:
+                ks.append(k[:, None])
+                vs.append(v[:, None])
         logits = K.gemv(h, self.d_lm_head, norm=self.norm, eps=eps)
-        k_new, v_new = K.stack_pair(ks, vs)
-        rows = (c.num_hidden_layers, c.num_key_value_heads, 1, c.head_dim)
-        k_all = mx.slice_update(k_all, k_new.reshape(rows), pos, axes=(2,))
-        v_all = mx.slice_update(v_all, v_new.reshape(rows), pos, axes=(2,))
-        return logits, mx.argmax(logits), k_all, v_all, pos + 1
+        return logits, mx.argmax(logits), pos + 1, ks, vs
 
     def decode(self, cache: KVCache, token: mx.array, *, pos: int) -> tuple[mx.array, mx.array]:
         """Run the (compiled) step on a request's cache; returns the logits (V,) and the greedy token.
@@ -145,6 +143,9 @@ class Qwen3:
             raise RuntimeError(f"KV cache overflow: position {pos} >= capacity {cache.capacity}")
         if cache.next_pos is None or cache.next_pos[0] != pos:
             cache.next_pos = (pos, mx.array([pos], mx.int32))
-        logits, token, cache.k, cache.v, next_pos = self._step(token, cache.next_pos[1], cache.k, cache.v)
+        logits, token, next_pos, ks, vs = self._step(token, cache.next_pos[1], cache.k, cache.v)
+        for i, (k, v) in enumerate(zip(ks, vs)):
+            cache.k[i] = mx.slice_update(cache.k[i], k, cache.next_pos[1], axes=(1,))
+            cache.v[i] = mx.slice_update(cache.v[i], v, cache.next_pos[1], axes=(1,))
         cache.next_pos = (pos + 1, next_pos)
         return logits, token

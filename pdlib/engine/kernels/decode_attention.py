@@ -1,11 +1,15 @@
 """Decode attention for one new token, fused with what feeds it: q/k RMSNorm, RoPE at the token's position
 and the new K/V slot. FP32 throughout; GQA (REP query heads share a KV head).
 
-    o, k_new, v_new = decode_attention(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, layer, ...)
+    o, k, v = decode_attention(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, ...)
 
-`qkv` is the raw q|k|v projection (Hq + 2 Hkv heads of Dh). The caches hold every layer, (L, Hkv, cap, Dh);
-positions < pos are read from them, position pos from the new k/v (which the caller then stores: MLX
-kernels cannot write into an existing array, so the engine writes all layers' slots in one update).
+`qkv` is the raw q|k|v projection (Hq + 2 Hkv heads of Dh). The layer's caches are (Hkv, cap, Dh); positions
+< pos are read from them, position pos from the new k/v. The kernel stores the new k/v at slot pos *in
+place*, into the cache it was given as an input: MLX has no in-place output for custom kernels, and the
+functional alternative (`slice_update`) cannot reuse the buffer while other kernels of the step still hold
+it, so it copied the cache every token (1 GB per step at 4K context with one array for all layers).
+Nothing else reads slot pos in the same step (this kernel takes it from registers), later steps are ordered
+after this one on the stream, and the validation gate checks every slot written. The ops twin returns k and v.
 Split-K ("flash decoding"): block (h, c) handles KV head h over keys [c*CHUNK, (c+1)*CHUNK) with an online
 softmax; a second kernel merges the chunks. Shapes are static (the cache capacity), so a decode step
 compiles to one graph; chunks past pos exit at once.
@@ -20,10 +24,10 @@ from pdlib.engine.kernels.rmsnorm import rms_norm_ops
 CHUNK, THREADS, GROUP = 128, 256, 8   # keys per block, threads per block (8 warps), keys per warp load group
 
 
-def decode_attention_ops(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, layer: int, *,
-                         heads: int, kv_heads: int, eps: float):
+def decode_attention_ops(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, *, heads: int, kv_heads: int,
+                         eps: float):
     """The oracle, with the same static shapes: attends over the whole capacity, masking positions > pos."""
-    L, Hkv, cap, Dh = k_cache.shape
+    Hkv, cap, Dh = k_cache.shape
     q = qkv[: heads * Dh].reshape(heads, Dh)
     k = qkv[heads * Dh: (heads + kv_heads) * Dh].reshape(kv_heads, Dh)
     v = qkv[(heads + kv_heads) * Dh:].reshape(kv_heads, Dh)
@@ -37,8 +41,8 @@ def decode_attention_ops(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, l
 
     q, k = norm_rope(q, q_norm), norm_rope(k, k_norm)
     at_pos = (mx.arange(cap) == pos)[None, :, None]
-    keys = mx.where(at_pos, k[:, None, :], k_cache[layer])          # (Hkv, cap, Dh)
-    values = mx.where(at_pos, v[:, None, :], v_cache[layer])
+    keys = mx.where(at_pos, k[:, None, :], k_cache)                 # (Hkv, cap, Dh)
+    values = mx.where(at_pos, v[:, None, :], v_cache)
     qg = q.reshape(kv_heads, heads // kv_heads, Dh) * (Dh ** -0.5)
     scores = qg @ keys.swapaxes(-1, -2)                              # (Hkv, rep, cap)
     scores = mx.where(causal_mask(pos, cap)[None], scores, -mx.inf)
@@ -67,8 +71,8 @@ CUDA_PARTIAL = r"""
     // Warp w takes groups of G consecutive keys (G loads of K and of V in flight per lane): groups w,
     // w + WARPS, ... The first group is requested now, before the q/k prologue, to overlap its latency.
     constexpr int G = GROUP;
-    const float4* K4 = reinterpret_cast<const float4*>(kc + ((size_t)LAYER * HKV + h) * CAP * DH);
-    const float4* V4 = reinterpret_cast<const float4*>(vc + ((size_t)LAYER * HKV + h) * CAP * DH);
+    const float4* K4 = reinterpret_cast<const float4*>(kc + (size_t)h * CAP * DH);
+    const float4* V4 = reinterpret_cast<const float4*>(vc + (size_t)h * CAP * DH);
     float4 kv[G], vv[G];
     #define PDLIB_LOAD_KV(J0)                                                                         \
         _Pragma("unroll") for (int g = 0; g < G; ++g) {                                               \
@@ -115,7 +119,11 @@ CUDA_PARTIAL = r"""
     if (t < DH) {
         for (int r = 0; r < REP; ++r) qs[r][t] = outq[r] * SCALE;
         kn[t] = outk;
-        if (c == 0) { k_new[h * DH + t] = outk; v_new[h * DH + t] = vn[t]; }
+        if (c == 0) {  // the new slot, stored in place (see the module docstring)
+            const size_t slot = ((size_t)h * CAP + P) * DH + t;
+            const_cast<float*>(kc)[slot] = outk;
+            const_cast<float*>(vc)[slot] = vn[t];
+        }
     }
     __syncthreads();
 
@@ -222,8 +230,8 @@ METAL_PARTIAL = r"""
     const float e = as_type<float>(EPS_BITS), SCALE = as_type<float>(SCALE_BITS);
 
     constexpr int G = GROUP;
-    const device float4* K4 = reinterpret_cast<const device float4*>(kc + ((size_t)LAYER * HKV + h) * CAP * DH);
-    const device float4* V4 = reinterpret_cast<const device float4*>(vc + ((size_t)LAYER * HKV + h) * CAP * DH);
+    const device float4* K4 = reinterpret_cast<const device float4*>(kc + (size_t)h * CAP * DH);
+    const device float4* V4 = reinterpret_cast<const device float4*>(vc + (size_t)h * CAP * DH);
     float4 kv[G], vv[G];
     #define PDLIB_LOAD_KV(J0)                                                                         \
         for (int g = 0; g < G; ++g) {                                                                 \
@@ -268,7 +276,11 @@ METAL_PARTIAL = r"""
     if (t < DH) {
         for (int r = 0; r < REP; ++r) qs[r][t] = outq[r] * SCALE;
         kn[t] = outk;
-        if (c == 0) { k_new[h * DH + t] = outk; v_new[h * DH + t] = vn[t]; }
+        if (c == 0) {
+            const size_t slot = ((size_t)h * CAP + P) * DH + t;
+            const_cast<device float*>(kc)[slot] = outk;
+            const_cast<device float*>(vc)[slot] = vn[t];
+        }
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
 
@@ -343,37 +355,43 @@ METAL_REDUCE = r"""
 
 _partial = kernel_or_none("pdlib_decode_attn_partial",
                           ["qkv", "qn", "knw", "inv_freq", "pos", "kc", "vc"],
-                          ["part_m", "part_l", "part_o", "k_new", "v_new"],
+                          ["part_m", "part_l", "part_o"],
                           cuda_source=CUDA_PARTIAL, metal_source=METAL_PARTIAL)
 _reduce = kernel_or_none("pdlib_decode_attn_reduce", ["part_m", "part_l", "part_o", "pos"], ["o"],
                          cuda_source=CUDA_REDUCE, metal_source=METAL_REDUCE)
 
 
-def decode_attention_kernel(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, layer: int, *,
-                            heads: int, kv_heads: int, eps: float, poison: bool = False,
-                            shape: tuple[int, int, int] | None = None):
-    """`shape` (keys per block, threads per block, keys per warp group) overrides the default, for sweeps."""
-    L, Hkv, cap, Dh = k_cache.shape
+def decode_attention_kernel(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, *, heads: int, kv_heads: int,
+                            eps: float, poison: bool = False, shape: tuple[int, int, int] | None = None):
+    """-> o; stores k and v at slot pos of k_cache / v_cache in place. `shape` (keys per block, threads per
+    block, keys per warp group) overrides the default, for sweeps."""
+    Hkv, cap, Dh = k_cache.shape
     chunk, threads, group = shape or (CHUNK, THREADS, GROUP)
     nc = -(-cap // chunk)
-    part_m, part_l, part_o, k_new, v_new = _partial(
+    part_m, part_l, part_o = _partial(
         inputs=[qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache],
         template=[("HQ", heads), ("HKV", kv_heads), ("DH", Dh), ("CAP", cap), ("NC", nc), ("CHUNK", chunk),
-                  ("THREADS", threads), ("GROUP", group), ("LAYER", layer), ("EPS_BITS", float_bits(eps)),
+                  ("THREADS", threads), ("GROUP", group), ("EPS_BITS", float_bits(eps)),
                   ("SCALE_BITS", float_bits(Dh ** -0.5))],
         grid=(kv_heads * nc * threads, 1, 1), threadgroup=(threads, 1, 1),
-        output_shapes=[(heads * nc,), (heads * nc,), (heads * nc * Dh,), (kv_heads, Dh), (kv_heads, Dh)],
-        output_dtypes=[mx.float32] * 5, init_value=float("nan") if poison else None)
+        output_shapes=[(heads * nc,), (heads * nc,), (heads * nc * Dh,)],
+        output_dtypes=[mx.float32] * 3, init_value=float("nan") if poison else None)
     (o,) = _reduce(inputs=[part_m, part_l, part_o, pos], template=[("NC", nc), ("DH", Dh), ("CHUNK", chunk)],
                    grid=(heads * Dh, 1, 1), threadgroup=(Dh, 1, 1),
                    output_shapes=[(heads * Dh,)], output_dtypes=[mx.float32],
                    init_value=float("nan") if poison else None)
-    return o, k_new, v_new
+    return o
 
 
-def decode_attention(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, layer: int, **kw):
-    """The kernel on a GPU backend for head_dim 128 (one thread per dim, a float4 per lane); the ops twin
-    otherwise (the CPU, or other head sizes such as the `tiny` preset's)."""
-    if _partial is not None and k_cache.shape[-1] == 128:
-        return decode_attention_kernel(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, layer, **kw)
-    return decode_attention_ops(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, layer, **kw)
+def stores_kv_in_place(head_dim: int) -> bool:
+    """Whether `decode_attention` runs the kernel (which stores the new k/v itself) for this head size."""
+    return _partial is not None and head_dim == 128
+
+
+def decode_attention(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, **kw):
+    """-> (o, k, v). The kernel on a GPU backend for head_dim 128 (one thread per dim, a float4 per lane),
+    which stores k and v itself and returns None for them; the ops twin otherwise (the CPU, or other head
+    sizes such as the `tiny` preset's), whose k and v the caller stores."""
+    if stores_kv_in_place(k_cache.shape[-1]):
+        return decode_attention_kernel(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, **kw), None, None
+    return decode_attention_ops(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, **kw)

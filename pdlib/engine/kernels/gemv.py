@@ -14,10 +14,10 @@ import mlx.core as mx
 from pdlib.engine.kernels.backend import BACKEND, float_bits, kernel_or_none
 from pdlib.engine.kernels.rmsnorm import rms_norm_ops
 
-# Launch shape per matrix height: threads per block and rows per warp. Chosen by a sweep on the H200
-# (notes/gpu.md); any value is correct, these are only the fastest seen.
 def launch_shape(n_rows: int) -> tuple[int, int]:
-    return (128, 1) if n_rows <= 2048 else (256, 2)
+    """Threads per block and rows per warp: any value is correct; these were the fastest in a sweep on the
+    H200 (notes/gpu.md), though within ~5% of each other for every matrix but the LM head."""
+    return (256, 2) if n_rows <= 4096 else (256, 1)
 
 
 def linear(x: mx.array, w: mx.array) -> mx.array:
