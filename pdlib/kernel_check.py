@@ -76,7 +76,8 @@ def check_decode_attention(seed: int) -> list[dict]:
 
 
 def check_kv_store(seed: int) -> list[dict]:
-    """The in-place prefill store against `slice_update`: the whole cache, so a stray write shows."""
+    """The in-place prefill store against `slice_update`: the whole cache (so a stray write shows), and the
+    keys/values handed to attention."""
     rows = []
     Hkv, Dh, cap = 8, 128, 640
     for i, (start, T) in enumerate([(0, 128), (128, 128), (500, 140), (639, 1)]):
@@ -85,8 +86,8 @@ def check_kv_store(seed: int) -> list[dict]:
         kc, vc = mx.random.normal((Hkv, cap, Dh)), mx.random.normal((Hkv, cap, Dh))
         want = K.store_kv_ops(k, v, kc, vc, start=start)
         mx.eval(want, kc, vc)
-        got = K.store_kv_kernel(k, v, kc, vc, positions=mx.arange(start, start + T, dtype=mx.int32))
-        for part, g, w in zip(("k", "v"), got, want):
+        got = K.store_kv_kernel(k, v, kc, vc, positions=mx.arange(start, start + T, dtype=mx.int32), start=start)
+        for part, g, w in zip(("k cache", "v cache", "keys", "values"), got, want):
             rows.append(_compare(f"kv_store/{part}", f"{T} at {start}", g.reshape(-1), w.reshape(-1)))
     return rows
 

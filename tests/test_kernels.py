@@ -92,14 +92,16 @@ def test_decode_attention_ops_twin(pos):
     np.testing.assert_array_equal(np.array(v_new), v)
 
 
-def test_kv_store_ops_writes_only_its_slots():
+def test_kv_store_ops_writes_only_its_slots_and_returns_the_prefix():
     kc, vc = mx.zeros((2, 10, 4)), mx.ones((2, 10, 4))
     k, v = mx.full((2, 3, 4), 5.0), mx.full((2, 3, 4), 7.0)
-    k2, v2 = K.store_kv(k, v, kc, vc, positions=mx.arange(4, 7, dtype=mx.int32), start=4)
+    k2, v2, keys, values = K.store_kv(k, v, kc, vc, positions=mx.arange(4, 7, dtype=mx.int32), start=4)
     want_k, want_v = np.zeros((2, 10, 4)), np.ones((2, 10, 4))
     want_k[:, 4:7], want_v[:, 4:7] = 5.0, 7.0
     np.testing.assert_array_equal(np.array(k2), want_k)
     np.testing.assert_array_equal(np.array(v2), want_v)
+    np.testing.assert_array_equal(np.array(keys), want_k[:, :7])   # what attention reads: slots 0 .. 6
+    np.testing.assert_array_equal(np.array(values), want_v[:, :7])
 
 
 def test_rope_frequencies_match_mlx_rope():

@@ -35,6 +35,3 @@ class KVCache:
         else:
             self.k = self.v = None  # drop the old buffers before allocating new ones
             self.allocate()
-
-    def view(self, layer: int, stop: int) -> tuple[mx.array, mx.array]:
-        return self.k[layer][:, :stop, :], self.v[layer][:, :stop, :]

@@ -98,13 +98,13 @@ class Qwen3:
         n_layers = len(self.layers)
         for i, L in enumerate(self.layers):
             x, k, v = self._p_norm_kv(h, positions, L.in_norm, L.wk, L.wv, L.k_norm)
-            cache.k[i], cache.v[i] = K.store_kv(k, v, cache.k[i], cache.v[i], positions=positions, start=start)
+            cache.k[i], cache.v[i], keys, values = K.store_kv(k, v, cache.k[i], cache.v[i], positions=positions,
+                                                              start=start)
             q_pos, q_mask = positions, mask
             if prune and i == n_layers - 1:
                 if not last:
                     return None
                 x, h, q_pos, q_mask = x[-1:], h[-1:], positions[-1:], mask[-1:]
-            keys, values = cache.view(i, start + T)
             o = K.attention(self._p_q(x, q_pos, L.wq, L.q_norm), keys, values, mask=q_mask, scale=self.scale)
             h = self._p_out_mlp(h, o, L.wo, L.post_norm, L.w_gate, L.w_up, L.w_down)
         return K.linear(K.rms_norm(h[-1], self.norm, eps=c.rms_norm_eps), self.lm_head) if last else None
