@@ -5,8 +5,9 @@ One kernel covers every decode matvec, with optional fusions chosen by template 
   NORM     RMSNorm the input first (x * rsqrt(mean(x^2) + eps) * nw): q|k|v, gate|up and the LM head
   RESIDUAL add a residual vector to the output: o_proj and down_proj
   SWIGLU   rows r and N + r give silu(gate) * up for output r: gate|up
-A warp owns a row and reads it 16 bytes (8 bf16) per lane per load; the block stages the (normed) input
-vector in shared memory once and then strides over rows.
+A warp owns ROWS rows per pass, each lane holding its 16-byte (8 bf16) pieces of them in registers; the loads
+of the first pass are issued before the block stages the (normed) input vector in shared memory, and each
+pass issues the next one's before reducing its own.
 """
 
 import mlx.core as mx
@@ -14,9 +15,10 @@ import mlx.core as mx
 from pdlib.engine.kernels.backend import BACKEND, float_bits, kernel_or_none
 from pdlib.engine.kernels.rmsnorm import rms_norm_ops
 
+
 def launch_shape(n_rows: int) -> tuple[int, int]:
-    """Threads per block and rows per warp: any value is correct; these were the fastest in a sweep on the
-    H200 (notes/gpu.md), though within ~5% of each other for every matrix but the LM head."""
+    """Threads per block and rows per warp. Any value is correct; these were the fastest in a sweep on the
+    H200, which found little between shapes (notes/gpu.md)."""
     return (256, 2) if n_rows <= 4096 else (256, 1)
 
 
