@@ -61,7 +61,7 @@ def check_decode_attention(seed: int) -> list[dict]:
         p = mx.array([pos], mx.int32)
         kw = dict(heads=Hq, kv_heads=Hkv, eps=1e-6)
         want = K.decode_attention_ops(qkv, qn, kn, inv_freq, p, kc, vc, **kw)
-        kc0, vc0 = mx.array(kc), mx.array(vc)
+        kc0, vc0 = kc + 0.0, vc + 0.0  # copies (kc, vc are still held, so nothing is donated)
         mx.eval(want, kc, vc, kc0, vc0)
         got = K.decode_attention_kernel(qkv, qn, kn, inv_freq, p, kc, vc, poison=True, **kw)
         mx.eval(got)

@@ -8,6 +8,8 @@
     int(out.token)                          # the host observes it
 
 The engine keeps each request's next input token itself, so a step needs only the request's name.
+On a GPU the kernels write new K/V slots into the cache arrays in place (kernels/decode_attention.py says
+why): evaluate what you read through `kv()` before running further steps on that request.
 """
 
 from dataclasses import dataclass
