@@ -362,21 +362,19 @@ _reduce = kernel_or_none("pdlib_decode_attn_reduce", ["part_m", "part_l", "part_
 
 
 def decode_attention_kernel(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, *, heads: int, kv_heads: int,
-                            eps: float, poison: bool = False, shape: tuple[int, int, int] | None = None):
-    """-> o; stores k and v at slot pos of k_cache / v_cache in place. `shape` (keys per block, threads per
-    block, keys per warp group) overrides the default, for sweeps."""
+                            eps: float, poison: bool = False):
+    """-> o; stores k and v at slot pos of k_cache / v_cache in place."""
     Hkv, cap, Dh = k_cache.shape
-    chunk, threads, group = shape or (CHUNK, THREADS, GROUP)
-    nc = -(-cap // chunk)
+    nc = -(-cap // CHUNK)
     part_m, part_l, part_o = _partial(
         inputs=[qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache],
-        template=[("HQ", heads), ("HKV", kv_heads), ("DH", Dh), ("CAP", cap), ("NC", nc), ("CHUNK", chunk),
-                  ("THREADS", threads), ("GROUP", group), ("EPS_BITS", float_bits(eps)),
+        template=[("HQ", heads), ("HKV", kv_heads), ("DH", Dh), ("CAP", cap), ("NC", nc), ("CHUNK", CHUNK),
+                  ("THREADS", THREADS), ("GROUP", GROUP), ("EPS_BITS", float_bits(eps)),
                   ("SCALE_BITS", float_bits(Dh ** -0.5))],
-        grid=(kv_heads * nc * threads, 1, 1), threadgroup=(threads, 1, 1),
+        grid=(kv_heads * nc * THREADS, 1, 1), threadgroup=(THREADS, 1, 1),
         output_shapes=[(heads * nc,), (heads * nc,), (heads * nc * Dh,)],
         output_dtypes=[mx.float32] * 3, init_value=float("nan") if poison else None)
-    (o,) = _reduce(inputs=[part_m, part_l, part_o, pos], template=[("NC", nc), ("DH", Dh), ("CHUNK", chunk)],
+    (o,) = _reduce(inputs=[part_m, part_l, part_o, pos], template=[("NC", nc), ("DH", Dh), ("CHUNK", CHUNK)],
                    grid=(heads * Dh, 1, 1), threadgroup=(Dh, 1, 1),
                    output_shapes=[(heads * Dh,)], output_dtypes=[mx.float32],
                    init_value=float("nan") if poison else None)

@@ -202,13 +202,11 @@ _ONE = mx.zeros((4,), mx.float32)  # stands in for an unused input
 
 
 def gemv_kernel(x: mx.array, w: mx.array, *, norm: mx.array | None = None, eps: float = 0.0,
-                residual: mx.array | None = None, swiglu: bool = False, poison: bool = False,
-                shape: tuple[int, int] | None = None) -> mx.array:
-    """`poison` fills the output with NaN before the kernel runs, so a test sees any element it skipped.
-    `shape` (threads per block, rows per warp) overrides `launch_shape`, for sweeps."""
+                residual: mx.array | None = None, swiglu: bool = False, poison: bool = False) -> mx.array:
+    """`poison` fills the output with NaN before the kernel runs, so a test sees any element it skipped."""
     K = x.shape[0]
     N = w.shape[0] // 2 if swiglu else w.shape[0]
-    block, rows = shape or launch_shape(N)
+    block, rows = launch_shape(N)
     blocks = min(-(-N // (block // 32 * rows)), 4096)
     (out,) = _kernel(
         inputs=[x, w, _ONE if norm is None else norm, _ONE if residual is None else residual],
