@@ -17,8 +17,17 @@ def _bf16(shape, scale):
 
 
 def _compare(name, case, x, ref) -> dict:
-    (max_abs,), (ratio,), (bad,) = tolerance_stats(x[None], ref[None]).tolist()
-    return {"kernel": name, "case": case, "max_abs": max_abs, "worst_ratio": ratio, "passed": bad == 0}
+    """A row whose numbers are still lazy: `_evaluated` computes a case's rows in one graph with the kernel."""
+    return {"kernel": name, "case": case, "stats": tolerance_stats(x[None], ref[None])}
+
+
+def _evaluated(rows: list[dict]) -> list[dict]:
+    mx.eval([r["stats"] for r in rows])
+    out = []
+    for r in rows:
+        (max_abs,), (ratio,), (bad,) = r.pop("stats").tolist()
+        out.append({**r, "max_abs": max_abs, "worst_ratio": ratio, "passed": bad == 0})
+    return out
 
 
 def gemv_cases():
@@ -41,12 +50,19 @@ def check_gemv(seed: int) -> list[dict]:
         w = _bf16((2 * n if c.get("swiglu") else n, k), k ** -0.5)
         kw = dict(norm=1.0 + 0.1 * mx.random.normal((k,)) if c.get("norm") else None, eps=1e-6,
                   residual=mx.random.normal((n,)) if c.get("residual") else None, swiglu=c.get("swiglu", False))
-        rows.append(_compare("gemv", case, K.gemv_kernel(x, w, poison=True, **kw), K.gemv_ops(x, w, **kw)))
+        rows += _evaluated([_compare("gemv", case, K.gemv_kernel(x, w, poison=True, **kw), K.gemv_ops(x, w, **kw))])
     return rows
 
 
+def _fence_row(name: str, case: str, written: mx.array, before: mx.array) -> dict:
+    """The kernel advanced the write fence by one (every reader after it depends on that output)."""
+    return _compare(name, case, written.astype(mx.float32), (before + 1).astype(mx.float32))
+
+
 def check_decode_attention(seed: int) -> list[dict]:
-    """o against the twin, and the in-place store: slot pos holds the twin's k/v, every other slot is as it was."""
+    """o against the twin, and the in-place store: slot pos holds the twin's k/v, every other slot is as it was.
+    The cache is read through the fence in the same graph as the kernel: no evaluation in between makes the
+    order hold by luck (MLX orders a CUDA graph only through output buffers)."""
     rows = []
     Hq, Hkv, Dh, cap = 16, 8, 128, 5120 + 128
     inv_freq = K.rope_inv_freq(Dh, base=1e6)
@@ -58,37 +74,46 @@ def check_decode_attention(seed: int) -> list[dict]:
         live = (mx.arange(cap) < pos)[None, :, None]
         kc = mx.where(live, mx.random.normal((Hkv, cap, Dh)), 1e4)
         vc = mx.where(live, mx.random.normal((Hkv, cap, Dh)), 1e4)
-        p = mx.array([pos], mx.int32)
+        p, fence = mx.array([pos], mx.int32), K.new_fence() + i
         kw = dict(heads=Hq, kv_heads=Hkv, eps=1e-6)
         want = K.decode_attention_ops(qkv, qn, kn, inv_freq, p, kc, vc, **kw)
         kc0, vc0 = kc + 0.0, vc + 0.0  # copies (kc, vc are still held, so nothing is donated)
-        mx.eval(want, kc, vc, kc0, vc0)
-        got = K.decode_attention_kernel(qkv, qn, kn, inv_freq, p, kc, vc, poison=True, **kw)
-        mx.eval(got)
-        rows.append(_compare("decode_attention/o", f"pos {pos}", got, want[0]))
+        mx.eval(want, kc, vc, kc0, vc0, fence)
+        got, written = K.decode_attention_kernel(qkv, qn, kn, inv_freq, p, kc, vc, fence, poison=True, **kw)
+        case = f"pos {pos}"
+        case_rows = [_compare("decode_attention/o", case, got, want[0]),
+                     _fence_row("decode_attention/fence", case, written, fence)]
         others = (mx.arange(cap) != pos)[None, :, None]
         for part, cache, before, new in (("k", kc, kc0, want[1]), ("v", vc, vc0, want[2])):
-            rows.append(_compare(f"decode_attention/{part} slot", f"pos {pos}", cache[:, pos].reshape(-1),
-                                 new.reshape(-1)))
-            rows.append(_compare(f"decode_attention/{part} rest", f"pos {pos}",
-                                 mx.where(others, cache, 0).reshape(-1), mx.where(others, before, 0).reshape(-1)))
+            cache = K.read_after(cache, written)
+            case_rows.append(_compare(f"decode_attention/{part} slot", case, cache[:, pos].reshape(-1),
+                                      new.reshape(-1)))
+            case_rows.append(_compare(f"decode_attention/{part} rest", case, mx.where(others, cache, 0).reshape(-1),
+                                      mx.where(others, before, 0).reshape(-1)))
+        rows += _evaluated(case_rows)
     return rows
 
 
 def check_kv_store(seed: int) -> list[dict]:
-    """The in-place prefill store against `slice_update`: the whole cache (so a stray write shows), and the
-    keys/values handed to attention."""
+    """The in-place prefill store against `slice_update`: the whole cache (so a stray write shows), read through
+    the fence in the kernel's own graph, and the keys/values handed to attention."""
     rows = []
     Hkv, Dh, cap = 8, 128, 640
     for i, (start, T) in enumerate([(0, 128), (128, 128), (500, 140), (639, 1)]):
         mx.random.seed(seed * 100 + i)
         k, v = mx.random.normal((Hkv, T, Dh)), mx.random.normal((Hkv, T, Dh))
         kc, vc = mx.random.normal((Hkv, cap, Dh)), mx.random.normal((Hkv, cap, Dh))
-        want = K.store_kv_ops(k, v, kc, vc, start=start)
+        fence = K.new_fence() + i
+        want = K.store_kv_ops(k, v, kc, vc, fence, start=start)
         mx.eval(want, kc, vc)
-        got = K.store_kv_kernel(k, v, kc, vc, positions=mx.arange(start, start + T, dtype=mx.int32), start=start)
-        for part, g, w in zip(("k cache", "v cache", "keys", "values"), got, want):
-            rows.append(_compare(f"kv_store/{part}", f"{T} at {start}", g.reshape(-1), w.reshape(-1)))
+        kc2, vc2, written, keys, values = K.store_kv_kernel(k, v, kc, vc, fence, start=start,
+                                                            positions=mx.arange(start, start + T, dtype=mx.int32))
+        case = f"{T} at {start}"
+        got = (K.read_after(kc2, written), K.read_after(vc2, written), keys, values)
+        case_rows = [_compare(f"kv_store/{part}", case, g.reshape(-1), w.reshape(-1))
+                     for part, g, w in zip(("k cache", "v cache", "keys", "values"), got,
+                                           (want[0], want[1], want[3], want[4]))]
+        rows += _evaluated(case_rows + [_fence_row("kv_store/fence", case, written, fence)])
     return rows
 
 

@@ -62,24 +62,24 @@ def main(argv=None):
     rows["engine.decode, pipelined (no host sync)"] = timed(full, steps, sync_each=False)
 
     pos = mx.array([r.cache.length], mx.int32)
-    k_all, v_all = r.cache.k, r.cache.v   # per-layer lists
+    k_all, v_all, fences = r.cache.k, r.cache.v, r.cache.written   # per-layer lists
     tok = r.next_token
 
     def step_only(sync=True):
-        logits, t, *_ = m._step(tok, pos, k_all, v_all)
+        logits, t, *_ = m._step(tok, pos, k_all, v_all, fences)
         return t.item() if sync else t
     rows["compiled step alone (same position each time)"] = timed(step_only, steps)
 
     eager = m.decode_step
 
     def uncompiled(sync=True):
-        logits, t, *_ = eager(tok, pos, k_all, v_all)
+        logits, t, *_ = eager(tok, pos, k_all, v_all, fences)
         return t.item() if sync else t
     rows["uncompiled step"] = timed(uncompiled, steps)
 
     def host_only(sync=True):
         t0 = time.perf_counter_ns()
-        out = m._step(tok, pos, k_all, v_all)
+        out = m._step(tok, pos, k_all, v_all, fences)
         dt = (time.perf_counter_ns() - t0) / 1e6
         mx.eval(out)
         return dt
@@ -109,8 +109,9 @@ def main(argv=None):
     def attn_chain():
         outs = []
         for i, L in enumerate(m.layers):
-            o, _, _ = K.decode_attention(qkv, L.q_norm, L.k_norm, m.inv_freq, pos, k_all[i], v_all[i],
-                                         heads=cfg.num_attention_heads, kv_heads=cfg.num_key_value_heads, eps=1e-6)
+            o, _, _, _ = K.decode_attention(qkv, L.q_norm, L.k_norm, m.inv_freq, pos, k_all[i], v_all[i], fences[i],
+                                            heads=cfg.num_attention_heads, kv_heads=cfg.num_key_value_heads,
+                                            eps=1e-6)
             outs.append(o)
         return mx.stack(outs)
     rows["28 x decode attention, compiled"] = timed(chain(mx.compile(attn_chain)), steps)

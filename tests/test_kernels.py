@@ -95,7 +95,10 @@ def test_decode_attention_ops_twin(pos):
 def test_kv_store_ops_writes_only_its_slots_and_returns_the_prefix():
     kc, vc = mx.zeros((2, 10, 4)), mx.ones((2, 10, 4))
     k, v = mx.full((2, 3, 4), 5.0), mx.full((2, 3, 4), 7.0)
-    k2, v2, keys, values = K.store_kv(k, v, kc, vc, positions=mx.arange(4, 7, dtype=mx.int32), start=4)
+    fence = K.new_fence()
+    k2, v2, written, keys, values = K.store_kv(k, v, kc, vc, fence, positions=mx.arange(4, 7, dtype=mx.int32),
+                                               start=4)
+    assert written is fence  # the functional update needs no fence: its result is a new array
     want_k, want_v = np.zeros((2, 10, 4)), np.ones((2, 10, 4))
     want_k[:, 4:7], want_v[:, 4:7] = 5.0, 7.0
     np.testing.assert_array_equal(np.array(k2), want_k)
@@ -110,3 +113,11 @@ def test_rope_frequencies_match_mlx_rope():
     ref = mx.fast.rope(x, 128, traditional=False, base=1e6, scale=1.0, offset=4093)
     got = K.rope_ops(x, positions=mx.arange(4093, 4096, dtype=mx.int32), inv_freq=K.rope_inv_freq(128, base=1e6))
     assert mx.array_equal(got, ref).item()
+
+
+def test_read_after_orders_on_the_fence_and_refuses_an_unwritten_one():
+    """A read through a fence is the cache's values when the fence is set, NaN (which no check passes) when a
+    writer never set it."""
+    x = mx.arange(6, dtype=mx.float32).reshape(2, 3)
+    assert mx.array_equal(K.read_after(x, K.new_fence()), x).item()
+    assert mx.isnan(K.read_after(x, mx.zeros_like(K.new_fence()))).all().item()

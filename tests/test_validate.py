@@ -7,6 +7,7 @@ import pytest
 
 from pdlib.config import RunParams
 from pdlib.engine import Engine
+from pdlib.engine.cache import KVCache
 from pdlib.engine.model import Qwen3
 from pdlib.experiment import Experiment
 from pdlib.validate import ValidationError
@@ -63,8 +64,8 @@ def test_wrong_token_is_caught_by_the_token_check(exp, monkeypatch):
 
 
 def test_off_by_one_position_is_caught_by_decode_kv(exp, monkeypatch):
-    real = Qwen3.decode
-    monkeypatch.setattr(Qwen3, "decode", lambda self, cache, token, *, pos: real(self, cache, token, pos=pos + 1))
+    # every decode runs (and stores its K/V) one position past the cache's length
+    monkeypatch.setattr(KVCache, "position", lambda self: mx.array([self.length + 1], mx.int32))
     e = fails(exp, "eager")
     assert "decode_kv check" in str(e) and f"position {PROMPT}" in str(e) and "layer 0" in str(e)
 

@@ -7,9 +7,11 @@
     out = engine.decode("A")                # Output(logits, token); token stays on the device
     int(out.token)                          # the host observes it
 
-The engine keeps each request's next input token itself, so a step needs only the request's name.
-On a GPU the kernels write new K/V slots into the cache arrays in place (kernels/decode_attention.py says
-why): evaluate what you read through `kv()` before running further steps on that request.
+The engine keeps each request's next input token itself, so a step needs only the request's name. A request's
+progress has one owner, its cache (`length`); how much of the prompt is prefilled follows from it.
+On a GPU the kernels write new K/V slots into the cache arrays in place; `kv()` reads them through the
+cache's write fences (kernels/fence.py), so a read is ordered after the writes it should see. Evaluate what
+`kv()` returned before resetting the request, whose next writes reuse those slots.
 """
 
 from dataclasses import dataclass
@@ -31,12 +33,16 @@ class Output:
 class Request:
     prompt: mx.array        # (P,) int32
     cache: KVCache
-    prefilled: int = 0
     next_token: mx.array | None = None
 
     @property
     def length(self) -> int:
         return self.cache.length
+
+    @property
+    def prefilled(self) -> int:
+        """Prompt tokens in the cache (decodes only start once the whole prompt is in)."""
+        return min(self.cache.length, self.prompt.size)
 
 
 class Engine:
@@ -57,7 +63,7 @@ class Engine:
         """Forget the request's progress; logical keeps the cache allocation and only rewinds its length."""
         r = self.requests[name]
         r.cache.reset(logical=logical)
-        r.prefilled, r.next_token = 0, None
+        r.next_token = None
 
     def prefill_chunk(self, name: str, n: int) -> Output | None:
         r = self.requests[name]
@@ -67,10 +73,8 @@ class Engine:
         last = stop == r.prompt.size
         logits = self.model.prefill(r.cache, r.prompt[start:stop], start=start, last=last,
                                     prune=self.prune_final_layer)
-        r.prefilled, r.cache.length = stop, stop
-        r.cache.next_pos = None
         if not last:
-            mx.async_eval(r.cache.k, r.cache.v)  # MLX is lazy: start the chunk's work now
+            mx.async_eval(r.cache.k, r.cache.v, r.cache.written)  # MLX is lazy: start the chunk's work now
             return None
         return self._emit(r, logits)
 
@@ -78,19 +82,17 @@ class Engine:
         r = self.requests[name]
         if r.next_token is None:
             raise ValueError(f"decode of {name} before its prompt is prefilled")
-        pos = r.cache.length
-        logits, token = self.model.decode(r.cache, r.next_token, pos=pos)
-        r.cache.length = pos + 1
+        logits, token = self.model.decode(r.cache, r.next_token)
         return self._emit(r, logits, token)
 
     @staticmethod
     def _emit(r: Request, logits: mx.array, token: mx.array | None = None) -> Output:
         token = mx.argmax(logits) if token is None else token
         r.next_token = token
-        mx.async_eval(token, logits, r.cache.k, r.cache.v)
+        mx.async_eval(token, logits, r.cache.k, r.cache.v, r.cache.written)
         return Output(logits, token)
 
     def kv(self, name: str, start: int, stop: int) -> mx.array:
         """K and V of every layer over positions [start, stop): (L, 2, Hkv, stop - start, Dh)."""
         c = self.requests[name].cache
-        return mx.stack([mx.stack([x[:, start:stop] for x in c.k]), mx.stack([x[:, start:stop] for x in c.v])], axis=1)
+        return mx.stack([mx.stack(c.read(i, start, stop)) for i in range(len(c.k))])

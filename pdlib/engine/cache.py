@@ -1,5 +1,7 @@
 """Per-request KV cache, preallocated for prompt + outputs: for each layer, K and V of shape (Hkv, capacity, Dh),
-FP32.
+FP32, and the layer's write fence (kernels/fence.py). The cache is the one owner of a request's progress:
+`length` (positions written), from which the engine derives how much of the prompt is prefilled and where the
+next decode goes.
 
 A logical reset only rewinds `length` and keeps the allocation (and its stale contents, which nothing may
 read: attention only sees positions < length, or masks the rest); a full reset allocates fresh buffers.
@@ -8,6 +10,8 @@ update copies one layer's cache rather than every layer's.
 """
 
 import mlx.core as mx
+
+from pdlib.engine.kernels import new_fence, read_after, store_kv
 
 
 class KVCache:
@@ -24,14 +28,54 @@ class KVCache:
         layers, *per_layer = self.shape
         self.k = [mx.zeros(per_layer, mx.float32) for _ in range(layers)]
         self.v = [mx.zeros(per_layer, mx.float32) for _ in range(layers)]
-        mx.eval(self.k, self.v)
-        self.length = 0
-        self.next_pos = None  # (host int, device int32 array) of the next decode position
+        self.written = [new_fence() for _ in range(layers)]
+        mx.eval(self.k, self.v, self.written)
+        self._length = 0
+        self._pos = None  # the device int32 array holding position `length`, kept for the next decode
         self.allocations += 1
+
+    @property
+    def length(self) -> int:
+        return self._length
+
+    def advance(self, n: int, *, next_pos: mx.array | None = None) -> None:
+        """n more positions written; `next_pos`, when given, already holds the new length on the device."""
+        if self._length + n > self.capacity:
+            raise ValueError(f"KV cache overflow: {self._length} + {n} positions exceed capacity {self.capacity}")
+        self._length += n
+        self._pos = next_pos
+
+    def position(self) -> mx.array:
+        """`length` as a device int32 array (1,): decode steps pass it on from one step to the next, since a
+        host-written scalar per step makes every kernel that reads it fault on MLX's managed memory."""
+        if self._pos is None:
+            self._pos = mx.array([self._length], mx.int32)
+        return self._pos
+
+    def store(self, layer: int, k: mx.array, v: mx.array, *, positions: mx.array, start: int):
+        """Write a prefill chunk's k, v (Hkv, T, Dh) at positions start..; returns the (Hkv, start + T, Dh) keys
+        and values attention reads. `advance` follows once every layer is stored."""
+        self.k[layer], self.v[layer], self.written[layer], keys, values = store_kv(
+            k, v, self.k[layer], self.v[layer], self.written[layer], positions=positions, start=start)
+        return keys, values
+
+    def store_decoded(self, ks: list, vs: list, written: list, *, next_pos: mx.array) -> None:
+        """After a decode step: the new fences, and the new rows (Hkv, 1, Dh) where the step's kernels did not
+        store them themselves (empty lists when they did); then one position more."""
+        for i, (k, v) in enumerate(zip(ks, vs)):
+            self.k[i] = mx.slice_update(self.k[i], k, self.position(), axes=(1,))
+            self.v[i] = mx.slice_update(self.v[i], v, self.position(), axes=(1,))
+        self.written = list(written)
+        self.advance(1, next_pos=next_pos)
+
+    def read(self, layer: int, start: int, stop: int) -> tuple[mx.array, mx.array]:
+        """K and V of one layer over positions [start, stop), ordered after the cache's last in-place write."""
+        w = self.written[layer]
+        return read_after(self.k[layer][:, start:stop], w), read_after(self.v[layer][:, start:stop], w)
 
     def reset(self, *, logical: bool) -> None:
         if logical:
-            self.length, self.next_pos = 0, None
+            self._length, self._pos = 0, None
         else:
-            self.k = self.v = None  # drop the old buffers before allocating new ones
+            self.k = self.v = self.written = None  # drop the old buffers before allocating new ones
             self.allocate()

@@ -89,17 +89,24 @@ class Qwen3:
         Final-layer pruning: the last layer's output only matters for the prompt's final position, so a
         chunk that does not finish the prompt computes only its K/V, and the finishing chunk runs attention,
         MLP, norm and LM head for its final position only."""
-        c, T = self.cfg, tokens.shape[0]
+        T = tokens.shape[0]
+        if start != cache.length:
+            raise ValueError(f"prefill at position {start} of a cache holding {cache.length}")
         if start + T > cache.capacity:
             raise RuntimeError(f"KV cache overflow: position {start + T - 1} >= capacity {cache.capacity}")
+        logits = self._prefill_layers(cache, tokens, start=start, last=last, prune=prune)
+        cache.advance(T)
+        return logits
+
+    def _prefill_layers(self, cache: KVCache, tokens: mx.array, *, start: int, last: bool, prune: bool):
+        c, T = self.cfg, tokens.shape[0]
         positions = mx.arange(start, start + T, dtype=mx.int32)
         mask = K.causal_mask(positions, start + T)
         h = self.embed[tokens]
         n_layers = len(self.layers)
         for i, L in enumerate(self.layers):
             x, k, v = self._p_norm_kv(h, positions, L.in_norm, L.wk, L.wv, L.k_norm)
-            cache.k[i], cache.v[i], keys, values = K.store_kv(k, v, cache.k[i], cache.v[i], positions=positions,
-                                                              start=start)
+            keys, values = cache.store(i, k, v, positions=positions, start=start)
             q_pos, q_mask = positions, mask
             if prune and i == n_layers - 1:
                 if not last:
@@ -111,21 +118,24 @@ class Qwen3:
 
     # -- decode ---------------------------------------------------------------------------------------
 
-    def decode_step(self, token: mx.array, pos: mx.array, k_cache: list[mx.array], v_cache: list[mx.array]):
+    def decode_step(self, token: mx.array, pos: mx.array, k_cache: list[mx.array], v_cache: list[mx.array],
+                    written: list[mx.array]):
         """One token at position pos (an int32 array, so one compiled graph serves every position):
-        (token, pos, caches) -> (logits (V,), greedy token, pos + 1, new K rows, new V rows). On a GPU the
-        attention kernels store the new rows in the caches themselves and the last two are empty lists;
-        otherwise they hold each layer's (Hkv, 1, Dh) row for the caller to store.
+        (token, pos, caches, fences) -> (logits (V,), greedy token, pos + 1, new K rows, new V rows, fences).
+        On a GPU the attention kernels store the new rows in the caches themselves, the rows are empty lists
+        and the fences are the kernels'; otherwise the rows are each layer's (Hkv, 1, Dh) for the cache to store.
         Six kernels per layer: norm+q|k|v, q/k-norm+RoPE+attention (+ the K/V store), its merge,
         o_proj+residual, norm+gate|up+SwiGLU, down+residual."""
         c = self.cfg
         eps = c.rms_norm_eps
         h = self.embed[token].reshape(c.hidden_size)
-        ks, vs = [], []
+        ks, vs, fences = [], [], []
         for i, L in enumerate(self.layers):
             qkv = K.gemv(h, L.d_qkv, norm=L.in_norm, eps=eps)
-            o, k, v = K.decode_attention(qkv, L.q_norm, L.k_norm, self.inv_freq, pos, k_cache[i], v_cache[i],
-                                         heads=c.num_attention_heads, kv_heads=c.num_key_value_heads, eps=eps)
+            o, k, v, w = K.decode_attention(qkv, L.q_norm, L.k_norm, self.inv_freq, pos, k_cache[i], v_cache[i],
+                                            written[i], heads=c.num_attention_heads, kv_heads=c.num_key_value_heads,
+                                            eps=eps)
+            fences.append(w)
             h = K.gemv(o, L.d_o, residual=h)
             act = K.gemv(h, L.d_gate_up, norm=L.post_norm, eps=eps, swiglu=True)
             h = K.gemv(act, L.d_down, residual=h)
@@ -133,19 +143,14 @@ class Qwen3:
                 ks.append(k[:, None])
                 vs.append(v[:, None])
         logits = K.gemv(h, self.d_lm_head, norm=self.norm, eps=eps)
-        return logits, mx.argmax(logits), pos + 1, ks, vs
+        return logits, mx.argmax(logits), pos + 1, ks, vs, fences
 
-    def decode(self, cache: KVCache, token: mx.array, *, pos: int) -> tuple[mx.array, mx.array]:
-        """Run the (compiled) step on a request's cache; returns the logits (V,) and the greedy token.
-        The position lives on the device and the step advances it there: a host-written scalar per step
-        would make every kernel that reads it fault on MLX's managed memory."""
-        if pos >= cache.capacity:
-            raise RuntimeError(f"KV cache overflow: position {pos} >= capacity {cache.capacity}")
-        if cache.next_pos is None or cache.next_pos[0] != pos:
-            cache.next_pos = (pos, mx.array([pos], mx.int32))
-        logits, token, next_pos, ks, vs = self._step(token, cache.next_pos[1], cache.k, cache.v)
-        for i, (k, v) in enumerate(zip(ks, vs)):
-            cache.k[i] = mx.slice_update(cache.k[i], k, cache.next_pos[1], axes=(1,))
-            cache.v[i] = mx.slice_update(cache.v[i], v, cache.next_pos[1], axes=(1,))
-        cache.next_pos = (pos + 1, next_pos)
+    def decode(self, cache: KVCache, token: mx.array) -> tuple[mx.array, mx.array]:
+        """Run the (compiled) step at the cache's next position; returns the logits (V,) and the greedy token.
+        The position lives on the device and the step advances it there (KVCache.position says why)."""
+        if cache.length >= cache.capacity:
+            raise RuntimeError(f"KV cache overflow: position {cache.length} >= capacity {cache.capacity}")
+        logits, token, next_pos, ks, vs, written = self._step(token, cache.position(), cache.k, cache.v,
+                                                              cache.written)
+        cache.store_decoded(ks, vs, written, next_pos=next_pos)
         return logits, token

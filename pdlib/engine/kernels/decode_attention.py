@@ -1,15 +1,17 @@
 """Decode attention for one new token, fused with what feeds it: q/k RMSNorm, RoPE at the token's position
 and the new K/V slot. FP32 throughout; GQA (REP query heads share a KV head).
 
-    o, k, v = decode_attention(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, ...)
+    o, k, v, written = decode_attention(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, written, ...)
 
 `qkv` is the raw q|k|v projection (Hq + 2 Hkv heads of Dh). The layer's caches are (Hkv, cap, Dh); positions
 < pos are read from them, position pos from the new k/v. The kernel stores the new k/v at slot pos *in
 place*, into the cache it was given as an input: MLX has no in-place output for custom kernels, and the
 functional alternative (`slice_update`) cannot reuse the buffer while other kernels of the step still hold
 it, so it copied the cache every token (1 GB per step at 4K context with one array for all layers).
-Nothing else reads slot pos in the same step (this kernel takes it from registers), later steps are ordered
-after this one on the stream, and the validation gate checks every slot written. The ops twin returns k and v.
+Nothing else reads slot pos in the same step (this kernel takes it from registers); the kernel takes the
+layer's write fence and outputs the next one (fence.py), so the next write and every read of the cache depend
+on this kernel through a buffer it outputs; the validation gate checks every slot written. The ops twin
+returns k and v for the caller to store, and the fence unchanged.
 Split-K ("flash decoding"): block (h, c) handles KV head h over keys [c*CHUNK, (c+1)*CHUNK) with an online
 softmax; a second kernel merges the chunks. Shapes are static (the cache capacity), so a decode step
 compiles to one graph; chunks past pos exit at once.
@@ -65,6 +67,7 @@ CUDA_PARTIAL = r"""
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
     const int P = pos[0];
     const int start = c * CHUNK, stop = min(start + CHUNK, P + 1);
+    if (blockIdx.x == 0 && t == 0) written[0] = after[0] + 1u;
     if (start > P) return;
     const float e = __int_as_float(EPS_BITS), SCALE = __int_as_float(SCALE_BITS);  // RMSNorm eps, 1/sqrt(DH)
 
@@ -226,6 +229,7 @@ METAL_PARTIAL = r"""
     const int lane = thread_index_in_simdgroup, warp = simdgroup_index_in_threadgroup;
     const int P = pos[0];
     const int start = c * CHUNK, stop = min(start + CHUNK, P + 1);
+    if (gi == 0 && t == 0) written[0] = after[0] + 1u;
     if (start > P) return;
     const float e = as_type<float>(EPS_BITS), SCALE = as_type<float>(SCALE_BITS);
 
@@ -354,31 +358,31 @@ METAL_REDUCE = r"""
 """
 
 _partial = kernel_or_none("pdlib_decode_attn_partial",
-                          ["qkv", "qn", "knw", "inv_freq", "pos", "kc", "vc"],
-                          ["part_m", "part_l", "part_o"],
+                          ["qkv", "qn", "knw", "inv_freq", "pos", "kc", "vc", "after"],
+                          ["part_m", "part_l", "part_o", "written"],
                           cuda_source=CUDA_PARTIAL, metal_source=METAL_PARTIAL)
 _reduce = kernel_or_none("pdlib_decode_attn_reduce", ["part_m", "part_l", "part_o", "pos"], ["o"],
                          cuda_source=CUDA_REDUCE, metal_source=METAL_REDUCE)
 
 
-def decode_attention_kernel(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, *, heads: int, kv_heads: int,
-                            eps: float, poison: bool = False):
-    """-> o; stores k and v at slot pos of k_cache / v_cache in place."""
+def decode_attention_kernel(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, written, *, heads: int,
+                            kv_heads: int, eps: float, poison: bool = False):
+    """-> (o, the next fence); stores k and v at slot pos of k_cache / v_cache in place."""
     Hkv, cap, Dh = k_cache.shape
     nc = -(-cap // CHUNK)
-    part_m, part_l, part_o = _partial(
-        inputs=[qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache],
+    part_m, part_l, part_o, written = _partial(
+        inputs=[qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, written],
         template=[("HQ", heads), ("HKV", kv_heads), ("DH", Dh), ("CAP", cap), ("NC", nc), ("CHUNK", CHUNK),
                   ("THREADS", THREADS), ("GROUP", GROUP), ("EPS_BITS", float_bits(eps)),
                   ("SCALE_BITS", float_bits(Dh ** -0.5))],
         grid=(kv_heads * nc * THREADS, 1, 1), threadgroup=(THREADS, 1, 1),
-        output_shapes=[(heads * nc,), (heads * nc,), (heads * nc * Dh,)],
-        output_dtypes=[mx.float32] * 3, init_value=float("nan") if poison else None)
+        output_shapes=[(heads * nc,), (heads * nc,), (heads * nc * Dh,), written.shape],
+        output_dtypes=[mx.float32] * 3 + [written.dtype], init_value=float("nan") if poison else None)
     (o,) = _reduce(inputs=[part_m, part_l, part_o, pos], template=[("NC", nc), ("DH", Dh), ("CHUNK", CHUNK)],
                    grid=(heads * Dh, 1, 1), threadgroup=(Dh, 1, 1),
                    output_shapes=[(heads * Dh,)], output_dtypes=[mx.float32],
                    init_value=float("nan") if poison else None)
-    return o
+    return o, written
 
 
 def stores_kv_in_place(head_dim: int) -> bool:
@@ -386,10 +390,11 @@ def stores_kv_in_place(head_dim: int) -> bool:
     return _partial is not None and head_dim == 128
 
 
-def decode_attention(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, **kw):
-    """-> (o, k, v). The kernel on a GPU backend for head_dim 128 (one thread per dim, a float4 per lane),
-    which stores k and v itself and returns None for them; the ops twin otherwise (the CPU, or other head
-    sizes such as the `tiny` preset's), whose k and v the caller stores."""
+def decode_attention(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, written, **kw):
+    """-> (o, k, v, written). The kernel on a GPU backend for head_dim 128 (one thread per dim, a float4 per
+    lane), which stores k and v itself, returns None for them and the next fence; the ops twin otherwise (the
+    CPU, or other head sizes such as the `tiny` preset's), whose k and v the caller stores."""
     if stores_kv_in_place(k_cache.shape[-1]):
-        return decode_attention_kernel(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, **kw), None, None
-    return decode_attention_ops(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, **kw)
+        o, written = decode_attention_kernel(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, written, **kw)
+        return o, None, None, written
+    return (*decode_attention_ops(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, **kw), written)
