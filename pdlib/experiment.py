@@ -11,6 +11,7 @@ from pdlib.engine import Engine
 from pdlib.engine.kernels import BACKEND
 from pdlib.prompts import make_prompts
 from pdlib.reference import Reference
+from pdlib.scheduler import Step, plan
 from pdlib.validate import ReferenceTrace, ValidationResult, validate_policy
 from pdlib.weights import load_model
 
@@ -31,6 +32,7 @@ class Experiment:
             self.engine.add_request(r, self.prompts[r].token_ids)
         self._reference = None
         self._traces = None
+        self._plans: dict[str, list[Step]] = {}
 
     @property
     def traces(self) -> dict[str, ReferenceTrace]:
@@ -40,18 +42,27 @@ class Experiment:
             self._traces = {r: ReferenceTrace(self._reference, self.prompts[r].token_ids) for r in REQUESTS}
         return self._traces
 
+    def plan(self, policy: str) -> list[Step]:
+        """The policy's whole step sequence, made once: the gate checks this very list and trials time it."""
+        if policy not in self._plans:
+            p = self.params
+            self._plans[policy] = plan(policy, prompt_tokens=p.prompt_tokens, output_tokens=p.output_tokens,
+                                       chunk_size=p.chunk_size)
+        return self._plans[policy]
+
+    @property
+    def plans(self) -> dict[str, list[Step]]:
+        return {policy: self.plan(policy) for policy in self.params.policies}
+
     def validate(self, policies=None, *, on_step=None) -> dict[str, ValidationResult]:
         p = self.params
-        return {policy: validate_policy(policy, engine=self.engine, traces=self.traces,
-                                        prompt_tokens=p.prompt_tokens, output_tokens=p.output_tokens,
-                                        chunk_size=p.chunk_size, checkpoint_every=p.validation_checkpoint_every,
+        return {policy: validate_policy(policy, engine=self.engine, traces=self.traces, steps=self.plan(policy),
+                                        output_tokens=p.output_tokens, checkpoint_every=p.validation_checkpoint_every,
                                         logical_reset=p.logical_cache_reset, on_step=on_step)
                 for policy in (policies or p.policies)}
 
     def steps_per_run(self, policy: str) -> int:
-        from pdlib.scheduler import plan
-        p = self.params
-        return len(plan(policy, prompt_tokens=p.prompt_tokens, output_tokens=p.output_tokens, chunk_size=p.chunk_size))
+        return len(self.plan(policy))
 
     def describe(self) -> dict:
         return {"model": self.model.source, "prompts": {r: self.prompts[r].to_dict() for r in REQUESTS},

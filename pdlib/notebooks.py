@@ -123,7 +123,7 @@ def report_params(report: dict, *, where: str = "report"):
 def run_line(report: dict) -> str:
     """The line `run_experiment` prints first (model and its source, backend, sizes), from a report."""
     from pdlib.runner import run_line as line
-    return line(report["model"], report["environment"]["backend"], report["params"])
+    return line(report["model"], report["environment"]["backend"], report["params"], report.get("prompts"))
 
 
 def validation_table(report: dict, *, where: str = "report") -> str:

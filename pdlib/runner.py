@@ -17,11 +17,16 @@ from pdlib.trial import run_trials
 from pdlib.validate import format_table
 
 
-def run_line(model: dict, backend: str, params: dict) -> str:
-    """The first line a run prints (model and weights source, backend, sizes); notebooks repeat it from a report."""
+def run_line(model: dict, backend: str, params: dict, prompts: dict | None = None) -> str:
+    """The first line a run prints (model and weights source, backend, sizes, the tokenizer that made the
+    prompts); notebooks repeat it from a report."""
     fallback = f", {model['fallback_from']}" if model.get("fallback_from") else ""
+    tokenizers = sorted({p["tokenizer"] for p in prompts.values()}) if prompts else []
+    made_by = "" if not tokenizers else " (byte ids, no tokenizer)" if tokenizers == ["bytes"] else \
+        f" (tokenizer {', '.join(tokenizers)})"
     return (f"model {model['spec']} ({model['source']}{fallback}), backend {backend}; prompts "
-            f"{params['prompt_tokens']} tokens, {params['output_tokens']} outputs, chunk {params['chunk_size']}")
+            f"{params['prompt_tokens']} tokens{made_by}, {params['output_tokens']} outputs, "
+            f"chunk {params['chunk_size']}")
 
 
 def run_experiment(params: RunParams, *, output=None, params_file=None, validate_only: bool = False,
@@ -30,7 +35,8 @@ def run_experiment(params: RunParams, *, output=None, params_file=None, validate
     on a numerical mismatch, InputError on bad input; writes nothing in those cases."""
     out = claim_output(output) if output else None
     exp = Experiment(params)
-    log(run_line(exp.model.source, exp.describe()["backend"], params.to_dict()))
+    d = exp.describe()
+    log(run_line(d["model"], d["backend"], params.to_dict(), d["prompts"]))
     disable = quiet or None  # None: quiet when stderr is not a terminal, unless running under Jupyter
     bar = dict(file=sys.stderr, disable=disable, mininterval=2)
     steps = sum(exp.steps_per_run(p) for p in params.policies)
@@ -42,12 +48,9 @@ def run_experiment(params: RunParams, *, output=None, params_file=None, validate
     if not validate_only:
         runs = len(params.policies) * (params.warmups + params.trials)
         with tqdm(total=runs, desc="warmups+trials", unit="run", **bar) as progress:
-            trials = run_trials(exp.engine, policies=list(params.policies), trials=params.trials,
-                                warmups=params.warmups, prompt_tokens=params.prompt_tokens,
-                                output_tokens=params.output_tokens, chunk_size=params.chunk_size,
+            trials = run_trials(exp.engine, plans=exp.plans, trials=params.trials, warmups=params.warmups,
                                 logical_reset=params.logical_cache_reset, reference_tokens=reference,
                                 on_run=progress.update)
-    d = exp.describe()
     report = build_report(params=params.to_dict(), model=d["model"], prompts=d["prompts"], backend=d["backend"],
                           validation={p: v.to_dict() for p, v in validation.items()},
                           reference_tokens=reference, trials=trials, params_file=params_file)

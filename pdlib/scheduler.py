@@ -4,12 +4,13 @@
     steps = plan("chunked", prompt_tokens=4096, output_tokens=1024, chunk_size=512)
     setup, timed = steps[:t0_index(steps)], steps[t0_index(steps):]
 
-An executor runs each `Prefill(req, n)` / `Decode(req)` on the engine. A new policy is one `Policy`
-subclass with a `name`; it registers itself in `POLICIES`.
+A step is one request's work, `Prefill(req, n)` or `Decode(req)`, or a `Batch` of several requests' work
+that runs as one unit; every step's `work` lists its parts. pdlib/executor.py runs a plan on the engine. A
+new policy is one `Policy` subclass with a `name`; it registers itself in `POLICIES`.
 """
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from pdlib.errors import InputError
@@ -20,13 +21,35 @@ class Prefill:
     req: str
     n: int  # the next n prompt tokens; the chunk that ends the prompt emits the first output
 
+    @property
+    def work(self) -> tuple["Work", ...]:
+        return (self,)
+
 
 @dataclass(frozen=True)
 class Decode:
     req: str  # one decode step: one more output
 
+    @property
+    def work(self) -> tuple["Work", ...]:
+        return (self,)
 
-Step = Prefill | Decode
+
+Work = Prefill | Decode
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Several pieces of work as one step: issued to the engine together, their tokens observed together after
+    (e.g. every ready decode plus a prefill chunk). Parts apply in order."""
+    work: tuple[Work, ...]
+
+    def __post_init__(self):
+        if not self.work or not all(isinstance(w, (Prefill, Decode)) for w in self.work):
+            raise ValueError(f"a batch needs one or more Prefill/Decode parts, got {self.work!r}")
+
+
+Step = Prefill | Decode | Batch
 
 
 @dataclass
@@ -49,7 +72,7 @@ class RequestState:
     def finished(self) -> bool:
         return self.emitted == self.output_tokens
 
-    def check(self, step: Step) -> None:
+    def check(self, step: Work) -> None:
         """Raise ValueError if `step` is illegal now, so a buggy policy fails before the engine runs it."""
         if step.req != self.name:
             raise ValueError(f"step {step} is for {step.req!r}, not {self.name!r}")
@@ -60,7 +83,7 @@ class RequestState:
             raise ValueError(f"{step} is illegal: {self.name} is not ready ({self.prefilled}/{self.prompt_tokens} "
                              f"prefilled, {self.emitted}/{self.output_tokens} emitted)")
 
-    def apply(self, step: Step) -> None:
+    def apply(self, step: Work) -> None:
         self.check(step)
         if isinstance(step, Prefill):
             self.prefilled += step.n
@@ -167,14 +190,17 @@ def schedule(policy: Policy, a: RequestState, b: RequestState, *, chunk_size: in
         step = policy.next_step(a, b, chunk_size=chunk_size)
         if step is None:
             raise RuntimeError(f"policy {policy.name!r} stopped before both requests finished: {a}, {b}")
-        if step.req not in states:
+        if any(w.req not in states for w in step.work):
             raise RuntimeError(f"policy {policy.name!r} made step {step} for an unknown request")
-        try:  # every legal step advances a counter, so legality is enough to guarantee progress
-            states[step.req].check(step)
+        trial = {name: replace(s) for name, s in states.items()}
+        try:  # every legal part advances a counter, so legality is enough to guarantee progress
+            for w in step.work:
+                trial[w.req].apply(w)
         except ValueError as e:
             raise RuntimeError(f"policy {policy.name!r} made no progress: {e}") from e
         yield step
-        states[step.req].apply(step)
+        for w in step.work:
+            states[w.req].apply(w)
 
 
 def plan(policy_name: str, *, prompt_tokens: int, output_tokens: int, chunk_size: int) -> list[Step]:

@@ -2,23 +2,21 @@
 
     exp = Experiment(params)
     validation = exp.validate()                       # the gate: nothing is timed unless it passes
-    trials = run_trials(exp, reference_tokens={r: v.tokens[r] ...})
+    trials = run_trials(exp.engine, plans=exp.plans, trials=5, warmups=1, logical_reset=True,
+                        reference_tokens=...)
 
-Per run (untimed): reset A, prefill A's whole prompt in chunks, observe A's first token. Then t0: timed
-from there are B's cache reset, every scheduling decision, device execution, greedy selection and the host
-observation of each token id (`.item()`), stamped with `time.perf_counter_ns()` right after the id arrives.
+A run is the executor (executor.py) on the policy's plan, the very list the gate checked, with a recorder:
+untimed are A's reset and set-up prefill and its first output; timed from t0 are B's cache reset, every
+scheduling step, device execution, greedy selection and the host observation of each token id, stamped
+with `time.perf_counter_ns()` right after the id arrives.
 """
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import mlx.core as mx
-
 from pdlib.engine import Engine
-from pdlib.scheduler import Decode, Prefill, RequestState, make_policy, prefill_steps, schedule
-
-now = time.perf_counter_ns
+from pdlib.executor import Hook, execute
+from pdlib.scheduler import Prefill, Step
 
 
 class TokenMismatch(RuntimeError):
@@ -41,48 +39,42 @@ class RunRecord:
                 "events": self.events}
 
 
-def run_once(engine: Engine, policy: str, *, prompt_tokens: int, output_tokens: int, chunk_size: int,
-             logical_reset: bool) -> RunRecord:
-    a = RequestState("A", prompt_tokens, output_tokens)
-    b = RequestState("B", prompt_tokens, output_tokens)
-    ids = {"A": [], "B": []}
-    emits = {"A": [], "B": []}
-    # -- untimed set-up: A's prompt and first output
-    engine.reset("A", logical=logical_reset)
-    for step in prefill_steps(a, chunk_size=chunk_size):
-        out = engine.prefill_chunk("A", step.n)
-        a.apply(step)
-    ids["A"].append(out.token.item())
-    mx.synchronize()
-    # -- t0: B arrives
-    events = []
-    t0 = now()
-    engine.reset("B", logical=logical_reset)
-    mx.synchronize()
-    events.append({"kind": "reset", "req": "B", "start": 0, "stop": 0, "t_start_ns": 0, "t_end_ns": now() - t0})
-    for step in schedule(make_policy(policy), a, b, chunk_size=chunk_size):
-        t_start = now()
-        req = step.req
-        if isinstance(step, Prefill):
-            start = engine.requests[req].prefilled
-            out = engine.prefill_chunk(req, step.n)
-            span = (start, start + step.n)
-            if out is None:
-                mx.synchronize()  # the chunk's K/V are written: the event ends here
-        else:
-            pos = engine.requests[req].length
-            out = engine.decode(req)
-            span = (pos, pos + 1)
-        if out is not None:
-            ids[req].append(out.token.item())   # the host observes the token id
-            t_end = now()
-            emits[req].append(t_end - t0)
-        else:
-            t_end = now()
-        events.append({"kind": "prefill" if isinstance(step, Prefill) else "decode", "req": req,
-                       "start": span[0], "stop": span[1], "t_start_ns": t_start - t0, "t_end_ns": t_end - t0})
-    makespan = max(emits["A"][-1] if emits["A"] else 0, emits["B"][-1])
-    return RunRecord(policy, ids, emits, events, makespan)
+class Recorder(Hook):
+    """Token ids (all), emission times and events (timed steps only), in ns since t0."""
+
+    def __init__(self):
+        self.t0 = None
+        self.ids = {"A": [], "B": []}
+        self.emits = {"A": [], "B": []}
+        self.events = []
+
+    def on_t0(self, t0, t_reset_end):
+        self.t0 = t0
+        self.events.append({"kind": "reset", "req": "B", "start": 0, "stop": 0, "t_start_ns": 0,
+                            "t_end_ns": t_reset_end - t0})
+
+    def on_step(self, index, step, results, t_start, t_end, *, timed):
+        for r in results:
+            req = r.work.req
+            if r.token is not None:
+                self.ids[req].append(r.token)
+                if timed:
+                    self.emits[req].append(r.t_emit - self.t0)
+            if timed:
+                self.events.append({"kind": "prefill" if isinstance(r.work, Prefill) else "decode", "req": req,
+                                    "start": r.start, "stop": r.stop, "t_start_ns": t_start - self.t0,
+                                    "t_end_ns": t_end - self.t0})
+
+    def record(self, policy: str) -> RunRecord:
+        makespan = max(self.emits["A"][-1] if self.emits["A"] else 0, self.emits["B"][-1])
+        return RunRecord(policy, self.ids, self.emits, self.events, makespan)
+
+
+def run_once(engine: Engine, policy: str, *, steps: list[Step], logical_reset: bool) -> RunRecord:
+    """One timed run of `policy`'s plan."""
+    recorder = Recorder()
+    execute(engine, steps, logical_reset=logical_reset, hooks=[recorder])
+    return recorder.record(policy)
 
 
 def check_tokens(run: RunRecord, reference_tokens: dict[str, list[int]], *, what: str) -> None:
@@ -101,21 +93,21 @@ def trial_orders(policies: list[str], trials: int) -> list[list[str]]:
     return [[policies[(t + i) % n] for i in range(n)] for t in range(trials)]
 
 
-def run_trials(engine: Engine, *, policies: list[str], trials: int, warmups: int, prompt_tokens: int,
-               output_tokens: int, chunk_size: int, logical_reset: bool, reference_tokens: dict,
-               on_run: Callable[[], None] | None = None) -> list[dict]:
-    """Warmups (untimed, checked), then paired timed trials; returns report trial records."""
-    kw = dict(prompt_tokens=prompt_tokens, output_tokens=output_tokens, chunk_size=chunk_size,
-              logical_reset=logical_reset)
+def run_trials(engine: Engine, *, plans: dict[str, list[Step]], trials: int, warmups: int, logical_reset: bool,
+               reference_tokens: dict, on_run: Callable[[], None] | None = None) -> list[dict]:
+    """Warmups (untimed, checked), then paired timed trials of every policy in `plans` (in its order); returns
+    report trial records."""
+    policies = list(plans)
     for policy in policies:
         for w in range(warmups):
-            check_tokens(run_once(engine, policy, **kw), reference_tokens, what=f"warmup {w + 1}")
+            run = run_once(engine, policy, steps=plans[policy], logical_reset=logical_reset)
+            check_tokens(run, reference_tokens, what=f"warmup {w + 1}")
             if on_run:
                 on_run()
     records = []
-    for t, order in enumerate(trial_orders(list(policies), trials), start=1):
+    for t, order in enumerate(trial_orders(policies, trials), start=1):
         for position, policy in enumerate(order):
-            run = run_once(engine, policy, **kw)
+            run = run_once(engine, policy, steps=plans[policy], logical_reset=logical_reset)
             check_tokens(run, reference_tokens, what=f"trial {t}")
             records.append(run.to_trial(trial=t, position=position))
             if on_run:

@@ -1,7 +1,7 @@
 """The validation gate: run a policy's exact step sequence on the engine and check every number against the
 FP32 reference before anything is timed.
 
-    result = validate_policy("chunked", engine=engine, traces=traces, chunk_size=128, output_tokens=1024)
+    result = validate_policy("chunked", engine=engine, traces=traces, steps=plan("chunked", ...), output_tokens=1024)
     result.to_dict()    # per check kind: count, worst error and where; the smallest top-1/top-2 margin
 
 Checks (each |x - ref| <= 1e-3 + 1e-3 * |ref|, fixed): `prefix_kv` — the complete K/V prefix after every
@@ -16,8 +16,9 @@ from dataclasses import asdict, dataclass, field
 import mlx.core as mx
 
 from pdlib.engine import Engine
+from pdlib.executor import Hook, WorkResult, execute
 from pdlib.reference import Reference
-from pdlib.scheduler import Decode, Prefill, plan, t0_index
+from pdlib.scheduler import Prefill, Step
 
 ATOL = RTOL = 1e-3
 CHECKS = ("prefix_kv", "logits", "token", "decode_kv", "checkpoint_kv")
@@ -148,54 +149,58 @@ class _Checker:
         raise ValidationError(msg, self.result)
 
 
-def validate_policy(policy: str, *, engine: Engine, traces: dict[str, ReferenceTrace], prompt_tokens: int,
-                    output_tokens: int, chunk_size: int, checkpoint_every: int = 64,
-                    logical_reset: bool = True, on_step=None) -> ValidationResult:
-    """Run `policy`'s steps (A's set-up prefill, B's reset at t0, then the policy) and check each one."""
-    steps = plan(policy, prompt_tokens=prompt_tokens, output_tokens=output_tokens, chunk_size=chunk_size)
-    result = ValidationResult(policy)
-    check = _Checker(result)
-    emitted = {"A": 0, "B": 0}
+class Gate(Hook):
+    """The executor hook that checks every part of every step against the reference traces."""
 
-    def check_output(req: str, out, position: int) -> None:
-        i = emitted[req]
-        ref_logits, ref_token = traces[req].output(i)
-        check.compare("logits", out.logits, ref_logits, req=req, first_position=position, layered=False)
-        check.token(out.token.item(), ref_token, req=req, index=i, position=position)
+    def __init__(self, engine: Engine, traces: dict[str, ReferenceTrace], result: ValidationResult, *,
+                 checkpoint_every: int, on_step=None):
+        self.engine, self.traces, self.result = engine, traces, result
+        self.check = _Checker(result)
+        self.checkpoint_every, self.on_step_done = checkpoint_every, on_step
+        self.emitted = {"A": 0, "B": 0}
+
+    def on_step(self, index, step, results, t_start, t_end, *, timed):
+        for r in results:
+            req = r.work.req
+            if isinstance(r.work, Prefill):
+                self.traces[req].output(0)  # the reference's whole-prompt K/V
+                self.compare_kv("prefix_kv", req, 0, r.stop)
+                if r.output is not None:
+                    self.check_output(req, r, r.stop - 1)
+            else:
+                self.traces[req].output(self.emitted[req])  # make sure the reference has written slot start
+                self.compare_kv("decode_kv", req, r.start, r.stop)
+                self.check_output(req, r, r.start)
+        self.result.steps += 1
+        if self.on_step_done:
+            self.on_step_done()
+
+    def compare_kv(self, kind: str, req: str, start: int, stop: int) -> None:
+        self.check.compare(kind, self.engine.kv(req, start, stop), self.traces[req].kv(start, stop), req=req,
+                           first_position=start, layered=True)
+
+    def check_output(self, req: str, r: WorkResult, position: int) -> None:
+        i = self.emitted[req]
+        ref_logits, ref_token = self.traces[req].output(i)
+        self.check.compare("logits", r.output.logits, ref_logits, req=req, first_position=position, layered=False)
+        self.check.token(r.token, ref_token, req=req, index=i, position=position)
         top2 = mx.topk(ref_logits, 2)
         margin = abs((top2[1] - top2[0]).item())
-        if margin < result.min_margin:
-            result.min_margin, result.min_margin_where = margin, {"request": req, "output": i}
-        emitted[req] = i + 1
-        if checkpoint_every and emitted[req] % checkpoint_every == 0:
-            n = engine.requests[req].length
-            check.compare("checkpoint_kv", *kv_pair(req, 0, n), req=req, first_position=0, layered=True)
+        if margin < self.result.min_margin:
+            self.result.min_margin, self.result.min_margin_where = margin, {"request": req, "output": i}
+        self.emitted[req] = i + 1
+        if self.checkpoint_every and self.emitted[req] % self.checkpoint_every == 0:
+            self.compare_kv("checkpoint_kv", req, 0, self.engine.requests[req].length)
 
-    def kv_pair(req: str, start: int, stop: int) -> tuple[mx.array, mx.array]:
-        return engine.kv(req, start, stop), traces[req].kv(start, stop)
 
-    t0 = t0_index(steps)
-    engine.reset("A", logical=logical_reset)
-    for i, step in enumerate(steps):
-        if i == t0:
-            engine.reset("B", logical=logical_reset)
-        req = step.req
-        if isinstance(step, Prefill):
-            out = engine.prefill_chunk(req, step.n)
-            stop = engine.requests[req].length
-            traces[req].output(0)  # the reference's whole-prompt K/V
-            check.compare("prefix_kv", *kv_pair(req, 0, stop), req=req, first_position=0, layered=True)
-            if out is not None:
-                check_output(req, out, stop - 1)
-        else:
-            pos = engine.requests[req].length
-            out = engine.decode(req)
-            traces[req].output(emitted[req])  # make sure the reference has written slot pos
-            check.compare("decode_kv", *kv_pair(req, pos, pos + 1), req=req, first_position=pos, layered=True)
-            check_output(req, out, pos)
-        result.steps += 1
-        if on_step:
-            on_step()
+def validate_policy(policy: str, *, engine: Engine, traces: dict[str, ReferenceTrace], steps: list[Step],
+                    output_tokens: int, checkpoint_every: int = 64, logical_reset: bool = True,
+                    on_step=None) -> ValidationResult:
+    """Run `policy`'s plan `steps` through the executor (A's set-up prefill, B's reset at t0, then the
+    policy's steps: exactly what a trial runs) and check each one."""
+    result = ValidationResult(policy)
+    execute(engine, steps, logical_reset=logical_reset,
+            hooks=[Gate(engine, traces, result, checkpoint_every=checkpoint_every, on_step=on_step)])
     result.tokens = {r: traces[r].tokens[:output_tokens] for r in ("A", "B")}
     result.passed = True
     return result

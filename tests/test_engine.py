@@ -158,6 +158,6 @@ def test_engine_rejects_bad_steps(tiny):
 
 def test_validate_policy_runs_the_exact_plan(tiny):
     exp = experiment(tiny, chunk_size=7)
-    r = validate_policy("chunked", engine=exp.engine, traces=exp.traces, prompt_tokens=PROMPT, output_tokens=OUTPUTS,
-                        chunk_size=7, checkpoint_every=0)
+    r = validate_policy("chunked", engine=exp.engine, traces=exp.traces, steps=exp.plan("chunked"),
+                        output_tokens=OUTPUTS, checkpoint_every=0)
     assert r.steps == exp.steps_per_run("chunked") and r.checks["checkpoint_kv"].count == 0

@@ -1,0 +1,116 @@
+"""One executor for validated and timed runs: the same plan, part for part; steps that carry several requests'
+work (a `Batch`) are checked by the gate and recorded by trials like any other."""
+
+import pytest
+
+import pdlib.executor
+from pdlib.config import RunParams
+from pdlib.experiment import Experiment
+from pdlib.scheduler import POLICIES, Batch, Decode, Policy, Prefill, RequestState, plan, schedule, t0_index
+from pdlib.trial import check_tokens, run_once
+from pdlib.validate import ValidationError
+
+PROMPT, OUTPUTS, CHUNK = 40, 6, 16
+
+
+class _RoundBatches(Policy):  # registered only by the fixture (no `name` in the class body)
+    """Each round as one step: every ready decode and, while B's prompt lasts, one B chunk."""
+
+    def next_step(self, a, b, *, chunk_size):
+        work = [Decode(r.name) for r in (a, b) if r.ready]
+        if not b.prompt_done:
+            work.append(Prefill(b.name, min(chunk_size, b.prompt_tokens - b.prefilled)))
+        return Batch(tuple(work)) if work else None
+
+
+@pytest.fixture
+def batched():
+    _RoundBatches.name = "round_batches"
+    POLICIES["round_batches"] = _RoundBatches
+    yield "round_batches"
+    POLICIES.pop("round_batches")
+
+
+def experiment(tiny, policies):
+    params = RunParams(model="synthetic:tiny", prompt_tokens=PROMPT, output_tokens=OUTPUTS, chunk_size=CHUNK,
+                       policies=policies, logical_cache_reset=True, validation_checkpoint_every=4)
+    return Experiment(params, model=tiny)
+
+
+def spy_issues(monkeypatch) -> list:
+    """Log every part the executor issues to the engine: (request, kind, cache length before)."""
+    log, real = [], pdlib.executor._issue
+
+    def issue(engine, work):
+        log.append((work.req, type(work).__name__, engine.requests[work.req].length))
+        return real(engine, work)
+
+    monkeypatch.setattr(pdlib.executor, "_issue", issue)
+    return log
+
+
+@pytest.mark.parametrize("policy", ["eager", "chunked", "fifo"])
+def test_the_gate_and_a_trial_issue_the_same_parts(tiny, monkeypatch, policy):
+    exp = experiment(tiny, (policy,))
+    log = spy_issues(monkeypatch)
+    tokens = exp.validate()[policy].tokens
+    validated = list(log)
+    log.clear()
+    run = run_once(exp.engine, policy, steps=exp.plan(policy), logical_reset=True)
+    assert log == validated and len(log) == len(exp.plan(policy))
+    check_tokens(run, tokens, what="trial")
+
+
+def test_a_batch_step_is_validated_and_recorded(tiny, batched):
+    exp = experiment(tiny, (batched,))
+    steps = exp.plan(batched)
+    kinds = {tuple(type(w).__name__ for w in s.work) for s in steps if isinstance(s, Batch)}
+    assert {("Decode", "Prefill"), ("Decode", "Decode")} <= kinds  # A's decode beside B's chunk; both decode
+    result = exp.validate()[batched]
+    assert result.passed and result.steps == len(steps)
+    assert result.checks["token"].count == 2 * OUTPUTS and result.checks["prefix_kv"].count == 2 * -(-PROMPT // CHUNK)
+    run = run_once(exp.engine, batched, steps=steps, logical_reset=True)
+    check_tokens(run, result.tokens, what="trial")
+    timed = [e for e in run.events if e["kind"] != "reset"]
+    assert len(timed) == sum(len(s.work) for s in steps[t0_index(steps):])
+    # round 1 is one step, A's decode and B's first chunk: both parts share its interval, which ends when
+    # A's token is observed
+    assert [(e["kind"], e["req"]) for e in timed[:2]] == [("decode", "A"), ("prefill", "B")]
+    assert timed[0]["t_start_ns"] == timed[1]["t_start_ns"] and timed[0]["t_end_ns"] == timed[1]["t_end_ns"]
+    assert timed[0]["t_end_ns"] == run.emit_ns["A"][0]
+
+
+def test_a_fault_inside_a_batch_is_caught(tiny, batched, monkeypatch):
+    """B's chunk beside A's decode: a shifted token in the chunk fails prefix_kv, naming B."""
+    from pdlib.engine.model import Qwen3
+    real = Qwen3.prefill
+
+    def prefill(self, cache, tokens, *, start, last, prune=True):
+        if start == CHUNK and cache is exp.engine.requests["B"].cache:
+            tokens = tokens[::-1]
+        return real(self, cache, tokens, start=start, last=last, prune=prune)
+
+    exp = experiment(tiny, (batched,))
+    monkeypatch.setattr(Qwen3, "prefill", prefill)
+    with pytest.raises(ValidationError, match="prefix_kv check, request B"):
+        exp.validate()
+
+
+def test_schedule_checks_every_part_of_a_batch():
+    class TwoDecodes(Policy):  # A's decode twice in one step, when A has one output left
+        def next_step(self, a, b, *, chunk_size):
+            return Batch((Decode("A"), Decode("A")))
+
+    TwoDecodes.name = "two_decodes"
+    a, b = RequestState("A", 2, 3, prefilled=2, emitted=2), RequestState("B", 2, 3)
+    with pytest.raises(RuntimeError, match="made no progress.*not ready"):
+        list(schedule(TwoDecodes(), a, b, chunk_size=2))
+    assert (a.emitted, b.prefilled) == (2, 0)  # a refused step changes nothing
+    with pytest.raises(ValueError, match="one or more"):
+        Batch(())
+
+
+def test_plans_are_made_once_per_experiment(tiny):
+    exp = experiment(tiny, ("eager", "chunked"))
+    assert exp.plan("eager") is exp.plan("eager") and exp.plans["chunked"] is exp.plan("chunked")
+    assert exp.plan("eager") == plan("eager", prompt_tokens=PROMPT, output_tokens=OUTPUTS, chunk_size=CHUNK)
