@@ -37,16 +37,78 @@ class ModelConfig:
 
     @classmethod
     def from_hf_dict(cls, d: dict) -> "ModelConfig":
-        d = dict(d)
-        if d.get("rope_theta") is None:  # transformers >= 5 nests it under rope_parameters
-            d["rope_theta"] = (d.get("rope_parameters") or {}).get("rope_theta", 1e6)
-        d.setdefault("head_dim", d["hidden_size"] // d["num_attention_heads"])
-        d.setdefault("tie_word_embeddings", False)
+        """A Qwen3 config.json (transformers 4.x or 5.x layout); every option pdlib does not implement is refused
+        by name (`check_supported`), and values transformers would default differently are required."""
+        check_supported(d)
+        d = dict(d, rope_theta=rope_theta(d))
+        d.setdefault("tie_word_embeddings", False)  # transformers' Qwen3Config default
+        # head_dim is required: transformers defaults it to 128, not hidden_size // heads
         names = {f.name for f in fields(cls)}
         missing = sorted(n for n in names if n not in d)
         if missing:
             raise InputError(f"checkpoint config.json lacks {', '.join(missing)}")
         return cls(**{k: d[k] for k in names})
+
+
+def _refuse(option: str, value, note: str):
+    raise InputError(f"checkpoint config.json sets {option}={value!r}, which pdlib does not implement ({note})")
+
+
+def rope_dicts(d: dict) -> list[tuple[str, dict]]:
+    """Every RoPE settings dict in a config: legacy `rope_scaling`, transformers 5's `rope_parameters`, and the
+    per-layer-type dicts that either may nest."""
+    out = []
+    for key in ("rope_scaling", "rope_parameters"):
+        r = d.get(key)
+        if r is None:
+            continue
+        if not isinstance(r, dict):
+            _refuse(key, r, "a mapping with rope_type 'default' only")
+        nested = {k: v for k, v in r.items() if isinstance(v, dict)}
+        out += [(f"{key}.{k}", v) for k, v in nested.items()] if nested else [(key, r)]
+    return out
+
+
+def rope_theta(d: dict) -> float:
+    """The one RoPE base: top-level or under rope_parameters; missing or conflicting values are refused (transformers
+    would default to 1e4, mlx-lm refuses, so guessing would run a different model)."""
+    thetas = {d["rope_theta"]} if d.get("rope_theta") is not None else set()
+    thetas |= {r["rope_theta"] for _, r in rope_dicts(d) if r.get("rope_theta") is not None}
+    if not thetas:
+        raise InputError("checkpoint config.json lacks rope_theta (neither top-level nor under rope_parameters)")
+    if len(thetas) > 1:
+        raise InputError(f"checkpoint config.json has conflicting rope_theta values {sorted(thetas)}")
+    return thetas.pop()
+
+
+def check_supported(d: dict) -> None:
+    """Refuse, by name, each config.json option that changes a Qwen3's outputs (as transformers 5.x or mlx-lm read
+    it) and that pdlib's engine does not implement. Keys that change nothing at inference pass: dtype (pdlib
+    computes in FP32), attention_dropout (off in eval), token ids, initializer_range, use_cache, max_window_layers
+    (only with sliding windows)."""
+    if d.get("model_type") != "qwen3":
+        _refuse("model_type", d.get("model_type"), "qwen3 only")
+    if d.get("attention_bias"):
+        _refuse("attention_bias", d["attention_bias"], "attention projections without bias only")
+    if d.get("hidden_act", "silu") != "silu":
+        _refuse("hidden_act", d["hidden_act"], "silu only")
+    if d.get("use_sliding_window"):
+        _refuse("use_sliding_window", d["use_sliding_window"],
+                f"sliding_window={d.get('sliding_window')!r}; pdlib runs full attention in every layer")
+    layer_types = d.get("layer_types")
+    if layer_types is not None and any(t != "full_attention" for t in layer_types):
+        _refuse("layer_types", sorted(set(layer_types)), "full_attention in every layer only")
+    for where, r in rope_dicts(d):
+        kind = r.get("rope_type") or r.get("type") or "default"
+        if kind != "default":
+            _refuse(where, r, "rope_type 'default' only")
+        if r.get("partial_rotary_factor", 1.0) not in (None, 1.0):
+            _refuse(f"{where}.partial_rotary_factor", r["partial_rotary_factor"], "RoPE over the whole head only")
+    if d.get("partial_rotary_factor", 1.0) not in (None, 1.0):
+        _refuse("partial_rotary_factor", d["partial_rotary_factor"], "RoPE over the whole head only")
+    for key in ("quantization", "quantization_config", "model_file"):  # mlx-lm would quantize or run custom code
+        if d.get(key) is not None:
+            _refuse(key, d[key], "unquantized weights, stock Qwen3 code only")
 
 
 PRESETS = {
@@ -122,8 +184,10 @@ class RunParams:
         """Read a params file (keys = field names); `overrides` (e.g. from CLI flags) win."""
         import yaml
         try:
-            with open(path) as f:
+            with open(path, encoding="utf-8") as f:
                 data = yaml.safe_load(f) or {}
+        except UnicodeDecodeError as e:  # a ValueError, not an OSError: it would escape as a traceback
+            raise InputError(f"params file {str(path)!r} is not UTF-8 text ({e.reason})") from None
         except (OSError, yaml.YAMLError) as e:
             raise InputError(f"cannot read params file {str(path)!r}: {str(e).splitlines()[0]}") from None
         if not isinstance(data, dict):

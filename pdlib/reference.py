@@ -1,4 +1,6 @@
-"""The reference: mlx-lm's own Qwen3 model class, unmodified, in FP32, loaded with the very same weights.
+"""The reference: mlx-lm's own Qwen3, unmodified, in FP32. For a checkpoint it is mlx-lm's loader on the checkpoint
+directory as it is (its config.json, every tensor), so nothing pdlib's loader misreads leaks into it; synthetic
+weights, which exist nowhere else, go through pdlib's config.
 
     ref = Reference(load_model("synthetic:tiny"))
     stream = ref.stream(prompt_ids)          # whole-prompt prefill; stream.logits is the first output's
@@ -10,8 +12,11 @@ refuses otherwise, since TF32 matmuls are ~1e-3 off and would fail the gate for 
 """
 
 import os
+from pathlib import Path
 
 import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten
 from mlx_lm.models.cache import KVCache
 from mlx_lm.models.qwen3 import Model, ModelArgs
 
@@ -24,12 +29,41 @@ class Reference:
         if mx.cuda.is_available() and os.environ.get("MLX_ENABLE_TF32") != "0":
             raise InputError("the FP32 reference needs TF32 off on CUDA: export MLX_ENABLE_TF32=0 before starting")
         self.config = model.config
-        self.model = Model(ModelArgs.from_dict(model.config.to_hf_dict()))
-        self.model.load_weights(list(model.weights.items()), strict=True)
+        if model.source.get("source") == "checkpoint":
+            self.model = checkpoint_reference(Path(model.source["path"]))
+        else:
+            self.model = synthetic_reference(model)
         self.model.eval()
 
     def stream(self, prompt_ids) -> "ReferenceStream":
         return ReferenceStream(self, prompt_ids)
+
+
+def synthetic_reference(model: LoadedModel) -> nn.Module:
+    """Synthetic weights exist only in pdlib, so its config and arrays are all there is to build from."""
+    ref = Model(ModelArgs.from_dict(model.config.to_hf_dict()))
+    ref.load_weights(list(model.weights.items()), strict=True)
+    return ref
+
+
+def checkpoint_reference(directory: Path) -> nn.Module:
+    """mlx-lm's loader on the directory, strict, cast to FP32. If mlx-lm cannot load it, that is the answer: a clear
+    error, never a fall-back to pdlib's reading of the checkpoint."""
+    from mlx_lm import __version__ as mlx_lm_version
+    from mlx_lm.utils import load_model
+    try:
+        ref, _ = load_model(directory, strict=True)
+    except Exception as e:  # mlx-lm raises ValueError, TypeError, FileNotFoundError, ... for what it cannot load
+        detail = " ".join(f"{type(e).__name__}: {e}".split())
+        detail = detail if len(detail) <= 400 else detail[:400] + " ..."
+        raise InputError(f"the reference (mlx-lm {mlx_lm_version}) cannot load checkpoint {str(directory)!r}: "
+                         f"{detail}") from e
+    ref.set_dtype(mx.float32)  # floating parameters only; anything left (quantized) is refused below
+    other = [k for k, v in tree_flatten(ref.parameters()) if v.dtype != mx.float32]
+    if other:
+        raise InputError(f"the reference cannot run checkpoint {str(directory)!r} in FP32: parameter {other[0]} "
+                         f"is not floating point")
+    return ref
 
 
 class ReferenceStream:
@@ -37,7 +71,7 @@ class ReferenceStream:
 
     def __init__(self, ref: Reference, prompt_ids):
         self.model = ref.model
-        self.cache = [KVCache() for _ in range(ref.config.num_hidden_layers)]
+        self.cache = [KVCache() for _ in self.model.layers]
         prompt = mx.array(list(prompt_ids), dtype=mx.int32)
         self.logits = self.model(prompt[None], cache=self.cache)[0, -1]
         self.token = mx.argmax(self.logits)

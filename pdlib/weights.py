@@ -3,7 +3,9 @@
     model = load_model("synthetic:tiny@0")       # or "Qwen/Qwen3-0.6B" (local HF cache only) or a directory
     model.config, model.weights["model.norm.weight"], model.source
 
-Weights use the Hugging Face / mlx-lm names, in FP32, so the reference model loads the very same arrays.
+Weights use the Hugging Face / mlx-lm names, in FP32. A checkpoint must be exactly what pdlib runs: a config
+option or a tensor it does not implement is refused by name, never dropped, since the reference loads the same
+directory with mlx-lm's own loader and would otherwise compute a different model.
 """
 
 import json
@@ -107,13 +109,10 @@ def checkpoint_model(directory: Path, *, spec: str, revision: str | None) -> Loa
         raise InputError(f"checkpoint directory {str(directory)!r} needs config.json and *.safetensors "
                          f"(found config.json: {config_path.is_file()}, safetensors files: {len(files)})")
     cfg = ModelConfig.from_hf_dict(json.loads(config_path.read_text()))
-    weights = {}
-    for f in files:
-        weights.update(mx.load(str(f)))
-    if cfg.tie_word_embeddings:
-        weights.pop("lm_head.weight", None)
-    weights = {k: v.astype(mx.float32) for k, v in weights.items() if k in expected_shapes(cfg)}
-    check_shapes(cfg, weights, where=str(directory))
+    tensors = read_tensors(files, where=str(directory))
+    check_shapes(cfg, tensors, where=str(directory))
+    check_all_used(cfg, tensors, where=str(directory))
+    weights = {k: tensors[k].astype(mx.float32) for k in expected_shapes(cfg)}
     source = {"spec": spec, "source": "checkpoint", "path": str(directory.resolve()), "revision": revision,
               "preset": None, "seed": None, "config": cfg.to_dict()}
     return LoadedModel(cfg, weights, source, tokenizer=load_tokenizer(directory))
@@ -125,6 +124,35 @@ def load_tokenizer(directory: Path):
         return None
     from transformers import AutoTokenizer
     return AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+
+
+def read_tensors(files: list[Path], *, where: str) -> dict[str, mx.array]:
+    """Every tensor of every shard; a name stored twice is refused, since only one copy could be used."""
+    tensors = {}
+    for f in files:
+        shard = mx.load(str(f))
+        twice = sorted(tensors.keys() & shard.keys())
+        if twice:
+            raise InputError(f"{where}: tensor {twice[0]} is stored in more than one file (again in {f.name})")
+        tensors.update(shard)
+    return tensors
+
+
+def check_all_used(cfg: ModelConfig, tensors: dict, *, where: str) -> None:
+    """Refuse any tensor pdlib does not compute with (a bias, a buffer, an adapter, a quantization scale): dropping
+    it would run a different model than the checkpoint's. Call after `check_shapes`."""
+    unused = sorted(tensors.keys() - expected_shapes(cfg).keys())
+    # A tied checkpoint may store the head too: accepted (and dropped) only when it is the embedding, bit for bit;
+    # mlx-lm drops it whatever it holds, and which copy transformers would use is not obvious.
+    if cfg.tie_word_embeddings and "lm_head.weight" in unused:
+        head, embed = tensors["lm_head.weight"], tensors["model.embed_tokens.weight"]
+        if head.shape != embed.shape or not mx.array_equal(head.astype(mx.float32), embed.astype(mx.float32)).item():
+            raise InputError(f"{where}: tie_word_embeddings is true but the checkpoint's lm_head.weight differs from "
+                             f"model.embed_tokens.weight; pdlib would use the embedding")
+        unused.remove("lm_head.weight")
+    if unused:
+        more = f" and {len(unused) - 3} more" if len(unused) > 3 else ""
+        raise InputError(f"{where}: {len(unused)} tensor(s) that pdlib does not use: {', '.join(unused[:3])}{more}")
 
 
 def check_shapes(cfg: ModelConfig, weights: dict, *, where: str) -> None:

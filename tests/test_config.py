@@ -46,6 +46,55 @@ def test_model_config_hf_dict_roundtrip():
     assert TINY.to_hf_dict()["model_type"] == "qwen3"
 
 
+# Qwen/Qwen3-0.6B's config.json as published (transformers 4.51 layout): every key in it must be accepted.
+QWEN3_06B_CONFIG = {
+    "architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu", "hidden_size": 1024,
+    "initializer_range": 0.02, "intermediate_size": 3072, "max_position_embeddings": 40960, "max_window_layers": 28,
+    "model_type": "qwen3", "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000, "sliding_window": None,
+    "tie_word_embeddings": True, "torch_dtype": "bfloat16", "transformers_version": "4.51.0", "use_cache": True,
+    "use_sliding_window": False, "vocab_size": 151936}
+
+
+def test_published_qwen3_config_is_accepted():
+    assert ModelConfig.from_hf_dict(QWEN3_06B_CONFIG) == PRESETS["qwen3-0.6b"]
+    v5 = {**TINY.to_hf_dict(), "layer_types": ["full_attention"] * 3, "attention_dropout": 0.1, "dtype": "float32",
+          "rope_parameters": {"rope_type": "default", "rope_theta": TINY.rope_theta}, "sliding_window": None}
+    del v5["rope_theta"]
+    assert ModelConfig.from_hf_dict(v5) == TINY
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"model_type": "llama"}, "model_type='llama'"),
+    ({"model_type": None}, "model_type=None"),
+    ({"attention_bias": True}, "attention_bias=True"),
+    ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
+    ({"use_sliding_window": True, "sliding_window": 4096}, "use_sliding_window=True"),
+    ({"layer_types": ["full_attention", "sliding_attention", "full_attention"]}, "layer_types=['full_attention', "
+                                                                               "'sliding_attention']"),
+    ({"rope_scaling": {"type": "yarn", "factor": 4.0}}, "rope_scaling={'type': 'yarn', 'factor': 4.0}"),
+    ({"rope_parameters": {"rope_type": "linear", "factor": 2.0}}, "rope_parameters={'rope_type': 'linear'"),
+    ({"rope_parameters": {"full_attention": {"rope_type": "llama3", "factor": 8.0}}},
+     "rope_parameters.full_attention={'rope_type': 'llama3'"),
+    ({"rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.5}},
+     "rope_parameters.partial_rotary_factor=0.5"),
+    ({"partial_rotary_factor": 0.5}, "partial_rotary_factor=0.5"),
+    ({"quantization_config": {"quant_method": "fp8"}}, "quantization_config={'quant_method': 'fp8'}"),
+    ({"quantization": {"group_size": 64, "bits": 4}}, "quantization={'group_size': 64"),
+    ({"rope_theta": None}, "lacks rope_theta"),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}, "conflicting rope_theta values [10000.0, "),
+    ({"head_dim": None}, "lacks head_dim"),
+])
+def test_hf_config_option_pdlib_does_not_implement_is_refused_by_name(change, needle):
+    d = {**QWEN3_06B_CONFIG, **change}
+    if change.get("head_dim", 0) is None:
+        del d["head_dim"]
+    with pytest.raises(InputError) as e:
+        ModelConfig.from_hf_dict(d)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
 # -- RunParams -----------------------------------------------------------------------------------------
 
 def test_defaults_are_the_documented_workload():
@@ -200,6 +249,16 @@ def test_cli_params_file_errors_exit_2(tmp_path, capsys):
     assert "bogus" in _one_error_line(capsys)
     assert main(["validate", "--params", str(tmp_path / "nope.yaml")]) == 2
     assert "cannot read params file" in _one_error_line(capsys)
+
+
+def test_cli_params_file_not_utf8_exits_2_writing_nothing(tmp_path, capsys):
+    f = tmp_path / "bad.yaml"
+    f.write_bytes(b"model: \xff\xfe\n")
+    out = tmp_path / "x"
+    assert main(["run", "--params", str(f), "--output", str(out)]) == 2
+    line = _one_error_line(capsys)
+    assert str(f) in line and "not UTF-8 text" in line
+    assert not out.exists()
 
 
 def test_cli_validate_passes_on_tiny(capsys):

@@ -227,21 +227,48 @@ def test_checkpoint_roundtrip_is_bit_identical(tmp_path, tiny0):
     assert m.tokenizer is None
 
 
-def test_checkpoint_sharded_bf16_with_extras(tmp_path, tiny0):
-    """Shards merge; bf16 storage widens exactly to FP32; a tied lm_head and unknown tensors are dropped."""
-    d = tmp_path / "sharded"
+def _write_shards(d, tiny0, extra: dict):
+    """Two shards, the first stored in bf16; `extra` tensors go into the second."""
     d.mkdir()
     names = sorted(tiny0.weights)
     half = len(names) // 2
     shard1 = {k: tiny0.weights[k].astype(mx.bfloat16) for k in names[:half]}
-    shard2 = {k: tiny0.weights[k] for k in names[half:]}
-    shard2["lm_head.weight"] = tiny0.weights["model.embed_tokens.weight"] * 2
-    shard2["model.rotary_emb.inv_freq"] = mx.ones((8,))
+    shard2 = {**{k: tiny0.weights[k] for k in names[half:]}, **extra}
     mx.save_safetensors(str(d / "model-00001-of-00002.safetensors"), shard1)
     mx.save_safetensors(str(d / "model-00002-of-00002.safetensors"), shard2)
     (d / "config.json").write_text(json.dumps(TINY.to_hf_dict()))
+    return d
+
+
+def test_checkpoint_sharded_bf16_with_tied_head_copy(tmp_path, tiny0):
+    """Shards merge; bf16 storage widens exactly to FP32; a tied lm_head equal to the embedding is accepted (and
+    not kept: pdlib uses the embedding)."""
+    embed = tiny0.weights["model.embed_tokens.weight"]
+    d = _write_shards(tmp_path / "sharded", tiny0, {"lm_head.weight": embed.astype(mx.bfloat16)})
     m = load_model(str(d))
     assert _same(m.weights, tiny0.weights)
+
+
+@pytest.mark.parametrize("extra, needle", [
+    ({"lm_head.weight": "embed*2"}, "lm_head.weight differs from model.embed_tokens.weight"),
+    ({"model.rotary_emb.inv_freq": mx.ones((8,))}, "tensor(s) that pdlib does not use: model.rotary_emb.inv_freq"),
+    ({f"model.layers.{i}.self_attn.q_proj.bias": mx.ones((64,)) for i in range(3)} | {"x": mx.ones((1,))},
+     "4 tensor(s) that pdlib does not use: model.layers.0.self_attn.q_proj.bias, model.layers.1"),
+])
+def test_checkpoint_with_unused_tensors_is_refused_by_name(tmp_path, tiny0, extra, needle):
+    """Nothing in a checkpoint is silently dropped: a tensor pdlib does not compute with is refused."""
+    extra = {k: tiny0.weights["model.embed_tokens.weight"] * 2 if isinstance(v, str) else v for k, v in extra.items()}
+    d = _write_shards(tmp_path / "extras", tiny0, extra)
+    with pytest.raises(InputError) as e:
+        load_model(str(d))
+    assert needle in str(e.value) and str(d) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_checkpoint_tensor_stored_twice_is_refused(tmp_path, tiny0):
+    name = layer_names(0)["wq"]
+    d = _write_shards(tmp_path / "twice", tiny0, {name: tiny0.weights[name] * 2})
+    with pytest.raises(InputError, match=f"tensor {name} is stored in more than one file"):
+        load_model(str(d))
 
 
 def test_checkpoint_config_with_nested_rope_parameters(tmp_path, tiny0):
