@@ -111,8 +111,10 @@ def cmd_check_kernels(args) -> int:
     rows = check_kernels(seed=args.seed)
     print(format_rows(rows))
     if args.output:
-        from pdlib.report import claim_output, write_report
-        write_report(claim_output(args.output), {"schema": "pdlib.kernel-check/1", "rows": rows})
+        from pdlib.engine.kernels import BACKEND
+        from pdlib.report import claim_output, environment, source_hashes, write_report
+        write_report(claim_output(args.output), {"schema": "pdlib.kernel-check/1", "environment": environment(BACKEND),
+                                                 "sources": source_hashes(), "seed": args.seed, "rows": rows})
     return 0 if all(r["passed"] for r in rows) else 1
 
 
