@@ -7,14 +7,17 @@
     python -m pdlib render outputs/smoke-cpu/report.json --out /tmp/figs   # tables and figures, no rerun
     python -m pdlib notebooks --report gpu-report.json --out outputs/x      # render a report made elsewhere
     python -m pdlib check-kernels; python -m pdlib bench-step --output bench.json   # on a GPU
+    python -m pdlib profile-step --output profile.json                              # on a GPU, for notes/
 
-Bad input prints one line on stderr and exits with code 2; a failed validation exits with code 1.
+Every failure is one line on stderr starting "error: ": bad input exits with code 2, a failed validation
+with 1. Ctrl-C stops any command within about a second (exit 130) and leaves no half-written file.
 """
 
 import argparse
 import sys
 
 from pdlib.errors import InputError
+from pdlib.interrupt import EXIT_CODE as INTERRUPTED, MESSAGE as INTERRUPT_MESSAGE, interruptible
 
 
 class _Parser(argparse.ArgumentParser):
@@ -51,7 +54,7 @@ def cmd_validate(args) -> int:
     try:
         run_experiment(_params(args), validate_only=True, quiet=args.quiet)
     except ValidationError as e:
-        print(str(e), file=sys.stderr)
+        print(f"error: {e}", file=sys.stderr)
         return 1
     return 0
 
@@ -78,17 +81,16 @@ def cmd_run(args) -> int:
 
 
 def cmd_render(args) -> int:
-    from pdlib import analysis as an
-    from pdlib import plots
-    from pdlib.notebooks import stall_threshold
-    report = an.load_report(args.report)
-    paths = plots.render_all(report, args.out, stall_threshold_ms=stall_threshold(report))
+    from pdlib import plots, present
+    report = present.check_report_file(args.report)
+    paths = plots.render_all(report, args.out, stall_threshold_ms=present.stall_threshold(report))
     print(f"wrote {len(paths)} files into {args.out}: {', '.join(p.name for p in paths)}")
     return 0
 
 
 def cmd_notebooks(args) -> int:
-    from pdlib.notebooks import NotebookFailed, run_notebooks, shown
+    from pdlib.notebooks import NotebookFailed, run_notebooks
+    from pdlib.runs import shown
     try:
         if args.report is not None and args.out is None:
             raise InputError("notebooks --report needs --out DIR (the report has no params file to name it)")
@@ -97,8 +99,8 @@ def cmd_notebooks(args) -> int:
         print(f"error: {e}", file=sys.stderr)
         return e.code
     except KeyboardInterrupt:
-        print("interrupted: the output folder keeps what was written so far", file=sys.stderr)
-        return 130
+        print("interrupted: the output folder keeps the notebooks finished so far", file=sys.stderr)
+        return INTERRUPTED
     print(f"done in {run['seconds']:.0f} s; open:")
     for path in run["html"]:
         print(f"  {shown(path)}")
@@ -118,22 +120,48 @@ def cmd_check_kernels(args) -> int:
     return 0 if all(r["passed"] for r in rows) else 1
 
 
+def _gpu_only(command: str):
+    from pdlib.engine.kernels import BACKEND
+    if BACKEND == "cpu":
+        raise InputError(f"{command} measures the GPU engine and needs a GPU backend (CUDA or Metal); "
+                         f"on the CPU it would run for many minutes and say nothing about hardware")
+
+
 def cmd_bench_step(args) -> int:
-    from pdlib.bench import bench_step, format_table, write_json
+    from pdlib.config import _check_int
     from pdlib.report import claim_output
-    from pdlib.weights import load_model
     if args.output:
         claim_output(args.output)
-    contexts = tuple(args.contexts)
-    if min(contexts) < 1 or args.tokens < 1 or args.prefill_tokens < 1 or args.chunk_size < 1 or args.warmup < 0:
-        raise InputError(f"bench-step needs contexts, --tokens, --prefill-tokens, --chunk-size >= 1 and --warmup >= 0; "
-                         f"got {list(contexts)}, {args.tokens}, {args.prefill_tokens}, {args.chunk_size}, {args.warmup}")
+    for name, value, lo in [*(("contexts", c, 1) for c in args.contexts), ("--tokens", args.tokens, 1),
+                            ("--prefill-tokens", args.prefill_tokens, 1), ("--chunk-size", args.chunk_size, 1),
+                            ("--warmup", args.warmup, 0)]:
+        _check_int(name, value, lo)
+    _gpu_only("bench-step")
+    from pdlib.bench import bench_step, format_table, write_json
+    from pdlib.weights import load_model
     model = load_model(args.model)
-    result = bench_step(model, contexts=contexts, tokens=args.tokens, warmup=args.warmup,
+    result = bench_step(model, contexts=tuple(args.contexts), tokens=args.tokens, warmup=args.warmup,
                         prefill_tokens=args.prefill_tokens, chunk=args.chunk_size)
     print(format_table(result))
     if args.output:
         write_json(args.output, result)
+        print(f"json: {args.output}")
+    return 0
+
+
+def cmd_profile_step(args) -> int:
+    from pdlib.config import _check_int
+    from pdlib.report import claim_output, write_report
+    if args.output:
+        claim_output(args.output)
+    _check_int("--context", args.context, 1)
+    _check_int("--steps", args.steps, 1)
+    _gpu_only("profile-step")
+    from pdlib.profile_step import format_rows, profile_step
+    result = profile_step(args.model, context=args.context, steps=args.steps)
+    print(format_rows(result))
+    if args.output:
+        write_report(args.output, result)
         print(f"json: {args.output}")
     return 0
 
@@ -164,6 +192,12 @@ def main(argv=None) -> int:
     b.add_argument("--chunk-size", type=int, default=128)
     b.add_argument("--output", help="JSON path; must not exist")
     b.set_defaults(func=cmd_bench_step)
+    f = sub.add_parser("profile-step", help="where one decode step's time goes, variant by variant (GPU only)")
+    f.add_argument("--model", default="synthetic:qwen3-0.6b")
+    f.add_argument("--context", type=int, default=4096)
+    f.add_argument("--steps", type=int, default=50)
+    f.add_argument("--output", help="JSON path; must not exist")
+    f.set_defaults(func=cmd_profile_step)
     n = sub.add_parser("notebooks", help="execute the three notebooks (trials, or a given report) into a fresh folder")
     source = n.add_mutually_exclusive_group(required=True)
     source.add_argument("--params", help="YAML file with RunParams keys: run the trials")
@@ -177,8 +211,9 @@ def main(argv=None) -> int:
     d.add_argument("--out", required=True, help="folder for the figures and tables; existing files are refused")
     d.set_defaults(func=cmd_render)
     try:
-        args = parser.parse_args(argv)
-        return args.func(args)
+        with interruptible():
+            args = parser.parse_args(argv)
+            return args.func(args)
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -186,8 +221,8 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("interrupted: no report written", file=sys.stderr)
-        return 130
+        print(INTERRUPT_MESSAGE, file=sys.stderr)
+        return INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -50,8 +50,15 @@ def load_report(path) -> dict:
 
 
 def _require(ok, message):
+    """For what a report file says (user input): InputError, one line."""
     if not ok:
         raise InputError(message)
+
+
+def _expect(ok, message):
+    """For how the library is called (a programming error, not bad input): ValueError."""
+    if not ok:
+        raise ValueError(message)
 
 
 def check_report(report: dict, *, where: str = "report") -> None:
@@ -158,7 +165,7 @@ def metrics_frame(report: dict, *, stall_threshold_ms: float = 100.0) -> pd.Data
     when A's largest gap overlaps B's prefill (so eager's stall, which ends just after it, counts), else
     "decode".
     stalls / stall_excess_ms: gaps strictly above the threshold. Throughput: timed outputs / makespan."""
-    _require(np.isfinite(stall_threshold_ms) and stall_threshold_ms >= 0,
+    _expect(np.isfinite(stall_threshold_ms) and stall_threshold_ms >= 0,
              f"stall_threshold_ms must be a finite number >= 0, got {stall_threshold_ms!r}")
     rows = [{"policy": t["policy"], "trial": t["trial"],
              **trial_metrics(t, stall_threshold_ms=stall_threshold_ms)} for t in _trials(report)]
@@ -191,14 +198,14 @@ def paired_ratios(metrics: pd.DataFrame, *, numerator: str, denominator: str, co
     default_rng(seed), so a CI does not depend on which other metrics are asked for."""
     known = list(metrics["policy"].unique())
     for name in (numerator, denominator):
-        _require(name in known, f"unknown policy {name!r}; the metrics have {', '.join(map(str, known))}")
+        _expect(name in known, f"unknown policy {name!r}; the metrics have {', '.join(map(str, known))}")
     bad = [c for c in columns if c not in metric_columns(metrics)]
-    _require(not bad, f"unknown metric(s) {', '.join(bad)}; choose from {metric_columns(metrics)}")
-    _require(0 < ci < 1 and n_boot >= 1, f"need 0 < ci < 1 and n_boot >= 1, got ci={ci}, n_boot={n_boot}")
+    _expect(not bad, f"unknown metric(s) {', '.join(bad)}; choose from {metric_columns(metrics)}")
+    _expect(0 < ci < 1 and n_boot >= 1, f"need 0 < ci < 1 and n_boot >= 1, got ci={ci}, n_boot={n_boot}")
     num, den = (metrics[metrics["policy"] == p].set_index("trial")[list(columns)]
                 for p in (numerator, denominator))
     paired = num.index.intersection(den.index).sort_values()
-    _require(not paired.empty, f"no trial number has both {numerator!r} and {denominator!r}")
+    _expect(not paired.empty, f"no trial number has both {numerator!r} and {denominator!r}")
     ratio = num.loc[paired] / den.loc[paired]
     per_trial = pd.DataFrame([
         {"numerator": numerator, "denominator": denominator, "metric": c, "trial": tr,
@@ -232,30 +239,31 @@ def _fmt(v) -> str:
     return f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"
 
 
+def _ci(r) -> str:
+    return "-" if pd.isna(r["ci_low"]) else f"[{r['ci_low']:.3g}, {r['ci_high']:.3g}]"
+
+
 def metrics_markdown(summary: pd.DataFrame, *, ratios: pd.DataFrame | None = None) -> str:
-    """Markdown tables: each metric's median [min, max] per policy; then ratios' medians and CIs."""
+    """Markdown tables (DataFrame.to_markdown): each metric's median [min, max] per policy; then the
+    paired ratios' medians and CIs."""
     policies = list(summary["policy"].unique())
-    lines = ["| metric | " + " | ".join(policies) + " |", "|---" * (len(policies) + 1) + "|"]
-    cells = summary.set_index(["metric", "policy"])
-    for metric in summary["metric"].unique():
-        row = [f"{_fmt(c['median'])} [{_fmt(c['min'])}, {_fmt(c['max'])}] n={int(c['n'])}"
-               for c in (cells.loc[(metric, p)] for p in policies)]
-        lines.append(f"| {metric} | " + " | ".join(row) + " |")
+    cells = summary.assign(cell=[f"{_fmt(r['median'])} [{_fmt(r['min'])}, {_fmt(r['max'])}] n={int(r['n'])}"
+                                 for _, r in summary.iterrows()])
+    wide = cells.pivot(index="metric", columns="policy", values="cell")
+    wide = wide.loc[list(summary["metric"].unique()), policies].rename_axis(columns=None)
+    text = wide.to_markdown(stralign="left", disable_numparse=True)
     if ratios is not None and not ratios.empty:
         r0 = ratios.iloc[0]
-        lines += ["", f"| metric | {r0['numerator']} / {r0['denominator']} (median) | "
-                      f"{r0['ci_level']:.0%} CI | n | note |", "|---|---|---|---|---|"]
-        for _, r in ratios.iterrows():
-            lo, hi = ("-" if pd.isna(v) else f"{v:.3f}" for v in (r["ci_low"], r["ci_high"]))
-            lines.append(f"| {r['metric']} | {r['median_ratio']:.3f} | [{lo}, {hi}] | {r['n']} | "
-                         f"{r['ci_note']} |")
-    return "\n".join(lines) + "\n"
+        table = pd.DataFrame({
+            "metric": ratios["metric"],
+            f"{r0['numerator']} / {r0['denominator']} (median)": [f"{v:.3f}" for v in ratios["median_ratio"]],
+            f"{r0['ci_level']:.0%} CI": [_ci(r) for _, r in ratios.iterrows()],
+            "n": ratios["n"], "note": ratios["ci_note"]})
+        text += "\n\n" + table.to_markdown(index=False, stralign="left", disable_numparse=True)
+    return text + "\n"
 
 
 # ---- prose -----------------------------------------------------------------------------------------
-SAME_MAKESPAN = 0.05  # relative makespan difference below which two policies "take as long"
-
-
 def _ms(v) -> str:
     if pd.isna(v):
         return "-"
@@ -268,21 +276,44 @@ def _x(r) -> str:
     return f"{r:.0f}x" if r >= 10 else f"{r:.1f}x" if r >= 2 else f"{r:.2f}x"
 
 
-def _times(a: str, va, b: str, vb) -> str:
-    """"a's is 18x b's (2.55 s vs 138.5 ms)", the larger first; both values plainly if one is not > 0."""
-    if not (va > 0 and vb > 0):
-        return f"{a} {_ms(va)}, {b} {_ms(vb)}"
-    if va < vb:
-        a, va, b, vb = b, vb, a, va
-    return f"{a}'s is {_x(va / vb)} {b}'s ({_ms(va)} vs {_ms(vb)})"
+def verdict(ratio: pd.Series) -> str:
+    """'higher' or 'lower' when the ratio's CI excludes 1, 'same' when it spans 1 (no measurable
+    difference), 'unknown' without a CI (too few paired trials)."""
+    if pd.isna(ratio["ci_low"]):
+        return "unknown"
+    if ratio["ci_low"] > 1:
+        return "higher"
+    return "lower" if ratio["ci_high"] < 1 else "same"
+
+
+def _evidence(ratio: pd.Series) -> str:
+    """The paired ratio's median and CI, or why there is no CI."""
+    if verdict(ratio) == "unknown":
+        return f"{ratio['n']} paired trials, too few for a CI"
+    return f"{ratio['ci_level']:.0%} CI {_ci(ratio)}"
+
+
+def _compare(label: str, p: str, vp, q: str, vq, ratio: pd.Series) -> str:
+    """One metric, p against q, read from the paired ratio p/q and its CI: a CI that spans 1 is 'no
+    measurable difference'; the 'Nx' quoted is the median paired ratio, as in the ratio table."""
+    r = ratio["median_ratio"]
+    medians = f"medians {p} {_ms(vp)}, {q} {_ms(vq)}"
+    v = verdict(ratio)
+    if v == "same":
+        return f"- **{label}:** no measurable difference ({p}/{q} {r:.3g}, {_evidence(ratio)}; {medians})."
+    if not (np.isfinite(r) and r > 0):
+        return f"- **{label}:** {medians} ({_evidence(ratio)})."
+    big, small, x = (p, q, r) if r >= 1 else (q, p, 1 / r)
+    return f"- **{label}:** {big}'s is {_x(x)} {small}'s ({p}/{q} {r:.3g}, {_evidence(ratio)}; {medians})."
 
 
 def findings(metrics: pd.DataFrame, summary: pd.DataFrame, *, stall_threshold_ms: float = 100.0) -> str:
-    """A short Markdown reading of the per-policy medians: eager against chunked (else the first two
-    policies) on A's worst and p99 gap, B's first token and makespan, one line per other policy, and
-    the stall counts. Every number comes from `summary` (medians over trials) or `metrics`."""
+    """A short Markdown reading: eager against chunked (else the first two policies) on A's worst and p99
+    gap, B's first token and makespan, each from the paired ratio's bootstrap CI (a CI that spans 1 is
+    reported as no measurable difference; without a CI, medians are quoted as such); one line per other
+    policy; the stall counts. Values are medians over trials from `summary`."""
     policies = list(summary["policy"].unique())
-    _require(policies, "findings: the summary is empty")
+    _expect(policies, "findings: the summary is empty")
     med = summary.set_index(["policy", "metric"])["median"]
     n = metrics.groupby("policy", sort=False)["trial"].nunique()
     lines = []
@@ -293,48 +324,49 @@ def findings(metrics: pd.DataFrame, summary: pd.DataFrame, *, stall_threshold_ms
     else:
         p = q = None
     if p:
-        gp, gq = med[p, "a_gap_max_ms"], med[q, "a_gap_max_ms"]
-        tp, tq = med[p, "b_ttft_ms"], med[q, "b_ttft_ms"]
-        mp, mq = med[p, "makespan_ms"], med[q, "makespan_ms"]
+        _, ratios = paired_ratios(metrics, numerator=p, denominator=q)
+        ratio = ratios.set_index("metric")
         phase = metrics[metrics["policy"] == p]["a_max_gap_phase"]
-        where = (f"; it falls during B's prefill in {(phase == 'b_prefill').sum()} of {phase.size} {p} "
-                 f"trials") if phase.size else ""
-        lines.append(f"- **A's worst gap:** {_times(p, gp, q, gq)}{where}.")
-        lines.append(f"- **A's p99 gap:** {_times(p, med[p, 'a_gap_p99_ms'], q, med[q, 'a_gap_p99_ms'])}.")
-        if tq > tp > 0:
-            ttft = f"{q} delays B's first token by {_x(tq / tp)} ({_ms(tq)} vs {_ms(tp)} under {p})"
-        elif tp > tq > 0:
-            ttft = f"{q} brings B's first token forward: {_ms(tq)} vs {_ms(tp)} under {p}"
-        else:
-            ttft = f"B's first token comes at {_ms(tq)} under {q}, {_ms(tp)} under {p}"
-        lines.append(f"- **B's first token:** {ttft}.")
-        rel = (mq - mp) / mp if mp else np.nan
-        same = abs(rel) < SAME_MAKESPAN
-        span = (f"within {abs(rel):.1%} of each other" if same else
-                f"{q}'s is {abs(rel):.1%} {'longer' if rel > 0 else 'shorter'} than {p}'s")
-        lines.append(f"- **Makespan:** {span} ({q} {_ms(mq)}, {p} {_ms(mp)}).")
-        if gq > 0 and gp / gq >= 2 and tq > tp and same:
-            steps = (f" (A's stream has {med[q, 'b_prefill_gaps']:g} gaps during B's prefill under {q}, "
-                     f"{med[p, 'b_prefill_gaps']:g} under {p})")
-            verdict = (f"{q} trades one long stall for many short ones{steps}: A's worst gap shrinks "
-                       f"{_x(gp / gq)}, B waits {_x(tq / tp)} as long for its first token, and the work "
-                       f"takes as long — it is not a throughput win.")
-        elif gq > 0 and gp / gq >= 2:
-            verdict = f"{q} cuts A's worst gap {_x(gp / gq)}" + (
-                "; the makespan does not change much." if same else
-                f", at a makespan {abs(rel):.1%} {'longer' if rel > 0 else 'shorter'}.")
-        else:
-            verdict = f"{q} does not halve A's worst gap here ({_ms(gq)} vs {_ms(gp)} under {p})."
-        lines.append(f"\n**Reading:** {verdict}")
+        lines.append(_compare("A's worst gap", p, med[p, "a_gap_max_ms"], q, med[q, "a_gap_max_ms"],
+                              ratio.loc["a_gap_max_ms"]))
+        lines.append(f"  It falls during B's prefill in {(phase == 'b_prefill').sum()} of {phase.size} {p} trials.")
+        for key, label in (("a_gap_p99_ms", "A's p99 gap"), ("b_ttft_ms", "B's first token"),
+                           ("makespan_ms", "Makespan")):
+            lines.append(_compare(label, p, med[p, key], q, med[q, key], ratio.loc[key]))
+        lines.append("\n**Reading:** " + _reading(p, q, med, ratio))
     others = [r for r in policies if r not in (p, q)]
     if others:
         lines.append("")
     for r in others:
         base = f" ({_x(med[r, 'b_ttft_ms'] / med[p, 'b_ttft_ms'])} {p}'s)" if p and med[p, "b_ttft_ms"] > 0 else ""
         lines.append(f"- **{r}:** A's worst gap {_ms(med[r, 'a_gap_max_ms'])}, B's first token at "
-                     f"{_ms(med[r, 'b_ttft_ms'])}{base}, makespan {_ms(med[r, 'makespan_ms'])}.")
+                     f"{_ms(med[r, 'b_ttft_ms'])}{base}, makespan {_ms(med[r, 'makespan_ms'])} (medians).")
     stalls = ", ".join(f"{r} {med[r, 'stalls']:g}" for r in policies)
     trials = ", ".join(f"{r} {n.get(r, 0)}" for r in policies)
     lines.append(f"\nGaps in A's stream longer than {stall_threshold_ms:g} ms (median per trial): {stalls}. "
-                 f"Medians over trials ({trials}); the spread is in the summary table.")
+                 f"Medians over trials ({trials}); CIs are 95% bootstrap intervals of the median paired "
+                 f"ratio, {MIN_BOOT_TRIALS} or more paired trials needed.")
     return "\n".join(lines).strip() + "\n"
+
+
+def _reading(p, q, med, ratio) -> str:
+    gap, ttft, span = (ratio.loc[k] for k in ("a_gap_max_ms", "b_ttft_ms", "makespan_ms"))
+    shrink = gap["median_ratio"]
+    if not (shrink >= 2 and verdict(gap) in ("higher", "unknown")):
+        return f"{q} does not measurably halve A's worst gap here ({_ms(med[q, 'a_gap_max_ms'])} vs " \
+               f"{_ms(med[p, 'a_gap_max_ms'])} under {p})."
+    steps = (f" (A's stream has {med[q, 'b_prefill_gaps']:g} gaps during B's prefill under {q}, "
+             f"{med[p, 'b_prefill_gaps']:g} under {p})")
+    cut = f"{q} trades one long stall for many short ones{steps}: A's worst gap shrinks {_x(shrink)}"
+    if verdict(ttft) == "lower":
+        cut += f", B waits {_x(1 / ttft['median_ratio'])} as long for its first token"
+    elif verdict(ttft) == "same":
+        cut += ", B's first token shows no measurable difference"
+    v = verdict(span)
+    if v == "same":
+        return cut + ", and the makespans show no measurable difference: it is not a throughput win."
+    if v == "unknown":
+        return cut + (f". With {span['n']} paired trials there are no CIs: these ratios are indications, "
+                      f"and whether the makespan differs is not measured.")
+    longer = "shorter" if v == "higher" else "longer"  # ratio p/q > 1: q's makespan is shorter
+    return cut + f"; {q}'s makespan is measurably {longer} ({p}/{q} {span['median_ratio']:.3g}, {_evidence(span)})."

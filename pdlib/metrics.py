@@ -10,6 +10,8 @@ stall through rounding. Percentiles are numpy's default linear interpolation.
 
 import numpy as np
 
+from pdlib.text import text_table
+
 NS_PER_MS = 1e6
 
 
@@ -63,6 +65,4 @@ def summary_table(trials: list[dict], policies, *, stall_threshold_ms: float = 1
     for policy in policies:
         ms = [trial_metrics(t, stall_threshold_ms=stall_threshold_ms) for t in trials if t["policy"] == policy]
         rows.append([policy, str(len(ms)), *(f"{np.median([m[k] for m in ms]):.3f}" for k, _ in SUMMARY_COLUMNS)])
-    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
-    fmt = lambda row: "  ".join(x.rjust(w) if i else x.ljust(w) for i, (x, w) in enumerate(zip(row, widths)))  # noqa: E731
-    return "\n".join([fmt(head), fmt(["-" * w for w in widths]), *map(fmt, rows)])
+    return text_table(head, rows, right_from=1)

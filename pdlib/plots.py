@@ -11,7 +11,6 @@ HTML (scripts inlined, no CDN), SVG and PNG all work offline. Only notebooks and
 import this module; the GPU path never does.
 """
 
-import os
 from pathlib import Path
 
 import altair as alt
@@ -20,6 +19,7 @@ import pandas as pd
 
 from pdlib import analysis as an
 from pdlib.errors import InputError
+from pdlib.report import write_new
 
 HEADLINE = {"a_gap_max_ms": "A's max gap (ms)", "a_gap_p99_ms": "A's p99 gap (ms)",
             "b_ttft_ms": "B's TTFT (ms)", "makespan_ms": "makespan (ms)",
@@ -43,8 +43,9 @@ def headline_chart(metrics: pd.DataFrame) -> alt.FacetChart:
     long = metrics.melt(id_vars=["policy", "trial"], value_vars=list(HEADLINE), var_name="metric")
     long["label"] = long["metric"].map(HEADLINE)
     x = alt.X("policy:N", sort=policies, title=None)
+    # Every panel starts at zero: a within-noise difference in makespan or throughput must look small.
     dots = alt.Chart().mark_circle(size=60, opacity=0.6).encode(
-        x=x, y=alt.Y("value:Q", title=None, scale=alt.Scale(zero=False)),
+        x=x, y=alt.Y("value:Q", title=None, scale=alt.Scale(zero=True)),
         color=alt.Color("policy:N", sort=policies, legend=None),
         tooltip=["policy:N", "trial:Q", alt.Tooltip("value:Q", format=".4~g")])
     median = alt.Chart().mark_tick(color="black", thickness=2, size=28).encode(
@@ -52,7 +53,10 @@ def headline_chart(metrics: pd.DataFrame) -> alt.FacetChart:
     return (alt.layer(dots, median, data=_inline(long)).properties(width=110, height=220)
             .facet(column=alt.Column("label:N", sort=list(HEADLINE.values()), title=None))
             .resolve_scale(y="independent")
-            .properties(title="Per-trial headline metrics (dot: one trial; tick: median)"))
+            .properties(title="Per-trial headline metrics (dot: one trial; tick: median; linear axes from 0)",
+                        description=f"Dot plot, one panel per metric ({', '.join(HEADLINE.values())}), "
+                                    f"one dot per trial for each of the policies {', '.join(policies)}, "
+                                    f"a black tick at each policy's median."))
 
 
 def gap_timeline_chart(tokens: pd.DataFrame, events: pd.DataFrame, metrics: pd.DataFrame, *,
@@ -62,7 +66,7 @@ def gap_timeline_chart(tokens: pd.DataFrame, events: pd.DataFrame, metrics: pd.D
     the threshold."""
     a = tokens[(tokens["trial"] == trial) & (tokens["request"] == "A")]
     if a.empty:
-        raise InputError(f"no tokens for trial {trial}; trials present: "
+        raise ValueError(f"no tokens for trial {trial}; trials present: "
                          f"{sorted(tokens['trial'].unique().tolist())}")
     policies = _policies(a)
     m = metrics[metrics["trial"] == trial]
@@ -81,53 +85,66 @@ def gap_timeline_chart(tokens: pd.DataFrame, events: pd.DataFrame, metrics: pd.D
         return alt.Chart().transform_filter(alt.datum.layer == layer)
 
     x = alt.X("x:Q", title="emission time since t0 (ms)")
+    # Log y, with the threshold well inside the plot (a "nice" log domain can end exactly on it).
+    positive = a["gap_ms"][a["gap_ms"] > 0]
+    lo = min(positive.min(), stall_threshold_ms) / 2 if not positive.empty else stall_threshold_ms / 10
+    hi = max(positive.max() if not positive.empty else 0, stall_threshold_ms) * 3
+    y = alt.Y("y:Q", scale=alt.Scale(type="log", domain=[lo, hi], nice=False), title="A's gap (ms, log scale)")
     shade = only("b_prefill").mark_rect(color="orange", opacity=0.15).encode(x=x, x2="x2:Q")
     stripes = only("chunk").mark_rect(color="orange", opacity=0.35).encode(x=x, x2="x2:Q")
     gaps = only("gap").transform_filter(alt.datum.y > 0).mark_point(filled=True, size=14).encode(
-        x=x, y=alt.Y("y:Q", scale=alt.Scale(type="log"), title="A's gap (ms)"),
+        x=x, y=y,
         tooltip=["index:Q", alt.Tooltip("x:Q", title="emit (ms)"), alt.Tooltip("y:Q", title="gap (ms)")])
-    rule = only("threshold").mark_rule(color="red", strokeDash=[4, 4]).encode(y="y:Q")
+    rule = only("threshold").mark_rule(color="red", strokeDash=[4, 4]).encode(y=y)
     return (alt.layer(shade, stripes, gaps, rule, data=_inline(data)).properties(width=640, height=150)
             .facet(row=alt.Row("policy:N", sort=policies, title=None))
-            .properties(title=f"A's inter-token gaps, trial {trial} (shaded: B's prefill; "
-                              f"dashed: {stall_threshold_ms:g} ms stall threshold)"))
+            .properties(title=f"A's inter-token gaps, trial {trial} (log y; shaded: B's prefill; "
+                              f"dashed: {stall_threshold_ms:g} ms stall threshold)",
+                        description=f"Scatter plot per policy ({', '.join(policies)}) of A's inter-token gap "
+                                    f"in ms on a log scale against emission time since t0, trial {trial}; "
+                                    f"a shaded band from B's first prefill chunk to B's first token, stripes "
+                                    f"for B's prefill chunks, a dashed line at {stall_threshold_ms:g} ms."))
 
 
-def gap_ecdf_chart(tokens: pd.DataFrame) -> alt.Chart:
-    """ECDF of A's gaps per policy, all trials pooled, log x."""
+def gap_ecdf_chart(tokens: pd.DataFrame) -> alt.HConcatChart:
+    """A's gaps per policy, all trials pooled: the ECDF (log x), and beside it the tail, the fraction of
+    gaps >= x on log y, where a 1-in-1024 stall is as visible as the bulk."""
     policies, parts = _policies(tokens), []
     for policy, g in tokens[tokens["request"] == "A"].groupby("policy", sort=False):
         s = np.sort(g["gap_ms"].to_numpy())
         keep = np.unique(np.linspace(0, s.size - 1, min(s.size, ECDF_POINTS)).round().astype(int))
-        parts.append(pd.DataFrame({"policy": policy, "gap_ms": s[keep], "ecdf": (keep + 1) / s.size}))
+        parts.append(pd.DataFrame({"policy": policy, "gap_ms": s[keep], "ecdf": (keep + 1) / s.size,
+                                   "tail": (s.size - keep) / s.size}))  # fraction >= x: never 0
     data = pd.concat(parts, ignore_index=True)
-    return alt.Chart(_inline(data)).mark_line(interpolate="step-after").encode(
-        x=alt.X("gap_ms:Q", scale=alt.Scale(type="log"), title="A's gap (ms)"),
-        y=alt.Y("ecdf:Q", title="fraction of A's gaps <= x"),
-        color=alt.Color("policy:N", sort=policies),
-    ).properties(width=480, height=280, title="ECDF of A's inter-token gaps (all trials)")
+    x = alt.X("gap_ms:Q", scale=alt.Scale(type="log"), title="A's gap (ms, log scale)")
+    color = alt.Color("policy:N", sort=policies)
+    tip = ["policy:N", alt.Tooltip("gap_ms:Q", format=".4~g", title="gap (ms)")]
+    base = alt.Chart().mark_line(interpolate="step-after").properties(width=340, height=260)
+    ecdf = base.encode(x=x, y=alt.Y("ecdf:Q", title="fraction of A's gaps <= x"), color=color,
+                       tooltip=[*tip, alt.Tooltip("ecdf:Q", format=".4f")]
+                       ).properties(title="ECDF (linear y)")
+    tail = base.encode(x=x, y=alt.Y("tail:Q", scale=alt.Scale(type="log"),
+                                    title="fraction of A's gaps >= x (log scale)"),
+                       color=color, tooltip=[*tip, alt.Tooltip("tail:Q", format=".2e")]
+                       ).properties(title="Tail: 1 - ECDF (log y)")
+    return alt.hconcat(ecdf, tail, data=_inline(data)).properties(
+        title="A's inter-token gaps, all trials pooled",
+        description=f"Two step-line charts per policy ({', '.join(policies)}) over A's gap in ms on a log "
+                    f"axis: left, the fraction of gaps at most x; right, the fraction at least x on a log "
+                    f"axis, which shows rare long gaps.")
 
 
 def _refuse_existing(paths):
+    # Before writing anything; write_new then refuses atomically a file that appears meanwhile.
     for path in paths:
         if path.exists():
             raise InputError(f"{path} already exists; refusing to overwrite (pick a new folder)")
 
 
-def _replace_from_tmp(path: Path, write):
-    # Write beside the target, then rename: a crash never leaves a half-written figure or table.
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def _save_one(chart, path: Path):
     fmt = path.suffix[1:]
     extra = {"html": {"inline": True}, "png": {"scale_factor": 2}}.get(fmt, {})
-    _replace_from_tmp(path, lambda tmp: chart.save(str(tmp), format=fmt, **extra))
+    write_new(path, write=lambda tmp: chart.save(str(tmp), format=fmt, **extra), what="figure")
 
 
 def save_chart(chart, out_dir, name: str) -> list:
@@ -148,6 +165,13 @@ def charts(tokens: pd.DataFrame, events: pd.DataFrame, metrics: pd.DataFrame, *,
             "gap_timeline": gap_timeline_chart(tokens, events, metrics, trial=int(metrics["trial"].min()),
                                                stall_threshold_ms=stall_threshold_ms),
             "gap_ecdf": gap_ecdf_chart(tokens)}
+
+
+def report_charts(report: dict, *, stall_threshold_ms: float = 100.0) -> dict:
+    """charts() for a report: the three figures render_all and notebook 03 draw."""
+    return charts(an.tokens_frame(report), an.events_frame(report),
+                  an.metrics_frame(report, stall_threshold_ms=stall_threshold_ms),
+                  stall_threshold_ms=stall_threshold_ms)
 
 
 def default_ratios(metrics: pd.DataFrame):
@@ -180,10 +204,7 @@ def write_tables(out_dir, named: dict, *, refuse: bool = True) -> list:
         _refuse_existing([out / name for name in named])
     out.mkdir(parents=True, exist_ok=True)
     for name, table in named.items():
-        if isinstance(table, str):
-            _replace_from_tmp(out / name, lambda tmp, text=table: tmp.write_text(text))
-        else:
-            _replace_from_tmp(out / name, lambda tmp, df=table: df.to_csv(tmp, index=False))
+        write_new(out / name, table if isinstance(table, str) else table.to_csv(index=False), what="table")
     return [out / name for name in named]
 
 
@@ -191,10 +212,9 @@ def render_all(report: dict, out_dir, *, stall_threshold_ms: float = 100.0) -> l
     """Every figure and table for one report into out_dir; refuses before writing if any exists.
 
     ratios.csv (first declared policy / second, paired by trial) is written with >= 2 policies."""
-    tokens, events = an.tokens_frame(report), an.events_frame(report)
     metrics = an.metrics_frame(report, stall_threshold_ms=stall_threshold_ms)
     named = tables(metrics, an.summary_frame(metrics), default_ratios(metrics)[1])
-    figures = charts(tokens, events, metrics, stall_threshold_ms=stall_threshold_ms)
+    figures = report_charts(report, stall_threshold_ms=stall_threshold_ms)
     out = _out_dir(out_dir)
     _refuse_existing([out / f"{name}.{fmt}" for name in figures for fmt in FORMATS] + [out / n for n in named])
     written = write_tables(out, named, refuse=False)

@@ -1,12 +1,11 @@
 """Where a decode step's time goes, on the current device: variants of the step timed side by side.
 
-    python -m pdlib.profile_step [--model synthetic:qwen3-0.6b] [--context 4096] [--steps 50]
+    python -m pdlib profile-step [--model synthetic:qwen3-0.6b] [--context 4096] [--steps 50] [--output P]
 
-Not a benchmark (see `bench-step`): a tool for the GPU notes (notes/gpu.md), printing one table.
+Not a benchmark (see `bench-step`): a tool for the GPU notes (notes/gpu.md), printing one table; the CLI
+writes the JSON through report.write_new (never over a file).
 """
 
-import argparse
-import json
 import statistics
 import time
 
@@ -38,16 +37,11 @@ def timed(fn, steps: int, *, sync_each: bool = True) -> float:
     return statistics.median(times)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="synthetic:qwen3-0.6b")
-    ap.add_argument("--context", type=int, default=4096)
-    ap.add_argument("--steps", type=int, default=50)
-    ap.add_argument("--output")
-    args = ap.parse_args(argv)
-    model = load_model(args.model)
+def profile_step(model_spec: str = "synthetic:qwen3-0.6b", *, context: int = 4096, steps: int = 50) -> dict:
+    """{"context", "rows_ms": {variant: ms}, "device"}: every variant of one decode step, timed."""
+    model = load_model(model_spec)
     cfg = model.config
-    ctx, steps = args.context, args.steps
+    ctx = context
     engine = Engine(model, capacity=ctx + 4 * steps + 64)
     engine.add_request("X", [(i * 31) % 1000 for i in range(ctx)])
     engine.reset("X", logical=True)
@@ -149,13 +143,10 @@ def main(argv=None):
         return nk[0, 0, 0].item() if sync else nk
     rows["slice_update of one layer's K (not donatable: copies)"] = timed(slice_upd, 10)
 
+    return {"context": ctx, "rows_ms": rows, "device": mx.device_info()}
+
+
+def format_rows(result: dict) -> str:
+    rows = result["rows_ms"]
     width = max(map(len, rows))
-    for k, v in rows.items():
-        print(f"{k:{width}s} {v:9.3f} ms")
-    if args.output:
-        with open(args.output, "w") as f:
-            json.dump({"context": ctx, "rows_ms": rows, "device": mx.device_info()}, f, indent=1)
-
-
-if __name__ == "__main__":
-    main()
+    return "\n".join(f"{k:{width}s} {v:9.3f} ms" for k, v in rows.items())

@@ -1,7 +1,9 @@
-"""The report: one JSON file (schema in report_schema.py), written atomically and never over an existing one.
+"""The report: one JSON file (schema in report_schema.py), and the one writer for everything pdlib writes:
+atomic and never over an existing file.
 
     path = claim_output(args.output)          # refuses before any work if the path exists or can't be made
-    write_report(path, build_report(...))     # temp file + rename: an interrupted run leaves nothing
+    write_report(path, build_report(...))     # temp file + link: an interrupted run leaves nothing
+    write_new("out/summary.md", text)         # the same never-overwrite writer for every other output
 """
 
 import datetime
@@ -33,33 +35,61 @@ def claim_output(path) -> Path:
     return path
 
 
-def write_report(path, report: dict) -> Path:
-    """Atomic: the JSON goes to a temp file in the same folder, then is linked into place; the link fails
-    rather than replace a file that appeared meanwhile."""
+# Temp files being written now: an interrupt that cannot wait for cleanup (pdlib.interrupt) removes them.
+PENDING: set[str] = set()
+
+
+def write_new(path, data=None, *, write=None, what: str = "file") -> Path:
+    """The one writer for every file pdlib produces: `data` (str or bytes), or `write(tmp_path)`, goes to a
+    temp file beside `path`, which is then hard-linked into place. The link is atomic and fails if `path`
+    exists, so a reader never sees half a file and nothing is ever overwritten, even by a file that
+    appears meanwhile. InputError if `path` exists (before or after the write)."""
     path = Path(path)
+    if (data is None) == (write is None):
+        raise ValueError("write_new needs exactly one of data and write")
+    if os.path.lexists(path):
+        raise InputError(f"output {str(path)!r} already exists; pdlib never overwrites: choose a new path")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    PENDING.add(tmp)
     umask = os.umask(0)
     os.umask(umask)
     try:
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a report is an ordinary file
-        with os.fdopen(fd, "w") as f:
-            json.dump(report, f, separators=(",", ":"))
-            f.flush()
-            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; outputs are ordinary files
+        with os.fdopen(fd, "wb") as f:
+            if data is not None:
+                f.write(data.encode() if isinstance(data, str) else data)
+                f.flush()
+                os.fsync(f.fileno())
+        if write is not None:
+            write(Path(tmp))
         try:
             os.link(tmp, path)  # unlike rename, never replaces an existing file
         except FileExistsError:
-            raise InputError(f"output {str(path)!r} appeared while the run was going; the report is not written") from None
-        except OSError:  # a filesystem without hard links: rename, after one last check
-            if os.path.lexists(path):
-                raise InputError(f"output {str(path)!r} appeared while the run was going; the report is not written") from None
-            os.rename(tmp, path)
-            return path
+            raise InputError(f"output {str(path)!r} appeared while pdlib was writing it; the {what} is not written") from None
+        except OSError:  # a filesystem without hard links: an exclusive create, then a copy
+            with open(path, "xb") as dst, open(tmp, "rb") as src:
+                dst.write(src.read())
     finally:
         if os.path.lexists(tmp):
             os.unlink(tmp)
+        PENDING.discard(tmp)
     return path
+
+
+def write_report(path, report: dict) -> Path:
+    """The report as compact JSON, through write_new (atomic, never over an existing file)."""
+    def dump(tmp):
+        with open(tmp, "w") as f:
+            json.dump(report, f, separators=(",", ":"))
+            f.flush()
+            os.fsync(f.fileno())
+    return write_new(path, write=dump, what="report")
+
+
+def copy_file(source, dest) -> Path:
+    """Byte-for-byte copy of `source` to `dest`, through write_new."""
+    return write_new(dest, Path(source).read_bytes(), what="copy")
 
 
 def sha256_file(path) -> str:

@@ -5,9 +5,10 @@ A report is one JSON object:
     {
       "schema": "pdlib.report/1",
       "created_utc": "2026-11-29T10:00:00Z",
-      "params": {prompt_tokens, output_tokens, chunk_size, policies: [..], trials, warmups,
-                 logical_cache_reset, lossless_decode_weights, model, validation_checkpoint_every,
-                 stall_threshold_ms, seed, ...},
+      "params": {model, prompt_tokens, output_tokens, chunk_size, policies: [..], trials, warmups,
+                 logical_cache_reset, lossless_decode_weights, validation_checkpoint_every,
+                 stall_threshold_ms},              # exactly config.RunParams.to_dict(); the weights'
+                                                   # seed is in "model"
       "model": {"spec": "synthetic:tiny@0", "source": "synthetic" | "checkpoint", "preset": "tiny",
                 "seed": 0, "path": null | "/abs/dir", "revision": null | "sha", "config": {...}},
       "prompts": {"A": {"tokens": 4096, "sha256": "..", "tokenizer": "bytes" | "<name>"}, "B": {...}},

@@ -13,20 +13,8 @@ from tqdm import tqdm
 from pdlib.config import RunParams
 from pdlib.experiment import REQUESTS, Experiment
 from pdlib.report import build_report, claim_output, write_report
+from pdlib.text import run_line, validation_table
 from pdlib.trial import run_trials
-from pdlib.validate import format_table
-
-
-def run_line(model: dict, backend: str, params: dict, prompts: dict | None = None) -> str:
-    """The first line a run prints (model and weights source, backend, sizes, the tokenizer that made the
-    prompts); notebooks repeat it from a report."""
-    fallback = f", {model['fallback_from']}" if model.get("fallback_from") else ""
-    tokenizers = sorted({p["tokenizer"] for p in prompts.values()}) if prompts else []
-    made_by = "" if not tokenizers else " (byte ids, no tokenizer)" if tokenizers == ["bytes"] else \
-        f" (tokenizer {', '.join(tokenizers)})"
-    return (f"model {model['spec']} ({model['source']}{fallback}), backend {backend}; prompts "
-            f"{params['prompt_tokens']} tokens{made_by}, {params['output_tokens']} outputs, "
-            f"chunk {params['chunk_size']}")
 
 
 def run_experiment(params: RunParams, *, output=None, params_file=None, validate_only: bool = False,
@@ -36,13 +24,14 @@ def run_experiment(params: RunParams, *, output=None, params_file=None, validate
     out = claim_output(output) if output else None
     exp = Experiment(params)
     d = exp.describe()
-    log(run_line(d["model"], d["backend"], params.to_dict(), d["prompts"]))
+    log(run_line({"model": d["model"], "environment": {"backend": d["backend"]}, "params": params.to_dict(),
+                  "prompts": d["prompts"]}))
     disable = quiet or None  # None: quiet when stderr is not a terminal, unless running under Jupyter
     bar = dict(file=sys.stderr, disable=disable, mininterval=2)
     steps = sum(exp.steps_per_run(p) for p in params.policies)
     with tqdm(total=steps, desc="validate", unit="step", **bar) as progress:
         validation = exp.validate(on_step=progress.update)
-    log(format_table(validation))
+    log(validation_table({p: v.to_dict() for p, v in validation.items()}))
     reference = {r: validation[params.policies[0]].tokens[r] for r in REQUESTS}
     trials = []
     if not validate_only:

@@ -204,16 +204,3 @@ def validate_policy(policy: str, *, engine: Engine, traces: dict[str, ReferenceT
     result.tokens = {r: traces[r].tokens[:output_tokens] for r in ("A", "B")}
     result.passed = True
     return result
-
-
-def format_table(results: dict[str, ValidationResult]) -> str:
-    """Per policy: pass/fail, worst |x-ref| per check, and the smallest reference top-1 margin."""
-    head = ["policy", "result", *(f"{k} max|err|" for k in CHECKS if k != "token"), "tokens", "min margin"]
-    rows = []
-    for policy, r in results.items():
-        rows.append([policy, "pass" if r.passed else "FAIL",
-                     *(f"{r.checks[k].worst_abs:.2e}" if r.checks[k].count else "none run" for k in CHECKS if k != "token"),
-                     f"{r.checks['token'].count} exact", f"{r.min_margin:.3g}"])
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
-    fmt = lambda row: "  ".join(str(x).ljust(w) for x, w in zip(row, widths))  # noqa: E731
-    return "\n".join([fmt(head), fmt(["-" * w for w in widths]), *map(fmt, rows)])

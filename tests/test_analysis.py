@@ -168,9 +168,10 @@ def test_throughput_is_outputs_over_makespan():
     assert r.makespan_ms == 400 and r.throughput_tok_s == pytest.approx(5 / 0.4)
 
 
-def test_bad_threshold():
-    with pytest.raises(InputError, match="stall_threshold_ms"):
+def test_bad_threshold_is_a_programming_error_not_input():
+    with pytest.raises(ValueError, match="stall_threshold_ms") as err:
         an.metrics_frame(make_report(), stall_threshold_ms=-1)
+    assert type(err.value) is ValueError  # the user-facing check is present.stall_threshold
 
 
 # ---- summaries and ratios ---------------------------------------------------------------------------
@@ -216,9 +217,10 @@ def test_bootstrap_ci_with_enough_trials():
 
 def test_unknown_policy_or_metric():
     m = an.metrics_frame(make_report())
-    with pytest.raises(InputError, match="unknown policy 'fifo'; the metrics have eager, chunked"):
+    with pytest.raises(ValueError, match="unknown policy 'fifo'; the metrics have eager, chunked") as err:
         an.paired_ratios(m, numerator="fifo", denominator="chunked")
-    with pytest.raises(InputError, match="unknown metric"):
+    assert type(err.value) is ValueError
+    with pytest.raises(ValueError, match="unknown metric"):
         an.paired_ratios(m, numerator="eager", denominator="chunked", columns=("nope",))
 
 
@@ -226,9 +228,12 @@ def test_markdown():
     m = an.metrics_frame(make_report())
     _, ratios = an.paired_ratios(m, numerator="eager", denominator="chunked")
     md = an.metrics_markdown(an.summary_frame(m), ratios=ratios)
-    assert "| metric | eager | chunked |" in md
-    assert "| a_gap_max_ms | 2500 [2500, 2500] n=1 |" in md
-    assert "eager / chunked (median)" in md and "| b_ttft_ms | 1.000 |" in md
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in md.splitlines() if line.startswith("|")]
+    assert rows[0] == ["metric", "eager", "chunked"] and set(rows[1][0]) <= set(":-")
+    assert ["a_gap_max_ms", "2500 [2500, 2500] n=1", "2500 [2500, 2500] n=1"] in rows
+    ratio_head = next(r for r in rows if r[0] == "metric" and "eager / chunked (median)" in r)
+    assert ratio_head == ["metric", "eager / chunked (median)", "95% CI", "n", "note"]
+    assert ["b_ttft_ms", "1.000", "-", "1", "1 paired trials < 5: no bootstrap CI"] in rows
 
 
 def test_fifo_gaps_before_b_starts_prefilling_are_not_prefill_gaps():

@@ -234,7 +234,8 @@ def _one_error_line(capsys) -> str:
     (["validate", "--policies", "eager", "eager"], "must not repeat"),
     (["validate", "--model", "synthetic:tiny", "--prompt-tokens", "4090", "--output-tokens", "8"], "4098"),
     (["validate", "--output-tokens", "1"], "output_tokens must be an integer >= 2"),
-    (["bench-step", "--warmup", "-1"], "--warmup >= 0"),
+    (["bench-step", "--warmup", "-1"], "--warmup must be an integer >= 0"),
+    (["bench-step", "--model", "synthetic:tiny"], "needs a GPU backend"),
     ([], "command"),
 ])
 def test_cli_bad_input_exits_2_with_one_line(capsys, argv, needle):

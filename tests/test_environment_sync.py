@@ -140,3 +140,16 @@ def test_ci_runs_make_test():
     lines = [ln.split("#", 1)[0].strip() for ln in ci.read_text().splitlines()]
     assert ci.read_text().startswith("#!")
     assert any(re.fullmatch(r"(exec\s+)?make\s+test", ln) for ln in lines), lines
+
+
+def test_make_run_installs_only_what_the_main_job_imports(project):
+    run = {canonicalize_name(r.name) for r in _expand(project, ["notebooks"])}
+    assert {"papermill", "jupyterlab", "tabulate"} <= run
+    assert not run & {"torch", "pytest", "hypothesis", "safetensors"}, run
+    test = {canonicalize_name(r.name) for r in _expand(project, ["test"])}
+    assert {"torch", "pytest"} <= test and run <= test
+    text = (ROOT / "Makefile").read_text()
+    assert re.search(r"^RUN_EXTRAS := \$\(MLX_EXTRA\)notebooks$", text, re.M)
+    assert re.search(r"^TEST_EXTRAS := \$\(MLX_EXTRA\)notebooks,test$", text, re.M)
+    assert re.search(r"^run: setup$", text, re.M) and re.search(r"^test: setup-test$", text, re.M)
+    assert re.search(r"^lab: setup\n\t\$\(VENV\)/bin/jupyter lab", text, re.M)

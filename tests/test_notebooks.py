@@ -1,10 +1,16 @@
-"""The three notebooks, executed with papermill as `python -m pdlib notebooks` runs them (smoke params,
-smaller): the report, tables, figures and offline HTML land in a fresh folder, the tables agree with
-pdlib.analysis recomputed on the same report and with `render`, and nothing is ever overwritten."""
+"""The three notebooks: executed as `python -m pdlib notebooks` runs them, as papermill's own CLI runs them
+from the repository root (-p and -f), and as shipped (Run All, no parameters, kernel in notebooks/). The
+report, tables, figures and offline HTML land in fresh folders, overrides reach the report, and nothing
+is ever overwritten."""
 
 import ast
 import json
+import os
 import re
+import subprocess
+import sys
+from dataclasses import fields
+from pathlib import Path
 
 import nbformat
 import pandas as pd
@@ -12,9 +18,10 @@ import pytest
 import yaml
 
 from pdlib import analysis as an
+from pdlib import plots, present, runs
 from pdlib import notebooks as nbk
-from pdlib import plots
 from pdlib.__main__ import main
+from pdlib.config import RunParams
 from pdlib.errors import InputError
 
 pytest.importorskip("papermill")
@@ -23,6 +30,9 @@ pytest.importorskip("vl_convert")
 PARAMS = {"model": "synthetic:tiny", "prompt_tokens": 64, "output_tokens": 8, "chunk_size": 16,
           "policies": ["eager", "chunked", "fifo"], "trials": 2, "warmups": 0, "logical_cache_reset": True}
 FIGURE_FILES = {f"{name}.{fmt}" for name in nbk.FIGURES for fmt in plots.FORMATS}
+EVERYTHING = ({"report.json", *nbk.TABLES, *FIGURE_FILES}
+              | {f"{n}.{ext}" for n in nbk.NOTEBOOKS for ext in ("ipynb", "html")})
+PAPERMILL = [str(Path(sys.executable).with_name("papermill")), "--log-level", "ERROR", "--no-progress-bar"]
 
 
 @pytest.fixture(scope="module")
@@ -45,39 +55,87 @@ def report(run):
     return an.load_report(run[0]["report"])
 
 
-def test_source_notebooks_are_clean():
+def parameters_cell(name):
+    nb = nbformat.read(nbk.NOTEBOOK_DIR / f"{name}.ipynb", as_version=4)
+    (cell,) = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    return cell
+
+
+def outputs(nb_path):
+    nb = nbformat.read(nb_path, as_version=4)
+    return [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+
+
+def assert_ran_clean(nb_path):
+    for o in outputs(nb_path):
+        assert o.output_type != "error", f"{nb_path.name}: {o.get('ename')}: {o.get('evalue')}"
+        assert not (o.output_type == "stream" and o.name == "stderr"), f"{nb_path.name}: {o.text}"
+
+
+# ---- the notebooks as committed --------------------------------------------------------------------
+def test_source_notebooks_are_clean_with_literal_parameters():
     for name in nbk.NOTEBOOKS:
         nb = nbformat.read(nbk.NOTEBOOK_DIR / f"{name}.ipynb", as_version=4)
         assert nb.cells[0].cell_type == "markdown"  # says what the notebook does
         code = [c for c in nb.cells if c.cell_type == "code"]
         assert all(not c.outputs and c.execution_count is None for c in code), f"{name} has outputs"
-        first = code[0]
-        assert "parameters" in first.metadata.get("tags", []), f"{name}: first code cell is not tagged"
-        for stmt in ast.parse(first.source).body:  # literals only
-            assert isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Constant), ast.dump(stmt)
+        assert "parameters" in code[0].metadata.get("tags", []), f"{name}: first code cell is not tagged"
+        for stmt in ast.parse(code[0].source).body:  # literals only, one name each
+            assert isinstance(stmt, ast.Assign) and len(stmt.targets) == 1, ast.dump(stmt)
+            ast.literal_eval(stmt.value)
 
 
+def test_01_has_one_parameter_per_runparams_field_set_to_the_smoke_params():
+    values = nbk.defaults("01_run_trials")
+    smoke = RunParams.from_yaml(runs.ROOT / "params" / "smoke-cpu.yaml").to_dict()
+    assert {k: values[k] for k in smoke} == smoke
+    assert values["output_dir"] is None and values["report_source"] is None  # fresh folder by default
+    for name in ("02_analyze_gaps", "03_figures"):
+        assert nbk.defaults(name) == {"report_path": None, "output_dir": None, "stall_threshold_ms": None}
+
+
+def test_params_files_are_complete_papermill_parameter_files():
+    """`papermill -f params/X.yaml` sets every RunParams field, so nothing of the notebook's defaults leaks in."""
+    names = {f.name for f in fields(RunParams)}
+    for path in sorted((runs.ROOT / "params").glob("*.yaml")):
+        data = yaml.safe_load(path.read_text())
+        assert set(data) == names, f"{path.name}: {sorted(names ^ set(data))}"
+        RunParams(**data)
+
+
+# ---- python -m pdlib notebooks ---------------------------------------------------------------------
 def test_run_writes_everything(run):
     result, log, out = run
     assert result["out_dir"] == out and log[0] == f"writing to {out}"
-    names = {p.name for p in out.iterdir()}
-    expected = ({"report.json", *nbk.TABLES, *FIGURE_FILES}
-                | {f"{n}.{ext}" for n in nbk.NOTEBOOKS for ext in ("ipynb", "html")})
-    assert names == expected
+    assert {p.name for p in out.iterdir()} == EVERYTHING
     assert result["html"] == [out / f"{n}.html" for n in nbk.NOTEBOOKS]
 
 
-def test_executed_notebooks_ran_clean_with_the_given_paths(run, params_file):
+def test_executed_notebooks_ran_clean_with_every_parameter_injected(run, params_file):
     out = run[2]
     for name in nbk.NOTEBOOKS:
         nb = nbformat.read(out / f"{name}.ipynb", as_version=4)
-        injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
-        assert len(injected) == 1 and str(out) in injected[0].source
-        for cell in nb.cells:
-            for o in cell.get("outputs", []):
-                assert o.output_type != "error", f"{name}: {o.get('ename')}: {o.get('evalue')}"
-                assert not (o.output_type == "stream" and o.name == "stderr"), f"{name}: {o.text}"
-    assert str(params_file) in (out / "01_run_trials.ipynb").read_text()
+        (injected,) = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
+        values = {s.targets[0].id: ast.literal_eval(s.value) for s in ast.parse(injected.source).body}
+        assert set(values) == set(nbk.defaults(name)), name  # every parameter: the page needs no other cell
+        assert_ran_clean(out / f"{name}.ipynb")
+    first = nbformat.read(out / "01_run_trials.ipynb", as_version=4)
+    assert str(params_file) in first.cells[2].source and "chunk_size = 16" in first.cells[2].source
+
+
+def test_html_has_one_parameters_cell_is_offline_and_shows_the_charts_with_alt_text(run):
+    out = run[2]
+    for name in nbk.NOTEBOOKS:
+        html = (out / f"{name}.html").read_text()
+        assert not re.search(r"<script[^>]*src=[\"']?https?:", html), name
+        assert len(re.findall(r'output_dir</span>\s*<span class="o">=</span>', html)) == 1, name  # one parameters cell
+    imgs = re.findall(r"<img[^>]*>", (out / "03_figures.html").read_text())
+    assert len(imgs) == len(nbk.FIGURES)
+    for img in imgs:
+        assert 'src="data:image/png;base64,' in img and re.search(r'alt="[^"]{40,}"', img), img[:200]
+    page = (out / "02_analyze_gaps.html").read_text()
+    assert len(re.findall(r"<img[^>]*alt=", page)) == 2  # headline and timeline inline
+    assert "Provenance:" in page and "synthetic" in page and "PosixPath" not in page
 
 
 def test_tables_agree_with_the_analysis(run, report):
@@ -88,12 +146,10 @@ def test_tables_agree_with_the_analysis(run, report):
     pd.testing.assert_frame_equal(read("metrics.csv"), metrics, rtol=0, atol=1e-9)
     pd.testing.assert_frame_equal(read("summary.csv"), summary, rtol=0, atol=1e-9)
     assert list(metrics["policy"].unique()) == PARAMS["policies"]
-    assert (metrics.groupby("policy")["trial"].nunique() == PARAMS["trials"]).all()
-    # The prose in 02 is analysis.findings on the same numbers.
-    nb = nbformat.read(out / "02_analyze_gaps.ipynb", as_version=4)
-    shown = [o["data"]["text/markdown"] for c in nb.cells if c.cell_type == "code" for o in c.outputs
-             if "findings" in c.source and "text/markdown" in o.get("data", {})]
-    assert shown == [an.findings(metrics, summary)]
+    shown = [o["data"]["text/markdown"] for o in outputs(out / "02_analyze_gaps.ipynb")
+             if "text/markdown" in o.get("data", {})]
+    assert an.findings(metrics, summary) in shown  # the prose is analysis.findings on the same numbers
+    assert present.markdown(present.headline_table(summary)) in shown
 
 
 def test_run_01_shows_where_it_ran(run, report):
@@ -105,19 +161,10 @@ def test_run_01_shows_where_it_ran(run, report):
 
 def test_notebooks_and_render_write_the_same_files(run, report, tmp_path):
     out = run[2]
-    written = plots.render_all(report, tmp_path, stall_threshold_ms=nbk.stall_threshold(report))
+    written = plots.render_all(report, tmp_path, stall_threshold_ms=present.stall_threshold(report))
     assert {p.name for p in written} == set(nbk.TABLES) | FIGURE_FILES
     for name in nbk.TABLES:
         assert (tmp_path / name).read_bytes() == (out / name).read_bytes(), name
-
-
-def test_html_is_offline_and_shows_the_charts(run):
-    out = run[2]
-    for name in nbk.NOTEBOOKS:
-        html = (out / f"{name}.html").read_text()
-        assert not re.search(r"<script[^>]*src=[\"']?https?:", html), name
-    assert len(re.findall(r"<img[^>]*src=\"data:image/png;base64,", (out / "03_figures.html").read_text())) \
-        == len(nbk.FIGURES)
 
 
 def test_second_run_goes_to_a_new_folder_and_says_where_to_look(run, params_file, capsys):
@@ -132,21 +179,12 @@ def test_second_run_goes_to_a_new_folder_and_says_where_to_look(run, params_file
     assert {p.name: p.stat().st_mtime_ns for p in first.iterdir()} == before
 
 
-def test_fresh_dir(tmp_path):
-    assert nbk.fresh_dir(tmp_path / "a") == tmp_path / "a"       # made
-    assert nbk.fresh_dir(tmp_path / "a") == tmp_path / "a"       # still empty: reused
-    (tmp_path / "a" / "x").touch()
-    (tmp_path / "a-2").mkdir()
-    (tmp_path / "a-2" / "y").touch()
-    assert nbk.fresh_dir(tmp_path / "a") == tmp_path / "a-3"
-
-
 def test_bad_params_file_is_one_line_exit_2(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("prompt_tokens: 64\nbogus: 1\n")
     assert main(["notebooks", "--params", str(bad), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "unknown key(s) bogus" in err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "unknown key(s) bogus" in err
     assert main(["notebooks", "--params", str(tmp_path / "missing.yaml")]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()  # refused before any folder or kernel
@@ -164,8 +202,73 @@ def test_error_inside_a_notebook_is_one_line(tmp_path, capsys):
     assert not (tmp_path / "o" / "report.json").exists()
 
 
+# ---- papermill's own interface, from the repository root -------------------------------------------
+def papermill(name, out_nb, *args):
+    proc = subprocess.run([*PAPERMILL, f"notebooks/{name}.ipynb", str(out_nb), *map(str, args)],
+                          cwd=runs.ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "unknown parameter" not in proc.stderr.lower(), proc.stderr
+    assert_ran_clean(out_nb)
+
+
+def test_papermill_p_overrides_reach_the_report_and_the_tables(tmp_path):
+    o1 = tmp_path / "o1"
+    papermill("01_run_trials", tmp_path / "01.ipynb", "-p", "chunk_size", 24, "-p", "prompt_tokens", 72,
+              "-p", "output_tokens", 6, "-p", "trials", 1, "-p", "warmups", 0, "-p", "output_dir", o1)
+    params = json.loads((o1 / "report.json").read_text())["params"]
+    assert (params["chunk_size"], params["prompt_tokens"], params["output_tokens"], params["trials"]) == (24, 72, 6, 1)
+    assert params["model"] == "synthetic:tiny" and params["validation_checkpoint_every"] == 8  # the rest: smoke
+    o2 = tmp_path / "o2"
+    for name in ("02_analyze_gaps", "03_figures"):
+        papermill(name, tmp_path / f"{name}.ipynb", "-p", "report_path", o1 / "report.json",
+                  "-p", "stall_threshold_ms", 2.5, "-p", "output_dir", o2)
+    shown = "".join(o.get("data", {}).get("text/markdown", "") for o in outputs(tmp_path / "02_analyze_gaps.ipynb"))
+    assert "stalls > 2.5 ms" in shown and "longer than 2.5 ms" in shown
+    metrics = an.metrics_frame(an.load_report(o1 / "report.json"), stall_threshold_ms=2.5)
+    pd.testing.assert_frame_equal(pd.read_csv(o2 / "metrics.csv"), metrics, rtol=0, atol=1e-9)
+    assert "2.5 ms stall threshold" in (o2 / "gap_timeline.svg").read_text()
+    assert {p.name for p in o2.iterdir()} == set(nbk.TABLES) | FIGURE_FILES
+
+
+def test_papermill_f_params_file(tmp_path):
+    values = {**RunParams.from_yaml(runs.ROOT / "params" / "smoke-cpu.yaml").to_dict(), **PARAMS,
+              "chunk_size": 32, "trials": 1}
+    f = tmp_path / "p.yaml"
+    f.write_text(yaml.safe_dump(values))
+    papermill("01_run_trials", tmp_path / "01.ipynb", "-f", f, "-p", "output_dir", tmp_path / "o")
+    assert json.loads((tmp_path / "o" / "report.json").read_text())["params"] == values
+
+
+def test_papermill_params_file_must_match_the_values(tmp_path):
+    proc = subprocess.run([*PAPERMILL, "notebooks/01_run_trials.ipynb", str(tmp_path / "o.ipynb"), "-p", "params_file",
+                           "params/smoke-cpu.yaml", "-p", "chunk_size", "64", "-p", "output_dir", str(tmp_path / "o")],
+                          cwd=runs.ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0 and "chunk_size 64 (file: 32)" in proc.stderr
+    assert not (tmp_path / "o" / "report.json").exists()
+
+
+# ---- Run All as shipped: no parameters, the kernel in notebooks/ as JupyterLab starts it ---------------
+def test_run_all_as_shipped_fills_one_fresh_local_folder(tmp_path):
+    from nbclient import NotebookClient
+    env = {**os.environ, "PDLIB_LOCAL_OUTPUTS": str(tmp_path / "local")}
+    for name in nbk.NOTEBOOKS:
+        nb = nbformat.read(nbk.NOTEBOOK_DIR / f"{name}.ipynb", as_version=4)
+        NotebookClient(nb, kernel_name=nbk.KERNEL, resources={"metadata": {"path": str(nbk.NOTEBOOK_DIR)}},
+                       extra_arguments=nbk.KERNEL_ARGS).execute(env=env)
+        nbformat.write(nb, tmp_path / f"{name}.ipynb")
+        assert_ran_clean(tmp_path / f"{name}.ipynb")
+    (folder,) = (tmp_path / "local").iterdir()
+    assert folder.name == "run"
+    assert {p.name for p in folder.iterdir()} == {"report.json", *nbk.TABLES, *FIGURE_FILES}
+    assert json.loads((folder / "report.json").read_text())["params"]["trials"] == 5  # the smoke values
+    # a second Run All of 02 writes beside, never over
+    nb = nbformat.read(nbk.NOTEBOOK_DIR / "02_analyze_gaps.ipynb", as_version=4)
+    NotebookClient(nb, kernel_name=nbk.KERNEL, extra_arguments=nbk.KERNEL_ARGS).execute(env=env)
+    assert (tmp_path / "local" / "run-analysis" / "summary.md").is_file()
+
+
 # ---- a report made elsewhere (e.g. `python -m pdlib run` on a GPU box without Jupyter) -----------------
-SMALL_REPORT = nbk.ROOT / "tests" / "data" / "small-report.json"
+SMALL_REPORT = runs.ROOT / "tests" / "data" / "small-report.json"
 
 
 @pytest.fixture(scope="module")
@@ -179,23 +282,18 @@ def rendered(tmp_path_factory):
 def test_report_renders_the_same_folder_without_running(rendered, tmp_path):
     result, log, out = rendered
     assert result["out_dir"] == out and log[0] == f"writing to {out}"
-    expected = ({"report.json", *nbk.TABLES, *FIGURE_FILES}
-                | {f"{n}.{ext}" for n in nbk.NOTEBOOKS for ext in ("ipynb", "html")})
-    assert {p.name for p in out.iterdir()} == expected
+    assert {p.name for p in out.iterdir()} == EVERYTHING
     assert (out / "report.json").read_bytes() == SMALL_REPORT.read_bytes()
     report = an.load_report(SMALL_REPORT)
-    plots.render_all(report, tmp_path, stall_threshold_ms=nbk.stall_threshold(report))
+    plots.render_all(report, tmp_path, stall_threshold_ms=present.stall_threshold(report))
     for name in nbk.TABLES:
         assert (tmp_path / name).read_bytes() == (out / name).read_bytes(), name
     for name in nbk.NOTEBOOKS:
-        nb = nbformat.read(out / f"{name}.ipynb", as_version=4)
-        for cell in nb.cells:
-            for o in cell.get("outputs", []):
-                assert o.output_type != "error", f"{name}: {o.get('ename')}: {o.get('evalue')}"
-                assert not (o.output_type == "stream" and o.name == "stderr"), f"{name}: {o.text}"
+        assert_ran_clean(out / f"{name}.ipynb")
     nb = nbformat.read(out / "01_run_trials.ipynb", as_version=4)
     (injected,) = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
     assert "params_file = None" in injected.source and "small-report.json" in injected.source
+    assert f"chunk_size = {report['params']['chunk_size']}" in injected.source  # the report's own values
 
 
 def test_report_01_shows_what_a_run_shows_and_where_it_ran(rendered):
@@ -204,17 +302,12 @@ def test_report_01_shows_what_a_run_shows_and_where_it_ran(rendered):
     html = (out / "01_run_trials.html").read_text()
     assert report["environment"]["device_name"] in html
     assert report["environment"]["mlx"] in html and report["model"]["spec"] in html
-    assert "no trials run here" in html
+    assert "no trials run here" in html and "note:" not in html
     assert "warmups+trials" not in html and not re.search(r"\d+%\|", html)  # no progress bar
-    nb = nbformat.read(out / "01_run_trials.ipynb", as_version=4)
-    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
-    assert nbk.validation_table(report) in text and nbk.run_line(report) in text
+    text = "".join(o.get("text", "") for o in outputs(out / "01_run_trials.ipynb"))
+    assert present.validation_table(report) in text and present.run_line(report) in text
     for policy in report["params"]["policies"]:
         assert re.search(rf"^{policy}\s+pass\s", text, re.M)  # one validation row per policy
-    tables = [o["data"]["text/html"] for c in nb.cells if c.cell_type == "code" for o in c.outputs
-              if "headline_medians" in c.source and "text/html" in o.get("data", {})]
-    metrics = an.metrics_frame(report, stall_threshold_ms=nbk.stall_threshold(report))
-    assert tables == [nbk.headline_medians(an.summary_frame(metrics))._repr_html_()]
 
 
 def test_report_second_render_goes_to_a_new_folder(rendered, capsys):
@@ -225,7 +318,6 @@ def test_report_second_render_goes_to_a_new_folder(rendered, capsys):
     assert capsys.readouterr().out.splitlines()[0] == \
         f"{first} already holds files from an earlier run; this run writes to {second}"
     assert (second / "report.json").read_bytes() == SMALL_REPORT.read_bytes()
-    assert (second / "03_figures.html").is_file()
     assert {p.name: p.stat().st_mtime_ns for p in first.iterdir()} == before
 
 
@@ -235,6 +327,8 @@ def test_bad_report_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys):
            "schema.json": (json.dumps({**report, "schema": "pdlib.report/0"}), "schema is 'pdlib.report/0'"),
            "params.json": (json.dumps({**report, "params": {**report["params"], "bogus": 1}}),
                            "params has unknown key(s) bogus"),
+           "threshold.json": (json.dumps({**report, "params": {**report["params"], "stall_threshold_ms": -1}}),
+                              "stall_threshold_ms must be"),
            "validation.json": (json.dumps({**report, "validation": {"eager": {"checks": 1}}}),
                                "validation results are malformed")}
     out = tmp_path / "o"
@@ -253,28 +347,51 @@ def test_bad_report_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys):
     assert not out.exists()  # refused before any folder or kernel
 
 
+# ---- the helpers ------------------------------------------------------------------------------------
 def test_load_or_run_copies_once_and_never_overwrites(tmp_path, capsys):
     dest = tmp_path / "x" / "report.json"
-    report = nbk.load_or_run(report_source=SMALL_REPORT, output=dest)
+    params = present.report_params(an.load_report(SMALL_REPORT))
+    report = runs.load_or_run(params, report_source=SMALL_REPORT, output=dest)
     assert dest.read_bytes() == SMALL_REPORT.read_bytes() and report == an.load_report(SMALL_REPORT)
-    assert nbk.load_or_run(report_source=dest, output=dest) == report  # already in place: shown, not copied
-    assert "no trials run here" in capsys.readouterr().out
+    assert runs.load_or_run(params, report_source=dest, output=dest) == report  # in place: shown, not copied
+    out = capsys.readouterr().out
+    assert "no trials run here" in out and "note:" not in out
+    runs.load_or_run(RunParams(**{**params.to_dict(), "chunk_size": 99}), report_source=SMALL_REPORT,
+                     output=tmp_path / "y.json")
+    assert "chunk_size 99 (report: 16)" in capsys.readouterr().out  # the report's own values are shown
     other = tmp_path / "other.json"
     other.write_text("{}")
     with pytest.raises(InputError, match="already exists"):
-        nbk.load_or_run(report_source=SMALL_REPORT, output=other)
+        runs.load_or_run(params, report_source=SMALL_REPORT, output=other)
     assert other.read_text() == "{}"
 
 
-def test_environment_table_says_device_and_weights():
+def test_fresh_dir(tmp_path):
+    assert runs.fresh_dir(tmp_path / "a") == tmp_path / "a"       # made
+    assert runs.fresh_dir(tmp_path / "a") == tmp_path / "a"       # still empty: reused
+    (tmp_path / "a" / "x").touch()
+    (tmp_path / "a-2").mkdir()
+    (tmp_path / "a-2" / "y").touch()
+    assert runs.fresh_dir(tmp_path / "a") == tmp_path / "a-3"
+
+
+def test_paths_resolve_from_the_repository_root(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    assert runs.repo_path("params/smoke-cpu.yaml") == runs.ROOT / "params" / "smoke-cpu.yaml"
+    assert runs.repo_path(tmp_path / "x") == tmp_path / "x"
+
+
+def test_environment_table_and_provenance_say_device_and_weights():
     report = an.load_report(SMALL_REPORT)
     report["environment"].update(device="gpu", device_name="NVIDIA H200", backend="cuda")
     report["model"] = {**report["model"], "spec": "synthetic:qwen3-0.6b@0",
                        "fallback_from": "Qwen/Qwen3-0.6B (not in the local Hugging Face cache)"}
-    table = nbk.environment_table(report)["value"]
+    table = present.environment_table(report)["value"]
     assert table["device_name"] == "NVIDIA H200" and table["backend"] == "cuda" and table["mlx"] == "0.32.4"
     assert table["weights"].startswith("synthetic") and "Qwen/Qwen3-0.6B" in table["weights"]
-    assert nbk.run_line(report).startswith("model synthetic:qwen3-0.6b@0 (synthetic, Qwen/Qwen3-0.6B")
+    assert present.run_line(report).startswith("model synthetic:qwen3-0.6b@0 (synthetic, Qwen/Qwen3-0.6B")
+    assert "NVIDIA H200" in present.provenance(report) and "token sequences are not" in present.provenance(report)
     checkpoint = {**report["model"], "source": "checkpoint", "path": "/hf/qwen3", "revision": "abc"}
     checkpoint.pop("fallback_from")
-    assert nbk.environment_table({**report, "model": checkpoint})["value"]["weights"] == "checkpoint /hf/qwen3 @ abc"
+    assert present.environment_table({**report, "model": checkpoint})["value"]["weights"] == "checkpoint /hf/qwen3 @ abc"
+    assert "random" not in present.provenance({**report, "model": checkpoint})

@@ -45,6 +45,8 @@ def test_headline_chart(frames):
                                                                                            "chunked"]
     assert median["encoding"]["y"] == {"aggregate": "median", "field": "value", "title": None,
                                        "type": "quantitative"}
+    assert dots["encoding"]["y"]["scale"] == {"zero": True}  # makespan/throughput panels start at zero
+    assert "one dot per trial" in d["description"]  # alt text for the SVG and the notebook PNG
     data = rows(d)
     assert set(data.metric) == set(plots.HEADLINE) and len(data) == 5 * 2 * 2  # metrics x policies x trials
 
@@ -55,8 +57,12 @@ def test_gap_timeline_chart(frames):
     assert d["facet"]["row"]["field"] == "policy"
     shade, stripes, gaps, rule = d["spec"]["layer"]
     assert [mark(x) for x in (shade, stripes, gaps, rule)] == ["rect", "rect", "point", "rule"]
-    assert gaps["encoding"]["y"]["scale"]["type"] == "log" and gaps["encoding"]["x"]["field"] == "x"
-    assert rule["encoding"]["y"]["field"] == "y"
+    y = gaps["encoding"]["y"]
+    assert y["scale"]["type"] == "log" and "log scale" in y["title"] and gaps["encoding"]["x"]["field"] == "x"
+    assert rule["encoding"]["y"]["field"] == "y" and rule["encoding"]["y"]["scale"] == y["scale"]
+    lo, hi = y["scale"]["domain"]  # the threshold well inside the plot, not on its border
+    assert y["scale"]["nice"] is False and lo < 100 / 2 and hi >= 3 * 2500
+    assert "log y" in d["title"] and "log scale" in d["description"]
     data = rows(d)
     prefill = data[data.layer == "b_prefill"].set_index("policy")
     # the band starts at B's first prefill chunk (1 us after t0 in the hand-built report)
@@ -66,17 +72,25 @@ def test_gap_timeline_chart(frames):
 
 
 def test_gap_timeline_unknown_trial(frames):
-    with pytest.raises(InputError, match="no tokens for trial 9"):
+    with pytest.raises(ValueError, match="no tokens for trial 9") as err:
         plots.gap_timeline_chart(*frames, trial=9)
+    assert type(err.value) is ValueError  # a caller's mistake, not bad user input
 
 
 def test_gap_ecdf_chart(frames):
     d = plots.gap_ecdf_chart(frames[0]).to_dict()
-    assert mark(d) == "line" and d["encoding"]["x"]["scale"]["type"] == "log"
-    assert d["encoding"]["color"]["field"] == "policy"
+    ecdf, tail = d["hconcat"]
+    for panel in (ecdf, tail):
+        assert mark(panel) == "line" and panel["encoding"]["x"]["scale"]["type"] == "log"
+        assert "log scale" in panel["encoding"]["x"]["title"] and panel["encoding"]["color"]["field"] == "policy"
+    assert ecdf["encoding"]["y"]["field"] == "ecdf" and "scale" not in ecdf["encoding"]["y"]
+    assert tail["encoding"]["y"]["field"] == "tail" and tail["encoding"]["y"]["scale"]["type"] == "log"
     data = rows(d)
     assert data.groupby("policy").ecdf.max().tolist() == [1.0, 1.0]
-    assert data[data.policy == "eager"].gap_ms.max() == 2500  # the tail survives
+    eager = data[data.policy == "eager"]
+    assert eager.gap_ms.max() == 2500  # the tail survives thinning
+    # 1 - ECDF as "fraction >= x": eager's 2.5 s gaps (one per trial, 2 of 8) at 2/8, nothing at 0 (log y)
+    assert eager.loc[eager.gap_ms.idxmax(), "tail"] == pytest.approx(2 / 8) and (data["tail"] > 0).all()
 
 
 def test_save_chart_refuses_to_overwrite(frames, tmp_path):
@@ -111,7 +125,7 @@ def test_render_all(report, tmp_path):
 def test_render_all_one_policy_has_no_ratios(tmp_path):
     paths = plots.render_all(make_report(policies=("fifo",)), tmp_path)
     assert "ratios.csv" not in {p.name for p in paths}
-    assert "| metric | fifo |" in (tmp_path / "summary.md").read_text()
+    assert re.match(r"\| metric +\| fifo +\|", (tmp_path / "summary.md").read_text())
 
 
 def test_render_all_refuses_any_existing_table(report, tmp_path):

@@ -1,0 +1,169 @@
+"""What the notebooks show, from a finished report's dict alone: checks, one-line summaries, tables, notes
+and charts. Presentation never reaches into the engine: nothing here imports MLX, mlx-lm or transformers.
+
+    from pdlib import present
+    report = present.check_report_file("outputs/smoke-cpu/report.json")   # InputError: one line
+    print(present.run_line(report)); print(present.validation_table(report))
+    present.headline_table(summary)       # compact per-policy medians, units in the headers
+    present.show_chart(chart)             # live Altair in JupyterLab, PNG + alt text in HTML
+"""
+
+from dataclasses import fields
+from pathlib import Path
+
+import pandas as pd
+
+from pdlib import analysis as an
+from pdlib.config import RunParams
+from pdlib.errors import InputError
+from pdlib import text
+
+
+# ---- reading a report ------------------------------------------------------------------------------
+def stall_threshold(report: dict, override=None) -> float:
+    """The stall threshold in ms: `override` (a notebook parameter) if given, else the report's
+    params.stall_threshold_ms, 100 for reports that lack it. Checked here, once, as user input."""
+    value = (report.get("params") or {}).get("stall_threshold_ms", 100.0) if override is None else override
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
+        raise InputError(f"stall_threshold_ms must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def report_params(report: dict, *, where: str = "report") -> RunParams:
+    """A report's params as RunParams; InputError (one line) when this pdlib cannot read them."""
+    params = report["params"]
+    if not isinstance(params, dict):
+        raise InputError(f"{where}: params is not an object")
+    unknown = sorted(set(params) - {f.name for f in fields(RunParams)})
+    if unknown:
+        raise InputError(f"{where}: params has unknown key(s) {', '.join(unknown)}")
+    try:
+        return RunParams(**params)
+    except InputError as e:
+        raise InputError(f"{where}: params: {e}") from None
+
+
+def check_report_file(path) -> dict:
+    """analysis.load_report, plus everything the notebooks read from it: InputError before any kernel starts."""
+    report = an.load_report(path)
+    report_params(report, where=str(path))
+    stall_threshold(report)
+    validation_table(report, where=str(path))
+    for key in ("model", "environment"):
+        if not isinstance(report[key], dict):
+            raise InputError(f"{path}: {key} is not an object")
+    try:
+        run_line(report)
+    except (KeyError, TypeError) as e:
+        raise InputError(f"{path}: lacks {e} for the run summary") from None
+    return report
+
+
+# ---- lines and tables ------------------------------------------------------------------------------
+run_line = text.run_line
+
+
+def validation_table(report: dict, *, where: str = "report") -> str:
+    """The gate's per-policy table a run prints, from the report's validation dicts."""
+    try:
+        return text.validation_table(report["validation"])
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
+        raise InputError(f"{where}: validation results are malformed ({type(e).__name__}: {e})") from None
+
+
+def environment_table(report: dict) -> pd.DataFrame:
+    """Where and on what the report was made: model, weights source, then its environment block."""
+    rows = {"model": report["model"].get("spec"), "weights": weights(report),
+            "created (UTC)": report.get("created_utc"), **(report.get("environment") or {})}
+    return pd.DataFrame({"value": ["" if v is None else str(v) for v in rows.values()]}, index=list(rows))
+
+
+def weights(report: dict) -> str:
+    src = report["model"]
+    if src.get("source") == "synthetic":
+        text = f"synthetic (random, seed {src.get('seed')})"
+        return text + (f", instead of {src['fallback_from']}" if src.get("fallback_from") else "")
+    return f"{src.get('source')} {src.get('path')}" + (f" @ {src['revision']}" if src.get("revision") else "")
+
+
+def provenance(report: dict) -> str:
+    """One Markdown paragraph: what ran where, and what synthetic weights mean for the numbers."""
+    env = report.get("environment") or {}
+    text = (f"**Provenance:** {report['model'].get('spec')} on {env.get('device_name') or env.get('device')} "
+            f"({env.get('backend')}, MLX {env.get('mlx')}), report created {report.get('created_utc')}; "
+            f"weights: {weights(report)}.")
+    if report["model"].get("source") == "synthetic":
+        text += (" The weights are random with the model's shapes: the arithmetic, and so the timings, are "
+                 "the real model's, but the token sequences are not, and the tokens' top-1 margins are not "
+                 "those real weights would leave.")
+    return text
+
+
+HEADLINE_COLUMNS = {  # metric -> (column header with unit, scale from the frame's unit)
+    "a_gap_max_ms": ("A's max gap (ms)", 1.0), "a_gap_p99_ms": ("A's p99 gap (ms)", 1.0),
+    "b_ttft_ms": ("B's TTFT (ms)", 1.0), "makespan_ms": ("makespan (s)", 1e-3),
+    "throughput_tok_s": ("throughput (tok/s)", 1.0), "stalls": ("stalls", 1.0),
+}
+
+
+def _round(v: float) -> str:
+    """Three significant figures, at most one decimal above 10 (no 6-decimal floats in a table)."""
+    if pd.isna(v):
+        return "-"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    return f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"
+
+
+def headline_table(summary: pd.DataFrame, *, stall_threshold_ms: float = 100.0) -> pd.DataFrame:
+    """One row per policy: trials, then the headline metrics' medians over trials, rounded, units in the
+    headers (as strings: this is for reading, metrics.csv has the full numbers)."""
+    med = summary.pivot(index="policy", columns="metric", values="median")
+    med = med.loc[list(summary["policy"].unique())]
+    out = pd.DataFrame(index=med.index)
+    out["trials"] = summary.groupby("policy", sort=False)["n"].max().astype(int)
+    for metric, (label, scale) in HEADLINE_COLUMNS.items():
+        label = f"stalls > {stall_threshold_ms:g} ms" if metric == "stalls" else label
+        out[label] = [_round(v * scale) for v in med[metric]]
+    out.index.name, out.columns.name = "policy", None
+    return out
+
+
+def markdown(df: pd.DataFrame, **kw) -> str:
+    """A frame as a Markdown table (text right-aligned like numbers: every cell here is a number)."""
+    return df.to_markdown(stralign="right", disable_numparse=True, **kw)
+
+
+def ratio_table(ratios: pd.DataFrame) -> pd.DataFrame:
+    """The paired ratios for reading: metric, median ratio, CI, and what the CI says (a CI that spans 1
+    is no measurable difference)."""
+    r0 = ratios.iloc[0]
+    words = {"higher": f"{r0['numerator']} higher", "lower": f"{r0['numerator']} lower",
+             "same": "no measurable difference", "unknown": "too few trials for a CI"}
+    labels = {k: v[0] for k, v in HEADLINE_COLUMNS.items()}
+    return pd.DataFrame({
+        "metric": [labels.get(m, m) for m in ratios["metric"]],
+        f"{r0['numerator']} / {r0['denominator']}": [_round(v) for v in ratios["median_ratio"]],
+        f"{r0['ci_level']:.0%} CI": ["-" if pd.isna(lo) else f"[{_round(lo)}, {_round(hi)}]"
+                                     for lo, hi in zip(ratios["ci_low"], ratios["ci_high"])],
+        "reading": [words[an.verdict(r)] for _, r in ratios.iterrows()],
+    }).set_index("metric")
+
+
+# ---- charts ----------------------------------------------------------------------------------------
+def show_chart(chart, *, alt: str | None = None):
+    """Display a chart as one bundle: live Vega-Lite (tooltips) where the front end renders it, as in
+    JupyterLab, and a PNG (rendered here, as the saved one) with alt text where it does not, as in the
+    offline HTML export. `alt` defaults to the chart's description."""
+    import base64
+
+    import vl_convert as vlc
+    from IPython.display import display
+    spec = chart.to_dict()
+    alt = alt or spec.get("description") or "chart"
+    png = vlc.vegalite_to_png(spec, scale=2)
+    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    bundle = {"application/vnd.vegalite.v5+json": spec, "image/png": base64.b64encode(png).decode(),
+              "text/plain": f"<chart: {alt}>"}
+    display(bundle, metadata={"image/png": {"width": width // 2, "height": height // 2, "alt": alt}},
+            raw=True)  # the PNG is rendered at 2x: shown at the chart's own size
