@@ -34,8 +34,9 @@ test: setup-test
 run: setup
 	$(VENV)/bin/python -m pdlib notebooks --params $(PARAMS)
 
+# JupyterLab refuses to start as root unless told (containers often run as root)
 lab: setup
-	$(VENV)/bin/jupyter lab --notebook-dir=. notebooks/01_run_trials.ipynb
+	$(VENV)/bin/jupyter lab --notebook-dir=. $(if $(filter 0,$(shell id -u)),--allow-root) notebooks/01_run_trials.ipynb
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
