@@ -1,22 +1,26 @@
 """The one executor of a plan: validation and timed trials are two uses of it, so the step sequence that is
-timed is the one that was checked, by construction.
+timed is the one that was checked (a timed run's policy decides live and is held to the validated plan step
+for step: `scheduler.follow`).
 
     steps = plan("chunked", prompt_tokens=4096, output_tokens=1024, chunk_size=128)
-    execute(engine, steps, logical_reset=True, hooks=[recorder])     # or a validation hook, or both
+    execute(engine, steps, logical_reset=True, hooks=[gate])                       # validation
+    execute(engine, follow(iter_plan("chunked", ...), steps), logical_reset=True, hooks=[recorder])   # a trial
 
 A run: reset A; run A's set-up steps; at t0 (the first step after A's set-up prefill) reset B; then every
-step. A step issues its parts to the engine in order, then the host observes each output's token id
-(`.item()`) and reads the clock right after it; the step ends with its last token, or, when it yields none,
-with a device sync, so its time is its work's. Hooks see each step after it ran: its parts' results and the clock readings.
+step. A step is one engine call (a Batch's parts run as one ragged step); then the host observes each
+output's token id (`.item()`) and reads the clock right after it. The step ends with its last token or,
+when a part yields none, with a device sync, so its time is its work's. Hooks see each step after it ran:
+its parts' results and the clock readings.
 """
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import mlx.core as mx
 
 from pdlib.engine import Engine, Output
-from pdlib.scheduler import Prefill, Step, Work, t0_index
+from pdlib.scheduler import Decode, Prefill, Step, Work, is_setup
 
 now = time.perf_counter_ns
 
@@ -42,18 +46,25 @@ class Hook:
         """Step `index` ran between t_start and t_end; `timed` is False for A's set-up before t0."""
 
 
-def _issue(engine: Engine, work: Work) -> WorkResult:
-    r = engine.requests[work.req]
-    start = r.length
-    out = engine.prefill_chunk(work.req, work.n) if isinstance(work, Prefill) else engine.decode(work.req)
-    return WorkResult(work, start, r.length, out)
+def _issue(engine: Engine, step: Step) -> list[WorkResult]:
+    """Run one step on the engine: a Batch as one engine step (its rows share the weight reads), a single
+    decode on the engine's decode path."""
+    starts = [engine.requests[w.req].length for w in step.work]
+    if isinstance(step, Decode):
+        outs = [engine.decode(step.req)]
+    else:
+        outs = engine.batch([(w.req, w.n if isinstance(w, Prefill) else None) for w in step.work])
+    return [WorkResult(w, a, engine.requests[w.req].length, o) for w, a, o in zip(step.work, starts, outs)]
 
 
-def execute(engine: Engine, steps: list[Step], *, logical_reset: bool, hooks: list[Hook] = ()) -> None:
-    t0 = t0_index(steps)
+def execute(engine: Engine, steps: Iterable[Step], *, logical_reset: bool, hooks: list[Hook] = ()) -> None:
+    """`steps`: a plan, or a policy deciding live (`scheduler.follow`), whose decisions then fall between
+    steps, inside the timed run."""
+    timed = False
     engine.reset("A", logical=logical_reset)
     for i, step in enumerate(steps):
-        if i == t0:
+        if not timed and not is_setup(step):
+            timed = True
             mx.synchronize()  # nothing of the set-up may run into the timed part
             t = now()
             engine.reset("B", logical=logical_reset)
@@ -62,16 +73,15 @@ def execute(engine: Engine, steps: list[Step], *, logical_reset: bool, hooks: li
             for h in hooks:
                 h.on_t0(t, t_reset)
         t_start = now()
-        results = [_issue(engine, w) for w in step.work]
+        results = _issue(engine, step)
         for r in results:
             if r.output is not None:
                 r.token = r.output.token.item()
                 r.t_emit = now()
-        emitted = [r.t_emit for r in results if r.t_emit is not None]
-        if emitted:
-            t_end = emitted[-1]  # the step ends when its last token is observed
+        if all(r.output is not None for r in results):
+            t_end = results[-1].t_emit  # the step ends when its last token is observed
         else:
-            mx.synchronize()  # the chunk's K/V are written: the step ends here
+            mx.synchronize()  # a chunk's K/V are written (a token may not have waited for them): the step ends
             t_end = now()
         for h in hooks:
-            h.on_step(i, step, results, t_start, t_end, timed=i >= t0)
+            h.on_step(i, step, results, t_start, t_end, timed=timed)

@@ -4,6 +4,8 @@
     results = exp.validate()        # {policy: ValidationResult}; raises ValidationError on any mismatch
 """
 
+from collections.abc import Iterator
+
 import mlx.core as mx
 
 from pdlib.config import RunParams
@@ -11,7 +13,7 @@ from pdlib.engine import Engine
 from pdlib.engine.kernels import BACKEND
 from pdlib.prompts import make_prompts
 from pdlib.reference import Reference
-from pdlib.scheduler import Step, plan
+from pdlib.scheduler import Step, follow, iter_plan, plan
 from pdlib.validate import ReferenceTrace, ValidationResult, validate_policy
 from pdlib.weights import load_model
 
@@ -50,9 +52,11 @@ class Experiment:
                                        chunk_size=p.chunk_size)
         return self._plans[policy]
 
-    @property
-    def plans(self) -> dict[str, list[Step]]:
-        return {policy: self.plan(policy) for policy in self.params.policies}
+    def walk(self, policy: str) -> Iterator[Step]:
+        """The policy deciding live, as a timed run needs it, held to the validated plan step for step."""
+        p = self.params
+        return follow(iter_plan(policy, prompt_tokens=p.prompt_tokens, output_tokens=p.output_tokens,
+                                chunk_size=p.chunk_size), self.plan(policy))
 
     def validate(self, policies=None, *, on_step=None) -> dict[str, ValidationResult]:
         p = self.params

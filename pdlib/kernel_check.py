@@ -117,10 +117,39 @@ def check_kv_store(seed: int) -> list[dict]:
     return rows
 
 
+def check_write_chain(seed: int) -> list[dict]:
+    """Three in-place writers of one cache in one graph (a 100-slot chunk, a 28-slot chunk, then a decode at
+    128 that reads all of them) and a fenced read after: each writer must wait for the one before through
+    its fence input. Against the same chain of ops twins."""
+    Hq, Hkv, Dh, cap = 16, 8, 128, 640
+    mx.random.seed(seed * 100 + 99)
+    inv_freq = K.rope_inv_freq(Dh, base=1e6)
+    kc, vc = mx.random.normal((Hkv, cap, Dh)), mx.random.normal((Hkv, cap, Dh))
+    k1, v1, k2, v2 = (mx.random.normal((Hkv, t, Dh)) for t in (100, 100, 28, 28))
+    qkv = mx.random.normal(((Hq + 2 * Hkv) * Dh,)) * 2.0
+    qn, kn = 1.0 + 0.1 * mx.random.normal((Dh,)), 1.0 + 0.1 * mx.random.normal((Dh,))
+    fence, p, kw = K.new_fence(), mx.array([128], mx.int32), dict(heads=Hq, kv_heads=Hkv, eps=1e-6)
+    a = K.store_kv_ops(k1, v1, kc, vc, fence, start=0)
+    b = K.store_kv_ops(k2, v2, a[0], a[1], fence, start=100)
+    want_o, k_new, v_new = K.decode_attention_ops(qkv, qn, kn, inv_freq, p, b[0], b[1], **kw)
+    want_k = mx.slice_update(b[0], k_new[:, None], p, axes=(1,))
+    want_v = mx.slice_update(b[1], v_new[:, None], p, axes=(1,))
+    mx.eval(want_o, want_k, want_v, kc, vc, fence)
+    c1 = K.store_kv_kernel(k1, v1, kc, vc, fence, positions=mx.arange(0, 100, dtype=mx.int32), start=0)
+    c2 = K.store_kv_kernel(k2, v2, c1[0], c1[1], c1[2], positions=mx.arange(100, 128, dtype=mx.int32), start=100)
+    o, written = K.decode_attention_kernel(qkv, qn, kn, inv_freq, p, c2[0], c2[1], c2[2], poison=True, **kw)
+    case = "store, store, decode"
+    return _evaluated([_compare("write chain/o", case, o, want_o),
+                       _compare("write chain/k cache", case, K.read_after(kc, written).reshape(-1), want_k.reshape(-1)),
+                       _compare("write chain/v cache", case, K.read_after(vc, written).reshape(-1), want_v.reshape(-1)),
+                       _compare("write chain/fence", case, written[:1].astype(mx.float32),
+                                (fence[:1] + 3).astype(mx.float32))])
+
+
 def check_kernels(*, seed: int = 0) -> list[dict]:
     if K.BACKEND == "cpu":
         raise InputError("no GPU backend: the kernels exist only on CUDA or Metal; the CPU runs the ops twins")
-    return check_gemv(seed) + check_decode_attention(seed) + check_kv_store(seed)
+    return check_gemv(seed) + check_decode_attention(seed) + check_kv_store(seed) + check_write_chain(seed)
 
 
 def format_rows(rows: list[dict]) -> str:

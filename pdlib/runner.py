@@ -7,6 +7,7 @@ paired timed trials, then write the report atomically.
 """
 
 import sys
+from functools import partial
 
 from tqdm import tqdm
 
@@ -37,7 +38,8 @@ def run_experiment(params: RunParams, *, output=None, params_file=None, validate
     if not validate_only:
         runs = len(params.policies) * (params.warmups + params.trials)
         with tqdm(total=runs, desc="warmups+trials", unit="run", **bar) as progress:
-            trials = run_trials(exp.engine, plans=exp.plans, trials=params.trials, warmups=params.warmups,
+            walks = {p: partial(exp.walk, p) for p in params.policies}
+            trials = run_trials(exp.engine, walks=walks, trials=params.trials, warmups=params.warmups,
                                 logical_reset=params.logical_cache_reset, reference_tokens=reference,
                                 on_run=progress.update)
     report = build_report(params=params.to_dict(), model=d["model"], prompts=d["prompts"], backend=d["backend"],

@@ -9,7 +9,7 @@ that runs as one unit; every step's `work` lists its parts. pdlib/executor.py ru
 new policy is one `Policy` subclass with a `name`; it registers itself in `POLICIES`.
 """
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
@@ -40,8 +40,8 @@ Work = Prefill | Decode
 
 @dataclass(frozen=True)
 class Batch:
-    """Several pieces of work as one step: issued to the engine together, their tokens observed together after
-    (e.g. every ready decode plus a prefill chunk). Parts apply in order."""
+    """Several requests' work as one step, at most one part per request: one engine step whose rows share the
+    weight reads (e.g. every ready decode plus a prefill chunk); the tokens are observed after it."""
     work: tuple[Work, ...]
 
     def __post_init__(self):
@@ -164,6 +164,21 @@ class Fifo(Policy):
         return Decode(b.name) if b.ready else None
 
 
+class Mixed(Policy):
+    """Stall-free batching (Sarathi-Serve; vLLM's and SGLang's mixed chunked prefill): every step carries every
+    ready decode plus, while B's prompt lasts, its next chunk, all as one engine step."""
+
+    name = "mixed"
+
+    def next_step(self, a, b, *, chunk_size):
+        work = [Decode(r.name) for r in (a, b) if r.ready]
+        if not b.prompt_done:
+            work.append(_chunk(b, chunk_size))
+        if not work:
+            return None
+        return work[0] if len(work) == 1 else Batch(tuple(work))
+
+
 def make_policy(name: str) -> Policy:
     if name not in POLICIES:
         raise InputError(f"unknown policy {name!r}; expected one of: {', '.join(POLICIES)}")
@@ -203,20 +218,45 @@ def schedule(policy: Policy, a: RequestState, b: RequestState, *, chunk_size: in
             states[w.req].apply(w)
 
 
-def plan(policy_name: str, *, prompt_tokens: int, output_tokens: int, chunk_size: int) -> list[Step]:
-    """One experiment's full step sequence: A's set-up prefill, then the policy's steps from t0."""
+def iter_plan(policy_name: str, *, prompt_tokens: int, output_tokens: int, chunk_size: int) -> Iterator[Step]:
+    """One experiment's full step sequence, decided as it is consumed: A's set-up prefill, then the policy's
+    steps from t0."""
     _positive(prompt_tokens=prompt_tokens, output_tokens=output_tokens, chunk_size=chunk_size)
     policy = make_policy(policy_name)
     a, b = (RequestState(n, prompt_tokens, output_tokens) for n in "AB")
-    steps: list[Step] = prefill_steps(a, chunk_size=chunk_size)
-    for s in steps:
+    for s in prefill_steps(a, chunk_size=chunk_size):
+        yield s
         a.apply(s)
-    return steps + list(schedule(policy, a, b, chunk_size=chunk_size))
+    yield from schedule(policy, a, b, chunk_size=chunk_size)
+
+
+def plan(policy_name: str, *, prompt_tokens: int, output_tokens: int, chunk_size: int) -> list[Step]:
+    """`iter_plan` as a list: what the validation gate checks."""
+    return list(iter_plan(policy_name, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
+                          chunk_size=chunk_size))
+
+
+def follow(live: Iterable[Step], validated: list[Step]) -> Iterator[Step]:
+    """The live policy's steps, each held to the validated plan: a step that differs stops the run."""
+    n = 0
+    for step in live:
+        if n >= len(validated) or step != validated[n]:
+            want = validated[n] if n < len(validated) else "the end"
+            raise RuntimeError(f"step {n} is {step}, the validated plan has {want}")
+        yield step
+        n += 1
+    if n != len(validated):
+        raise RuntimeError(f"the run ended after {n} steps, the validated plan has {len(validated)}")
+
+
+def is_setup(step: Step) -> bool:
+    """A's untimed set-up steps are its prompt chunks (no policy prefills A)."""
+    return isinstance(step, Prefill) and step.req == "A"
 
 
 def t0_index(steps: list[Step]) -> int:
-    """Index of the first timed step: A's set-up is the leading run of A prefills (no policy prefills A)."""
+    """Index of the first timed step: A's set-up is the leading run of A prefills."""
     i = 0
-    while i < len(steps) and isinstance(steps[i], Prefill) and steps[i].req == "A":
+    while i < len(steps) and is_setup(steps[i]):
         i += 1
     return i

@@ -2,16 +2,16 @@
 
     exp = Experiment(params)
     validation = exp.validate()                       # the gate: nothing is timed unless it passes
-    trials = run_trials(exp.engine, plans=exp.plans, trials=5, warmups=1, logical_reset=True,
-                        reference_tokens=...)
+    trials = run_trials(exp.engine, walks={p: partial(exp.walk, p) for p in params.policies}, trials=5,
+                        warmups=1, logical_reset=True, reference_tokens=...)
 
-A run is the executor (executor.py) on the policy's plan, the very list the gate checked, with a recorder:
-untimed are A's reset and set-up prefill and its first output; timed from t0 are B's cache reset, every
-scheduling step, device execution, greedy selection and the host observation of each token id, stamped
-with `time.perf_counter_ns()` right after the id arrives.
+A run is the executor (executor.py) with a recorder, on the policy deciding live and held to the plan the
+gate checked, step for step. Untimed are A's reset and set-up prefill and its first output; timed from t0
+are B's cache reset, the policy's decisions, device execution, greedy selection and the host observation of
+each token id, stamped with `time.perf_counter_ns()` right after the id arrives.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from pdlib.engine import Engine
@@ -70,8 +70,8 @@ class Recorder(Hook):
         return RunRecord(policy, self.ids, self.emits, self.events, makespan)
 
 
-def run_once(engine: Engine, policy: str, *, steps: list[Step], logical_reset: bool) -> RunRecord:
-    """One timed run of `policy`'s plan."""
+def run_once(engine: Engine, policy: str, *, steps: Iterable[Step], logical_reset: bool) -> RunRecord:
+    """One timed run of `policy`: `steps` is its step source (Experiment.walk), or a plan."""
     recorder = Recorder()
     execute(engine, steps, logical_reset=logical_reset, hooks=[recorder])
     return recorder.record(policy)
@@ -93,21 +93,21 @@ def trial_orders(policies: list[str], trials: int) -> list[list[str]]:
     return [[policies[(t + i) % n] for i in range(n)] for t in range(trials)]
 
 
-def run_trials(engine: Engine, *, plans: dict[str, list[Step]], trials: int, warmups: int, logical_reset: bool,
-               reference_tokens: dict, on_run: Callable[[], None] | None = None) -> list[dict]:
-    """Warmups (untimed, checked), then paired timed trials of every policy in `plans` (in its order); returns
-    report trial records."""
-    policies = list(plans)
+def run_trials(engine: Engine, *, walks: dict[str, Callable[[], Iterable[Step]]], trials: int, warmups: int,
+               logical_reset: bool, reference_tokens: dict, on_run: Callable[[], None] | None = None) -> list[dict]:
+    """Warmups (untimed, checked), then paired timed trials of every policy in `walks` (in its order; each
+    maps to a fresh step source per run); returns report trial records."""
+    policies = list(walks)
     for policy in policies:
         for w in range(warmups):
-            run = run_once(engine, policy, steps=plans[policy], logical_reset=logical_reset)
+            run = run_once(engine, policy, steps=walks[policy](), logical_reset=logical_reset)
             check_tokens(run, reference_tokens, what=f"warmup {w + 1}")
             if on_run:
                 on_run()
     records = []
     for t, order in enumerate(trial_orders(policies, trials), start=1):
         for position, policy in enumerate(order):
-            run = run_once(engine, policy, steps=plans[policy], logical_reset=logical_reset)
+            run = run_once(engine, policy, steps=walks[policy](), logical_reset=logical_reset)
             check_tokens(run, reference_tokens, what=f"trial {t}")
             records.append(run.to_trial(trial=t, position=position))
             if on_run:

@@ -6,7 +6,7 @@ import pytest
 import pdlib.executor
 from pdlib.config import RunParams
 from pdlib.experiment import Experiment
-from pdlib.scheduler import POLICIES, Batch, Decode, Policy, Prefill, RequestState, plan, schedule, t0_index
+from pdlib.scheduler import POLICIES, Batch, Decode, Policy, Prefill, RequestState, follow, plan, schedule, t0_index
 from pdlib.trial import check_tokens, run_once
 from pdlib.validate import ValidationError
 
@@ -38,12 +38,12 @@ def experiment(tiny, policies):
 
 
 def spy_issues(monkeypatch) -> list:
-    """Log every part the executor issues to the engine: (request, kind, cache length before)."""
+    """Log every step the executor issues to the engine: its parts as (request, kind, cache length before)."""
     log, real = [], pdlib.executor._issue
 
-    def issue(engine, work):
-        log.append((work.req, type(work).__name__, engine.requests[work.req].length))
-        return real(engine, work)
+    def issue(engine, step):
+        log.append(tuple((w.req, type(w).__name__, engine.requests[w.req].length) for w in step.work))
+        return real(engine, step)
 
     monkeypatch.setattr(pdlib.executor, "_issue", issue)
     return log
@@ -56,7 +56,7 @@ def test_the_gate_and_a_trial_issue_the_same_parts(tiny, monkeypatch, policy):
     tokens = exp.validate()[policy].tokens
     validated = list(log)
     log.clear()
-    run = run_once(exp.engine, policy, steps=exp.plan(policy), logical_reset=True)
+    run = run_once(exp.engine, policy, steps=exp.walk(policy), logical_reset=True)
     assert log == validated and len(log) == len(exp.plan(policy))
     check_tokens(run, tokens, what="trial")
 
@@ -69,29 +69,34 @@ def test_a_batch_step_is_validated_and_recorded(tiny, batched):
     result = exp.validate()[batched]
     assert result.passed and result.steps == len(steps)
     assert result.checks["token"].count == 2 * OUTPUTS and result.checks["prefix_kv"].count == 2 * -(-PROMPT // CHUNK)
-    run = run_once(exp.engine, batched, steps=steps, logical_reset=True)
+    run = run_once(exp.engine, batched, steps=exp.walk(batched), logical_reset=True)
     check_tokens(run, result.tokens, what="trial")
     timed = [e for e in run.events if e["kind"] != "reset"]
     assert len(timed) == sum(len(s.work) for s in steps[t0_index(steps):])
-    # round 1 is one step, A's decode and B's first chunk: both parts share its interval, which ends when
-    # A's token is observed
+    # round 1 is one step, A's decode and B's first chunk: both parts share its interval, which ends after
+    # A's token is observed, once B's chunk is written too
     assert [(e["kind"], e["req"]) for e in timed[:2]] == [("decode", "A"), ("prefill", "B")]
     assert timed[0]["t_start_ns"] == timed[1]["t_start_ns"] and timed[0]["t_end_ns"] == timed[1]["t_end_ns"]
-    assert timed[0]["t_end_ns"] == run.emit_ns["A"][0]
+    assert timed[0]["t_start_ns"] < run.emit_ns["A"][0] < timed[0]["t_end_ns"]
+    # a round of both decodes ends when B's token (observed after A's) is
+    both = [(x, y) for x, y in zip(timed, timed[1:]) if x["t_start_ns"] == y["t_start_ns"]
+            and [(e["kind"], e["req"]) for e in (x, y)] == [("decode", "A"), ("decode", "B")]]
+    assert both and all(x["t_end_ns"] == y["t_end_ns"] and y["t_end_ns"] in run.emit_ns["B"] for x, y in both)
 
 
 def test_a_fault_inside_a_batch_is_caught(tiny, batched, monkeypatch):
     """B's chunk beside A's decode: a shifted token in the chunk fails prefix_kv, naming B."""
     from pdlib.engine.model import Qwen3
-    real = Qwen3.prefill
+    real = Qwen3.step
 
-    def prefill(self, cache, tokens, *, start, last, prune=True):
-        if start == CHUNK and cache is exp.engine.requests["B"].cache:
-            tokens = tokens[::-1]
-        return real(self, cache, tokens, start=start, last=last, prune=prune)
+    def step(self, segments, *, prune=True):
+        for s in segments:
+            if s.start == CHUNK and s.cache is exp.engine.requests["B"].cache:
+                s.tokens = s.tokens[::-1]
+        return real(self, segments, prune=prune)
 
     exp = experiment(tiny, (batched,))
-    monkeypatch.setattr(Qwen3, "prefill", prefill)
+    monkeypatch.setattr(Qwen3, "step", step)
     with pytest.raises(ValidationError, match="prefix_kv check, request B"):
         exp.validate()
 
@@ -110,7 +115,15 @@ def test_schedule_checks_every_part_of_a_batch():
         Batch(())
 
 
-def test_plans_are_made_once_per_experiment(tiny):
+def test_plans_are_made_once_and_a_live_walk_is_held_to_them(tiny):
     exp = experiment(tiny, ("eager", "chunked"))
-    assert exp.plan("eager") is exp.plan("eager") and exp.plans["chunked"] is exp.plan("chunked")
+    assert exp.plan("eager") is exp.plan("eager")
     assert exp.plan("eager") == plan("eager", prompt_tokens=PROMPT, output_tokens=OUTPUTS, chunk_size=CHUNK)
+    assert list(exp.walk("chunked")) == exp.plan("chunked")
+    validated = exp.plan("chunked")
+    with pytest.raises(RuntimeError, match=r"step 3 is Decode\(req='A'\), the validated plan has Decode\(req='B'\)"):
+        list(follow(iter(validated), validated[:3] + [Decode("B")] + validated[4:]))
+    with pytest.raises(RuntimeError, match="ended after 2 steps, the validated plan has 3"):
+        list(follow(iter(validated[:2]), validated[:3]))
+    with pytest.raises(RuntimeError, match="step 3 is .*the validated plan has the end"):
+        list(follow(iter(validated[:4]), validated[:3]))

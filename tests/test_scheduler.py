@@ -9,12 +9,12 @@ from hypothesis import strategies as st
 
 from pdlib.errors import InputError
 from pdlib.scheduler import (
-    POLICIES, Decode, Policy, Prefill, RequestState, make_policy, plan, prefill_steps, schedule, t0_index,
+    POLICIES, Batch, Decode, Policy, Prefill, RequestState, make_policy, plan, prefill_steps, schedule, t0_index,
 )
 
 P, D = Prefill, Decode
 shapes = given(
-    policy=st.sampled_from(["eager", "chunked", "fifo"]),
+    policy=st.sampled_from(["eager", "chunked", "fifo", "mixed"]),
     prompt=st.integers(1, 300), out=st.integers(1, 40), chunk=st.integers(1, 400),
 )
 
@@ -22,16 +22,21 @@ shapes = given(
 def replay(steps, prompt, out):
     """Independent re-count (no RequestState): per step, (prefilled, emitted) of both requests *before* it."""
     pre, emit, before = {"A": 0, "B": 0}, {"A": 0, "B": 0}, []
-    for s in steps:
+    for step in steps:
         before.append((dict(pre), dict(emit)))
-        if isinstance(s, Prefill):
-            assert s.n >= 1 and pre[s.req] + s.n <= prompt, s  # contiguous ranges [pre, pre + n), in order
-            pre[s.req] += s.n
-            emit[s.req] += pre[s.req] == prompt
-        else:
-            assert pre[s.req] == prompt and emit[s.req] < out, f"decode before prompt done or past the end: {s}"
-            emit[s.req] += 1
+        for s in step.work:
+            if isinstance(s, Prefill):
+                assert s.n >= 1 and pre[s.req] + s.n <= prompt, s  # contiguous ranges [pre, pre + n), in order
+                pre[s.req] += s.n
+                emit[s.req] += pre[s.req] == prompt
+            else:
+                assert pre[s.req] == prompt and emit[s.req] < out, f"decode before prompt done or past the end: {s}"
+                emit[s.req] += 1
     return pre, emit, before
+
+
+def parts(steps):
+    return [w for s in steps for w in s.work]
 
 
 @settings(max_examples=300, deadline=None)
@@ -41,9 +46,9 @@ def test_every_token_once_and_every_output(policy, prompt, out, chunk):
     pre, emit, _ = replay(steps, prompt, out)
     assert pre == {"A": prompt, "B": prompt} and emit == {"A": out, "B": out}
     for r in "AB":
-        chunks = [s.n for s in steps if isinstance(s, Prefill) and s.req == r]
+        chunks = [s.n for s in parts(steps) if isinstance(s, Prefill) and s.req == r]
         assert all(n == chunk for n in chunks[:-1]) and 1 <= chunks[-1] <= chunk  # only the last is short
-        assert sum(isinstance(s, Decode) and s.req == r for s in steps) == out - 1
+        assert sum(isinstance(s, Decode) and s.req == r for s in parts(steps)) == out - 1
 
 
 @settings(max_examples=300, deadline=None)
@@ -53,7 +58,7 @@ def test_t0_and_policy_shape(policy, prompt, out, chunk):
     t0 = t0_index(steps)
     assert steps[:t0] == prefill_steps(RequestState("A", prompt, out), chunk_size=chunk)
     timed = steps[t0:]
-    assert P("A", 1) not in timed and not any(isinstance(s, Prefill) and s.req == "A" for s in timed)
+    assert not any(isinstance(s, Prefill) and s.req == "A" for s in parts(timed))
     b_chunks = [i for i, s in enumerate(timed) if isinstance(s, Prefill)]
     if policy == "eager":
         assert b_chunks == list(range(len(b_chunks)))  # B's prefill back to back, from t0
@@ -70,6 +75,14 @@ def test_t0_and_policy_shape(policy, prompt, out, chunk):
             ready = {r for r in "AB" if pre[r] == prompt and emit[r] < out}
             between = [s.req for s in timed[i + 1:j]]
             assert set(between) == ready and len(between) == len(ready), (i, j, between, ready)
+    if policy == "mixed":  # every step carries every ready decode, and B's next chunk while its prompt lasts
+        _, _, before = replay(steps, prompt, out)
+        for i, step in enumerate(timed):
+            pre, emit = before[t0 + i]
+            ready = [r for r in "AB" if pre[r] == prompt and emit[r] < out]
+            want = [D(r) for r in ready] + ([P("B", min(chunk, prompt - pre["B"]))] if pre["B"] < prompt else [])
+            assert list(step.work) == want, (i, step, want)
+            assert isinstance(step, Batch) == (len(want) > 1)
 
 
 def test_tiny_exact_sequences():
@@ -78,6 +91,7 @@ def test_tiny_exact_sequences():
         "eager": [P("B", 2), P("B", 2), P("B", 1), D("A"), D("B"), D("A"), D("B")],
         "chunked": [D("A"), P("B", 2), D("A"), P("B", 2), P("B", 1), D("B"), D("B")],
         "fifo": [D("A"), D("A"), P("B", 2), P("B", 2), P("B", 1), D("B"), D("B")],
+        "mixed": [Batch((D("A"), P("B", 2))), Batch((D("A"), P("B", 2))), P("B", 1), D("B"), D("B")],
     }
     for name, timed in want.items():
         steps = plan(name, prompt_tokens=5, output_tokens=3, chunk_size=2)
@@ -111,7 +125,7 @@ def test_adding_a_policy_is_one_class():
             type("Again", (Policy,), {"name": "eager"})
     finally:
         POLICIES.pop("b_first", None)
-    assert list(POLICIES) == ["eager", "chunked", "fifo"]
+    assert list(POLICIES) == ["eager", "chunked", "fifo", "mixed"]
 
 
 def test_fresh_policy_per_make():
@@ -133,7 +147,7 @@ def test_bad_numbers(kw, match):
 
 
 def test_unknown_policy():
-    with pytest.raises(InputError, match=r"unknown policy 'greedy'; expected one of: eager, chunked, fifo"):
+    with pytest.raises(InputError, match=r"unknown policy 'greedy'; expected one of: eager, chunked, fifo, mixed"):
         make_policy("greedy")
     with pytest.raises(InputError):
         plan("greedy", prompt_tokens=5, output_tokens=3, chunk_size=2)

@@ -85,14 +85,15 @@ def test_stale_cache_entry_is_caught(tiny, monkeypatch):
 
 
 def test_a_wrong_prefill_chunk_is_caught_by_prefix_kv(exp, monkeypatch):
-    real = Qwen3.prefill
+    real = Qwen3.step
 
-    def prefill(self, cache, tokens, *, start, last, prune=True):
-        if start == CHUNK:                   # the second chunk sees its tokens shifted by one
-            tokens = mx.concatenate([tokens[1:], tokens[:1]])
-        return real(self, cache, tokens, start=start, last=last, prune=prune)
+    def step(self, segments, *, prune=True):
+        for s in segments:
+            if s.start == CHUNK:                  # the second chunk sees its tokens shifted by one
+                s.tokens = mx.concatenate([s.tokens[1:], s.tokens[:1]])
+        return real(self, segments, prune=prune)
 
-    monkeypatch.setattr(Qwen3, "prefill", prefill)
+    monkeypatch.setattr(Qwen3, "step", step)
     e = fails(exp, "eager")
     assert "prefix_kv check, request A" in str(e) and "layer 0" in str(e)
     assert CHUNK <= e.result.checks["prefix_kv"].where["position"] < 2 * CHUNK

@@ -5,6 +5,7 @@
     engine.reset("A", logical=True)
     out = engine.prefill_chunk("A", 64)     # None until the chunk that finishes the prompt
     out = engine.decode("A")                # Output(logits, token); token stays on the device
+    outs = engine.batch([("A", None), ("B", 64)])   # one step: A's decode beside B's next chunk
     int(out.token)                          # the host observes it
 
 The engine keeps each request's next input token itself, so a step needs only the request's name. A request's
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 
 from pdlib.engine.cache import KVCache
-from pdlib.engine.model import Qwen3
+from pdlib.engine.model import Qwen3, Segment
 from pdlib.weights import LoadedModel
 
 
@@ -66,17 +67,31 @@ class Engine:
         r.next_token = None
 
     def prefill_chunk(self, name: str, n: int) -> Output | None:
-        r = self.requests[name]
-        start, stop = r.prefilled, r.prefilled + n
-        if n < 1 or stop > r.prompt.size:
-            raise ValueError(f"prefill of {n} tokens at {start} overruns {name}'s {r.prompt.size}-token prompt")
-        last = stop == r.prompt.size
-        logits = self.model.prefill(r.cache, r.prompt[start:stop], start=start, last=last,
-                                    prune=self.prune_final_layer)
-        if not last:
-            mx.async_eval(r.cache.k, r.cache.v, r.cache.written)  # MLX is lazy: start the chunk's work now
-            return None
-        return self._emit(r, logits)
+        return self.batch([(name, n)])[0]
+
+    def batch(self, parts: list[tuple[str, int | None]]) -> list[Output | None]:
+        """One engine step over several requests: (name, n) prefills the next n prompt tokens, (name, None)
+        decodes one token; at most one part per request. The rows share the weight reads (Qwen3.step).
+        Returns each part's output: a decode's, or the first output of the chunk that finishes a prompt."""
+        segments, reqs = [], []
+        for name, n in parts:
+            r = self.requests[name]
+            if n is None:
+                if r.next_token is None:
+                    raise ValueError(f"decode of {name} before its prompt is prefilled")
+                tokens, emits = r.next_token.reshape(1), True
+            else:
+                start, stop = r.prefilled, r.prefilled + n
+                if n < 1 or stop > r.prompt.size:
+                    raise ValueError(f"prefill of {n} tokens at {start} overruns {name}'s {r.prompt.size}-token prompt")
+                tokens, emits = r.prompt[start:stop], stop == r.prompt.size
+            segments.append(Segment(r.cache, tokens, start=r.cache.length, emits=emits))
+            reqs.append(r)
+        logits = self.model.step(segments, prune=self.prune_final_layer)
+        outs = [None if l is None else self._emit(r, l) for r, l in zip(reqs, logits)]
+        # MLX is lazy: start the work of parts that emit nothing now
+        mx.async_eval([(r.cache.k, r.cache.v, r.cache.written) for r, o in zip(reqs, outs) if o is None])
+        return outs
 
     def decode(self, name: str) -> Output:
         r = self.requests[name]

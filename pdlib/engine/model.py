@@ -1,6 +1,7 @@
-"""Qwen3 forward passes on pdlib's op layer: a prefill chunk (FP32 weights, eager MLX ops, final-layer
-pruning) and one decode step (bf16-packed weights, FP32 accumulation, the op layer's kernels, compiled into
-one graph). Shapes: D hidden, T tokens in the step, Dh head dim.
+"""Qwen3 forward passes on pdlib's op layer: a ragged step over one or more requests' rows (prompt chunks
+and decodes batched together; FP32 weights, MLX ops with compiled pieces, final-layer pruning) and the one-
+token decode step (bf16-packed weights, FP32 accumulation, the op layer's kernels, compiled into one graph).
+Shapes: D hidden, T tokens in the step, Dh head dim.
 """
 
 from dataclasses import dataclass
@@ -20,6 +21,20 @@ class Layer:
     w_gate: mx.array; w_up: mx.array; w_down: mx.array
     # decode copies: fused q|k|v and gate|up rows, bf16 when packing is on
     d_qkv: mx.array = None; d_o: mx.array = None; d_gate_up: mx.array = None; d_down: mx.array = None
+
+
+@dataclass
+class Segment:
+    """One request's rows in a step: `tokens` at positions start.., written into `cache`; `emits` when its
+    last row yields an output (a decode, or the chunk that finishes a prompt)."""
+    cache: KVCache
+    tokens: mx.array            # (T,) token ids, on the device
+    start: int
+    emits: bool
+
+    @property
+    def size(self) -> int:
+        return self.tokens.shape[0]
 
 
 class Qwen3:
@@ -84,37 +99,70 @@ class Qwen3:
 
     def prefill(self, cache: KVCache, tokens: mx.array, *, start: int, last: bool, prune: bool = True):
         """Run prompt tokens (T,) at positions start .. start+T-1, writing their K/V into the cache. Returns the
-        logits (V,) of the final position when `last` (this chunk finishes the prompt), else None.
+        logits (V,) of the final position when `last` (this chunk finishes the prompt), else None."""
+        return self.step([Segment(cache, tokens, start=start, emits=last)], prune=prune)[0]
 
-        Final-layer pruning: the last layer's output only matters for the prompt's final position, so a
-        chunk that does not finish the prompt computes only its K/V, and the finishing chunk runs attention,
-        MLP, norm and LM head for its final position only."""
-        T = tokens.shape[0]
-        if start != cache.length:
-            raise ValueError(f"prefill at position {start} of a cache holding {cache.length}")
-        if start + T > cache.capacity:
-            raise RuntimeError(f"KV cache overflow: position {start + T - 1} >= capacity {cache.capacity}")
-        logits = self._prefill_layers(cache, tokens, start=start, last=last, prune=prune)
-        cache.advance(T)
-        return logits
+    def step(self, segments: list["Segment"], *, prune: bool = True) -> list[mx.array | None]:
+        """One ragged step over several requests' rows: a prompt chunk, a decode (one row: the last token), or
+        several of those for different caches. The projections and the MLP run over all rows at once (every
+        row rides on one read of the weights); attention runs per segment over its own cache. Returns, per
+        segment, the logits (V,) of its last row when it `emits`, else None.
 
-    def _prefill_layers(self, cache: KVCache, tokens: mx.array, *, start: int, last: bool, prune: bool):
-        c, T = self.cfg, tokens.shape[0]
-        positions = mx.arange(start, start + T, dtype=mx.int32)
-        mask = K.causal_mask(positions, start + T)
-        h = self.embed[tokens]
-        n_layers = len(self.layers)
+        Final-layer pruning: the last layer's output only matters for emitting rows, so the rows of a chunk
+        that does not finish its prompt stop after storing their K/V there."""
+        c = self.cfg
+        for s in segments:
+            if s.start != s.cache.length:
+                raise ValueError(f"segment at position {s.start} of a cache holding {s.cache.length}")
+            if s.start + s.size > s.cache.capacity:
+                raise RuntimeError(f"KV cache overflow: position {s.start + s.size - 1} >= capacity {s.cache.capacity}")
+        if len({id(s.cache) for s in segments}) < len(segments):
+            raise ValueError("a step holds at most one segment per cache")
+        offsets = [0]
+        for s in segments:
+            offsets.append(offsets[-1] + s.size)
+        positions = self._positions(segments)
+        h = self.embed[mx.concatenate([s.tokens.astype(mx.int32) for s in segments])]
+        emitting = [j for j, s in enumerate(segments) if s.emits]
+        last_rows = mx.array([offsets[j + 1] - 1 for j in emitting], dtype=mx.int32)
+        n_layers, pruned = len(self.layers), False
         for i, L in enumerate(self.layers):
             x, k, v = self._p_norm_kv(h, positions, L.in_norm, L.wk, L.wv, L.k_norm)
-            keys, values = cache.store(i, k, v, positions=positions, start=start)
-            q_pos, q_mask = positions, mask
+            kv = [s.cache.store(i, k[:, a:b], v[:, a:b], positions=positions[a:b], start=s.start)
+                  for s, a, b in zip(segments, offsets, offsets[1:])]
+            # (segment, its query rows [a, b) in x and h) for the rows that go on through this layer
+            rows, q_pos = [(j, offsets[j], offsets[j + 1]) for j in range(len(segments))], positions
             if prune and i == n_layers - 1:
-                if not last:
-                    return None
-                x, h, q_pos, q_mask = x[-1:], h[-1:], positions[-1:], mask[-1:]
-            o = K.attention(self._p_q(x, q_pos, L.wq, L.q_norm), keys, values, mask=q_mask, scale=self.scale)
+                if not emitting:
+                    break
+                x, h, q_pos = x[last_rows], h[last_rows], positions[last_rows]
+                rows, pruned = [(j, r, r + 1) for r, j in enumerate(emitting)], True
+            q = self._p_q(x, q_pos, L.wq, L.q_norm)
+            o = mx.concatenate([self._attend(q[:, a:b], *kv[j], last=segments[j].start + segments[j].size)
+                                for j, a, b in rows], axis=1)
             h = self._p_out_mlp(h, o, L.wo, L.post_norm, L.w_gate, L.w_up, L.w_down)
-        return K.linear(K.rms_norm(h[-1], self.norm, eps=c.rms_norm_eps), self.lm_head) if last else None
+        for s in segments:
+            s.cache.advance(s.size)
+        if not emitting:
+            return [None] * len(segments)
+        if not pruned:
+            h = h[last_rows]
+        logits = K.linear(K.rms_norm(h, self.norm, eps=c.rms_norm_eps), self.lm_head)   # (emitting, V)
+        out = [None] * len(segments)
+        for r, j in enumerate(emitting):
+            out[j] = logits[r]
+        return out
+
+    @staticmethod
+    def _positions(segments: list[Segment]) -> mx.array:
+        """Every row's position, segment after segment."""
+        return mx.concatenate([mx.arange(s.start, s.start + s.size, dtype=mx.int32) for s in segments])
+
+    def _attend(self, q: mx.array, keys: mx.array, values: mx.array, *, last: int) -> mx.array:
+        """q: (Hq, R, Dh), a segment's last R query rows (positions last-R .. last-1), over its keys/values
+        (Hkv, last, Dh): causal within the segment, everything before it visible."""
+        positions = mx.arange(last - q.shape[1], last, dtype=mx.int32)
+        return K.attention(q, keys, values, mask=K.causal_mask(positions, last), scale=self.scale)
 
     # -- decode ---------------------------------------------------------------------------------------
 
@@ -122,8 +170,9 @@ class Qwen3:
                     written: list[mx.array]):
         """One token at position pos (an int32 array, so one compiled graph serves every position):
         (token, pos, caches, fences) -> (logits (V,), greedy token, pos + 1, new K rows, new V rows, fences).
-        On a GPU the attention kernels store the new rows in the caches themselves, the rows are empty lists
-        and the fences are the kernels'; otherwise the rows are each layer's (Hkv, 1, Dh) for the cache to store.
+        Where the attention kernel runs (a GPU, head_dim 128) it stores the new rows in the caches itself, the
+        rows are empty lists and the fences are the kernels'; otherwise the rows are each layer's (Hkv, 1, Dh)
+        for the cache to store.
         Six kernels per layer: norm+q|k|v, q/k-norm+RoPE+attention (+ the K/V store), its merge,
         o_proj+residual, norm+gate|up+SwiGLU, down+residual."""
         c = self.cfg

@@ -9,7 +9,10 @@ pointer, and MLX does not know the cache changed. On CUDA it orders the kernels 
 buffers they output (and `mx.depends` adds no such edge), so a reader of the cache could run before the
 write, or, across two streams, on another queue entirely. Every writer therefore takes the layer's fence as
 an input and outputs the next one (a counter: after[0] + 1), so writes to one cache are a chain of real
-dependencies; readers go through `read_after`, which consumes the latest fence. The fence is 16 bytes: MLX
+dependencies; readers go through `read_after`, which consumes the latest fence. A cache is written in
+place by all its writers or by none (kv_store.store_kv), so the functional path needs no fence. Writes wait
+for nothing they would overwrite: only slots no earlier step reads are written, and a reset request's
+slots are rewritten only after its reads were evaluated (Engine.kv says so). The fence is 16 bytes: MLX
 keeps arrays of 8 bytes or less in managed memory, where a kernel's access can cost ~0.7 ms (MEASURED.md).
 """
 
@@ -24,6 +27,6 @@ def new_fence() -> mx.array:
 
 
 def read_after(x: mx.array, written: mx.array) -> mx.array:
-    """x (a view of a cache), ordered after the write that produced `written`. A fence no kernel wrote (0)
-    turns the read into NaN, which no check passes."""
+    """x (a view of a cache), ordered after the write that produced `written`. A zero counter (a fence whose
+    writer was poisoned, or never ran) turns the read into NaN, which no check passes."""
     return mx.where(written[0] > 0, x, mx.array(float("nan"), x.dtype))

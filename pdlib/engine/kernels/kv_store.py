@@ -19,6 +19,7 @@ result, and the fence is returned as it came.
 import mlx.core as mx
 
 from pdlib.engine.kernels.backend import kernel_or_none
+from pdlib.engine.kernels.decode_attention import stores_kv_in_place
 
 CUDA_SOURCE = r"""
     // one thread per float4 of keys (and of values): (h, s, d4) over HKV x S x DH/4, S = start + T
@@ -88,7 +89,9 @@ def store_kv_kernel(k, v, k_cache, v_cache, written, *, positions: mx.array, sta
 
 
 def store_kv(k, v, k_cache, v_cache, written, *, positions: mx.array, start: int):
-    """The kernel on a GPU backend (head_dim a multiple of 4); `slice_update` otherwise."""
-    if _kernel is not None and k.shape[-1] % 4 == 0:
+    """The kernel where decode attention also writes in place (a GPU, head_dim 128), so a cache is written
+    in place by every writer or by none (the functional path's readers use no fence); `slice_update`
+    otherwise."""
+    if stores_kv_in_place(k.shape[-1]):
         return store_kv_kernel(k, v, k_cache, v_cache, written, positions=positions, start=start)
     return store_kv_ops(k, v, k_cache, v_cache, written, start=start)
