@@ -122,31 +122,38 @@ class Qwen3:
         for s in segments:
             offsets.append(offsets[-1] + s.size)
         positions = self._positions(segments)
-        h = self.embed[mx.concatenate([s.tokens.astype(mx.int32) for s in segments])]
+        tokens = [s.tokens for s in segments]
+        h = self.embed[tokens[0] if len(tokens) == 1 else mx.concatenate([t.astype(mx.int32) for t in tokens])]
+        masks = [K.causal_mask(positions[a:b], s.start + s.size) for s, a, b in zip(segments, offsets, offsets[1:])]
         emitting = [j for j, s in enumerate(segments) if s.emits]
-        last_rows = mx.array([offsets[j + 1] - 1 for j in emitting], dtype=mx.int32)
+
+        def last_rows(a: mx.array) -> mx.array:  # the emitting segments' last rows, by slices (no host index)
+            ends = [offsets[j + 1] for j in emitting]
+            return a[ends[0] - 1: ends[0]] if len(ends) == 1 else mx.concatenate([a[e - 1: e] for e in ends])
+
         n_layers, pruned = len(self.layers), False
         for i, L in enumerate(self.layers):
             x, k, v = self._p_norm_kv(h, positions, L.in_norm, L.wk, L.wv, L.k_norm)
             kv = [s.cache.store(i, k[:, a:b], v[:, a:b], positions=positions[a:b], start=s.start)
                   for s, a, b in zip(segments, offsets, offsets[1:])]
-            # (segment, its query rows [a, b) in x and h) for the rows that go on through this layer
-            rows, q_pos = [(j, offsets[j], offsets[j + 1]) for j in range(len(segments))], positions
+            # (segment, its query rows [a, b) in x and h, their mask) for the rows that go on through this layer
+            rows = [(j, offsets[j], offsets[j + 1], masks[j]) for j in range(len(segments))]
+            q_pos = positions
             if prune and i == n_layers - 1:
                 if not emitting:
                     break
-                x, h, q_pos = x[last_rows], h[last_rows], positions[last_rows]
-                rows, pruned = [(j, r, r + 1) for r, j in enumerate(emitting)], True
+                x, h, q_pos = last_rows(x), last_rows(h), last_rows(positions)
+                rows, pruned = [(j, r, r + 1, masks[j][-1:]) for r, j in enumerate(emitting)], True
             q = self._p_q(x, q_pos, L.wq, L.q_norm)
-            o = mx.concatenate([self._attend(q[:, a:b], *kv[j], last=segments[j].start + segments[j].size)
-                                for j, a, b in rows], axis=1)
+            o = [K.attention(q[:, a:b], *kv[j], mask=mask, scale=self.scale) for j, a, b, mask in rows]
+            o = o[0] if len(o) == 1 else mx.concatenate(o, axis=1)
             h = self._p_out_mlp(h, o, L.wo, L.post_norm, L.w_gate, L.w_up, L.w_down)
         for s in segments:
             s.cache.advance(s.size)
         if not emitting:
             return [None] * len(segments)
         if not pruned:
-            h = h[last_rows]
+            h = last_rows(h)
         logits = K.linear(K.rms_norm(h, self.norm, eps=c.rms_norm_eps), self.lm_head)   # (emitting, V)
         out = [None] * len(segments)
         for r, j in enumerate(emitting):
@@ -156,13 +163,8 @@ class Qwen3:
     @staticmethod
     def _positions(segments: list[Segment]) -> mx.array:
         """Every row's position, segment after segment."""
-        return mx.concatenate([mx.arange(s.start, s.start + s.size, dtype=mx.int32) for s in segments])
-
-    def _attend(self, q: mx.array, keys: mx.array, values: mx.array, *, last: int) -> mx.array:
-        """q: (Hq, R, Dh), a segment's last R query rows (positions last-R .. last-1), over its keys/values
-        (Hkv, last, Dh): causal within the segment, everything before it visible."""
-        positions = mx.arange(last - q.shape[1], last, dtype=mx.int32)
-        return K.attention(q, keys, values, mask=K.causal_mask(positions, last), scale=self.scale)
+        pieces = [mx.arange(s.start, s.start + s.size, dtype=mx.int32) for s in segments]
+        return pieces[0] if len(pieces) == 1 else mx.concatenate(pieces)
 
     # -- decode ---------------------------------------------------------------------------------------
 
