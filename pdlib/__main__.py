@@ -6,6 +6,8 @@
     python -m pdlib notebooks --params params/smoke-cpu.yaml      # run + analyze + figures -> outputs/smoke-cpu/
     python -m pdlib render outputs/smoke-cpu/report.json --out /tmp/figs   # tables and figures, no rerun
     python -m pdlib notebooks --report gpu-report.json --out outputs/x      # render a report made elsewhere
+    python -m pdlib sweep --params params/smoke-cpu.yaml --chunk-sizes 8 16 32 64 --policies chunked --output /tmp/s
+    python -m pdlib notebooks --sweep /tmp/s --out /tmp/s-frontier         # the chunk-size frontier (notebook 04)
     python -m pdlib check-kernels; python -m pdlib bench-step --output bench.json   # on a GPU
     python -m pdlib profile-step --output profile.json                              # on a GPU, for notes/
 
@@ -80,6 +82,23 @@ def cmd_run(args) -> int:
     return 0
 
 
+def cmd_sweep(args) -> int:
+    from pdlib.sweep import reference_policies, run_sweep
+    if args.policies is None:
+        raise InputError("sweep needs --policies (the policies run at every chunk size)")
+    params = _params(args)
+    references = reference_policies(params.policies, args.reference_policies)
+    index = run_sweep(params, chunk_sizes=args.chunk_sizes, references=references, output=args.output,
+                      params_file=args.params, quiet=args.quiet)
+    listed = f"{args.output}/index.json lists {len(index['points'])} completed points"
+    if index["stopped"]:
+        s = index["stopped"]
+        print(f"error: sweep stopped at {s['policy']} c={s['chunk_size']} ({s['error']}); {listed}", file=sys.stderr)
+        return 1
+    print(f"done in {index['seconds']:.0f} s; {listed}")
+    return 0
+
+
 def cmd_render(args) -> int:
     from pdlib import plots, present
     report = present.check_report_file(args.report)
@@ -94,7 +113,13 @@ def cmd_notebooks(args) -> int:
     try:
         if args.report is not None and args.out is None:
             raise InputError("notebooks --report needs --out DIR (the report has no params file to name it)")
-        run = run_notebooks(args.params, report=args.report, out=args.out, quiet=args.quiet)
+        if args.sweep is not None:
+            from pdlib.notebooks import run_sweep_notebook
+            if args.out is None:
+                raise InputError("notebooks --sweep needs --out DIR")
+            run = run_sweep_notebook(args.sweep, out=args.out, quiet=args.quiet)
+        else:
+            run = run_notebooks(args.params, report=args.report, out=args.out, quiet=args.quiet)
     except NotebookFailed as e:
         print(f"error: {e}", file=sys.stderr)
         return e.code
@@ -104,7 +129,7 @@ def cmd_notebooks(args) -> int:
     print(f"done in {run['seconds']:.0f} s; open:")
     for path in run["html"]:
         print(f"  {shown(path)}")
-    print(f"report, tables and figures: {shown(run['out_dir'])}/")
+    print(f"{'tables and figures' if args.sweep else 'report, tables and figures'}: {shown(run['out_dir'])}/")
     return 0
 
 
@@ -202,10 +227,20 @@ def main(argv=None) -> int:
     source = n.add_mutually_exclusive_group(required=True)
     source.add_argument("--params", help="YAML file with RunParams keys: run the trials")
     source.add_argument("--report", help="report.json from `run` (e.g. on another machine): render it, run nothing")
-    n.add_argument("--out", help="output folder (default outputs/<params stem>; required with --report; "
+    source.add_argument("--sweep", help="a folder written by `sweep`: notebook 04 only (the chunk-size frontier)")
+    n.add_argument("--out", help="output folder (default outputs/<params stem>; required with --report and --sweep; "
                                  "-2, -3, ... if it holds files)")
     n.add_argument("--quiet", action="store_true", help="no progress bar")
     n.set_defaults(func=cmd_notebooks)
+    s = sub.add_parser("sweep", help="one validated, timed run per (policy, chunk size), one report each, an index")
+    _run_options(s)
+    s.add_argument("--chunk-sizes", type=int, nargs="+", required=True, help="each swept policy runs at each")
+    s.add_argument("--reference-policies", nargs="*",
+                   help="run once at the params' chunk_size (default: eager fifo, those registered and not swept)")
+    s.add_argument("--trials", type=int)
+    s.add_argument("--warmups", type=int)
+    s.add_argument("--output", required=True, help="folder for the reports and index.json; must be new or empty")
+    s.set_defaults(func=cmd_sweep)
     d = sub.add_parser("render", help="rebuild every figure and table from a report, without rerunning")
     d.add_argument("report", help="report.json written by run or the notebooks")
     d.add_argument("--out", required=True, help="folder for the figures and tables; existing files are refused")

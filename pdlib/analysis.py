@@ -217,6 +217,15 @@ def paired_ratios(metrics: pd.DataFrame, *, numerator: str, denominator: str, co
     return per_trial, summary
 
 
+def median_ci(values, *, n_boot: int = 2000, seed: int = 0, ci: float = 0.95) -> dict:
+    """The median of `values` (NaN and inf dropped) and a bootstrap percentile CI of it, as paired_ratios
+    computes for ratios: {n, median, ci_low, ci_high, ci_level, ci_note}; no CI below MIN_BOOT_TRIALS values."""
+    out = _median_ci(np.asarray(values, dtype=float), n_boot=n_boot, seed=seed, ci=ci)
+    out["median"] = out.pop("median_ratio")
+    out["ci_note"] = out["ci_note"].replace("paired trials", "trials")
+    return out
+
+
 def _median_ci(r, *, n_boot, seed, ci):
     r = r[np.isfinite(r)]  # a zero denominator says nothing about the typical ratio
     out = {"n": r.size, "median_ratio": np.median(r) if r.size else np.nan,

@@ -1,7 +1,9 @@
-"""Run the three notebooks with papermill for one params file (or one finished report) into a fresh folder.
+"""Run the three notebooks with papermill for one params file (or one finished report) into a fresh folder;
+or notebook 04 alone for a chunk-size sweep.
 
     python -m pdlib notebooks --params params/smoke-cpu.yaml          # -> outputs/local/smoke-cpu[-N]/
     python -m pdlib notebooks --report h200.json --out outputs/h200   # a report run elsewhere: no trials
+    python -m pdlib notebooks --sweep sweeps/h200 --out outputs/h200-sweep   # 04: the frontier of a sweep folder
     from pdlib.notebooks import run_notebooks
     run = run_notebooks("params/smoke-cpu.yaml", out="/tmp/x")        # {"out_dir", "report", "html", ...}
 
@@ -13,7 +15,8 @@ With a report, 01 copies it byte for byte and shows what a run shows instead of 
 
 Layout of the folder (the same names as `python -m pdlib render REPORT --out DIR`, i.e. plots.render_all):
 report.json; metrics.csv, summary.csv, summary.md, ratios.csv (02); headline, gap_timeline and gap_ecdf
-as .html/.png/.svg (03); 0N_*.ipynb and 0N_*.html.
+as .html/.png/.svg (03); 0N_*.ipynb and 0N_*.html. For a sweep (04): sweep_metrics.csv, frontier.csv,
+frontier.md, frontier.html/.png/.svg, 04_chunk_sweep.ipynb and .html; the sweep's reports stay in its folder.
 """
 
 import ast
@@ -29,6 +32,9 @@ NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS = ("01_run_trials", "02_analyze_gaps", "03_figures")
 TABLES = ("metrics.csv", "summary.csv", "summary.md", "ratios.csv")
 FIGURES = ("headline", "gap_timeline", "gap_ecdf")
+SWEEP_NOTEBOOK = "04_chunk_sweep"  # run on its own, for a sweep folder: `notebooks --sweep DIR --out OUT`
+SWEEP_TABLES = ("sweep_metrics.csv", "frontier.csv", "frontier.md")
+SWEEP_FIGURES = ("frontier",)
 KERNEL = "python3"
 KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]  # not its per-start warning about plain-TCP transport
 # Exit codes by the exception a notebook raised: bad input is 2, as everywhere in the CLI.
@@ -63,13 +69,8 @@ def run_notebooks(params_file=None, *, report=None, out=None, quiet: bool = Fals
     Returns {"out_dir", "report", "notebooks", "html", "seconds"}. Raises InputError for a bad params
     file or report (before any folder is made or kernel starts) and NotebookFailed when a notebook raises;
     the folder then keeps the failed notebook and its HTML, with the traceback."""
-    import papermill as pm
-    from nbclient.exceptions import DeadKernelError
-    from papermill.exceptions import PapermillExecutionError
-
     from pdlib import present
     from pdlib.config import RunParams
-    from pdlib.export import export_html
     if (params_file is None) == (report is None):
         raise InputError("give exactly one of a params file and a report")
     if report is not None:
@@ -97,15 +98,45 @@ def run_notebooks(params_file=None, *, report=None, out=None, quiet: bool = Fals
     ours = {"01_run_trials": {**values, **first, "output_dir": folder, "quiet": True},
             "02_analyze_gaps": {"report_path": report_path, "output_dir": folder},
             "03_figures": {"report_path": report_path, "output_dir": folder}}
+    run = _execute(ours, out_dir, quiet=quiet, log=log)
+    return {**run, "report": out_dir / "report.json"}
+
+
+def run_sweep_notebook(sweep_dir, *, out, quiet: bool = False, log=print) -> dict:
+    """Execute 04_chunk_sweep for a folder `python -m pdlib sweep` wrote, into a fresh folder (`out`, or
+    `-2`, ...): the executed notebook and its HTML, SWEEP_TABLES and the frontier figure. The sweep folder is
+    read, never written. Returns {"out_dir", "notebooks", "html", "seconds"}; InputError before any kernel
+    starts when the sweep folder cannot be read."""
+    from pdlib import frontier
+    sweep_dir = Path(sweep_dir)
+    frontier.load_sweep(sweep_dir)
+    if not (NOTEBOOK_DIR / f"{SWEEP_NOTEBOOK}.ipynb").is_file():
+        raise InputError(f"notebook {SWEEP_NOTEBOOK} not found in {NOTEBOOK_DIR} (run from a checkout)")
+    out_dir = runs.fresh_dir(Path(out))
+    log(f"{shown(out)} already holds files; this run writes to {shown(out_dir)}" if out_dir != Path(out)
+        else f"writing to {shown(out_dir)}")
+    ours = {SWEEP_NOTEBOOK: {"sweep_dir": runs.for_notebook(sweep_dir), "output_dir": runs.for_notebook(out_dir),
+                             "quiet": True}}
+    return _execute(ours, out_dir, quiet=quiet, log=log)
+
+
+def _execute(ours: dict, out_dir: Path, *, quiet: bool, log) -> dict:
+    """Run each notebook named in `ours` (in order) with its defaults overridden by `ours[name]`, into out_dir,
+    and export each to HTML; NotebookFailed on the first that raises."""
+    import papermill as pm
+    from nbclient.exceptions import DeadKernelError
+    from papermill.exceptions import PapermillExecutionError
+
+    from pdlib.export import export_html
     progress = not quiet and sys.stderr.isatty()
     done, html, t_start = [], [], time.perf_counter()
-    for name in NOTEBOOKS:
+    for name, values in ours.items():
         nb_out = out_dir / f"{name}.ipynb"
         t0 = time.perf_counter()
         try:
             # shown(): papermill records these paths in the notebook; keep local folders out of it
             pm.execute_notebook(shown(NOTEBOOK_DIR / f"{name}.ipynb"), shown(nb_out),
-                                parameters={**defaults(name), **ours[name]}, kernel_name=KERNEL,
+                                parameters={**defaults(name), **values}, kernel_name=KERNEL,
                                 cwd=str(NOTEBOOK_DIR), progress_bar=progress, extra_arguments=KERNEL_ARGS)
         except PapermillExecutionError as e:
             page = export_html(nb_out) if nb_out.exists() else nb_out
@@ -117,5 +148,4 @@ def run_notebooks(params_file=None, *, report=None, out=None, quiet: bool = Fals
         done.append(nb_out)
         html.append(export_html(nb_out))
         log(f"{name}: {time.perf_counter() - t0:.1f} s")
-    return {"out_dir": out_dir, "report": out_dir / "report.json", "notebooks": done, "html": html,
-            "seconds": time.perf_counter() - t_start}
+    return {"out_dir": out_dir, "notebooks": done, "html": html, "seconds": time.perf_counter() - t_start}

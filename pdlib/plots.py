@@ -134,6 +134,73 @@ def gap_ecdf_chart(tokens: pd.DataFrame) -> alt.HConcatChart:
                     f"axis, which shows rare long gaps.")
 
 
+FRONTIER_Y = {"max_gap": ("a_gap_max_ms", "A's max gap"), "p99_gap": ("a_gap_p99_ms", "A's p99 gap")}
+
+
+def _log_span(d: pd.DataFrame, col: str) -> alt.Scale:
+    """A log scale just around the data and its whiskers (a "nice" log domain pads to whole decades)."""
+    v = d[[col, f"{col}_lo", f"{col}_hi"]].to_numpy(float)
+    v = v[np.isfinite(v) & (v > 0)]
+    if not v.size:
+        return alt.Scale(type="log")
+    return alt.Scale(type="log", domain=[v.min() / 1.3, v.max() * 1.3], nice=False)
+
+
+def _frontier_panel(points: pd.DataFrame, name: str, policies: list) -> alt.LayerChart:
+    y_col, y_title = FRONTIER_Y[name]
+    d = pd.DataFrame({
+        "label": points["label"], "policy": points["policy"], "role": points["role"],
+        "chunk_size": points["chunk_size"], "trials": points["trials"],
+        "x": points["b_ttft_ms"], "x_lo": points["b_ttft_ms_lo"], "x_hi": points["b_ttft_ms_hi"],
+        "y": points[y_col], "y_lo": points[f"{y_col}_lo"], "y_hi": points[f"{y_col}_hi"],
+        "makespan_ms": points["makespan_ms"], "on_frontier": points[f"on_frontier_{name}"],
+        "dominated_by": points[f"dominated_by_{name}"]})
+    x = alt.X("x:Q", scale=_log_span(d, "x"), title="B's TTFT (ms, log scale)")
+    y = alt.Y("y:Q", scale=_log_span(d, "y"), title=f"{y_title} (ms, log scale)")
+    color = alt.Color("policy:N", sort=policies, title="policy", legend=alt.Legend(symbolOpacity=1))
+    swept = alt.Chart().transform_filter(alt.datum.role == "swept")
+    path = swept.mark_line(opacity=0.35, strokeWidth=1).encode(x=x, y=y, color=color, order="chunk_size:Q")
+    front = swept.transform_filter(alt.datum.on_frontier).mark_line(
+        interpolate="step-after", color="black", strokeWidth=1.5).encode(x=x, y=y, order="x:Q")
+    whisker = alt.Chart().mark_rule(strokeWidth=1.2, opacity=0.6)
+    x_ci = whisker.transform_filter("isValid(datum.x_lo)").encode(x="x_lo:Q", x2="x_hi:Q", y=y, color=color)
+    y_ci = whisker.transform_filter("isValid(datum.y_lo)").encode(x=x, y="y_lo:Q", y2="y_hi:Q", color=color)
+    marks = alt.Chart().mark_point(filled=True, opacity=0.9).encode(
+        x=x, y=y, color=color,
+        shape=alt.Shape("role:N", scale=alt.Scale(domain=["swept", "reference"], range=["circle", "diamond"]),
+                        title="point"),
+        # from zero: makespans that barely differ must look alike
+        size=alt.Size("makespan_ms:Q", scale=alt.Scale(zero=True, range=[10, 300]), title="makespan (ms)"),
+        tooltip=["label:N", "role:N", "trials:Q", alt.Tooltip("x:Q", title="B's TTFT (ms)", format=".4~g"),
+                 alt.Tooltip("y:Q", title=f"{y_title} (ms)", format=".4~g"),
+                 alt.Tooltip("makespan_ms:Q", title="makespan (ms)", format=".4~g"),
+                 "on_frontier:N", "dominated_by:N"])
+    chunk_text = swept.mark_text(align="left", dx=6, dy=-6, fontSize=10).encode(x=x, y=y, text="chunk_size:Q")
+    ref_text = alt.Chart().transform_filter(alt.datum.role == "reference").mark_text(
+        align="left", dx=7, dy=8, fontSize=10, fontStyle="italic").encode(x=x, y=y, text="label:N")
+    return alt.layer(path, front, x_ci, y_ci, marks, chunk_text, ref_text, data=_inline(d)).properties(
+        width=360, height=300, title=f"{y_title} against B's TTFT")
+
+
+def frontier_chart(points: pd.DataFrame) -> alt.HConcatChart:
+    """The chunk-size frontier (points from frontier.with_frontiers): per (policy, chunk size) its medians of B's
+    TTFT (x) and A's max gap (left) or p99 gap (right), log axes, CI whiskers where there are enough trials,
+    size = makespan, the chunk size as a label; the black staircase joins the swept points no other swept point
+    beats on both axes. Reference policies are labelled diamonds, outside the frontier."""
+    policies = list(dict.fromkeys([*points.loc[points["role"] == "swept", "policy"], *points["policy"]]))
+    swept = points[points["role"] == "swept"]
+    refs = points[points["role"] == "reference"]
+    sizes = ", ".join(map(str, sorted(swept["chunk_size"].unique())))
+    return alt.hconcat(*(_frontier_panel(points, n, policies) for n in FRONTIER_Y)).properties(
+        title="Chunk-size frontier: A's gaps against B's first token (medians; lower left is better)",
+        description=f"Two scatter plots on log-log axes, B's time to first token in ms against A's max gap "
+                    f"(left) and A's p99 gap (right), one point per swept policy "
+                    f"({', '.join(swept['policy'].unique())}) and chunk size ({sizes}), labelled with the chunk "
+                    f"size, sized by makespan, with confidence-interval whiskers where there are enough trials; a "
+                    f"black staircase joins the non-dominated points; reference policies "
+                    f"({', '.join(refs['label']) or 'none'}) are labelled diamonds.")
+
+
 def _refuse_existing(paths):
     # Before writing anything; write_new then refuses atomically a file that appears meanwhile.
     for path in paths:

@@ -167,3 +167,31 @@ def show_chart(chart, *, alt: str | None = None):
               "text/plain": f"<chart: {alt}>"}
     display(bundle, metadata={"image/png": {"width": width // 2, "height": height // 2, "alt": alt}},
             raw=True)  # the PNG is rendered at 2x: shown at the chart's own size
+
+
+# ---- the chunk-size sweep (notebook 04) ------------------------------------------------------------
+def _with_ci(v, lo, hi, scale=1.0) -> str:
+    return _round(v * scale) + ("" if pd.isna(lo) else f" [{_round(lo * scale)}, {_round(hi * scale)}]")
+
+
+def frontier_table(points: pd.DataFrame, *, only_frontier: bool = False) -> pd.DataFrame:
+    """One row per sweep point (frontier.with_frontiers), for reading: medians with their 95% CIs in brackets
+    (where there are enough trials), units in the headers, and where each point stands. With only_frontier,
+    the swept points on the max-gap frontier, by B's TTFT."""
+    if only_frontier:
+        points = points[points["on_frontier_max_gap"]].sort_values("b_ttft_ms", kind="stable")
+    cols = {"b_ttft_ms": ("B's TTFT (ms)", 1.0), "a_gap_max_ms": ("A's max gap (ms)", 1.0),
+            "a_gap_p99_ms": ("A's p99 gap (ms)", 1.0), "makespan_ms": ("makespan (s)", 1e-3)}
+    out = pd.DataFrame(index=pd.Index(points["label"], name="point"))
+    out["trials"] = points["trials"].to_numpy()
+    for metric, (title, scale) in cols.items():
+        out[title] = [_with_ci(r[metric], r[f"{metric}_lo"], r[f"{metric}_hi"], scale) for _, r in points.iterrows()]
+
+    def where(r, name):
+        if r["role"] == "reference":
+            return "reference" + (f"; dominated by {r[f'dominated_by_{name}']}" if r[f"dominated_by_{name}"] else "")
+        return "frontier" if r[f"on_frontier_{name}"] else f"dominated by {r[f'dominated_by_{name}']}"
+    out["max gap vs TTFT"] = [where(r, "max_gap") for _, r in points.iterrows()]
+    if not only_frontier:
+        out["p99 gap vs TTFT"] = [where(r, "p99_gap") for _, r in points.iterrows()]
+    return out

@@ -42,6 +42,7 @@ against the reference tokens).
 """
 
 SCHEMA = "pdlib.report/1"
+SWEEP_SCHEMA = "pdlib.sweep/1"  # a sweep folder's index.json: see pdlib/sweep.py
 REQUESTS = ("A", "B")
 EVENT_KINDS = ("reset", "prefill", "decode")
 TOP_LEVEL_KEYS = ("schema", "created_utc", "params", "model", "prompts", "environment", "sources",

@@ -19,11 +19,12 @@ from pdlib.trial import run_trials
 
 
 def run_experiment(params: RunParams, *, output=None, params_file=None, validate_only: bool = False,
-                   quiet: bool = False, log=print) -> dict:
+                   quiet: bool = False, log=print, model=None) -> dict:
     """Returns the report dict (also written to `output` when given). Raises ValidationError or TokenMismatch
-    on a numerical mismatch, InputError on bad input; writes nothing in those cases."""
+    on a numerical mismatch, InputError on bad input; writes nothing in those cases. `model`: weights already
+    loaded for params.model (a sweep loads them once for all its runs)."""
     out = claim_output(output) if output else None
-    exp = Experiment(params)
+    exp = Experiment(params, model=model)
     d = exp.describe()
     log(run_line({"model": d["model"], "environment": {"backend": d["backend"]}, "params": params.to_dict(),
                   "prompts": d["prompts"]}))

@@ -19,14 +19,17 @@ REPORT = ROOT / "tests" / "data" / "small-report.json"
 
 
 def test_presenting_a_report_loads_no_mlx(tmp_path):
-    """Importing analysis, plots and the presentation modules, and rendering a report through them and the
-    CLI, must not import MLX, mlx-lm, transformers or torch."""
+    """Importing analysis, plots and the presentation modules (the sweep's frontier included), and rendering a
+    report through them and the CLI, must not import MLX, mlx-lm, transformers or torch."""
     script = textwrap.dedent(f"""
         import sys
-        from pdlib import analysis, export, notebooks, plots, present, runs, text
+        from pdlib import analysis, export, frontier, notebooks, plots, present, runs, sweep, text
         from pdlib.__main__ import main
         report = present.check_report_file({str(REPORT)!r})
         present.validation_table(report); present.run_line(report); present.environment_table(report)
+        points = frontier.with_frontiers(frontier.point_summary(
+            analysis.metrics_frame(report).assign(chunk_size=16, role="swept")))  # each policy as a sweep point
+        plots.frontier_chart(points).to_dict(); present.frontier_table(points); frontier.reading(points)
         assert main(["render", {str(REPORT)!r}, "--out", {str(tmp_path / "figs")!r}]) == 0
         heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("mlx", "mlx_lm", "transformers", "torch"))
         assert not heavy, heavy
