@@ -39,13 +39,15 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    help="B's reset at t0 only rewinds its cache (default: reallocate it)")
     p.add_argument("--no-lossless-decode-weights", dest="lossless_decode_weights", action="store_false", default=None)
     p.add_argument("--validation-checkpoint-every", type=int)
+    p.add_argument("--tbt-slo-ms", type=float, help="A's gap target for slo-chunked / slo-mixed (ms); their chunk "
+                                                      "sizes come from a step-cost fit, at most --chunk-size")
     p.add_argument("--quiet", action="store_true")
 
 
 def _params(args):
     from pdlib.config import RunParams
     keys = ("model", "prompt_tokens", "output_tokens", "chunk_size", "policies", "trials", "warmups",
-            "logical_cache_reset", "lossless_decode_weights", "validation_checkpoint_every")
+            "logical_cache_reset", "lossless_decode_weights", "validation_checkpoint_every", "tbt_slo_ms")
     given = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
     return RunParams.from_yaml(args.params, **given) if args.params else RunParams(**given)
 
@@ -62,7 +64,7 @@ def cmd_validate(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from pdlib.metrics import summary_table
+    from pdlib.metrics import slo_table, summary_table
     from pdlib.runner import run_experiment
     from pdlib.trial import TokenMismatch
     from pdlib.validate import ValidationError
@@ -77,6 +79,8 @@ def cmd_run(args) -> int:
         return 1
     if report["trials"]:
         print(summary_table(report["trials"], params.policies, stall_threshold_ms=params.stall_threshold_ms))
+        if report.get("slo"):
+            print(slo_table(report))
     if args.output:
         print(f"report: {args.output}")
     return 0

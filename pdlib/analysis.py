@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from pdlib.errors import InputError
-from pdlib.metrics import NS_PER_MS, trial_metrics  # numpy-only, shared with the CLI summary
+from pdlib.metrics import NS_PER_MS, slo_chunks, trial_metrics  # numpy-only, shared with the CLI summary
 from pdlib.report_schema import EVENT_KINDS, REQUESTS, SCHEMA, TOP_LEVEL_KEYS
 
 RATIO_METRICS = ("a_gap_max_ms", "a_gap_p99_ms", "b_ttft_ms", "makespan_ms", "throughput_tok_s")
@@ -146,6 +146,15 @@ def tokens_frame(report: dict) -> pd.DataFrame:
                 "index": np.arange(start, start + emit.size), "token_id": req["output_ids"][start:],
                 "emit_ms": emit / NS_PER_MS, "gap_ms": np.diff(emit, prepend=0) / NS_PER_MS}))
     return pd.concat(parts, ignore_index=True)
+
+
+def slo_frame(report: dict) -> pd.DataFrame:
+    """One row per slo policy, B chunk and trial: the chunk (start, n), its predicted gap and A's observed gap
+    across it, and whether that stayed under the report's target. Empty without slo policies."""
+    rows = [(c["policy"], c["chunk"], c["start"], c["n"], c["predicted_gap_ms"], trial + 1, obs, held)
+            for c in slo_chunks(report) for trial, (obs, held) in enumerate(zip(c["observed_gap_ms"], c["held"]))]
+    return pd.DataFrame(rows, columns=["policy", "chunk", "start", "n", "predicted_gap_ms", "trial",
+                                       "observed_gap_ms", "held"])
 
 
 def events_frame(report: dict) -> pd.DataFrame:

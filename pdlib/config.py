@@ -143,6 +143,7 @@ class RunParams:
     lossless_decode_weights: bool = True
     validation_checkpoint_every: int = 64
     stall_threshold_ms: float = 100.0
+    tbt_slo_ms: float | None = None     # A's gap target for the slo policies (pdlib/slo.py)
 
     def __post_init__(self):
         if isinstance(self.policies, str):
@@ -168,6 +169,13 @@ class RunParams:
                 raise InputError(f"policies: unknown policy {p!r}; expected one of: {', '.join(POLICIES)}")
         if len(set(self.policies)) != len(self.policies):
             raise InputError(f"policies must not repeat, got {' '.join(self.policies)}")
+        if self.tbt_slo_ms is not None and (isinstance(self.tbt_slo_ms, bool) or not isinstance(
+                self.tbt_slo_ms, (int, float)) or not 0 < self.tbt_slo_ms < float("inf")):
+            raise InputError(f"tbt_slo_ms must be a finite number > 0, got {self.tbt_slo_ms!r}")
+        from pdlib.scheduler import needs_chunk_rule
+        slo = [p for p in self.policies if needs_chunk_rule(p)]
+        if slo and self.tbt_slo_ms is None:
+            raise InputError(f"policies {' '.join(slo)} need a gap target: tbt_slo_ms (--tbt-slo-ms MS)")
 
     def check_positions(self, cfg: ModelConfig) -> None:
         if self.prompt_tokens + self.output_tokens > cfg.max_position_embeddings:

@@ -13,7 +13,8 @@ from pdlib.engine import Engine
 from pdlib.engine.kernels import BACKEND
 from pdlib.prompts import make_prompts
 from pdlib.reference import Reference
-from pdlib.scheduler import Step, follow, iter_plan, plan
+from pdlib.scheduler import Prefill, Step, follow, iter_plan, needs_chunk_rule, plan, t0_index
+from pdlib.slo import StepCost, calibrate, chunk_rule, mode_of
 from pdlib.validate import ReferenceTrace, ValidationResult, validate_policy
 from pdlib.weights import load_model
 
@@ -35,6 +36,7 @@ class Experiment:
         self._reference = None
         self._traces = None
         self._plans: dict[str, list[Step]] = {}
+        self._step_cost: StepCost | None = None
 
     @property
     def traces(self) -> dict[str, ReferenceTrace]:
@@ -44,19 +46,50 @@ class Experiment:
             self._traces = {r: ReferenceTrace(self._reference, self.prompts[r].token_ids) for r in REQUESTS}
         return self._traces
 
+    def _shape(self, policy: str) -> dict:
+        p = self.params
+        rule = None
+        if needs_chunk_rule(policy):
+            rule = chunk_rule(self.step_cost, tbt_slo_ms=p.tbt_slo_ms, ceiling=p.chunk_size, mode=mode_of(policy))
+        return dict(prompt_tokens=p.prompt_tokens, output_tokens=p.output_tokens, chunk_size=p.chunk_size,
+                    chunk_rule=rule)
+
     def plan(self, policy: str) -> list[Step]:
         """The policy's whole step sequence, made once: the gate checks this very list and trials time it."""
         if policy not in self._plans:
-            p = self.params
-            self._plans[policy] = plan(policy, prompt_tokens=p.prompt_tokens, output_tokens=p.output_tokens,
-                                       chunk_size=p.chunk_size)
+            self._plans[policy] = plan(policy, **self._shape(policy))
         return self._plans[policy]
 
     def walk(self, policy: str) -> Iterator[Step]:
         """The policy deciding live, as a timed run needs it, held to the validated plan step for step."""
-        p = self.params
-        return follow(iter_plan(policy, prompt_tokens=p.prompt_tokens, output_tokens=p.output_tokens,
-                                chunk_size=p.chunk_size), self.plan(policy))
+        return follow(iter_plan(policy, **self._shape(policy)), self.plan(policy))
+
+    @property
+    def step_cost(self) -> StepCost:
+        """The slo policies' cost model, measured on this engine once (untimed, before the gate)."""
+        if self._step_cost is None:
+            p = self.params
+            self._step_cost = calibrate(self.engine, prompt_tokens=p.prompt_tokens, ceiling=p.chunk_size,
+                                        logical_reset=p.logical_cache_reset)
+        return self._step_cost
+
+    def slo_details(self) -> dict | None:
+        """For the report: the target, the fit, and per slo policy each chunk's size and predicted gap."""
+        policies = [q for q in self.params.policies if needs_chunk_rule(q)]
+        if not policies:
+            return None
+        cost, chunks = self.step_cost, {}
+        for q in policies:
+            starts, out = {}, []
+            for step in self.plan(q)[t0_index(self.plan(q)):]:
+                for w in step.work:
+                    if isinstance(w, Prefill) and w.req == "B":
+                        out.append({"start": starts.get("B", 0), "n": w.n,
+                                    "predicted_gap_ms": cost.gap_ms(w.n, starts.get("B", 0), mode=mode_of(q))})
+                        starts["B"] = starts.get("B", 0) + w.n
+            chunks[q] = out
+        return {"tbt_slo_ms": self.params.tbt_slo_ms, "ceiling": self.params.chunk_size, "cost": cost.to_dict(),
+                "chunks": chunks}
 
     def validate(self, policies=None, *, on_step=None) -> dict[str, ValidationResult]:
         p = self.params

@@ -66,3 +66,45 @@ def summary_table(trials: list[dict], policies, *, stall_threshold_ms: float = 1
         ms = [trial_metrics(t, stall_threshold_ms=stall_threshold_ms) for t in trials if t["policy"] == policy]
         rows.append([policy, str(len(ms)), *(f"{np.median([m[k] for m in ms]):.3f}" for k, _ in SUMMARY_COLUMNS)])
     return text_table(head, rows, right_from=1)
+
+
+def slo_chunks(report: dict) -> list[dict]:
+    """Per slo policy and B chunk: its size, predicted gap, and A's observed gap across it in every trial
+    (the worst A gap that overlaps the chunk's step), with whether the target held. [] without slo."""
+    slo = report.get("slo")
+    if not slo:
+        return []
+    target, rows = slo["tbt_slo_ms"], []
+    for policy, chunks in slo["chunks"].items():
+        observed = [[] for _ in chunks]
+        for t in (t for t in report["trials"] if t["policy"] == policy):
+            a = np.asarray(t["requests"]["A"]["emit_ns"], dtype=np.int64)
+            gap = np.diff(a, prepend=0)
+            prev = a - gap
+            steps = [e for e in t["events"] if e["kind"] == "prefill" and e["req"] == "B"]
+            for k, e in enumerate(steps[:len(chunks)]):
+                hit = _overlaps(prev, a, e["t_start_ns"], e["t_end_ns"])
+                observed[k].append(_max_ms(gap[hit]))
+        for k, c in enumerate(chunks):
+            obs = [x for x in observed[k] if not np.isnan(x)]
+            rows.append({"policy": policy, "chunk": k, "start": c["start"], "n": c["n"],
+                         "predicted_gap_ms": c["predicted_gap_ms"], "observed_gap_ms": obs,
+                         "held": [x <= target for x in obs]})
+    return rows
+
+
+def slo_table(report: dict) -> str:
+    """Per slo policy: chunks, their sizes, the predicted and the median observed gap, and how often A's gap
+    stayed under the target; plain text for the CLI."""
+    rows, out = slo_chunks(report), []
+    for policy in dict.fromkeys(r["policy"] for r in rows):
+        mine = [r for r in rows if r["policy"] == policy]
+        obs = [np.median(r["observed_gap_ms"]) for r in mine if r["observed_gap_ms"]]
+        held = [h for r in mine for h in r["held"]]
+        out.append([policy, str(len(mine)), f"{min(r['n'] for r in mine)}-{max(r['n'] for r in mine)}",
+                    f"{max(r['predicted_gap_ms'] for r in mine):.3f}",
+                    f"{max(obs):.3f}" if obs else "-", f"{sum(held)}/{len(held)}"])
+    if not out:
+        return ""
+    head = ["policy", "chunks", "sizes", "worst predicted ms", "worst observed ms (median)", "gaps under target"]
+    return f"A's gap target {report['slo']['tbt_slo_ms']:g} ms\n" + text_table(head, out, right_from=1)

@@ -137,6 +137,32 @@ def gap_ecdf_chart(tokens: pd.DataFrame) -> alt.HConcatChart:
 FRONTIER_Y = {"max_gap": ("a_gap_max_ms", "A's max gap"), "p99_gap": ("a_gap_p99_ms", "A's p99 gap")}
 
 
+def slo_chart(frame: pd.DataFrame, *, tbt_slo_ms: float) -> alt.FacetChart:
+    """Per slo policy: each B chunk's predicted gap for A (line) and the observed ones (a dot per trial)
+    against B's prefilled positions, with the target as a dashed rule."""
+    policies = _policies(frame)
+    pred = frame.drop_duplicates(["policy", "chunk"]).assign(kind="predicted", gap=lambda d: d["predicted_gap_ms"],
+                                                             trial=None, held=None)
+    obs = frame.assign(kind="observed", gap=frame["observed_gap_ms"])
+    data = pd.concat([pred, obs])[["policy", "kind", "start", "n", "trial", "gap", "held"]].assign(target=tbt_slo_ms)
+    x = alt.X("start:Q", title="B's prefilled positions before the chunk")
+    y = alt.Y("gap:Q", title="A's gap across the chunk (ms)", scale=alt.Scale(zero=True))
+    line = alt.Chart().transform_filter(alt.datum.kind == "predicted").mark_line(point=True, color="black").encode(
+        x=x, y=y, tooltip=["start:Q", "n:Q", alt.Tooltip("gap:Q", format=".3~g", title="predicted ms")])
+    dots = alt.Chart().transform_filter(alt.datum.kind == "observed").mark_circle(size=40, opacity=0.6).encode(
+        x=x, y=y, color=alt.Color("held:N", title="under target",
+                                  scale=alt.Scale(domain=[True, False], range=["#4c78a8", "#e45756"])),
+        tooltip=["start:Q", "n:Q", "trial:Q", alt.Tooltip("gap:Q", format=".3~g", title="observed ms")])
+    rule = alt.Chart().mark_rule(strokeDash=[6, 4], color="gray").encode(y="mean(target):Q")
+    return (alt.layer(line, dots, rule, data=_inline(data)).properties(width=360, height=220)
+            .facet(column=alt.Column("policy:N", sort=policies, title=None))
+            .properties(title=f"A's gap across each B chunk: predicted (line) and observed (dots); "
+                              f"dashed: the {tbt_slo_ms:g} ms target",
+                        description=f"Per slo policy ({', '.join(policies)}): the predicted gap for A across "
+                                    f"each B prefill chunk as a line, one dot per trial for the observed gap, "
+                                    f"coloured by whether it stayed under the {tbt_slo_ms:g} ms target."))
+
+
 def _log_span(d: pd.DataFrame, col: str) -> alt.Scale:
     """A log scale just around the data and its whiskers (a "nice" log domain pads to whole decades)."""
     v = d[[col, f"{col}_lo", f"{col}_hi"]].to_numpy(float)

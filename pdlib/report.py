@@ -135,9 +135,12 @@ def environment(backend: str) -> dict:
 
 
 def build_report(*, params: dict, model: dict, prompts: dict, backend: str, validation: dict,
-                 reference_tokens: dict, trials: list, params_file=None) -> dict:
-    return {"schema": SCHEMA,
-            "created_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "params": params, "model": model, "prompts": prompts, "environment": environment(backend),
-            "sources": source_hashes(params_file), "validation": validation,
-            "reference_tokens": reference_tokens, "trials": trials}
+                 reference_tokens: dict, trials: list, params_file=None, slo: dict | None = None) -> dict:
+    report = {"schema": SCHEMA,
+              "created_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+              "params": params, "model": model, "prompts": prompts, "environment": environment(backend),
+              "sources": source_hashes(params_file), "validation": validation,
+              "reference_tokens": reference_tokens, "trials": trials}
+    if slo is not None:  # only when an slo policy ran (report_schema.py)
+        report["slo"] = slo
+    return report

@@ -14,6 +14,7 @@ from tqdm import tqdm
 from pdlib.config import RunParams
 from pdlib.experiment import REQUESTS, Experiment
 from pdlib.report import build_report, claim_output, write_report
+from pdlib.scheduler import needs_chunk_rule
 from pdlib.text import run_line, validation_table
 from pdlib.trial import run_trials
 
@@ -30,6 +31,10 @@ def run_experiment(params: RunParams, *, output=None, params_file=None, validate
                   "prompts": d["prompts"]}))
     disable = quiet or None  # None: quiet when stderr is not a terminal, unless running under Jupyter
     bar = dict(file=sys.stderr, disable=disable, mininterval=2)
+    if params.tbt_slo_ms is not None and any(needs_chunk_rule(p) for p in params.policies):
+        cost = exp.step_cost  # timed chunks of several sizes, before the gate: the plans depend on it
+        log(f"step cost fitted: {cost.a:.3g} ms + {cost.b:.3g} ms/row + {cost.c:.3g} ms/row/position; "
+            f"decode {cost.decode_ms:.3g} ms; A's gap target {params.tbt_slo_ms:g} ms")
     steps = sum(exp.steps_per_run(p) for p in params.policies)
     with tqdm(total=steps, desc="validate", unit="step", **bar) as progress:
         validation = exp.validate(on_step=progress.update)
@@ -45,7 +50,8 @@ def run_experiment(params: RunParams, *, output=None, params_file=None, validate
                                 on_run=progress.update)
     report = build_report(params=params.to_dict(), model=d["model"], prompts=d["prompts"], backend=d["backend"],
                           validation={p: v.to_dict() for p, v in validation.items()},
-                          reference_tokens=reference, trials=trials, params_file=params_file)
+                          reference_tokens=reference, trials=trials, params_file=params_file,
+                          slo=exp.slo_details())
     if out:
         write_report(out, report)
     return report

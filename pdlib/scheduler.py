@@ -9,7 +9,7 @@ that runs as one unit; every step's `work` lists its parts. pdlib/executor.py ru
 new policy is one `Policy` subclass with a `name`; it registers itself in `POLICIES`.
 """
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
@@ -143,11 +143,14 @@ class Chunked(Policy):
     def __init__(self):
         self._round: list[Step] = []
 
+    def chunk(self, b: RequestState, chunk_size: int) -> Prefill:
+        return _chunk(b, chunk_size)
+
     def next_step(self, a, b, *, chunk_size):
         if not self._round:  # planned from the round's start, so B's last chunk cannot add a B decode
             self._round = [Decode(r.name) for r in (a, b) if r.ready]
             if not b.prompt_done:
-                self._round.append(_chunk(b, chunk_size))
+                self._round.append(self.chunk(b, chunk_size))
         return self._round.pop(0) if self._round else None
 
 
@@ -170,18 +173,60 @@ class Mixed(Policy):
 
     name = "mixed"
 
+    def chunk(self, b: RequestState, chunk_size: int) -> Prefill:
+        return _chunk(b, chunk_size)
+
     def next_step(self, a, b, *, chunk_size):
         work = [Decode(r.name) for r in (a, b) if r.ready]
         if not b.prompt_done:
-            work.append(_chunk(b, chunk_size))
+            work.append(self.chunk(b, chunk_size))
         if not work:
             return None
         return work[0] if len(work) == 1 else Batch(tuple(work))
 
 
-def make_policy(name: str) -> Policy:
+class _SloChunks:
+    """Chunk sizes from a time-between-tokens target: `chunk_rule(prefilled)` is the largest chunk whose
+    predicted gap for A stays under the target (pdlib/slo.py fits it); never more than chunk_size, the
+    ceiling."""
+
+    needs_chunk_rule = True
+
+    def __init__(self, *, chunk_rule: Callable[[int], int]):
+        super().__init__()
+        self.chunk_rule = chunk_rule
+
+    def chunk(self, b: RequestState, chunk_size: int) -> Prefill:
+        n = self.chunk_rule(b.prefilled)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"chunk rule gave {n!r} at {b.prefilled}; expected an integer >= 1")
+        return _chunk(b, min(n, chunk_size))
+
+
+class SloChunked(_SloChunks, Chunked):
+    """chunked, with each chunk as large as A's gap target allows."""
+
+    name = "slo-chunked"
+
+
+class SloMixed(_SloChunks, Mixed):
+    """mixed, with each chunk as large as A's gap target allows."""
+
+    name = "slo-mixed"
+
+
+def needs_chunk_rule(name: str) -> bool:
+    return getattr(POLICIES.get(name), "needs_chunk_rule", False)
+
+
+def make_policy(name: str, *, chunk_rule: Callable[[int], int] | None = None) -> Policy:
+    """A fresh policy; `chunk_rule` (prefilled -> chunk size) for the ones that need it (the slo ones)."""
     if name not in POLICIES:
         raise InputError(f"unknown policy {name!r}; expected one of: {', '.join(POLICIES)}")
+    if needs_chunk_rule(name):
+        if chunk_rule is None:
+            raise ValueError(f"policy {name!r} needs a chunk rule (pdlib/slo.py)")
+        return POLICIES[name](chunk_rule=chunk_rule)
     return POLICIES[name]()
 
 
@@ -218,11 +263,12 @@ def schedule(policy: Policy, a: RequestState, b: RequestState, *, chunk_size: in
             states[w.req].apply(w)
 
 
-def iter_plan(policy_name: str, *, prompt_tokens: int, output_tokens: int, chunk_size: int) -> Iterator[Step]:
+def iter_plan(policy_name: str, *, prompt_tokens: int, output_tokens: int, chunk_size: int,
+              chunk_rule: Callable[[int], int] | None = None) -> Iterator[Step]:
     """One experiment's full step sequence, decided as it is consumed: A's set-up prefill, then the policy's
     steps from t0."""
     _positive(prompt_tokens=prompt_tokens, output_tokens=output_tokens, chunk_size=chunk_size)
-    policy = make_policy(policy_name)
+    policy = make_policy(policy_name, chunk_rule=chunk_rule)
     a, b = (RequestState(n, prompt_tokens, output_tokens) for n in "AB")
     for s in prefill_steps(a, chunk_size=chunk_size):
         yield s
@@ -230,10 +276,11 @@ def iter_plan(policy_name: str, *, prompt_tokens: int, output_tokens: int, chunk
     yield from schedule(policy, a, b, chunk_size=chunk_size)
 
 
-def plan(policy_name: str, *, prompt_tokens: int, output_tokens: int, chunk_size: int) -> list[Step]:
+def plan(policy_name: str, *, prompt_tokens: int, output_tokens: int, chunk_size: int,
+         chunk_rule: Callable[[int], int] | None = None) -> list[Step]:
     """`iter_plan` as a list: what the validation gate checks."""
     return list(iter_plan(policy_name, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
-                          chunk_size=chunk_size))
+                          chunk_size=chunk_size, chunk_rule=chunk_rule))
 
 
 def follow(live: Iterable[Step], validated: list[Step]) -> Iterator[Step]:

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from pdlib.errors import InputError
 from pdlib.scheduler import (
-    POLICIES, Batch, Decode, Policy, Prefill, RequestState, make_policy, plan, prefill_steps, schedule, t0_index,
+    POLICIES, Batch, Decode, Policy, Prefill, RequestState, make_policy, needs_chunk_rule, plan, prefill_steps,
+    schedule, t0_index,
 )
 
 P, D = Prefill, Decode
@@ -102,7 +103,8 @@ def test_tiny_exact_sequences():
 def test_one_output_each():
     # output_tokens=1: A is finished at t0, so every policy only prefills B
     for name in POLICIES:
-        assert plan(name, prompt_tokens=3, output_tokens=1, chunk_size=2)[2:] == [P("B", 2), P("B", 1)]
+        rule = (lambda prefilled: 2) if needs_chunk_rule(name) else None
+        assert plan(name, prompt_tokens=3, output_tokens=1, chunk_size=2, chunk_rule=rule)[2:] == [P("B", 2), P("B", 1)]
 
 
 def test_adding_a_policy_is_one_class():
@@ -125,7 +127,7 @@ def test_adding_a_policy_is_one_class():
             type("Again", (Policy,), {"name": "eager"})
     finally:
         POLICIES.pop("b_first", None)
-    assert list(POLICIES) == ["eager", "chunked", "fifo", "mixed"]
+    assert list(POLICIES) == ["eager", "chunked", "fifo", "mixed", "slo-chunked", "slo-mixed"]
 
 
 def test_fresh_policy_per_make():
@@ -147,7 +149,7 @@ def test_bad_numbers(kw, match):
 
 
 def test_unknown_policy():
-    with pytest.raises(InputError, match=r"unknown policy 'greedy'; expected one of: eager, chunked, fifo, mixed"):
+    with pytest.raises(InputError, match=r"unknown policy 'greedy'; expected one of: eager, chunked, fifo, mixed, slo-chunked, slo-mixed"):
         make_policy("greedy")
     with pytest.raises(InputError):
         plan("greedy", prompt_tokens=5, output_tokens=3, chunk_size=2)

@@ -1,0 +1,131 @@
+"""slo-chunked / slo-mixed: chunk sizes from a fitted step cost and A's gap target. The fit, the rule, the
+plans (every token once, never above the ceiling), the gate, and a run whose report says per chunk what was
+predicted and what was observed."""
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pdlib.__main__ import main
+from pdlib.config import RunParams
+from pdlib.errors import InputError
+from pdlib.experiment import Experiment
+from pdlib.metrics import slo_chunks
+from pdlib.scheduler import Batch, Decode, Prefill, plan
+from pdlib.slo import StepCost, chunk_rule, fit
+
+COST = StepCost(a=1.0, b=0.1, c=0.001, decode_ms=2.0, points=[])
+
+
+def test_fit_recovers_a_known_cost_and_never_lets_cost_fall_with_size():
+    pts = [(n, s, 1.0 + 0.1 * n + 0.001 * n * s) for n in (8, 16, 32) for s in (0, 64, 200)]
+    c = fit(pts, decode_ms=2.0)
+    assert np.allclose([c.a, c.b, c.c], [1.0, 0.1, 0.001]) and c.decode_ms == 2.0 and len(c.points) == 9
+    noisy = fit([(n, 0, 5.0 - 0.01 * n) for n in (8, 16, 32)], decode_ms=1.0)  # cost falling with n: noise
+    assert noisy.b == 0.0 and noisy.c == 0.0
+
+
+@pytest.mark.parametrize("mode", ["chunked", "mixed"])
+def test_the_rule_picks_the_largest_chunk_that_meets_the_target(mode):
+    for target in (3.5, 5.0, 8.0, 30.0):
+        rule = chunk_rule(COST, tbt_slo_ms=target, ceiling=64, mode=mode)
+        for prefilled in (0, 100, 1000):
+            n = rule(prefilled)
+            assert 1 <= n <= 64 and (n % 4 == 0 or n < 4)   # a multiple of ceiling/16 (or below it)
+            if COST.gap_ms(1, prefilled, mode=mode) <= target:
+                assert COST.gap_ms(n, prefilled, mode=mode) <= target
+                assert n == 64 or COST.gap_ms(n + 4, prefilled, mode=mode) > target
+    assert chunk_rule(COST, tbt_slo_ms=2.5, ceiling=64, mode="chunked")(0) == 1    # unattainable: the smallest
+    assert chunk_rule(COST, tbt_slo_ms=1e6, ceiling=64, mode="mixed")(5000) == 64  # the ceiling caps it
+
+
+@settings(max_examples=200, deadline=None)
+@given(policy=st.sampled_from(["slo-chunked", "slo-mixed"]), prompt=st.integers(1, 300), out=st.integers(1, 20),
+       ceiling=st.integers(1, 128), sizes=st.lists(st.integers(1, 500), min_size=1, max_size=7))
+def test_slo_plans_prefill_every_token_once_and_never_exceed_the_ceiling(policy, prompt, out, ceiling, sizes):
+    steps = plan(policy, prompt_tokens=prompt, output_tokens=out, chunk_size=ceiling,
+                 chunk_rule=lambda prefilled: sizes[prefilled % len(sizes)])
+    parts = [w for s in steps for w in s.work]
+    for r in "AB":
+        chunks = [w.n for w in parts if isinstance(w, Prefill) and w.req == r]
+        assert sum(chunks) == prompt and max(chunks) <= ceiling
+        assert sum(isinstance(w, Decode) and w.req == r for w in parts) == out - 1
+    if policy == "slo-mixed":  # every step carries every ready decode (A's rides with each B chunk)
+        pre, emit = {"A": 0, "B": 0}, {"A": 0, "B": 0}
+        for step in steps:
+            ready = [r for r in "AB" if pre[r] == prompt and emit[r] < out]
+            decodes = [w.req for w in step.work if isinstance(w, Decode)]
+            assert decodes == ready or (pre["A"] < prompt and not decodes), step  # A's set-up has no decodes
+            assert isinstance(step, Batch) == (len(step.work) > 1)
+            for w in step.work:
+                if isinstance(w, Prefill):
+                    pre[w.req] += w.n
+                    emit[w.req] += pre[w.req] == prompt
+                else:
+                    emit[w.req] += 1
+
+
+def experiment(tiny, chunk, policies=("slo-chunked", "slo-mixed")):
+    params = RunParams(model="synthetic:tiny", prompt_tokens=40, output_tokens=6, chunk_size=chunk,
+                       policies=policies, logical_cache_reset=True, validation_checkpoint_every=4, tbt_slo_ms=5.0)
+    exp = Experiment(params, model=tiny)
+    exp._step_cost = COST  # a fixed cost: the plans do not depend on this machine's timings
+    return exp
+
+
+@pytest.mark.parametrize("chunk", [8, 16, 64])
+def test_slo_policies_pass_the_gate(tiny, chunk):
+    exp = experiment(tiny, chunk)
+    results = exp.validate()
+    assert all(r.passed for r in results.values())
+    sizes = {w.n for s in exp.plan("slo-chunked")[3:] for w in s.work if isinstance(w, Prefill)}
+    assert max(sizes) <= chunk and (len(sizes) > 1 or chunk == 8)   # the rule shrinks chunks as B's prefix grows
+
+
+def test_report_keeps_each_chunks_prediction_and_the_observed_gaps(tmp_path, monkeypatch):
+    import pdlib.experiment
+    calibrated = []
+    monkeypatch.setattr(pdlib.experiment, "calibrate", lambda engine, **kw: calibrated.append(kw) or COST)
+    path = tmp_path / "r.json"
+    rc = main(["run", "--model", "synthetic:tiny", "--prompt-tokens", "96", "--output-tokens", "8", "--chunk-size",
+               "32", "--policies", "chunked", "slo-chunked", "slo-mixed", "--tbt-slo-ms", "4", "--trials", "2",
+               "--warmups", "0", "--logical-cache-reset", "--quiet", "--output", str(path)])
+    assert rc == 0
+    r = json.loads(path.read_text())
+    slo = r["slo"]
+    assert calibrated == [{"prompt_tokens": 96, "ceiling": 32, "logical_reset": True}]   # once, for both policies
+    assert slo["tbt_slo_ms"] == 4 and slo["ceiling"] == 32 and slo["cost"]["a"] == COST.a
+    for policy in ("slo-chunked", "slo-mixed"):
+        chunks = slo["chunks"][policy]
+        assert sum(c["n"] for c in chunks) == 96 and all(1 <= c["n"] <= 32 for c in chunks)
+        assert [c["start"] for c in chunks] == list(np.cumsum([0] + [c["n"] for c in chunks[:-1]]))
+        for t in (t for t in r["trials"] if t["policy"] == policy):
+            ev = [(e["start"], e["stop"]) for e in t["events"] if e["kind"] == "prefill" and e["req"] == "B"]
+            assert ev == [(c["start"], c["start"] + c["n"]) for c in chunks]   # the plan the report describes ran
+    rows = slo_chunks(r)
+    assert len(rows) == sum(len(c) for c in slo["chunks"].values())
+    # a chunk is observed in a trial while A is still decoding across it (A has 7 timed outputs here)
+    assert rows[0]["observed_gap_ms"] and all(len(x["observed_gap_ms"]) <= 2 for x in rows)
+    assert all(x["held"] == [g <= 4 for g in x["observed_gap_ms"]] for x in rows)
+    assert [c["n"] for c in slo["chunks"]["slo-chunked"]][:3] == [10, 8, 8]   # shrinking as B's prefix grows
+    # what notebook 02 shows: one row per chunk and trial, a per-policy table, the chart
+    from pdlib import analysis, plots, present
+    frame = analysis.slo_frame(r)
+    assert len(frame) == sum(len(x["observed_gap_ms"]) for x in rows)
+    assert set(frame["policy"]) == {"slo-chunked", "slo-mixed"}
+    table = present.slo_table(r)
+    assert list(table["chunks"]) == [len(slo["chunks"]["slo-chunked"]), len(slo["chunks"]["slo-mixed"])]
+    assert list(table["gaps observed"]) == [int((frame["policy"] == p).sum()) for p in ("slo-chunked", "slo-mixed")]
+    spec = plots.slo_chart(frame, tbt_slo_ms=4).to_dict()
+    assert "4 ms target" in spec["description"] and len(spec["spec"]["layer"]) == 3
+    assert analysis.slo_frame({"trials": []}).empty   # no slo policy: nothing to show
+
+
+def test_slo_policies_need_a_target():
+    with pytest.raises(InputError, match="slo-mixed need a gap target: tbt_slo_ms"):
+        RunParams(model="synthetic:tiny", policies=("chunked", "slo-mixed"))
+    with pytest.raises(InputError, match="tbt_slo_ms must be a finite number > 0, got -1"):
+        RunParams(model="synthetic:tiny", policies=("slo-chunked",), tbt_slo_ms=-1)
