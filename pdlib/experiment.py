@@ -13,7 +13,7 @@ from pdlib.engine import Engine
 from pdlib.engine.kernels import BACKEND
 from pdlib.prompts import make_prompts
 from pdlib.reference import Reference
-from pdlib.scheduler import Prefill, Step, follow, iter_plan, needs_chunk_rule, plan, t0_index
+from pdlib.scheduler import Prefill, Step, follow, iter_plan, needs_chunk_rule, plan
 from pdlib.slo import StepCost, calibrate, chunk_rule, mode_of
 from pdlib.validate import ReferenceTrace, ValidationResult, validate_policy
 from pdlib.weights import load_model
@@ -80,14 +80,10 @@ class Experiment:
             return None
         cost, chunks = self.step_cost, {}
         for q in policies:
-            starts, out = {}, []
-            for step in self.plan(q)[t0_index(self.plan(q)):]:
-                for w in step.work:
-                    if isinstance(w, Prefill) and w.req == "B":
-                        out.append({"start": starts.get("B", 0), "n": w.n,
-                                    "predicted_gap_ms": cost.gap_ms(w.n, starts.get("B", 0), mode=mode_of(q))})
-                        starts["B"] = starts.get("B", 0) + w.n
-            chunks[q] = out
+            chunks[q], start = [], 0
+            for w in (w for step in self.plan(q) for w in step.work if isinstance(w, Prefill) and w.req == "B"):
+                chunks[q].append({"start": start, "n": w.n, "predicted_gap_ms": cost.gap_ms(w.n, start, mode=mode_of(q))})
+                start += w.n
         return {"tbt_slo_ms": self.params.tbt_slo_ms, "ceiling": self.params.chunk_size, "cost": cost.to_dict(),
                 "chunks": chunks}
 
