@@ -135,9 +135,12 @@ def environment(backend: str) -> dict:
 
 
 def build_report(*, params: dict, model: dict, prompts: dict, backend: str, validation: dict,
-                 reference_tokens: dict, trials: list, params_file=None) -> dict:
+                 reference_tokens: dict, trials: list, params_file=None, workers: dict | None = None) -> dict:
+    env = environment(backend)
+    if workers:  # issue 13: a disagg run's two workers
+        env["workers"] = workers
     return {"schema": SCHEMA,
             "created_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "params": params, "model": model, "prompts": prompts, "environment": environment(backend),
+            "params": params, "model": model, "prompts": prompts, "environment": env,
             "sources": source_hashes(params_file), "validation": validation,
             "reference_tokens": reference_tokens, "trials": trials}
