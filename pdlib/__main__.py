@@ -52,12 +52,18 @@ def _params(args):
     return RunParams.from_yaml(args.params, **given) if args.params else RunParams(**given)
 
 
+def _worker_errors() -> tuple:
+    """Issue 13: disagg's prefill worker failing (died, hung) is a run failure, exit 1, like a failed gate."""
+    from pdlib.disagg.launch import WorkerError
+    return (WorkerError,)
+
+
 def cmd_validate(args) -> int:
     from pdlib.runner import run_experiment
     from pdlib.validate import ValidationError
     try:
         run_experiment(_params(args), validate_only=True, quiet=args.quiet)
-    except ValidationError as e:
+    except (ValidationError, *_worker_errors()) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0
@@ -74,7 +80,7 @@ def cmd_run(args) -> int:
     try:
         report = run_experiment(params, output=args.output, params_file=args.params,
                                 validate_only=args.validate_only, quiet=args.quiet)
-    except (ValidationError, TokenMismatch) as e:
+    except (ValidationError, TokenMismatch, *_worker_errors()) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     if report["trials"]:

@@ -1,6 +1,7 @@
 """The one executor of a plan: validation and timed trials are two uses of it, so the step sequence that is
 timed is the one that was checked (a timed run's policy decides live and is held to the validated plan step
-for step: `scheduler.follow`).
+for step: `scheduler.follow`; `disagg`, whose interleaving depends on timing, per request:
+`scheduler.interleave`, pdlib/disagg/remote.py).
 
     steps = plan("chunked", prompt_tokens=4096, output_tokens=1024, chunk_size=128)
     execute(engine, steps, logical_reset=True, hooks=[gate])                       # validation
@@ -11,6 +12,11 @@ step. A step is one engine call (a Batch's parts run as one ragged step); then t
 output's token id (`.item()`) and reads the clock right after it. The step ends with its last token or,
 when a part yields none, with a device sync, so its time is its work's. Hooks see each step after it ran:
 its parts' results and the clock readings.
+
+Disaggregation: a step source may carry a `remote` (pdlib/disagg/remote.py, `RemoteSteps`). Then
+at t0, before B's reset here, the executor signals the prefill worker (`remote.start()`), and a
+`Prefill(remote=True)` step is issued to it: it joins the K/V transfer and installs B's K/V and first output
+here (`remote.receive`), recording the transfer in its result. Everything else is unchanged.
 """
 
 import time
@@ -33,6 +39,7 @@ class WorkResult:
     output: Output | None       # the output it yielded, if any (decodes, and a prompt's last chunk)
     token: int | None = None    # the token id as the host observed it
     t_emit: int | None = None   # perf_counter_ns right after the host observed it
+    transfer: dict | None = None  # a remote prefill's: bytes, mode, t_dispatch, t_ready, t_start, t_end (ns)
 
 
 class Hook:
@@ -44,6 +51,15 @@ class Hook:
     def on_step(self, index: int, step: Step, results: list[WorkResult], t_start: int, t_end: int,
                 *, timed: bool) -> None:
         """Step `index` ran between t_start and t_end; `timed` is False for A's set-up before t0."""
+
+
+def _receive(engine: Engine, step: Prefill, remote) -> list[WorkResult]:
+    """A remote prefill step, received from the prefill worker (the transfer) into the engine."""
+    if remote is None:
+        raise ValueError(f"{step} needs a step source with a prefill worker (pdlib.disagg)")
+    start = engine.requests[step.req].length
+    out, transfer = remote.receive(engine, step.req, step.n)
+    return [WorkResult(step, start, engine.requests[step.req].length, out, transfer=transfer)]
 
 
 def _issue(engine: Engine, step: Step) -> list[WorkResult]:
@@ -61,19 +77,23 @@ def execute(engine: Engine, steps: Iterable[Step], *, logical_reset: bool, hooks
     """`steps`: a plan, or a policy deciding live (`scheduler.follow`), whose decisions then fall between
     steps, inside the timed run."""
     timed = False
+    remote = getattr(steps, "remote", None)  # disagg's prefill worker
     engine.reset("A", logical=logical_reset)
     for i, step in enumerate(steps):
         if not timed and not is_setup(step):
             timed = True
             mx.synchronize()  # nothing of the set-up may run into the timed part
             t = now()
+            if remote is not None:
+                remote.start()  # B's prompt goes to the prefill worker, which starts on this signal
             engine.reset("B", logical=logical_reset)
             mx.synchronize()
             t_reset = now()
             for h in hooks:
                 h.on_t0(t, t_reset)
         t_start = now()
-        results = _issue(engine, step)
+        remote_step = isinstance(step, Prefill) and step.remote
+        results = _receive(engine, step, remote) if remote_step else _issue(engine, step)
         for r in results:
             if r.output is not None:
                 r.token = r.output.token.item()

@@ -13,7 +13,7 @@ from pdlib.engine import Engine
 from pdlib.engine.kernels import BACKEND
 from pdlib.prompts import make_prompts
 from pdlib.reference import Reference
-from pdlib.scheduler import Prefill, Step, follow, iter_plan, needs_chunk_rule, plan
+from pdlib.scheduler import POLICIES, Prefill, Step, follow, iter_plan, needs_chunk_rule, plan
 from pdlib.slo import StepCost, calibrate, chunk_rule, mode_of
 from pdlib.validate import ReferenceTrace, ValidationResult, validate_policy
 from pdlib.weights import load_model
@@ -37,6 +37,7 @@ class Experiment:
         self._traces = None
         self._plans: dict[str, list[Step]] = {}
         self._step_cost: StepCost | None = None
+        self._disagg = None  # the prefill worker's session, made when a disagg run first needs it
 
     @property
     def traces(self) -> dict[str, ReferenceTrace]:
@@ -61,7 +62,10 @@ class Experiment:
         return self._plans[policy]
 
     def walk(self, policy: str) -> Iterator[Step]:
-        """The policy deciding live, as a timed run needs it, held to the validated plan step for step."""
+        """The policy deciding live, as a timed run needs it, held to the validated plan step for step
+        (a remote-prefill policy: per request, its interleaving depends on timing; pdlib/disagg/remote.py)."""
+        if POLICIES[policy].remote_prefill:
+            return self.disagg().walk(self.plan(policy))
         return follow(iter_plan(policy, **self._shape(policy)), self.plan(policy))
 
     @property
@@ -89,10 +93,25 @@ class Experiment:
 
     def validate(self, policies=None, *, on_step=None) -> dict[str, ValidationResult]:
         p = self.params
-        return {policy: validate_policy(policy, engine=self.engine, traces=self.traces, steps=self.plan(policy),
+        return {policy: validate_policy(policy, engine=self.engine, traces=self.traces, steps=self._gate_steps(policy),
                                         output_tokens=p.output_tokens, checkpoint_every=p.validation_checkpoint_every,
                                         logical_reset=p.logical_cache_reset, on_step=on_step)
                 for policy in (policies or p.policies)}
+
+    def _gate_steps(self, policy: str):
+        """What the gate runs: the plan, or for a remote-prefill policy the same live mechanism a trial runs."""
+        return self.walk(policy) if POLICIES[policy].remote_prefill else self.plan(policy)
+
+    def disagg(self):
+        if self._disagg is None:
+            from pdlib.disagg.remote import DisaggSession
+            self._disagg = DisaggSession(self.params, prompt_ids=self.prompts["B"].token_ids,
+                                         config=self.model.config)
+        return self._disagg
+
+    def workers(self) -> dict | None:
+        """Both workers' devices and the transfer's shape, once a disagg run has used them."""
+        return self._disagg.workers if self._disagg else None
 
     def steps_per_run(self, policy: str) -> int:
         return len(self.plan(policy))

@@ -135,10 +135,14 @@ def environment(backend: str) -> dict:
 
 
 def build_report(*, params: dict, model: dict, prompts: dict, backend: str, validation: dict,
-                 reference_tokens: dict, trials: list, params_file=None, slo: dict | None = None) -> dict:
+                 reference_tokens: dict, trials: list, params_file=None, slo: dict | None = None,
+                 workers: dict | None = None) -> dict:
+    env = environment(backend)
+    if workers:  # a disagg run's two workers
+        env["workers"] = workers
     report = {"schema": SCHEMA,
               "created_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-              "params": params, "model": model, "prompts": prompts, "environment": environment(backend),
+              "params": params, "model": model, "prompts": prompts, "environment": env,
               "sources": source_hashes(params_file), "validation": validation,
               "reference_tokens": reference_tokens, "trials": trials}
     if slo is not None:  # only when an slo policy ran (report_schema.py)

@@ -35,6 +35,11 @@ A report is one JSON object:
       ]
     }
 
+Disagg runs: B's prefill event carries "remote": true and spans the prefill worker's signal (t0)
+to the decode worker seeing its "ready"; a "transfer" event (req B, start 0, stop = prompt tokens) adds
+"bytes" and "mode" and spans the collective on the decode worker; environment["workers"] names both workers'
+devices, the backend (ring | nccl) and the transfer mode.
+
 All times are integer nanoseconds relative to t0 (the instant A is ready for its next decode and B arrives).
 A's first timed token has a gap measured from t0 (its "initial resumption gap"); every later gap is the
 difference of consecutive emission times. Warmups are not in the report (they are untimed and checked only
@@ -44,6 +49,6 @@ against the reference tokens).
 SCHEMA = "pdlib.report/1"
 SWEEP_SCHEMA = "pdlib.sweep/1"  # a sweep folder's index.json: see pdlib/sweep.py
 REQUESTS = ("A", "B")
-EVENT_KINDS = ("reset", "prefill", "decode")
+EVENT_KINDS = ("reset", "prefill", "decode", "transfer")
 TOP_LEVEL_KEYS = ("schema", "created_utc", "params", "model", "prompts", "environment", "sources",
                   "validation", "reference_tokens", "trials")

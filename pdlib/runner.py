@@ -22,7 +22,8 @@ from pdlib.trial import run_trials
 def run_experiment(params: RunParams, *, output=None, params_file=None, validate_only: bool = False,
                    quiet: bool = False, log=print, model=None) -> dict:
     """Returns the report dict (also written to `output` when given). Raises ValidationError or TokenMismatch
-    on a numerical mismatch, InputError on bad input; writes nothing in those cases. `model`: weights already
+    on a numerical mismatch, InputError on bad input, disagg's WorkerError when its prefill worker fails;
+    writes nothing in those cases. `model`: weights already
     loaded for params.model (a sweep loads them once for all its runs)."""
     out = claim_output(output) if output else None
     exp = Experiment(params, model=model)
@@ -51,7 +52,7 @@ def run_experiment(params: RunParams, *, output=None, params_file=None, validate
     report = build_report(params=params.to_dict(), model=d["model"], prompts=d["prompts"], backend=d["backend"],
                           validation={p: v.to_dict() for p, v in validation.items()},
                           reference_tokens=reference, trials=trials, params_file=params_file,
-                          slo=exp.slo_details())
+                          slo=exp.slo_details(), workers=exp.workers())
     if out:
         write_report(out, report)
     return report

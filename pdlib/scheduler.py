@@ -10,7 +10,7 @@ new policy is one `Policy` subclass with a `name`; it registers itself in `POLIC
 """
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from pdlib.errors import InputError
@@ -20,6 +20,7 @@ from pdlib.errors import InputError
 class Prefill:
     req: str
     n: int  # the next n prompt tokens; the chunk that ends the prompt emits the first output
+    remote: bool = field(default=False, repr=False)  # disagg: computed by the prefill worker, received here
 
     @property
     def work(self) -> tuple["Work", ...]:
@@ -100,6 +101,7 @@ class Policy:
     May keep tiny private state, so make a fresh instance per run."""
 
     name: ClassVar[str]
+    remote_prefill: ClassVar[bool] = False  # True: B's prompt runs in a second process (pdlib/disagg)
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -219,6 +221,55 @@ def needs_chunk_rule(name: str) -> bool:
     return getattr(POLICIES.get(name), "needs_chunk_rule", False)
 
 
+class Disagg(Policy):
+    """Prefill/decode disaggregation (DistServe, Splitwise): B's whole prompt runs on a second worker
+    (pdlib/disagg), which starts at t0; meanwhile A keeps decoding here. Once `ready()` says B's K/V and
+    first output are waiting, one remote `Prefill` receives them (the transfer: A's only pause); then A and B
+    decode in turn, A first. If A runs out of work first, the remote prefill is issued anyway and waits.
+    `ready` is a non-blocking probe of the side channel; without one (a plan) B's K/V is ready at once, so
+    the plan fixes each request's own sequence, not the interleaving (see `interleave`)."""
+
+    name = "disagg"
+    remote_prefill = True
+
+    def __init__(self, ready: Callable[[], bool] = lambda: True):
+        self._ready, self._a_turn = ready, True
+
+    def next_step(self, a, b, *, chunk_size):
+        if not b.prompt_done:
+            if a.ready and not self._ready():
+                return Decode(a.name)
+            return Prefill(b.name, b.prompt_tokens - b.prefilled, remote=True)
+        first, second = (a, b) if self._a_turn else (b, a)
+        r = first if first.ready else second if second.ready else None
+        if r is None:
+            return None
+        self._a_turn = r is b
+        return Decode(r.name)
+
+
+def interleave(live: Iterable[Step], validated: list[Step]) -> Iterator[Step]:
+    """For a policy whose interleaving depends on timing (disagg): the live steps, each part held to the
+    validated plan *per request* (every token exactly once, in order); the order across requests is free.
+    The gate's checks are per request, so this is what makes a timed run the validated one."""
+    queues: dict[str, list[Work]] = {}
+    for s in validated:
+        for w in s.work:
+            queues.setdefault(w.req, []).append(w)
+    pos = {r: 0 for r in queues}
+    for n, step in enumerate(live):
+        for w in step.work:
+            q, i = queues.get(w.req, []), pos.get(w.req, 0)
+            if i >= len(q) or w != q[i]:
+                raise RuntimeError(f"step {n}: {w!r} is not {w.req}'s next validated part "
+                                   f"({q[i] if i < len(q) else 'the end'!r})")
+            pos[w.req] = i + 1
+        yield step
+    short = {r: f"{pos[r]}/{len(q)}" for r, q in queues.items() if pos[r] != len(q)}
+    if short:
+        raise RuntimeError(f"the run ended with parts left of the validated plan: {short}")
+
+
 def make_policy(name: str, *, chunk_rule: Callable[[int], int] | None = None) -> Policy:
     """A fresh policy; `chunk_rule` (prefilled -> chunk size) for the ones that need it (the slo ones)."""
     if name not in POLICIES:
@@ -264,11 +315,11 @@ def schedule(policy: Policy, a: RequestState, b: RequestState, *, chunk_size: in
 
 
 def iter_plan(policy_name: str, *, prompt_tokens: int, output_tokens: int, chunk_size: int,
-              chunk_rule: Callable[[int], int] | None = None) -> Iterator[Step]:
+              chunk_rule: Callable[[int], int] | None = None, policy: Policy | None = None) -> Iterator[Step]:
     """One experiment's full step sequence, decided as it is consumed: A's set-up prefill, then the policy's
-    steps from t0."""
+    steps from t0. `policy`: an instance to use instead of a fresh one (disagg's, bound to its worker)."""
     _positive(prompt_tokens=prompt_tokens, output_tokens=output_tokens, chunk_size=chunk_size)
-    policy = make_policy(policy_name, chunk_rule=chunk_rule)
+    policy = policy or make_policy(policy_name, chunk_rule=chunk_rule)
     a, b = (RequestState(n, prompt_tokens, output_tokens) for n in "AB")
     for s in prefill_steps(a, chunk_size=chunk_size):
         yield s

@@ -105,6 +105,7 @@ def run_sweep(params: RunParams, *, chunk_sizes, references=(), output, params_f
     """Run every point (see the module docstring) and write the index; returns it. index["stopped"] is None
     when every point passed, else {policy, chunk_size, role, report, error} of the point that failed (its
     report is not written). InputError, before any work, for bad input or an unusable output folder."""
+    from pdlib.disagg.launch import WorkerError  # disagg's prefill worker failed
     from pdlib.runner import run_experiment
     from pdlib.trial import TokenMismatch
     from pdlib.validate import ValidationError
@@ -124,7 +125,7 @@ def run_sweep(params: RunParams, *, chunk_sizes, references=(), output, params_f
             try:
                 report = run_experiment(pt.params, output=out / pt.report, params_file=params_file, quiet=True,
                                         log=lines.append, model=model)
-            except (ValidationError, TokenMismatch) as e:
+            except (ValidationError, TokenMismatch, WorkerError) as e:
                 stopped = {"policy": pt.policy, "chunk_size": pt.chunk_size, "role": pt.role, "report": pt.report,
                            "error": f"{type(e).__name__}: {str(e).splitlines()[0]}"}
                 break

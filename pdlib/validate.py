@@ -197,7 +197,8 @@ def validate_policy(policy: str, *, engine: Engine, traces: dict[str, ReferenceT
                     output_tokens: int, checkpoint_every: int = 64, logical_reset: bool = True,
                     on_step=None) -> ValidationResult:
     """Run `policy`'s plan `steps` through the executor (A's set-up prefill, B's reset at t0, then the
-    policy's steps: exactly what a trial runs) and check each one."""
+    policy's steps: exactly what a trial runs) and check each one. For `disagg`, `steps` is the live
+    mechanism itself (Experiment.walk), held to the plan per request (pdlib/disagg/remote.py says why)."""
     result = ValidationResult(policy)
     execute(engine, steps, logical_reset=logical_reset,
             hooks=[Gate(engine, traces, result, checkpoint_every=checkpoint_every, on_step=on_step)])

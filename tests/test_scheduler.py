@@ -101,10 +101,11 @@ def test_tiny_exact_sequences():
 
 
 def test_one_output_each():
-    # output_tokens=1: A is finished at t0, so every policy only prefills B
+    # output_tokens=1: A is finished at t0, so every policy only prefills B (disagg: remotely, in one step)
     for name in POLICIES:
         rule = (lambda prefilled: 2) if needs_chunk_rule(name) else None
-        assert plan(name, prompt_tokens=3, output_tokens=1, chunk_size=2, chunk_rule=rule)[2:] == [P("B", 2), P("B", 1)]
+        want = [P("B", 3, remote=True)] if POLICIES[name].remote_prefill else [P("B", 2), P("B", 1)]
+        assert plan(name, prompt_tokens=3, output_tokens=1, chunk_size=2, chunk_rule=rule)[2:] == want
 
 
 def test_adding_a_policy_is_one_class():
@@ -127,7 +128,7 @@ def test_adding_a_policy_is_one_class():
             type("Again", (Policy,), {"name": "eager"})
     finally:
         POLICIES.pop("b_first", None)
-    assert list(POLICIES) == ["eager", "chunked", "fifo", "mixed", "slo-chunked", "slo-mixed"]
+    assert list(POLICIES) == ["eager", "chunked", "fifo", "mixed", "slo-chunked", "slo-mixed", "disagg"]
 
 
 def test_fresh_policy_per_make():

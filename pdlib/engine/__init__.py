@@ -106,6 +106,13 @@ class Engine:
         logits, token = self.model.decode(r.cache, r.next_token)
         return self._emit(r, logits, token)
 
+    def install(self, name: str, kv: mx.array, logits: mx.array, token: mx.array) -> Output:
+        """A prompt prefilled elsewhere (disagg): kv (L, 2, Hkv, T, Dh) goes into the request's cache after
+        what it holds; logits and token are the prompt's first output, as its last chunk yields it."""
+        r = self.requests[name]
+        r.cache.install([kv[i, 0] for i in range(kv.shape[0])], [kv[i, 1] for i in range(kv.shape[0])])
+        return self._emit(r, logits, token)
+
     @staticmethod
     def _emit(r: Request, logits: mx.array, token: mx.array | None = None) -> Output:
         token = mx.argmax(logits) if token is None else token

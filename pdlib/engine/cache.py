@@ -68,6 +68,18 @@ class KVCache:
         self.written = list(written)
         self.advance(1, next_pos=next_pos)
 
+    def install(self, keys: list, values: list) -> None:
+        """A prefix computed elsewhere (disagg: received from the prefill worker): per layer (Hkv, T, Dh) K and
+        V written at positions [length, length + T), then T positions more. A functional update, so every later
+        read or in-place write of the layer's buffer depends on it."""
+        start, n = self._length, keys[0].shape[1]
+        if start + n > self.capacity:
+            raise ValueError(f"KV cache overflow: {start} + {n} positions exceed capacity {self.capacity}")
+        for i, (k, v) in enumerate(zip(keys, values, strict=True)):
+            self.k[i] = mx.slice_update(self.k[i], k, mx.array([start]), axes=(1,))
+            self.v[i] = mx.slice_update(self.v[i], v, mx.array([start]), axes=(1,))
+        self.advance(n)
+
     def read(self, layer: int, start: int, stop: int) -> tuple[mx.array, mx.array]:
         """K and V of one layer over positions [start, stop), ordered after the cache's last in-place write."""
         w = self.written[layer]

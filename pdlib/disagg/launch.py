@@ -1,0 +1,223 @@
+"""Start the prefill worker (rank 1) and join the distributed group with it as rank 0; the side channel.
+
+    worker = PrefillWorker.get()            # spawned once per process: MLX caches its group for good
+    worker.send({"cmd": "setup", ...}); worker.wait_message("setup", timeout_s=120)
+    worker.poll()                           # a message if one is waiting, else None: never blocks
+
+The tensors travel only through MLX's collectives (transfer.py); the side channel is a pair of pipes carrying
+one JSON object per line (commands down, "ready" and "setup" replies up). On the CPU the group is MLX's ring
+backend over two localhost ports (MLX_RANK, MLX_HOSTFILE); on CUDA it is NCCL (MLX_WORLD_SIZE, MLX_RANK,
+NCCL_HOST_IP, NCCL_PORT; the worker sees GPU 1 as its only device), which is written but not yet run.
+
+MLX keeps the first group a process initialises (mlx/distributed/distributed.cpp: `init` returns the cached
+one), so one worker serves every disagg run of this process, reconfigured by "setup"; if it dies, the group
+is gone for good and later disagg runs in this process fail at once, saying so. Every wait has a timeout;
+a failure kills the worker and raises `WorkerError` with one line.
+"""
+
+import atexit
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import mlx.core as mx
+
+SPAWN_TIMEOUT_S = 120.0   # the worker's imports and its "hello"
+JOIN_TIMEOUT_S = 60.0     # mx.distributed.init on rank 0 (the ring's accept blocks while holding the GIL)
+
+
+class WorkerError(RuntimeError):
+    """The prefill worker died, hung or broke the protocol; the message is one line for the CLI."""
+
+
+def backend() -> str:
+    return "nccl" if mx.cuda.is_available() else "ring"
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+@contextlib.contextmanager
+def _alarm(seconds: float, what: str):
+    """SIGALRM interrupts a blocking accept()/connect() in C++ (the ring's init holds the GIL, so no thread
+    could); main thread only, elsewhere no guard."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired = []
+
+    def handler(signum, frame):
+        fired.append(True)
+        raise WorkerError(f"{what} took more than {seconds:.0f} s")
+
+    previous = signal.signal(signal.SIGALRM, handler)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    except RuntimeError as e:
+        if fired and not isinstance(e, WorkerError):
+            raise WorkerError(f"{what} took more than {seconds:.0f} s ({e})") from e
+        raise
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+class PrefillWorker:
+    """The prefill worker process and the side channel to it, as seen from rank 0."""
+
+    _instance: "PrefillWorker | None" = None
+
+    @classmethod
+    def get(cls) -> "PrefillWorker":
+        if cls._instance is None:
+            cls._instance = cls()
+        elif cls._instance.broken:
+            raise WorkerError(f"this process's prefill worker failed earlier ({cls._instance.broken}); MLX keeps "
+                              f"one distributed group per process, so start a new process for disagg")
+        return cls._instance
+
+    def __init__(self):
+        self.broken: str | None = None
+        self.backend = backend()
+        self._dir = tempfile.TemporaryDirectory(prefix="pdlib-disagg-")
+        self._stderr = open(os.path.join(self._dir.name, "worker.stderr"), "w+b")
+        down_r, self._down = os.pipe()   # commands, rank 0 -> worker
+        self._up, up_w = os.pipe()       # replies, worker -> rank 0
+        env = dict(os.environ, MLX_RANK="1", PYTHONUNBUFFERED="1")
+        mine: dict[str, str] = {"MLX_RANK": "0"}
+        if self.backend == "ring":
+            hostfile = os.path.join(self._dir.name, "hosts.json")
+            with open(hostfile, "w") as f:
+                json.dump([[f"127.0.0.1:{p}"] for p in _free_ports(2)], f)
+            env["MLX_HOSTFILE"] = mine["MLX_HOSTFILE"] = hostfile
+        else:
+            port = str(_free_ports(1)[0])
+            for k, v in {"MLX_WORLD_SIZE": "2", "NCCL_HOST_IP": "127.0.0.1", "NCCL_PORT": port}.items():
+                env[k] = mine[k] = v
+            env["CUDA_VISIBLE_DEVICES"] = os.environ.get("PDLIB_PREFILL_GPU", "1")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pdlib.disagg.worker", "--commands", str(down_r), "--replies", str(up_w),
+             "--backend", self.backend],
+            pass_fds=(down_r, up_w), env=env, stdin=subprocess.DEVNULL, stdout=self._stderr,
+            stderr=self._stderr)
+        os.close(down_r)
+        os.close(up_w)
+        self._buf = b""
+        atexit.register(self.close)
+        try:
+            self.wait_message("hello", timeout_s=SPAWN_TIMEOUT_S)
+            saved = {k: os.environ.get(k) for k in mine}
+            os.environ.update(mine)
+            try:
+                with _alarm(JOIN_TIMEOUT_S, "joining the distributed group with the prefill worker"):
+                    self.group = mx.distributed.init(strict=True, backend=self.backend)
+            finally:
+                for k, v in saved.items():
+                    os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+            if self.group.size() != 2 or self.group.rank() != 0:
+                self.fail(f"the distributed group has rank {self.group.rank()} of {self.group.size()}, "
+                          f"expected rank 0 of 2 (is MLX_RANK/MLX_HOSTFILE set by a launcher?)")
+        except BaseException as e:
+            if not isinstance(e, WorkerError):
+                self.kill()
+            else:
+                self.kill(str(e))
+            raise
+
+    # -- side channel ------------------------------------------------------------------------------------
+    def send(self, msg: dict) -> None:
+        try:
+            os.write(self._down, (json.dumps(msg) + "\n").encode())
+        except OSError:
+            self.fail(self._died("when sent a command"))
+
+    def poll(self, when: str = "before replying") -> dict | None:
+        """The next message if one is complete now, else None; raises WorkerError if the worker is gone."""
+        while b"\n" not in self._buf:
+            ready, _, _ = select.select([self._up], [], [], 0)
+            if not ready:
+                return None
+            data = os.read(self._up, 1 << 16)
+            if not data:
+                self.fail(self._died(when))
+            self._buf += data
+        line, self._buf = self._buf.split(b"\n", 1)
+        msg = json.loads(line)
+        if "error" in msg:
+            self.fail(f"prefill worker failed: {msg['error']}")
+        return msg
+
+    def wait_message(self, kind: str, *, timeout_s: float, what: str | None = None) -> dict:
+        """Block (up to timeout_s) for the next message, which must be of `kind`."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            msg = self.poll(f"before its {kind!r} reply" + (f" ({what})" if what else ""))
+            if msg is not None:
+                if msg.get("kind") != kind:
+                    self.fail(f"prefill worker sent {msg.get('kind')!r}, expected {kind!r}")
+                return msg
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.fail(f"prefill worker sent no {kind!r} within {timeout_s:.0f} s"
+                          + (f" ({what})" if what else ""))
+            select.select([self._up], [], [], min(left, 0.5))
+
+    # -- failure -----------------------------------------------------------------------------------------
+    def _died(self, when: str) -> str:
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return f"the side channel to the prefill worker closed {when}"
+        return f"prefill worker exited with code {code} {when}{self._stderr_tail()}"
+
+    def _stderr_tail(self) -> str:
+        try:
+            self._stderr.flush()
+            self._stderr.seek(0)
+            lines = [l for l in self._stderr.read().decode(errors="replace").splitlines() if l.strip()]
+        except (OSError, ValueError):
+            return ""
+        return f" (its last words: {lines[-1].strip()[:300]})" if lines else ""
+
+    def fail(self, message: str):
+        self.kill(message)
+        raise WorkerError(message)
+
+    def kill(self, reason: str = "killed") -> None:
+        """Kill the worker now (the group is unusable afterwards)."""
+        self.broken = self.broken or reason
+        if self.proc.poll() is None:
+            self.proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
+
+    def close(self) -> None:
+        """At exit: ask the worker to quit, then make sure it is gone."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(OSError):
+                os.write(self._down, b'{"cmd": "quit"}\n')
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=5)
+        self.kill("closed")
+        for fd in (self._down, self._up):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._stderr.close()
+        self._dir.cleanup()

@@ -1,0 +1,135 @@
+"""The decode worker's view of disaggregation: what the one executor calls for a `disagg` run.
+
+    session = DisaggSession(params, prompt_ids=..., config=model.config)    # the worker builds B's engine
+    steps = session.walk(validated_plan)       # the live policy + its RemotePrefill, for execute()
+    execute(engine, steps, logical_reset=True, hooks=[gate or recorder])
+
+At t0 the executor calls `remote.start()` (the prefill worker starts on that signal). Between A's steps the
+`disagg` policy polls `remote.ready()`, which never blocks. When the worker has said "ready", the policy's
+`Prefill(remote=True)` step makes the executor call `remote.receive()`: join the collective (A's only pause),
+install B's K/V into its cache here, and return B's first output (logits and token from the worker's last
+chunk) with the transfer's bytes and times on this clock. If A has nothing left first, `receive` waits.
+
+How a timing-dependent interleaving is validated: the gate runs this same live mechanism (not a fixed plan)
+and checks every output's logits and token, every K/V slot and B's received prefix; those checks are per
+request, and neither request's numbers depend on the other's, so the order cannot change them. A timed run
+is then held, through `scheduler.interleave`, to the validated plan *per request*: every part exactly once
+and in order, any interleaving across requests; its tokens are checked against the gate's as for every
+policy.
+"""
+
+import os
+import threading
+
+import mlx.core as mx
+
+from pdlib.disagg import transfer
+from pdlib.disagg.launch import PrefillWorker, WorkerError
+from pdlib.engine import Output
+from pdlib.executor import now
+from pdlib.scheduler import Disagg, Step, interleave, iter_plan
+
+SETUP_TIMEOUT_S = 900.0    # the worker loads the weights (synthetic Qwen3-0.6B: ~11 s on the CPU)
+# From the signal to "ready" (B's whole prompt on the worker), and the collective itself (then the worker is
+# killed, which fails the collective). PDLIB_DISAGG_TIMEOUT_S overrides both (the tests' hung worker).
+PREFILL_TIMEOUT_S = float(os.environ.get("PDLIB_DISAGG_TIMEOUT_S", 600.0))
+TRANSFER_TIMEOUT_S = float(os.environ.get("PDLIB_DISAGG_TIMEOUT_S", 120.0))
+
+
+def transfer_mode() -> str:
+    """PDLIB_DISAGG_TRANSFER picks the collective's shape (transfer.MODES; default the first, the faster on
+    the CPU, notes/disagg.md); every transfer event records the one used."""
+    mode = os.environ.get("PDLIB_DISAGG_TRANSFER", transfer.MODES[0])
+    if mode not in transfer.MODES:
+        raise ValueError(f"PDLIB_DISAGG_TRANSFER={mode!r}; expected one of {transfer.MODES}")
+    return mode
+
+
+class RemotePrefill:
+    """One run's remote prefill of B: start (t0), ready (poll), receive (the transfer and install)."""
+
+    def __init__(self, worker: PrefillWorker, *, shape: tuple, vocab: int, mode: str):
+        self.worker, self.shape, self.vocab, self.mode = worker, shape, vocab, mode
+        self.t_dispatch = self.t_ready = self.token = None
+
+    def start(self) -> None:
+        if self.t_dispatch is not None:
+            raise RuntimeError("a RemotePrefill serves one run")
+        self.worker.send({"cmd": "prefill"})
+        self.t_dispatch = now()
+
+    def ready(self) -> bool:
+        if self.token is None and self.t_dispatch is not None:
+            msg = self.worker.poll(when="before B's K/V arrived")
+            if msg is not None:
+                self._got(msg)
+        return self.token is not None
+
+    def _got(self, msg: dict) -> None:
+        if msg.get("kind") != "ready":
+            self.worker.fail(f"prefill worker sent {msg.get('kind')!r}, expected 'ready'")
+        self.token, self.t_ready = int(msg["token"]), now()
+
+    def receive(self, engine, req: str, n: int) -> tuple[Output, dict]:
+        if self.t_dispatch is None:
+            raise RuntimeError("receive before start: the executor signals the prefill worker at t0")
+        if n != self.shape[3]:
+            raise ValueError(f"a remote prefill of {n} tokens; the worker prefills {self.shape[3]}")
+        if not self.ready():
+            self._got(self.worker.wait_message("ready", timeout_s=PREFILL_TIMEOUT_S,
+                                               what="B's prefill on the worker"))
+        t_start = now()
+        watchdog = threading.Timer(TRANSFER_TIMEOUT_S, self.worker.kill, args=("the K/V transfer timed out",))
+        watchdog.start()
+        try:
+            kv, logits = transfer.receive(self.shape, self.vocab, mode=self.mode)
+        except RuntimeError as e:  # the ring's "connection to a peer was lost", or NCCL's
+            self.worker.fail(f"the K/V transfer from the prefill worker failed"
+                             f"{' (timed out after %.0f s)' % TRANSFER_TIMEOUT_S if not watchdog.is_alive() else ''}"
+                             f": {str(e).splitlines()[0]}")
+        finally:
+            watchdog.cancel()
+        t_end = now()
+        out = engine.install(req, kv, logits, mx.array(self.token, dtype=mx.uint32))
+        return out, {"bytes": transfer.payload_bytes(self.shape, self.vocab), "mode": self.mode,
+                     "t_dispatch": self.t_dispatch, "t_ready": self.t_ready, "t_start": t_start, "t_end": t_end}
+
+
+class RemoteSteps:
+    """A step source that carries its prefill worker: the executor looks for `.remote`."""
+
+    def __init__(self, steps, remote: RemotePrefill):
+        self.steps, self.remote = steps, remote
+
+    def __iter__(self):
+        return iter(self.steps)
+
+
+class DisaggSession:
+    """One experiment's use of the (process-wide) prefill worker: B's prompt and shapes, set up once."""
+
+    def __init__(self, params, *, prompt_ids, config):
+        self.params, self.mode = params, transfer_mode()
+        self.worker = PrefillWorker.get()
+        self.worker.send({"cmd": "setup", "model": params.model, "prompt": [int(t) for t in prompt_ids],
+                          "capacity": params.prompt_tokens + params.output_tokens,
+                          "chunk_size": params.chunk_size, "lossless_decode_weights": params.lossless_decode_weights,
+                          "logical_reset": params.logical_cache_reset, "mode": self.mode})
+        prefill = self.worker.wait_message("setup", timeout_s=SETUP_TIMEOUT_S, what="loading the weights")
+        self.shape = (config.num_hidden_layers, 2, config.num_key_value_heads, params.prompt_tokens,
+                      config.head_dim)
+        self.vocab = config.vocab_size
+        self.workers = {"backend": self.worker.backend, "transfer": self.mode,
+                        "decode": {"rank": 0, "device": str(mx.default_device()), "pid": os.getpid()},
+                        "prefill": {"rank": 1, **{k: v for k, v in prefill.items() if k != "kind"}}}
+
+    def walk(self, validated: list[Step]) -> RemoteSteps:
+        """The live `disagg` policy bound to a fresh RemotePrefill, held to `validated` per request."""
+        p = self.params
+        remote = RemotePrefill(self.worker, shape=self.shape, vocab=self.vocab, mode=self.mode)
+        live = iter_plan("disagg", prompt_tokens=p.prompt_tokens, output_tokens=p.output_tokens,
+                         chunk_size=p.chunk_size, policy=Disagg(ready=remote.ready))
+        return RemoteSteps(interleave(live, validated), remote)
+
+
+__all__ = ["DisaggSession", "RemotePrefill", "RemoteSteps", "WorkerError"]

@@ -1,0 +1,98 @@
+"""The prefill worker (rank 1): B's prompt, in chunks, on its own device; its K/V and first output go to the
+decode worker through a collective (transfer.py). Started by launch.PrefillWorker, never by hand:
+
+    python -m pdlib.disagg.worker --commands FD --replies FD --backend ring   # env: MLX_RANK=1, MLX_HOSTFILE
+
+Side channel, one JSON object per line. Commands: {"cmd": "setup", model, prompt, capacity, chunk_size,
+lossless_decode_weights, logical_reset, mode} builds the engine for B's prompt (the weights are loaded once per
+model spec); {"cmd": "prefill"} resets B, runs its prompt chunk by chunk, replies {"kind": "ready", "token"}
+once its K/V and first output are computed, then joins the transfer; {"cmd": "quit"}. A closed command pipe
+also ends the worker. Any failure: {"kind": "error", "error": one line}, then exit code 1.
+Test hook: PDLIB_DISAGG_WORKER_FAULT=exit@N makes the N-th prefill command exit with code 1 before
+replying; hang@N makes it sleep instead (the decode worker's timeout must end the run).
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def _reply(out, **msg) -> None:
+    out.write(json.dumps(msg) + "\n")
+    out.flush()
+
+
+def serve(commands, replies, *, backend: str) -> int:
+    import mlx.core as mx
+
+    from pdlib.disagg import transfer
+    from pdlib.engine import Engine
+    from pdlib.engine.kernels import BACKEND
+    from pdlib.report import environment
+    from pdlib.weights import load_model
+
+    _reply(replies, kind="hello")
+    group = mx.distributed.init(strict=True, backend=backend)
+    assert group.rank() == 1 and group.size() == 2, (group.rank(), group.size())
+    fault, _, fault_at = os.environ.get("PDLIB_DISAGG_WORKER_FAULT", "@0").partition("@")
+    models, engine, setup, prefills = {}, None, None, 0
+    for line in commands:
+        msg = json.loads(line)
+        cmd = msg.pop("cmd")
+        if cmd == "quit":
+            return 0
+        if cmd == "setup":
+            setup = msg
+            if msg["model"] not in models:
+                models.clear()
+                models[msg["model"]] = load_model(msg["model"])
+            model = models[msg["model"]]
+            engine = Engine(model, capacity=msg["capacity"], lossless_decode_weights=msg["lossless_decode_weights"])
+            engine.add_request("B", msg["prompt"])
+            env = environment(BACKEND)
+            _reply(replies, kind="setup", device=str(mx.default_device()), device_name=env["device_name"],
+                   backend=env["backend"], mlx=env["mlx"], pid=os.getpid())
+        elif cmd == "prefill":
+            prefills += 1
+            if prefills == int(fault_at):
+                print(f"test hook: {fault} at prefill {prefills}", file=sys.stderr, flush=True)
+                if fault == "hang":
+                    time.sleep(3600)
+                os._exit(1)
+            P, chunk = len(setup["prompt"]), setup["chunk_size"]
+            engine.reset("B", logical=setup["logical_reset"])
+            out = None
+            for start in range(0, P, chunk):
+                out = engine.prefill_chunk("B", min(chunk, P - start))
+            kv = engine.kv("B", 0, P)
+            mx.eval(kv, out.logits, out.token)
+            _reply(replies, kind="ready", token=out.token.item())
+            transfer.send(kv, out.logits, mode=setup["mode"])
+        else:
+            raise ValueError(f"unknown command {cmd!r}")
+    return 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m pdlib.disagg.worker")
+    p.add_argument("--commands", type=int, required=True)
+    p.add_argument("--replies", type=int, required=True)
+    p.add_argument("--backend", required=True)
+    args = p.parse_args(argv)
+    replies = os.fdopen(args.replies, "w")
+    try:
+        with os.fdopen(args.commands) as commands:
+            return serve(commands, replies, backend=args.backend)
+    except Exception as e:
+        msg = f"{type(e).__name__}: {e}".splitlines()[0]
+        try:
+            _reply(replies, kind="error", error=msg)
+        except OSError:
+            pass
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())
