@@ -53,7 +53,7 @@ def _params(args):
 
 
 def _worker_errors() -> tuple:
-    """Issue 13: disagg's prefill worker failing (died, hung) is a run failure, exit 1, like a failed gate."""
+    """disagg's prefill worker failing (died, hung) is a run failure, exit 1, like a failed gate."""
     from pdlib.disagg.launch import WorkerError
     return (WorkerError,)
 

@@ -1,4 +1,4 @@
-"""Issue 13, the CPU path: `disagg` runs B's prompt in a second process (the prefill worker, rank 1) and
+"""`disagg` (the CPU path) runs B's prompt in a second process (the prefill worker, rank 1) and
 receives its K/V over MLX's ring backend on localhost; the gate checks what arrived, trials record the
 transfer; a planted transfer fault fails the gate; a dead or hung worker ends the run with one error line."""
 
