@@ -9,7 +9,6 @@ Bandwidth: the bytes a decode step must read (bf16-packed weights + the FP32 KV 
 and the floor: those bytes over a device-to-device copy's bandwidth measured in the same run.
 """
 
-import json
 import platform
 import statistics
 import time

@@ -9,7 +9,6 @@ and charts. Presentation never reaches into the engine: nothing here imports MLX
 """
 
 from dataclasses import fields
-from pathlib import Path
 
 import pandas as pd
 

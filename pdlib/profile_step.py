@@ -80,7 +80,6 @@ def profile_step(model_spec: str = "synthetic:qwen3-0.6b", *, context: int = 409
     host = [host_only() for _ in range(steps)]
     rows["compiled step: host time to build (no eval)"] = statistics.median(host)
 
-    L0 = m.layers[0]
     h = mx.random.normal((cfg.hidden_size,))
     mx.eval(h)
 

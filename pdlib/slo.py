@@ -74,7 +74,7 @@ def calibrate(engine: Engine, *, prompt_tokens: int, ceiling: int, logical_reset
     points, decode = [], []
     for p in range(passes):
         engine.reset("B", logical=logical_reset)
-        done, k, last = 0, 0, None
+        done, k = 0, 0
         while done < prompt_tokens:
             n = min(sizes[k % len(sizes)], prompt_tokens - done)
             ms = _timed(lambda: engine.prefill_chunk("B", n))

@@ -2,7 +2,6 @@
 receives its K/V over MLX's ring backend on localhost; the gate checks what arrived, trials record the
 transfer; a planted transfer fault fails the gate; a dead or hung worker ends the run with one error line."""
 
-import json
 import os
 import subprocess
 import sys

@@ -29,7 +29,7 @@ from pdlib.engine.kernels import BACKEND
 from pdlib.engine.model import Qwen3
 from pdlib.prompts import make_prompts
 from pdlib.report_schema import EVENT_KINDS, SCHEMA, TOP_LEVEL_KEYS
-from pdlib.scheduler import Decode, Prefill, plan, t0_index
+from pdlib.scheduler import Prefill, plan, t0_index
 from pdlib.trial import RunRecord, TokenMismatch, check_tokens, trial_orders
 
 for _name in ("pdlib.runner",):  # where the CLI's work may live; imported now so `patch` reaches its names

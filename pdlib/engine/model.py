@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
-from pdlib.config import ModelConfig
 from pdlib.engine import kernels as K
 from pdlib.engine.cache import KVCache
 from pdlib.weights import LoadedModel, layer_names, pack_bf16
