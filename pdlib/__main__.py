@@ -97,7 +97,7 @@ def cmd_sweep(args) -> int:
     if args.policies is None:
         raise InputError("sweep needs --policies (the policies run at every chunk size)")
     params = _params(args)
-    references = reference_policies(params.policies, args.reference_policies)
+    references = reference_policies(params.policies, args.reference_policies, tbt_slo_ms=params.tbt_slo_ms)
     index = run_sweep(params, chunk_sizes=args.chunk_sizes, references=references, output=args.output,
                       params_file=args.params, quiet=args.quiet)
     listed = f"{args.output}/index.json lists {len(index['points'])} completed points"

@@ -201,3 +201,10 @@ def test_04_run_all_as_shipped_sweeps_the_smoke_experiment_into_a_fresh_local_fo
     index = fr.load_sweep(folder)["index"]
     assert folder.name == "sweep" and index["complete"] and index["params"]["trials"] == 5  # the smoke values
     assert (folder / "frontier.png").is_file() and (folder / "frontier.csv").is_file()
+
+
+def test_default_references_add_the_slo_policies_only_with_a_target():
+    from pdlib.sweep import reference_policies
+    assert reference_policies(("chunked", "mixed")) == ("eager", "fifo")
+    assert reference_policies(("chunked",), tbt_slo_ms=15.0) == ("eager", "fifo", "slo-chunked", "slo-mixed")
+    assert reference_policies(("slo-mixed",), tbt_slo_ms=15.0) == ("eager", "fifo", "slo-chunked")
