@@ -93,18 +93,31 @@ def slo_chunks(report: dict) -> list[dict]:
     return rows
 
 
+def slo_summary(report: dict) -> list[dict]:
+    """Per slo policy: its chunks and their sizes, the worst predicted gap, and over the chunks A was still
+    decoding across (per trial): how many gaps were observed, their median and worst, and the share under
+    the target. One summary for the CLI's text table and the notebook's."""
+    rows, target = [], report["slo"]["tbt_slo_ms"]
+    chunks = slo_chunks(report)
+    for policy in dict.fromkeys(c["policy"] for c in chunks):
+        mine = [c for c in chunks if c["policy"] == policy]
+        obs = [g for c in mine for g in c["observed_gap_ms"]]
+        held = [h for c in mine for h in c["held"]]
+        rows.append({"policy": policy, "chunks": len(mine),
+                     "sizes": f"{min(c['n'] for c in mine)}-{max(c['n'] for c in mine)}",
+                     "worst predicted (ms)": round(max(c["predicted_gap_ms"] for c in mine), 3),
+                     "gaps observed": len(obs),
+                     "median observed (ms)": round(float(np.median(obs)), 3) if obs else None,
+                     "worst observed (ms)": round(max(obs), 3) if obs else None,
+                     f"under {target:g} ms": f"{sum(held) / len(held):.0%}" if held else "-"})
+    return rows
+
+
 def slo_table(report: dict) -> str:
-    """Per slo policy: chunks, their sizes, the predicted and the median observed gap, and how often A's gap
-    stayed under the target; plain text for the CLI."""
-    rows, out = slo_chunks(report), []
-    for policy in dict.fromkeys(r["policy"] for r in rows):
-        mine = [r for r in rows if r["policy"] == policy]
-        obs = [np.median(r["observed_gap_ms"]) for r in mine if r["observed_gap_ms"]]
-        held = [h for r in mine for h in r["held"]]
-        out.append([policy, str(len(mine)), f"{min(r['n'] for r in mine)}-{max(r['n'] for r in mine)}",
-                    f"{max(r['predicted_gap_ms'] for r in mine):.3f}",
-                    f"{max(obs):.3f}" if obs else "-", f"{sum(held)}/{len(held)}"])
-    if not out:
+    """slo_summary as plain text for the CLI; "" without slo policies."""
+    rows = slo_summary(report) if report.get("slo") else []
+    if not rows:
         return ""
-    head = ["policy", "chunks", "sizes", "worst predicted ms", "worst observed ms (median)", "gaps under target"]
-    return f"A's gap target {report['slo']['tbt_slo_ms']:g} ms\n" + text_table(head, out, right_from=1)
+    head = list(rows[0])
+    body = [["-" if r[k] is None else str(r[k]) for k in head] for r in rows]
+    return f"A's gap target {report['slo']['tbt_slo_ms']:g} ms\n" + text_table(head, body, right_from=1)

@@ -16,7 +16,7 @@ from pdlib import analysis as an
 from pdlib import text
 from pdlib.config import RunParams
 from pdlib.errors import InputError
-from pdlib.metrics import slo_chunks
+from pdlib.metrics import slo_summary
 
 
 # ---- reading a report ------------------------------------------------------------------------------
@@ -198,19 +198,5 @@ def frontier_table(points: pd.DataFrame, *, only_frontier: bool = False) -> pd.D
 
 
 def slo_table(report: dict) -> pd.DataFrame:
-    """Per slo policy: its chunks and their sizes, the worst predicted gap, and over the chunks A was still
-    decoding across (per trial): the median and worst observed gap and the share under the target."""
-    rows, target = [], report["slo"]["tbt_slo_ms"]
-    chunks = slo_chunks(report)
-    for policy in dict.fromkeys(c["policy"] for c in chunks):
-        mine = [c for c in chunks if c["policy"] == policy]
-        obs = [g for c in mine for g in c["observed_gap_ms"]]
-        held = [h for c in mine for h in c["held"]]
-        rows.append({"policy": policy, "chunks": len(mine),
-                     "sizes": f"{min(c['n'] for c in mine)}-{max(c['n'] for c in mine)}",
-                     "worst predicted (ms)": round(max(c["predicted_gap_ms"] for c in mine), 3),
-                     "gaps observed": len(obs),
-                     "median observed (ms)": round(float(pd.Series(obs).median()), 3) if obs else None,
-                     "worst observed (ms)": round(max(obs), 3) if obs else None,
-                     f"under {target:g} ms": f"{sum(held) / len(held):.0%}" if held else "-"})
-    return pd.DataFrame(rows)
+    """metrics.slo_summary as a frame: the notebook's view of the slo policies' chunks and gaps."""
+    return pd.DataFrame(slo_summary(report))
