@@ -39,8 +39,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    help="B's reset at t0 only rewinds its cache (default: reallocate it)")
     p.add_argument("--no-lossless-decode-weights", dest="lossless_decode_weights", action="store_false", default=None)
     p.add_argument("--validation-checkpoint-every", type=int)
-    p.add_argument("--tbt-slo-ms", type=float, help="A's gap target for slo-chunked / slo-mixed (ms); their chunk "
-                                                      "sizes come from a step-cost fit, at most --chunk-size")
+    p.add_argument("--tbt-slo-ms", type=float, help="A's gap target for slo-chunked / slo-mixed (ms; default 5x "
+                                                      "the fitted decode step); their chunk sizes come from a "
+                                                      "step-cost fit, at most --chunk-size")
     p.add_argument("--quiet", action="store_true")
 
 
@@ -70,7 +71,7 @@ def cmd_validate(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from pdlib.metrics import slo_table, summary_table
+    from pdlib.metrics import overlap_line, slo_table, summary_table
     from pdlib.runner import run_experiment
     from pdlib.trial import TokenMismatch
     from pdlib.validate import ValidationError
@@ -87,6 +88,8 @@ def cmd_run(args) -> int:
         print(summary_table(report["trials"], params.policies, stall_threshold_ms=params.stall_threshold_ms))
         if report.get("slo"):
             print(slo_table(report))
+        if overlap_line(report["trials"]):
+            print(overlap_line(report["trials"]))
     if args.output:
         print(f"report: {args.output}")
     return 0
@@ -97,7 +100,7 @@ def cmd_sweep(args) -> int:
     if args.policies is None:
         raise InputError("sweep needs --policies (the policies run at every chunk size)")
     params = _params(args)
-    references = reference_policies(params.policies, args.reference_policies, tbt_slo_ms=params.tbt_slo_ms)
+    references = reference_policies(params.policies, args.reference_policies)
     index = run_sweep(params, chunk_sizes=args.chunk_sizes, references=references, output=args.output,
                       params_file=args.params, quiet=args.quiet)
     listed = f"{args.output}/index.json lists {len(index['points'])} completed points"

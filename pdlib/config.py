@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, fields
 
 from pdlib.errors import InputError
 
+POLICY_ALIASES = {"slo": "slo-chunked"}
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -143,12 +145,13 @@ class RunParams:
     lossless_decode_weights: bool = True
     validation_checkpoint_every: int = 64
     stall_threshold_ms: float = 100.0
-    tbt_slo_ms: float | None = None     # A's gap target for the slo policies (pdlib/slo.py)
+    tbt_slo_ms: float | None = None     # A's gap target for the slo policies; None: 5x decode (pdlib/slo.py)
 
     def __post_init__(self):
         if isinstance(self.policies, str):
             raise InputError(f"policies must be a list of policy names, got {self.policies!r}")
-        object.__setattr__(self, "policies", tuple(self.policies))
+        # `slo` is short for slo-chunked (pdlib/slo.py)
+        object.__setattr__(self, "policies", tuple(POLICY_ALIASES.get(p, p) for p in self.policies))
         for name in ("prompt_tokens", "chunk_size", "trials", "validation_checkpoint_every"):
             _check_int(name, getattr(self, name), 1)
         _check_int("output_tokens", self.output_tokens, 2)  # A's first output is untimed: it needs a second
@@ -172,10 +175,6 @@ class RunParams:
         if self.tbt_slo_ms is not None and (isinstance(self.tbt_slo_ms, bool) or not isinstance(
                 self.tbt_slo_ms, (int, float)) or not 0 < self.tbt_slo_ms < float("inf")):
             raise InputError(f"tbt_slo_ms must be a finite number > 0, got {self.tbt_slo_ms!r}")
-        from pdlib.scheduler import needs_chunk_rule
-        slo = [p for p in self.policies if needs_chunk_rule(p)]
-        if slo and self.tbt_slo_ms is None:
-            raise InputError(f"policies {' '.join(slo)} need a gap target: tbt_slo_ms (--tbt-slo-ms MS)")
 
     def check_positions(self, cfg: ModelConfig) -> None:
         if self.prompt_tokens + self.output_tokens > cfg.max_position_embeddings:

@@ -13,10 +13,11 @@ output's token id (`.item()`) and reads the clock right after it. The step ends 
 when a part yields none, with a device sync, so its time is its work's. Hooks see each step after it ran:
 its parts' results and the clock readings.
 
-Disaggregation: a step source may carry a `remote` (pdlib/disagg/remote.py, `RemoteSteps`). Then
-at t0, before B's reset here, the executor signals the prefill worker (`remote.start()`), and a
-`Prefill(remote=True)` step is issued to it: it joins the K/V transfer and installs B's K/V and first output
-here (`remote.receive`), recording the transfer in its result. Everything else is unchanged.
+B's prefill elsewhere: a step source may carry a `remote` (`RemoteSteps`): disagg's prefill worker
+(pdlib/disagg/remote.py) or overlap's second stream (pdlib/overlap.py). Then at t0, right after B's reset,
+the executor starts it (`remote.start(engine)`), and a `Prefill(remote=True)` step joins it
+(`remote.receive`): B's K/V are in B's cache and its first output is here after it, and the result records
+the prefill's own times (and disagg's transfer). Everything else is unchanged.
 """
 
 import time
@@ -39,7 +40,7 @@ class WorkResult:
     output: Output | None       # the output it yielded, if any (decodes, and a prompt's last chunk)
     token: int | None = None    # the token id as the host observed it
     t_emit: int | None = None   # perf_counter_ns right after the host observed it
-    transfer: dict | None = None  # a remote prefill's: bytes, mode, t_dispatch, t_ready, t_start, t_end (ns)
+    remote: dict | None = None  # a remote prefill's record: site, t_dispatch, t_ready, t_start, t_end (ns), ...
 
 
 class Hook:
@@ -53,13 +54,23 @@ class Hook:
         """Step `index` ran between t_start and t_end; `timed` is False for A's set-up before t0."""
 
 
+class RemoteSteps:
+    """A step source that carries where B's prefill runs (its `remote`): the executor looks for it."""
+
+    def __init__(self, steps: Iterable[Step], remote):
+        self.steps, self.remote = steps, remote
+
+    def __iter__(self):
+        return iter(self.steps)
+
+
 def _receive(engine: Engine, step: Prefill, remote) -> list[WorkResult]:
-    """A remote prefill step, received from the prefill worker (the transfer) into the engine."""
+    """A remote prefill step: join the prefill done elsewhere; its K/V end at the request's cache length."""
     if remote is None:
-        raise ValueError(f"{step} needs a step source with a prefill worker (pdlib.disagg)")
-    start = engine.requests[step.req].length
-    out, transfer = remote.receive(engine, step.req, step.n)
-    return [WorkResult(step, start, engine.requests[step.req].length, out, transfer=transfer)]
+        raise ValueError(f"{step} needs a step source that prefills elsewhere (pdlib.disagg, pdlib.overlap)")
+    out, record = remote.receive(engine, step.req, step.n)
+    stop = engine.requests[step.req].length
+    return [WorkResult(step, stop - step.n, stop, out, remote=record)]
 
 
 def _issue(engine: Engine, step: Step) -> list[WorkResult]:
@@ -77,18 +88,18 @@ def execute(engine: Engine, steps: Iterable[Step], *, logical_reset: bool, hooks
     """`steps`: a plan, or a policy deciding live (`scheduler.follow`), whose decisions then fall between
     steps, inside the timed run."""
     timed = False
-    remote = getattr(steps, "remote", None)  # disagg's prefill worker
+    remote = getattr(steps, "remote", None)  # where B's prefill runs, if not in the steps (RemoteSteps)
     engine.reset("A", logical=logical_reset)
     for i, step in enumerate(steps):
         if not timed and not is_setup(step):
             timed = True
             mx.synchronize()  # nothing of the set-up may run into the timed part
             t = now()
-            if remote is not None:
-                remote.start()  # B's prompt goes to the prefill worker, which starts on this signal
             engine.reset("B", logical=logical_reset)
             mx.synchronize()
             t_reset = now()
+            if remote is not None:
+                remote.start(engine)  # B's prompt goes to the prefill worker / the second stream
             for h in hooks:
                 h.on_t0(t, t_reset)
         t_start = now()

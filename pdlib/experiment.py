@@ -14,7 +14,7 @@ from pdlib.engine.kernels import BACKEND
 from pdlib.prompts import make_prompts
 from pdlib.reference import Reference
 from pdlib.scheduler import POLICIES, Prefill, Step, follow, iter_plan, needs_chunk_rule, plan
-from pdlib.slo import StepCost, calibrate, chunk_rule, mode_of
+from pdlib.slo import DEFAULT_TARGET_DECODES, StepCost, calibrate, chunk_rule, mode_of
 from pdlib.validate import ReferenceTrace, ValidationResult, validate_policy
 from pdlib.weights import load_model
 
@@ -37,7 +37,8 @@ class Experiment:
         self._traces = None
         self._plans: dict[str, list[Step]] = {}
         self._step_cost: StepCost | None = None
-        self._disagg = None  # the prefill worker's session, made when a disagg run first needs it
+        self._disagg = None   # the prefill worker's session, made when a disagg run first needs it
+        self._overlap = None  # the second stream's, for overlap
 
     @property
     def traces(self) -> dict[str, ReferenceTrace]:
@@ -51,7 +52,7 @@ class Experiment:
         p = self.params
         rule = None
         if needs_chunk_rule(policy):
-            rule = chunk_rule(self.step_cost, tbt_slo_ms=p.tbt_slo_ms, ceiling=p.chunk_size, mode=mode_of(policy))
+            rule = chunk_rule(self.step_cost, tbt_slo_ms=self.tbt_slo_ms, ceiling=p.chunk_size, mode=mode_of(policy))
         return dict(prompt_tokens=p.prompt_tokens, output_tokens=p.output_tokens, chunk_size=p.chunk_size,
                     chunk_rule=rule)
 
@@ -64,6 +65,8 @@ class Experiment:
     def walk(self, policy: str) -> Iterator[Step]:
         """The policy deciding live, as a timed run needs it, held to the validated plan step for step
         (a remote-prefill policy: per request, its interleaving depends on timing; pdlib/disagg/remote.py)."""
+        if policy == "overlap":
+            return self.overlap().walk(self.plan(policy))
         if POLICIES[policy].remote_prefill:
             return self.disagg().walk(self.plan(policy))
         return follow(iter_plan(policy, **self._shape(policy)), self.plan(policy))
@@ -77,6 +80,12 @@ class Experiment:
                                         logical_reset=p.logical_cache_reset)
         return self._step_cost
 
+    @property
+    def tbt_slo_ms(self) -> float:
+        """A's gap target for the slo policies: the params', or 5x this device's fitted decode step."""
+        p = self.params
+        return p.tbt_slo_ms if p.tbt_slo_ms is not None else self.step_cost.default_target_ms()
+
     def slo_details(self) -> dict | None:
         """For the report: the target, the fit, and per slo policy each chunk's size and predicted gap."""
         policies = [q for q in self.params.policies if needs_chunk_rule(q)]
@@ -88,7 +97,9 @@ class Experiment:
             for w in (w for step in self.plan(q) for w in step.work if isinstance(w, Prefill) and w.req == "B"):
                 chunks[q].append({"start": start, "n": w.n, "predicted_gap_ms": cost.gap_ms(w.n, start, mode=mode_of(q))})
                 start += w.n
-        return {"tbt_slo_ms": self.params.tbt_slo_ms, "ceiling": self.params.chunk_size, "cost": cost.to_dict(),
+        return {"tbt_slo_ms": self.tbt_slo_ms,
+                "target_from": "params" if self.params.tbt_slo_ms is not None else f"{DEFAULT_TARGET_DECODES}x decode",
+                "ceiling": self.params.chunk_size, "cost": cost.to_dict(),
                 "chunks": chunks}
 
     def validate(self, policies=None, *, on_step=None) -> dict[str, ValidationResult]:
@@ -108,6 +119,12 @@ class Experiment:
             self._disagg = DisaggSession(self.params, prompt_ids=self.prompts["B"].token_ids,
                                          config=self.model.config)
         return self._disagg
+
+    def overlap(self):
+        if self._overlap is None:
+            from pdlib.overlap import OverlapSession
+            self._overlap = OverlapSession(self.params)
+        return self._overlap
 
     def workers(self) -> dict | None:
         """Both workers' devices and the transfer's shape, once a disagg run has used them."""

@@ -35,10 +35,14 @@ A report is one JSON object:
       ]
     }
 
-Disagg runs: B's prefill event carries "remote": true and spans the prefill worker's signal (t0)
-to the decode worker seeing its "ready"; a "transfer" event (req B, start 0, stop = prompt tokens) adds
-"bytes" and "mode" and spans the collective on the decode worker; environment["workers"] names both workers'
-devices, the backend (ring | nccl) and the transfer mode.
+B's prompt run elsewhere (disagg, overlap): its one prefill event carries "remote": true and "site":
+"worker" (disagg: from the prefill worker's signal to the decode worker seeing its "ready") or "stream"
+(overlap: from its dispatch on the second stream to the waiter seeing it done). Disagg adds a "transfer" event
+(req B, start 0, stop = prompt tokens) with "bytes" and "mode", spanning the collective on the decode worker;
+environment["workers"] names both workers' devices, the backend (ring | nccl) and the transfer mode.
+
+With an slo policy, a top-level "slo": {"tbt_slo_ms", "target_from": "params" | "5x decode", "ceiling",
+"cost": slo.StepCost.to_dict(), "chunks": {policy: [{"start", "n", "predicted_gap_ms"}, ...]}}.
 
 All times are integer nanoseconds relative to t0 (the instant A is ready for its next decode and B arrives).
 A's first timed token has a gap measured from t0 (its "initial resumption gap"); every later gap is the

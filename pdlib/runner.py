@@ -32,10 +32,11 @@ def run_experiment(params: RunParams, *, output=None, params_file=None, validate
                   "prompts": d["prompts"]}))
     disable = quiet or None  # None: quiet when stderr is not a terminal, unless running under Jupyter
     bar = dict(file=sys.stderr, disable=disable, mininterval=2)
-    if params.tbt_slo_ms is not None and any(needs_chunk_rule(p) for p in params.policies):
+    if any(needs_chunk_rule(p) for p in params.policies):
         cost = exp.step_cost  # timed chunks of several sizes, before the gate: the plans depend on it
+        whence = "" if params.tbt_slo_ms is not None else " (5x decode: no --tbt-slo-ms given)"
         log(f"step cost fitted: {cost.a:.3g} ms + {cost.b:.3g} ms/row + {cost.c:.3g} ms/row/position; "
-            f"decode {cost.decode_ms:.3g} ms; A's gap target {params.tbt_slo_ms:g} ms")
+            f"decode {cost.decode_ms:.3g} ms; A's gap target {exp.tbt_slo_ms:.3g} ms{whence}")
     steps = sum(exp.steps_per_run(p) for p in params.policies)
     with tqdm(total=steps, desc="validate", unit="step", **bar) as progress:
         validation = exp.validate(on_step=progress.update)

@@ -20,7 +20,7 @@ from pdlib.errors import InputError
 class Prefill:
     req: str
     n: int  # the next n prompt tokens; the chunk that ends the prompt emits the first output
-    remote: bool = field(default=False, repr=False)  # disagg: computed by the prefill worker, received here
+    remote: bool = field(default=False, repr=False)  # computed elsewhere (a worker, a stream), joined here
 
     @property
     def work(self) -> tuple["Work", ...]:
@@ -101,7 +101,7 @@ class Policy:
     May keep tiny private state, so make a fresh instance per run."""
 
     name: ClassVar[str]
-    remote_prefill: ClassVar[bool] = False  # True: B's prompt runs in a second process (pdlib/disagg)
+    remote_prefill: ClassVar[bool] = False  # True: B's prompt runs elsewhere (pdlib/disagg, pdlib/overlap.py)
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -221,15 +221,13 @@ def needs_chunk_rule(name: str) -> bool:
     return getattr(POLICIES.get(name), "needs_chunk_rule", False)
 
 
-class Disagg(Policy):
-    """Prefill/decode disaggregation (DistServe, Splitwise): B's whole prompt runs on a second worker
-    (pdlib/disagg), which starts at t0; meanwhile A keeps decoding here. Once `ready()` says B's K/V and
-    first output are waiting, one remote `Prefill` receives them (the transfer: A's only pause); then A and B
-    decode in turn, A first. If A runs out of work first, the remote prefill is issued anyway and waits.
-    `ready` is a non-blocking probe of the side channel; without one (a plan) B's K/V is ready at once, so
-    the plan fixes each request's own sequence, not the interleaving (see `interleave`)."""
+class _PrefillElsewhere(Policy):
+    """B's whole prompt runs elsewhere from t0 (`remote_prefill`: another worker or another stream) while A
+    keeps decoding here. Once `ready()` says B's K/V and first output are done, one remote `Prefill` joins
+    them (A's only pause); then A and B decode in turn, A first. If A runs out of work first, the remote
+    prefill is issued anyway and waits. `ready` is a non-blocking probe; without one (a plan) B is ready at
+    once, so the plan fixes each request's own sequence, not the interleaving (see `interleave`)."""
 
-    name = "disagg"
     remote_prefill = True
 
     def __init__(self, ready: Callable[[], bool] = lambda: True):
@@ -248,8 +246,22 @@ class Disagg(Policy):
         return Decode(r.name)
 
 
+class Disagg(_PrefillElsewhere):
+    """Prefill/decode disaggregation (DistServe, Splitwise): B's prompt runs on a second worker
+    (pdlib/disagg), its K/V comes back through a collective (the join)."""
+
+    name = "disagg"
+
+
+class Overlap(_PrefillElsewhere):
+    """B's whole prompt on a second stream of this device (pdlib/overlap.py), concurrent with A's decodes on
+    the first: A is slowed by contention rather than stopped; joining costs no transfer."""
+
+    name = "overlap"
+
+
 def interleave(live: Iterable[Step], validated: list[Step]) -> Iterator[Step]:
-    """For a policy whose interleaving depends on timing (disagg): the live steps, each part held to the
+    """For a policy whose interleaving depends on timing (disagg, overlap): the live steps, each part held to the
     validated plan *per request* (every token exactly once, in order); the order across requests is free.
     The gate's checks are per request, so this is what makes a timed run the validated one."""
     queues: dict[str, list[Work]] = {}
@@ -317,7 +329,7 @@ def schedule(policy: Policy, a: RequestState, b: RequestState, *, chunk_size: in
 def iter_plan(policy_name: str, *, prompt_tokens: int, output_tokens: int, chunk_size: int,
               chunk_rule: Callable[[int], int] | None = None, policy: Policy | None = None) -> Iterator[Step]:
     """One experiment's full step sequence, decided as it is consumed: A's set-up prefill, then the policy's
-    steps from t0. `policy`: an instance to use instead of a fresh one (disagg's, bound to its worker)."""
+    steps from t0. `policy`: an instance to use instead of a fresh one (disagg's or overlap's, bound to its prefill)."""
     _positive(prompt_tokens=prompt_tokens, output_tokens=output_tokens, chunk_size=chunk_size)
     policy = policy or make_policy(policy_name, chunk_rule=chunk_rule)
     a, b = (RequestState(n, prompt_tokens, output_tokens) for n in "AB")

@@ -24,6 +24,9 @@ import numpy as np
 from pdlib.engine import Engine
 
 MODES = ("chunked", "mixed")
+# Without a target from the params: Sarathi-Serve's strict time-between-tokens SLO, 5x one decode step
+# (Agrawal et al., OSDI '24), from this device's own fit; on the H200, ~2.8 ms decodes give ~14 ms.
+DEFAULT_TARGET_DECODES = 5
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,9 @@ class StepCost:
         if mode == "chunked":
             return self.decode_ms + self.step_ms(n, context)
         return self.step_ms(n + 1, context)
+
+    def default_target_ms(self) -> float:
+        return DEFAULT_TARGET_DECODES * self.decode_ms
 
     def to_dict(self) -> dict:
         return asdict(self)

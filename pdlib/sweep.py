@@ -27,7 +27,7 @@ from pdlib.report import claim_output, write_report
 from pdlib.report_schema import SWEEP_SCHEMA
 
 INDEX = "index.json"
-DEFAULT_REFERENCES = ("eager", "fifo", "slo-chunked", "slo-mixed")  # those registered, not swept, and runnable
+DEFAULT_REFERENCES = ("eager", "fifo", "overlap", "slo-chunked", "slo-mixed")  # those registered and not swept
 
 
 @dataclass(frozen=True)
@@ -51,13 +51,11 @@ def report_name(policy: str, chunk_size: int) -> str:
     return f"{policy}-c{chunk_size:04d}.json"
 
 
-def reference_policies(policies, references=None, *, tbt_slo_ms=None) -> tuple[str, ...]:
-    """`references` as given (each must be registered and not swept), or the registered defaults not swept
-    (the slo ones only when the params set their gap target)."""
-    from pdlib.scheduler import POLICIES, needs_chunk_rule
+def reference_policies(policies, references=None) -> tuple[str, ...]:
+    """`references` as given (each must be registered and not swept), or the registered defaults not swept."""
+    from pdlib.scheduler import POLICIES
     if references is None:
-        return tuple(p for p in DEFAULT_REFERENCES if p in POLICIES and p not in policies
-                     and (tbt_slo_ms is not None or not needs_chunk_rule(p)))
+        return tuple(p for p in DEFAULT_REFERENCES if p in POLICIES and p not in policies)
     for p in references:
         if p not in POLICIES:
             raise InputError(f"reference policies: unknown policy {p!r}; expected one of: {', '.join(POLICIES)}")

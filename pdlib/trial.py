@@ -60,13 +60,15 @@ class Recorder(Hook):
                 self.ids[req].append(r.token)
                 if timed:
                     self.emits[req].append(r.t_emit - self.t0)
-            if timed and r.transfer is not None:  # B's prefill ran on the prefill worker
-                x = r.transfer
+            if timed and r.remote is not None:  # B's prefill ran elsewhere: on a worker or a second stream
+                x = r.remote
                 self.events.append({"kind": "prefill", "req": req, "start": r.start, "stop": r.stop, "remote": True,
-                                    "t_start_ns": x["t_dispatch"] - self.t0, "t_end_ns": x["t_ready"] - self.t0})
-                self.events.append({"kind": "transfer", "req": req, "start": r.start, "stop": r.stop,
-                                    "bytes": x["bytes"], "mode": x["mode"], "t_start_ns": x["t_start"] - self.t0,
-                                    "t_end_ns": x["t_end"] - self.t0})
+                                    "site": x["site"], "t_start_ns": x["t_dispatch"] - self.t0,
+                                    "t_end_ns": x["t_ready"] - self.t0})
+                if x["site"] == "worker":  # disagg: the join is the K/V transfer
+                    self.events.append({"kind": "transfer", "req": req, "start": r.start, "stop": r.stop,
+                                        "bytes": x["bytes"], "mode": x["mode"], "t_start_ns": x["t_start"] - self.t0,
+                                        "t_end_ns": x["t_end"] - self.t0})
             elif timed:
                 self.events.append({"kind": "prefill" if isinstance(r.work, Prefill) else "decode", "req": req,
                                     "start": r.start, "stop": r.stop, "t_start_ns": t_start - self.t0,

@@ -124,8 +124,15 @@ def test_report_keeps_each_chunks_prediction_and_the_observed_gaps(tmp_path, mon
     assert analysis.slo_frame({"trials": []}).empty   # no slo policy: nothing to show
 
 
-def test_slo_policies_need_a_target():
-    with pytest.raises(InputError, match="slo-mixed need a gap target: tbt_slo_ms"):
-        RunParams(model="synthetic:tiny", policies=("chunked", "slo-mixed"))
+def test_the_target_defaults_to_five_decodes_and_slo_names_slo_chunked(tiny):
+    params = RunParams(model="synthetic:tiny", prompt_tokens=40, output_tokens=6, chunk_size=16,
+                       policies=("chunked", "slo"), logical_cache_reset=True)
+    assert params.policies == ("chunked", "slo-chunked") and params.tbt_slo_ms is None
+    exp = Experiment(params, model=tiny)
+    exp._step_cost = COST
+    slo = exp.slo_details()
+    assert slo["tbt_slo_ms"] == 5 * COST.decode_ms and slo["target_from"] == "5x decode"
+    want = chunk_rule(COST, tbt_slo_ms=5 * COST.decode_ms, ceiling=16, mode="chunked")
+    assert [c["n"] for c in slo["chunks"]["slo-chunked"]][:-1] == [want(c["start"]) for c in slo["chunks"]["slo-chunked"]][:-1]
     with pytest.raises(InputError, match="tbt_slo_ms must be a finite number > 0, got -1"):
         RunParams(model="synthetic:tiny", policies=("slo-chunked",), tbt_slo_ms=-1)

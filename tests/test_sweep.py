@@ -21,7 +21,8 @@ from pdlib.sweep import INDEX, report_name
 PARAMS = {"model": "synthetic:tiny", "prompt_tokens": 64, "output_tokens": 6, "chunk_size": 16,
           "policies": ["eager", "chunked", "fifo"], "trials": 5, "warmups": 0, "logical_cache_reset": True}
 SWEEP = ["--chunk-sizes", "32", "16", "64", "--policies", "chunked", "--trials", "2", "--quiet"]
-REPORTS = ["eager-c0016.json", "fifo-c0016.json", "chunked-c0016.json", "chunked-c0032.json", "chunked-c0064.json"]
+REFERENCES = ["eager", "fifo", "overlap", "slo-chunked", "slo-mixed"]
+REPORTS = [*(f"{p}-c0016.json" for p in REFERENCES), "chunked-c0016.json", "chunked-c0032.json", "chunked-c0064.json"]
 
 
 @pytest.fixture(scope="module")
@@ -44,9 +45,9 @@ def test_sweep_writes_one_report_per_point_and_the_index(sweep_dir, params_file)
     index = json.loads((sweep_dir / INDEX).read_text())
     assert index["schema"] == SWEEP_SCHEMA and index["complete"] and index["stopped"] is None
     assert index["params"]["policies"] == ["chunked"] and index["params"]["trials"] == 2
-    assert index["reference_policies"] == ["eager", "fifo"] and index["chunk_sizes"] == [16, 32, 64]
+    assert index["reference_policies"] == REFERENCES and index["chunk_sizes"] == [16, 32, 64]
     assert [p["report"] for p in index["points"]] == REPORTS  # references first, then by chunk size
-    assert [p["role"] for p in index["points"]] == ["reference"] * 2 + ["swept"] * 3
+    assert [p["role"] for p in index["points"]] == ["reference"] * 5 + ["swept"] * 3
     for pt in index["points"]:
         report = json.loads((sweep_dir / pt["report"]).read_text())
         assert report["params"]["policies"] == [pt["policy"]] and report["params"]["chunk_size"] == pt["chunk_size"]
@@ -96,13 +97,14 @@ def test_a_failing_point_stops_the_sweep_and_the_index_lists_completed_points(pa
     assert main(["sweep", "--params", str(params_file), *SWEEP, "--output", str(out)]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: sweep stopped at chunked c=32 (ValidationError: logits")
-    assert "lists 3 completed points" in err
-    assert sorted(p.name for p in out.iterdir()) == sorted([*REPORTS[:3], INDEX])
+    done = len(REFERENCES) + 1  # the references, then chunked at 16
+    assert f"lists {done} completed points" in err
+    assert sorted(p.name for p in out.iterdir()) == sorted([*REPORTS[:done], INDEX])
     index = json.loads((out / INDEX).read_text())
-    assert not index["complete"] and [p["report"] for p in index["points"]] == REPORTS[:3]
+    assert not index["complete"] and [p["report"] for p in index["points"]] == REPORTS[:done]
     assert index["stopped"]["report"] == report_name("chunked", 32) and "planted" in index["stopped"]["error"]
-    assert "only the 3 points before it are listed; 1 more were not run" in index["note"]
-    assert fr.load_sweep(out)["reports"].keys() == set(REPORTS[:3])  # a partial sweep still reads
+    assert f"only the {done} points before it are listed; 1 more were not run" in index["note"]
+    assert fr.load_sweep(out)["reports"].keys() == set(REPORTS[:done])  # a partial sweep still reads
 
 
 # ---- the frontier, pandas only ---------------------------------------------------------------------
@@ -203,8 +205,7 @@ def test_04_run_all_as_shipped_sweeps_the_smoke_experiment_into_a_fresh_local_fo
     assert (folder / "frontier.png").is_file() and (folder / "frontier.csv").is_file()
 
 
-def test_default_references_add_the_slo_policies_only_with_a_target():
+def test_default_references_are_the_policies_not_swept():
     from pdlib.sweep import reference_policies
-    assert reference_policies(("chunked", "mixed")) == ("eager", "fifo")
-    assert reference_policies(("chunked",), tbt_slo_ms=15.0) == ("eager", "fifo", "slo-chunked", "slo-mixed")
-    assert reference_policies(("slo-mixed",), tbt_slo_ms=15.0) == ("eager", "fifo", "slo-chunked")
+    assert reference_policies(("chunked", "mixed")) == ("eager", "fifo", "overlap", "slo-chunked", "slo-mixed")
+    assert reference_policies(("slo-mixed",)) == ("eager", "fifo", "overlap", "slo-chunked")

@@ -4,7 +4,7 @@
     steps = session.walk(validated_plan)       # the live policy + its RemotePrefill, for execute()
     execute(engine, steps, logical_reset=True, hooks=[gate or recorder])
 
-At t0 the executor calls `remote.start()` (the prefill worker starts on that signal). Between A's steps the
+At t0 the executor calls `remote.start(engine)` (the prefill worker starts on that signal). Between A's steps the
 `disagg` policy polls `remote.ready()`, which never blocks. When the worker has said "ready", the policy's
 `Prefill(remote=True)` step makes the executor call `remote.receive()`: join the collective (A's only pause),
 install B's K/V into its cache here, and return B's first output (logits and token from the worker's last
@@ -26,7 +26,7 @@ import mlx.core as mx
 from pdlib.disagg import transfer
 from pdlib.disagg.launch import PrefillWorker, WorkerError
 from pdlib.engine import Output
-from pdlib.executor import now
+from pdlib.executor import RemoteSteps, now
 from pdlib.scheduler import Disagg, Step, interleave, iter_plan
 
 SETUP_TIMEOUT_S = 900.0    # the worker loads the weights (synthetic Qwen3-0.6B: ~11 s on the CPU)
@@ -52,7 +52,7 @@ class RemotePrefill:
         self.worker, self.shape, self.vocab, self.mode = worker, shape, vocab, mode
         self.t_dispatch = self.t_ready = self.token = None
 
-    def start(self) -> None:
+    def start(self, engine=None) -> None:
         if self.t_dispatch is not None:
             raise RuntimeError("a RemotePrefill serves one run")
         self.worker.send({"cmd": "prefill"})
@@ -91,18 +91,8 @@ class RemotePrefill:
             watchdog.cancel()
         t_end = now()
         out = engine.install(req, kv, logits, mx.array(self.token, dtype=mx.uint32))
-        return out, {"bytes": transfer.payload_bytes(self.shape, self.vocab), "mode": self.mode,
+        return out, {"site": "worker", "bytes": transfer.payload_bytes(self.shape, self.vocab), "mode": self.mode,
                      "t_dispatch": self.t_dispatch, "t_ready": self.t_ready, "t_start": t_start, "t_end": t_end}
-
-
-class RemoteSteps:
-    """A step source that carries its prefill worker: the executor looks for `.remote`."""
-
-    def __init__(self, steps, remote: RemotePrefill):
-        self.steps, self.remote = steps, remote
-
-    def __iter__(self):
-        return iter(self.steps)
 
 
 class DisaggSession:
@@ -132,4 +122,4 @@ class DisaggSession:
         return RemoteSteps(interleave(live, validated), remote)
 
 
-__all__ = ["DisaggSession", "RemotePrefill", "RemoteSteps", "WorkerError"]
+__all__ = ["DisaggSession", "RemotePrefill", "WorkerError"]

@@ -1,0 +1,92 @@
+"""`overlap`: B's whole prompt on a second stream of this device while A decodes on the first; the gate
+checks it like every policy, a trial records the second stream's prefill and how many of A's tokens came out
+during it; a planted fault in the second stream's prefill is caught; a prefill that never finishes is an
+error, not a hang."""
+
+import mlx.core as mx
+import pytest
+
+import pdlib.overlap as overlap
+from pdlib.__main__ import main
+from pdlib.config import RunParams
+from pdlib.experiment import Experiment
+from pdlib.metrics import overlap_line, trial_metrics
+from pdlib.scheduler import Decode, Prefill, plan
+from pdlib.trial import check_tokens, run_once
+from pdlib.validate import ValidationError
+
+PROMPT, OUTPUTS = 40, 6
+
+
+def experiment(tiny, chunk=16, policies=("chunked", "overlap")):
+    params = RunParams(model="synthetic:tiny", prompt_tokens=PROMPT, output_tokens=OUTPUTS, chunk_size=chunk,
+                       policies=policies, logical_cache_reset=True, validation_checkpoint_every=4)
+    return Experiment(params, model=tiny)
+
+
+def test_the_plan_prefills_b_once_remotely_and_the_policy_waits_for_the_probe():
+    steps = plan("overlap", prompt_tokens=8, output_tokens=3, chunk_size=4)
+    assert steps[2:] == [Prefill("B", 8, remote=True), Decode("A"), Decode("B"), Decode("A"), Decode("B")]
+    assert plan("overlap", prompt_tokens=8, output_tokens=3, chunk_size=4) == \
+        plan("disagg", prompt_tokens=8, output_tokens=3, chunk_size=4)
+
+
+@pytest.mark.parametrize("chunk", [7, 16, 64])
+def test_overlap_passes_the_gate_and_a_trial_records_the_second_stream(tiny, chunk):
+    exp = experiment(tiny, chunk)
+    results = exp.validate()
+    o = results["overlap"]
+    assert o.passed and o.tokens == results["chunked"].tokens
+    # B's prefix is checked once, when joined; every output's logits and token and every decode slot as usual
+    assert o.checks["prefix_kv"].count == -(-PROMPT // chunk) + 1
+    assert o.checks["token"].count == o.checks["logits"].count == 2 * OUTPUTS
+    assert o.checks["decode_kv"].count == 2 * (OUTPUTS - 1)
+    run = run_once(exp.engine, "overlap", steps=exp.walk("overlap"), logical_reset=True)
+    check_tokens(run, o.tokens, what="trial")
+    (prefill,) = [e for e in run.events if e["req"] == "B" and e["kind"] == "prefill"]
+    assert prefill["remote"] and prefill["site"] == "stream" and (prefill["start"], prefill["stop"]) == (0, PROMPT)
+    assert 0 <= prefill["t_start_ns"] <= prefill["t_end_ns"] <= run.emit_ns["B"][0]
+    assert not any(e["kind"] == "transfer" for e in run.events)
+    # A's steps before the join are its ordinary decodes; the metric counts those inside the prefill's span
+    a_before = [e for e in run.events if e["req"] == "A" and e["t_end_ns"] <= prefill["t_end_ns"]]
+    assert all(e["kind"] == "decode" for e in a_before)
+    trial = run.to_trial(trial=1, position=0)
+    m = trial_metrics(trial)
+    assert m["b_prefill_end_ms"] == prefill["t_end_ns"] / 1e6
+    assert m["a_tokens_in_b_prefill"] == sum(prefill["t_start_ns"] < t < prefill["t_end_ns"] for t in run.emit_ns["A"])
+    assert overlap_line([trial]).startswith("overlap: A emitted")
+
+
+def test_a_wrong_token_in_the_second_streams_prefill_is_caught_by_prefix_kv(tiny, monkeypatch):
+    real = overlap.StreamPrefill.start
+
+    def start(self, engine):  # the second stream prefills B's prompt with token 20 changed
+        r = engine.requests[self.req]
+        good = r.prompt
+        r.prompt = mx.concatenate([good[:20], (good[20:21] + 1) % tiny.config.vocab_size, good[21:]])
+        try:
+            real(self, engine)
+        finally:
+            r.prompt = good
+
+    monkeypatch.setattr(overlap.StreamPrefill, "start", start)
+    with pytest.raises(ValidationError, match="prefix_kv check, request B, position 20, layer 0:"):
+        experiment(tiny, policies=("overlap",)).validate()
+
+
+def test_a_prefill_that_never_finishes_is_an_error_not_a_hang(tiny, monkeypatch):
+    monkeypatch.setattr(overlap, "PREFILL_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(overlap.StreamPrefill, "_wait", lambda self, arrays: None)  # the waiter never says done
+    exp = experiment(tiny, policies=("overlap",))
+    with pytest.raises(RuntimeError, match="did not finish within 0 s"):
+        run_once(exp.engine, "overlap", steps=exp.walk("overlap"), logical_reset=True)
+
+
+def test_the_issues_validate_command_passes_every_policy(capsys):
+    rc = main(["validate", "--model", "synthetic:tiny", "--prompt-tokens", "300", "--output-tokens", "40",
+               "--chunk-size", "64", "--policies", "eager", "chunked", "fifo", "mixed", "overlap", "slo", "--quiet"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    rows = {line.split()[0]: line.split()[1] for line in out.splitlines() if line.split()[:1] and
+            line.split()[0] in ("eager", "chunked", "fifo", "mixed", "overlap", "slo-chunked")}
+    assert rows == dict.fromkeys(("eager", "chunked", "fifo", "mixed", "overlap", "slo-chunked"), "pass")
