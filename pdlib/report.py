@@ -131,7 +131,13 @@ def environment(backend: str) -> dict:
     return {"device": "cpu" if backend == "cpu" else "gpu", "device_name": device_name, "backend": backend,
             "mlx": mx.__version__, "mlx_lm": mlx_lm, "python": platform.python_version(),
             "platform": platform.platform(), "machine": platform.machine(), "git_commit": git_commit(),
-            "MLX_ENABLE_TF32": os.environ.get("MLX_ENABLE_TF32")}
+            "MLX_ENABLE_TF32": os.environ.get("MLX_ENABLE_TF32"),
+            # MLX's CUDA graph commit size and use: they decide how long dispatching a big graph holds the
+            # host (notes/gpu.md, v8), so every run says which it had (absent: MLX's default)
+            **{k: os.environ[k] for k in MLX_DISPATCH_ENV if k in os.environ}}
+
+
+MLX_DISPATCH_ENV = ("MLX_MAX_OPS_PER_BUFFER", "MLX_MAX_MB_PER_BUFFER", "MLX_USE_CUDA_GRAPHS")
 
 
 def build_report(*, params: dict, model: dict, prompts: dict, backend: str, validation: dict,

@@ -96,9 +96,11 @@ def calibrate(engine: Engine, *, prompt_tokens: int, ceiling: int, logical_reset
 
 
 def chunk_rule(cost: StepCost, *, tbt_slo_ms: float, ceiling: int, mode: str):
-    """prefilled -> the largest chunk (1 .. ceiling) whose predicted gap is at most the target; 1 when even
-    that misses (the report then shows the target could not hold). Sizes are rounded down to a multiple of
-    ceiling/16, so a run compiles a few step shapes rather than one per chunk."""
+    """prefilled -> the largest chunk (1 .. ceiling) whose predicted gap is at most the target. Sizes are
+    rounded down to a multiple of ceiling/16 (the quantum), so a run compiles a few step shapes rather than
+    one per chunk. Where even one token misses the target, the quantum: a step's fixed cost then dominates
+    (on the H200 a chunk step costs ~17 ms at any size), so one-token chunks would buy A almost nothing for
+    up to `ceiling` times the steps; the report shows the target could not hold."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}; expected one of {MODES}")
     quantum = max(1, ceiling // 16)
@@ -106,7 +108,7 @@ def chunk_rule(cost: StepCost, *, tbt_slo_ms: float, ceiling: int, mode: str):
     def rule(prefilled: int) -> int:
         lo, hi = 1, ceiling  # the cost grows with n (non-negative terms): bisect for the largest that fits
         if cost.gap_ms(1, prefilled, mode=mode) > tbt_slo_ms:
-            return 1
+            return quantum
         while lo < hi:
             mid = (lo + hi + 1) // 2
             lo, hi = (mid, hi) if cost.gap_ms(mid, prefilled, mode=mode) <= tbt_slo_ms else (lo, mid - 1)

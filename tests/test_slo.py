@@ -38,7 +38,7 @@ def test_the_rule_picks_the_largest_chunk_that_meets_the_target(mode):
             if COST.gap_ms(1, prefilled, mode=mode) <= target:
                 assert COST.gap_ms(n, prefilled, mode=mode) <= target
                 assert n == 64 or COST.gap_ms(n + 4, prefilled, mode=mode) > target
-    assert chunk_rule(COST, tbt_slo_ms=2.5, ceiling=64, mode="chunked")(0) == 1    # unattainable: the smallest
+    assert chunk_rule(COST, tbt_slo_ms=2.5, ceiling=64, mode="chunked")(0) == 4    # unattainable: the quantum
     assert chunk_rule(COST, tbt_slo_ms=1e6, ceiling=64, mode="mixed")(5000) == 64  # the ceiling caps it
 
 
