@@ -19,10 +19,16 @@ from pdlib.validate import ReferenceTrace, ValidationResult, validate_policy
 from pdlib.weights import load_model
 
 REQUESTS = ("A", "B")
+# The reference's logits kept per request, so every policy after the first replays them (validate.py):
+# Qwen3-0.6B's 1,024 outputs take 622 MB; past this a policy re-runs the reference instead.
+KEEP_REFERENCE_LOGITS_BYTES = 1 << 30
 
 
 class Experiment:
-    def __init__(self, params: RunParams, *, model=None, prune_final_layer: bool = True, compile_steps: bool = True):
+    def __init__(self, params: RunParams, *, model=None, prune_final_layer: bool = True, compile_steps: bool = True,
+                 traces: dict | None = None):
+        """`traces`: reference traces to share with other experiments on the same weights (a sweep), keyed by
+        request and prompt, so the reference runs once for all of them."""
         self.params = p = params
         self.model = model or load_model(p.model)
         p.check_positions(self.model.config)
@@ -35,6 +41,7 @@ class Experiment:
             self.engine.add_request(r, self.prompts[r].token_ids)
         self._reference = None
         self._traces = None
+        self._shared_traces = {} if traces is None else traces
         self._plans: dict[str, list[Step]] = {}
         self._step_cost: StepCost | None = None
         self._disagg = None   # the prefill worker's session, made when a disagg run first needs it
@@ -44,8 +51,15 @@ class Experiment:
     def traces(self) -> dict[str, ReferenceTrace]:
         """The reference model is built lazily, once; each request's trace follows the engine step by step."""
         if self._traces is None:
-            self._reference = Reference(self.model)
-            self._traces = {r: ReferenceTrace(self._reference, self.prompts[r].token_ids) for r in REQUESTS}
+            self._traces = {}
+            for r in REQUESTS:
+                key = (r, self.prompts[r].sha256)
+                if key not in self._shared_traces:
+                    if self._reference is None:
+                        self._reference = Reference(self.model)
+                    self._shared_traces[key] = ReferenceTrace(self._reference, self.prompts[r].token_ids,
+                                                              keep_bytes=KEEP_REFERENCE_LOGITS_BYTES)
+                self._traces[r] = self._shared_traces[key]
         return self._traces
 
     def _shape(self, policy: str) -> dict:

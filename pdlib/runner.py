@@ -20,13 +20,13 @@ from pdlib.trial import run_trials
 
 
 def run_experiment(params: RunParams, *, output=None, params_file=None, validate_only: bool = False,
-                   quiet: bool = False, log=print, model=None) -> dict:
+                   quiet: bool = False, log=print, model=None, traces: dict | None = None) -> dict:
     """Returns the report dict (also written to `output` when given). Raises ValidationError or TokenMismatch
     on a numerical mismatch, InputError on bad input, disagg's WorkerError when its prefill worker fails;
-    writes nothing in those cases. `model`: weights already
-    loaded for params.model (a sweep loads them once for all its runs)."""
+    writes nothing in those cases. `model`: weights already loaded for params.model, and `traces`: reference
+    traces on them (a sweep shares both among its runs)."""
     out = claim_output(output) if output else None
-    exp = Experiment(params, model=model)
+    exp = Experiment(params, model=model, traces=traces)
     d = exp.describe()
     log(run_line({"model": d["model"], "environment": {"backend": d["backend"]}, "params": params.to_dict(),
                   "prompts": d["prompts"]}))

@@ -116,6 +116,7 @@ def run_sweep(params: RunParams, *, chunk_sizes, references=(), output, params_f
     model = load_model(params.model)
     load_s = time.perf_counter() - t_start
     done, stopped = [], None
+    traces = {}  # the reference runs once for every point (same weights and prompts)
     with tqdm(total=len(points), desc="sweep", unit="point", file=sys.stderr, disable=quiet or None,
               mininterval=2) as bar:
         for i, pt in enumerate(points):
@@ -124,7 +125,7 @@ def run_sweep(params: RunParams, *, chunk_sizes, references=(), output, params_f
             t0 = time.perf_counter()
             try:
                 report = run_experiment(pt.params, output=out / pt.report, params_file=params_file, quiet=True,
-                                        log=lines.append, model=model)
+                                        log=lines.append, model=model, traces=traces)
             except (ValidationError, TokenMismatch, WorkerError) as e:
                 stopped = {"policy": pt.policy, "chunk_size": pt.chunk_size, "role": pt.role, "report": pt.report,
                            "error": f"{type(e).__name__}: {str(e).splitlines()[0]}"}

@@ -31,26 +31,39 @@ class ValidationError(RuntimeError):
 
 
 class ReferenceTrace:
-    """One request's reference continuation, advanced in step with the engine. Memory stays bounded: only the
-    current output's logits are kept (and the reference's own KV cache); when a new policy starts over from
-    output 0, the reference restarts (its prompt pass and decodes run once per policy)."""
+    """One request's reference continuation, advanced in step with the engine. Every policy's gate starts over
+    from output 0: while the outputs' logits fit in `keep_bytes`, they are kept, so a later policy replays
+    them and reads K/V from the reference's cache, which only grows (a position's K/V never change), instead
+    of re-running the reference; past that budget only the current output's logits are kept and a policy
+    that starts over restarts the reference (its prompt pass and decodes run once per policy)."""
 
-    def __init__(self, reference: Reference, prompt_ids):
+    def __init__(self, reference: Reference, prompt_ids, *, keep_bytes: int = 0):
         self.reference, self.prompt_ids = reference, list(prompt_ids)
+        self.keep_bytes = keep_bytes
         self.stream = None
         self.index = -1              # the output whose logits the stream holds now
         self.tokens: list[int] = []  # greedy tokens of outputs 0 .. index
+        self.kept: list[mx.array] = []  # logits of outputs 0 .. index, while they fit in keep_bytes
 
     def output(self, i: int) -> tuple[mx.array, int]:
         """Logits and greedy token of output i (0 = the one the prompt's last position yields)."""
+        if i < len(self.kept):
+            return self.kept[i], self.tokens[i]
         if self.stream is None or i < self.index:
             self.stream = self.reference.stream(self.prompt_ids)
-            self.index, self.tokens = 0, [self.stream.token.item()]
+            self.index, self.tokens, self.kept = 0, [self.stream.token.item()], []
+            self._keep()
         while self.index < i:
             self.stream.step()
             self.index += 1
             self.tokens.append(self.stream.token.item())
+            self._keep()
         return self.stream.logits, self.tokens[i]
+
+    def _keep(self) -> None:
+        row = self.stream.logits
+        if len(self.kept) == self.index and (self.index + 1) * row.nbytes <= self.keep_bytes:
+            self.kept.append(row)
 
     def kv(self, start: int, stop: int) -> mx.array:
         """K and V of every layer over positions [start, stop): (L, 2, Hkv, stop - start, Dh)."""

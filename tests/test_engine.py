@@ -134,10 +134,24 @@ def test_reference_trace_matches_a_fresh_stream_and_restarts(tiny):
     assert trace.output(3)[1] == tok3 and trace.tokens == first
 
 
-def test_validation_keeps_one_logits_row_per_request(tiny, monkeypatch):
-    """Memory stays bounded: the trace holds no list of past logits, only the current row."""
+def test_validation_runs_the_reference_once_within_the_logits_budget(tiny, monkeypatch):
+    """A later policy replays the kept logits; with no budget the trace holds only the current row and every
+    policy re-runs the reference, as before."""
+    import pdlib.experiment as experiment_module
+    from pdlib.reference import ReferenceStream
+    steps = []
+    real = ReferenceStream.step
+    monkeypatch.setattr(ReferenceStream, "step", lambda self: steps.append(1) or real(self))
     exp = experiment(tiny)
     exp.validate(["chunked", "fifo"])
+    assert len(steps) == 2 * (OUTPUTS - 1)   # A and B once each, for both policies
+    for trace in exp.traces.values():
+        assert len(trace.kept) == OUTPUTS and trace.index == OUTPUTS - 1
+    steps.clear()
+    monkeypatch.setattr(experiment_module, "KEEP_REFERENCE_LOGITS_BYTES", 0)
+    exp = experiment(tiny)
+    results = exp.validate(["chunked", "fifo"])
+    assert len(steps) == 2 * 2 * (OUTPUTS - 1) and results["fifo"].passed
     for trace in exp.traces.values():
         arrays = [v for v in vars(trace).values() if isinstance(v, mx.array)]
         lists = [v for v in vars(trace).values() if isinstance(v, list) and v and isinstance(v[0], mx.array)]
