@@ -179,7 +179,7 @@ def cmd_bench_step(args) -> int:
     from pdlib.weights import load_model
     model = load_model(args.model)
     result = bench_step(model, contexts=tuple(args.contexts), tokens=args.tokens, warmup=args.warmup,
-                        prefill_tokens=args.prefill_tokens, chunk=args.chunk_size)
+                        prefill_tokens=args.prefill_tokens, chunk=args.chunk_size, peers=args.peers)
     print(format_table(result))
     if args.output:
         write_json(args.output, result)
@@ -221,13 +221,16 @@ def main(argv=None) -> int:
     k.add_argument("--seed", type=int, default=0)
     k.add_argument("--output", help="JSON with every comparison; must not exist")
     k.set_defaults(func=cmd_check_kernels)
-    b = sub.add_parser("bench-step", help="decode and prefill times, pdlib vs mlx-lm, same device and weights")
+    b = sub.add_parser("bench-step", help="decode and prefill times, pdlib vs mlx-lm (and transformers + "
+                                          "torch.compile where torch sees CUDA), same device and weights")
     b.add_argument("--model", default="qwen3-0.6b")
     b.add_argument("--contexts", type=int, nargs="+", default=[1024, 4096, 5120])
     b.add_argument("--tokens", type=int, default=200, help="timed decode tokens per context")
     b.add_argument("--warmup", type=int, default=20)
     b.add_argument("--prefill-tokens", type=int, default=4096)
     b.add_argument("--chunk-size", type=int, default=128)
+    b.add_argument("--no-peers", dest="peers", action="store_false", default=None,
+                   help="skip transformers' Qwen3 (FP32 and bf16, static cache, torch.compile)")
     b.add_argument("--output", help="JSON path; must not exist")
     b.set_defaults(func=cmd_bench_step)
     f = sub.add_parser("profile-step", help="where one decode step's time goes, variant by variant (GPU only)")

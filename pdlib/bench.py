@@ -1,10 +1,12 @@
 """`python -m pdlib bench-step`: one decode step and one prompt's prefill, pdlib's engine next to mlx-lm's
-Qwen3 on the same device, same weights, in one run. Prints a table, writes JSON.
+Qwen3 on the same device, same weights, in one run, and, where torch sees a CUDA device, transformers' Qwen3
+with a static cache and torch.compile in FP32 and bf16 (bench_hf.py). Prints a table, writes JSON.
 
     python -m pdlib bench-step --model synthetic:qwen3-0.6b --output bench.json
 
 Decode: median ms per token at each context (the token observed on the host, as in the trials), after a
-warm-up. Prefill: a whole 4,096-token prompt, and the same prompt in 128-token chunks (median of repeats).
+warm-up. Prefill: a whole 4,096-token prompt, the same prompt in 128-token chunks back to back, and in chunks
+each synced before the next is issued, as a chunked trial runs them (median of repeats).
 Bandwidth: the bytes a decode step must read (bf16-packed weights + the FP32 KV cache so far) over its time,
 and the floor: those bytes over a device-to-device copy's bandwidth measured in the same run.
 """
@@ -72,17 +74,25 @@ def bench_pdlib(model: LoadedModel, *, contexts, tokens: int, warmup: int, prefi
         out["decode_ms_all"][str(ctx)] = times
     engine.add_request("P", _prompt(cfg, prefill_tokens))
 
-    def prefill(n):
+    def prefill(n, synced=False):
         engine.reset("P", logical=True)
         t0 = time.perf_counter_ns()
         for start in range(0, prefill_tokens, n):
             o = engine.prefill_chunk("P", min(n, prefill_tokens - start))
+            if synced:
+                mx.synchronize()
         o.token.item()
         return _ms(t0) / 1e3
 
-    for key, n in (("prefill_whole_s", prefill_tokens), ("prefill_chunked_s", chunk)):
-        prefill(n)
-        out[key] = statistics.median(prefill(n) for _ in range(repeats))
+    return {**out, **_prefills(prefill, prefill_tokens=prefill_tokens, chunk=chunk, repeats=repeats)}
+
+
+def _prefills(prefill, *, prefill_tokens: int, chunk: int, repeats: int) -> dict:
+    out = {}
+    for key, n, synced in (("prefill_whole_s", prefill_tokens, False), ("prefill_chunked_s", chunk, False),
+                           ("prefill_chunked_synced_s", chunk, True)):
+        prefill(n, synced)
+        out[key] = statistics.median(prefill(n, synced) for _ in range(repeats))
     return out
 
 
@@ -104,23 +114,24 @@ def bench_mlx_lm(model: LoadedModel, *, contexts, tokens: int, warmup: int, pref
         out["decode_ms_all"][str(ctx)] = times
         del cache
 
-    def prefill(n):
+    def prefill(n, synced=False):
         cache = [LmCache() for _ in range(cfg.num_hidden_layers)]
         prompt = mx.array(_prompt(cfg, prefill_tokens))[None]
         t0 = time.perf_counter_ns()
         for start in range(0, prefill_tokens, n):
             logits = ref(prompt[:, start:start + n], cache=cache)
+            if synced:
+                mx.eval(logits, [(c.keys, c.values) for c in cache])
         mx.argmax(logits[0, -1]).item()
         return _ms(t0) / 1e3
 
-    for key, n in (("prefill_whole_s", prefill_tokens), ("prefill_chunked_s", chunk)):
-        prefill(n)
-        out[key] = statistics.median(prefill(n) for _ in range(repeats))
-    return out
+    return {**out, **_prefills(prefill, prefill_tokens=prefill_tokens, chunk=chunk, repeats=repeats)}
 
 
 def bench_step(model: LoadedModel, *, contexts=(1024, 4096, 5120), tokens: int = 200, warmup: int = 20,
-               prefill_tokens: int = 4096, chunk: int = 128, repeats: int = 3, log=print) -> dict:
+               prefill_tokens: int = 4096, chunk: int = 128, repeats: int = 3, peers: bool | None = None,
+               log=print) -> dict:
+    """`peers`: measure transformers' Qwen3 too (None: when torch sees a CUDA device)."""
     kw = dict(contexts=contexts, tokens=tokens, warmup=warmup, prefill_tokens=prefill_tokens, chunk=chunk,
               repeats=repeats)
     bw = copy_bandwidth()
@@ -128,6 +139,16 @@ def bench_step(model: LoadedModel, *, contexts=(1024, 4096, 5120), tokens: int =
     engines = {"pdlib": bench_pdlib(model, **kw)}
     mx.clear_cache()
     engines["mlx-lm"] = bench_mlx_lm(model, **kw)
+    mx.clear_cache()
+    from pdlib import bench_hf
+    if peers or (peers is None and bench_hf.available()):
+        for dtype in bench_hf.DTYPES:
+            name = f"hf-{'fp32' if dtype == 'float32' else 'bf16'}"
+            try:  # a peer that cannot run here (torch beside MLX, a transformers change) must not lose the rest
+                engines[name] = bench_hf.bench_hf(model, dtype=dtype, **kw)
+            except Exception as e:
+                engines[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+                log(f"{name}: not measured ({engines[name]['error']})")
     floors = {str(c): {"bytes": decode_bytes(model.config, c), "floor_ms": decode_bytes(model.config, c) / bw * 1e3}
               for c in contexts}
     return {"schema": "pdlib.bench-step/1", "model": model.source, "environment": environment(BACKEND),
@@ -136,15 +157,24 @@ def bench_step(model: LoadedModel, *, contexts=(1024, 4096, 5120), tokens: int =
 
 
 def format_table(result: dict) -> str:
+    """Medians per engine; for decode, pdlib's bandwidth and the byte floor; ratios are each peer over pdlib."""
     e, floors = result["engines"], result["floors"]
-    lines = [f"{'what':26s} {'pdlib':>10s} {'mlx-lm':>10s} {'ratio':>8s} {'pdlib GB/s':>11s} {'floor':>9s}"]
+    peers = [n for n in e if n != "pdlib" and "error" not in e[n]]
+    head = f"{'what':26s} {'pdlib':>10s} " + " ".join(f"{n:>10s} {'ratio':>6s}" for n in peers)
+    lines = [head + f" {'pdlib GB/s':>11s} {'floor':>9s}"]
+
+    def row(label, key, sub=None):
+        get = (lambda n: e[n][key][sub]) if sub else (lambda n: e[n][key])
+        p = get("pdlib")
+        return f"{label:26s} {p:10.4g} " + " ".join(f"{get(n):10.4g} {get(n) / p:5.1f}x" for n in peers)
+
     for ctx, f in floors.items():
-        p, m = e["pdlib"]["decode_ms_median"][ctx], e["mlx-lm"]["decode_ms_median"][ctx]
-        lines.append(f"{'decode ms @ ' + ctx:26s} {p:10.3f} {m:10.3f} {m / p:7.1f}x {f['bytes'] / p / 1e6:11.0f} "
-                     f"{f['floor_ms']:8.3f}ms")
-    for key in ("prefill_whole_s", "prefill_chunked_s"):
-        p, m = e["pdlib"][key], e["mlx-lm"][key]
-        lines.append(f"{key.replace('_s', ' s'):26s} {p:10.4f} {m:10.4f} {m / p:7.1f}x")
+        p = e["pdlib"]["decode_ms_median"][ctx]
+        lines.append(row(f"decode ms @ {ctx}", "decode_ms_median", ctx)
+                     + f" {f['bytes'] / p / 1e6:11.0f} {f['floor_ms']:8.3f}ms")
+    for key in ("prefill_whole_s", "prefill_chunked_s", "prefill_chunked_synced_s"):
+        if all(key in e[n] for n in e):
+            lines.append(row(key.replace("_s", " s").replace("prefill_", "prefill "), key))
     return "\n".join(lines)
 
 

@@ -1,0 +1,60 @@
+"""bench-step's pieces on the CPU with `tiny` (the command itself refuses the CPU): every engine reports the
+same keys, the table prints them, and transformers' peer decodes the same greedy tokens as pdlib in FP32."""
+
+import pytest
+
+from pdlib.bench import bench_step, format_table
+from pdlib.engine import Engine
+
+SIZES = dict(contexts=(32, 48), tokens=3, warmup=1, prefill_tokens=40, chunk=16, repeats=1)
+KEYS = {"decode_ms_median", "decode_ms_all", "prefill_whole_s", "prefill_chunked_s", "prefill_chunked_synced_s"}
+
+
+def test_bench_step_measures_every_engine_alike_and_prints_them(tiny):
+    result = bench_step(tiny, peers=False, log=lambda *a: None, **SIZES)
+    assert set(result["engines"]) == {"pdlib", "mlx-lm"}
+    for name, e in result["engines"].items():
+        assert KEYS <= set(e), name
+        assert set(e["decode_ms_median"]) == {"32", "48"} and all(len(v) == 3 for v in e["decode_ms_all"].values())
+        assert all(e[k] > 0 for k in KEYS if k.endswith("_s"))
+    table = format_table(result).splitlines()
+    assert "mlx-lm" in table[0] and len(table) == 1 + 2 + 3
+    assert table[-1].startswith("prefill chunked synced s")
+
+
+def test_the_transformers_peer_decodes_pdlibs_tokens(tiny):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from pdlib.bench_hf import bench_hf
+    ids = lambda n: [(i * 7919 + 13) % tiny.config.vocab_size for i in range(n)]  # noqa: E731
+    r = bench_hf(tiny, dtype="float32", compile_decode=False, prompt=ids, **SIZES)
+    assert KEYS <= set(r) and r["dtype"] == "float32" and not r["compiled"]
+    engine = Engine(tiny, capacity=64)  # warmup 1 + 3 timed decodes: 5 greedy tokens
+    engine.add_request("X", ids(32))
+    engine.reset("X", logical=True)
+    want = [engine.prefill_chunk("X", 32).token.item()] + [engine.decode("X").token.item() for _ in range(4)]
+    assert r["greedy_tokens"]["32"] == want
+    with pytest.raises(ValueError, match="dtype 'float16'"):
+        bench_hf(tiny, dtype="float16", **SIZES)
+
+
+def test_the_table_shows_each_peer_as_a_ratio_to_pdlib(tiny):
+    e = {"decode_ms_median": {"32": 2.0}, "prefill_whole_s": 0.1, "prefill_chunked_s": 0.2,
+         "prefill_chunked_synced_s": 0.4}
+    peer = {**e, "decode_ms_median": {"32": 6.0}}
+    result = {"engines": {"pdlib": e, "hf-bf16": peer}, "floors": {"32": {"bytes": 2e9, "floor_ms": 0.5}}}
+    lines = format_table(result).splitlines()
+    assert "hf-bf16" in lines[0]
+    assert "3.0x" in lines[1] and " 1000 " in lines[1]   # 6 / 2 ms; 2 GB / 2 ms = 1000 GB/s
+
+
+def test_a_peer_that_fails_is_recorded_and_the_rest_kept(tiny, monkeypatch):
+    from pdlib import bench_hf
+
+    def broken(model, **kw):
+        raise RuntimeError("CUDA error: out of memory\nmore")
+
+    monkeypatch.setattr(bench_hf, "bench_hf", broken)
+    result = bench_step(tiny, peers=True, log=lambda *a: None, **SIZES)
+    assert result["engines"]["hf-fp32"] == {"error": "RuntimeError: CUDA error: out of memory"}
+    assert "hf-bf16" not in format_table(result) and "pdlib" in format_table(result)
