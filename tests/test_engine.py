@@ -175,3 +175,23 @@ def test_validate_policy_runs_the_exact_plan(tiny):
     r = validate_policy("chunked", engine=exp.engine, traces=exp.traces, steps=exp.plan("chunked"),
                         output_tokens=OUTPUTS, checkpoint_every=0)
     assert r.steps == exp.steps_per_run("chunked") and r.checks["checkpoint_kv"].count == 0
+
+
+def test_a_step_builds_the_rope_tables_once_and_transposes_no_weight(tiny, tmp_path):
+    """Host cost on a GPU grows with a step's graph nodes (notes/gpu.md, v8): per step, not per layer, RoPE
+    angles; no weight transposed per matmul (the transposed views are made at load)."""
+    import re
+    from collections import Counter
+
+    from pdlib.engine.model import Segment
+    engine = Engine(tiny, capacity=64)
+    engine.add_request("A", list(range(40)))
+    engine.reset("A", logical=True)
+    r = engine.requests["A"]
+    (logits,) = engine.model.step([Segment(r.cache, r.prompt[:40], start=0, emits=True)])
+    mx.export_to_dot(str(tmp_path / "step.dot"), logits, *r.cache.k)
+    nodes = Counter(re.findall(r'\[label ="([^"]+)", shape=rectangle\]', (tmp_path / "step.dot").read_text()))
+    layers = tiny.config.num_hidden_layers
+    assert nodes["Cos"] == nodes["Sin"] == 1 and nodes["Matmul"] == 9 * layers + 1
+    # the only transposes left are the attention's keys and the heads' swaps, none on a weight
+    assert nodes["Transpose"] <= 5 * layers

@@ -20,6 +20,8 @@ class Layer:
     w_gate: mx.array; w_up: mx.array; w_down: mx.array
     # decode copies: fused q|k|v and gate|up rows, bf16 when packing is on
     d_qkv: mx.array = None; d_o: mx.array = None; d_gate_up: mx.array = None; d_down: mx.array = None
+    # prefill: each matrix as its (in, out) transposed view, made once (no copy)
+    t: dict = None
 
 
 @dataclass
@@ -54,9 +56,11 @@ class Qwen3:
             L.d_o = pack(L.wo, names["wo"])
             L.d_gate_up = pack(mx.concatenate([L.w_gate, L.w_up]), f"{names['w_gate']} (+up)")
             L.d_down = pack(L.w_down, names["w_down"])
+            L.t = {k: getattr(L, k).T for k in ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")}
             self.layers.append(L)
         self.d_lm_head = pack(self.lm_head, "lm_head")
-        mx.eval(self.d_lm_head, [[L.d_qkv, L.d_o, L.d_gate_up, L.d_down] for L in self.layers])
+        self.lm_head_t = self.lm_head.T
+        mx.eval(self.d_lm_head, self.lm_head_t, [[L.d_qkv, L.d_o, L.d_gate_up, L.d_down, L.t] for L in self.layers])
         # Static shapes (the cache capacity) and a position input: every decode step replays one graph.
         self._step = mx.compile(self.decode_step) if compile_steps else self.decode_step
         wrap = mx.compile if compile_steps else (lambda f: f)
@@ -70,31 +74,33 @@ class Qwen3:
     # -- prefill ---------------------------------------------------------------------------------------
     # Everything but attention depends only on the chunk's length, so it runs as compiled functions (one
     # trace per length, shared by all layers: fused elementwise ops, a fraction of eager dispatch cost);
-    # attention reads a cache prefix that grows every chunk, so it stays eager.
+    # attention reads a cache prefix that grows every chunk, so it stays eager. On a GPU the host spends
+    # ~10-20 us on each node of a step's graph (notes/gpu.md, v8), so what every layer would recompute (the
+    # RoPE tables) is made once per step, and the weights' transposes once at load.
 
-    def _norm_kv(self, h, positions, in_norm, wk, wv, k_norm):
+    def _norm_kv(self, h, cos, sin, in_norm, wk_t, wv_t, k_norm):
         """h: (T, D) -> the normed input x, and k (after k-norm and RoPE), v: (Hkv, T, Dh)."""
         c, T = self.cfg, h.shape[0]
         x = K.rms_norm(h, in_norm, eps=c.rms_norm_eps)
-        k = K.linear(x, wk).reshape(T, c.num_key_value_heads, c.head_dim)
+        k = K.linear_t(x, wk_t).reshape(T, c.num_key_value_heads, c.head_dim)
         k = K.rms_norm(k, k_norm, eps=c.rms_norm_eps).swapaxes(0, 1)
-        v = K.linear(x, wv).reshape(T, c.num_key_value_heads, c.head_dim).swapaxes(0, 1)
-        return x, K.rope(k, positions=positions, inv_freq=self.inv_freq), v
+        v = K.linear_t(x, wv_t).reshape(T, c.num_key_value_heads, c.head_dim).swapaxes(0, 1)
+        return x, K.rope_rotate(k, cos, sin), v
 
-    def _q(self, x, positions, wq, q_norm):
+    def _q(self, x, cos, sin, wq_t, q_norm):
         """x: (T, D) normed input -> q (Hq, T, Dh) after q-norm and RoPE."""
         c, T = self.cfg, x.shape[0]
-        q = K.linear(x, wq).reshape(T, c.num_attention_heads, c.head_dim)
+        q = K.linear_t(x, wq_t).reshape(T, c.num_attention_heads, c.head_dim)
         q = K.rms_norm(q, q_norm, eps=c.rms_norm_eps).swapaxes(0, 1)
-        return K.rope(q, positions=positions, inv_freq=self.inv_freq)
+        return K.rope_rotate(q, cos, sin)
 
-    def _out_mlp(self, h, o, wo, post_norm, w_gate, w_up, w_down):
+    def _out_mlp(self, h, o, wo_t, post_norm, w_gate_t, w_up_t, w_down_t):
         """Residual stream after attention output o (Hq, T, Dh) and the MLP."""
         c = self.cfg
-        h = h + K.linear(o.swapaxes(0, 1).reshape(-1, c.num_attention_heads * c.head_dim), wo)
+        h = h + K.linear_t(o.swapaxes(0, 1).reshape(-1, c.num_attention_heads * c.head_dim), wo_t)
         x = K.rms_norm(h, post_norm, eps=c.rms_norm_eps)
-        g, u = K.linear(x, w_gate), K.linear(x, w_up)
-        return h + K.linear(g * mx.sigmoid(g) * u, w_down)
+        g, u = K.linear_t(x, w_gate_t), K.linear_t(x, w_up_t)
+        return h + K.linear_t(g * mx.sigmoid(g) * u, w_down_t)
 
     def prefill(self, cache: KVCache, tokens: mx.array, *, start: int, last: bool, prune: bool = True):
         """Run prompt tokens (T,) at positions start .. start+T-1, writing their K/V into the cache. Returns the
@@ -121,6 +127,7 @@ class Qwen3:
         for s in segments:
             offsets.append(offsets[-1] + s.size)
         positions = self._positions(segments)
+        cos, sin = K.rope_tables(positions, self.inv_freq)
         tokens = [s.tokens for s in segments]
         h = self.embed[tokens[0] if len(tokens) == 1 else mx.concatenate([t.astype(mx.int32) for t in tokens])]
         masks = [K.causal_mask(positions[a:b], s.start + s.size) for s, a, b in zip(segments, offsets, offsets[1:])]
@@ -132,28 +139,28 @@ class Qwen3:
 
         n_layers, pruned = len(self.layers), False
         for i, L in enumerate(self.layers):
-            x, k, v = self._p_norm_kv(h, positions, L.in_norm, L.wk, L.wv, L.k_norm)
+            x, k, v = self._p_norm_kv(h, cos, sin, L.in_norm, L.t["wk"], L.t["wv"], L.k_norm)
             kv = [s.cache.store(i, k[:, a:b], v[:, a:b], positions=positions[a:b], start=s.start)
                   for s, a, b in zip(segments, offsets, offsets[1:])]
             # (segment, its query rows [a, b) in x and h, their mask) for the rows that go on through this layer
             rows = [(j, offsets[j], offsets[j + 1], masks[j]) for j in range(len(segments))]
-            q_pos = positions
+            q_cos, q_sin = cos, sin
             if prune and i == n_layers - 1:
                 if not emitting:
                     break
-                x, h, q_pos = last_rows(x), last_rows(h), last_rows(positions)
+                x, h, q_cos, q_sin = last_rows(x), last_rows(h), last_rows(cos), last_rows(sin)
                 rows, pruned = [(j, r, r + 1, masks[j][-1:]) for r, j in enumerate(emitting)], True
-            q = self._p_q(x, q_pos, L.wq, L.q_norm)
+            q = self._p_q(x, q_cos, q_sin, L.t["wq"], L.q_norm)
             o = [K.attention(q[:, a:b], *kv[j], mask=mask, scale=self.scale) for j, a, b, mask in rows]
             o = o[0] if len(o) == 1 else mx.concatenate(o, axis=1)
-            h = self._p_out_mlp(h, o, L.wo, L.post_norm, L.w_gate, L.w_up, L.w_down)
+            h = self._p_out_mlp(h, o, L.t["wo"], L.post_norm, L.t["w_gate"], L.t["w_up"], L.t["w_down"])
         for s in segments:
             s.cache.advance(s.size)
         if not emitting:
             return [None] * len(segments)
         if not pruned:
             h = last_rows(h)
-        logits = K.linear(K.rms_norm(h, self.norm, eps=c.rms_norm_eps), self.lm_head)   # (emitting, V)
+        logits = K.linear_t(K.rms_norm(h, self.norm, eps=c.rms_norm_eps), self.lm_head_t)   # (emitting, V)
         out = [None] * len(segments)
         for r, j in enumerate(emitting):
             out[j] = logits[r]

@@ -10,12 +10,12 @@ from pdlib.engine.kernels.attention import attention, attention_ops, causal_mask
 from pdlib.engine.kernels.backend import BACKEND
 from pdlib.engine.kernels.decode_attention import decode_attention, decode_attention_kernel, decode_attention_ops
 from pdlib.engine.kernels.fence import new_fence, read_after
-from pdlib.engine.kernels.gemv import gemv, gemv_kernel, gemv_ops, linear
+from pdlib.engine.kernels.gemv import gemv, gemv_kernel, gemv_ops, linear, linear_t
 from pdlib.engine.kernels.kv_store import store_kv, store_kv_kernel, store_kv_ops
 from pdlib.engine.kernels.rmsnorm import rms_norm, rms_norm_ops
-from pdlib.engine.kernels.rope import rope, rope_inv_freq, rope_ops
+from pdlib.engine.kernels.rope import rope, rope_inv_freq, rope_ops, rope_rotate, rope_tables
 
 __all__ = ["BACKEND", "attention", "attention_ops", "causal_mask", "decode_attention", "decode_attention_kernel",
-           "decode_attention_ops", "gemv", "gemv_kernel", "gemv_ops", "linear", "new_fence", "read_after",
-           "rms_norm", "rms_norm_ops", "rope", "rope_inv_freq", "rope_ops", "store_kv", "store_kv_kernel",
+           "decode_attention_ops", "gemv", "gemv_kernel", "gemv_ops", "linear", "linear_t", "new_fence", "read_after",
+           "rms_norm", "rms_norm_ops", "rope", "rope_inv_freq", "rope_ops", "rope_rotate", "rope_tables", "store_kv", "store_kv_kernel",
            "store_kv_ops"]

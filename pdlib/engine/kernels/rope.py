@@ -33,13 +33,22 @@ def rope_inv_freq(head_dim: int, *, base: float) -> mx.array:
     return out
 
 
-def rope_ops(x: mx.array, *, positions: mx.array, inv_freq: mx.array) -> mx.array:
-    """x: (..., T, Dh) at the T int32 positions."""
-    half = x.shape[-1] // 2
+def rope_tables(positions: mx.array, inv_freq: mx.array) -> tuple[mx.array, mx.array]:
+    """cos and sin (T, Dh/2) of the T int32 positions: a step computes them once for all its layers."""
     angle = positions.astype(mx.float32)[:, None] * inv_freq[None]
-    cos, sin = mx.cos(angle), mx.sin(angle)
+    return mx.cos(angle), mx.sin(angle)
+
+
+def rope_rotate(x: mx.array, cos: mx.array, sin: mx.array) -> mx.array:
+    """x: (..., T, Dh) rotated by the tables of its T positions."""
+    half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
     return mx.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
+def rope_ops(x: mx.array, *, positions: mx.array, inv_freq: mx.array) -> mx.array:
+    """x: (..., T, Dh) at the T int32 positions."""
+    return rope_rotate(x, *rope_tables(positions, inv_freq))
 
 
 rope = rope_ops
