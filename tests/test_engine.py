@@ -68,13 +68,13 @@ def test_packed_and_unpacked_decode_weights_agree(tiny):
 
 def test_final_layer_pruning_changes_no_result_and_does_prune(tiny, monkeypatch):
     calls = []
-    real = model_module.K.attention
+    real = model_module.K.attention_rows
 
-    def spy(q, k, v, *, mask, scale):
+    def spy(q, k, v, *, mask_rows, scale):
         calls.append(q.shape[1])
-        return real(q, k, v, mask=mask, scale=scale)
+        return real(q, k, v, mask_rows=mask_rows, scale=scale)
 
-    monkeypatch.setattr(model_module.K, "attention", spy)
+    monkeypatch.setattr(model_module.K, "attention_rows", spy)
     prompt = experiment(tiny).prompts["A"].token_ids
     layers = tiny.config.num_hidden_layers
     pruned = Engine(tiny, capacity=80, prune_final_layer=True, compile_steps=False)  # the spy sees every call

@@ -5,6 +5,7 @@ Shapes: D hidden, T tokens in the step, Dh head dim.
 """
 
 from dataclasses import dataclass
+from functools import partial
 
 import mlx.core as mx
 
@@ -65,6 +66,7 @@ class Qwen3:
         self._step = mx.compile(self.decode_step) if compile_steps else self.decode_step
         wrap = mx.compile if compile_steps else (lambda f: f)
         self._p_norm_kv, self._p_q, self._p_out_mlp = wrap(self._norm_kv), wrap(self._q), wrap(self._out_mlp)
+        self._compile_steps, self._attention = compile_steps, {}
 
     def new_cache(self, capacity: int) -> KVCache:
         c = self.cfg
@@ -73,10 +75,11 @@ class Qwen3:
 
     # -- prefill ---------------------------------------------------------------------------------------
     # Everything but attention depends only on the chunk's length, so it runs as compiled functions (one
-    # trace per length, shared by all layers: fused elementwise ops, a fraction of eager dispatch cost);
-    # attention reads a cache prefix that grows every chunk, so it stays eager. On a GPU the host spends
-    # ~10-20 us on each node of a step's graph (notes/gpu.md, v8), so what every layer would recompute (the
-    # RoPE tables) is made once per step, and the weights' transposes once at load.
+    # trace per length, shared by all layers: the weights are arguments). Attention reads a cache prefix
+    # that grows every chunk; nothing in `attention_rows` depends on its length, so it is compiled shapeless,
+    # once per query row count. On a GPU the host spends ~10-20 us on each node of a step's graph
+    # (notes/gpu.md, v8): compiled pieces fuse elementwise work and skip Python, the RoPE tables are made
+    # once per step, and the weights' transposes once at load.
 
     def _norm_kv(self, h, cos, sin, in_norm, wk_t, wv_t, k_norm):
         """h: (T, D) -> the normed input x, and k (after k-norm and RoPE), v: (Hkv, T, Dh)."""
@@ -93,6 +96,13 @@ class Qwen3:
         q = K.linear_t(x, wq_t).reshape(T, c.num_attention_heads, c.head_dim)
         q = K.rms_norm(q, q_norm, eps=c.rms_norm_eps).swapaxes(0, 1)
         return K.rope_rotate(q, cos, sin)
+
+    def _attention_for(self, rows: int):
+        """attention_rows for `rows` query rows, compiled shapeless: one graph for every cache length."""
+        if rows not in self._attention:
+            fn = partial(K.attention_rows, scale=self.scale)
+            self._attention[rows] = mx.compile(fn, shapeless=True) if self._compile_steps else fn
+        return self._attention[rows]
 
     def _out_mlp(self, h, o, wo_t, post_norm, w_gate_t, w_up_t, w_down_t):
         """Residual stream after attention output o (Hq, T, Dh) and the MLP."""
@@ -131,6 +141,8 @@ class Qwen3:
         tokens = [s.tokens for s in segments]
         h = self.embed[tokens[0] if len(tokens) == 1 else mx.concatenate([t.astype(mx.int32) for t in tokens])]
         masks = [K.causal_mask(positions[a:b], s.start + s.size) for s, a, b in zip(segments, offsets, offsets[1:])]
+        rep = c.num_attention_heads // c.num_key_value_heads
+        mask_rows = [K.query_rows(m, rep) for m in masks]
         emitting = [j for j, s in enumerate(segments) if s.emits]
 
         def last_rows(a: mx.array) -> mx.array:  # the emitting segments' last rows, by slices (no host index)
@@ -142,16 +154,17 @@ class Qwen3:
             x, k, v = self._p_norm_kv(h, cos, sin, L.in_norm, L.t["wk"], L.t["wv"], L.k_norm)
             kv = [s.cache.store(i, k[:, a:b], v[:, a:b], positions=positions[a:b], start=s.start)
                   for s, a, b in zip(segments, offsets, offsets[1:])]
-            # (segment, its query rows [a, b) in x and h, their mask) for the rows that go on through this layer
-            rows = [(j, offsets[j], offsets[j + 1], masks[j]) for j in range(len(segments))]
+            # (its query rows [a, b) in x and h, its keys and values, its stacked mask) per segment going on
+            rows = [(a, b, kv[j], mask_rows[j]) for j, (a, b) in enumerate(zip(offsets, offsets[1:]))]
             q_cos, q_sin = cos, sin
             if prune and i == n_layers - 1:
                 if not emitting:
                     break
                 x, h, q_cos, q_sin = last_rows(x), last_rows(h), last_rows(cos), last_rows(sin)
-                rows, pruned = [(j, r, r + 1, masks[j][-1:]) for r, j in enumerate(emitting)], True
+                rows = [(r, r + 1, kv[j], K.query_rows(masks[j][-1:], rep)) for r, j in enumerate(emitting)]
+                pruned = True
             q = self._p_q(x, q_cos, q_sin, L.t["wq"], L.q_norm)
-            o = [K.attention(q[:, a:b], *kv[j], mask=mask, scale=self.scale) for j, a, b, mask in rows]
+            o = [self._attention_for(b - a)(q[:, a:b], k, v, mask_rows=m) for a, b, (k, v), m in rows]
             o = o[0] if len(o) == 1 else mx.concatenate(o, axis=1)
             h = self._p_out_mlp(h, o, L.t["wo"], L.post_norm, L.t["w_gate"], L.t["w_up"], L.t["w_down"])
         for s in segments:

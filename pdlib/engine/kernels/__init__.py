@@ -6,7 +6,7 @@
     y = K.gemv(x, w_bf16, norm=w_norm, eps=1e-6)   # kernel on a GPU, ops twin on the CPU
 """
 
-from pdlib.engine.kernels.attention import attention, attention_ops, causal_mask
+from pdlib.engine.kernels.attention import attention, attention_ops, attention_rows, causal_mask, query_rows
 from pdlib.engine.kernels.backend import BACKEND
 from pdlib.engine.kernels.decode_attention import decode_attention, decode_attention_kernel, decode_attention_ops
 from pdlib.engine.kernels.fence import new_fence, read_after
@@ -15,7 +15,7 @@ from pdlib.engine.kernels.kv_store import store_kv, store_kv_kernel, store_kv_op
 from pdlib.engine.kernels.rmsnorm import rms_norm, rms_norm_ops
 from pdlib.engine.kernels.rope import rope, rope_inv_freq, rope_ops, rope_rotate, rope_tables
 
-__all__ = ["BACKEND", "attention", "attention_ops", "causal_mask", "decode_attention", "decode_attention_kernel",
+__all__ = ["BACKEND", "attention", "attention_ops", "attention_rows", "causal_mask", "query_rows", "decode_attention", "decode_attention_kernel",
            "decode_attention_ops", "gemv", "gemv_kernel", "gemv_ops", "linear", "linear_t", "new_fence", "read_after",
            "rms_norm", "rms_norm_ops", "rope", "rope_inv_freq", "rope_ops", "rope_rotate", "rope_tables", "store_kv", "store_kv_kernel",
            "store_kv_ops"]

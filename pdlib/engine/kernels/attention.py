@@ -24,4 +24,20 @@ def attention_ops(q: mx.array, k: mx.array, v: mx.array, *, mask: mx.array, scal
     return (probs @ v).reshape(Hq, T, Dh)
 
 
+def query_rows(mask: mx.array, rep: int) -> mx.array:
+    """A (T, S) causal mask as the (rep * T, S) mask of attention_rows' stacked query rows."""
+    return mx.tile(mask, (rep, 1))
+
+
+def attention_rows(q: mx.array, k: mx.array, v: mx.array, *, mask_rows: mx.array, scale: float) -> mx.array:
+    """attention_ops with the mask already stacked (query_rows): nothing here depends on S, the cache prefix's
+    length, so one shapeless compiled graph serves every chunk of a prompt."""
+    Hq, T, Dh = q.shape
+    Hkv = k.shape[0]
+    rep = Hq // Hkv
+    scores = (q.reshape(Hkv, rep * T, Dh) * scale) @ k.swapaxes(-1, -2)             # (Hkv, rep T, S)
+    probs = mx.softmax(mx.where(mask_rows, scores, mx.array(-mx.inf, mx.float32)), axis=-1, precise=True)
+    return (probs @ v).reshape(Hq, T, Dh)
+
+
 attention = attention_ops
