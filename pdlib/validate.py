@@ -21,6 +21,7 @@ from pdlib.reference import Reference
 from pdlib.scheduler import Prefill, Step
 
 ATOL = RTOL = 1e-3
+DECODE_KV_BATCH = 16
 CHECKS = ("prefix_kv", "logits", "token", "decode_kv", "checkpoint_kv")
 
 
@@ -110,6 +111,15 @@ def tolerance_stats(x: mx.array, ref: mx.array) -> mx.array:
     return mx.stack([mx.max(err, axis=1), mx.max(ratio, axis=1), mx.sum(bad, axis=1).astype(mx.float32)])
 
 
+def _first_bad_index(x: mx.array, ref: mx.array) -> int:
+    """Index along the position axis (-2; 0 for 1-D logits) of the first value out of tolerance."""
+    if x.ndim == 1:
+        return 0
+    err = mx.abs(x - ref)
+    bad = mx.where(mx.isfinite(ref), mx.isnan(err) | (err > ATOL + RTOL * mx.abs(ref)), x != ref)
+    return int(mx.argmax(mx.any(bad.swapaxes(-2, -1).reshape(-1, x.shape[-2]), axis=0)).item())
+
+
 def _worst_index(x: mx.array, ref: mx.array) -> int:
     """Index along the position axis (-2; 0 for 1-D logits) of the worst ratio."""
     if x.ndim == 1:
@@ -123,14 +133,17 @@ class _Checker:
     def __init__(self, result: ValidationResult):
         self.result = result
 
-    def compare(self, kind: str, x: mx.array, ref: mx.array, *, req: str, first_position: int, layered: bool) -> None:
+    def compare(self, kind: str, x: mx.array, ref: mx.array, *, req: str, first_position: int, layered: bool,
+                count: int = 1) -> None:
         """x, ref: per layer on axis 0 when `layered` (K/V: (L, 2, Hkv, T, Dh)), else one 1-D logits row;
-        positions on axis -2 starting at first_position. One host sync per call."""
+        positions on axis -2 starting at first_position; `count` checks at once (decode slots batched). One
+        host sync per call; a failure names the first layer that fails and its first position out of
+        tolerance."""
         if not layered:
             x, ref = x[None], ref[None]
         maxabs, ratios, bad = tolerance_stats(x, ref).tolist()
         c = self.result.checks[kind]
-        c.count += 1
+        c.count += count
         c.worst_abs = max(c.worst_abs, *maxabs)
 
         def where(i: int) -> dict:
@@ -143,7 +156,9 @@ class _Checker:
         failing = [j for j, n in enumerate(bad) if n > 0]
         if failing:  # name the first layer that fails: errors propagate upwards from there
             j = failing[0]
-            self.fail(kind, where(j), f"{int(bad[j])} value(s) out of tolerance, worst |x-ref| = "
+            first = first_position + _first_bad_index(x[j] if layered else x[0], ref[j] if layered else ref[0])
+            self.fail(kind, {"request": req, "layer": j if layered else None, "position": first},
+                      f"{int(bad[j])} value(s) out of tolerance, worst |x-ref| = "
                       f"{maxabs[j]:.3g} ({ratios[j]:.3g}x the allowed 1e-3 + 1e-3*|ref|)")
 
     def token(self, got: int, want: int, *, req: str, index: int, position: int) -> None:
@@ -163,7 +178,11 @@ class _Checker:
 
 
 class Gate(Hook):
-    """The executor hook that checks every part of every step against the reference traces."""
+    """The executor hook that checks every part of every step against the reference traces. A request's
+    decode slots are compared DECODE_KV_BATCH at a time (each slot is written once in a run, so reading
+    it a few steps later reads what the decode wrote): reading one slot of every layer is ~500 graph nodes
+    whether it is one slot or sixteen. Pending slots are compared before that request's checkpoint, before a
+    failing output of it is reported, and at the end of the run (`finish`)."""
 
     def __init__(self, engine: Engine, traces: dict[str, ReferenceTrace], result: ValidationResult, *,
                  checkpoint_every: int, on_step=None):
@@ -171,6 +190,7 @@ class Gate(Hook):
         self.check = _Checker(result)
         self.checkpoint_every, self.on_step_done = checkpoint_every, on_step
         self.emitted = {"A": 0, "B": 0}
+        self.pending: dict[str, list[int]] = {}  # request -> [start, stop) of decode slots not yet compared
 
     def on_step(self, index, step, results, t_start, t_end, *, timed):
         for r in results:
@@ -182,27 +202,51 @@ class Gate(Hook):
                     self.check_output(req, r, r.stop - 1)
             else:
                 self.traces[req].output(self.emitted[req])  # make sure the reference has written slot start
-                self.compare_kv("decode_kv", req, r.start, r.stop)
+                self.queue_decode_kv(req, r.start, r.stop)
                 self.check_output(req, r, r.start)
         self.result.steps += 1
         if self.on_step_done:
             self.on_step_done()
 
-    def compare_kv(self, kind: str, req: str, start: int, stop: int) -> None:
+    def queue_decode_kv(self, req: str, start: int, stop: int) -> None:
+        span = self.pending.get(req)
+        if span is not None and span[1] == start:
+            span[1] = stop
+        else:
+            self.flush_decode_kv(req)
+            span = self.pending[req] = [start, stop]
+        if span[1] - span[0] >= DECODE_KV_BATCH:
+            self.flush_decode_kv(req)
+
+    def flush_decode_kv(self, req: str) -> None:
+        span = self.pending.pop(req, None)
+        if span is not None:
+            self.compare_kv("decode_kv", req, *span, count=span[1] - span[0])
+
+    def finish(self) -> None:
+        for req in list(self.pending):
+            self.flush_decode_kv(req)
+
+    def compare_kv(self, kind: str, req: str, start: int, stop: int, *, count: int = 1) -> None:
         self.check.compare(kind, self.engine.kv(req, start, stop), self.traces[req].kv(start, stop), req=req,
-                           first_position=start, layered=True)
+                           first_position=start, layered=True, count=count)
 
     def check_output(self, req: str, r: WorkResult, position: int) -> None:
         i = self.emitted[req]
         ref_logits, ref_token = self.traces[req].output(i)
-        self.check.compare("logits", r.output.logits, ref_logits, req=req, first_position=position, layered=False)
-        self.check.token(r.token, ref_token, req=req, index=i, position=position)
+        try:
+            self.check.compare("logits", r.output.logits, ref_logits, req=req, first_position=position, layered=False)
+            self.check.token(r.token, ref_token, req=req, index=i, position=position)
+        except ValidationError:
+            self.flush_decode_kv(req)  # a wrong K/V slot comes before the output it spoils: name it first
+            raise
         top2 = mx.topk(ref_logits, 2)
         margin = abs((top2[1] - top2[0]).item())
         if margin < self.result.min_margin:
             self.result.min_margin, self.result.min_margin_where = margin, {"request": req, "output": i}
         self.emitted[req] = i + 1
         if self.checkpoint_every and self.emitted[req] % self.checkpoint_every == 0:
+            self.flush_decode_kv(req)  # a bad slot is named by its own check first
             self.compare_kv("checkpoint_kv", req, 0, self.engine.requests[req].length)
 
 
@@ -213,8 +257,9 @@ def validate_policy(policy: str, *, engine: Engine, traces: dict[str, ReferenceT
     policy's steps: exactly what a trial runs) and check each one. For `disagg`, `steps` is the live
     mechanism itself (Experiment.walk), held to the plan per request (pdlib/disagg/remote.py says why)."""
     result = ValidationResult(policy)
-    execute(engine, steps, logical_reset=logical_reset,
-            hooks=[Gate(engine, traces, result, checkpoint_every=checkpoint_every, on_step=on_step)])
+    gate = Gate(engine, traces, result, checkpoint_every=checkpoint_every, on_step=on_step)
+    execute(engine, steps, logical_reset=logical_reset, hooks=[gate])
+    gate.finish()
     result.tokens = {r: traces[r].tokens[:output_tokens] for r in ("A", "B")}
     result.passed = True
     return result

@@ -150,3 +150,19 @@ def test_non_finite_references_are_not_waved_through():
             (_, (ratio,), (bad,)) = tolerance_stats(mx.array([[x[j]]]), ref[:, j:j + 1]).tolist()
             assert bad == w, (name, j)
             assert (ratio > 1) == bool(w), (name, j)
+
+
+def test_a_bad_last_decode_slot_is_caught_when_the_run_ends(exp, monkeypatch):
+    """Decode slots are compared in batches; the last batch is compared when the run ends."""
+    real = Engine.decode
+
+    def decode(self, name):
+        out = real(self, name)
+        r = self.requests[name]
+        if name == "A" and r.length == PROMPT + OUTPUTS - 1:     # A's last decode wrote slot PROMPT + OUTPUTS - 2
+            r.cache.v[0][1, PROMPT + OUTPUTS - 2, 3] += 0.01
+        return out
+
+    monkeypatch.setattr(Engine, "decode", decode)
+    e = fails(exp, "fifo")
+    assert f"decode_kv check, request A, position {PROMPT + OUTPUTS - 2}, layer 0" in str(e)
