@@ -62,8 +62,8 @@ def test_disagg_passes_the_gate_and_a_trial_records_the_transfer(tiny, monkeypat
 def test_a_kv_block_shifted_in_the_transfer_is_caught(tiny, monkeypatch):
     real = transfer.receive
 
-    def shifted(shape, vocab, *, mode):
-        kv, logits = real(shape, vocab, mode=mode)
+    def shifted(shape, vocab, *, mode, group=None):
+        kv, logits = real(shape, vocab, mode=mode, group=group)
         kv = mx.concatenate([kv[:1], mx.concatenate([kv[1:2, ..., :16, :], kv[1:2, ..., 15:31, :],
                                                      kv[1:2, ..., 32:, :]], axis=-2), kv[2:]])
         return kv, logits

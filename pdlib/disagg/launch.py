@@ -42,6 +42,12 @@ def backend() -> str:
     return "nccl" if mx.cuda.is_available() else "ring"
 
 
+def _second_gpu() -> str:
+    """The GPU after ours: the second entry of our CUDA_VISIBLE_DEVICES, or 1 (rank 0 runs on the first)."""
+    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return visible[1].strip() if len(visible) > 1 else "1"
+
+
 def _free_ports(n: int) -> list[int]:
     socks = [socket.socket() for _ in range(n)]
     try:
@@ -79,6 +85,22 @@ def _alarm(seconds: float, what: str):
         signal.signal(signal.SIGALRM, previous)
 
 
+@contextlib.contextmanager
+def _hard_deadline(seconds: float | None):
+    """NCCL's communicator set-up holds the GIL in C++ and ignores signals: if the worker dies after the id
+    exchange, nothing in Python can run again. faulthandler's watchdog is a C thread: past the deadline it
+    prints where the process is stuck and exits with code 1, so the run ends instead of hanging."""
+    if seconds is None:
+        yield
+        return
+    import faulthandler
+    faulthandler.dump_traceback_later(seconds, exit=True)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
 class PrefillWorker:
     """The prefill worker process and the side channel to it, as seen from rank 0."""
 
@@ -97,7 +119,9 @@ class PrefillWorker:
         self.broken: str | None = None
         self.backend = backend()
         self._dir = tempfile.TemporaryDirectory(prefix="pdlib-disagg-")
-        self._stderr = open(os.path.join(self._dir.name, "worker.stderr"), "w+b")
+        # the worker's stderr; PDLIB_DISAGG_WORKER_LOG keeps it past the run (a GPU box's only trace of it)
+        self._stderr = open(os.environ.get("PDLIB_DISAGG_WORKER_LOG") or os.path.join(self._dir.name, "worker.stderr"),
+                            "w+b")
         down_r, self._down = os.pipe()   # commands, rank 0 -> worker
         self._up, up_w = os.pipe()       # replies, worker -> rank 0
         env = dict(os.environ, MLX_RANK="1", PYTHONUNBUFFERED="1")
@@ -111,7 +135,7 @@ class PrefillWorker:
             port = str(_free_ports(1)[0])
             for k, v in {"MLX_WORLD_SIZE": "2", "NCCL_HOST_IP": "127.0.0.1", "NCCL_PORT": port}.items():
                 env[k] = mine[k] = v
-            env["CUDA_VISIBLE_DEVICES"] = os.environ.get("PDLIB_PREFILL_GPU", "1")
+            env["CUDA_VISIBLE_DEVICES"] = os.environ.get("PDLIB_PREFILL_GPU") or _second_gpu()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pdlib.disagg.worker", "--commands", str(down_r), "--replies", str(up_w),
              "--backend", self.backend],
@@ -126,7 +150,8 @@ class PrefillWorker:
             saved = {k: os.environ.get(k) for k in mine}
             os.environ.update(mine)
             try:
-                with _alarm(JOIN_TIMEOUT_S, "joining the distributed group with the prefill worker"):
+                with _alarm(JOIN_TIMEOUT_S, "joining the distributed group with the prefill worker"), \
+                        _hard_deadline(JOIN_TIMEOUT_S + 30 if self.backend == "nccl" else None):
                     self.group = mx.distributed.init(strict=True, backend=self.backend)
             finally:
                 for k, v in saved.items():

@@ -19,7 +19,9 @@ policy.
 """
 
 import os
+import sys
 import threading
+import time
 
 import mlx.core as mx
 
@@ -43,6 +45,39 @@ def transfer_mode() -> str:
     if mode not in transfer.MODES:
         raise ValueError(f"PDLIB_DISAGG_TRANSFER={mode!r}; expected one of {transfer.MODES}")
     return mode
+
+
+class _TransferMonitor:
+    """Watches the worker while this process sits in the collective: if it dies or the transfer outlasts
+    TRANSFER_TIMEOUT_S, the worker is killed. On the ring that fails the collective here (a RuntimeError);
+    NCCL never abandons a collective whose peer is gone, so there this process says why and exits (code 1,
+    no report written), rather than hang."""
+
+    def __init__(self, worker: PrefillWorker):
+        self.worker, self.reason = worker, None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="pdlib-transfer-monitor", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        deadline = time.monotonic() + TRANSFER_TIMEOUT_S
+        while not self._done.wait(0.5):
+            if self.worker.proc.poll() is not None:
+                self.reason = f"the prefill worker died mid-transfer{self.worker._stderr_tail()}"
+            elif time.monotonic() > deadline:
+                self.reason = f"timed out after {TRANSFER_TIMEOUT_S:.0f} s"
+            else:
+                continue
+            self.worker.kill(self.reason)
+            if self.worker.backend == "nccl":
+                sys.stderr.write(f"error: the K/V transfer from the prefill worker failed ({self.reason}); NCCL "
+                                 f"cannot abandon a collective, so this process exits\n")
+                sys.stderr.flush()
+                os._exit(1)
+            return
+
+    def stop(self) -> None:
+        self._done.set()
 
 
 class RemotePrefill:
@@ -79,16 +114,14 @@ class RemotePrefill:
             self._got(self.worker.wait_message("ready", timeout_s=PREFILL_TIMEOUT_S,
                                                what="B's prefill on the worker"))
         t_start = now()
-        watchdog = threading.Timer(TRANSFER_TIMEOUT_S, self.worker.kill, args=("the K/V transfer timed out",))
-        watchdog.start()
+        monitor = _TransferMonitor(self.worker)
         try:
-            kv, logits = transfer.receive(self.shape, self.vocab, mode=self.mode)
-        except RuntimeError as e:  # the ring's "connection to a peer was lost", or NCCL's
+            kv, logits = transfer.receive(self.shape, self.vocab, mode=self.mode, group=self.worker.group)
+        except RuntimeError as e:  # the ring's "connection to a peer was lost"
             self.worker.fail(f"the K/V transfer from the prefill worker failed"
-                             f"{' (timed out after %.0f s)' % TRANSFER_TIMEOUT_S if not watchdog.is_alive() else ''}"
-                             f": {str(e).splitlines()[0]}")
+                             f"{' (%s)' % monitor.reason if monitor.reason else ''}: {str(e).splitlines()[0]}")
         finally:
-            watchdog.cancel()
+            monitor.stop()
         t_end = now()
         out = engine.install(req, kv, logits, mx.array(self.token, dtype=mx.uint32))
         return out, {"site": "worker", "bytes": transfer.payload_bytes(self.shape, self.vocab), "mode": self.mode,

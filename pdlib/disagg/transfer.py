@@ -1,13 +1,16 @@
 """B's K/V and first output from the prefill worker to the decode worker, through MLX's collectives only.
 
-    send(kv, logits, mode="whole")            # prefill worker (rank 1): kv (L, 2, Hkv, T, Dh), logits (V,)
-    kv, logits = receive(shape, vocab, mode="whole")    # decode worker (rank 0), between two of A's steps
+    payload = pack(kv, logits, mode="whole")    # prefill worker (rank 1): kv (L, 2, Hkv, T, Dh), logits (V,)
+    send(payload, group=group)                # ... after saying "ready"
+    kv, logits = receive(shape, vocab, mode="whole", group=group)   # decode worker (rank 0), between A's steps
 
 `send`/`recv` have no CUDA implementation in MLX 0.32.4, so the transfer is an `all_sum` in which the decode
 worker contributes zeros: x + 0 is x exactly in FP32 (and NaN stays NaN), so what arrives is bit for bit what
 was sent. Two shapes, both measured (notes/disagg.md): "whole", one collective over K/V and logits packed
 into one FP32 vector; "layers", one collective per layer's K/V and one for the logits. Both sides must use
-the same mode and shapes (the "setup" message fixes them). `MODES[0]` is the default.
+the same mode and shapes (the "setup" message fixes them). `MODES[0]` is the default. The payload is packed
+and evaluated before the worker says "ready", so A's pause is the collective alone; both sides name their
+group (MLX keeps the first group a process makes as its default, and a stray default would sum nothing).
 """
 
 import mlx.core as mx
@@ -28,34 +31,38 @@ def _check(mode: str) -> None:
         raise ValueError(f"transfer mode {mode!r}; expected one of {MODES}")
 
 
-def send(kv: mx.array, logits: mx.array, *, mode: str) -> None:
-    """The prefill worker's side: its data into the sum (blocks until the decode worker has joined)."""
+def pack(kv: mx.array, logits: mx.array, *, mode: str) -> list[mx.array]:
+    """The prefill worker's arrays for the collectives, in order, evaluated."""
     _check(mode)
     kv, logits = kv.astype(mx.float32), logits.astype(mx.float32)
-    if mode == "whole":
-        mx.eval(mx.distributed.all_sum(mx.concatenate([kv.reshape(-1), logits.reshape(-1)])))
-    else:
-        for i in range(kv.shape[0]):
-            mx.eval(mx.distributed.all_sum(kv[i]))
-        mx.eval(mx.distributed.all_sum(logits))
+    parts = ([mx.concatenate([kv.reshape(-1), logits.reshape(-1)])] if mode == "whole"
+             else [kv[i] for i in range(kv.shape[0])] + [logits])
+    mx.eval(parts)
+    return parts
 
 
-def receive(shape: tuple, vocab: int, *, mode: str) -> tuple[mx.array, mx.array]:
+def send(parts: list[mx.array], *, group=None) -> None:
+    """The prefill worker's side: its packed data into the sums (blocks until the decode worker has joined)."""
+    for x in parts:
+        mx.eval(mx.distributed.all_sum(x, group=group))
+
+
+def receive(shape: tuple, vocab: int, *, mode: str, group=None) -> tuple[mx.array, mx.array]:
     """The decode worker's side: zeros into the sum; returns (kv (L, 2, Hkv, T, Dh), logits (V,)), evaluated."""
     _check(mode)
     L = shape[0]
     if mode == "whole":
         n = payload_bytes(shape, vocab) // 4
-        flat = mx.distributed.all_sum(mx.zeros((n,), mx.float32))
+        flat = mx.distributed.all_sum(mx.zeros((n,), mx.float32), group=group)
         mx.eval(flat)
         kv, logits = unpack(flat, shape)
     else:
         layers = []
         for _ in range(L):
-            layer = mx.distributed.all_sum(mx.zeros(shape[1:], mx.float32))
+            layer = mx.distributed.all_sum(mx.zeros(shape[1:], mx.float32), group=group)
             mx.eval(layer)
             layers.append(layer)
-        logits = mx.distributed.all_sum(mx.zeros((vocab,), mx.float32))
+        logits = mx.distributed.all_sum(mx.zeros((vocab,), mx.float32), group=group)
         mx.eval(logits)
         kv = mx.stack(layers)
     return kv, logits

@@ -66,16 +66,25 @@ def serve(commands, replies, *, backend: str) -> int:
             out = None
             for start in range(0, P, chunk):
                 out = engine.prefill_chunk("B", min(chunk, P - start))
-            kv = engine.kv("B", 0, P)
-            mx.eval(kv, out.logits, out.token)
+            payload = transfer.pack(engine.kv("B", 0, P), out.logits, mode=setup["mode"])
             _reply(replies, kind="ready", token=out.token.item())
-            transfer.send(kv, out.logits, mode=setup["mode"])
+            transfer.send(payload, group=group)
         else:
             raise ValueError(f"unknown command {cmd!r}")
     return 0
 
 
+def _die_with_parent() -> None:
+    """If the decode worker dies without killing us (NCCL exits the process on an error), so do we: a worker
+    left in a collective would hold its GPU for the next run."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 def main(argv=None) -> int:
+    _die_with_parent()
     p = argparse.ArgumentParser(prog="python -m pdlib.disagg.worker")
     p.add_argument("--commands", type=int, required=True)
     p.add_argument("--replies", type=int, required=True)

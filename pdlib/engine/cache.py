@@ -75,9 +75,10 @@ class KVCache:
         start, n = self._length, keys[0].shape[1]
         if start + n > self.capacity:
             raise ValueError(f"KV cache overflow: {start} + {n} positions exceed capacity {self.capacity}")
+        at = mx.array([start])  # one index for every layer (MLX keeps tiny arrays in managed memory)
         for i, (k, v) in enumerate(zip(keys, values, strict=True)):
-            self.k[i] = mx.slice_update(self.k[i], k, mx.array([start]), axes=(1,))
-            self.v[i] = mx.slice_update(self.v[i], v, mx.array([start]), axes=(1,))
+            self.k[i] = mx.slice_update(self.k[i], k, at, axes=(1,))
+            self.v[i] = mx.slice_update(self.v[i], v, at, axes=(1,))
         self.advance(n)
 
     def read(self, layer: int, start: int, stop: int) -> tuple[mx.array, mx.array]:
