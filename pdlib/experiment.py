@@ -4,7 +4,9 @@
     results = exp.validate()        # {policy: ValidationResult}; raises ValidationError on any mismatch
 """
 
+import statistics
 from collections.abc import Iterator
+from dataclasses import replace
 
 import mlx.core as mx
 
@@ -87,12 +89,44 @@ class Experiment:
 
     @property
     def step_cost(self) -> StepCost:
-        """The slo policies' cost model, measured on this engine once (untimed, before the gate)."""
+        """The slo policies' cost model, measured on this engine once (untimed, before the gate): the fit,
+        then a probe run per mode for what it misses (slo.py)."""
         if self._step_cost is None:
             p = self.params
             self._step_cost = calibrate(self.engine, prompt_tokens=p.prompt_tokens, ceiling=p.chunk_size,
                                         logical_reset=p.logical_cache_reset)
+            self._step_cost = self._probe(self._step_cost)
         return self._step_cost
+
+    def _probe(self, cost: StepCost) -> StepCost:
+        """Run each slo mode's plan (as the fit alone makes it) once, untimed and unchecked like a warmup, up
+        to B's first token, and take the median of A's observed minus predicted gaps across B's chunks."""
+        from pdlib.metrics import slo_chunks
+        from pdlib.trial import run_once
+        p, overhead = self.params, {}
+        for q in {mode_of(q): q for q in p.policies if needs_chunk_rule(q)}.values():
+            rule = chunk_rule(cost, tbt_slo_ms=self.tbt_slo_ms, ceiling=p.chunk_size, mode=mode_of(q))
+            steps = plan(q, prompt_tokens=p.prompt_tokens, output_tokens=p.output_tokens, chunk_size=p.chunk_size,
+                         chunk_rule=rule)
+            last = max(i for i, s in enumerate(steps) if any(isinstance(w, Prefill) and w.req == "B" for w in s.work))
+            run = run_once(self.engine, q, steps=steps[:last + 1], logical_reset=p.logical_cache_reset)
+            chunks = self._chunks(q, cost)
+            rows = slo_chunks({"slo": {"tbt_slo_ms": self.tbt_slo_ms, "chunks": {q: chunks}},
+                               "trials": [run.to_trial(trial=0, position=0)]})
+            residuals = [o - r["predicted_gap_ms"] for r in rows for o in r["observed_gap_ms"]]
+            overhead[mode_of(q)] = float(statistics.median(residuals)) if residuals else 0.0
+        return replace(cost, overhead_ms=overhead)
+
+    def _chunks(self, policy: str, cost: StepCost) -> list[dict]:
+        """B's chunks in the policy's plan under `cost`, each with its predicted gap."""
+        p, out, start = self.params, [], 0
+        rule = chunk_rule(cost, tbt_slo_ms=self.tbt_slo_ms, ceiling=p.chunk_size, mode=mode_of(policy))
+        steps = plan(policy, prompt_tokens=p.prompt_tokens, output_tokens=p.output_tokens, chunk_size=p.chunk_size,
+                     chunk_rule=rule)
+        for w in (w for step in steps for w in step.work if isinstance(w, Prefill) and w.req == "B"):
+            out.append({"start": start, "n": w.n, "predicted_gap_ms": cost.gap_ms(w.n, start, mode=mode_of(policy))})
+            start += w.n
+        return out
 
     @property
     def tbt_slo_ms(self) -> float:
@@ -105,12 +139,8 @@ class Experiment:
         policies = [q for q in self.params.policies if needs_chunk_rule(q)]
         if not policies:
             return None
-        cost, chunks = self.step_cost, {}
-        for q in policies:
-            chunks[q], start = [], 0
-            for w in (w for step in self.plan(q) for w in step.work if isinstance(w, Prefill) and w.req == "B"):
-                chunks[q].append({"start": start, "n": w.n, "predicted_gap_ms": cost.gap_ms(w.n, start, mode=mode_of(q))})
-                start += w.n
+        cost = self.step_cost
+        chunks = {q: self._chunks(q, cost) for q in policies}
         return {"tbt_slo_ms": self.tbt_slo_ms,
                 "target_from": "params" if self.params.tbt_slo_ms is not None else f"{DEFAULT_TARGET_DECODES}x decode",
                 "ceiling": self.params.chunk_size, "cost": cost.to_dict(),

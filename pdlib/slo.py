@@ -8,15 +8,17 @@ and the rule the slo policies plan with.
 A step of `rows` rows over a cache prefix of `context` positions costs a + b * rows + c * rows * context ms
 (weights once per step, per-row work, attention over the prefix). A's gap across one B chunk of n tokens is
 predicted as decode + step(n) for chunked rounds and step(n + 1) for mixed steps (A's row rides along).
-The fit comes from timing chunks of several sizes at growing contexts, before the gate, because the plan the
-gate checks must be the one the trials run: the sizes are fixed per run, not refitted as it goes. The
-report keeps the fit and each chunk's prediction; analysis.slo_chunks compares them with the observed gaps,
-which is how a drift shows.
+The fit comes from timing chunks of several sizes at growing contexts, then one untimed probe run per mode
+with the plan it gives: the median of A's observed minus predicted gaps there becomes the mode's overhead
+(on the H200 the bare fit under-predicted trial gaps by ~2 ms). Both happen before the gate, because the plan
+the gate checks must be the one the trials run: the sizes are fixed per run, not refitted as it goes. The
+report keeps the fit, the overheads and each chunk's prediction; metrics.slo_chunks compares them with the
+observed gaps, which is how a remaining drift shows.
 """
 
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import mlx.core as mx
 import numpy as np
@@ -36,15 +38,17 @@ class StepCost:
     c: float            # ms per row per cached position
     decode_ms: float    # one decode step, token observed
     points: list        # [rows, context, ms] measured
+    # per mode, what a probe run's gaps showed the chunk timings miss (the executor's own work between
+    # steps, ...): the median of observed minus predicted, added to every prediction (Experiment.step_cost)
+    overhead_ms: dict = field(default_factory=dict)
 
     def step_ms(self, rows: int, context: int) -> float:
         return self.a + self.b * rows + self.c * rows * context
 
     def gap_ms(self, n: int, context: int, *, mode: str) -> float:
         """A's predicted gap across a B chunk of n tokens at `context` prefilled positions."""
-        if mode == "chunked":
-            return self.decode_ms + self.step_ms(n, context)
-        return self.step_ms(n + 1, context)
+        gap = self.decode_ms + self.step_ms(n, context) if mode == "chunked" else self.step_ms(n + 1, context)
+        return gap + self.overhead_ms.get(mode, 0.0)
 
     def default_target_ms(self) -> float:
         return DEFAULT_TARGET_DECODES * self.decode_ms

@@ -89,6 +89,7 @@ def test_report_keeps_each_chunks_prediction_and_the_observed_gaps(tmp_path, mon
     import pdlib.experiment
     calibrated = []
     monkeypatch.setattr(pdlib.experiment, "calibrate", lambda engine, **kw: calibrated.append(kw) or COST)
+    monkeypatch.setattr(pdlib.experiment.Experiment, "_probe", lambda self, cost: cost)  # the plan: COST's alone
     path = tmp_path / "r.json"
     rc = main(["run", "--model", "synthetic:tiny", "--prompt-tokens", "96", "--output-tokens", "8", "--chunk-size",
                "32", "--policies", "chunked", "slo-chunked", "slo-mixed", "--tbt-slo-ms", "4", "--trials", "2",
@@ -136,3 +137,23 @@ def test_the_target_defaults_to_five_decodes_and_slo_names_slo_chunked(tiny):
     assert [c["n"] for c in slo["chunks"]["slo-chunked"]][:-1] == [want(c["start"]) for c in slo["chunks"]["slo-chunked"]][:-1]
     with pytest.raises(InputError, match="tbt_slo_ms must be a finite number > 0, got -1"):
         RunParams(model="synthetic:tiny", policies=("slo-chunked",), tbt_slo_ms=-1)
+
+
+def test_a_probe_run_adds_what_the_fit_misses(tiny, monkeypatch):
+    """A fit that predicts 0 ms gaps: the probe's observed gaps become each mode's overhead, which every
+    prediction (and so every chunk size) then includes."""
+    import pdlib.experiment
+    blind = StepCost(a=0.0, b=0.0, c=0.0, decode_ms=1e-3, points=[])
+    monkeypatch.setattr(pdlib.experiment, "calibrate", lambda engine, **kw: blind)
+    params = RunParams(model="synthetic:tiny", prompt_tokens=64, output_tokens=6, chunk_size=16,
+                       policies=("slo-chunked", "slo-mixed"), logical_cache_reset=True, tbt_slo_ms=1e6)
+    exp = Experiment(params, model=tiny)
+    cost = exp.step_cost
+    assert set(cost.overhead_ms) == {"chunked", "mixed"} and all(v > 0 for v in cost.overhead_ms.values())
+    slo = exp.slo_details()
+    assert slo["cost"]["overhead_ms"] == cost.overhead_ms
+    for policy, mode in (("slo-chunked", "chunked"), ("slo-mixed", "mixed")):
+        for c in slo["chunks"][policy]:
+            assert c["predicted_gap_ms"] == pytest.approx(blind.gap_ms(c["n"], c["start"], mode=mode)
+                                                          + cost.overhead_ms[mode])
+    assert exp.validate()["slo-mixed"].passed   # the probe left the engine as a run leaves it
