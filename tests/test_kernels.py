@@ -2,6 +2,8 @@
 outputs poisoned with NaN); on the CPU, where the twins are what runs, the twins are checked against
 straightforward NumPy versions of the same maths."""
 
+import inspect
+
 import numpy as np
 import pytest
 
@@ -29,6 +31,14 @@ def test_check_kernels_refuses_on_the_cpu():
         pytest.skip("GPU backend present")
     with pytest.raises(InputError, match="no GPU backend"):
         check_kernels()
+
+
+@pytest.mark.parametrize("op", ["gemv", "decode_attention", "store_kv"])
+def test_each_ops_twin_takes_its_kernels_arguments(op):
+    """So a caller (the dispatcher, kernel_check) can hand both the same arguments."""
+    def params(fn):
+        return [(p.name, p.kind) for p in inspect.signature(fn).parameters.values()]
+    assert params(getattr(K, f"{op}_ops")) == params(getattr(K, f"{op}_kernel"))
 
 
 def rms(x, w, eps):

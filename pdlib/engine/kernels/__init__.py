@@ -1,21 +1,22 @@
-"""The op layer: each op has an MLX-ops twin (the CPU path and the kernels' test oracle) and, for decode,
-`mx.fast.cuda_kernel` / `mx.fast.metal_kernel` bodies, built once at import and chosen by backend.
+"""The op layer: each kernel has an MLX-ops twin with its signature (the CPU path and the kernel's test
+oracle); the kernels are `mx.fast.cuda_kernel` / `mx.fast.metal_kernel` built once at import from one body
+each, on the backend's prelude (backend.py).
 
     from pdlib.engine import kernels as K
     K.BACKEND                                   # "cuda", "metal" or "cpu"
     y = K.gemv(x, w_bf16, norm=w_norm, eps=1e-6)   # kernel on a GPU, ops twin on the CPU
 """
 
-from pdlib.engine.kernels.attention import attention, attention_ops, attention_rows, causal_mask, query_rows
+from pdlib.engine.kernels.attention import attention_ops, attention_rows, causal_mask, query_rows
 from pdlib.engine.kernels.backend import BACKEND
 from pdlib.engine.kernels.decode_attention import decode_attention, decode_attention_kernel, decode_attention_ops
 from pdlib.engine.kernels.fence import new_fence, read_after
 from pdlib.engine.kernels.gemv import gemv, gemv_kernel, gemv_ops, linear, linear_t
 from pdlib.engine.kernels.kv_store import store_kv, store_kv_kernel, store_kv_ops
-from pdlib.engine.kernels.rmsnorm import rms_norm, rms_norm_ops
-from pdlib.engine.kernels.rope import rope, rope_inv_freq, rope_ops, rope_rotate, rope_tables
+from pdlib.engine.kernels.rmsnorm import rms_norm
+from pdlib.engine.kernels.rope import rope_inv_freq, rope_ops, rope_rotate, rope_tables
 
-__all__ = ["BACKEND", "attention", "attention_ops", "attention_rows", "causal_mask", "query_rows", "decode_attention", "decode_attention_kernel",
-           "decode_attention_ops", "gemv", "gemv_kernel", "gemv_ops", "linear", "linear_t", "new_fence", "read_after",
-           "rms_norm", "rms_norm_ops", "rope", "rope_inv_freq", "rope_ops", "rope_rotate", "rope_tables", "store_kv", "store_kv_kernel",
-           "store_kv_ops"]
+__all__ = ["BACKEND", "attention_ops", "attention_rows", "causal_mask", "query_rows", "decode_attention",
+           "decode_attention_kernel", "decode_attention_ops", "gemv", "gemv_kernel", "gemv_ops", "linear", "linear_t",
+           "new_fence", "read_after", "rms_norm", "rope_inv_freq", "rope_ops", "rope_rotate", "rope_tables", "store_kv",
+           "store_kv_kernel", "store_kv_ops"]

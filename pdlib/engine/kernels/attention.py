@@ -38,6 +38,3 @@ def attention_rows(q: mx.array, k: mx.array, v: mx.array, *, mask_rows: mx.array
     scores = (q.reshape(Hkv, rep * T, Dh) * scale) @ k.swapaxes(-1, -2)             # (Hkv, rep T, S)
     probs = mx.softmax(mx.where(mask_rows, scores, mx.array(-mx.inf, mx.float32)), axis=-1, precise=True)
     return (probs @ v).reshape(Hq, T, Dh)
-
-
-attention = attention_ops

@@ -1,13 +1,87 @@
-"""Which backend runs, and the one place kernels are built: once, at import, for that backend only."""
+"""Which backend runs, and the one place kernels are built: once, at import, for that backend only.
+
+Each kernel body is written once. PRELUDE[backend], passed as `header=`, holds what differs, as macros:
+
+    macro                 what                                  CUDA                 Metal
+    PD_SHARED             storage of a block-shared array       __shared__           threadgroup
+    PD_SHARED_SPACE       address space of a pointer into one   (nothing)            threadgroup
+    PD_DEVICE_SPACE       address space of a buffer pointer     (nothing)            device
+    PD_BARRIER()          block-wide barrier                    __syncthreads()      threadgroup_barrier(...)
+    PD_SHFL_XOR(v, o)     v from lane (lane ^ o), all 32 lanes  __shfl_xor_sync      simd_shuffle_xor
+    PD_LANE(tid, attr)    lane in the warp / simdgroup          tid & 31             attr
+    PD_WARP(tid, attr)    warp / simdgroup in the block         tid >> 5             attr
+    PD_UNROLL             unroll the loop that follows          _Pragma("unroll")    (nothing)
+    PD_(U)INT_AS_FLOAT    an (unsigned) int's bits as a float   __(u)int_as_float    as_type<float>
+    PD_FLOAT4             a float4 from four floats             make_float4          float4
+    PD_RSQRT, PD_EXP, PD_COS, PD_SIN                            rsqrtf expf cos sin  metal::precise::...
+    PD_EXP2, PD_FMAX                                            exp2 fmaxf           metal::exp2 fmax
+
+Thread and block ids are spelled as Metal's attributes (thread_position_in_threadgroup,
+threadgroup_position_in_grid, threads_per_threadgroup, threadgroups_per_grid), which the CUDA prelude maps to
+threadIdx, blockIdx, blockDim and gridDim: MLX gives a Metal kernel an attribute only if the body (not the
+header) names it. For the same reason PD_LANE and PD_WARP take the attribute as an argument, which CUDA
+drops; their CUDA expansions are unparenthesised so that they read as the H200-validated text. After the
+preprocessor the CUDA text is token for token that validated CUDA (tests/test_kernel_sources.py).
+"""
 
 import mlx.core as mx
 
 BACKEND = "cuda" if mx.cuda.is_available() else "metal" if mx.metal.is_available() else "cpu"
 
+_CUDA_PRELUDE = r"""
+#define thread_position_in_threadgroup threadIdx
+#define threadgroup_position_in_grid blockIdx
+#define threads_per_threadgroup blockDim
+#define threadgroups_per_grid gridDim
+#define PD_SHARED __shared__
+#define PD_SHARED_SPACE
+#define PD_DEVICE_SPACE
+#define PD_BARRIER() __syncthreads()
+#define PD_SHFL_XOR(v, o) __shfl_xor_sync(0xffffffffu, v, o)
+#define PD_LANE(tid, attr) tid & 31
+#define PD_WARP(tid, attr) tid >> 5
+#define PD_UNROLL _Pragma("unroll")
+#define PD_INT_AS_FLOAT __int_as_float
+#define PD_UINT_AS_FLOAT __uint_as_float
+#define PD_RSQRT rsqrtf
+#define PD_EXP expf
+#define PD_EXP2 exp2
+#define PD_COS cos
+#define PD_SIN sin
+#define PD_FMAX fmaxf
+#define PD_FLOAT4 make_float4
+"""
 
-def kernel_or_none(name: str, inputs: list[str], outputs: list[str], *, cuda_source: str, metal_source: str,
-                   header: str = ""):
-    """The backend's custom kernel, or None on the CPU (where the ops twin runs)."""
+_METAL_PRELUDE = r"""
+#define PD_SHARED threadgroup
+#define PD_SHARED_SPACE threadgroup
+#define PD_DEVICE_SPACE device
+#define PD_BARRIER() threadgroup_barrier(mem_flags::mem_threadgroup)
+#define PD_SHFL_XOR(v, o) simd_shuffle_xor(v, (ushort)(o))
+#define PD_LANE(tid, attr) attr
+#define PD_WARP(tid, attr) attr
+#define PD_UNROLL
+#define PD_INT_AS_FLOAT as_type<float>
+#define PD_UINT_AS_FLOAT as_type<float>
+#define PD_RSQRT metal::precise::rsqrt
+#define PD_EXP metal::precise::exp
+#define PD_EXP2 metal::exp2
+#define PD_COS metal::precise::cos
+#define PD_SIN metal::precise::sin
+#define PD_FMAX fmax
+#define PD_FLOAT4 float4
+"""
+
+PRELUDE = {"cuda": _CUDA_PRELUDE, "metal": _METAL_PRELUDE}
+
+
+def kernel_or_none(name: str, inputs: list[str], outputs: list[str], *, source: str | None = None,
+                   cuda_source: str | None = None, metal_source: str | None = None, header: str = ""):
+    """The backend's custom kernel, or None on the CPU (where the ops twin runs). `source` is one body for both
+    backends, built on PRELUDE; `cuda_source` / `metal_source` are raw per-backend bodies without it."""
+    if source is not None and BACKEND != "cpu":
+        cuda_source = metal_source = source
+        header = PRELUDE[BACKEND] + header
     if BACKEND == "cuda":
         return mx.fast.cuda_kernel(name=name, input_names=inputs, output_names=outputs, source=cuda_source,
                                    header=header)

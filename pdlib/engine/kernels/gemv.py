@@ -13,7 +13,7 @@ pass issues the next one's before reducing its own.
 import mlx.core as mx
 
 from pdlib.engine.kernels.backend import BACKEND, float_bits, kernel_or_none
-from pdlib.engine.kernels.rmsnorm import rms_norm_ops
+from pdlib.engine.kernels.rmsnorm import rms_norm
 
 
 def launch_shape(n_rows: int) -> tuple[int, int]:
@@ -34,10 +34,11 @@ def linear_t(x: mx.array, w_t: mx.array) -> mx.array:
 
 
 def gemv_ops(x: mx.array, w: mx.array, *, norm: mx.array | None = None, eps: float = 0.0,
-             residual: mx.array | None = None, swiglu: bool = False) -> mx.array:
-    """The oracle: x (K,) FP32, w (N or 2N, K) bf16 or FP32 -> (N,) FP32."""
+             residual: mx.array | None = None, swiglu: bool = False, poison: bool = False) -> mx.array:
+    """The oracle: x (K,) FP32, w (N or 2N, K) bf16 or FP32 -> (N,) FP32. `poison` is the kernel's and does
+    nothing here (every element is computed)."""
     if norm is not None:
-        x = rms_norm_ops(x, norm, eps=eps)
+        x = rms_norm(x, norm, eps=eps)
     y = w.astype(mx.float32) @ x
     if swiglu:
         g, u = mx.split(y, 2)
@@ -47,153 +48,82 @@ def gemv_ops(x: mx.array, w: mx.array, *, norm: mx.array | None = None, eps: flo
     return y
 
 
-CUDA_SOURCE = r"""
+SOURCE = r"""
     // Each warp owns ROWS rows (x2 for SwiGLU) per pass; a lane holds PER 16-byte chunks of each row in
     // registers. The first pass's weights are requested before the block stages x, and each pass requests
     // the next pass's rows before reducing its own, so loads stay in flight behind the arithmetic.
     constexpr int WARPS = BLOCK / 32, K8 = K / 8, PER = (K8 + 31) / 32, M = SWIGLU ? 2 : 1;
-    __shared__ float4 xs4[K / 4];
-    __shared__ float red[WARPS];
-    float* xs = reinterpret_cast<float*>(xs4);
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const uint4* W4 = reinterpret_cast<const uint4*>(w);
-    const int stride = gridDim.x * WARPS * ROWS;
-    int row0 = (blockIdx.x * WARPS + warp) * ROWS;
-
-    uint4 buf[ROWS][M][PER];
-    #define PDLIB_LOAD(R0)                                                                          \
-        _Pragma("unroll") for (int r = 0; r < ROWS; ++r)                                              \
-        _Pragma("unroll") for (int m = 0; m < M; ++m)                                                 \
-        _Pragma("unroll") for (int p = 0; p < PER; ++p) {                                             \
-            const int row = (R0) + r, c = lane + 32 * p;                                              \
-            if (row < N && (K8 % 32 == 0 || c < K8)) buf[r][m][p] = W4[(size_t)(row + m * N) * K8 + c]; \
-        }
-    if (row0 < N) { PDLIB_LOAD(row0) }
-
-    const float4* x4 = reinterpret_cast<const float4*>(x);
-    float ss = 0.f;
-    for (int i = tid; i < K / 4; i += BLOCK) {
-        float4 v = x4[i]; xs4[i] = v; ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-    }
-    if (NORM) {
-        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        if (lane == 0) red[warp] = ss;
-        __syncthreads();
-        float tot = 0.f;
-        for (int w = 0; w < WARPS; ++w) tot += red[w];
-        const float inv = rsqrtf(tot / K + __int_as_float(EPS_BITS));
-        for (int i = tid; i < K; i += BLOCK) xs[i] = xs[i] * inv * nw[i];
-    }
-    __syncthreads();
-
-    for (; row0 < N; row0 += stride) {
-        uint4 cur[ROWS][M][PER];
-        #pragma unroll
-        for (int r = 0; r < ROWS; ++r)
-            #pragma unroll
-            for (int m = 0; m < M; ++m)
-                #pragma unroll
-                for (int p = 0; p < PER; ++p) cur[r][m][p] = buf[r][m][p];
-        if (row0 + stride < N) { PDLIB_LOAD(row0 + stride) }
-        float acc[ROWS][M];
-        #pragma unroll
-        for (int r = 0; r < ROWS; ++r)
-            #pragma unroll
-            for (int m = 0; m < M; ++m) {
-                float a = 0.f;
-                #pragma unroll
-                for (int p = 0; p < PER; ++p) {
-                    const int c = lane + 32 * p;
-                    if (K8 % 32 == 0 || c < K8) {
-                        const uint4 q = cur[r][m][p];
-                        const float4 x0 = xs4[2 * c], x1 = xs4[2 * c + 1];
-                        a += __uint_as_float(q.x << 16) * x0.x + __uint_as_float(q.x & 0xffff0000u) * x0.y
-                           + __uint_as_float(q.y << 16) * x0.z + __uint_as_float(q.y & 0xffff0000u) * x0.w
-                           + __uint_as_float(q.z << 16) * x1.x + __uint_as_float(q.z & 0xffff0000u) * x1.y
-                           + __uint_as_float(q.w << 16) * x1.z + __uint_as_float(q.w & 0xffff0000u) * x1.w;
-                    }
-                }
-                for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
-                acc[r][m] = a;
-            }
-        #pragma unroll
-        for (int r = 0; r < ROWS; ++r) {
-            const int row = row0 + r;
-            if (lane == r && row < N) {
-                float y = acc[r][0];
-                if (SWIGLU) y = y / (1.f + expf(-y)) * acc[r][M - 1];
-                if (RESIDUAL) y += res[row];
-                out[row] = y;
-            }
-        }
-    }
-    #undef PDLIB_LOAD
-"""
-
-METAL_SOURCE = r"""
-    // The CUDA body's structure: ROWS rows per simdgroup, the first pass requested before x is staged.
-    constexpr int WARPS = BLOCK / 32, K8 = K / 8, PER = (K8 + 31) / 32, M = SWIGLU ? 2 : 1;
-    threadgroup float4 xs4[K / 4];
-    threadgroup float red[WARPS];
-    threadgroup float* xs = reinterpret_cast<threadgroup float*>(xs4);
-    const int tid = thread_position_in_threadgroup.x;
-    const int lane = thread_index_in_simdgroup, warp = simdgroup_index_in_threadgroup;
-    const device uint4* W4 = reinterpret_cast<const device uint4*>(w);
+    PD_SHARED float4 xs4[K / 4];
+    PD_SHARED float red[WARPS];
+    PD_SHARED_SPACE float* xs = reinterpret_cast<PD_SHARED_SPACE float*>(xs4);
+    const int tid = thread_position_in_threadgroup.x, lane = PD_LANE(tid, thread_index_in_simdgroup),
+              warp = PD_WARP(tid, simdgroup_index_in_threadgroup);
+    const PD_DEVICE_SPACE uint4* W4 = reinterpret_cast<const PD_DEVICE_SPACE uint4*>(w);
     const int stride = threadgroups_per_grid.x * WARPS * ROWS;
     int row0 = (threadgroup_position_in_grid.x * WARPS + warp) * ROWS;
 
     uint4 buf[ROWS][M][PER];
     #define PDLIB_LOAD(R0)                                                                          \
-        for (int r = 0; r < ROWS; ++r)                                                                \
-        for (int m = 0; m < M; ++m)                                                                   \
-        for (int p = 0; p < PER; ++p) {                                                               \
+        PD_UNROLL for (int r = 0; r < ROWS; ++r)                                                      \
+        PD_UNROLL for (int m = 0; m < M; ++m)                                                         \
+        PD_UNROLL for (int p = 0; p < PER; ++p) {                                                     \
             const int row = (R0) + r, c = lane + 32 * p;                                              \
             if (row < N && (K8 % 32 == 0 || c < K8)) buf[r][m][p] = W4[(size_t)(row + m * N) * K8 + c]; \
         }
     if (row0 < N) { PDLIB_LOAD(row0) }
 
-    const device float4* x4 = reinterpret_cast<const device float4*>(x);
+    const PD_DEVICE_SPACE float4* x4 = reinterpret_cast<const PD_DEVICE_SPACE float4*>(x);
     float ss = 0.f;
-    for (int i = tid; i < K / 4; i += BLOCK) { float4 v = x4[i]; xs4[i] = v; ss += dot(v, v); }
+    for (int i = tid; i < K / 4; i += BLOCK) {
+        float4 v = x4[i]; xs4[i] = v; ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
     if (NORM) {
-        ss = simd_sum(ss);
+        for (int o = 16; o > 0; o >>= 1) ss += PD_SHFL_XOR(ss, o);
         if (lane == 0) red[warp] = ss;
-        threadgroup_barrier(mem_flags::mem_threadgroup);
+        PD_BARRIER();
         float tot = 0.f;
         for (int w = 0; w < WARPS; ++w) tot += red[w];
-        const float inv = metal::precise::rsqrt(tot / K + as_type<float>(EPS_BITS));
+        const float inv = PD_RSQRT(tot / K + PD_INT_AS_FLOAT(EPS_BITS));
         for (int i = tid; i < K; i += BLOCK) xs[i] = xs[i] * inv * nw[i];
     }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
+    PD_BARRIER();
 
     for (; row0 < N; row0 += stride) {
         uint4 cur[ROWS][M][PER];
+        PD_UNROLL
         for (int r = 0; r < ROWS; ++r)
+            PD_UNROLL
             for (int m = 0; m < M; ++m)
+                PD_UNROLL
                 for (int p = 0; p < PER; ++p) cur[r][m][p] = buf[r][m][p];
         if (row0 + stride < N) { PDLIB_LOAD(row0 + stride) }
         float acc[ROWS][M];
+        PD_UNROLL
         for (int r = 0; r < ROWS; ++r)
+            PD_UNROLL
             for (int m = 0; m < M; ++m) {
                 float a = 0.f;
+                PD_UNROLL
                 for (int p = 0; p < PER; ++p) {
                     const int c = lane + 32 * p;
                     if (K8 % 32 == 0 || c < K8) {
                         const uint4 q = cur[r][m][p];
                         const float4 x0 = xs4[2 * c], x1 = xs4[2 * c + 1];
-                        a += as_type<float>(q.x << 16) * x0.x + as_type<float>(q.x & 0xffff0000u) * x0.y
-                           + as_type<float>(q.y << 16) * x0.z + as_type<float>(q.y & 0xffff0000u) * x0.w
-                           + as_type<float>(q.z << 16) * x1.x + as_type<float>(q.z & 0xffff0000u) * x1.y
-                           + as_type<float>(q.w << 16) * x1.z + as_type<float>(q.w & 0xffff0000u) * x1.w;
+                        a += PD_UINT_AS_FLOAT(q.x << 16) * x0.x + PD_UINT_AS_FLOAT(q.x & 0xffff0000u) * x0.y
+                           + PD_UINT_AS_FLOAT(q.y << 16) * x0.z + PD_UINT_AS_FLOAT(q.y & 0xffff0000u) * x0.w
+                           + PD_UINT_AS_FLOAT(q.z << 16) * x1.x + PD_UINT_AS_FLOAT(q.z & 0xffff0000u) * x1.y
+                           + PD_UINT_AS_FLOAT(q.w << 16) * x1.z + PD_UINT_AS_FLOAT(q.w & 0xffff0000u) * x1.w;
                     }
                 }
-                acc[r][m] = simd_sum(a);
+                for (int o = 16; o > 0; o >>= 1) a += PD_SHFL_XOR(a, o);
+                acc[r][m] = a;
             }
+        PD_UNROLL
         for (int r = 0; r < ROWS; ++r) {
             const int row = row0 + r;
             if (lane == r && row < N) {
                 float y = acc[r][0];
-                if (SWIGLU) y = y / (1.f + metal::precise::exp(-y)) * acc[r][M - 1];
+                if (SWIGLU) y = y / (1.f + PD_EXP(-y)) * acc[r][M - 1];
                 if (RESIDUAL) y += res[row];
                 out[row] = y;
             }
@@ -202,8 +132,7 @@ METAL_SOURCE = r"""
     #undef PDLIB_LOAD
 """
 
-_kernel = kernel_or_none("pdlib_gemv_bf16", ["x", "w", "nw", "res"], ["out"],
-                         cuda_source=CUDA_SOURCE, metal_source=METAL_SOURCE)
+_kernel = kernel_or_none("pdlib_gemv_bf16", ["x", "w", "nw", "res"], ["out"], source=SOURCE)
 _ONE = mx.zeros((4,), mx.float32)  # stands in for an unused input
 
 
@@ -230,4 +159,4 @@ def gemv(x, w, **kw):
     return gemv_ops(x, w, **kw)
 
 
-__all__ = ["BACKEND", "gemv", "gemv_kernel", "gemv_ops", "linear"]
+__all__ = ["BACKEND", "gemv", "gemv_kernel", "gemv_ops", "linear", "linear_t"]

@@ -21,52 +21,35 @@ import mlx.core as mx
 from pdlib.engine.kernels.backend import kernel_or_none
 from pdlib.engine.kernels.decode_attention import stores_kv_in_place
 
-CUDA_SOURCE = r"""
+SOURCE = r"""
     // one thread per float4 of keys (and of values): (h, s, d4) over HKV x S x DH/4, S = start + T
     const int start = pos[0], S = start + T;
-    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t i = (size_t)threadgroup_position_in_grid.x * threads_per_threadgroup.x
+                     + thread_position_in_threadgroup.x;
     if (i == 0) written[0] = after[0] + 1u;
     if (i >= (size_t)HKV * S * (DH / 4)) return;
     const int d4 = i % (DH / 4), s = (i / (DH / 4)) % S, h = i / ((size_t)(DH / 4) * S);
     const size_t slot = ((size_t)h * CAP + s) * (DH / 4) + d4;
-    float4* K4 = reinterpret_cast<float4*>(const_cast<float*>(kc));
-    float4* V4 = reinterpret_cast<float4*>(const_cast<float*>(vc));
+    PD_DEVICE_SPACE float4* K4 = reinterpret_cast<PD_DEVICE_SPACE float4*>(const_cast<PD_DEVICE_SPACE float*>(kc));
+    PD_DEVICE_SPACE float4* V4 = reinterpret_cast<PD_DEVICE_SPACE float4*>(const_cast<PD_DEVICE_SPACE float*>(vc));
     float4 kv, vv;
     if (s < start) { kv = K4[slot]; vv = V4[slot]; }
     else {
         const size_t src = ((size_t)h * T + (s - start)) * (DH / 4) + d4;
-        kv = reinterpret_cast<const float4*>(k)[src]; vv = reinterpret_cast<const float4*>(v)[src];
+        kv = reinterpret_cast<const PD_DEVICE_SPACE float4*>(k)[src];
+        vv = reinterpret_cast<const PD_DEVICE_SPACE float4*>(v)[src];
         K4[slot] = kv; V4[slot] = vv;
     }
-    reinterpret_cast<float4*>(keys)[i] = kv;
-    reinterpret_cast<float4*>(values)[i] = vv;
-"""
-
-METAL_SOURCE = r"""
-    const int start = pos[0], S = start + T;
-    const size_t i = thread_position_in_grid.x;
-    if (i == 0) written[0] = after[0] + 1u;
-    if (i >= (size_t)HKV * S * (DH / 4)) return;
-    const int d4 = i % (DH / 4), s = (i / (DH / 4)) % S, h = i / ((size_t)(DH / 4) * S);
-    const size_t slot = ((size_t)h * CAP + s) * (DH / 4) + d4;
-    device float4* K4 = reinterpret_cast<device float4*>(const_cast<device float*>(kc));
-    device float4* V4 = reinterpret_cast<device float4*>(const_cast<device float*>(vc));
-    float4 kv, vv;
-    if (s < start) { kv = K4[slot]; vv = V4[slot]; }
-    else {
-        const size_t src = ((size_t)h * T + (s - start)) * (DH / 4) + d4;
-        kv = reinterpret_cast<const device float4*>(k)[src]; vv = reinterpret_cast<const device float4*>(v)[src];
-        K4[slot] = kv; V4[slot] = vv;
-    }
-    reinterpret_cast<device float4*>(keys)[i] = kv;
-    reinterpret_cast<device float4*>(values)[i] = vv;
+    reinterpret_cast<PD_DEVICE_SPACE float4*>(keys)[i] = kv;
+    reinterpret_cast<PD_DEVICE_SPACE float4*>(values)[i] = vv;
 """
 
 _kernel = kernel_or_none("pdlib_kv_store", ["k", "v", "pos", "kc", "vc", "after"], ["keys", "values", "written"],
-                         cuda_source=CUDA_SOURCE, metal_source=METAL_SOURCE)
+                         source=SOURCE)
 
 
-def store_kv_ops(k, v, k_cache, v_cache, written, *, start: int):
+def store_kv_ops(k, v, k_cache, v_cache, written, *, positions: mx.array | None = None, start: int):
+    """`slice_update` at the host's `start` (so `positions` goes unused); returns the fence as it came."""
     k_cache = mx.slice_update(k_cache, k, mx.array(start), axes=(1,))
     v_cache = mx.slice_update(v_cache, v, mx.array(start), axes=(1,))
     stop = start + k.shape[1]
@@ -94,4 +77,4 @@ def store_kv(k, v, k_cache, v_cache, written, *, positions: mx.array, start: int
     otherwise."""
     if stores_kv_in_place(k.shape[-1]):
         return store_kv_kernel(k, v, k_cache, v_cache, written, positions=positions, start=start)
-    return store_kv_ops(k, v, k_cache, v_cache, written, start=start)
+    return store_kv_ops(k, v, k_cache, v_cache, written, positions=positions, start=start)

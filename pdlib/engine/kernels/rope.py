@@ -13,13 +13,10 @@ import mlx.core as mx
 
 from pdlib.engine.kernels.backend import kernel_or_none
 
-_GPU_INV_FREQ = {  # MLX's own GPU rope kernels compute their frequencies this way; so do we
-    "cuda": "int i = threadIdx.x; if (i < HALF) { float d = (float)i / (float)HALF; out[i] = exp2(-d * lb[0]); }",
-    "metal": "uint i = thread_position_in_grid.x; if (i < HALF) { float d = (float)i / (float)HALF; "
-             "out[i] = metal::exp2(-d * lb[0]); }",
-}
-_inv_freq_kernel = kernel_or_none("pdlib_rope_inv_freq", ["lb"], ["out"], cuda_source=_GPU_INV_FREQ["cuda"],
-                                  metal_source=_GPU_INV_FREQ["metal"])
+# MLX's own GPU rope kernels compute their frequencies this way; so do we (one block of HALF threads)
+INV_FREQ = ("int i = thread_position_in_threadgroup.x; "
+            "if (i < HALF) { float d = (float)i / (float)HALF; out[i] = PD_EXP2(-d * lb[0]); }")
+_inv_freq_kernel = kernel_or_none("pdlib_rope_inv_freq", ["lb"], ["out"], source=INV_FREQ)
 
 
 def rope_inv_freq(head_dim: int, *, base: float) -> mx.array:
@@ -49,6 +46,3 @@ def rope_rotate(x: mx.array, cos: mx.array, sin: mx.array) -> mx.array:
 def rope_ops(x: mx.array, *, positions: mx.array, inv_freq: mx.array) -> mx.array:
     """x: (..., T, Dh) at the T int32 positions."""
     return rope_rotate(x, *rope_tables(positions, inv_freq))
-
-
-rope = rope_ops

@@ -1,0 +1,1 @@
+int i = threadIdx.x; if (i < HALF) { float d = (float)i / (float)HALF; out[i] = exp2(-d * lb[0]); }

@@ -1,0 +1,1 @@
+uint i = thread_position_in_grid.x; if (i < HALF) { float d = (float)i / (float)HALF; out[i] = metal::exp2(-d * lb[0]); }

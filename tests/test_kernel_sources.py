@@ -1,0 +1,226 @@
+"""Each kernel body is written once, on backend.PRELUDE. The CUDA kernels are validated on an H200, so the CUDA
+text they compile to must stay that text: after the C preprocessor it is token for token the CUDA bodies frozen
+in tests/data/kernels_cuda_v8, and nvcc turns both into the same PTX. No Metal compiler runs here: the Metal
+text is type-checked against a few lines of plain-C++ stand-ins for Metal, with exactly the attributes MLX
+would declare for it (those named in the body)."""
+
+import importlib
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlx.core as mx
+import pytest
+
+from pdlib.engine.kernels.backend import PRELUDE, float_bits
+
+backend_module = importlib.import_module("pdlib.engine.kernels.backend")
+
+DATA = Path(__file__).parent / "data"
+gemv_module = importlib.import_module("pdlib.engine.kernels.gemv")
+attention_module = importlib.import_module("pdlib.engine.kernels.decode_attention")
+kv_store_module = importlib.import_module("pdlib.engine.kernels.kv_store")
+rope_module = importlib.import_module("pdlib.engine.kernels.rope")
+
+
+@dataclass
+class Kernel:
+    name: str           # the frozen copies' file name
+    source: str
+    inputs: list        # (name, dtype) in the order the wrapper passes them to MLX
+    outputs: list
+    instances: list     # template values of realistic launches
+
+
+def _gemv_instances():
+    from pdlib.kernel_check import gemv_cases
+    for _, c in gemv_cases():
+        block, rows = gemv_module.launch_shape(c["N"])
+        yield dict(K=c["K"], N=c["N"], BLOCK=block, ROWS=rows, EPS_BITS=float_bits(1e-6), NORM=c.get("norm", False),
+                   RESIDUAL=c.get("residual", False), SWIGLU=c.get("swiglu", False))
+
+
+_A = attention_module
+KERNELS = [
+    Kernel("gemv", gemv_module.SOURCE, [("x", "f32"), ("w", "bf16"), ("nw", "f32"), ("res", "f32")], [("out", "f32")],
+           list(_gemv_instances())),
+    Kernel("decode_attention_partial", _A.PARTIAL,
+           [("qkv", "f32"), ("qn", "f32"), ("knw", "f32"), ("inv_freq", "f32"), ("pos", "i32"), ("kc", "f32"),
+            ("vc", "f32"), ("after", "u32")],
+           [("part_m", "f32"), ("part_l", "f32"), ("part_o", "f32"), ("written", "u32")],
+           [dict(HQ=16, HKV=8, DH=128, CAP=cap, NC=-(-cap // _A.CHUNK), CHUNK=_A.CHUNK, THREADS=_A.THREADS,
+                 GROUP=_A.GROUP, EPS_BITS=float_bits(1e-6), SCALE_BITS=float_bits(128 ** -0.5))
+            for cap in (640, 5120 + 128)]),
+    Kernel("decode_attention_reduce", _A.REDUCE,
+           [("part_m", "f32"), ("part_l", "f32"), ("part_o", "f32"), ("pos", "i32")], [("o", "f32")],
+           [dict(NC=41, DH=128, CHUNK=_A.CHUNK)]),
+    Kernel("kv_store", kv_store_module.SOURCE,
+           [("k", "f32"), ("v", "f32"), ("pos", "i32"), ("kc", "f32"), ("vc", "f32"), ("after", "u32")],
+           [("keys", "f32"), ("values", "f32"), ("written", "u32")],
+           [dict(T=128, HKV=8, DH=128, CAP=640), dict(T=1, HKV=8, DH=128, CAP=640)]),
+    Kernel("rope_inv_freq", rope_module.INV_FREQ, [("lb", "f32")], [("out", "f32")], [dict(HALF=64)]),
+]
+CUDA_TYPES = {"f32": "float", "bf16": "__nv_bfloat16", "i32": "int32_t", "u32": "uint32_t"}
+METAL_TYPES = {"f32": "float", "bf16": "bfloat16_t", "i32": "int32_t", "u32": "uint32_t"}
+# MLX declares these Metal attributes, with these types, for a body that names them (its metal_kernel)
+METAL_ATTRIBUTES = {
+    "dispatch_quadgroups_per_threadgroup": "uint", "dispatch_simdgroups_per_threadgroup": "uint",
+    "dispatch_threads_per_threadgroup": "uint3", "grid_origin": "uint3", "grid_size": "uint3",
+    "quadgroup_index_in_threadgroup": "uint", "quadgroups_per_threadgroup": "uint",
+    "simdgroup_index_in_threadgroup": "uint", "simdgroups_per_threadgroup": "uint", "thread_execution_width": "uint",
+    "thread_index_in_quadgroup": "uint", "thread_index_in_simdgroup": "uint", "thread_index_in_threadgroup": "uint",
+    "thread_position_in_grid": "uint3", "thread_position_in_threadgroup": "uint3",
+    "threadgroup_position_in_grid": "uint3", "threadgroups_per_grid": "uint3", "threads_per_grid": "uint3",
+    "threads_per_simdgroup": "uint", "threads_per_threadgroup": "uint3"}
+IDS = [k.name for k in KERNELS]
+
+_TOKEN = re.compile(r"""\#[^\n]*|[A-Za-z_]\w*|\.?\d(?:[eEpP][+-]|[\w.])*|"(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*'"""
+                    r"""|>>=|<<=|->|\+\+|--|<<|>>|<=|>=|==|!=|&&|\|\||[-+*/%&|^]=|::|\.\.\.|\S""")
+
+
+def preprocessed_tokens(text: str) -> list[str]:
+    """C tokens after the preprocessor (each `#pragma` line one token: `_Pragma("x")` becomes `#pragma x`)."""
+    cpp = subprocess.run(["cpp", "-P", "-undef", "-nostdinc", "-x", "c++", "-"], input=text, capture_output=True,
+                         text=True, check=True).stdout
+    return [re.sub(r"\s+", " ", t) for t in _TOKEN.findall(cpp)]
+
+
+def frozen(kernel: Kernel, backend: str) -> str:
+    return (DATA / f"kernels_{backend}_v8" / f"{kernel.name}.{'cu' if backend == 'cuda' else 'metal'}").read_text()
+
+
+needs_cpp = pytest.mark.skipif(shutil.which("cpp") is None, reason="no C preprocessor (cpp)")
+
+
+@pytest.mark.parametrize("backend,build", [("cuda", "cuda_kernel"), ("metal", "metal_kernel")])
+def test_a_kernel_gets_one_body_and_its_backends_prelude(monkeypatch, backend, build):
+    seen = {}
+    monkeypatch.setattr(backend_module, "BACKEND", backend)
+    monkeypatch.setattr(mx.fast, build, lambda **kw: seen.update(kw) or "built")
+    assert backend_module.kernel_or_none("k", ["x"], ["y"], source="BODY", header="EXTRA") == "built"
+    assert seen["source"] == "BODY" and seen["header"] == PRELUDE[backend] + "EXTRA"
+
+
+@needs_cpp
+@pytest.mark.parametrize("kernel", KERNELS, ids=IDS)
+def test_cuda_text_is_the_validated_cuda(kernel):
+    assert preprocessed_tokens(PRELUDE["cuda"] + kernel.source) == preprocessed_tokens(frozen(kernel, "cuda"))
+
+
+@needs_cpp
+def test_metal_text_is_the_old_metal_where_nothing_had_to_change():
+    """The merge of the split-K chunks came out token for token as the Metal copy had it; the note
+    (notes/kernels-single-source.md) lists what changed in the others, all of it to CUDA's formulation."""
+    reduce = KERNELS[IDS.index("decode_attention_reduce")]
+    assert preprocessed_tokens(PRELUDE["metal"] + reduce.source) == preprocessed_tokens(frozen(reduce, "metal"))
+
+
+CUDA_ONLY = {"threadIdx", "blockIdx", "blockDim", "gridDim", "__shared__", "__syncthreads", "__shfl_xor_sync",
+             "__int_as_float", "__uint_as_float", "rsqrtf", "expf", "fmaxf", "make_float4", "#pragma unroll"}
+METAL_ONLY = set(METAL_ATTRIBUTES) | {"threadgroup", "device", "threadgroup_barrier", "simd_shuffle_xor", "as_type",
+                                      "metal", "simd_sum"}
+
+
+@needs_cpp
+@pytest.mark.parametrize("kernel", KERNELS, ids=IDS)
+def test_each_backend_sees_only_its_own_vocabulary(kernel):
+    cuda = set(preprocessed_tokens(PRELUDE["cuda"] + kernel.source))
+    metal = set(preprocessed_tokens(PRELUDE["metal"] + kernel.source))
+    assert not cuda & METAL_ONLY and not metal & CUDA_ONLY
+    assert not {t for t in cuda | metal if t.startswith("PD_")}   # every prelude macro expanded
+
+
+def _metal_attributes(source: str) -> list[str]:
+    """What MLX adds to the Metal signature: the attributes whose names occur in the body (not the header)."""
+    return [f"{t} {a}" for a, t in METAL_ATTRIBUTES.items() if a in source]
+
+
+def _wrapped(kernel: Kernel, backend: str, source: str) -> str:
+    """The kernel's instances as MLX wraps a body: inputs `const T*`, outputs `T*`, template values as constants
+    (CUDA) or template parameters (Metal, whose attributes are parameters too)."""
+    out = []
+    for i, inst in enumerate(kernel.instances):
+        fn = f"{kernel.name}_{i}"
+        if backend == "cuda":
+            params = ([f"const {CUDA_TYPES[t]}* {n}" for n, t in kernel.inputs]
+                      + [f"{CUDA_TYPES[t]}* {n}" for n, t in kernel.outputs])
+            consts = "".join(f"  constexpr {'bool' if isinstance(v, bool) else 'int'} {k} = {str(v).lower()};\n"
+                             for k, v in inst.items())
+            out.append(f"__global__ void {fn}(\n    {', '.join(params)}) {{\n{consts}\n{source}\n}}\n")
+        else:
+            params = ([f"const device {METAL_TYPES[t]}* {n}" for n, t in kernel.inputs]
+                      + [f"device {METAL_TYPES[t]}* {n}" for n, t in kernel.outputs] + _metal_attributes(source))
+            tparams = ", ".join(f"{'bool' if isinstance(v, bool) else 'int'} {k}" for k, v in inst.items())
+            targs = ", ".join(str(v).lower() for v in inst.values())
+            out.append(f"template <{tparams}>\nvoid {fn}_t(\n    {', '.join(params)}) {{\n{source}\n}}\n"
+                       f"static auto* const {fn} = &{fn}_t<{targs}>;\n")
+    return "\n".join(out)
+
+
+def _ptx(tmp_path: Path, name: str, text: str) -> str:
+    src = tmp_path / f"{name}.cu"
+    src.write_text("#include <cstdint>\n#include <cuda_bf16.h>\n" + text)
+    run = subprocess.run(["nvcc", "--ptx", "-std=c++17", "-arch=sm_90a", "-o", str(tmp_path / f"{name}.ptx"),
+                          str(src)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    return "\n".join(line for line in (tmp_path / f"{name}.ptx").read_text().splitlines() if not line.startswith("//"))
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc")
+def test_cuda_compiles_to_the_validated_ptx(tmp_path):
+    """Compile-only (no GPU needed), for the H200's sm_90a, every kernel in one file: the single source and
+    the frozen bodies give the same PTX, so `_Pragma("unroll")` for `#pragma unroll` changed no code either."""
+    new = PRELUDE["cuda"] + "".join(_wrapped(k, "cuda", k.source) for k in KERNELS)
+    old = "".join(_wrapped(k, "cuda", frozen(k, "cuda")) for k in KERNELS)
+    new_ptx, old_ptx = _ptx(tmp_path, "single_source", new), _ptx(tmp_path, "frozen", old)
+    assert new_ptx.count(".entry") == sum(len(k.instances) for k in KERNELS)
+    assert new_ptx == old_ptx
+
+
+METAL_STANDINS = r"""
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <algorithm>
+#define device
+#define threadgroup
+#define constant
+typedef unsigned int uint;
+typedef unsigned short ushort;
+typedef uint16_t bfloat16_t;
+struct uint3 { uint x, y, z; };
+struct uint4 { uint x, y, z, w; };
+struct float4 {
+  float x, y, z, w;
+  float4() = default;
+  float4(float a, float b, float c, float d) : x(a), y(b), z(c), w(d) {}
+};
+enum class mem_flags { mem_threadgroup };
+void threadgroup_barrier(mem_flags);
+float simd_shuffle_xor(float, ushort);
+template <class T, class U> T as_type(U u) {
+  static_assert(sizeof(T) == sizeof(U), "as_type");
+  T t;
+  std::memcpy(&t, &u, sizeof t);
+  return t;
+}
+namespace metal {
+float exp2(float);
+namespace precise { float rsqrt(float); float exp(float); float cos(float); float sin(float); }
+}
+using std::fmax; using std::min;
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++")
+def test_metal_text_type_checks_against_standins(tmp_path):
+    """Catches a name the Metal expansion lacks (an attribute MLX would not declare, a missing function), a
+    wrong argument count or a bad cast; the stand-ins model address spaces away, so not those."""
+    text = METAL_STANDINS + PRELUDE["metal"] + "".join(_wrapped(k, "metal", k.source) for k in KERNELS)
+    src = tmp_path / "metal_standins.cpp"
+    src.write_text(text)
+    run = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-Wno-unused", str(src)], capture_output=True,
+                         text=True)
+    assert run.returncode == 0, run.stderr
