@@ -129,7 +129,7 @@ def slo_summary(report: dict) -> list[dict]:
                      "gaps observed": len(obs),
                      "median observed (ms)": round(float(np.median(obs)), 3) if obs else None,
                      "worst observed (ms)": round(max(obs), 3) if obs else None,
-                     f"under {target:g} ms": f"{sum(held) / len(held):.0%}" if held else "-"})
+                     f"under {target:.3g} ms": f"{sum(held) / len(held):.0%}" if held else "-"})
     return rows
 
 
@@ -140,4 +140,4 @@ def slo_table(report: dict) -> str:
         return ""
     head = list(rows[0])
     body = [["-" if r[k] is None else str(r[k]) for k in head] for r in rows]
-    return f"A's gap target {report['slo']['tbt_slo_ms']:g} ms\n" + text_table(head, body, right_from=1)
+    return f"A's gap target {report['slo']['tbt_slo_ms']:.3g} ms\n" + text_table(head, body, right_from=1)

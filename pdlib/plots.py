@@ -157,10 +157,10 @@ def slo_chart(frame: pd.DataFrame, *, tbt_slo_ms: float) -> alt.FacetChart:
     return (alt.layer(line, dots, rule, data=_inline(data)).properties(width=360, height=220)
             .facet(column=alt.Column("policy:N", sort=policies, title=None))
             .properties(title=f"A's gap across each B chunk: predicted (line) and observed (dots); "
-                              f"dashed: the {tbt_slo_ms:g} ms target",
+                              f"dashed: the {tbt_slo_ms:.3g} ms target",
                         description=f"Per slo policy ({', '.join(policies)}): the predicted gap for A across "
                                     f"each B prefill chunk as a line, one dot per trial for the observed gap, "
-                                    f"coloured by whether it stayed under the {tbt_slo_ms:g} ms target."))
+                                    f"coloured by whether it stayed under the {tbt_slo_ms:.3g} ms target."))
 
 
 def _log_span(d: pd.DataFrame, col: str) -> alt.Scale:

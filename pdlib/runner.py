@@ -35,8 +35,9 @@ def run_experiment(params: RunParams, *, output=None, params_file=None, validate
     if any(needs_chunk_rule(p) for p in params.policies):
         cost = exp.step_cost  # timed chunks of several sizes, before the gate: the plans depend on it
         whence = "" if params.tbt_slo_ms is not None else " (5x decode: no --tbt-slo-ms given)"
+        probe = ", ".join(f"{m} {v:+.3g} ms" for m, v in cost.overhead_ms.items())
         log(f"step cost fitted: {cost.a:.3g} ms + {cost.b:.3g} ms/row + {cost.c:.3g} ms/row/position; "
-            f"decode {cost.decode_ms:.3g} ms; A's gap target {exp.tbt_slo_ms:.3g} ms{whence}")
+            f"decode {cost.decode_ms:.3g} ms; probe correction {probe}; A's gap target {exp.tbt_slo_ms:.3g} ms{whence}")
     steps = sum(exp.steps_per_run(p) for p in params.policies)
     with tqdm(total=steps, desc="validate", unit="step", **bar) as progress:
         validation = exp.validate(on_step=progress.update)
