@@ -15,7 +15,8 @@ its parts' results and the clock readings.
 
 B's prefill elsewhere: a step source may carry a `remote` (`RemoteSteps`): disagg's prefill worker
 (pdlib/disagg/remote.py) or overlap's second stream (pdlib/overlap.py). Then at t0, right after B's reset,
-the executor starts it (`remote.start(engine)`), and a `Prefill(remote=True)` step joins it
+the executor starts it (`remote.start(engine)`), after issuing each timed step lets it dispatch its next
+piece (`remote.advance()`: overlap's next layer), and a `Prefill(remote=True)` step joins it
 (`remote.receive`): B's K/V are in B's cache and its first output is here after it, and the result records
 the prefill's own times (and disagg's transfer). Everything else is unchanged.
 """
@@ -105,6 +106,8 @@ def execute(engine: Engine, steps: Iterable[Step], *, logical_reset: bool, hooks
         t_start = now()
         remote_step = isinstance(step, Prefill) and step.remote
         results = _receive(engine, step, remote) if remote_step else _issue(engine, step)
+        if timed and remote is not None and not remote_step:
+            remote.advance()  # the remote prefill's next piece, dispatched while this step runs
         for r in results:
             if r.output is not None:
                 r.token = r.output.token.item()

@@ -3,12 +3,15 @@
     session = OverlapSession(params)
     steps = session.walk(validated_plan)        # the live policy + its StreamPrefill, for execute()
 
-The executor calls `prefill.start(engine)` at t0, after B's reset: B's whole prompt is built as one engine
-call on the second stream (one graph, so the host spends one prefill's graph-building there, not one per
-chunk) and handed to the device; a waiter thread then blocks on its results (`mx.eval` of arrays already
-scheduled only waits for their event, with the GIL released) and stamps when they are done. Between A's
-steps the `overlap` policy polls `ready()`, which never blocks; its `Prefill(remote=True)` step then joins
-the prefill (`receive`): nothing moves, B's K/V are already in B's cache. B's first token is observed there.
+The executor calls `prefill.start(engine)` at t0, after B's reset: B's whole prompt starts on the second
+stream as one prefill, dispatched a layer at a time (`Engine.prefill_stages`): the first layer at t0, then
+one more each time the executor calls `advance()`, which it does right after issuing each of A's steps,
+while A's step runs. Dispatched as one graph, MLX held the host for the whole prefill (it keeps at most 10
+command buffers in flight; notes/gpu.md, v8), which serialised A behind it. Once the last layer is
+dispatched, a waiter thread blocks on B's results (`mx.eval` of arrays already scheduled only waits for
+their event, with the GIL released) and stamps when they are done. Between A's steps the `overlap` policy
+polls `ready()`, which never blocks; its `Prefill(remote=True)` step then joins the prefill (`receive`):
+nothing moves, B's K/V are already in B's cache. B's first token is observed there.
 
 Nothing is shared between the two streams but the read-only weights: each request has its own cache and
 write fences, and B's later decodes on the first stream depend on the second's outputs through the arrays
@@ -18,6 +21,7 @@ out while B's prefill was in flight, which is what was measured rather than assu
 """
 
 import os
+import queue
 import threading
 
 import mlx.core as mx
@@ -40,14 +44,24 @@ def second_stream() -> mx.Stream:
 
 
 class StreamPrefill:
-    """One run's prefill of B on the second stream: start (t0), ready (poll), receive (the join)."""
+    """One run's prefill of B on the second stream: start (t0), advance (after each of A's steps), ready
+    (poll), receive (the join). At most IN_FLIGHT of B's layers are on the device at once: MLX's cap on work
+    in flight is global, so a deeper queue of B's would stall A's dispatch behind it (on the CPU, where a
+    task is ten operations, two layers of a long prompt already do). A waiter thread counts B's layers done
+    (`mx.eval` of arrays already scheduled only waits for their event, with the GIL released) and stamps
+    when the last one is."""
+
+    IN_FLIGHT = 1
 
     def __init__(self, req: str, n: int, *, stream: mx.Stream):
         self.req, self.n, self.stream = req, n, stream
         self.t_dispatch = self.t_ready = None
         self.output = self._error = None
+        self.layers_dispatched = self.layers_done = 0
+        self._stages = None
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._done = threading.Event()
-        self._waiter: threading.Thread | None = None
+        self._waiter = threading.Thread(target=self._wait, name="pdlib-overlap-waiter", daemon=True)
 
     def start(self, engine) -> None:
         if self.t_dispatch is not None:
@@ -57,15 +71,33 @@ class StreamPrefill:
         if r.length != 0 or r.prompt.size != self.n:
             raise ValueError(f"the second stream prefills {self.req}'s whole {self.n}-token prompt from 0; "
                              f"it holds {r.length} positions of a {r.prompt.size}-token prompt")
-        with mx.stream(self.stream):
-            self.output = engine.prefill_chunk(self.req, self.n)
-        done = [self.output.token, self.output.logits, r.cache.k, r.cache.v, r.cache.written]
-        self._waiter = threading.Thread(target=self._wait, args=(done,), name="pdlib-overlap-waiter", daemon=True)
+        self._cache, self._stages = r.cache, engine.prefill_stages(self.req, self.n)
         self._waiter.start()
+        self.advance()
 
-    def _wait(self, arrays) -> None:
+    def advance(self, *, force: bool = False) -> None:
+        """Dispatch B's next layer on the second stream, once fewer than IN_FLIGHT are still running (or
+        `force`); after the last layer, the first output."""
+        if self._stages is None or (not force and self.layers_dispatched - self.layers_done >= self.IN_FLIGHT):
+            return
+        with mx.stream(self.stream):
+            try:
+                self._queue.put(next(self._stages))
+                self.layers_dispatched += 1
+                return
+            except StopIteration as done:
+                self.output = done.value
+        self._stages = None
+        c = self._cache
+        self._queue.put(None)  # the sentinel: what follows is the whole prefill's results
+        self._queue.put([self.output.token, self.output.logits, c.k, c.v, c.written])
+
+    def _wait(self) -> None:
         try:
-            mx.eval(arrays)  # scheduled already (the engine's async_eval): this only waits for the device
+            while (arrays := self._queue.get()) is not None:
+                mx.eval(arrays)  # scheduled already (the engine's async_eval): this only waits for the device
+                self.layers_done += 1
+            mx.eval(self._queue.get())
         except BaseException as e:  # handed to the main thread by receive()
             self._error = e
         self.t_ready = now()
@@ -76,18 +108,21 @@ class StreamPrefill:
 
     def receive(self, engine, req: str, n: int):
         """Join B's prefill (wait for it if A ran out of work first); B's K/V are in its cache already."""
-        if self._waiter is None:
+        if self.t_dispatch is None:
             raise RuntimeError("receive before start: the executor starts the second stream at t0")
         if (req, n) != (self.req, self.n):
             raise ValueError(f"a remote prefill of {n} tokens of {req}; the second stream prefilled {self.n} of {self.req}")
         t_start = now()
+        while self._stages is not None:  # A ran out of steps first: the rest of B's layers now
+            self.advance(force=True)
         if not self._done.wait(PREFILL_TIMEOUT_S):
             raise RuntimeError(f"B's prefill on the second stream did not finish within {PREFILL_TIMEOUT_S:.0f} s")
         self._waiter.join()
         if self._error is not None:
             raise RuntimeError(f"B's prefill on the second stream failed: {self._error}") from self._error
         return self.output, {"site": "stream", "stream": str(self.stream), "t_dispatch": self.t_dispatch,
-                             "t_ready": self.t_ready, "t_start": t_start, "t_end": now()}
+                             "t_ready": self.t_ready, "t_start": t_start, "t_end": now(),
+                             "layers": self.layers_dispatched}
 
 
 class OverlapSession:

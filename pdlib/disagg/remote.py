@@ -93,6 +93,9 @@ class RemotePrefill:
         self.worker.send({"cmd": "prefill"})
         self.t_dispatch = now()
 
+    def advance(self) -> None:
+        """Nothing to dispatch here: the worker runs B's prompt on its own."""
+
     def ready(self) -> bool:
         if self.token is None and self.t_dispatch is not None:
             msg = self.worker.poll(when="before B's K/V arrived")

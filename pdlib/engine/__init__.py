@@ -79,21 +79,36 @@ class Engine:
             raise ValueError(f"a step holds at most one part per request, got {parts}")
         if all(n is None for _, n in parts):
             return [self.decode(name) for name, _ in parts]
-        segments, reqs = [], []
-        for name, n in parts:
-            r = self.requests[name]
-            if n is None:
-                if r.next_token is None:
-                    raise ValueError(f"decode of {name} before its prompt is prefilled")
-                tokens, emits = r.next_token.reshape(1), True
-            else:
-                start, stop = r.prefilled, r.prefilled + n
-                if n < 1 or stop > r.prompt.size:
-                    raise ValueError(f"prefill of {n} tokens at {start} overruns {name}'s {r.prompt.size}-token prompt")
-                tokens, emits = r.prompt[start:stop], stop == r.prompt.size
-            segments.append(Segment(r.cache, tokens, start=r.cache.length, emits=emits))
-            reqs.append(r)
-        logits = self.model.step(segments, prune=self.prune_final_layer)
+        segments = [self._segment(name, n) for name, n in parts]
+        reqs = [self.requests[name] for name, _ in parts]
+        return self._finish(reqs, self.model.step(segments, prune=self.prune_final_layer))
+
+    def prefill_stages(self, name: str, n: int):
+        """prefill_chunk(name, n) one layer at a time: each next() builds one more layer and starts it on the
+        device; the generator returns the Output (or None). A long prompt dispatched as one graph holds the
+        host while MLX keeps at most 10 command buffers in flight (notes/gpu.md, v8); a layer at a time, it
+        does not, and other work (A's decodes, overlap) can be issued between the layers."""
+        r = self.requests[name]
+        stages = self.model.stages([self._segment(name, n)], prune=self.prune_final_layer)
+        while True:
+            try:
+                mx.async_eval(next(stages))
+            except StopIteration as done:
+                return self._finish([r], done.value)[0]
+            yield
+
+    def _segment(self, name: str, n: int | None) -> Segment:
+        r = self.requests[name]
+        if n is None:
+            if r.next_token is None:
+                raise ValueError(f"decode of {name} before its prompt is prefilled")
+            return Segment(r.cache, r.next_token.reshape(1), start=r.cache.length, emits=True)
+        start, stop = r.prefilled, r.prefilled + n
+        if n < 1 or stop > r.prompt.size:
+            raise ValueError(f"prefill of {n} tokens at {start} overruns {name}'s {r.prompt.size}-token prompt")
+        return Segment(r.cache, r.prompt[start:stop], start=r.cache.length, emits=stop == r.prompt.size)
+
+    def _finish(self, reqs: list[Request], logits: list) -> list[Output | None]:
         outs = [None if l is None else self._emit(r, l) for r, l in zip(reqs, logits)]
         # MLX is lazy: start the work of parts that emit nothing now
         mx.async_eval([(r.cache.k, r.cache.v, r.cache.written) for r, o in zip(reqs, outs) if o is None])

@@ -125,6 +125,17 @@ class Qwen3:
 
         Final-layer pruning: the last layer's output only matters for emitting rows, so the rows of a chunk
         that does not finish its prompt stop after storing their K/V there."""
+        stages = self.stages(segments, prune=prune)
+        while True:
+            try:
+                next(stages)
+            except StopIteration as done:
+                return done.value
+
+    def stages(self, segments: list["Segment"], *, prune: bool = True):
+        """`step` one layer at a time: each next() builds one more layer's graph and yields the arrays that
+        make it concrete (evaluate them to run it); the generator's return value is step's. Overlap dispatches
+        a long prompt this way (pdlib/overlap.py)."""
         c = self.cfg
         for s in segments:
             if s.start != s.cache.length:
@@ -167,6 +178,7 @@ class Qwen3:
             o = [self._attention_for(b - a)(q[:, a:b], k, v, mask_rows=m) for a, b, (k, v), m in rows]
             o = o[0] if len(o) == 1 else mx.concatenate(o, axis=1)
             h = self._p_out_mlp(h, o, L.t["wo"], L.post_norm, L.t["w_gate"], L.t["w_up"], L.t["w_down"])
+            yield [h, *(a for s in segments for a in (s.cache.k[i], s.cache.v[i], s.cache.written[i]))]
         for s in segments:
             s.cache.advance(s.size)
         if not emitting:
