@@ -54,6 +54,8 @@ def test_overlap_passes_the_gate_and_a_trial_records_the_second_stream(tiny, chu
     m = trial_metrics(trial)
     assert m["b_prefill_end_ms"] == prefill["t_end_ns"] / 1e6
     assert m["a_tokens_in_b_prefill"] == sum(prefill["t_start_ns"] < t < prefill["t_end_ns"] for t in run.emit_ns["A"])
+    # B goes out a layer at a time, one more after each of A's steps: A is never held behind all of it
+    assert m["a_tokens_in_b_prefill"] >= min(tiny.config.num_hidden_layers, OUTPUTS - 1)
     assert overlap_line([trial]).startswith("overlap: A emitted")
 
 
