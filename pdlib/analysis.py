@@ -357,14 +357,30 @@ def findings(metrics: pd.DataFrame, summary: pd.DataFrame, *, stall_threshold_ms
         lines.append("")
     for r in others:
         base = f" ({_x(med[r, 'b_ttft_ms'] / med[p, 'b_ttft_ms'])} {p}'s)" if p and med[p, "b_ttft_ms"] > 0 else ""
-        lines.append(f"- **{r}:** A's worst gap {_ms(med[r, 'a_gap_max_ms'])}, B's first token at "
-                     f"{_ms(med[r, 'b_ttft_ms'])}{base}, makespan {_ms(med[r, 'makespan_ms'])} (medians).")
+        line = (f"- **{r}:** A's worst gap {_ms(med[r, 'a_gap_max_ms'])}, B's first token at "
+                f"{_ms(med[r, 'b_ttft_ms'])}{base}, makespan {_ms(med[r, 'makespan_ms'])} (medians).")
+        if "chunked" in policies:  # the baseline every newer policy is measured against, paired by trial
+            _, ratios = paired_ratios(metrics, numerator=r, denominator="chunked")
+            ratio = ratios.set_index("metric")
+            line += " Against chunked, paired: " + "; ".join(
+                _against(label, r, "chunked", ratio.loc[key]) for key, label in (
+                    ("a_gap_max_ms", "A's worst gap"), ("b_ttft_ms", "B's first token"), ("makespan_ms", "makespan"))
+            ) + "."
+        lines.append(line)
     stalls = ", ".join(f"{r} {med[r, 'stalls']:g}" for r in policies)
     trials = ", ".join(f"{r} {n.get(r, 0)}" for r in policies)
     lines.append(f"\nGaps in A's stream longer than {stall_threshold_ms:g} ms (median per trial): {stalls}. "
                  f"Medians over trials ({trials}); CIs are 95% bootstrap intervals of the median paired "
                  f"ratio, {MIN_BOOT_TRIALS} or more paired trials needed.")
     return "\n".join(lines).strip() + "\n"
+
+
+def _against(label: str, p: str, q: str, ratio: pd.Series) -> str:
+    """One metric of p against q in a few words, from the paired ratio p/q and its CI."""
+    r, v = ratio["median_ratio"], verdict(ratio)
+    if v == "same":
+        return f"{label} no measurable difference ({p}/{q} {r:.3g}, {_evidence(ratio)})"
+    return f"{label} {p}/{q} {r:.3g} ({_evidence(ratio)})"
 
 
 def _reading(p, q, med, ratio) -> str:

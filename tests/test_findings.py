@@ -90,3 +90,15 @@ def test_empty_summary_is_a_programming_error():
     with pytest.raises(ValueError, match="summary is empty") as err:
         an.findings(metrics, an.summary_frame(metrics).iloc[:0])
     assert type(err.value) is ValueError
+
+
+def test_every_other_policy_is_read_against_chunked_paired():
+    text, metrics = read(("eager", "chunked", "fifo"), pick(A), pick(B), trials=6)
+    _, ratios = an.paired_ratios(metrics, numerator="fifo", denominator="chunked")
+    gap = ratios.set_index("metric").loc["a_gap_max_ms"]
+    assert gap.ci_high < 1   # fifo's 20 ms against chunked's 140 ms, in every trial
+    assert (f"Against chunked, paired: A's worst gap fifo/chunked {gap.median_ratio:.3g} "
+            f"(95% CI [{gap.ci_low:.3g}, {gap.ci_high:.3g}]);") in text
+    assert "makespan no measurable difference (fifo/chunked" in text or "makespan fifo/chunked" in text
+    text, _ = read(("eager", "chunked", "fifo"), pick(A), pick(B), trials=2)
+    assert "B's first token fifo/chunked" in text and "too few for a CI" in text
