@@ -81,10 +81,9 @@ class Experiment:
     def walk(self, policy: str) -> Iterator[Step]:
         """The policy deciding live, as a timed run needs it, held to the validated plan step for step
         (a remote-prefill policy: per request, its interleaving depends on timing; pdlib/disagg/remote.py)."""
-        if policy == "overlap":
-            return self.overlap().walk(self.plan(policy))
-        if POLICIES[policy].remote_prefill:
-            return self.disagg().walk(self.plan(policy))
+        site = POLICIES[policy].remote_prefill
+        if site is not None:
+            return (self.overlap() if site == "stream" else self.disagg()).walk(self.plan(policy))
         return follow(iter_plan(policy, **self._shape(policy)), self.plan(policy))
 
     @property

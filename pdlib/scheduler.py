@@ -101,7 +101,8 @@ class Policy:
     May keep tiny private state, so make a fresh instance per run."""
 
     name: ClassVar[str]
-    remote_prefill: ClassVar[bool] = False  # True: B's prompt runs elsewhere (pdlib/disagg, pdlib/overlap.py)
+    remote_prefill: ClassVar[str | None] = None  # where else B's prompt runs: "worker" (pdlib/disagg) or
+                                                 # "stream" (pdlib/overlap.py); None: in the steps
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -228,8 +229,6 @@ class _PrefillElsewhere(Policy):
     prefill is issued anyway and waits. `ready` is a non-blocking probe; without one (a plan) B is ready at
     once, so the plan fixes each request's own sequence, not the interleaving (see `interleave`)."""
 
-    remote_prefill = True
-
     def __init__(self, ready: Callable[[], bool] = lambda: True):
         self._ready, self._a_turn = ready, True
 
@@ -251,6 +250,7 @@ class Disagg(_PrefillElsewhere):
     (pdlib/disagg), its K/V comes back through a collective (the join)."""
 
     name = "disagg"
+    remote_prefill = "worker"
 
 
 class Overlap(_PrefillElsewhere):
@@ -258,6 +258,7 @@ class Overlap(_PrefillElsewhere):
     the first: A is slowed by contention rather than stopped; joining costs no transfer."""
 
     name = "overlap"
+    remote_prefill = "stream"
 
 
 def interleave(live: Iterable[Step], validated: list[Step]) -> Iterator[Step]:
