@@ -7,9 +7,9 @@ The executor calls `prefill.start(engine)` at t0, after B's reset: B's whole pro
 stream as one prefill, dispatched a layer at a time (`Engine.prefill_stages`): the first layer at t0, then
 one more each time the executor calls `advance()`, which it does right after issuing each of A's steps,
 while A's step runs. Dispatched as one graph, MLX held the host for the whole prefill (it keeps at most 10
-command buffers in flight; notes/gpu.md, v8), which serialised A behind it. Once the last layer is
-dispatched, a waiter thread blocks on B's results (`mx.eval` of arrays already scheduled only waits for
-their event, with the GIL released) and stamps when they are done. Between A's steps the `overlap` policy
+command buffers in flight; notes/gpu.md, v8), which serialised A behind it. A waiter thread follows B's
+layers as they finish (`mx.eval` of arrays already scheduled only waits for their event, with the GIL
+released), which paces the dispatch, and stamps when the first output is done. Between A's steps the `overlap` policy
 polls `ready()`, which never blocks; its `Prefill(remote=True)` step then joins the prefill (`receive`):
 nothing moves, B's K/V are already in B's cache. B's first token is observed there.
 
