@@ -53,7 +53,8 @@ def trial_metrics(t: dict, *, stall_threshold_ms: float = 100.0) -> dict:
         # A's tokens out while B's prompt was being prefilled: 0 where the prefill stops A (eager, fifo, and
         # overlap where the backend runs the two streams serially), many under chunked, overlap, disagg
         "a_tokens_in_b_prefill": int(((a > prefill_start) & (a < prefill_end)).sum()),
-        "b_prefill_start_ms": prefill_start / NS_PER_MS, "b_prefill_end_ms": prefill_end / NS_PER_MS, "b_ttft_ms": b[0] / NS_PER_MS,
+        "b_prefill_start_ms": prefill_start / NS_PER_MS, "b_prefill_end_ms": prefill_end / NS_PER_MS,
+        "b_ttft_ms": b[0] / NS_PER_MS,
         "a_completion_ms": a[-1] / NS_PER_MS,
         "makespan_ms": t["makespan_ns"] / NS_PER_MS,
         "throughput_tok_s": (a.size + b.size) / (t["makespan_ns"] / 1e9) if t["makespan_ns"] else np.nan,

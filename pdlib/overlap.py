@@ -111,7 +111,8 @@ class StreamPrefill:
         if self.t_dispatch is None:
             raise RuntimeError("receive before start: the executor starts the second stream at t0")
         if (req, n) != (self.req, self.n):
-            raise ValueError(f"a remote prefill of {n} tokens of {req}; the second stream prefilled {self.n} of {self.req}")
+            raise ValueError(f"a remote prefill of {n} tokens of {req}; the second stream prefilled {self.n} "
+                             f"of {self.req}")
         t_start = now()
         while self._stages is not None:  # A ran out of steps first: the rest of B's layers now
             self.advance(force=True)
