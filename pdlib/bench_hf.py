@@ -9,9 +9,8 @@ Only imported when torch is importable (the GPU machine has it; elsewhere it is 
 matmuls run without TF32, as pdlib's and mlx-lm's do there (MLX_ENABLE_TF32=0). Decode follows gpt-fast: one
 compiled function per token, the position a device tensor advanced in place, the token cloned out of the
 graph's output buffer before it is fed back. Prefill (whole, in chunks back to back, and in chunks each
-synced) runs eagerly
-through the same static cache: that is how transformers prefills, and compiling one graph per chunk length
-would measure compilation.
+synced) runs eagerly through the same static cache: that is how transformers prefills, and compiling one
+graph per chunk length would measure compilation.
 """
 
 import inspect
