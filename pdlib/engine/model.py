@@ -77,9 +77,9 @@ class Qwen3:
     # Everything but attention depends only on the chunk's length, so it runs as compiled functions (one
     # trace per length, shared by all layers: the weights are arguments). Attention reads a cache prefix
     # that grows every chunk; nothing in `attention_rows` depends on its length, so it is compiled shapeless,
-    # once per query row count. On a GPU the host spends ~10-20 us on each node of a step's graph
-    # (notes/gpu.md, v8): compiled pieces fuse elementwise work and skip Python, the RoPE tables are made
-    # once per step, and the weights' transposes once at load.
+    # once per query row count. On a GPU the host spends microseconds on each node of a step's graph (~8 on
+    # average; notes/gpu.md, v8, v9): compiled pieces fuse elementwise work and skip Python, the RoPE tables
+    # are made once per step, and the weights' transposes once at load.
 
     def _norm_kv(self, h, cos, sin, in_norm, wk_t, wv_t, k_norm):
         """h: (T, D) -> the normed input x, and k (after k-norm and RoPE), v: (Hkv, T, Dh)."""
