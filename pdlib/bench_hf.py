@@ -50,6 +50,8 @@ def bench_hf(model: LoadedModel, *, dtype: str, contexts, tokens: int, warmup: i
              chunk: int, repeats: int, compile_decode: bool = True, prompt=None) -> dict:
     import torch
     from transformers import StaticCache
+
+    from pdlib.bench import _prefills  # the same three prefills, timed the same way as pdlib's and mlx-lm's
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r}; expected one of {DTYPES}")
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -109,10 +111,7 @@ def bench_hf(model: LoadedModel, *, dtype: str, contexts, tokens: int, warmup: i
             logits.argmax(-1).item()
             return _ms(t0) / 1e3
 
-        for key, n, synced in (("prefill_whole_s", prefill_tokens, False), ("prefill_chunked_s", chunk, False),
-                               ("prefill_chunked_synced_s", chunk, True)):
-            prefill(n, synced)
-            out[key] = statistics.median(prefill(n, synced) for _ in range(repeats))
+        out.update(_prefills(prefill, prefill_tokens=prefill_tokens, chunk=chunk, repeats=repeats))
     return out  # the model and its caches go with this frame; torch's allocator keeps the memory for the next
 
 
