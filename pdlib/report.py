@@ -134,10 +134,22 @@ def environment(backend: str) -> dict:
             "MLX_ENABLE_TF32": os.environ.get("MLX_ENABLE_TF32"),
             # MLX's CUDA graph commit size and use: they decide how long dispatching a big graph holds the
             # host (notes/gpu.md, v8), so every run says which it had (absent: MLX's default)
-            **{k: os.environ[k] for k in MLX_DISPATCH_ENV if k in os.environ}}
+            **{k: os.environ[k] for k in MLX_DISPATCH_ENV if k in os.environ},
+            # which GPU of a shared host, and which cores: runs side by side on one host say so here
+            **({"CUDA_VISIBLE_DEVICES": os.environ["CUDA_VISIBLE_DEVICES"]} if "CUDA_VISIBLE_DEVICES" in os.environ else {}),
+            "cpu_cores": _cores()}
 
 
 MLX_DISPATCH_ENV = ("MLX_MAX_OPS_PER_BUFFER", "MLX_MAX_MB_PER_BUFFER", "MLX_USE_CUDA_GRAPHS")
+
+
+def _cores() -> str:
+    """Cores this process may run on, of the host's ("16 of 32"): a pinned run shows it."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        usable = os.cpu_count()
+    return f"{usable} of {os.cpu_count()}"
 
 
 def build_report(*, params: dict, model: dict, prompts: dict, backend: str, validation: dict,

@@ -1,0 +1,70 @@
+# One GPU session on nvidia-h200-x2, in three calls after staging (notes/h200-runbook.md):
+#   bash notes/gpu-session/session.sh a    check-kernels on both GPUs; then side by side, each on its own
+#                                          GPU and its own 16 cores: the published workload with eager chunked
+#                                          fifo mixed (GPU 0) and with chunked overlap slo slo-mixed (GPU 1)
+#   bash notes/gpu-session/session.sh c    NCCL smoke, disagg at Qwen3-0.6B shapes, then the published
+#                                          workload with eager chunked disagg (both GPUs)
+#   bash notes/gpu-session/session.sh b    the sweep (GPU 0) beside bench-step and the MLX dispatch knobs (GPU 1)
+# Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
+set -u
+source .device/boot/boot.sh || exit 1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD:$PYTHONPATH
+SLO=${SLO:-22}
+LOGS=$OUT/logs
+mkdir -p "$LOGS"
+left() { echo $(( ${DEADLINE:-575} - SECONDS )); }
+gpu() { local g=$1; shift; CUDA_VISIBLE_DEVICES=$g taskset -c $([ "$g" = 0 ] && echo 0-15 || echo 16-31) "$@"; }
+finish() { tar -C "$OUT" -cf "$OUT/logs.tar" logs && rm -r "$LOGS"; ls -la "$OUT"; }
+
+case "$1" in
+a)
+  nvidia-smi -L > "$LOGS/gpus.txt"; nproc >> "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
+  gpu 0 python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1 &
+  gpu 1 python3 -m pdlib check-kernels --output "$LOGS/check-kernels-gpu1.json" > "$LOGS/ck1.log" 2>&1 &
+  wait; tail -n 3 "$LOGS"/ck*.log
+  gpu 0 timeout $(left) python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+    --policies eager chunked fifo mixed --quiet --output "$OUT/report.json" > "$LOGS/report.log" 2>&1 &
+  gpu 1 timeout $(left) python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+    --policies chunked overlap slo slo-mixed --tbt-slo-ms "$SLO" --quiet --output "$OUT/report-new.json" \
+    > "$LOGS/report-new.log" 2>&1 &
+  wait; echo "== report"; tail -n 25 "$LOGS/report.log"; echo "== report-new"; tail -n 30 "$LOGS/report-new.log"
+  finish ;;
+c)
+  for r in 1 0; do
+    CUDA_VISIBLE_DEVICES=$r NCCL_HOST_IP=127.0.0.1 NCCL_PORT=29517 MLX_WORLD_SIZE=2 MLX_RANK=$r \
+      timeout -s KILL 90 python3 notes/gpu-session/nccl_smoke.py > "$LOGS/nccl-$r.log" 2>&1 &
+  done
+  wait; cat "$LOGS"/nccl-*.log | grep -v "^$" | tail -n 12
+  PDLIB_DISAGG_WORKER_LOG=$LOGS/worker-smoke.log timeout -s KILL 180 python3 -m pdlib run \
+    --model synthetic:qwen3-0.6b --prompt-tokens 512 --output-tokens 16 --chunk-size 128 \
+    --policies chunked disagg --trials 2 --warmups 1 --logical-cache-reset --output "$LOGS/disagg-smoke.json" \
+    > "$LOGS/disagg-smoke.log" 2>&1
+  rc=$?; echo "disagg smoke rc=$rc"; tail -n 25 "$LOGS/disagg-smoke.log"
+  if [ $rc = 0 ]; then
+    PDLIB_DISAGG_WORKER_LOG=$LOGS/worker.log timeout -s KILL $(left) python3 -m pdlib run \
+      --params params/qwen3-0.6b-4096x1024.yaml --policies eager chunked disagg --quiet \
+      --output "$OUT/report-x2.json" > "$LOGS/report-x2.log" 2>&1
+    echo "== report-x2 rc=$?"; tail -n 25 "$LOGS/report-x2.log"
+  fi
+  finish ;;
+b)
+  gpu 0 sh -c "timeout $(left) python3 -m pdlib sweep --params params/qwen3-0.6b-sweep.yaml \
+    --chunk-sizes 32 64 128 256 512 1024 4096 --policies chunked mixed --tbt-slo-ms $SLO --quiet \
+    --output $OUT/sweep; tar -C $OUT -cf $OUT/sweep.tar sweep && rm -r $OUT/sweep" > "$LOGS/sweep.log" 2>&1 &
+  (
+    gpu 1 timeout 200 python3 -m pdlib bench-step --no-peers --output "$OUT/bench-step-pdlib.json"
+    mkdir -p "$OUT/knobs"
+    for env in "" "MLX_MAX_OPS_PER_BUFFER=2000 MLX_MAX_MB_PER_BUFFER=100000" "MLX_USE_CUDA_GRAPHS=0"; do
+      n=$(echo "$env" | tr -c 'A-Za-z0-9\n' _ | cut -c1-24)
+      [ "$(left)" -gt 60 ] || break
+      env $env CUDA_VISIBLE_DEVICES=1 taskset -c 16-31 timeout $(left) python3 -m pdlib run \
+        --model qwen3-0.6b --prompt-tokens 4096 --output-tokens 256 --chunk-size 128 --policies chunked overlap \
+        --trials 3 --warmups 1 --logical-cache-reset --quiet --output "$OUT/knobs/knobs-${n:-default}.json"
+    done
+    tar -C "$OUT" -cf "$OUT/knobs.tar" knobs && rm -r "$OUT/knobs"
+  ) > "$LOGS/bench-knobs.log" 2>&1 &
+  wait; echo "== sweep"; tail -n 30 "$LOGS/sweep.log"; echo "== bench/knobs"; tail -n 60 "$LOGS/bench-knobs.log"
+  finish ;;
+*) echo "usage: session.sh a|b|c" >&2; exit 2 ;;
+esac
