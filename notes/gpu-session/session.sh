@@ -50,7 +50,7 @@ c)
   finish ;;
 b)
   gpu 0 sh -c "timeout $(left) python3 -m pdlib sweep --params params/qwen3-0.6b-sweep.yaml \
-    --chunk-sizes 32 64 128 256 512 1024 4096 --policies chunked mixed --tbt-slo-ms $SLO --quiet \
+    --chunk-sizes 32 64 128 256 512 1024 4096 --policies chunked mixed --tbt-slo-ms $SLO ${SWEEP_REFS:+--reference-policies $SWEEP_REFS} --quiet \
     --output $OUT/sweep; tar -C $OUT -cf $OUT/sweep.tar sweep && rm -r $OUT/sweep" > "$LOGS/sweep.log" 2>&1 &
   (
     gpu 1 timeout 200 python3 -m pdlib bench-step --no-peers --output "$OUT/bench-step-pdlib.json"
