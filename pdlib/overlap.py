@@ -33,6 +33,7 @@ from pdlib.scheduler import Overlap, Step, interleave, iter_plan
 PREFILL_TIMEOUT_S = float(os.environ.get("PDLIB_OVERLAP_TIMEOUT_S", 600.0))
 
 _streams: dict[str, mx.Stream] = {}
+LAYER, LAST = "layer", "last"  # what the waiter is handed: one of B's layers, or the prefill's results
 
 
 def second_stream() -> mx.Stream:
@@ -82,22 +83,27 @@ class StreamPrefill:
             return
         with mx.stream(self.stream):
             try:
-                self._queue.put(next(self._stages))
-                self.layers_dispatched += 1
-                return
+                arrays = next(self._stages)
             except StopIteration as done:
                 self.output = done.value
+            else:
+                if not arrays:  # nothing to wait on: the waiter would count the layer done at once
+                    raise RuntimeError(f"layer {self.layers_dispatched} of {self.req}'s prefill came without its arrays")
+                self._queue.put((LAYER, arrays))
+                self.layers_dispatched += 1
+                return
         self._stages = None
         c = self._cache
-        self._queue.put(None)  # the sentinel: what follows is the whole prefill's results
-        self._queue.put([self.output.token, self.output.logits, c.k, c.v, c.written])
+        self._queue.put((LAST, [self.output.token, self.output.logits, c.k, c.v, c.written]))
 
     def _wait(self) -> None:
         try:
-            while (arrays := self._queue.get()) is not None:
+            while True:
+                what, arrays = self._queue.get()
                 mx.eval(arrays)  # scheduled already (the engine's async_eval): this only waits for the device
+                if what is LAST:
+                    break
                 self.layers_done += 1
-            mx.eval(self._queue.get())
         except BaseException as e:  # handed to the main thread by receive()
             self._error = e
         self.t_ready = now()

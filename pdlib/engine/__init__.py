@@ -84,18 +84,20 @@ class Engine:
         return self._finish(reqs, self.model.step(segments, prune=self.prune_final_layer))
 
     def prefill_stages(self, name: str, n: int):
-        """prefill_chunk(name, n) one layer at a time: each next() builds one more layer and starts it on the
-        device; the generator returns the Output (or None). A long prompt dispatched as one graph holds the
-        host while MLX keeps at most 10 command buffers in flight (notes/gpu.md, v8); a layer at a time, it
-        does not, and other work (A's decodes, overlap) can be issued between the layers."""
+        """prefill_chunk(name, n) one layer at a time: each next() builds one more layer, starts it on the
+        device and yields its arrays (evaluating them waits for that layer); the generator returns the Output
+        (or None). A long prompt dispatched as one graph holds the host while MLX keeps at most 10 command
+        buffers in flight (notes/gpu.md, v8); a layer at a time, it does not, and other work (A's decodes,
+        overlap) can be issued between the layers."""
         r = self.requests[name]
         stages = self.model.stages([self._segment(name, n)], prune=self.prune_final_layer)
         while True:
             try:
-                mx.async_eval(next(stages))
+                arrays = next(stages)
             except StopIteration as done:
                 return self._finish([r], done.value)[0]
-            yield
+            mx.async_eval(arrays)
+            yield arrays  # to wait on: the layer is done when they are
 
     def _segment(self, name: str, n: int | None) -> Segment:
         r = self.requests[name]
