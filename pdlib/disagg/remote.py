@@ -146,7 +146,8 @@ class DisaggSession:
                       config.head_dim)
         self.vocab = config.vocab_size
         self.workers = {"backend": self.worker.backend, "transfer": self.mode,
-                        "decode": {"rank": 0, "device": str(mx.default_device()), "pid": os.getpid()},
+                        "decode": {"rank": 0, "device": str(mx.default_device()), "pid": os.getpid(),
+                                   "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")},
                         "prefill": {"rank": 1, **{k: v for k, v in prefill.items() if k != "kind"}}}
 
     def walk(self, validated: list[Step]) -> RemoteSteps:

@@ -53,7 +53,9 @@ def serve(commands, replies, *, backend: str) -> int:
             engine.add_request("B", msg["prompt"])
             env = environment(BACKEND)
             _reply(replies, kind="setup", device=str(mx.default_device()), device_name=env["device_name"],
-                   backend=env["backend"], mlx=env["mlx"], pid=os.getpid())
+                   backend=env["backend"], mlx=env["mlx"], pid=os.getpid(),
+                   # each process numbers its visible GPUs from 0: this says which of the host's it was
+                   CUDA_VISIBLE_DEVICES=os.environ.get("CUDA_VISIBLE_DEVICES"))
         elif cmd == "prefill":
             prefills += 1
             if prefills == int(fault_at):
