@@ -4,6 +4,7 @@
     results = exp.validate()        # {policy: ValidationResult}; raises ValidationError on any mismatch
 """
 
+import math
 import statistics
 from collections.abc import Iterator
 from dataclasses import replace
@@ -16,7 +17,7 @@ from pdlib.engine.kernels import BACKEND
 from pdlib.prompts import make_prompts
 from pdlib.reference import Reference
 from pdlib.scheduler import POLICIES, Prefill, Step, follow, iter_plan, needs_chunk_rule, plan
-from pdlib.slo import DEFAULT_TARGET_DECODES, StepCost, calibrate, chunk_rule, mode_of
+from pdlib.slo import DEFAULT_TARGET_DECODES, StepCost, calibrate, chunk_rule, cycling_rule, fit_gap, mode_of
 from pdlib.validate import ReferenceTrace, ValidationResult, validate_policy
 from pdlib.weights import load_model
 
@@ -98,23 +99,29 @@ class Experiment:
         return self._step_cost
 
     def _probe(self, cost: StepCost) -> StepCost:
-        """Run each slo mode's plan (as the fit alone makes it) once, untimed and unchecked like a warmup, up
-        to B's first token, and take the median of A's observed minus predicted gaps across B's chunks."""
+        """Per slo mode, two untimed, unchecked runs like warmups, up to B's first token, of the policy's own
+        rounds with chunk sizes cycling through ceiling .. ceiling/8: A's observed gaps across them in the
+        second, fitted, become the mode's gap model (slo.fit_gap). Too few to fit: the median of observed
+        minus predicted."""
         from pdlib.metrics import slo_chunks
         from pdlib.trial import run_once
-        p, overhead = self.params, {}
+        p, gap_fit, overhead = self.params, {}, {}
         for q in {mode_of(q): q for q in p.policies if needs_chunk_rule(q)}.values():
-            rule = chunk_rule(cost, tbt_slo_ms=self.tbt_slo_ms, ceiling=p.chunk_size, mode=mode_of(q))
             steps = plan(q, prompt_tokens=p.prompt_tokens, output_tokens=p.output_tokens, chunk_size=p.chunk_size,
-                         chunk_rule=rule)
+                         chunk_rule=cycling_rule(p.chunk_size))
             last = max(i for i, s in enumerate(steps) if any(isinstance(w, Prefill) and w.req == "B" for w in s.work))
-            run = run_once(self.engine, q, steps=steps[:last + 1], logical_reset=p.logical_cache_reset)
-            chunks = self._chunks(q, steps, cost)
-            rows = slo_chunks({"slo": {"tbt_slo_ms": self.tbt_slo_ms, "chunks": {q: chunks}},
+            for _ in range(2):  # the first run compiles the mode's step shapes (mixed steps are new here)
+                run = run_once(self.engine, q, steps=steps[:last + 1], logical_reset=p.logical_cache_reset)
+            rows = slo_chunks({"slo": {"tbt_slo_ms": math.inf, "chunks": {q: self._chunks(q, steps, cost)}},
                                "trials": [run.to_trial(trial=0, position=0)]})
-            residuals = [o - r["predicted_gap_ms"] for r in rows for o in r["observed_gap_ms"]]
-            overhead[mode_of(q)] = float(statistics.median(residuals)) if residuals else 0.0
-        return replace(cost, overhead_ms=overhead)
+            observed = [(r["n"], r["start"], o) for r in rows for o in r["observed_gap_ms"]]
+            model = fit_gap(observed)
+            if model is not None:
+                gap_fit[mode_of(q)] = model
+            else:
+                residuals = [o - r["predicted_gap_ms"] for r in rows for o in r["observed_gap_ms"]]
+                overhead[mode_of(q)] = float(statistics.median(residuals)) if residuals else 0.0
+        return replace(cost, gap_fit=gap_fit, overhead_ms=overhead)
 
     @staticmethod
     def _chunks(policy: str, steps: list[Step], cost: StepCost) -> list[dict]:

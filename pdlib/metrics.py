@@ -93,7 +93,8 @@ def overlap_line(trials: list[dict]) -> str | None:
 
 def slo_chunks(report: dict) -> list[dict]:
     """Per slo policy and B chunk: its size, predicted gap, and A's observed gap across it in every trial
-    (the worst A gap that overlaps the chunk's step), with whether the target held. [] without slo."""
+    (the gap ending at A's first token after the chunk's step began: in a chunked round A's next decode, in
+    a mixed step A's own row; none once A has finished), with whether the target held. [] without slo."""
     slo = report.get("slo")
     if not slo:
         return []
@@ -103,11 +104,12 @@ def slo_chunks(report: dict) -> list[dict]:
         for t in (t for t in report["trials"] if t["policy"] == policy):
             a = np.asarray(t["requests"]["A"]["emit_ns"], dtype=np.int64)
             gap = np.diff(a, prepend=0)
-            prev = a - gap
             steps = [e for e in t["events"] if e["kind"] == "prefill" and e["req"] == "B"]
             for k, e in enumerate(steps[:len(chunks)]):
-                hit = _overlaps(prev, a, e["t_start_ns"], e["t_end_ns"])
-                observed[k].append(_max_ms(gap[hit]))
+                # not "every gap overlapping the step": a mixed step's token is stamped just before the step's
+                # end, so the next step's gap overlaps it too, and a small chunk took its big neighbour's gap
+                after = int(np.searchsorted(a, e["t_start_ns"], side="right"))
+                observed[k].append(gap[after] / NS_PER_MS if after < a.size else float("nan"))
         for k, c in enumerate(chunks):
             obs = [x for x in observed[k] if not np.isnan(x)]
             rows.append({"policy": policy, "chunk": k, "start": c["start"], "n": c["n"],

@@ -35,9 +35,12 @@ def run_experiment(params: RunParams, *, output=None, params_file=None, validate
     if any(needs_chunk_rule(p) for p in params.policies):
         cost = exp.step_cost  # timed chunks of several sizes, before the gate: the plans depend on it
         whence = "" if params.tbt_slo_ms is not None else " (5x decode: no --tbt-slo-ms given)"
-        probe = ", ".join(f"{m} {v:+.3g} ms" for m, v in cost.overhead_ms.items())
+        probe = [f"{m} {g['a']:.3g} ms + {g['b']:.3g} ms/token + {g['c']:.3g} ms/token/position (spread "
+                 f"{g['spread_ms']:.2g} ms)" for m, g in cost.gap_fit.items()]
+        probe += [f"{m} too few gaps to fit: the step cost {v:+.3g} ms" for m, v in cost.overhead_ms.items()]
         log(f"step cost fitted: {cost.a:.3g} ms + {cost.b:.3g} ms/row + {cost.c:.3g} ms/row/position; "
-            f"decode {cost.decode_ms:.3g} ms; probe correction {probe}; A's gap target {exp.tbt_slo_ms:.3g} ms{whence}")
+            f"decode {cost.decode_ms:.3g} ms; A's gap in probe runs: {'; '.join(probe)}; "
+            f"A's gap target {exp.tbt_slo_ms:.3g} ms{whence}")
     steps = sum(exp.steps_per_run(p) for p in params.policies)
     with tqdm(total=steps, desc="validate", unit="step", **bar) as progress:
         validation = exp.validate(on_step=progress.update)

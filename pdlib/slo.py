@@ -1,19 +1,22 @@
-"""Chunk sizes from a time-between-tokens target: a per-device cost model of a step, fitted before the gate,
-and the rule the slo policies plan with.
+"""Chunk sizes from a time-between-tokens target: a per-device model of A's gap across one of B's chunks,
+fitted before the gate, and the rule the slo policies plan with.
 
     cost = calibrate(engine, prompt_tokens=4096, ceiling=128, logical_reset=True)   # untimed, on request B
-    rule = chunk_rule(cost, tbt_slo_ms=15, ceiling=128, mode="chunked")           # prefilled -> chunk size
+    cost = replace(cost, gap_fit={"chunked": fit_gap(points)})                     # from probe runs
+    rule = chunk_rule(cost, tbt_slo_ms=25, ceiling=128, mode="chunked")           # prefilled -> chunk size
     plan("slo-chunked", ..., chunk_rule=rule)
 
 A step of `rows` rows over a cache prefix of `context` positions costs a + b * rows + c * rows * context ms
-(weights once per step, per-row work, attention over the prefix). A's gap across one B chunk of n tokens is
-predicted as decode + step(n) for chunked rounds and step(n + 1) for mixed steps (A's row rides along).
-The fit comes from timing chunks of several sizes at growing contexts, then one untimed probe run per mode
-with the plan it gives: the median of A's observed minus predicted gaps there becomes the mode's overhead
-(on the H200 the bare fit under-predicted trial gaps by ~2 ms). Both happen before the gate, because the plan
-the gate checks must be the one the trials run: the sizes are fixed per run, not refitted as it goes. The
-report keeps the fit, the overheads and each chunk's prediction; metrics.slo_chunks compares them with the
-observed gaps, which is how a remaining drift shows.
+(weights once per step, per-row work, attention over the prefix); `calibrate` fits it from chunks of several
+sizes, each synced, and times a decode. That is the engine's cost, not yet A's gap: a trial's gap also holds
+the executor's work between steps, and on the H200 a chunk step's cost is nearly flat in its size, so an
+offset measured at one size does not carry to another. So, per mode, two untimed probe runs
+(Experiment._probe; the first compiles the step shapes) run the policy's own rounds with chunk sizes cycling
+through ceiling, ceiling/2, ceiling/4, ceiling/8, and A's observed gaps across them in the second are fitted
+in the same form (`fit_gap`): that model is what the rule plans with. A probe too short to fit (A runs out of tokens first) leaves the engine's cost plus the probe's median
+miss (`overhead_ms`). Both happen before the gate, because the plan the gate checks must be the one the
+trials run: sizes are fixed per run, not refitted as it goes. The report keeps both fits and each chunk's
+prediction; metrics.slo_chunks compares them with the observed gaps.
 """
 
 import statistics
@@ -38,8 +41,11 @@ class StepCost:
     c: float            # ms per row per cached position
     decode_ms: float    # one decode step, token observed
     points: list        # [rows, context, ms] measured
-    # per mode, what a probe run's gaps showed the chunk timings miss (the executor's own work between
-    # steps, ...): the median of observed minus predicted, added to every prediction (Experiment.step_cost)
+    spread_ms: float = 0.0   # the fit's residual spread (1.4826 x median absolute residual)
+    # per mode, A's gap across a chunk of n tokens fitted from a probe run: {"a", "b", "c", "spread_ms",
+    # "points": [[n, context, ms], ...]}; gap = a + b * n + c * n * context (Experiment._probe)
+    gap_fit: dict = field(default_factory=dict)
+    # per mode without a gap fit: the probe's median of observed minus predicted, added to the prediction
     overhead_ms: dict = field(default_factory=dict)
 
     def step_ms(self, rows: int, context: int) -> float:
@@ -47,8 +53,15 @@ class StepCost:
 
     def gap_ms(self, n: int, context: int, *, mode: str) -> float:
         """A's predicted gap across a B chunk of n tokens at `context` prefilled positions."""
+        if mode in self.gap_fit:
+            g = self.gap_fit[mode]
+            return g["a"] + g["b"] * n + g["c"] * n * context
         gap = self.decode_ms + self.step_ms(n, context) if mode == "chunked" else self.step_ms(n + 1, context)
         return gap + self.overhead_ms.get(mode, 0.0)
+
+    def gap_spread_ms(self, mode: str) -> float:
+        """How far the model's predictions scatter: sizes whose predictions differ by less are alike."""
+        return self.gap_fit[mode]["spread_ms"] if mode in self.gap_fit else self.spread_ms
 
     def default_target_ms(self) -> float:
         return DEFAULT_TARGET_DECODES * self.decode_ms
@@ -57,14 +70,52 @@ class StepCost:
         return asdict(self)
 
 
-def fit(points: list[tuple[int, int, float]], *, decode_ms: float) -> StepCost:
-    """Least squares of ms on [1, rows, rows * context]; negative terms (noise) are clipped to zero, so the
-    predicted cost never falls as a chunk grows."""
-    x = np.array([[1.0, r, r * s] for r, s, _ in points])
+def _least_squares(points) -> tuple[float, float, float, float]:
+    """a, b, c of ms ~ a + b * n + c * n * context, negative terms (noise) clipped to zero so the prediction
+    never falls as a chunk grows, and the residuals' spread (1.4826 x their median absolute value)."""
+    x = np.array([[1.0, n, n * s] for n, s, _ in points])
     y = np.array([ms for _, _, ms in points])
     coef, *_ = np.linalg.lstsq(x, y, rcond=None)
     a, b, c = (max(float(v), 0.0) for v in coef)
-    return StepCost(a, b, c, decode_ms, [list(p) for p in points])
+    residuals = y - x @ np.array([a, b, c])
+    return a, b, c, float(1.4826 * np.median(np.abs(residuals - np.median(residuals))))
+
+
+def fit(points: list[tuple[int, int, float]], *, decode_ms: float) -> StepCost:
+    """The engine's step cost from timed chunks [rows, context, ms]."""
+    a, b, c, spread = _least_squares(points)
+    return StepCost(a, b, c, decode_ms, [list(p) for p in points], spread_ms=spread)
+
+
+GAP_FIT_MIN_POINTS = 6  # and at least two chunk sizes: below that a probe's gaps are too few to fit
+
+
+def fit_gap(points: list[tuple[int, int, float]]) -> dict | None:
+    """A's observed gaps across chunks [n, context, ms] -> a gap model for StepCost.gap_fit, or None when
+    there are too few of them or one size only (nothing to tell the intercept from the slope)."""
+    if len(points) < GAP_FIT_MIN_POINTS or len({n for n, _, _ in points}) < 2:
+        return None
+    a, b, c, spread = _least_squares(points)
+    return {"a": a, "b": b, "c": c, "spread_ms": spread, "points": [list(p) for p in points]}
+
+
+def probe_sizes(ceiling: int) -> list[int]:
+    """The chunk sizes a probe run cycles through: ceiling, ceiling/2, ceiling/4, ceiling/8 (distinct)."""
+    return sorted({max(1, ceiling >> k) for k in range(4)}, reverse=True)
+
+
+def cycling_rule(ceiling: int):
+    """prefilled -> the probe's next size, the sizes taken in turn from the start of the prompt (a function
+    of `prefilled` alone, as every chunk rule is)."""
+    sizes = probe_sizes(ceiling)
+    period = sum(sizes)
+    offsets = np.cumsum([0] + sizes[:-1])
+
+    def rule(prefilled: int) -> int:
+        k = int(np.searchsorted(offsets, prefilled % period, side="right")) - 1
+        return sizes[k]
+
+    return rule
 
 
 def _timed(fn) -> float:
@@ -79,7 +130,7 @@ def calibrate(engine: Engine, *, prompt_tokens: int, ceiling: int, logical_reset
     """Time B's prompt in chunks of ceiling, ceiling/2, ceiling/4, ... in turn (so sizes and contexts vary),
     then a few of B's decodes; the first pass only warms up (compilation). Untimed set-up: it runs before the
     gate, and B is reset by every run."""
-    sizes = sorted({max(1, ceiling >> k) for k in range(4)}, reverse=True)
+    sizes = probe_sizes(ceiling)
     decodes = min(decodes, engine.capacity - prompt_tokens)
     points, decode = [], []
     for p in range(passes):
@@ -102,21 +153,27 @@ def calibrate(engine: Engine, *, prompt_tokens: int, ceiling: int, logical_reset
 def chunk_rule(cost: StepCost, *, tbt_slo_ms: float, ceiling: int, mode: str):
     """prefilled -> the largest chunk (1 .. ceiling) whose predicted gap is at most the target. Sizes are
     rounded down to a multiple of ceiling/16 (the quantum), so a run compiles a few step shapes rather than
-    one per chunk. Where even one token misses the target, the quantum: a step's fixed cost then dominates
-    (on the H200 a chunk step costs ~17 ms at any size), so one-token chunks would buy A almost nothing for
-    up to `ceiling` times the steps; the report shows the target could not hold."""
+    one per chunk. Where even one token misses the target, no size can hold it: then the largest chunk whose
+    predicted gap is within the model's spread of one token's, since smaller chunks would delay B for a
+    difference the model cannot resolve (on the H200 a chunk step costs ~20 ms at any size from 16 to 128);
+    the report shows the target could not hold."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}; expected one of {MODES}")
     quantum = max(1, ceiling // 16)
+    spread = cost.gap_spread_ms(mode)
 
-    def rule(prefilled: int) -> int:
-        lo, hi = 1, ceiling  # the cost grows with n (non-negative terms): bisect for the largest that fits
-        if cost.gap_ms(1, prefilled, mode=mode) > tbt_slo_ms:
-            return quantum
+    def largest_within(prefilled: int, limit: float) -> int:
+        lo, hi = 1, ceiling  # the gap grows with n (non-negative terms): bisect for the largest that fits
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if cost.gap_ms(mid, prefilled, mode=mode) <= tbt_slo_ms else (lo, mid - 1)
+            lo, hi = (mid, hi) if cost.gap_ms(mid, prefilled, mode=mode) <= limit else (lo, mid - 1)
         return max(1, lo // quantum * quantum) if lo >= quantum else lo
+
+    def rule(prefilled: int) -> int:
+        floor = cost.gap_ms(1, prefilled, mode=mode)
+        if floor > tbt_slo_ms:
+            return max(quantum, largest_within(prefilled, floor + spread))
+        return largest_within(prefilled, tbt_slo_ms)
 
     return rule
 

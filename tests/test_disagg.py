@@ -59,6 +59,26 @@ def test_disagg_passes_the_gate_and_a_trial_records_the_transfer(tiny, monkeypat
     assert w["decode"]["pid"] == os.getpid() and w["prefill"]["pid"] != os.getpid()
 
 
+@pytest.mark.parametrize("setting, chunk", [(None, PROMPT), ("whole", PROMPT), ("16", 16), ("1000", PROMPT)])
+def test_the_prefill_worker_takes_b_whole_unless_told_a_chunk(tiny, monkeypatch, setting, chunk):
+    if setting is None:
+        monkeypatch.delenv("PDLIB_DISAGG_PREFILL_CHUNK", raising=False)
+    else:
+        monkeypatch.setenv("PDLIB_DISAGG_PREFILL_CHUNK", setting)
+    exp = experiment(tiny, policies=("disagg",))
+    assert exp.validate()["disagg"].passed
+    assert exp.workers()["prefill_chunk"] == chunk
+
+
+@pytest.mark.parametrize("setting", ["0", "-3", "half", ""])
+def test_a_bad_prefill_chunk_is_one_clear_error(tiny, monkeypatch, setting):
+    from pdlib.disagg.remote import prefill_chunk
+    from pdlib.errors import InputError
+    monkeypatch.setenv("PDLIB_DISAGG_PREFILL_CHUNK", setting)
+    with pytest.raises(InputError, match=f"PDLIB_DISAGG_PREFILL_CHUNK={setting!r}; expected 'whole' or a number"):
+        prefill_chunk(RunParams(model="synthetic:tiny", prompt_tokens=PROMPT))
+
+
 def test_a_kv_block_shifted_in_the_transfer_is_caught(tiny, monkeypatch):
     real = transfer.receive
 

@@ -3,6 +3,7 @@ plans (every token once, never above the ceiling), the gate, and a run whose rep
 predicted and what was observed."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from pdlib.errors import InputError
 from pdlib.experiment import Experiment
 from pdlib.metrics import slo_chunks
 from pdlib.scheduler import Batch, Decode, Prefill, plan
-from pdlib.slo import StepCost, chunk_rule, fit
+from pdlib.slo import GAP_FIT_MIN_POINTS, StepCost, chunk_rule, cycling_rule, fit, fit_gap, probe_sizes
 
 COST = StepCost(a=1.0, b=0.1, c=0.001, decode_ms=2.0, points=[])
 
@@ -157,3 +158,79 @@ def test_a_probe_run_adds_what_the_fit_misses(tiny, monkeypatch):
             assert c["predicted_gap_ms"] == pytest.approx(blind.gap_ms(c["n"], c["start"], mode=mode)
                                                           + cost.overhead_ms[mode])
     assert exp.validate()["slo-mixed"].passed   # the probe left the engine as a run leaves it
+
+
+def test_fit_gap_recovers_a_known_gap_and_refuses_too_few_points():
+    pts = [(n, s, 20.0 + 0.05 * n + 1e-4 * n * s) for n in (16, 32, 64, 128) for s in (0, 500, 2000)]
+    g = fit_gap(pts)
+    assert np.allclose([g["a"], g["b"], g["c"]], [20.0, 0.05, 1e-4]) and g["spread_ms"] < 1e-9
+    assert len(g["points"]) == 12
+    assert fit_gap(pts[:GAP_FIT_MIN_POINTS - 1]) is None                 # too few gaps
+    assert fit_gap([(32, s, 20.0 + s) for s in range(0, 800, 100)]) is None   # one size: no slope to tell
+    noisy = fit_gap([(n, 0, 20.0 + (1.0 if k % 2 else -1.0)) for k, n in enumerate((16, 32, 64, 128) * 2)])
+    assert noisy["spread_ms"] > 0.5                                      # the scatter is kept, for the rule
+
+
+def test_a_probe_cycles_through_four_sizes_from_the_start_of_the_prompt():
+    rule = cycling_rule(128)
+    assert probe_sizes(128) == [128, 64, 32, 16] and probe_sizes(2) == [2, 1]
+    steps = plan("slo-chunked", prompt_tokens=1000, output_tokens=4, chunk_size=128, chunk_rule=rule)
+    sizes = [w.n for s in steps for w in s.work if isinstance(w, Prefill) and w.req == "B"]
+    assert sizes[:9] == [128, 64, 32, 16, 128, 64, 32, 16, 128] and sum(sizes) == 1000
+
+
+def test_an_unattainable_target_takes_the_largest_chunk_the_model_cannot_tell_from_one_token():
+    """On the H200 a chunk step cost ~20 ms at any size: the quantum would only delay B."""
+    flat = StepCost(a=20.0, b=0.0, c=1e-5, decode_ms=3.0, points=[], spread_ms=1.0)
+    rule = chunk_rule(flat, tbt_slo_ms=15.0, ceiling=128, mode="chunked")
+    assert rule(0) == 128                                   # no size differs: the ceiling
+    n = rule(1000)                                          # the attention term grows 0.01 ms per token
+    assert n == 96 and flat.gap_ms(n, 1000, mode="chunked") <= flat.gap_ms(1, 1000, mode="chunked") + 1.0
+    assert flat.gap_ms(n + 8, 1000, mode="chunked") > flat.gap_ms(1, 1000, mode="chunked") + 1.0
+    exact = replace(flat, b=0.1, spread_ms=0.0)             # a model that resolves every token: the quantum
+    assert chunk_rule(exact, tbt_slo_ms=15.0, ceiling=128, mode="chunked")(0) == 8
+    fitted = replace(flat, gap_fit={"mixed": {"a": 10.0, "b": 0.1, "c": 0.0, "spread_ms": 0.0, "points": []}})
+    assert fitted.gap_ms(40, 0, mode="mixed") == 14.0 and fitted.gap_spread_ms("mixed") == 0.0
+    assert chunk_rule(fitted, tbt_slo_ms=14.0, ceiling=128, mode="mixed")(0) == 40   # the probe's model rules
+
+
+def test_a_long_enough_probe_fits_each_modes_gap_and_the_plan_follows_it(tiny, monkeypatch):
+    """A fit that predicts 0 ms: the probe's own gaps, across chunks of four sizes, make the model."""
+    import pdlib.experiment
+    blind = StepCost(a=0.0, b=0.0, c=0.0, decode_ms=1e-3, points=[])
+    monkeypatch.setattr(pdlib.experiment, "calibrate", lambda engine, **kw: blind)
+    params = RunParams(model="synthetic:tiny", prompt_tokens=120, output_tokens=40, chunk_size=32,
+                       policies=("slo-chunked", "slo-mixed"), logical_cache_reset=True, tbt_slo_ms=1e6)
+    exp = Experiment(params, model=tiny)
+    cost = exp.step_cost
+    assert set(cost.gap_fit) == {"chunked", "mixed"} and not cost.overhead_ms
+    for mode, g in cost.gap_fit.items():   # 8 chunks (32, 16, 8, 4 twice), A decoding across at least 7
+        assert {n for n, _, _ in g["points"]} == {32, 16, 8, 4} and 7 <= len(g["points"]) <= 8
+        assert g["a"] + g["b"] + g["c"] > 0 and g["spread_ms"] >= 0
+    slo = exp.slo_details()
+    assert slo["cost"]["gap_fit"] == cost.gap_fit
+    for policy, mode in (("slo-chunked", "chunked"), ("slo-mixed", "mixed")):
+        g = cost.gap_fit[mode]
+        for c in slo["chunks"][policy]:
+            assert c["predicted_gap_ms"] == pytest.approx(g["a"] + g["b"] * c["n"] + g["c"] * c["n"] * c["start"])
+    assert exp.validate()["slo-chunked"].passed   # the probe left the engine as a run leaves it
+
+
+def test_each_chunk_is_read_against_the_gap_that_crosses_it_not_its_neighbours():
+    """Mixed steps stamp A's token just before the step's end, so the next gap overlaps the step too: a small
+    chunk after a big one must still get its own, small gap (it once took the big one's)."""
+    ms = 1_000_000
+    ends = [20, 25, 45, 50]                       # steps of 20, 5, 20, 5 ms
+    events, start = [], 0
+    for k, end in enumerate(ends):
+        events.append({"kind": "prefill", "req": "B", "start": 10 * k, "stop": 10 * (k + 1),
+                       "t_start_ns": start * ms, "t_end_ns": end * ms + ms // 10})
+        start = end
+    trial = {"policy": "slo-mixed", "events": events, "requests": {"A": {"emit_ns": [e * ms for e in ends]}}}
+    chunks = [{"start": 10 * k, "n": 10, "predicted_gap_ms": 0.0} for k in range(4)]
+    rows = slo_chunks({"slo": {"tbt_slo_ms": 10.0, "chunks": {"slo-mixed": chunks}}, "trials": [trial]})
+    assert [r["observed_gap_ms"] for r in rows] == [[20.0], [5.0], [20.0], [5.0]]
+    assert [r["held"] for r in rows] == [[False], [True], [False], [True]]
+    chunked = dict(trial, requests={"A": {"emit_ns": [20 * ms, 25 * ms]}})   # A finished: nothing to read
+    rows = slo_chunks({"slo": {"tbt_slo_ms": 10.0, "chunks": {"slo-mixed": chunks}}, "trials": [chunked]})
+    assert [r["observed_gap_ms"] for r in rows] == [[20.0], [5.0], [], []]
