@@ -114,7 +114,8 @@ class Experiment:
                 run = run_once(self.engine, q, steps=steps[:last + 1], logical_reset=p.logical_cache_reset)
             rows = slo_chunks({"slo": {"tbt_slo_ms": math.inf, "chunks": {q: self._chunks(q, steps, cost)}},
                                "trials": [run.to_trial(trial=0, position=0)]})
-            observed = [(r["n"], r["start"], o) for r in rows for o in r["observed_gap_ms"]]
+            # not the first chunk: its gap holds B's reset at t0 (in a mixed step, A's token comes after it)
+            observed = [(r["n"], r["start"], o) for r in rows if r["start"] > 0 for o in r["observed_gap_ms"]]
             model = fit_gap(observed)
             if model is not None:
                 gap_fit[mode_of(q)] = model

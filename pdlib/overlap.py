@@ -88,6 +88,8 @@ class StreamPrefill:
                 self.output = done.value
             else:
                 if not arrays:  # nothing to wait on: the waiter would count the layer done at once
+                    self._stages = None
+                    self._queue.put((LAST, []))  # let the waiter go
                     raise RuntimeError(f"layer {self.layers_dispatched} of {self.req}'s prefill came without its arrays")
                 self._queue.put((LAYER, arrays))
                 self.layers_dispatched += 1

@@ -40,7 +40,8 @@ B's prompt run elsewhere (disagg, overlap): its one prefill event carries "remot
 "worker" (disagg: from the prefill worker's signal to the decode worker seeing its "ready") or "stream"
 (overlap: from its dispatch on the second stream to the waiter seeing it done). Disagg adds a "transfer" event
 (req B, start 0, stop = prompt tokens) with "bytes" and "mode", spanning the collective on the decode worker;
-environment["workers"] names both workers' devices, the backend (ring | nccl) and the transfer mode.
+environment["workers"] names both workers' devices (and each one's CUDA_VISIBLE_DEVICES), the backend
+(ring | nccl), the transfer mode and the prefill worker's chunk ("prefill_chunk", tokens).
 
 With an slo policy, a top-level "slo": {"tbt_slo_ms", "target_from": "params" | "5x decode", "ceiling",
 "cost": slo.StepCost.to_dict(), "chunks": {policy: [{"start", "n", "predicted_gap_ms"}, ...]}}.

@@ -41,7 +41,7 @@ class StepCost:
     c: float            # ms per row per cached position
     decode_ms: float    # one decode step, token observed
     points: list        # [rows, context, ms] measured
-    spread_ms: float = 0.0   # the fit's residual spread (1.4826 x median absolute residual)
+    spread_ms: float = 0.0   # the fit's residual scatter (1.4826 x median absolute deviation)
     # per mode, A's gap across a chunk of n tokens fitted from a probe run: {"a", "b", "c", "spread_ms",
     # "points": [[n, context, ms], ...]}; gap = a + b * n + c * n * context (Experiment._probe)
     gap_fit: dict = field(default_factory=dict)
@@ -60,7 +60,7 @@ class StepCost:
         return gap + self.overhead_ms.get(mode, 0.0)
 
     def gap_spread_ms(self, mode: str) -> float:
-        """How far the model's predictions scatter: sizes whose predictions differ by less are alike."""
+        """How far one observed gap scatters about the model's prediction (the fit's residuals)."""
         return self.gap_fit[mode]["spread_ms"] if mode in self.gap_fit else self.spread_ms
 
     def default_target_ms(self) -> float:
@@ -71,14 +71,24 @@ class StepCost:
 
 
 def _least_squares(points) -> tuple[float, float, float, float]:
-    """a, b, c of ms ~ a + b * n + c * n * context, negative terms (noise) clipped to zero so the prediction
-    never falls as a chunk grows, and the residuals' spread (1.4826 x their median absolute value)."""
+    """a, b, c >= 0 of ms ~ a + b * n + c * n * context (non-negative least squares, by trying each subset of
+    the terms: a cost never falls as a chunk grows), and the residuals' scatter: 1.4826 x their median
+    absolute deviation, a robust standard deviation of one observation about the fit."""
     x = np.array([[1.0, n, n * s] for n, s, _ in points])
     y = np.array([ms for _, _, ms in points])
-    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
-    a, b, c = (max(float(v), 0.0) for v in coef)
-    residuals = y - x @ np.array([a, b, c])
-    return a, b, c, float(1.4826 * np.median(np.abs(residuals - np.median(residuals))))
+    best, best_err = np.zeros(3), float(np.sum(y ** 2))
+    for terms in ((0,), (1,), (2,), (0, 1), (0, 2), (1, 2), (0, 1, 2)):
+        cols = list(terms)
+        coef, *_ = np.linalg.lstsq(x[:, cols], y, rcond=None)
+        if np.all(coef >= 0):
+            full = np.zeros(3)
+            full[cols] = coef
+            err = float(np.sum((y - x @ full) ** 2))
+            if err < best_err:
+                best, best_err = full, err
+    residuals = y - x @ best
+    spread = float(1.4826 * np.median(np.abs(residuals - np.median(residuals))))
+    return float(best[0]), float(best[1]), float(best[2]), spread
 
 
 def fit(points: list[tuple[int, int, float]], *, decode_ms: float) -> StepCost:
@@ -153,27 +163,25 @@ def calibrate(engine: Engine, *, prompt_tokens: int, ceiling: int, logical_reset
 def chunk_rule(cost: StepCost, *, tbt_slo_ms: float, ceiling: int, mode: str):
     """prefilled -> the largest chunk (1 .. ceiling) whose predicted gap is at most the target. Sizes are
     rounded down to a multiple of ceiling/16 (the quantum), so a run compiles a few step shapes rather than
-    one per chunk. Where even one token misses the target, no size can hold it: then the largest chunk whose
-    predicted gap is within the model's spread of one token's, since smaller chunks would delay B for a
-    difference the model cannot resolve (on the H200 a chunk step costs ~20 ms at any size from 16 to 128);
-    the report shows the target could not hold."""
+    one per chunk. The target is taken as at least a one-token chunk's predicted gap plus the gap's own
+    scatter (`gap_spread_ms`): below that, smaller chunks would buy A less than the trial-to-trial noise of
+    one gap while delaying B (on the H200 a chunk step costs ~20 ms at any size from 16 to 128), and a
+    target just above or just below a one-token chunk's gap gives the same chunks. Where even one token
+    misses the target, chunks are at least the quantum; the report shows the target could not hold."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}; expected one of {MODES}")
     quantum = max(1, ceiling // 16)
     spread = cost.gap_spread_ms(mode)
 
-    def largest_within(prefilled: int, limit: float) -> int:
+    def rule(prefilled: int) -> int:
+        floor = cost.gap_ms(1, prefilled, mode=mode)
+        limit = max(tbt_slo_ms, floor + spread)
         lo, hi = 1, ceiling  # the gap grows with n (non-negative terms): bisect for the largest that fits
         while lo < hi:
             mid = (lo + hi + 1) // 2
             lo, hi = (mid, hi) if cost.gap_ms(mid, prefilled, mode=mode) <= limit else (lo, mid - 1)
-        return max(1, lo // quantum * quantum) if lo >= quantum else lo
-
-    def rule(prefilled: int) -> int:
-        floor = cost.gap_ms(1, prefilled, mode=mode)
-        if floor > tbt_slo_ms:
-            return max(quantum, largest_within(prefilled, floor + spread))
-        return largest_within(prefilled, tbt_slo_ms)
+        n = max(1, lo // quantum * quantum) if lo >= quantum else lo
+        return max(quantum, n) if floor > tbt_slo_ms else n
 
     return rule
 

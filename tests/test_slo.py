@@ -204,16 +204,25 @@ def test_a_long_enough_probe_fits_each_modes_gap_and_the_plan_follows_it(tiny, m
     exp = Experiment(params, model=tiny)
     cost = exp.step_cost
     assert set(cost.gap_fit) == {"chunked", "mixed"} and not cost.overhead_ms
-    for mode, g in cost.gap_fit.items():   # 8 chunks (32, 16, 8, 4 twice), A decoding across at least 7
-        assert {n for n, _, _ in g["points"]} == {32, 16, 8, 4} and 7 <= len(g["points"]) <= 8
+    for mode, g in cost.gap_fit.items():   # 8 chunks (32, 16, 8, 4 twice); the first is left out, and in
+        # a chunked round the last chunk's gap would end at A's decode after it, which the probe stops short of
+        assert {n for n, _, _ in g["points"]} == {32, 16, 8, 4} and len(g["points"]) == {"chunked": 6, "mixed": 7}[mode]
         assert g["a"] + g["b"] + g["c"] > 0 and g["spread_ms"] >= 0
     slo = exp.slo_details()
     assert slo["cost"]["gap_fit"] == cost.gap_fit
     for policy, mode in (("slo-chunked", "chunked"), ("slo-mixed", "mixed")):
         g = cost.gap_fit[mode]
+        assert all(s > 0 for _, s, _ in g["points"])   # not the first chunk: its gap holds B's reset
         for c in slo["chunks"][policy]:
             assert c["predicted_gap_ms"] == pytest.approx(g["a"] + g["b"] * c["n"] + g["c"] * c["n"] * c["start"])
     assert exp.validate()["slo-chunked"].passed   # the probe left the engine as a run leaves it
+    # a target inside the model's range: the plan is the rule's on the fitted model, chunk by chunk
+    target = cost.gap_ms(12, 0, mode="chunked") + cost.gap_spread_ms("chunked")
+    tight = Experiment(replace(params, tbt_slo_ms=target), model=tiny)
+    tight._step_cost = cost
+    rule = chunk_rule(cost, tbt_slo_ms=target, ceiling=32, mode="chunked")
+    chunks = tight.slo_details()["chunks"]["slo-chunked"]
+    assert [c["n"] for c in chunks[:-1]] == [rule(c["start"]) for c in chunks[:-1]]
 
 
 def test_each_chunk_is_read_against_the_gap_that_crosses_it_not_its_neighbours():
@@ -234,3 +243,28 @@ def test_each_chunk_is_read_against_the_gap_that_crosses_it_not_its_neighbours()
     chunked = dict(trial, requests={"A": {"emit_ns": [20 * ms, 25 * ms]}})   # A finished: nothing to read
     rows = slo_chunks({"slo": {"tbt_slo_ms": 10.0, "chunks": {"slo-mixed": chunks}}, "trials": [chunked]})
     assert [r["observed_gap_ms"] for r in rows] == [[20.0], [5.0], [], []]
+
+
+@pytest.mark.parametrize("mode", ["chunked", "mixed"])
+def test_a_looser_target_never_gives_smaller_chunks(mode):
+    """Near a one-token chunk's gap the rule used to flip: 19.9 ms gave 38 chunks, 20.05 ms gave 439."""
+    model = {"a": 20.0, "b": 0.002, "c": 1e-6, "spread_ms": 0.5, "points": []}
+    cost = StepCost(a=0.0, b=0.0, c=0.0, decode_ms=1.0, points=[], gap_fit={mode: model})
+    for prefilled in (0, 1000, 4000):
+        sizes = [chunk_rule(cost, tbt_slo_ms=t, ceiling=128, mode=mode)(prefilled)
+                 for t in np.arange(19.5, 21.5, 0.01)]
+        assert sizes == sorted(sizes), prefilled
+        assert min(sizes) >= 8   # never below the quantum, nor below what the scatter allows
+
+
+def test_the_fit_is_non_negative_least_squares_not_a_clipped_one():
+    """A slope that least squares makes negative: clipping it alone leaves the intercept fitted for it."""
+    rng = np.random.default_rng(0)
+    pts = [(n, s, 20.0 + 1e-6 * n * s + rng.normal(0, 0.5)) for n in (16, 32, 64, 128) for s in range(0, 4096, 256)]
+    pts = [(n, s, ms - 0.004 * n) for n, s, ms in pts]          # cost falling with n: no valid b > 0
+    g = fit_gap(pts)
+    assert g["b"] == 0.0 and g["a"] >= 0 and g["c"] >= 0
+    x = np.array([[1.0, s * n] for n, s, _ in pts])
+    y = np.array([ms for _, _, ms in pts])
+    (a, c), *_ = np.linalg.lstsq(x, y, rcond=None)             # the best fit without b
+    assert (g["a"], g["c"]) == pytest.approx((a, c)) or c < 0

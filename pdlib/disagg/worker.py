@@ -1,11 +1,12 @@
-"""The prefill worker (rank 1): B's prompt, in chunks, on its own device; its K/V and first output go to the
+"""The prefill worker (rank 1): B's prompt, whole or in chunks, on its own device; its K/V and first output go to the
 decode worker through a collective (transfer.py). Started by launch.PrefillWorker, never by hand:
 
     python -m pdlib.disagg.worker --commands FD --replies FD --backend ring   # env: MLX_RANK=1, MLX_HOSTFILE
 
 Side channel, one JSON object per line. Commands: {"cmd": "setup", model, prompt, capacity, chunk_size,
 lossless_decode_weights, logical_reset, mode} builds the engine for B's prompt (the weights are loaded once per
-model spec); {"cmd": "prefill"} resets B, runs its prompt chunk by chunk, replies {"kind": "ready", "token"}
+model spec); {"cmd": "prefill"} resets B, runs its prompt in chunk_size chunks (the whole prompt by default:
+remote.prefill_chunk), replies {"kind": "ready", "token"}
 once its K/V and first output are computed, then joins the transfer; {"cmd": "quit"}. A closed command pipe
 also ends the worker. Any failure: {"kind": "error", "error": one line}, then exit code 1.
 Test hook: PDLIB_DISAGG_WORKER_FAULT=exit@N makes the N-th prefill command exit with code 1 before
