@@ -167,6 +167,28 @@ def events_frame(report: dict) -> pd.DataFrame:
     return df
 
 
+def remote_frame(report: dict) -> pd.DataFrame:
+    """One row per trial whose B prompt ran elsewhere (overlap: a second stream; disagg: the prefill worker):
+    where, B's prefill span (dispatch or signal to seen done), A's tokens emitted inside it, and disagg's
+    transfer (ms, MB, GB/s, mode; NaN/None for overlap). Empty when no such trial."""
+    rows = []
+    for t in _trials(report):
+        remote = [e for e in t["events"] if e["req"] == "B" and e["kind"] == "prefill" and e.get("remote")]
+        if not remote:
+            continue
+        (e,) = remote
+        moved = next((m for m in t["events"] if m["kind"] == "transfer"), None)
+        ms = (moved["t_end_ns"] - moved["t_start_ns"]) / NS_PER_MS if moved else np.nan
+        mb = moved["bytes"] / 1e6 if moved else np.nan
+        rows.append({"policy": t["policy"], "trial": t["trial"], "site": e.get("site"),
+                     "prefill_ms": (e["t_end_ns"] - e["t_start_ns"]) / NS_PER_MS,
+                     "a_tokens_during": trial_metrics(t)["a_tokens_in_b_prefill"],
+                     "transfer_ms": ms, "transfer_mb": mb, "transfer_gb_s": mb / ms if moved else np.nan,
+                     "transfer_mode": moved.get("mode") if moved else None})
+    return pd.DataFrame(rows, columns=["policy", "trial", "site", "prefill_ms", "a_tokens_during", "transfer_ms",
+                                       "transfer_mb", "transfer_gb_s", "transfer_mode"])
+
+
 def metrics_frame(report: dict, *, stall_threshold_ms: float = 100.0) -> pd.DataFrame:
     """One row per (policy, trial). A's gaps include the resumption gap from t0. A gap "overlaps" an
     interval when they share positive length: b_prefill_* over B's prefill (its first prefill chunk to its

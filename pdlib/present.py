@@ -200,3 +200,20 @@ def frontier_table(points: pd.DataFrame, *, only_frontier: bool = False) -> pd.D
 def slo_table(report: dict) -> pd.DataFrame:
     """metrics.slo_summary as a frame: the notebook's view of the slo policies' chunks and gaps."""
     return pd.DataFrame(slo_summary(report))
+
+
+def remote_table(remote: pd.DataFrame) -> pd.DataFrame:
+    """analysis.remote_frame per policy: medians with [min, max] over trials (transfer columns for disagg)."""
+    def cell(v: pd.Series, fmt) -> str:
+        v = v.dropna()
+        return "-" if v.empty else f"{fmt(v.median())} [{fmt(v.min())}, {fmt(v.max())}]"
+
+    rows = {}
+    for policy, sub in remote.groupby("policy", sort=False):
+        rows[policy] = {"where": sub["site"].iloc[0], "trials": len(sub),
+                        "B's prefill (ms)": cell(sub["prefill_ms"], _round),
+                        "A's tokens during it": cell(sub["a_tokens_during"], lambda x: f"{x:g}"),
+                        "transfer (ms)": cell(sub["transfer_ms"], _round),
+                        "transfer (MB)": cell(sub["transfer_mb"], _round),
+                        "transfer (GB/s)": cell(sub["transfer_gb_s"], _round)}
+    return pd.DataFrame.from_dict(rows, orient="index")

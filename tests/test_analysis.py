@@ -251,3 +251,39 @@ def test_fifo_gaps_before_b_starts_prefilling_are_not_prefill_gaps():
     assert m["a_max_gap_phase"] == "decode" and m["b_service_gaps"] == 3
     trial["events"][1]["t_start_ns"] = 12 * ms_  # now A's last gap (10-15 ms) overlaps B's prefill
     assert trial_metrics(trial)["b_prefill_gaps"] == 1
+
+
+def _remote(report, policy, *, site, t_end_ms, transfer=None):
+    """Replace `policy`'s B prefill chunks by one remote prefill [0, t_end_ms] (+ a transfer event)."""
+    for t in report["trials"]:
+        if t["policy"] != policy:
+            continue
+        ev = [e for e in t["events"] if not (e["req"] == "B" and e["kind"] == "prefill")]
+        ev.append(dict(kind="prefill", req="B", start=0, stop=256, remote=True, site=site, t_start_ns=1_000,
+                       t_end_ns=ms(t_end_ms)[0]))
+        if transfer:
+            start, end, nbytes = transfer
+            ev.append(dict(kind="transfer", req="B", start=0, stop=256, bytes=nbytes, mode="whole",
+                           t_start_ns=ms(start)[0], t_end_ns=ms(end)[0]))
+        t["events"] = sorted(ev, key=lambda e: e["t_start_ns"])
+
+
+def test_remote_frame_reads_overlap_and_disagg_trials_and_nothing_else():
+    a = ms(10, 20, 30, 40, 2600)
+    report = make_report(policies=("chunked", "overlap", "disagg"), trials=2, a_emits=a)
+    _remote(report, "overlap", site="stream", t_end_ms=35)
+    _remote(report, "disagg", site="worker", t_end_ms=25, transfer=(2395, 2400, 940_000_000))
+    f = an.remote_frame(report)
+    assert list(f["policy"]) == ["overlap", "overlap", "disagg", "disagg"] and list(f["trial"]) == [1, 2, 1, 2]
+    o, d = f.iloc[0], f.iloc[2]
+    assert o["site"] == "stream" and o["prefill_ms"] == pytest.approx(35 - 0.001)
+    assert o["a_tokens_during"] == 3 and math.isnan(o["transfer_ms"]) and pd.isna(o["transfer_mode"])
+    assert d["site"] == "worker" and d["a_tokens_during"] == 2
+    assert d["transfer_ms"] == pytest.approx(5) and d["transfer_mb"] == 940 and d["transfer_gb_s"] == pytest.approx(188)
+    assert an.remote_frame(make_report(policies=("eager", "chunked"))).empty
+
+    from pdlib import present
+    table = present.remote_table(f)
+    assert list(table.index) == ["overlap", "disagg"] and list(table["trials"]) == [2, 2]
+    assert table.loc["disagg", "transfer (GB/s)"] == "188 [188, 188]" and table.loc["overlap", "transfer (ms)"] == "-"
+    assert table.loc["overlap", "A's tokens during it"] == "3 [3, 3]"
