@@ -97,36 +97,43 @@ class ValidationResult:
         return d
 
 
-def tolerance_stats(x: mx.array, ref: mx.array) -> mx.array:
-    """Per leading index (layer): [max |x-ref|, max |x-ref| / (atol + rtol|ref|), count out of tolerance],
-    shape (3, n). NaN anywhere is infinitely bad; a non-finite reference passes only where x equals it."""
-    n = x.shape[0]
-    x, ref = x.reshape(n, -1), ref.reshape(n, -1)
+def _elementwise(x: mx.array, ref: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+    """|x-ref|, its ratio to the tolerance atol + rtol|ref|, and whether it is out of tolerance, per element.
+    NaN anywhere is infinitely bad; a non-finite reference passes only where x equals it."""
     err = mx.abs(x - ref)
     err = mx.where(mx.isnan(err), mx.inf, err)
-    ratio = err / (ATOL + RTOL * mx.abs(ref))
+    tol = ATOL + RTOL * mx.abs(ref)
     finite = mx.isfinite(ref)
-    bad = mx.where(finite, err > ATOL + RTOL * mx.abs(ref), x != ref)
-    ratio = mx.where(finite, ratio, mx.where(x == ref, 0.0, mx.inf))
+    bad = mx.where(finite, err > tol, x != ref)
+    ratio = mx.where(finite, err / tol, mx.where(x == ref, 0.0, mx.inf))
+    return err, ratio, bad
+
+
+def tolerance_stats(x: mx.array, ref: mx.array) -> mx.array:
+    """Per leading index (layer): [max |x-ref|, max |x-ref| / (atol + rtol|ref|), count out of tolerance],
+    shape (3, n)."""
+    n = x.shape[0]
+    err, ratio, bad = _elementwise(x.reshape(n, -1), ref.reshape(n, -1))
     return mx.stack([mx.max(err, axis=1), mx.max(ratio, axis=1), mx.sum(bad, axis=1).astype(mx.float32)])
+
+
+def _per_position(a: mx.array) -> mx.array:
+    """(..., T, D) -> (everything else, T): one column per position along axis -2."""
+    return a.swapaxes(-2, -1).reshape(-1, a.shape[-2])
 
 
 def _first_bad_index(x: mx.array, ref: mx.array) -> int:
     """Index along the position axis (-2; 0 for 1-D logits) of the first value out of tolerance."""
     if x.ndim == 1:
         return 0
-    err = mx.abs(x - ref)
-    bad = mx.where(mx.isfinite(ref), mx.isnan(err) | (err > ATOL + RTOL * mx.abs(ref)), x != ref)
-    return int(mx.argmax(mx.any(bad.swapaxes(-2, -1).reshape(-1, x.shape[-2]), axis=0)).item())
+    return int(mx.argmax(mx.any(_per_position(_elementwise(x, ref)[2]), axis=0)).item())
 
 
 def _worst_index(x: mx.array, ref: mx.array) -> int:
     """Index along the position axis (-2; 0 for 1-D logits) of the worst ratio."""
     if x.ndim == 1:
         return 0
-    err = mx.abs(x - ref)
-    ratio = mx.where(mx.isnan(err), mx.inf, err) / (ATOL + RTOL * mx.abs(ref))
-    return int(mx.argmax(mx.max(ratio.swapaxes(-2, -1).reshape(-1, x.shape[-2]), axis=0)).item())
+    return int(mx.argmax(mx.max(_per_position(_elementwise(x, ref)[1]), axis=0)).item())
 
 
 class _Checker:
