@@ -115,8 +115,8 @@ class Experiment:
             rows = slo_chunks({"slo": {"tbt_slo_ms": math.inf, "chunks": {q: self._chunks(q, steps, cost)}},
                                "trials": [run.to_trial(trial=0, position=0)]})
             # not the first chunk: its gap holds B's reset at t0 (in a mixed step, A's token comes after it)
-            observed = [(r["n"], r["start"], o) for r in rows if r["start"] > 0 for o in r["observed_gap_ms"]]
-            model = fit_gap(observed)
+            rows = [r for r in rows if r["start"] > 0]
+            model = fit_gap([(r["n"], r["start"], o) for r in rows for o in r["observed_gap_ms"]])
             if model is not None:
                 gap_fit[mode_of(q)] = model
             else:

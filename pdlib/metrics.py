@@ -30,13 +30,11 @@ def trial_metrics(t: dict, *, stall_threshold_ms: float = 100.0) -> dict:
     b = np.asarray(t["requests"]["B"]["emit_ns"], dtype=np.int64)
     gap = np.diff(a, prepend=0)  # A's first gap runs from t0: its initial resumption gap
     prev = a - gap
-    # B's prefill: from its first prefill chunk (t0 under eager and chunked, after A under fifo) to its
-    # first token; reports without events fall back to t0.
-    prefill_start = min((e["t_start_ns"] for e in t.get("events", ()) if e["req"] == "B" and e["kind"] == "prefill"),
-                        default=0)
-    # ... to its end: the last chunk's, or where B's prompt ran elsewhere, when that was seen done
-    prefill_end = max((e["t_end_ns"] for e in t.get("events", ()) if e["req"] == "B" and e["kind"] == "prefill"),
-                      default=b[0])
+    # B's prefill: from its first prefill chunk (t0 under eager and chunked, after A under fifo; reports
+    # without events: t0) to its last chunk's end, or where B's prompt ran elsewhere, when that was seen done
+    chunks = [e for e in t.get("events", ()) if e["req"] == "B" and e["kind"] == "prefill"]
+    prefill_start = min((e["t_start_ns"] for e in chunks), default=0)
+    prefill_end = max((e["t_end_ns"] for e in chunks), default=b[0])
     in_prefill = _overlaps(prev, a, prefill_start, b[0])
     in_service = _overlaps(prev, a, 0, b[-1])  # B's service: t0 until B's last token
     stall = gap > threshold_ns                 # a gap exactly at the threshold is not a stall

@@ -9,9 +9,9 @@ one more each time the executor calls `advance()`, which it does right after iss
 while A's step runs. Dispatched as one graph, MLX held the host for the whole prefill (it keeps at most 10
 command buffers in flight; notes/gpu.md, v8), which serialised A behind it. A waiter thread follows B's
 layers as they finish (`mx.eval` of arrays already scheduled only waits for their event, with the GIL
-released), which paces the dispatch, and stamps when the first output is done. Between A's steps the `overlap` policy
-polls `ready()`, which never blocks; its `Prefill(remote=True)` step then joins the prefill (`receive`):
-nothing moves, B's K/V are already in B's cache. B's first token is observed there.
+released), which paces the dispatch, and stamps when the first output is done. Between A's steps the
+`overlap` policy polls `ready()`, which never blocks; its `Prefill(remote=True)` step then joins the
+prefill (`receive`): nothing moves, B's K/V are already in B's cache. B's first token is observed there.
 
 Nothing is shared between the two streams but the read-only weights: each request has its own cache and
 write fences, and B's later decodes on the first stream depend on the second's outputs through the arrays
@@ -90,7 +90,8 @@ class StreamPrefill:
                 if not arrays:  # nothing to wait on: the waiter would count the layer done at once
                     self._stages = None
                     self._queue.put((LAST, []))  # let the waiter go
-                    raise RuntimeError(f"layer {self.layers_dispatched} of {self.req}'s prefill came without its arrays")
+                    raise RuntimeError(f"layer {self.layers_dispatched} of {self.req}'s prefill came without "
+                                       f"its arrays")
                 self._queue.put((LAYER, arrays))
                 self.layers_dispatched += 1
                 return

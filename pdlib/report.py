@@ -132,15 +132,14 @@ def environment(backend: str) -> dict:
             "mlx": mx.__version__, "mlx_lm": mlx_lm, "python": platform.python_version(),
             "platform": platform.platform(), "machine": platform.machine(), "git_commit": git_commit(),
             "MLX_ENABLE_TF32": os.environ.get("MLX_ENABLE_TF32"),
-            # MLX's CUDA graph commit size and use: they decide how long dispatching a big graph holds the
-            # host (notes/gpu.md, v8), so every run says which it had (absent: MLX's default)
-            **{k: os.environ[k] for k in MLX_DISPATCH_ENV if k in os.environ},
-            # which GPU of a shared host, and which cores: runs side by side on one host say so here
-            **({"CUDA_VISIBLE_DEVICES": os.environ["CUDA_VISIBLE_DEVICES"]} if "CUDA_VISIBLE_DEVICES" in os.environ else {}),
+            **{k: os.environ[k] for k in RECORDED_ENV if k in os.environ},
             "cpu_cores": _cores()}
 
 
-MLX_DISPATCH_ENV = ("MLX_MAX_OPS_PER_BUFFER", "MLX_MAX_MB_PER_BUFFER", "MLX_USE_CUDA_GRAPHS")
+# Recorded when set (absent: the default). MLX's CUDA graph commit size and use decide how long dispatching
+# a big graph holds the host (notes/gpu.md, v8); the GPU a process was given (and its cores, `_cores`) say
+# which of a shared host's runs side by side this was.
+RECORDED_ENV = ("MLX_MAX_OPS_PER_BUFFER", "MLX_MAX_MB_PER_BUFFER", "MLX_USE_CUDA_GRAPHS", "CUDA_VISIBLE_DEVICES")
 
 
 def _cores() -> str:

@@ -13,10 +13,11 @@ the executor's work between steps, and on the H200 a chunk step's cost is nearly
 offset measured at one size does not carry to another. So, per mode, two untimed probe runs
 (Experiment._probe; the first compiles the step shapes) run the policy's own rounds with chunk sizes cycling
 through ceiling, ceiling/2, ceiling/4, ceiling/8, and A's observed gaps across them in the second are fitted
-in the same form (`fit_gap`): that model is what the rule plans with. A probe too short to fit (A runs out of tokens first) leaves the engine's cost plus the probe's median
-miss (`overhead_ms`). Both happen before the gate, because the plan the gate checks must be the one the
-trials run: sizes are fixed per run, not refitted as it goes. The report keeps both fits and each chunk's
-prediction; metrics.slo_chunks compares them with the observed gaps.
+in the same form (`fit_gap`): that model is what the rule plans with. A probe too short to fit (A runs out
+of tokens first) leaves the engine's cost plus the probe's median miss (`overhead_ms`). Both happen before
+the gate, because the plan the gate checks must be the one the trials run: sizes are fixed per run, not
+refitted as it goes. The report keeps both fits and each chunk's prediction; metrics.slo_chunks compares
+them with the observed gaps.
 """
 
 import statistics
