@@ -5,6 +5,9 @@
 #   bash notes/gpu-session/session.sh c    NCCL smoke, disagg at Qwen3-0.6B shapes, then the published
 #                                          workload with eager chunked disagg (both GPUs)
 #   bash notes/gpu-session/session.sh b    the sweep (GPU 0) beside bench-step and the MLX dispatch knobs (GPU 1)
+#   bash notes/gpu-session/session.sh d    issue 11's last measurements: check-kernels on both GPUs; then side by
+#                                          side the published workload with chunked mixed overlap slo-chunked
+#                                          slo-mixed (GPU 0) and the sweep with every reference (GPU 1)
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -66,5 +69,19 @@ b)
   ) > "$LOGS/bench-knobs.log" 2>&1 &
   wait; echo "== sweep"; tail -n 30 "$LOGS/sweep.log"; echo "== bench/knobs"; tail -n 60 "$LOGS/bench-knobs.log"
   finish ;;
-*) echo "usage: session.sh a|b|c" >&2; exit 2 ;;
+d)
+  nvidia-smi -L > "$LOGS/gpus.txt"; nproc >> "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
+  gpu 0 python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1 &
+  gpu 1 python3 -m pdlib check-kernels --output "$LOGS/check-kernels-gpu1.json" > "$LOGS/ck1.log" 2>&1 &
+  wait; tail -n 3 "$LOGS"/ck*.log
+  gpu 0 timeout -s INT $(left) python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+    --policies chunked mixed overlap slo-chunked slo-mixed --tbt-slo-ms "$SLO" --quiet \
+    --output "$OUT/report.json" > "$LOGS/report.log" 2>&1 &
+  gpu 1 sh -c "timeout -s INT $(left) python3 -m pdlib sweep --params params/qwen3-0.6b-sweep.yaml \
+    --chunk-sizes 32 64 128 256 512 1024 4096 --policies chunked mixed --tbt-slo-ms $SLO \
+    --reference-policies eager fifo overlap slo-chunked slo-mixed --quiet --output $OUT/sweep; \
+    tar -C $OUT -cf $OUT/sweep.tar sweep && rm -r $OUT/sweep" > "$LOGS/sweep.log" 2>&1 &
+  wait; echo "== report"; tail -n 30 "$LOGS/report.log"; echo "== sweep"; tail -n 30 "$LOGS/sweep.log"
+  finish ;;
+*) echo "usage: session.sh a|b|c|d" >&2; exit 2 ;;
 esac
