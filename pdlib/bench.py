@@ -18,8 +18,9 @@ import time
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache as LmCache
 
-from pdlib.engine import Engine
-from pdlib.engine.kernels import BACKEND
+from pdlib.config import decode_mode
+from pdlib.engine import Engine, check_token
+from pdlib.engine.kernels import BACKEND, persistent_decode
 from pdlib.reference import Reference
 from pdlib.report import environment
 from pdlib.weights import LoadedModel
@@ -56,9 +57,9 @@ def _prompt(cfg, n: int) -> list[int]:
 
 
 def bench_pdlib(model: LoadedModel, *, contexts, tokens: int, warmup: int, prefill_tokens: int, chunk: int,
-                repeats: int) -> dict:
+                repeats: int, decode: str | None = None) -> dict:
     cfg = model.config
-    engine = Engine(model, capacity=max(max(contexts), prefill_tokens) + warmup + tokens + 1)
+    engine = Engine(model, capacity=max(max(contexts), prefill_tokens) + warmup + tokens + 1, decode=decode)
     out = {"decode_ms_median": {}, "decode_ms_all": {}}
     for ctx in contexts:
         engine.add_request("X", _prompt(cfg, ctx))
@@ -67,7 +68,7 @@ def bench_pdlib(model: LoadedModel, *, contexts, tokens: int, warmup: int, prefi
         times = []
         for i in range(warmup + tokens):
             t0 = time.perf_counter_ns()
-            engine.decode("X").token.item()
+            check_token(engine.decode("X").token.item())
             if i >= warmup:
                 times.append(_ms(t0))
         out["decode_ms_median"][str(ctx)] = statistics.median(times)
@@ -138,6 +139,13 @@ def bench_step(model: LoadedModel, *, contexts=(1024, 4096, 5120), tokens: int =
     log(f"device-to-device copy: {bw / 1e12:.2f} TB/s")
     engines = {"pdlib": bench_pdlib(model, **kw)}
     mx.clear_cache()
+    if decode_mode() != "persistent" and persistent_decode.available(head_dim=model.config.head_dim, packed=True):
+        try:  # a kernel that fails (its grid barrier timed out, say) must not lose the rest
+            engines["pdlib-persistent"] = bench_pdlib(model, decode="persistent", **kw)
+        except Exception as e:
+            engines["pdlib-persistent"] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+            log(f"pdlib-persistent: not measured ({engines['pdlib-persistent']['error']})")
+        mx.clear_cache()
     engines["mlx-lm"] = bench_mlx_lm(model, **kw)
     mx.clear_cache()
     from pdlib import bench_hf

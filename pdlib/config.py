@@ -4,6 +4,7 @@
     cfg = preset("qwen3-0.6b")          # or "tiny" for fast CPU tests
 """
 
+import os
 from dataclasses import asdict, dataclass, fields
 
 from pdlib.errors import InputError
@@ -210,3 +211,15 @@ class RunParams:
 def _check_int(name: str, value, lo: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < lo:
         raise InputError(f"{name} must be an integer >= {lo}, got {value!r}")
+
+
+DECODE_MODES = ("kernels", "persistent")
+
+
+def decode_mode(mode: str | None = None) -> str:
+    """The decode path: "kernels" (six kernels per layer, compiled into one graph) or "persistent" (one launch
+    per token, CUDA only: engine/kernels/persistent_decode.py); None reads PDLIB_DECODE (default "kernels")."""
+    mode = mode or os.environ.get("PDLIB_DECODE") or "kernels"
+    if mode not in DECODE_MODES:
+        raise InputError(f"PDLIB_DECODE={mode!r}: expected one of {', '.join(DECODE_MODES)}")
+    return mode

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
-from pdlib.engine import Engine, Output
+from pdlib.engine import Engine, Output, check_token
 from pdlib.scheduler import Decode, Prefill, Step, Work, is_setup
 
 now = time.perf_counter_ns
@@ -110,7 +110,7 @@ def execute(engine: Engine, steps: Iterable[Step], *, logical_reset: bool, hooks
             remote.advance()  # the remote prefill's next piece, dispatched while this step runs
         for r in results:
             if r.output is not None:
-                r.token = r.output.token.item()
+                r.token = check_token(r.output.token.item())
                 r.t_emit = now()
         if all(r.output is not None for r in results):
             t_end = results[-1].t_emit  # the step ends when its last token is observed

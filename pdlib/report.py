@@ -131,7 +131,7 @@ def environment(backend: str) -> dict:
     return {"device": "cpu" if backend == "cpu" else "gpu", "device_name": device_name, "backend": backend,
             "mlx": mx.__version__, "mlx_lm": mlx_lm, "python": platform.python_version(),
             "platform": platform.platform(), "machine": platform.machine(), "git_commit": git_commit(),
-            "MLX_ENABLE_TF32": os.environ.get("MLX_ENABLE_TF32"),
+            "MLX_ENABLE_TF32": os.environ.get("MLX_ENABLE_TF32"), "decode": _decode(),
             **{k: os.environ[k] for k in RECORDED_ENV if k in os.environ},
             "cpu_cores": _cores()}
 
@@ -140,6 +140,15 @@ def environment(backend: str) -> dict:
 # a big graph holds the host (notes/gpu.md, v8); the GPU a process was given (and its cores, `_cores`) say
 # which of a shared host's runs side by side this was.
 RECORDED_ENV = ("MLX_MAX_OPS_PER_BUFFER", "MLX_MAX_MB_PER_BUFFER", "MLX_USE_CUDA_GRAPHS", "CUDA_VISIBLE_DEVICES")
+
+
+def _decode() -> str:
+    """The decode path the engine takes (PDLIB_DECODE); a bad value is reported as given."""
+    from pdlib.config import decode_mode
+    try:
+        return decode_mode()
+    except InputError:
+        return os.environ.get("PDLIB_DECODE", "")
 
 
 def _cores() -> str:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 
 from pdlib.engine.cache import KVCache
+from pdlib.engine.kernels.persistent_decode import check_token
 from pdlib.engine.model import Qwen3, Segment
 from pdlib.weights import LoadedModel
 
@@ -48,8 +49,9 @@ class Request:
 
 class Engine:
     def __init__(self, model: LoadedModel, *, capacity: int, lossless_decode_weights: bool = True,
-                 prune_final_layer: bool = True, compile_steps: bool = True):
-        self.model = Qwen3(model, lossless_decode_weights=lossless_decode_weights, compile_steps=compile_steps)
+                 prune_final_layer: bool = True, compile_steps: bool = True, decode: str | None = None):
+        self.model = Qwen3(model, lossless_decode_weights=lossless_decode_weights, compile_steps=compile_steps,
+                           decode=decode)
         self.capacity = capacity
         self.prune_final_layer = prune_final_layer
         self.requests: dict[str, Request] = {}

@@ -10,6 +10,9 @@ from functools import partial
 import mlx.core as mx
 
 from pdlib.engine import kernels as K
+from pdlib.engine.kernels import persistent_decode as persistent
+from pdlib.config import decode_mode
+from pdlib.errors import InputError
 from pdlib.engine.cache import KVCache
 from pdlib.weights import LoadedModel, layer_names, pack_bf16
 
@@ -40,7 +43,8 @@ class Segment:
 
 
 class Qwen3:
-    def __init__(self, model: LoadedModel, *, lossless_decode_weights: bool = True, compile_steps: bool = True):
+    def __init__(self, model: LoadedModel, *, lossless_decode_weights: bool = True, compile_steps: bool = True,
+                 decode: str | None = None):
         self.cfg = cfg = model.config
         w = model.weights
         self.embed = w["model.embed_tokens.weight"]
@@ -67,6 +71,23 @@ class Qwen3:
         wrap = mx.compile if compile_steps else (lambda f: f)
         self._p_norm_kv, self._p_q, self._p_out_mlp = wrap(self._norm_kv), wrap(self._q), wrap(self._out_mlp)
         self._compile_steps, self._attention = compile_steps, {}
+        self.decode_mode = decode_mode(decode)
+        self.decode_weights, self._syncs = None, {}
+        if self.decode_mode == "persistent":
+            if not persistent.available(head_dim=cfg.head_dim, packed=lossless_decode_weights):
+                raise InputError(f"PDLIB_DECODE=persistent: the persistent decode kernel needs CUDA, head_dim 128 and bf16-packed decode "
+                                 f"weights; here: backend {K.BACKEND}, head_dim {cfg.head_dim}, packed "
+                                 f"{lossless_decode_weights} (PDLIB_DECODE=kernels runs everywhere)")
+            self.decode_weights = self.stacked_decode_weights()
+            mx.eval(self.decode_weights)
+
+    def stacked_decode_weights(self) -> "persistent.DecodeWeights":
+        """The decode weights with the layers stacked per kind, for the persistent kernel (and its twin)."""
+        stack = lambda name: mx.stack([getattr(L, name) for L in self.layers])  # noqa: E731
+        return persistent.DecodeWeights(
+            embed=self.embed, qkv=stack("d_qkv"), o=stack("d_o"), gate_up=stack("d_gate_up"), down=stack("d_down"),
+            lm_head=self.d_lm_head, in_norm=stack("in_norm"), post_norm=stack("post_norm"), q_norm=stack("q_norm"),
+            k_norm=stack("k_norm"), norm=self.norm, inv_freq=self.inv_freq)
 
     def new_cache(self, capacity: int) -> KVCache:
         c = self.cfg
@@ -232,6 +253,15 @@ class Qwen3:
         The position lives on the device and the step advances it there (KVCache.position says why)."""
         if cache.length >= cache.capacity:
             raise RuntimeError(f"KV cache overflow: position {cache.length} >= capacity {cache.capacity}")
+        if self.decode_weights is not None:
+            if id(cache) not in self._syncs:  # one barrier buffer per cache: decodes of two requests may overlap
+                self._syncs[id(cache)] = persistent.new_sync()
+            c = self.cfg
+            logits, token, next_pos, ks, vs, written = persistent.decode_persistent(
+                token, cache.position(), self.decode_weights, cache.k, cache.v, cache.written, self._syncs[id(cache)],
+                heads=c.num_attention_heads, kv_heads=c.num_key_value_heads, eps=c.rms_norm_eps)
+            cache.store_decoded(ks, vs, written, next_pos=next_pos)
+            return logits, token
         logits, token, next_pos, ks, vs, written = self._step(token, cache.position(), cache.k, cache.v,
                                                               cache.written)
         cache.store_decoded(ks, vs, written, next_pos=next_pos)

@@ -1,0 +1,570 @@
+"""Decode as one persistent kernel per token (CUDA): every layer, the final norm, the LM head and the greedy pick
+in one launch, phases separated by a software grid barrier, so a token costs one launch and one host read.
+
+    dw = DecodeWeights(embed=..., qkv=mx.stack(...), ...)      # the layers' decode matrices stacked per kind
+    logits, token, next_pos, ks, vs, written = decode_persistent(token, pos, dw, k_cache, v_cache, written,
+                                                                 sync=new_sync(), heads=16, kv_heads=8, eps=1e-6)
+
+Same contract as Qwen3.decode_step: the new K/V slots are stored in place (ks, vs are empty) and each layer's
+write fence comes back advanced (fence.py). The arithmetic is the per-operation kernels' (gemv.py,
+decode_attention.py): bf16 weights, FP32 accumulation, the same online softmax. Per layer, five phases:
+
+    1 RMSNorm(h) in every block, q|k|v rows spread over all warps                      grid barrier
+    2 q/k norm + RoPE, the new slot stored, split-K attention: (KV head, split) items;
+      the last block to finish a head merges its splits into o                         grid barrier
+    3 o_proj + residual into h (each row read and written by one warp)                  grid barrier
+    4 RMSNorm(h) + gate|up + SwiGLU into act                                            grid barrier
+    5 down + residual into h                                                            grid barrier
+
+then RMSNorm + LM head with a per-block argmax, and the last block to finish picks the token. Each warp
+requests its next phase's first weight rows before it waits at a barrier (weights do not depend on it).
+
+Co-residency: a grid barrier deadlocks if a block is never scheduled, so the grid is one block per SM (read
+from the driver), 256 threads, ~23 KB of shared memory: always resident. Behind that, every wait has a
+timeout: a block that waits ~1 s flags an error in the sync buffer, every block then leaves, and the step's
+token comes back as ERROR_TOKEN, which `check_token` turns into a clear error on the host (the flag stays
+set, so later steps fail too rather than run on a broken barrier). Data that other blocks wrote in this
+launch is read with __ldcg (L2, never a stale L1 line) and written with __stcg. The sync buffer is 1 KB:
+MLX keeps arrays of 8 bytes or less in managed memory, where one barrier costs ~0.7 ms (MEASURED.md).
+Metal has no co-residency guarantee, so there the per-operation kernels stay.
+"""
+
+import ctypes
+import functools
+import os
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+from pdlib.engine.kernels.backend import BACKEND, float_bits
+from pdlib.engine.kernels.decode_attention import decode_attention_ops
+from pdlib.engine.kernels.gemv import gemv_ops
+
+BLOCK = 256
+SYNC_WORDS = 256
+ERROR_TOKEN = 0xFFFFFFFF
+SPIN_CYCLES = 2_000_000_000  # ~1 s at the H200's ~2 GHz before a wait gives up
+
+
+@dataclass(frozen=True)
+class DecodeWeights:
+    """The decode step's weights with the layers stacked per kind (one pointer each for the kernel)."""
+    embed: mx.array       # (V, D) FP32, the input embedding
+    qkv: mx.array         # (L, (Hq + 2 Hkv) Dh, D) bf16
+    o: mx.array           # (L, D, Hq Dh) bf16
+    gate_up: mx.array     # (L, 2 F, D) bf16: gate rows, then up rows
+    down: mx.array        # (L, D, F) bf16
+    lm_head: mx.array     # (V, D) bf16
+    in_norm: mx.array     # (L, D)
+    post_norm: mx.array   # (L, D)
+    q_norm: mx.array      # (L, Dh)
+    k_norm: mx.array      # (L, Dh)
+    norm: mx.array        # (D,) the final norm
+    inv_freq: mx.array    # (Dh / 2,) RoPE
+
+
+def decode_persistent_ops(token, pos, dw: DecodeWeights, k_cache, v_cache, written, sync=None, *, heads: int,
+                          kv_heads: int, eps: float, poison: bool = False):
+    """The oracle: Qwen3.decode_step's ops path over the stacked weights -> (logits, token, pos + 1, ks, vs,
+    written), the new rows (Hkv, 1, Dh) per layer for the caller to store and the fences unchanged."""
+    h = dw.embed[token].reshape(dw.embed.shape[1])
+    ks, vs = [], []
+    for i in range(len(k_cache)):
+        qkv = gemv_ops(h, dw.qkv[i], norm=dw.in_norm[i], eps=eps)
+        o, k, v = decode_attention_ops(qkv, dw.q_norm[i], dw.k_norm[i], dw.inv_freq, pos, k_cache[i], v_cache[i],
+                                       heads=heads, kv_heads=kv_heads, eps=eps)
+        h = gemv_ops(o, dw.o[i], residual=h)
+        act = gemv_ops(h, dw.gate_up[i], norm=dw.post_norm[i], eps=eps, swiglu=True)
+        h = gemv_ops(act, dw.down[i], residual=h)
+        ks.append(k[:, None])
+        vs.append(v[:, None])
+    logits = gemv_ops(h, dw.lm_head, norm=dw.norm, eps=eps)
+    return logits, mx.argmax(logits), pos + 1, ks, vs, list(written)
+
+
+HEADER = r"""
+namespace pdp {
+
+__device__ __forceinline__ float lo(unsigned u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float hi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
+
+// sync buffer words, each group on its own 128-byte line
+enum { SY_COUNT = 0, SY_GEN = 32, SY_ERR = 64, SY_DONE = 96, SY_HEAD = 128 };
+
+// Wait at a grid-wide barrier of nb co-resident blocks; false (in every thread) when this or another block
+// gave up waiting. The generation word makes the buffer reusable: the last arriver resets the count, then
+// bumps the generation the others spin on.
+__device__ __noinline__ bool grid_sync(unsigned* sy, unsigned nb, long long spin) {
+    __shared__ int ok;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        volatile unsigned* gen = sy + SY_GEN;
+        volatile unsigned* err = sy + SY_ERR;
+        int good = *err == 0u;
+        if (good) {
+            const unsigned g = *gen;
+            __threadfence();
+            if (atomicAdd(sy + SY_COUNT, 1u) == nb - 1u) {
+                atomicExch(sy + SY_COUNT, 0u);
+                __threadfence();
+                atomicAdd(sy + SY_GEN, 1u);
+            } else {
+                const long long t0 = clock64();
+                while (*gen == g) {
+                    if (*err != 0u) { good = 0; break; }
+                    if (clock64() - t0 > spin) { atomicExch(sy + SY_ERR, 1u); good = 0; break; }
+                }
+            }
+            __threadfence();
+        }
+        ok = good;
+    }
+    __syncthreads();
+    return ok != 0;
+}
+
+// x (K floats, written by other blocks: read through L2) into shared memory, RMSNormed by nw when NORM
+template <int K, int BLOCK, bool NORM>
+__device__ __forceinline__ void stage(float4* xs4, const float* x, const float* nw, float eps, float* red) {
+    constexpr int WARPS = BLOCK / 32;
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    float ss = 0.f;
+    for (int i = t; i < K / 4; i += BLOCK) {
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(x) + i);
+        xs4[i] = v;
+        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    if (NORM) {
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (lane == 0) red[warp] = ss;
+        __syncthreads();
+        float tot = 0.f;
+        for (int w = 0; w < WARPS; ++w) tot += red[w];
+        const float inv = rsqrtf(tot / K + eps);
+        float* xs = reinterpret_cast<float*>(xs4);
+        for (int i = t; i < K; i += BLOCK) xs[i] = xs[i] * inv * nw[i];
+    }
+    __syncthreads();
+}
+
+// A warp's R rows of a bf16 matrix with K columns (M = 2: rows r and r + N, a gate|up pair), held in
+// registers: each lane has its 16-byte pieces (8 weights) of each row.
+template <int K, int M, int R>
+struct Rows {
+    static constexpr int K8 = K / 8, PER = (K8 + 31) / 32;
+    uint4 q[R][M][PER];
+    __device__ __forceinline__ void load(const uint4* W, int N, int row0, int lane) {
+        #pragma unroll
+        for (int r = 0; r < R; ++r)
+            #pragma unroll
+            for (int m = 0; m < M; ++m)
+                #pragma unroll
+                for (int p = 0; p < PER; ++p) {
+                    const int row = row0 + r, c = lane + 32 * p;
+                    if (row < N && (K8 % 32 == 0 || c < K8)) q[r][m][p] = W[(size_t)(row + m * N) * K8 + c];
+                }
+    }
+};
+
+// y = W x over the warp's rows row0, row0 + STRIDE, ... < N (R per pass); g already holds the first pass
+// (loaded before the barrier), each pass requests the next before reducing its own (with one pass, as most
+// phases have, nothing is copied). epi(row, y[, y of row + N]) runs in lane r for the pass's row r.
+template <int K, int M, int R, int N, int STRIDE, class Epi>
+__device__ __forceinline__ void gemv(Rows<K, M, R>& g, const uint4* W, int row0, int lane, const float4* xs4,
+                                     Epi epi) {
+    constexpr int K8 = K / 8, PER = (K8 + 31) / 32;
+    for (; row0 < N; row0 += STRIDE) {
+        Rows<K, M, R> cur;
+        if (N > STRIDE) {
+            cur = g;
+            if (row0 + STRIDE < N) g.load(W, N, row0 + STRIDE, lane);
+        }
+        const Rows<K, M, R>& use = N > STRIDE ? cur : g;
+        float acc[R][M];
+        #pragma unroll
+        for (int r = 0; r < R; ++r)
+            #pragma unroll
+            for (int m = 0; m < M; ++m) {
+                float a = 0.f;
+                #pragma unroll
+                for (int p = 0; p < PER; ++p) {
+                    const int c = lane + 32 * p;
+                    if (K8 % 32 == 0 || c < K8) {
+                        const uint4 u = use.q[r][m][p];
+                        const float4 x0 = xs4[2 * c], x1 = xs4[2 * c + 1];
+                        a += lo(u.x) * x0.x + hi(u.x) * x0.y + lo(u.y) * x0.z + hi(u.y) * x0.w
+                           + lo(u.z) * x1.x + hi(u.z) * x1.y + lo(u.w) * x1.z + hi(u.w) * x1.w;
+                    }
+                }
+                for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+                acc[r][m] = a;
+            }
+        #pragma unroll
+        for (int r = 0; r < R; ++r)
+            if (lane == r && row0 + r < N) epi(row0 + r, acc[r][0], acc[r][M - 1]);
+    }
+}
+
+// One attention work item: KV head h over keys [start, stop) (stop <= P + 1; key P is the new one), the
+// decode_attention kernel's partial pass, its result (m, l, o) per query head written for split s; the last
+// of a head's S items to finish merges them into o. qkv is this step's projection (read through L2).
+template <int HQ, int HKV, int DH, int CAP, int S, int BLOCK>
+__device__ __forceinline__ void attend(int h, int s, int start, int stop, int P, const float* qkv,
+                                       const float* qn, const float* knw, const float* inv_freq, float* kc,
+                                       float* vc, float* pm, float* pl, float* po, float* o, unsigned* count,
+                                       float e, float SCALE) {
+    constexpr int REP = HQ / HKV, WARPS = BLOCK / 32, HALF = DH / 2, DW = DH / 32, G = 8;
+    __shared__ float qs[REP][DH];
+    __shared__ float kn[DH];
+    __shared__ float vn[DH];
+    __shared__ float red[REP + 1][DW];
+    __shared__ float wm[WARPS][REP], wl[WARPS][REP];
+    __shared__ float wo[WARPS][REP][DH];
+    __shared__ int last;
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+
+    const float4* K4 = reinterpret_cast<const float4*>(kc + (size_t)h * CAP * DH);
+    const float4* V4 = reinterpret_cast<const float4*>(vc + (size_t)h * CAP * DH);
+    float4 kv[G], vv[G];
+    #define PDP_LOAD_KV(J0)                                                                           \
+        _Pragma("unroll") for (int g = 0; g < G; ++g) {                                               \
+            const int j = (J0) + g;                                                                   \
+            if (j < P && j < stop) { kv[g] = K4[(size_t)j * (DH / 4) + lane]; vv[g] = V4[(size_t)j * (DH / 4) + lane]; } \
+            else { kv[g] = make_float4(0.f, 0.f, 0.f, 0.f); vv[g] = kv[g]; }                          \
+        }
+    int j0 = start + warp * G;
+    PDP_LOAD_KV(j0)
+
+    float raw[REP + 1], ss[REP + 1];
+    if (t < DH) {
+        for (int r = 0; r < REP; ++r) raw[r] = __ldcg(qkv + (h * REP + r) * DH + t);
+        raw[REP] = __ldcg(qkv + (HQ + h) * DH + t);
+        for (int r = 0; r <= REP; ++r) {
+            float v = raw[r] * raw[r];
+            for (int o2 = 16; o2 > 0; o2 >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o2);
+            if (lane == 0) red[r][warp] = v;
+        }
+    }
+    __syncthreads();
+    if (t < DH) {
+        for (int r = 0; r <= REP; ++r) {
+            float v = 0.f;
+            for (int w = 0; w < DW; ++w) v += red[r][w];
+            ss[r] = rsqrtf(v / DH + e);
+        }
+        for (int r = 0; r < REP; ++r) qs[r][t] = raw[r] * ss[r] * qn[t];
+        kn[t] = raw[REP] * ss[REP] * knw[t];
+        vn[t] = __ldcg(qkv + (HQ + HKV + h) * DH + t);
+    }
+    __syncthreads();
+    float outq[REP], outk = 0.f;
+    if (t < DH) {
+        const int i = t < HALF ? t : t - HALF;
+        const float theta = (float)P * inv_freq[i];
+        const float cs = cos(theta), sn = sin(theta);
+        for (int r = 0; r < REP; ++r)
+            outq[r] = t < HALF ? qs[r][t] * cs - qs[r][t + HALF] * sn : qs[r][t - HALF] * sn + qs[r][t] * cs;
+        outk = t < HALF ? kn[t] * cs - kn[t + HALF] * sn : kn[t - HALF] * sn + kn[t] * cs;
+    }
+    __syncthreads();
+    if (t < DH) {
+        for (int r = 0; r < REP; ++r) qs[r][t] = outq[r] * SCALE;
+        kn[t] = outk;
+        if (s == 0) {  // the new slot, stored in place; no block reads it from the cache in this step
+            const size_t slot = ((size_t)h * CAP + P) * DH + t;
+            kc[slot] = outk;
+            vc[slot] = vn[t];
+        }
+    }
+    __syncthreads();
+
+    float4 qv[REP];
+    float m[REP], l[REP];
+    float4 acc[REP];
+    for (int r = 0; r < REP; ++r) {
+        qv[r] = make_float4(qs[r][lane * 4], qs[r][lane * 4 + 1], qs[r][lane * 4 + 2], qs[r][lane * 4 + 3]);
+        m[r] = -INFINITY; l[r] = 0.f; acc[r] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    const float4 kp = make_float4(kn[lane * 4], kn[lane * 4 + 1], kn[lane * 4 + 2], kn[lane * 4 + 3]);
+    const float4 vp = make_float4(vn[lane * 4], vn[lane * 4 + 1], vn[lane * 4 + 2], vn[lane * 4 + 3]);
+    while (j0 < stop) {
+        #pragma unroll
+        for (int g = 0; g < G; ++g) if (j0 + g == P) { kv[g] = kp; vv[g] = vp; }
+        #pragma unroll
+        for (int r = 0; r < REP; ++r) {
+            float sc[G];
+            #pragma unroll
+            for (int g = 0; g < G; ++g)
+                sc[g] = qv[r].x * kv[g].x + qv[r].y * kv[g].y + qv[r].z * kv[g].z + qv[r].w * kv[g].w;
+            #pragma unroll
+            for (int o2 = 16; o2 > 0; o2 >>= 1) {
+                #pragma unroll
+                for (int g = 0; g < G; ++g) sc[g] += __shfl_xor_sync(0xffffffffu, sc[g], o2);
+            }
+            float mn = m[r];
+            #pragma unroll
+            for (int g = 0; g < G; ++g) if (j0 + g < stop) mn = fmaxf(mn, sc[g]);
+            const float corr = expf(m[r] - mn);
+            l[r] *= corr;
+            acc[r].x *= corr; acc[r].y *= corr; acc[r].z *= corr; acc[r].w *= corr;
+            #pragma unroll
+            for (int g = 0; g < G; ++g) {
+                if (j0 + g < stop) {
+                    const float p = expf(sc[g] - mn);
+                    l[r] += p;
+                    acc[r].x += p * vv[g].x; acc[r].y += p * vv[g].y; acc[r].z += p * vv[g].z; acc[r].w += p * vv[g].w;
+                }
+            }
+            m[r] = mn;
+        }
+        j0 += WARPS * G;
+        if (j0 < stop) { PDP_LOAD_KV(j0) }
+    }
+    #undef PDP_LOAD_KV
+    for (int r = 0; r < REP; ++r) {
+        if (lane == 0) { wm[warp][r] = m[r]; wl[warp][r] = l[r]; }
+        wo[warp][r][lane * 4] = acc[r].x; wo[warp][r][lane * 4 + 1] = acc[r].y;
+        wo[warp][r][lane * 4 + 2] = acc[r].z; wo[warp][r][lane * 4 + 3] = acc[r].w;
+    }
+    __syncthreads();
+    for (int i = t; i < REP * DH; i += BLOCK) {
+        const int r = i / DH, d = i % DH, hq = h * REP + r;
+        float M = -INFINITY;
+        for (int w = 0; w < WARPS; ++w) M = fmaxf(M, wm[w][r]);
+        float Lsum = 0.f, O = 0.f;
+        for (int w = 0; w < WARPS; ++w) {
+            const float f = wm[w][r] == -INFINITY ? 0.f : expf(wm[w][r] - M);
+            Lsum += wl[w][r] * f;
+            O += wo[w][r][d] * f;
+        }
+        __stcg(po + ((size_t)hq * S + s) * DH + d, O);
+        if (d == 0) { __stcg(pm + hq * S + s, M); __stcg(pl + hq * S + s, Lsum); }
+    }
+    __syncthreads();
+    if (t == 0) { __threadfence(); last = atomicAdd(count + h, 1u) == (unsigned)(S - 1); }
+    __syncthreads();
+    if (last) {  // every split of head h is written: merge them, as the decode_attention reduce kernel does
+        __threadfence();
+        for (int i = t; i < REP * DH; i += BLOCK) {
+            const int r = i / DH, d = i % DH, hq = h * REP + r;
+            float M = -INFINITY;
+            for (int c = 0; c < S; ++c) M = fmaxf(M, __ldcg(pm + hq * S + c));
+            float Lsum = 0.f, O = 0.f;
+            for (int c = 0; c < S; ++c) {
+                const float mc = __ldcg(pm + hq * S + c);
+                if (mc == -INFINITY) continue;
+                const float f = expf(mc - M);
+                Lsum += __ldcg(pl + hq * S + c) * f;
+                O += __ldcg(po + ((size_t)hq * S + c) * DH + d) * f;
+            }
+            __stcg(o + hq * DH + d, O / Lsum);
+        }
+        if (t == 0) atomicExch(count + h, 0u);
+    }
+    __syncthreads();
+}
+
+}  // namespace pdp
+"""
+
+BODY = r"""
+    constexpr int WARPS = BLOCK / 32, NQKV = (HQ + 2 * HKV) * DH, NO = HQ * DH;
+    constexpr int TW = NB * WARPS;  // warps in the grid
+    constexpr int XS = (FF > NO ? FF : NO) > D ? (FF > NO ? FF : NO) : D;
+    __shared__ float4 xs4[XS / 4];
+    __shared__ float red[WARPS];
+    __shared__ float bv[WARPS];
+    __shared__ int bi[WARPS];
+    __shared__ int last;
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5, b = blockIdx.x, gw = b * WARPS + warp;
+    const int P = pos[0];
+    const unsigned tk = (unsigned)tok[0];
+    const float eps = __int_as_float(EPS_BITS), scale = __int_as_float(SCALE_BITS);
+    unsigned* sy = const_cast<unsigned*>(sync_buf);
+    float* H = scratch;
+    float* QKV = H + D;
+    float* O = QKV + NQKV;
+    float* ACT = O + NO;
+    float* PM = ACT + FF;
+    float* PL = PM + HQ * S;
+    float* PO = PL + HQ * S;
+    float* CV = PO + HQ * S * DH;
+    int* CI = reinterpret_cast<int*>(CV + NB);
+    if (b == 0 && t < 4) {  // the outputs a failed step leaves: ERROR_TOKEN, and the fences advanced
+        tok_out[t] = t == 0 ? 0xffffffffu : t == 1 ? 1u : 0u;
+        pos_out[t] = t == 0 ? P + 1 : 0;
+/*FENCES*/
+    }
+    if (tk >= (unsigned)V || P < 0 || P >= CAP) return;
+/*TABLES*/
+    const uint4* WQKV = reinterpret_cast<const uint4*>(wqkv);
+    const uint4* WO = reinterpret_cast<const uint4*>(wo);
+    const uint4* WGU = reinterpret_cast<const uint4*>(wgu);
+    const uint4* WD = reinterpret_cast<const uint4*>(wdown);
+    const uint4* LM = reinterpret_cast<const uint4*>(lm);
+    const float* x0 = embed + (size_t)tk * D;
+    // attention splits: keys [s * CH, (s + 1) * CH) of P + 1, CH a multiple of 8 (a warp's load group)
+    const int CH = (((P + 1) + S - 1) / S + 7) / 8 * 8;
+
+    pdp::Rows<D, 1, 2> gq, gl;
+    gq.load(WQKV, NQKV, gw * 2, lane);
+    for (int l = 0; l < NL; ++l) {
+        const float* hin = l == 0 ? x0 : H;
+        // 1: RMSNorm + q|k|v
+        pdp::stage<D, BLOCK, true>(xs4, hin, in_norm + l * D, eps, red);
+        pdp::gemv<D, 1, 2, NQKV, TW * 2>(gq, WQKV + (size_t)l * NQKV * (D / 8), gw * 2, lane, xs4,
+                  [&](int row, float a, float) { __stcg(QKV + row, a); });
+        if (!pdp::grid_sync(sy, NB, SPIN)) return;
+        // 2: attention
+        for (int item = b; item < HKV * S; item += NB) {
+            const int h = item / S, s = item % S, start = s * CH;
+            const int stop = min(start + CH, P + 1) > start ? min(start + CH, P + 1) : start;
+            pdp::attend<HQ, HKV, DH, CAP, S, BLOCK>(h, s, start, stop, P, QKV, q_norm + l * DH, k_norm + l * DH,
+                                                     inv_freq, const_cast<float*>(KC[l]), const_cast<float*>(VC[l]),
+                                                     PM, PL, PO, O, sy + pdp::SY_HEAD, eps, scale);
+        }
+        pdp::Rows<NO, 1, 1> go;
+        go.load(WO + (size_t)l * D * (NO / 8), D, gw, lane);
+        if (!pdp::grid_sync(sy, NB, SPIN)) return;
+        // 3: o_proj + residual
+        pdp::stage<NO, BLOCK, false>(xs4, O, nullptr, 0.f, red);
+        pdp::gemv<NO, 1, 1, D, TW>(go, WO + (size_t)l * D * (NO / 8), gw, lane, xs4,
+                  [&](int row, float a, float) { __stcg(H + row, __ldcg(hin + row) + a); });
+        pdp::Rows<D, 2, 1> gg;
+        gg.load(WGU + (size_t)l * 2 * FF * (D / 8), FF, gw, lane);
+        if (!pdp::grid_sync(sy, NB, SPIN)) return;
+        // 4: RMSNorm + gate|up + SwiGLU
+        pdp::stage<D, BLOCK, true>(xs4, H, post_norm + l * D, eps, red);
+        pdp::gemv<D, 2, 1, FF, TW>(gg, WGU + (size_t)l * 2 * FF * (D / 8), gw, lane, xs4,
+                  [&](int row, float g, float u) { __stcg(ACT + row, g / (1.f + expf(-g)) * u); });
+        pdp::Rows<FF, 1, 1> gd;
+        gd.load(WD + (size_t)l * D * (FF / 8), D, gw, lane);
+        if (!pdp::grid_sync(sy, NB, SPIN)) return;
+        // 5: down + residual
+        pdp::stage<FF, BLOCK, false>(xs4, ACT, nullptr, 0.f, red);
+        pdp::gemv<FF, 1, 1, D, TW>(gd, WD + (size_t)l * D * (FF / 8), gw, lane, xs4,
+                  [&](int row, float a, float) { __stcg(H + row, __ldcg(H + row) + a); });
+        if (l + 1 < NL) gq.load(WQKV + (size_t)(l + 1) * NQKV * (D / 8), NQKV, gw * 2, lane);
+        if (!pdp::grid_sync(sy, NB, SPIN)) return;
+    }
+    // final RMSNorm + LM head, each warp keeping its best row (the first of equal maxima, as argmax does)
+    gl.load(LM, V, gw * 2, lane);
+    pdp::stage<D, BLOCK, true>(xs4, H, fnorm, eps, red);
+    float best = -INFINITY;
+    int besti = 0x7fffffff;
+    pdp::gemv<D, 1, 2, V, TW * 2>(gl, LM, gw * 2, lane, xs4, [&](int row, float a, float) {
+        logits[row] = a;
+        if (a > best || (a == best && row < besti)) { best = a; besti = row; }
+    });
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, besti, o);
+        if (ov > best || (ov == best && oi < besti)) { best = ov; besti = oi; }
+    }
+    if (lane == 0) { bv[warp] = best; bi[warp] = besti; }
+    __syncthreads();
+    if (t == 0) {
+        for (int w = 1; w < WARPS; ++w)
+            if (bv[w] > best || (bv[w] == best && bi[w] < besti)) { best = bv[w]; besti = bi[w]; }
+        __stcg(CV + b, best);
+        __stcg(CI + b, besti);
+        __threadfence();
+        last = atomicAdd(sy + pdp::SY_DONE, 1u) == (unsigned)(NB - 1);
+    }
+    __syncthreads();
+    if (last && t == 0) {  // every block's best is written: the token
+        __threadfence();
+        for (int c = 0; c < NB; ++c) {
+            const float v = __ldcg(CV + c);
+            const int i = __ldcg(CI + c);
+            if (v > best || (v == best && i < besti)) { best = v; besti = i; }
+        }
+        tok_out[0] = besti < V ? (unsigned)besti : 0xffffffffu;
+        tok_out[1] = 0u;
+        atomicExch(sy + pdp::SY_DONE, 0u);
+    }
+"""
+
+_INPUTS = ["tok", "pos", "embed", "wqkv", "wo", "wgu", "wdown", "lm", "in_norm", "post_norm", "q_norm", "k_norm",
+           "fnorm", "inv_freq", "sync_buf"]
+_kernels: dict = {}
+
+
+def _source(layers: int) -> str:
+    """BODY with this layer count's pointer tables (one cache array per layer) and fence writes."""
+    tables = (f"    const float* const KC[NL] = {{{', '.join(f'kc_{i}' for i in range(layers))}}};\n"
+              f"    const float* const VC[NL] = {{{', '.join(f'vc_{i}' for i in range(layers))}}};")
+    fences = "\n".join(f"        fout_{i}[t] = t == 0 ? fin_{i}[0] + 1u : 0u;" for i in range(layers))
+    return BODY.replace("/*TABLES*/", tables).replace("/*FENCES*/", fences)
+
+
+def kernel_for(layers: int):
+    """The kernel for a model of `layers` layers, built once (CUDA only)."""
+    if layers not in _kernels:
+        inputs = _INPUTS + [f"kc_{i}" for i in range(layers)] + [f"vc_{i}" for i in range(layers)] \
+            + [f"fin_{i}" for i in range(layers)]
+        outputs = ["logits", "tok_out", "pos_out", "scratch"] + [f"fout_{i}" for i in range(layers)]
+        _kernels[layers] = mx.fast.cuda_kernel(name=f"pdlib_decode_persistent_l{layers}", input_names=inputs,
+                                               output_names=outputs, source=_source(layers), header=HEADER)
+    return _kernels[layers]
+
+
+@functools.cache
+def sm_count() -> int:
+    """Streaming multiprocessors of CUDA device 0 (the process's first visible GPU, which MLX uses), from the
+    driver; PDLIB_PERSISTENT_BLOCKS overrides it (fewer blocks stay co-resident; more may deadlock, which
+    the barrier's timeout reports)."""
+    if os.environ.get("PDLIB_PERSISTENT_BLOCKS"):
+        return int(os.environ["PDLIB_PERSISTENT_BLOCKS"])
+    cuda = ctypes.CDLL("libcuda.so.1")
+    dev, n = ctypes.c_int(), ctypes.c_int()
+    for call in (lambda: cuda.cuInit(0), lambda: cuda.cuDeviceGet(ctypes.byref(dev), 0),
+                 lambda: cuda.cuDeviceGetAttribute(ctypes.byref(n), 16, dev)):  # 16: MULTIPROCESSOR_COUNT
+        if call() != 0:
+            raise RuntimeError("the CUDA driver did not report the device's SM count")
+    return n.value
+
+
+def new_sync() -> mx.array:
+    """A barrier's sync buffer: zeros, 1 KB (never in managed memory), reused by every step that is given it.
+    One per request: two decodes that could run at once must not share one."""
+    s = mx.zeros((SYNC_WORDS,), mx.uint32)
+    mx.eval(s)
+    return s
+
+
+def available(*, head_dim: int, packed: bool) -> bool:
+    """Where the persistent kernel runs: CUDA, head_dim 128 (the attention item's thread layout), bf16 weights."""
+    return BACKEND == "cuda" and head_dim == 128 and packed
+
+
+def decode_persistent(token, pos, dw: DecodeWeights, k_cache, v_cache, written, sync, *, heads: int,
+                      kv_heads: int, eps: float, poison: bool = False, blocks: int | None = None):
+    """-> (logits (V,), token (), pos + 1 (1,), [], [], fences): one launch. `poison` fills every output with NaN
+    first (a skipped element shows); `blocks` defaults to the SM count."""
+    layers, (kv, cap, dh) = len(k_cache), k_cache[0].shape
+    V, D = dw.embed.shape
+    F = dw.down.shape[2]
+    nb = blocks or sm_count()
+    splits = max(1, nb // kv_heads)
+    scratch = D + (heads + 2 * kv_heads) * dh + heads * dh + F + heads * splits * (dh + 2) + 2 * nb
+    outs = kernel_for(layers)(
+        inputs=[token, pos, dw.embed, dw.qkv, dw.o, dw.gate_up, dw.down, dw.lm_head, dw.in_norm, dw.post_norm,
+                dw.q_norm, dw.k_norm, dw.norm, dw.inv_freq, sync, *k_cache, *v_cache, *written],
+        template=[("D", D), ("HQ", heads), ("HKV", kv_heads), ("DH", dh), ("FF", F), ("NL", layers), ("V", V),
+                  ("CAP", cap), ("NB", nb), ("S", splits), ("BLOCK", BLOCK), ("EPS_BITS", float_bits(eps)),
+                  ("SCALE_BITS", float_bits(dh ** -0.5)), ("SPIN", SPIN_CYCLES)],
+        grid=(nb * BLOCK, 1, 1), threadgroup=(BLOCK, 1, 1),
+        output_shapes=[(V,), (4,), (4,), (scratch,)] + [(4,)] * layers,
+        output_dtypes=[mx.float32, mx.uint32, mx.int32, mx.float32] + [mx.uint32] * layers,
+        init_value=float("nan") if poison else None)
+    logits, tok, next_pos, _, *fences = outs
+    return logits, tok[0], next_pos[:1], [], [], fences
+
+
+def check_token(token: int) -> int:
+    """A token id observed on the host; ERROR_TOKEN (a wait at a grid barrier timed out) raises."""
+    if token == ERROR_TOKEN:
+        raise RuntimeError("the persistent decode kernel gave up at a grid barrier (its blocks were not all "
+                           "resident, or one stalled for ~1 s); run with PDLIB_DECODE=kernels")
+    return token

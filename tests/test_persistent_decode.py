@@ -1,0 +1,162 @@
+"""The persistent decode kernel where no GPU is: its ops twin is the engine's decode step exactly, the switch that
+selects it refuses what it cannot run, a failed step's token is an error, and its CUDA source compiles with
+NVRTC for the H200 (sm_90) as MLX would wrap it, within one SM's shared memory and registers. Whether it
+computes the right numbers is for `check-kernels` and the gate on the GPU (pdlib/kernel_check.py)."""
+
+import ctypes
+import glob
+import os
+import re
+import sys
+
+import mlx.core as mx
+import pytest
+
+from pdlib.config import decode_mode
+from pdlib.engine import Engine, check_token
+from pdlib.engine import kernels as K
+from pdlib.engine.kernels import persistent_decode as P
+from pdlib.engine.model import Qwen3
+from pdlib.errors import InputError
+from pdlib.weights import load_model
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_model("synthetic:tiny")
+
+
+def _kw(cfg):
+    return dict(heads=cfg.num_attention_heads, kv_heads=cfg.num_key_value_heads, eps=cfg.rms_norm_eps)
+
+
+@pytest.mark.parametrize("prompt", [1, 5, 37])
+def test_the_twin_is_the_engines_decode_step(tiny, prompt):
+    q = Qwen3(tiny, compile_steps=False)
+    cache = q.new_cache(64)
+    q.prefill(cache, mx.arange(3, 3 + prompt, dtype=mx.int32), start=0, last=True)
+    token = mx.array(11, mx.uint32)
+    want = q.decode_step(token, cache.position(), cache.k, cache.v, cache.written)
+    got = K.decode_persistent_ops(token, cache.position(), q.stacked_decode_weights(), cache.k, cache.v,
+                                  cache.written, **_kw(q.cfg))
+    assert mx.array_equal(got[0], want[0]).item() and got[1].item() == want[1].item()
+    assert got[2].item() == prompt + 1
+    for a, b in zip(got[3] + got[4], want[3] + want[4], strict=True):
+        assert mx.array_equal(a, b).item()
+
+
+def test_the_stacked_weights_are_the_layers_in_order(tiny):
+    q = Qwen3(tiny, compile_steps=False)
+    dw = q.stacked_decode_weights()
+    assert dw.qkv.shape[0] == len(q.layers) and dw.qkv.dtype == mx.bfloat16
+    for i in (0, len(q.layers) - 1):
+        assert mx.array_equal(dw.down[i], q.layers[i].d_down).item()
+        assert mx.array_equal(dw.k_norm[i], q.layers[i].k_norm).item()
+
+
+def test_a_planted_fault_in_the_stacking_is_seen(tiny):
+    """The twin's check has teeth: two layers swapped in the stack change the logits."""
+    q = Qwen3(tiny, compile_steps=False)
+    cache = q.new_cache(32)
+    q.prefill(cache, mx.arange(3, 12, dtype=mx.int32), start=0, last=True)
+    dw = q.stacked_decode_weights()
+    swapped = P.DecodeWeights(**{**dw.__dict__, "o": dw.o[::-1]})
+    args = (mx.array(11, mx.uint32), cache.position())
+    good = K.decode_persistent_ops(*args, dw, cache.k, cache.v, cache.written, **_kw(q.cfg))[0]
+    bad = K.decode_persistent_ops(*args, swapped, cache.k, cache.v, cache.written, **_kw(q.cfg))[0]
+    assert not mx.allclose(good, bad, rtol=1e-3, atol=1e-3).item()
+
+
+def test_the_decode_switch(monkeypatch, tiny):
+    monkeypatch.delenv("PDLIB_DECODE", raising=False)
+    assert decode_mode() == "kernels" and decode_mode("persistent") == "persistent"
+    monkeypatch.setenv("PDLIB_DECODE", "fast")
+    with pytest.raises(InputError, match="PDLIB_DECODE='fast'.*kernels, persistent"):
+        decode_mode()
+    monkeypatch.setenv("PDLIB_DECODE", "persistent")
+    if K.BACKEND != "cuda":  # the tiny model's head_dim is not 128 either
+        with pytest.raises(InputError, match="needs CUDA, head_dim 128"):
+            Engine(tiny, capacity=16)
+
+
+def test_the_report_records_the_decode_path(monkeypatch):
+    from pdlib.report import environment
+    monkeypatch.delenv("PDLIB_DECODE", raising=False)
+    assert environment("cpu")["decode"] == "kernels"
+    monkeypatch.setenv("PDLIB_DECODE", "persistent")
+    assert environment("cpu")["decode"] == "persistent"
+
+
+def test_a_failed_step_is_an_error_not_a_token():
+    assert check_token(151935) == 151935
+    with pytest.raises(RuntimeError, match="grid barrier"):
+        check_token(P.ERROR_TOKEN)
+
+
+def test_the_source_holds_every_layers_cache_and_fence():
+    src = P._source(3)
+    assert "KC[NL] = {kc_0, kc_1, kc_2}" in src and "VC[NL] = {vc_0, vc_1, vc_2}" in src
+    assert all(f"fout_{i}[t] = t == 0 ? fin_{i}[0] + 1u : 0u;" in src for i in range(3))
+    assert "/*" not in src
+
+
+# -- NVRTC: the CUDA text compiles, as MLX wraps it (mlx/backend/cuda/custom_kernel.cpp, build_kernel) ----------
+
+def _nvrtc():
+    """libnvrtc from the nvidia-cuda-nvrtc wheel (a test extra on Linux), or None."""
+    for root in sys.path:
+        libs = sorted(glob.glob(os.path.join(root, "nvidia", "cu*", "lib", "libnvrtc.so.*")))
+        builtins = sorted(glob.glob(os.path.join(root, "nvidia", "cu*", "lib", "libnvrtc-builtins.so.*")))
+        if libs and builtins:
+            ctypes.CDLL(builtins[0], mode=ctypes.RTLD_GLOBAL)  # so libnvrtc's own dlopen of it by name succeeds
+            return ctypes.CDLL(libs[0])
+    return None
+
+
+NVRTC = _nvrtc() if sys.platform == "linux" else None
+TYPES = {mx.float32: "float", mx.bfloat16: "__nv_bfloat16", mx.int32: "int32_t", mx.uint32: "uint32_t"}
+# What MLX's default header provides that the kernel uses: fixed-width ints, bf16 storage, INFINITY
+STANDINS = ("typedef unsigned int uint32_t; typedef int int32_t; struct __nv_bfloat16 { unsigned short x; };\n"
+            "#define INFINITY __int_as_float(0x7f800000)\n")
+
+
+def wrapped(layers: int, consts: dict) -> str:
+    ins = [("tok", mx.uint32), ("pos", mx.int32), ("embed", mx.float32)] + [(n, mx.bfloat16) for n in
+           ("wqkv", "wo", "wgu", "wdown", "lm")] + [(n, mx.float32) for n in
+           ("in_norm", "post_norm", "q_norm", "k_norm", "fnorm", "inv_freq")] + [("sync_buf", mx.uint32)]
+    ins += [(f"{p}_{i}", mx.float32) for p in ("kc", "vc") for i in range(layers)]
+    ins += [(f"fin_{i}", mx.uint32) for i in range(layers)]
+    outs = [("logits", mx.float32), ("tok_out", mx.uint32), ("pos_out", mx.int32), ("scratch", mx.float32)]
+    outs += [(f"fout_{i}", mx.uint32) for i in range(layers)]
+    assert [n for n, _ in ins] == P._INPUTS + [n for n, _ in ins[len(P._INPUTS):]]
+    params = [f"const {TYPES[t]}* {n}" for n, t in ins] + [f"{TYPES[t]}* {n}" for n, t in outs]
+    consts = "".join(f"  constexpr int {k} = {v};\n" for k, v in consts.items())
+    return (STANDINS + P.HEADER + "namespace mlx::core::cu {\n__global__ void pdlib_decode_persistent(\n    "
+            + ",\n    ".join(params) + ") {\n" + consts + P._source(layers) + "\n}\n}\n")
+
+
+def compile_sm90(text: str) -> str:
+    prog = ctypes.c_void_p()
+    assert NVRTC.nvrtcCreateProgram(ctypes.byref(prog), text.encode(), b"persistent.cu", 0, None, None) == 0
+    opts = [b"--gpu-architecture=sm_90", b"-std=c++17", b"-Xptxas=-v"]
+    rc = NVRTC.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+    size = ctypes.c_size_t()
+    NVRTC.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+    log = ctypes.create_string_buffer(size.value)
+    NVRTC.nvrtcGetProgramLog(prog, log)
+    NVRTC.nvrtcDestroyProgram(ctypes.byref(prog))
+    assert rc == 0, log.value.decode()
+    return log.value.decode()
+
+
+@pytest.mark.skipif(NVRTC is None, reason="no NVRTC (the nvidia-cuda-nvrtc wheel, Linux only)")
+@pytest.mark.parametrize("shape", ["qwen3-0.6b", "check-kernels timeout case"])
+def test_the_cuda_source_compiles_for_the_h200(shape):
+    c = (dict(D=1024, HQ=16, HKV=8, DH=128, FF=3072, NL=28, V=151936, CAP=5248, NB=132, S=16) if shape == "qwen3-0.6b"
+         else dict(D=256, HQ=2, HKV=1, DH=128, FF=512, NL=1, V=1024, CAP=8, NB=2112, S=2112))
+    c.update(BLOCK=P.BLOCK, EPS_BITS=P.float_bits(1e-6), SCALE_BITS=P.float_bits(128 ** -0.5), SPIN=P.SPIN_CYCLES)
+    log = compile_sm90(wrapped(c["NL"], c))
+    regs, smem = re.search(r"entry function '[^']*pdlib_decode_persistent.*?Used (\d+) registers.*?(\d+) bytes smem",
+                           log, re.S).groups()
+    # one block of 256 threads must fit on an SM by registers (64K) and static shared memory (48 KB)
+    assert int(regs) * P.BLOCK <= 65536 and int(smem) <= 48 * 1024, log
