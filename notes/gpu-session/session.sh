@@ -8,6 +8,11 @@
 #   bash notes/gpu-session/session.sh d    issue 11's last measurements: check-kernels on both GPUs; then side by
 #                                          side the published workload with chunked mixed overlap slo-chunked
 #                                          slo-mixed (GPU 0) and the sweep with every reference (GPU 1)
+#   bash notes/gpu-session/session.sh e    issue 12: check-kernels with the persistent decode rows (GPU 0) beside
+#                                          the chunk step's anatomy under three MLX settings (GPU 1); then
+#                                          bench-step with peers (GPU 0) beside the published workload with
+#                                          PDLIB_DECODE=persistent if its rows passed, else its phase-by-phase
+#                                          debug (GPU 1)
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -83,5 +88,26 @@ d)
     tar -C $OUT -cf $OUT/sweep.tar sweep && rm -r $OUT/sweep" > "$LOGS/sweep.log" 2>&1 &
   wait; echo "== report"; tail -n 30 "$LOGS/report.log"; echo "== sweep"; tail -n 30 "$LOGS/sweep.log"
   finish ;;
-*) echo "usage: session.sh a|b|c|d" >&2; exit 2 ;;
+e)
+  nvidia-smi -L > "$LOGS/gpus.txt"; nproc >> "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
+  gpu 0 timeout 240 python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1 &
+  (
+    for env in "" "MLX_USE_CUDA_GRAPHS=0" "MLX_ENABLE_TF32=1"; do
+      env $env CUDA_VISIBLE_DEVICES=1 taskset -c 16-31 timeout 120 python3 notes/gpu-session/chunk_anatomy.py 2048
+    done
+  ) > "$LOGS/anatomy.log" 2>&1 &
+  wait; grep -c pass "$LOGS/ck0.log"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 15; cat "$LOGS/anatomy.log" | grep "^{"
+  gpu 0 timeout -s INT $(left) python3 -m pdlib bench-step --contexts 4096 5120 --output "$OUT/bench-step.json" \
+    > "$LOGS/bench.log" 2>&1 &
+  if grep -q "^persistent/" "$LOGS/ck0.log" && ! grep "^persistent/" "$LOGS/ck0.log" | grep -q FAIL; then
+    PDLIB_DECODE=persistent gpu 1 timeout -s INT $(left) python3 -m pdlib run \
+      --params params/qwen3-0.6b-4096x1024.yaml --policies eager chunked fifo mixed --quiet \
+      --output "$OUT/report-persistent.json" > "$LOGS/report-persistent.log" 2>&1 &
+  else
+    gpu 1 timeout 200 python3 notes/gpu-session/persistent_debug.py > "$LOGS/persistent-debug.log" 2>&1 &
+  fi
+  wait; echo "== bench"; tail -n 12 "$LOGS/bench.log"; echo "== persistent"
+  tail -n 25 "$LOGS"/report-persistent.log "$LOGS"/persistent-debug.log 2>/dev/null
+  finish ;;
+*) echo "usage: session.sh a|b|c|d|e" >&2; exit 2 ;;
 esac

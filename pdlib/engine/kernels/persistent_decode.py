@@ -538,27 +538,43 @@ def available(*, head_dim: int, packed: bool) -> bool:
     return BACKEND == "cuda" and head_dim == 128 and packed
 
 
-def decode_persistent(token, pos, dw: DecodeWeights, k_cache, v_cache, written, sync, *, heads: int,
-                      kv_heads: int, eps: float, poison: bool = False, blocks: int | None = None):
-    """-> (logits (V,), token (), pos + 1 (1,), [], [], fences): one launch. `poison` fills every output with NaN
-    first (a skipped element shows); `blocks` defaults to the SM count."""
-    layers, (kv, cap, dh) = len(k_cache), k_cache[0].shape
+def scratch_layout(*, D: int, heads: int, kv_heads: int, dh: int, F: int, splits: int, blocks: int) -> dict:
+    """Name -> (offset, size) of the kernel's work arrays in its scratch output, as BODY lays them out."""
+    sizes = [("h", D), ("qkv", (heads + 2 * kv_heads) * dh), ("o", heads * dh), ("act", F), ("m", heads * splits),
+             ("l", heads * splits), ("partial_o", heads * splits * dh), ("block_best", blocks), ("block_index", blocks)]
+    layout, at = {}, 0
+    for name, n in sizes:
+        layout[name], at = (at, n), at + n
+    return layout
+
+
+def launch(token, pos, dw: DecodeWeights, k_cache, v_cache, written, sync, *, heads: int, kv_heads: int,
+           eps: float, poison: bool = False, blocks: int | None = None) -> list:
+    """The kernel's outputs: [logits, tok_out (token, error flag, 0, 0), pos_out (pos + 1, 0, 0, 0), scratch
+    (scratch_layout), fence per layer...]. `poison` fills them with NaN first (a skipped element shows);
+    `blocks` defaults to the SM count."""
+    layers, (_, cap, dh) = len(k_cache), k_cache[0].shape
     V, D = dw.embed.shape
     F = dw.down.shape[2]
     nb = blocks or sm_count()
     splits = max(1, nb // kv_heads)
-    scratch = D + (heads + 2 * kv_heads) * dh + heads * dh + F + heads * splits * (dh + 2) + 2 * nb
-    outs = kernel_for(layers)(
+    layout = scratch_layout(D=D, heads=heads, kv_heads=kv_heads, dh=dh, F=F, splits=splits, blocks=nb)
+    size = sum(layout["block_index"])  # the last array's end
+    return kernel_for(layers)(
         inputs=[token, pos, dw.embed, dw.qkv, dw.o, dw.gate_up, dw.down, dw.lm_head, dw.in_norm, dw.post_norm,
                 dw.q_norm, dw.k_norm, dw.norm, dw.inv_freq, sync, *k_cache, *v_cache, *written],
         template=[("D", D), ("HQ", heads), ("HKV", kv_heads), ("DH", dh), ("FF", F), ("NL", layers), ("V", V),
                   ("CAP", cap), ("NB", nb), ("S", splits), ("BLOCK", BLOCK), ("EPS_BITS", float_bits(eps)),
                   ("SCALE_BITS", float_bits(dh ** -0.5)), ("SPIN", SPIN_CYCLES)],
         grid=(nb * BLOCK, 1, 1), threadgroup=(BLOCK, 1, 1),
-        output_shapes=[(V,), (4,), (4,), (scratch,)] + [(4,)] * layers,
+        output_shapes=[(V,), (4,), (4,), (size,)] + [(4,)] * layers,
         output_dtypes=[mx.float32, mx.uint32, mx.int32, mx.float32] + [mx.uint32] * layers,
         init_value=float("nan") if poison else None)
-    logits, tok, next_pos, _, *fences = outs
+
+
+def decode_persistent(token, pos, dw: DecodeWeights, k_cache, v_cache, written, sync, **kw):
+    """-> (logits (V,), token (), pos + 1 (1,), [], [], fences): one launch (keywords as `launch`)."""
+    logits, tok, next_pos, _, *fences = launch(token, pos, dw, k_cache, v_cache, written, sync, **kw)
     return logits, tok[0], next_pos[:1], [], [], fences
 
 

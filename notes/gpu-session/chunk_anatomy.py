@@ -1,0 +1,102 @@
+"""Where one 128-token chunk step's time goes (issue 12: is chunked prefill bound by FP32 GEMMs, attention or the
+host?). Run it under different MLX settings (MLX_USE_CUDA_GRAPHS=0, MLX_ENABLE_TF32=1) and compare; prints
+one JSON line of median milliseconds.
+
+    python3 notes/gpu-session/chunk_anatomy.py [context]
+"""
+
+import json
+import os
+import statistics
+import sys
+import time
+
+import mlx.core as mx
+
+from pdlib.engine import Engine
+from pdlib.engine import kernels as K
+from pdlib.weights import load_model
+
+T, CTX, N = 128, int(sys.argv[1]) if len(sys.argv) > 1 else 2048, 15
+
+
+def ms(t0):
+    return (time.perf_counter_ns() - t0) / 1e6
+
+
+def median_of(fn):
+    fn()
+    fn()
+    return statistics.median(fn() for _ in range(N))
+
+
+model = load_model("synthetic:qwen3-0.6b")
+engine = Engine(model, capacity=CTX + T + 8)
+engine.add_request("P", [(i * 7919 + 13) % 50000 for i in range(CTX + T + 1)])
+out = {"context": CTX, "rows": T, "env": {k: os.environ.get(k) for k in ("MLX_USE_CUDA_GRAPHS", "MLX_ENABLE_TF32")}}
+
+
+def chunk_step():
+    """(host ms until prefill_chunk returns, ms until the device is done) for one chunk at CTX."""
+    engine.reset("P", logical=True)
+    engine.prefill_chunk("P", CTX)
+    mx.synchronize()
+    t0 = time.perf_counter_ns()
+    engine.prefill_chunk("P", T)
+    host = ms(t0)
+    mx.synchronize()
+    return host, ms(t0)
+
+
+steps = [chunk_step() for _ in range(N + 2)][2:]
+out["chunk_host_ms"] = statistics.median(h for h, _ in steps)
+out["chunk_total_ms"] = statistics.median(t for _, t in steps)
+
+layers = engine.model.layers
+x1, x2, x3 = (mx.random.normal((T, d)) for d in (1024, 2048, 3072))
+mx.eval(x1, x2, x3)
+
+
+def gemms():
+    t0 = time.perf_counter_ns()
+    ys = []
+    for L in layers:
+        ys += [x1 @ L.t["wq"], x1 @ L.t["wk"], x1 @ L.t["wv"], x2 @ L.t["wo"], x1 @ L.t["w_gate"], x1 @ L.t["w_up"],
+               x3 @ L.t["w_down"]]
+    mx.eval(ys)
+    return ms(t0)
+
+
+out["gemms_28_layers_ms"] = median_of(gemms)
+flops = 2 * T * sum(L.t[k].size for L in layers for k in ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down"))
+out["gemm_tflops"] = flops / out["gemms_28_layers_ms"] / 1e9
+
+q = mx.random.normal((16, T, 128))
+kv = [(mx.random.normal((8, CTX + T, 128)), mx.random.normal((8, CTX + T, 128))) for _ in layers]
+mask = K.query_rows(K.causal_mask(mx.arange(CTX, CTX + T, dtype=mx.int32), CTX + T), 2)
+attend = mx.compile(lambda q, k, v, m: K.attention_rows(q, k, v, mask_rows=m, scale=128 ** -0.5), shapeless=True)
+mx.eval(q, kv, mask)
+
+
+def attention():
+    t0 = time.perf_counter_ns()
+    mx.eval([attend(q, k, v, mask) for k, v in kv])
+    return ms(t0)
+
+
+out["attention_28_layers_ms"] = median_of(attention)
+tiny = mx.zeros((4,))
+mx.eval(tiny)
+
+
+def small_ops(n=28 * 12):
+    t0 = time.perf_counter_ns()
+    y = tiny
+    for _ in range(n):
+        y = y * 1.0001
+    mx.eval(y)
+    return ms(t0)
+
+
+out["336_tiny_ops_ms"] = median_of(small_ops)
+print(json.dumps(out))
