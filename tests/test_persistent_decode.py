@@ -114,9 +114,11 @@ def _nvrtc():
 
 
 NVRTC = _nvrtc() if sys.platform == "linux" else None
-TYPES = {mx.float32: "float", mx.bfloat16: "__nv_bfloat16", mx.int32: "int32_t", mx.uint32: "uint32_t"}
+TYPES = {mx.float32: "float", mx.bfloat16: "__nv_bfloat16", mx.int32: "int32_t", mx.uint32: "uint32_t",
+         mx.uint64: "uint64_t"}
 # What MLX's default header provides that the kernel uses: fixed-width ints, bf16 storage, INFINITY
-STANDINS = ("typedef unsigned int uint32_t; typedef int int32_t; struct __nv_bfloat16 { unsigned short x; };\n"
+STANDINS = ("typedef unsigned int uint32_t; typedef int int32_t; typedef unsigned long long uint64_t;\n"
+            "struct __nv_bfloat16 { unsigned short x; };\n"
             "#define INFINITY __int_as_float(0x7f800000)\n")
 
 
@@ -126,7 +128,8 @@ def wrapped(layers: int, consts: dict) -> str:
            ("in_norm", "post_norm", "q_norm", "k_norm", "fnorm", "inv_freq")] + [("sync_buf", mx.uint32)]
     ins += [(f"{p}_{i}", mx.float32) for p in ("kc", "vc") for i in range(layers)]
     ins += [(f"fin_{i}", mx.uint32) for i in range(layers)]
-    outs = [("logits", mx.float32), ("tok_out", mx.uint32), ("pos_out", mx.int32), ("scratch", mx.float32)]
+    outs = [("logits", mx.float32), ("tok_out", mx.uint32), ("pos_out", mx.int32), ("scratch", mx.float32),
+            ("stamps", mx.uint64)]
     outs += [(f"fout_{i}", mx.uint32) for i in range(layers)]
     assert [n for n, _ in ins] == P._INPUTS + [n for n, _ in ins[len(P._INPUTS):]]
     params = [f"const {TYPES[t]}* {n}" for n, t in ins] + [f"{TYPES[t]}* {n}" for n, t in outs]
@@ -150,11 +153,12 @@ def compile_sm90(text: str) -> str:
 
 
 @pytest.mark.skipif(NVRTC is None, reason="no NVRTC (the nvidia-cuda-nvrtc wheel, Linux only)")
-@pytest.mark.parametrize("shape", ["qwen3-0.6b", "check-kernels timeout case"])
+@pytest.mark.parametrize("shape", ["qwen3-0.6b", "check-kernels timeout case", "qwen3-0.6b, stamps on"])
 def test_the_cuda_source_compiles_for_the_h200(shape):
-    c = (dict(D=1024, HQ=16, HKV=8, DH=128, FF=3072, NL=28, V=151936, CAP=5248, NB=132, S=16) if shape == "qwen3-0.6b"
-         else dict(D=256, HQ=2, HKV=1, DH=128, FF=512, NL=1, V=1024, CAP=8, NB=2112, S=2112))
-    c.update(BLOCK=P.BLOCK, EPS_BITS=P.float_bits(1e-6), SCALE_BITS=P.float_bits(128 ** -0.5), SPIN=P.SPIN_CYCLES)
+    c = (dict(D=1024, HQ=16, HKV=8, DH=128, FF=3072, NL=28, V=151936, CAP=5248, NB=132, S=16)
+         if shape.startswith("qwen3") else dict(D=256, HQ=2, HKV=1, DH=128, FF=512, NL=1, V=1024, CAP=8, NB=2112, S=2112))
+    c.update(BLOCK=P.BLOCK, EPS_BITS=P.float_bits(1e-6), SCALE_BITS=P.float_bits(128 ** -0.5), SPIN=P.SPIN_CYCLES,
+             STAMPS=int(shape.endswith("stamps on")))
     log = compile_sm90(wrapped(c["NL"], c))
     regs, smem = re.search(r"entry function '[^']*pdlib_decode_persistent.*?Used (\d+) registers.*?(\d+) bytes smem",
                            log, re.S).groups()

@@ -34,7 +34,7 @@ for pos in (0, 1, 200, 639):
     logits = K.gemv_ops(h2, dw.lm_head, norm=dw.norm, eps=eps)
     mx.eval(dw, kc, vc, qkv, o, act, h2, logits)
     sync = P.new_sync()
-    got_logits, tok_out, pos_out, scratch, fence = P.launch(token, p, dw, [kc], [vc], [K.new_fence()], sync, heads=Hq,
+    got_logits, tok_out, pos_out, scratch, _, fence = P.launch(token, p, dw, [kc], [vc], [K.new_fence()], sync, heads=Hq,
                                                             kv_heads=Hkv, eps=eps, blocks=nb, poison=True)
     mx.eval(got_logits, tok_out, pos_out, scratch, fence)
     at = P.scratch_layout(D=D, heads=Hq, kv_heads=Hkv, dh=Dh, F=F, splits=S, blocks=nb)

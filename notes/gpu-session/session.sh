@@ -13,6 +13,9 @@
 #                                          bench-step with peers (GPU 0) beside the published workload with
 #                                          PDLIB_DECODE=persistent if its rows passed, else its phase-by-phase
 #                                          debug (GPU 1)
+#   bash notes/gpu-session/session.sh f    issue 12: the persistent kernel's phase timeline and grid sizes (GPU 0)
+#                                          beside the published workload's other half under it: chunked
+#                                          overlap slo-chunked slo-mixed at $SLO ms (GPU 1)
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -109,5 +112,14 @@ e)
   wait; echo "== bench"; tail -n 12 "$LOGS/bench.log"; echo "== persistent"
   tail -n 25 "$LOGS"/report-persistent.log "$LOGS"/persistent-debug.log 2>/dev/null
   finish ;;
-*) echo "usage: session.sh a|b|c|d|e" >&2; exit 2 ;;
+f)
+  nvidia-smi -L > "$LOGS/gpus.txt"; nproc >> "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
+  PDLIB_DECODE=persistent gpu 1 timeout -s INT $(left) python3 -m pdlib run \
+    --params params/qwen3-0.6b-4096x1024.yaml --policies chunked overlap slo-chunked slo-mixed \
+    --tbt-slo-ms "$SLO" --quiet --output "$OUT/report-persistent-2.json" > "$LOGS/report-persistent-2.log" 2>&1 &
+  gpu 0 timeout 300 python3 notes/gpu-session/persistent_profile.py 4096 > "$LOGS/profile.log" 2>&1
+  cat "$LOGS/profile.log" | grep -v Warning | tail -n 8
+  wait; echo "== persistent, second half"; tail -n 25 "$LOGS/report-persistent-2.log"
+  finish ;;
+*) echo "usage: session.sh a|b|c|d|e|f" >&2; exit 2 ;;
 esac

@@ -85,6 +85,12 @@ def decode_persistent_ops(token, pos, dw: DecodeWeights, k_cache, v_cache, writt
 HEADER = r"""
 namespace pdp {
 
+__device__ __forceinline__ unsigned long long now_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
 __device__ __forceinline__ float lo(unsigned u) { return __uint_as_float(u << 16); }
 __device__ __forceinline__ float hi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
 
@@ -396,6 +402,9 @@ BODY = r"""
 /*FENCES*/
     }
     if (tk >= (unsigned)V || P < 0 || P >= CAP) return;
+    // STAMPS (a profile, off in every real step): block 0's clocks at each phase's start and end
+    #define PDP_STAMP(i) if (STAMPS && b == 0 && t == 0) { stamps[i] = pdp::now_ns(); stamps[NL * 10 + 3 + (i)] = clock64(); }
+    PDP_STAMP(NL * 10 + 2)
 /*TABLES*/
     const uint4* WQKV = reinterpret_cast<const uint4*>(wqkv);
     const uint4* WO = reinterpret_cast<const uint4*>(wo);
@@ -411,11 +420,14 @@ BODY = r"""
     for (int l = 0; l < NL; ++l) {
         const float* hin = l == 0 ? x0 : H;
         // 1: RMSNorm + q|k|v
+        PDP_STAMP(l * 10)
         pdp::stage<D, BLOCK, true>(xs4, hin, in_norm + l * D, eps, red);
         pdp::gemv<D, 1, 2, NQKV, TW * 2>(gq, WQKV + (size_t)l * NQKV * (D / 8), gw * 2, lane, xs4,
                   [&](int row, float a, float) { __stcg(QKV + row, a); });
+        PDP_STAMP(l * 10 + 1)
         if (!pdp::grid_sync(sy, NB, SPIN)) return;
         // 2: attention
+        PDP_STAMP(l * 10 + 2)
         for (int item = b; item < HKV * S; item += NB) {
             const int h = item / S, s = item % S, start = s * CH;
             const int stop = min(start + CH, P + 1) > start ? min(start + CH, P + 1) : start;
@@ -425,29 +437,37 @@ BODY = r"""
         }
         pdp::Rows<NO, 1, 1> go;
         go.load(WO + (size_t)l * D * (NO / 8), D, gw, lane);
+        PDP_STAMP(l * 10 + 3)
         if (!pdp::grid_sync(sy, NB, SPIN)) return;
         // 3: o_proj + residual
+        PDP_STAMP(l * 10 + 4)
         pdp::stage<NO, BLOCK, false>(xs4, O, nullptr, 0.f, red);
         pdp::gemv<NO, 1, 1, D, TW>(go, WO + (size_t)l * D * (NO / 8), gw, lane, xs4,
                   [&](int row, float a, float) { __stcg(H + row, __ldcg(hin + row) + a); });
         pdp::Rows<D, 2, 1> gg;
         gg.load(WGU + (size_t)l * 2 * FF * (D / 8), FF, gw, lane);
+        PDP_STAMP(l * 10 + 5)
         if (!pdp::grid_sync(sy, NB, SPIN)) return;
         // 4: RMSNorm + gate|up + SwiGLU
+        PDP_STAMP(l * 10 + 6)
         pdp::stage<D, BLOCK, true>(xs4, H, post_norm + l * D, eps, red);
         pdp::gemv<D, 2, 1, FF, TW>(gg, WGU + (size_t)l * 2 * FF * (D / 8), gw, lane, xs4,
                   [&](int row, float g, float u) { __stcg(ACT + row, g / (1.f + expf(-g)) * u); });
         pdp::Rows<FF, 1, 1> gd;
         gd.load(WD + (size_t)l * D * (FF / 8), D, gw, lane);
+        PDP_STAMP(l * 10 + 7)
         if (!pdp::grid_sync(sy, NB, SPIN)) return;
         // 5: down + residual
+        PDP_STAMP(l * 10 + 8)
         pdp::stage<FF, BLOCK, false>(xs4, ACT, nullptr, 0.f, red);
         pdp::gemv<FF, 1, 1, D, TW>(gd, WD + (size_t)l * D * (FF / 8), gw, lane, xs4,
                   [&](int row, float a, float) { __stcg(H + row, __ldcg(H + row) + a); });
         if (l + 1 < NL) gq.load(WQKV + (size_t)(l + 1) * NQKV * (D / 8), NQKV, gw * 2, lane);
+        PDP_STAMP(l * 10 + 9)
         if (!pdp::grid_sync(sy, NB, SPIN)) return;
     }
     // final RMSNorm + LM head, each warp keeping its best row (the first of equal maxima, as argmax does)
+    PDP_STAMP(NL * 10)
     gl.load(LM, V, gw * 2, lane);
     pdp::stage<D, BLOCK, true>(xs4, H, fnorm, eps, red);
     float best = -INFINITY;
@@ -461,6 +481,7 @@ BODY = r"""
         const int oi = __shfl_xor_sync(0xffffffffu, besti, o);
         if (ov > best || (ov == best && oi < besti)) { best = ov; besti = oi; }
     }
+    PDP_STAMP(NL * 10 + 1)
     if (lane == 0) { bv[warp] = best; bi[warp] = besti; }
     __syncthreads();
     if (t == 0) {
@@ -503,7 +524,7 @@ def kernel_for(layers: int):
     if layers not in _kernels:
         inputs = _INPUTS + [f"kc_{i}" for i in range(layers)] + [f"vc_{i}" for i in range(layers)] \
             + [f"fin_{i}" for i in range(layers)]
-        outputs = ["logits", "tok_out", "pos_out", "scratch"] + [f"fout_{i}" for i in range(layers)]
+        outputs = ["logits", "tok_out", "pos_out", "scratch", "stamps"] + [f"fout_{i}" for i in range(layers)]
         _kernels[layers] = mx.fast.cuda_kernel(name=f"pdlib_decode_persistent_l{layers}", input_names=inputs,
                                                output_names=outputs, source=_source(layers), header=HEADER)
     return _kernels[layers]
@@ -549,10 +570,12 @@ def scratch_layout(*, D: int, heads: int, kv_heads: int, dh: int, F: int, splits
 
 
 def launch(token, pos, dw: DecodeWeights, k_cache, v_cache, written, sync, *, heads: int, kv_heads: int,
-           eps: float, poison: bool = False, blocks: int | None = None) -> list:
+           eps: float, poison: bool = False, blocks: int | None = None, stamps: bool = False) -> list:
     """The kernel's outputs: [logits, tok_out (token, error flag, 0, 0), pos_out (pos + 1, 0, 0, 0), scratch
-    (scratch_layout), fence per layer...]. `poison` fills them with NaN first (a skipped element shows);
-    `blocks` defaults to the SM count."""
+    (scratch_layout), stamps, fence per layer...]. `poison` fills them with NaN first (a skipped element
+    shows); `blocks` defaults to the SM count. `stamps` (a profile): block 0's globaltimer (ns) at each of
+    the 10 phase starts and ends per layer, the LM head's start and end, the kernel's start, then the same
+    10 L + 3 as SM clock cycles; otherwise one unused word."""
     layers, (_, cap, dh) = len(k_cache), k_cache[0].shape
     V, D = dw.embed.shape
     F = dw.down.shape[2]
@@ -565,16 +588,16 @@ def launch(token, pos, dw: DecodeWeights, k_cache, v_cache, written, sync, *, he
                 dw.q_norm, dw.k_norm, dw.norm, dw.inv_freq, sync, *k_cache, *v_cache, *written],
         template=[("D", D), ("HQ", heads), ("HKV", kv_heads), ("DH", dh), ("FF", F), ("NL", layers), ("V", V),
                   ("CAP", cap), ("NB", nb), ("S", splits), ("BLOCK", BLOCK), ("EPS_BITS", float_bits(eps)),
-                  ("SCALE_BITS", float_bits(dh ** -0.5)), ("SPIN", SPIN_CYCLES)],
+                  ("SCALE_BITS", float_bits(dh ** -0.5)), ("SPIN", SPIN_CYCLES), ("STAMPS", stamps)],
         grid=(nb * BLOCK, 1, 1), threadgroup=(BLOCK, 1, 1),
-        output_shapes=[(V,), (4,), (4,), (size,)] + [(4,)] * layers,
-        output_dtypes=[mx.float32, mx.uint32, mx.int32, mx.float32] + [mx.uint32] * layers,
+        output_shapes=[(V,), (4,), (4,), (size,), (2 * (10 * layers + 3) if stamps else 1,)] + [(4,)] * layers,
+        output_dtypes=[mx.float32, mx.uint32, mx.int32, mx.float32, mx.uint64] + [mx.uint32] * layers,
         init_value=float("nan") if poison else None)
 
 
 def decode_persistent(token, pos, dw: DecodeWeights, k_cache, v_cache, written, sync, **kw):
     """-> (logits (V,), token (), pos + 1 (1,), [], [], fences): one launch (keywords as `launch`)."""
-    logits, tok, next_pos, _, *fences = launch(token, pos, dw, k_cache, v_cache, written, sync, **kw)
+    logits, tok, next_pos, _, _, *fences = launch(token, pos, dw, k_cache, v_cache, written, sync, **kw)
     return logits, tok[0], next_pos[:1], [], [], fences
 
 

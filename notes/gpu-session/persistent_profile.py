@@ -1,0 +1,77 @@
+"""Where the persistent decode kernel's time goes (issue 12), under a few grid sizes: ms per token with the
+token observed on the host and pipelined (no host sync, the device's own pace), and one step's phase
+timeline from block 0's clocks (P.launch(stamps=True)), medians over layers 1-27 in µs. One JSON line each.
+
+    python3 notes/gpu-session/persistent_profile.py [context]
+"""
+
+import json
+import os
+import statistics
+import sys
+import time
+
+import mlx.core as mx
+
+from pdlib.engine import Engine, check_token
+from pdlib.engine.kernels import persistent_decode as P
+from pdlib.weights import load_model
+
+CTX = int(sys.argv[1]) if len(sys.argv) > 1 else 4096
+model = load_model("synthetic:qwen3-0.6b")
+cfg = model.config
+engine = Engine(model, capacity=CTX + 1200, decode="persistent")
+engine.add_request("X", [(i * 7919 + 13) % 50000 for i in range(CTX)])
+engine.reset("X", logical=True)
+engine.prefill_chunk("X", CTX).token.item()
+req, q = engine.requests["X"], engine.model
+kw = dict(heads=cfg.num_attention_heads, kv_heads=cfg.num_key_value_heads, eps=cfg.rms_norm_eps)
+PHASES = ["norm+qkv", "barrier1", "attention", "barrier2", "o_proj", "barrier3", "norm+gate_up", "barrier4",
+          "down", "barrier5"]
+
+
+def observed(n=40):
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter_ns()
+        check_token(engine.decode("X").token.item())
+        times.append((time.perf_counter_ns() - t0) / 1e6)
+    return statistics.median(times[5:])
+
+
+def pipelined(n=40):
+    engine.decode("X").token.item()
+    t0 = time.perf_counter_ns()
+    toks = [engine.decode("X").token for _ in range(n)]
+    mx.eval(toks)
+    return (time.perf_counter_ns() - t0) / 1e6 / n
+
+
+def timeline(blocks):
+    c = req.cache
+    outs = P.launch(req.next_token, c.position(), q.decode_weights, c.k, c.v, c.written, P.new_sync(),
+                    blocks=blocks, stamps=True, **kw)
+    mx.eval(outs)
+    s = outs[4].tolist()
+    L = cfg.num_hidden_layers
+    ns, cyc = s[: 10 * L + 3], s[10 * L + 3:]
+    end = lambda l, k: ns[l * 10 + k + 1] if l * 10 + k + 1 < 10 * L else ns[10 * L]  # noqa: E731
+    per = {name: statistics.median((end(l, k) - ns[l * 10 + k]) / 1e3 for l in range(1, L))
+           for k, name in enumerate(PHASES)}
+    total_ns = ns[10 * L + 1] - ns[10 * L + 2]
+    return {"phases_us": per, "layer_us": sum(per.values()), "lm_head_us": (ns[10 * L + 1] - ns[10 * L]) / 1e3,
+            "first_phase_start_us": (ns[0] - ns[10 * L + 2]) / 1e3, "kernel_us": total_ns / 1e3,
+            "sm_ghz": (cyc[10 * L + 1] - cyc[10 * L + 2]) / total_ns, "token_ok": outs[1].tolist()[:2]}
+
+
+for blocks in (None, 128, 96, 64):
+    P.sm_count.cache_clear()
+    os.environ.pop("PDLIB_PERSISTENT_BLOCKS", None)
+    if blocks:
+        os.environ["PDLIB_PERSISTENT_BLOCKS"] = str(blocks)
+    nb = P.sm_count()
+    try:
+        row = {"context": CTX, "blocks": nb, "observed_ms": observed(), "pipelined_ms": pipelined(), **timeline(nb)}
+    except Exception as e:
+        row = {"context": CTX, "blocks": nb, "error": f"{type(e).__name__}: {e}"}
+    print(json.dumps(row), flush=True)
