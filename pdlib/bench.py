@@ -60,7 +60,7 @@ def bench_pdlib(model: LoadedModel, *, contexts, tokens: int, warmup: int, prefi
                 repeats: int, decode: str | None = None) -> dict:
     cfg = model.config
     engine = Engine(model, capacity=max(max(contexts), prefill_tokens) + warmup + tokens + 1, decode=decode)
-    out = {"decode_ms_median": {}, "decode_ms_all": {}}
+    out = {"decode": engine.model.decode_mode, "decode_ms_median": {}, "decode_ms_all": {}}
     for ctx in contexts:
         engine.add_request("X", _prompt(cfg, ctx))
         engine.reset("X", logical=True)
@@ -139,12 +139,9 @@ def bench_step(model: LoadedModel, *, contexts=(1024, 4096, 5120), tokens: int =
     log(f"device-to-device copy: {bw / 1e12:.2f} TB/s")
     engines = {"pdlib": bench_pdlib(model, **kw)}
     mx.clear_cache()
-    if decode_mode() != "persistent" and persistent_decode.available(head_dim=model.config.head_dim, packed=True):
-        try:  # a kernel that fails (its grid barrier timed out, say) must not lose the rest
-            engines["pdlib-persistent"] = bench_pdlib(model, decode="persistent", **kw)
-        except Exception as e:
-            engines["pdlib-persistent"] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
-            log(f"pdlib-persistent: not measured ({engines['pdlib-persistent']['error']})")
+    if decode_mode() is None and persistent_decode.available(head_dim=model.config.head_dim, packed=True):
+        # pdlib decodes with the persistent kernel here: the per-operation kernels it replaced, beside it
+        engines["pdlib-kernels"] = bench_pdlib(model, decode="kernels", **kw)
         mx.clear_cache()
     engines["mlx-lm"] = bench_mlx_lm(model, **kw)
     mx.clear_cache()

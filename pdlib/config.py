@@ -216,10 +216,11 @@ def _check_int(name: str, value, lo: int) -> None:
 DECODE_MODES = ("kernels", "persistent")
 
 
-def decode_mode(mode: str | None = None) -> str:
-    """The decode path: "kernels" (six kernels per layer, compiled into one graph) or "persistent" (one launch
-    per token, CUDA only: engine/kernels/persistent_decode.py); None reads PDLIB_DECODE (default "kernels")."""
-    mode = mode or os.environ.get("PDLIB_DECODE") or "kernels"
-    if mode not in DECODE_MODES:
+def decode_mode(mode: str | None = None) -> str | None:
+    """The decode path asked for: "kernels" (six kernels per layer, compiled into one graph) or "persistent"
+    (one launch per token: engine/kernels/persistent_decode.py); None reads PDLIB_DECODE, and None when that is
+    unset too: the engine then takes persistent where it runs (CUDA) and kernels elsewhere."""
+    mode = mode or os.environ.get("PDLIB_DECODE") or None
+    if mode is not None and mode not in DECODE_MODES:
         raise InputError(f"PDLIB_DECODE={mode!r}: expected one of {', '.join(DECODE_MODES)}")
     return mode

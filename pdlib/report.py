@@ -131,7 +131,7 @@ def environment(backend: str) -> dict:
     return {"device": "cpu" if backend == "cpu" else "gpu", "device_name": device_name, "backend": backend,
             "mlx": mx.__version__, "mlx_lm": mlx_lm, "python": platform.python_version(),
             "platform": platform.platform(), "machine": platform.machine(), "git_commit": git_commit(),
-            "MLX_ENABLE_TF32": os.environ.get("MLX_ENABLE_TF32"), "decode": _decode(),
+            "MLX_ENABLE_TF32": os.environ.get("MLX_ENABLE_TF32"),
             **{k: os.environ[k] for k in RECORDED_ENV if k in os.environ},
             "cpu_cores": _cores()}
 
@@ -139,16 +139,8 @@ def environment(backend: str) -> dict:
 # Recorded when set (absent: the default). MLX's CUDA graph commit size and use decide how long dispatching
 # a big graph holds the host (notes/gpu.md, v8); the GPU a process was given (and its cores, `_cores`) say
 # which of a shared host's runs side by side this was.
-RECORDED_ENV = ("MLX_MAX_OPS_PER_BUFFER", "MLX_MAX_MB_PER_BUFFER", "MLX_USE_CUDA_GRAPHS", "CUDA_VISIBLE_DEVICES")
-
-
-def _decode() -> str:
-    """The decode path the engine takes (PDLIB_DECODE); a bad value is reported as given."""
-    from pdlib.config import decode_mode
-    try:
-        return decode_mode()
-    except InputError:
-        return os.environ.get("PDLIB_DECODE", "")
+RECORDED_ENV = ("MLX_MAX_OPS_PER_BUFFER", "MLX_MAX_MB_PER_BUFFER", "MLX_USE_CUDA_GRAPHS", "CUDA_VISIBLE_DEVICES",
+                "PDLIB_DECODE")
 
 
 def _cores() -> str:
@@ -162,8 +154,10 @@ def _cores() -> str:
 
 def build_report(*, params: dict, model: dict, prompts: dict, backend: str, validation: dict,
                  reference_tokens: dict, trials: list, params_file=None, slo: dict | None = None,
-                 workers: dict | None = None) -> dict:
+                 workers: dict | None = None, decode: str | None = None) -> dict:
     env = environment(backend)
+    if decode is not None:  # the decode path the engine took (Qwen3.decode_mode)
+        env["decode"] = decode
     if workers:  # a disagg run's two workers
         env["workers"] = workers
     report = {"schema": SCHEMA,

@@ -69,7 +69,9 @@ def test_a_planted_fault_in_the_stacking_is_seen(tiny):
 
 def test_the_decode_switch(monkeypatch, tiny):
     monkeypatch.delenv("PDLIB_DECODE", raising=False)
-    assert decode_mode() == "kernels" and decode_mode("persistent") == "persistent"
+    assert decode_mode() is None and decode_mode("persistent") == "persistent"
+    # unset: persistent where it runs (CUDA, head_dim 128), the per-operation kernels elsewhere
+    assert Engine(tiny, capacity=16).model.decode_mode == "kernels"
     monkeypatch.setenv("PDLIB_DECODE", "fast")
     with pytest.raises(InputError, match="PDLIB_DECODE='fast'.*kernels, persistent"):
         decode_mode()
@@ -80,11 +82,12 @@ def test_the_decode_switch(monkeypatch, tiny):
 
 
 def test_the_report_records_the_decode_path(monkeypatch):
-    from pdlib.report import environment
-    monkeypatch.delenv("PDLIB_DECODE", raising=False)
-    assert environment("cpu")["decode"] == "kernels"
-    monkeypatch.setenv("PDLIB_DECODE", "persistent")
-    assert environment("cpu")["decode"] == "persistent"
+    from pdlib.report import build_report, environment
+    monkeypatch.setenv("PDLIB_DECODE", "kernels")
+    assert environment("cpu")["PDLIB_DECODE"] == "kernels"
+    kw = dict(params={}, model={}, prompts={}, backend="cpu", validation={}, reference_tokens={}, trials=[])
+    assert build_report(**kw, decode="persistent")["environment"]["decode"] == "persistent"
+    assert "decode" not in build_report(**kw)["environment"]
 
 
 def test_a_failed_step_is_an_error_not_a_token():

@@ -71,10 +71,11 @@ class Qwen3:
         wrap = mx.compile if compile_steps else (lambda f: f)
         self._p_norm_kv, self._p_q, self._p_out_mlp = wrap(self._norm_kv), wrap(self._q), wrap(self._out_mlp)
         self._compile_steps, self._attention = compile_steps, {}
-        self.decode_mode = decode_mode(decode)
+        runs_here = persistent.available(head_dim=cfg.head_dim, packed=lossless_decode_weights)
+        self.decode_mode = decode_mode(decode) or ("persistent" if runs_here else "kernels")
         self.decode_weights, self._syncs = None, {}
         if self.decode_mode == "persistent":
-            if not persistent.available(head_dim=cfg.head_dim, packed=lossless_decode_weights):
+            if not runs_here:
                 raise InputError(f"PDLIB_DECODE=persistent: the persistent decode kernel needs CUDA, head_dim 128 and bf16-packed decode "
                                  f"weights; here: backend {K.BACKEND}, head_dim {cfg.head_dim}, packed "
                                  f"{lossless_decode_weights} (PDLIB_DECODE=kernels runs everywhere)")
