@@ -1,6 +1,8 @@
-"""Where the persistent decode kernel's time goes (issue 12), under a few grid sizes: ms per token with the
-token observed on the host and pipelined (no host sync, the device's own pace), and one step's phase
-timeline from block 0's clocks (P.launch(stamps=True)), medians over layers 1-27 in µs. One JSON line each.
+"""Where the persistent decode kernel's time goes (issue 12), with and without the L2 prefetch of attention's
+K/V: ms per token with the token observed on the host (and how much of it the host spends before the
+device starts: `dispatch_ms`, until decode() returns) and pipelined (no host sync, the device's own pace),
+and one step's phase timeline from block 0's clocks (P.launch(stamps=True)), medians over layers 1-27 in
+µs. One JSON line each.
 
     python3 notes/gpu-session/persistent_profile.py [context]
 """
@@ -31,12 +33,14 @@ PHASES = ["norm+qkv", "barrier1", "attention", "barrier2", "o_proj", "barrier3",
 
 
 def observed(n=40):
-    times = []
+    times, dispatch = [], []
     for _ in range(n):
         t0 = time.perf_counter_ns()
-        check_token(engine.decode("X").token.item())
+        out = engine.decode("X")
+        dispatch.append((time.perf_counter_ns() - t0) / 1e6)
+        check_token(out.token.item())
         times.append((time.perf_counter_ns() - t0) / 1e6)
-    return statistics.median(times[5:])
+    return {"observed_ms": statistics.median(times[5:]), "dispatch_ms": statistics.median(dispatch[5:])}
 
 
 def pipelined(n=40):
@@ -64,14 +68,13 @@ def timeline(blocks):
             "sm_ghz": (cyc[10 * L + 1] - cyc[10 * L + 2]) / total_ns, "token_ok": outs[1].tolist()[:2]}
 
 
-for blocks in (None, 128, 96, 64):
-    P.sm_count.cache_clear()
-    os.environ.pop("PDLIB_PERSISTENT_BLOCKS", None)
-    if blocks:
-        os.environ["PDLIB_PERSISTENT_BLOCKS"] = str(blocks)
+for prefetch in ("0", "1"):
+    os.environ["PDLIB_PERSISTENT_PREFETCH"] = prefetch
     nb = P.sm_count()
+    head = {"context": CTX, "blocks": nb, "prefetch_kv": prefetch,
+            "MLX_USE_CUDA_GRAPHS": os.environ.get("MLX_USE_CUDA_GRAPHS")}
     try:
-        row = {"context": CTX, "blocks": nb, "observed_ms": observed(), "pipelined_ms": pipelined(), **timeline(nb)}
+        row = {**head, **observed(), "pipelined_ms": pipelined(), **timeline(nb)}
     except Exception as e:
-        row = {"context": CTX, "blocks": nb, "error": f"{type(e).__name__}: {e}"}
+        row = {**head, "error": f"{type(e).__name__}: {e}"}
     print(json.dumps(row), flush=True)

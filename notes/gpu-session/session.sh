@@ -16,6 +16,9 @@
 #   bash notes/gpu-session/session.sh f    issue 12: the persistent kernel's phase timeline and grid sizes (GPU 0)
 #                                          beside the published workload's other half under it: chunked
 #                                          overlap slo-chunked slo-mixed at $SLO ms (GPU 1)
+#   bash notes/gpu-session/session.sh g    issue 12, second kernel version: check-kernels, bench-step without peers
+#                                          and the profile (GPU 0) beside, once its rows pass, the published
+#                                          workload with eager chunked fifo mixed (GPU 1)
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -121,5 +124,20 @@ f)
   cat "$LOGS/profile.log" | grep -v Warning | tail -n 8
   wait; echo "== persistent, second half"; tail -n 25 "$LOGS/report-persistent-2.log"
   finish ;;
-*) echo "usage: session.sh a|b|c|d|e|f" >&2; exit 2 ;;
+g)
+  nvidia-smi -L > "$LOGS/gpus.txt"; nproc >> "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
+  gpu 0 timeout 200 python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
+  grep -c " pass$" "$LOGS/ck0.log"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 8
+  if grep -q "^persistent/" "$LOGS/ck0.log" && ! grep "^persistent/" "$LOGS/ck0.log" | grep -q FAIL; then
+    gpu 1 timeout -s INT $(left) python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+      --policies eager chunked fifo mixed --quiet --output "$OUT/report.json" > "$LOGS/report.log" 2>&1 &
+  fi
+  gpu 0 timeout 240 python3 -m pdlib bench-step --no-peers --contexts 4096 5120 --output "$OUT/bench-step-pdlib.json" \
+    > "$LOGS/bench.log" 2>&1
+  tail -n 7 "$LOGS/bench.log"
+  gpu 0 timeout $(( $(left) - 20 )) python3 notes/gpu-session/persistent_profile.py 4096 > "$LOGS/profile.log" 2>&1
+  grep "^{" "$LOGS/profile.log"
+  wait; echo "== report"; tail -n 14 "$LOGS/report.log" 2>/dev/null
+  finish ;;
+*) echo "usage: session.sh a|b|c|d|e|f|g" >&2; exit 2 ;;
 esac

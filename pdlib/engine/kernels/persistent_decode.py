@@ -219,7 +219,7 @@ __device__ __forceinline__ void attend(int h, int s, int start, int stop, int P,
                                        const float* qn, const float* knw, const float* inv_freq, float* kc,
                                        float* vc, float* pm, float* pl, float* po, float* o, unsigned* count,
                                        float e, float SCALE) {
-    constexpr int REP = HQ / HKV, WARPS = BLOCK / 32, HALF = DH / 2, DW = DH / 32, G = 8;
+    constexpr int REP = HQ / HKV, WARPS = BLOCK / 32, HALF = DH / 2, DW = DH / 32, G = 4;
     __shared__ float qs[REP][DH];
     __shared__ float kn[DH];
     __shared__ float vn[DH];
@@ -231,15 +231,16 @@ __device__ __forceinline__ void attend(int h, int s, int start, int stop, int P,
 
     const float4* K4 = reinterpret_cast<const float4*>(kc + (size_t)h * CAP * DH);
     const float4* V4 = reinterpret_cast<const float4*>(vc + (size_t)h * CAP * DH);
-    float4 kv[G], vv[G];
-    #define PDP_LOAD_KV(J0)                                                                           \
+    // two groups of G keys per warp in flight: the next group is requested before the current is reduced
+    float4 kv[G], vv[G], kv2[G], vv2[G];
+    #define PDP_LOAD_KV(KV, VV, J0)                                                                   \
         _Pragma("unroll") for (int g = 0; g < G; ++g) {                                               \
             const int j = (J0) + g;                                                                   \
-            if (j < P && j < stop) { kv[g] = K4[(size_t)j * (DH / 4) + lane]; vv[g] = V4[(size_t)j * (DH / 4) + lane]; } \
-            else { kv[g] = make_float4(0.f, 0.f, 0.f, 0.f); vv[g] = kv[g]; }                          \
+            if (j < P && j < stop) { KV[g] = K4[(size_t)j * (DH / 4) + lane]; VV[g] = V4[(size_t)j * (DH / 4) + lane]; } \
+            else { KV[g] = make_float4(0.f, 0.f, 0.f, 0.f); VV[g] = KV[g]; }                          \
         }
     int j0 = start + warp * G;
-    PDP_LOAD_KV(j0)
+    PDP_LOAD_KV(kv, vv, j0)
 
     float raw[REP + 1], ss[REP + 1];
     if (t < DH) {
@@ -294,6 +295,8 @@ __device__ __forceinline__ void attend(int h, int s, int start, int stop, int P,
     const float4 kp = make_float4(kn[lane * 4], kn[lane * 4 + 1], kn[lane * 4 + 2], kn[lane * 4 + 3]);
     const float4 vp = make_float4(vn[lane * 4], vn[lane * 4 + 1], vn[lane * 4 + 2], vn[lane * 4 + 3]);
     while (j0 < stop) {
+        const int jn = j0 + WARPS * G;
+        if (jn < stop) { PDP_LOAD_KV(kv2, vv2, jn) }
         #pragma unroll
         for (int g = 0; g < G; ++g) if (j0 + g == P) { kv[g] = kp; vv[g] = vp; }
         #pragma unroll
@@ -323,8 +326,9 @@ __device__ __forceinline__ void attend(int h, int s, int start, int stop, int P,
             }
             m[r] = mn;
         }
-        j0 += WARPS * G;
-        if (j0 < stop) { PDP_LOAD_KV(j0) }
+        j0 = jn;
+        #pragma unroll
+        for (int g = 0; g < G; ++g) { kv[g] = kv2[g]; vv[g] = vv2[g]; }
     }
     #undef PDP_LOAD_KV
     for (int r = 0; r < REP; ++r) {
@@ -354,8 +358,10 @@ __device__ __forceinline__ void attend(int h, int s, int start, int stop, int P,
         for (int i = t; i < REP * DH; i += BLOCK) {
             const int r = i / DH, d = i % DH, hq = h * REP + r;
             float M = -INFINITY;
+            #pragma unroll
             for (int c = 0; c < S; ++c) M = fmaxf(M, __ldcg(pm + hq * S + c));
             float Lsum = 0.f, O = 0.f;
+            #pragma unroll
             for (int c = 0; c < S; ++c) {
                 const float mc = __ldcg(pm + hq * S + c);
                 if (mc == -INFINITY) continue;
@@ -424,6 +430,16 @@ BODY = r"""
         pdp::stage<D, BLOCK, true>(xs4, hin, in_norm + l * D, eps, red);
         pdp::gemv<D, 1, 2, NQKV, TW * 2>(gq, WQKV + (size_t)l * NQKV * (D / 8), gw * 2, lane, xs4,
                   [&](int row, float a, float) { __stcg(QKV + row, a); });
+        if (PREFETCH_KV)  // this block's attention keys and values (they predate this step) into L2, while it waits
+            for (int item = b; item < HKV * S; item += NB) {
+                const int h = item / S, start = (item % S) * CH, bytes = max(0, min(start + CH, P) - start) * DH * 4;
+                const char* k0 = reinterpret_cast<const char*>(KC[l] + ((size_t)h * CAP + start) * DH);
+                const char* v0 = reinterpret_cast<const char*>(VC[l] + ((size_t)h * CAP + start) * DH);
+                for (int off = t * 128; off < bytes; off += BLOCK * 128) {
+                    asm volatile("prefetch.global.L2 [%0];" :: "l"(k0 + off));
+                    asm volatile("prefetch.global.L2 [%0];" :: "l"(v0 + off));
+                }
+            }
         PDP_STAMP(l * 10 + 1)
         if (!pdp::grid_sync(sy, NB, SPIN)) return;
         // 2: attention
@@ -588,7 +604,8 @@ def launch(token, pos, dw: DecodeWeights, k_cache, v_cache, written, sync, *, he
                 dw.q_norm, dw.k_norm, dw.norm, dw.inv_freq, sync, *k_cache, *v_cache, *written],
         template=[("D", D), ("HQ", heads), ("HKV", kv_heads), ("DH", dh), ("FF", F), ("NL", layers), ("V", V),
                   ("CAP", cap), ("NB", nb), ("S", splits), ("BLOCK", BLOCK), ("EPS_BITS", float_bits(eps)),
-                  ("SCALE_BITS", float_bits(dh ** -0.5)), ("SPIN", SPIN_CYCLES), ("STAMPS", stamps)],
+                  ("SCALE_BITS", float_bits(dh ** -0.5)), ("SPIN", SPIN_CYCLES), ("STAMPS", stamps),
+                  ("PREFETCH_KV", os.environ.get("PDLIB_PERSISTENT_PREFETCH", "0") == "1")],
         grid=(nb * BLOCK, 1, 1), threadgroup=(BLOCK, 1, 1),
         output_shapes=[(V,), (4,), (4,), (size,), (2 * (10 * layers + 3) if stamps else 1,)] + [(4,)] * layers,
         output_dtypes=[mx.float32, mx.uint32, mx.int32, mx.float32, mx.uint64] + [mx.uint32] * layers,
