@@ -167,3 +167,24 @@ def test_the_cuda_source_compiles_for_the_h200(shape):
                            log, re.S).groups()
     # one block of 256 threads must fit on an SM by registers (64K) and static shared memory (48 KB)
     assert int(regs) * P.BLOCK <= 65536 and int(smem) <= 48 * 1024, log
+
+
+def test_the_engine_runs_the_persistent_step_compiled(monkeypatch, tiny):
+    """The engine's plumbing around the kernel (weights as a list through mx.compile, the sync buffer per cache,
+    fences and position passed on) with the ops twin standing in for the kernel: on the CPU its first decode
+    equals the per-operation path's."""
+    def twin(token, pos, dw, k, v, written, sync, **kw):
+        logits, tok, next_pos, _, _, fences = K.decode_persistent_ops(token, pos, dw, k, v, written, **kw)
+        return logits, tok, next_pos, [], [], fences
+    monkeypatch.setattr(P, "available", lambda **kw: True)
+    monkeypatch.setattr(P, "decode_persistent", twin)
+    prompt = list(range(3, 20))
+    outs = []
+    for mode in ("persistent", "kernels"):
+        e = Engine(tiny, capacity=32, decode=mode)
+        e.add_request("A", prompt)
+        e.reset("A", logical=True)
+        e.prefill_chunk("A", len(prompt))
+        outs.append(e.decode("A"))
+        assert e.requests["A"].cache.length == len(prompt) + 1
+    assert mx.array_equal(outs[0].logits, outs[1].logits).item() and outs[0].token.item() == outs[1].token.item()

@@ -68,7 +68,7 @@ def timeline(blocks):
             "sm_ghz": (cyc[10 * L + 1] - cyc[10 * L + 2]) / total_ns, "token_ok": outs[1].tolist()[:2]}
 
 
-for prefetch in ("0", "1"):
+for prefetch in os.environ.get("PROFILE_PREFETCH", "0 1").split():
     os.environ["PDLIB_PERSISTENT_PREFETCH"] = prefetch
     nb = P.sm_count()
     head = {"context": CTX, "blocks": nb, "prefetch_kv": prefetch,

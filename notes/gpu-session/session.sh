@@ -19,6 +19,8 @@
 #   bash notes/gpu-session/session.sh g    issue 12, second kernel version: check-kernels, bench-step without peers
 #                                          and the profile (GPU 0) beside, once its rows pass, the published
 #                                          workload with eager chunked fifo mixed (GPU 1)
+#   bash notes/gpu-session/session.sh h    the compiled persistent step: its profile (GPU 0) beside a short gate
+#                                          (GPU 1); results on stdout (a call cut short still returns them)
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -139,5 +141,10 @@ g)
   grep "^{" "$LOGS/profile.log"
   wait; echo "== report"; tail -n 14 "$LOGS/report.log" 2>/dev/null
   finish ;;
-*) echo "usage: session.sh a|b|c|d|e|f|g" >&2; exit 2 ;;
+h)
+  PROFILE_PREFETCH=0 gpu 0 timeout 150 python3 notes/gpu-session/persistent_profile.py 4096 2>&1 | grep "^{" &
+  gpu 1 timeout 150 python3 -m pdlib run --model synthetic:qwen3-0.6b --prompt-tokens 1024 --output-tokens 64 \
+    --chunk-size 128 --policies chunked fifo mixed --validate-only --quiet 2>&1 | tail -n 6 &
+  wait ;;
+*) echo "usage: session.sh a|b|c|d|e|f|g|h" >&2; exit 2 ;;
 esac

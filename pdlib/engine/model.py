@@ -81,6 +81,18 @@ class Qwen3:
                                  f"{lossless_decode_weights} (PDLIB_DECODE=kernels runs everywhere)")
             self.decode_weights = self.stacked_decode_weights()
             mx.eval(self.decode_weights)
+            # Compiled, the kernel's source is assembled and its arguments traced once, not on every token
+            self._persistent = mx.compile(self.persistent_step) if compile_steps else self.persistent_step
+
+    def persistent_step(self, token: mx.array, pos: mx.array, weights: list, k_cache: list, v_cache: list,
+                        written: list, sync: mx.array):
+        """The persistent kernel's step with the weights as a list (what mx.compile takes):
+        -> (logits, token, pos + 1, fences); it stores the new K/V slots itself."""
+        c = self.cfg
+        logits, token, next_pos, _, _, fences = persistent.decode_persistent(
+            token, pos, persistent.DecodeWeights(*weights), k_cache, v_cache, written, sync,
+            heads=c.num_attention_heads, kv_heads=c.num_key_value_heads, eps=c.rms_norm_eps)
+        return logits, token, next_pos, fences
 
     def stacked_decode_weights(self) -> "persistent.DecodeWeights":
         """The decode weights with the layers stacked per kind, for the persistent kernel (and its twin)."""
@@ -257,11 +269,10 @@ class Qwen3:
         if self.decode_weights is not None:
             if id(cache) not in self._syncs:  # one barrier buffer per cache: decodes of two requests may overlap
                 self._syncs[id(cache)] = persistent.new_sync()
-            c = self.cfg
-            logits, token, next_pos, ks, vs, written = persistent.decode_persistent(
-                token, cache.position(), self.decode_weights, cache.k, cache.v, cache.written, self._syncs[id(cache)],
-                heads=c.num_attention_heads, kv_heads=c.num_key_value_heads, eps=c.rms_norm_eps)
-            cache.store_decoded(ks, vs, written, next_pos=next_pos)
+            logits, token, next_pos, written = self._persistent(
+                token, cache.position(), list(vars(self.decode_weights).values()), cache.k, cache.v, cache.written,
+                self._syncs[id(cache)])
+            cache.store_decoded([], [], written, next_pos=next_pos)
             return logits, token
         logits, token, next_pos, ks, vs, written = self._step(token, cache.position(), cache.k, cache.v,
                                                               cache.written)
