@@ -1,5 +1,4 @@
-"""Where the persistent decode kernel's time goes (issue 12), with and without the L2 prefetch of attention's
-K/V: ms per token with the token observed on the host (and how much of it the host spends before the
+"""Where the persistent decode kernel's time goes (issue 12): ms per token with the token observed on the host (and how much of it the host spends before the
 device starts: `dispatch_ms`, until decode() returns) and pipelined (no host sync, the device's own pace),
 and one step's phase timeline from block 0's clocks (P.launch(stamps=True)), medians over layers 1-27 in
 µs. One JSON line each.
@@ -68,10 +67,9 @@ def timeline(blocks):
             "sm_ghz": (cyc[10 * L + 1] - cyc[10 * L + 2]) / total_ns, "token_ok": outs[1].tolist()[:2]}
 
 
-for prefetch in os.environ.get("PROFILE_PREFETCH", "0 1").split():
-    os.environ["PDLIB_PERSISTENT_PREFETCH"] = prefetch
+for _ in range(1):
     nb = P.sm_count()
-    head = {"context": CTX, "blocks": nb, "prefetch_kv": prefetch,
+    head = {"context": CTX, "blocks": nb,
             "MLX_USE_CUDA_GRAPHS": os.environ.get("MLX_USE_CUDA_GRAPHS")}
     try:
         row = {**head, **observed(), "pipelined_ms": pipelined(), **timeline(nb)}

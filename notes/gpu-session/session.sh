@@ -142,7 +142,7 @@ g)
   wait; echo "== report"; tail -n 14 "$LOGS/report.log" 2>/dev/null
   finish ;;
 h)
-  PROFILE_PREFETCH=0 gpu 0 timeout 150 python3 notes/gpu-session/persistent_profile.py 4096 2>&1 | grep "^{" &
+  gpu 0 timeout 150 python3 notes/gpu-session/persistent_profile.py 4096 2>&1 | grep "^{" &
   gpu 1 timeout 150 python3 -m pdlib run --model synthetic:qwen3-0.6b --prompt-tokens 1024 --output-tokens 64 \
     --chunk-size 128 --policies chunked fifo mixed --validate-only --quiet 2>&1 | tail -n 6 &
   wait ;;

@@ -1,6 +1,7 @@
 """Qwen3 forward passes on pdlib's op layer: a ragged step over one or more requests' rows (prompt chunks
 and decodes batched together; FP32 weights, MLX ops with compiled pieces, final-layer pruning) and the one-
-token decode step (bf16-packed weights, FP32 accumulation, the op layer's kernels, compiled into one graph).
+token decode step (bf16-packed weights, FP32 accumulation): on CUDA one persistent kernel per token
+(kernels/persistent_decode.py), elsewhere the op layer's kernels compiled into one graph (PDLIB_DECODE picks).
 Shapes: D hidden, T tokens in the step, Dh head dim.
 """
 
@@ -9,11 +10,11 @@ from functools import partial
 
 import mlx.core as mx
 
-from pdlib.engine import kernels as K
-from pdlib.engine.kernels import persistent_decode as persistent
 from pdlib.config import decode_mode
-from pdlib.errors import InputError
+from pdlib.engine import kernels as K
 from pdlib.engine.cache import KVCache
+from pdlib.engine.kernels import persistent_decode as persistent
+from pdlib.errors import InputError
 from pdlib.weights import LoadedModel, layer_names, pack_bf16
 
 
@@ -76,23 +77,14 @@ class Qwen3:
         self.decode_weights, self._syncs = None, {}
         if self.decode_mode == "persistent":
             if not runs_here:
-                raise InputError(f"PDLIB_DECODE=persistent: the persistent decode kernel needs CUDA, head_dim 128 and bf16-packed decode "
-                                 f"weights; here: backend {K.BACKEND}, head_dim {cfg.head_dim}, packed "
-                                 f"{lossless_decode_weights} (PDLIB_DECODE=kernels runs everywhere)")
+                raise InputError(f"PDLIB_DECODE=persistent: the persistent decode kernel needs CUDA, head_dim 128 "
+                                 f"and bf16-packed decode weights; here: backend {K.BACKEND}, head_dim "
+                                 f"{cfg.head_dim}, packed {lossless_decode_weights} (PDLIB_DECODE=kernels runs "
+                                 f"everywhere)")
+            # One launch per token: nothing to compile (under mx.compile the host's time per token on the H200
+            # did not change: notes/persistent-decode.md)
             self.decode_weights = self.stacked_decode_weights()
             mx.eval(self.decode_weights)
-            # Compiled, the kernel's source is assembled and its arguments traced once, not on every token
-            self._persistent = mx.compile(self.persistent_step) if compile_steps else self.persistent_step
-
-    def persistent_step(self, token: mx.array, pos: mx.array, weights: list, k_cache: list, v_cache: list,
-                        written: list, sync: mx.array):
-        """The persistent kernel's step with the weights as a list (what mx.compile takes):
-        -> (logits, token, pos + 1, fences); it stores the new K/V slots itself."""
-        c = self.cfg
-        logits, token, next_pos, _, _, fences = persistent.decode_persistent(
-            token, pos, persistent.DecodeWeights(*weights), k_cache, v_cache, written, sync,
-            heads=c.num_attention_heads, kv_heads=c.num_key_value_heads, eps=c.rms_norm_eps)
-        return logits, token, next_pos, fences
 
     def stacked_decode_weights(self) -> "persistent.DecodeWeights":
         """The decode weights with the layers stacked per kind, for the persistent kernel (and its twin)."""
@@ -269,10 +261,11 @@ class Qwen3:
         if self.decode_weights is not None:
             if id(cache) not in self._syncs:  # one barrier buffer per cache: decodes of two requests may overlap
                 self._syncs[id(cache)] = persistent.new_sync()
-            logits, token, next_pos, written = self._persistent(
-                token, cache.position(), list(vars(self.decode_weights).values()), cache.k, cache.v, cache.written,
-                self._syncs[id(cache)])
-            cache.store_decoded([], [], written, next_pos=next_pos)
+            c = self.cfg
+            logits, token, next_pos, ks, vs, written = persistent.decode_persistent(
+                token, cache.position(), self.decode_weights, cache.k, cache.v, cache.written, self._syncs[id(cache)],
+                heads=c.num_attention_heads, kv_heads=c.num_key_value_heads, eps=c.rms_norm_eps)
+            cache.store_decoded(ks, vs, written, next_pos=next_pos)
             return logits, token
         logits, token, next_pos, ks, vs, written = self._step(token, cache.position(), cache.k, cache.v,
                                                               cache.written)

@@ -2,8 +2,9 @@
 in one launch, phases separated by a software grid barrier, so a token costs one launch and one host read.
 
     dw = DecodeWeights(embed=..., qkv=mx.stack(...), ...)      # the layers' decode matrices stacked per kind
-    logits, token, next_pos, ks, vs, written = decode_persistent(token, pos, dw, k_cache, v_cache, written,
-                                                                 sync=new_sync(), heads=16, kv_heads=8, eps=1e-6)
+    sync = new_sync()                                           # one per request, reused by its every step
+    logits, token, next_pos, ks, vs, written = decode_persistent(token, pos, dw, k_cache, v_cache, written, sync,
+                                                                 heads=16, kv_heads=8, eps=1e-6)
 
 Same contract as Qwen3.decode_step: the new K/V slots are stored in place (ks, vs are empty) and each layer's
 write fence comes back advanced (fence.py). The arithmetic is the per-operation kernels' (gemv.py,
@@ -430,16 +431,6 @@ BODY = r"""
         pdp::stage<D, BLOCK, true>(xs4, hin, in_norm + l * D, eps, red);
         pdp::gemv<D, 1, 2, NQKV, TW * 2>(gq, WQKV + (size_t)l * NQKV * (D / 8), gw * 2, lane, xs4,
                   [&](int row, float a, float) { __stcg(QKV + row, a); });
-        if (PREFETCH_KV)  // this block's attention keys and values (they predate this step) into L2, while it waits
-            for (int item = b; item < HKV * S; item += NB) {
-                const int h = item / S, start = (item % S) * CH, bytes = max(0, min(start + CH, P) - start) * DH * 4;
-                const char* k0 = reinterpret_cast<const char*>(KC[l] + ((size_t)h * CAP + start) * DH);
-                const char* v0 = reinterpret_cast<const char*>(VC[l] + ((size_t)h * CAP + start) * DH);
-                for (int off = t * 128; off < bytes; off += BLOCK * 128) {
-                    asm volatile("prefetch.global.L2 [%0];" :: "l"(k0 + off));
-                    asm volatile("prefetch.global.L2 [%0];" :: "l"(v0 + off));
-                }
-            }
         PDP_STAMP(l * 10 + 1)
         if (!pdp::grid_sync(sy, NB, SPIN)) return;
         // 2: attention
@@ -591,7 +582,7 @@ def launch(token, pos, dw: DecodeWeights, k_cache, v_cache, written, sync, *, he
     (scratch_layout), stamps, fence per layer...]. `poison` fills them with NaN first (a skipped element
     shows); `blocks` defaults to the SM count. `stamps` (a profile): block 0's globaltimer (ns) at each of
     the 10 phase starts and ends per layer, the LM head's start and end, the kernel's start, then the same
-    10 L + 3 as SM clock cycles; otherwise one unused word."""
+    10 L + 3 as SM clock cycles; otherwise two unused words (16 bytes: not managed memory)."""
     layers, (_, cap, dh) = len(k_cache), k_cache[0].shape
     V, D = dw.embed.shape
     F = dw.down.shape[2]
@@ -604,10 +595,9 @@ def launch(token, pos, dw: DecodeWeights, k_cache, v_cache, written, sync, *, he
                 dw.q_norm, dw.k_norm, dw.norm, dw.inv_freq, sync, *k_cache, *v_cache, *written],
         template=[("D", D), ("HQ", heads), ("HKV", kv_heads), ("DH", dh), ("FF", F), ("NL", layers), ("V", V),
                   ("CAP", cap), ("NB", nb), ("S", splits), ("BLOCK", BLOCK), ("EPS_BITS", float_bits(eps)),
-                  ("SCALE_BITS", float_bits(dh ** -0.5)), ("SPIN", SPIN_CYCLES), ("STAMPS", stamps),
-                  ("PREFETCH_KV", os.environ.get("PDLIB_PERSISTENT_PREFETCH", "0") == "1")],
+                  ("SCALE_BITS", float_bits(dh ** -0.5)), ("SPIN", SPIN_CYCLES), ("STAMPS", stamps)],
         grid=(nb * BLOCK, 1, 1), threadgroup=(BLOCK, 1, 1),
-        output_shapes=[(V,), (4,), (4,), (size,), (2 * (10 * layers + 3) if stamps else 1,)] + [(4,)] * layers,
+        output_shapes=[(V,), (4,), (4,), (size,), (2 * (10 * layers + 3) if stamps else 2,)] + [(4,)] * layers,
         output_dtypes=[mx.float32, mx.uint32, mx.int32, mx.float32, mx.uint64] + [mx.uint32] * layers,
         init_value=float("nan") if poison else None)
 
