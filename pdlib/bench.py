@@ -139,7 +139,7 @@ def bench_step(model: LoadedModel, *, contexts=(1024, 4096, 5120), tokens: int =
     log(f"device-to-device copy: {bw / 1e12:.2f} TB/s")
     engines = {"pdlib": bench_pdlib(model, **kw)}
     mx.clear_cache()
-    if decode_mode() is None and persistent_decode.available(head_dim=model.config.head_dim, packed=True):
+    if decode_mode() is None and persistent_decode.available(model.config, packed=True):
         # pdlib decodes with the persistent kernel here: the per-operation kernels it replaced, beside it
         engines["pdlib-kernels"] = bench_pdlib(model, decode="kernels", **kw)
         mx.clear_cache()

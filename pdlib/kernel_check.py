@@ -7,6 +7,7 @@ without pytest, by `python -m pdlib check-kernels`.
 
 import mlx.core as mx
 
+from pdlib.config import preset
 from pdlib.engine import kernels as K
 from pdlib.errors import InputError
 from pdlib.validate import tolerance_stats
@@ -154,57 +155,73 @@ def _random_decode_weights(L: int, D: int, Hq: int, Hkv: int, Dh: int, F: int, V
         q_norm=norm(L, Dh), k_norm=norm(L, Dh), norm=norm(D), inv_freq=K.rope_inv_freq(Dh, base=1e6))
 
 
-def check_persistent_decode(seed: int) -> list[dict]:
-    """The whole decode step in one launch against its ops twin at Qwen3-0.6B shapes, fresh random weights per
-    position: the logits; the token (the twin's logit at the kernel's token is the twin's maximum: a near tie
-    may pick either); pos + 1; every layer's new K and V slot; every other slot as it was (stale garbage past
-    pos included, which no block may read); each layer's fence advanced once. Last, a grid too large to be
-    resident must come back as ERROR_TOKEN within the barrier's timeout, not hang."""
-    if not K.persistent_decode.available(head_dim=128, packed=True):
-        return []
-    rows = []
-    L, D, Hq, Hkv, Dh, F, V, cap = 28, 1024, 16, 8, 128, 3072, 151936, 4096 + 64
+def _persistent_case(seed: int, *, L: int, pos: int, cap: int, sync: mx.array, blocks: int | None = None) -> list:
+    """One decode step in one launch against its ops twin at Qwen3-0.6B's layer shapes, fresh random weights:
+    the logits; the token (the twin's logit at the kernel's token is the twin's maximum: a near tie may pick
+    either); pos + 1; every layer's new K and V slot; every other slot as it was (stale garbage past pos
+    included, which no block may read); each layer's fence advanced once."""
+    D, Hq, Hkv, Dh, F, V = 1024, 16, 8, 128, 3072, 151936
     kw = dict(heads=Hq, kv_heads=Hkv, eps=1e-6)
-    for i, pos in enumerate([0, 639, 4095]):
-        mx.random.seed(seed * 100 + 50 + i)
-        dw = _random_decode_weights(L, D, Hq, Hkv, Dh, F, V)
-        live = (mx.arange(cap) < pos)[None, :, None]
-        kc = [mx.where(live, mx.random.normal((Hkv, cap, Dh)), 1e4) for _ in range(L)]
-        vc = [mx.where(live, mx.random.normal((Hkv, cap, Dh)), 1e4) for _ in range(L)]
-        fences = [K.new_fence() + j for j in range(L)]
-        token, p = mx.array(pos * 37 % V, mx.uint32), mx.array([pos], mx.int32)
-        want = K.decode_persistent_ops(token, p, dw, kc, vc, fences, **kw)
-        kc0, vc0 = [c + 0.0 for c in kc], [c + 0.0 for c in vc]
-        mx.eval(dw, want, kc, vc, kc0, vc0, fences)
-        logits, tok, next_pos, _, _, written = K.decode_persistent(token, p, dw, kc, vc, fences,
-                                                                   K.persistent_decode.new_sync(), poison=True, **kw)
-        case = f"28 layers, pos {pos}"
-        top = mx.max(want[0])
-        case_rows = [_compare("persistent/logits", case, logits, want[0]),
-                     _compare("persistent/token", case, want[0][tok.astype(mx.int32)], top),
-                     _compare("persistent/pos", case, next_pos.astype(mx.float32), (p + 1).astype(mx.float32)),
-                     _compare("persistent/fences", case, mx.stack([w[:1] for w in written]).astype(mx.float32),
-                              mx.stack([f[:1] + 1 for f in fences]).astype(mx.float32))]
-        others = (mx.arange(cap) != pos)[None, :, None]
-        for part, caches, before, new in (("k", kc, kc0, want[3]), ("v", vc, vc0, want[4])):
-            after = [K.read_after(c, w) for c, w in zip(caches, written)]
-            case_rows.append(_compare(f"persistent/{part} slots", case, mx.stack([a[:, pos] for a in after]).reshape(-1),
-                                      mx.stack([n[:, 0] for n in new]).reshape(-1)))
-            case_rows.append(_compare(f"persistent/{part} rest", case,
-                                      mx.stack([mx.where(others, a, 0) for a in after]).reshape(-1),
-                                      mx.stack([mx.where(others, b, 0) for b in before]).reshape(-1)))
-        rows += _evaluated(case_rows)
-        del dw, kc, vc, kc0, vc0, want
-    sync = K.persistent_decode.new_sync()
-    too_many = 16 * K.persistent_decode.sm_count()  # more blocks of 256 threads than the device holds at once
-    _, tok, *_ = K.decode_persistent(mx.array(5, mx.uint32), mx.array([0], mx.int32),
-                                     _random_decode_weights(1, 256, 2, 1, 128, 512, 1024), [mx.zeros((1, 8, 128))],
-                                     [mx.zeros((1, 8, 128))], [K.new_fence()], sync, heads=2, kv_heads=1, eps=1e-6,
-                                     blocks=too_many)
-    mx.eval(tok)  # the sync buffer is written in place, not an output: read it only after the kernel ran
-    rows += _evaluated([_compare("persistent/barrier timeout", f"{too_many} blocks",
-                                 mx.stack([tok, sync[64]]).astype(mx.float32),
-                                 mx.array([K.persistent_decode.ERROR_TOKEN, 1]).astype(mx.float32))])
+    mx.random.seed(seed)
+    dw = _random_decode_weights(L, D, Hq, Hkv, Dh, F, V)
+    live = (mx.arange(cap) < pos)[None, :, None]
+    kc = [mx.where(live, mx.random.normal((Hkv, cap, Dh)), 1e4) for _ in range(L)]
+    vc = [mx.where(live, mx.random.normal((Hkv, cap, Dh)), 1e4) for _ in range(L)]
+    fences = [K.new_fence() + j for j in range(L)]
+    token, p = mx.array(pos * 37 % V, mx.uint32), mx.array([pos], mx.int32)
+    want = K.decode_persistent_ops(token, p, dw, kc, vc, fences, **kw)
+    kc0, vc0 = [c + 0.0 for c in kc], [c + 0.0 for c in vc]
+    mx.eval(dw, want, kc, vc, kc0, vc0, fences)
+    logits, tok, next_pos, _, _, written = K.decode_persistent(token, p, dw, kc, vc, fences, sync, poison=True,
+                                                               blocks=blocks, **kw)
+    case = f"{L} layers, pos {pos}" + (f", {blocks} blocks" if blocks else "")
+    case_rows = [_compare("persistent/logits", case, logits, want[0]),
+                 _compare("persistent/token", case, want[0][tok.astype(mx.int32)], mx.max(want[0])),
+                 _compare("persistent/pos", case, next_pos.astype(mx.float32), (p + 1).astype(mx.float32)),
+                 _compare("persistent/fences", case, mx.stack([w[:1] for w in written]).astype(mx.float32),
+                          mx.stack([f[:1] + 1 for f in fences]).astype(mx.float32))]
+    others = (mx.arange(cap) != pos)[None, :, None]
+    for part, caches, before, new in (("k", kc, kc0, want[3]), ("v", vc, vc0, want[4])):
+        after = [K.read_after(c, w) for c, w in zip(caches, written)]
+        case_rows.append(_compare(f"persistent/{part} slots", case, mx.stack([a[:, pos] for a in after]).reshape(-1),
+                                  mx.stack([n[:, 0] for n in new]).reshape(-1)))
+        case_rows.append(_compare(f"persistent/{part} rest", case,
+                                  mx.stack([mx.where(others, a, 0) for a in after]).reshape(-1),
+                                  mx.stack([mx.where(others, b, 0) for b in before]).reshape(-1)))
+    return _evaluated(case_rows)
+
+
+def check_persistent_decode(seed: int) -> list[dict]:
+    """The persistent decode kernel (`_persistent_case`): 28 layers at positions 0, 639, 4,095 and the cache's
+    last slot, one sync buffer reused by all of them, as a request's steps reuse theirs (afterwards every
+    word of it but the generation is back to zero); a grid of 6 blocks, so each block takes several
+    attention items. Last, a grid too large to be resident must come back as ERROR_TOKEN within the
+    barrier's timeout, not hang, and the error must stick: the next launch on that buffer fails too."""
+    P = K.persistent_decode
+    if not P.available(preset("qwen3-0.6b"), packed=True):
+        return []
+    rows, cap, sync = [], 4096 + 64, P.new_sync()
+    for i, pos in enumerate([0, 639, 4095, cap - 1]):
+        rows += _persistent_case(seed * 100 + 50 + i, L=28, pos=pos, cap=cap, sync=sync)
+    words = mx.concatenate([sync[: P.SY_GEN], sync[P.SY_GEN + 1:]])  # read after the launches ran (evaluated)
+    rows += _evaluated([_compare("persistent/sync buffer reset", "after 4 steps", words.astype(mx.float32),
+                                 mx.zeros(words.shape))])
+    rows += _persistent_case(seed * 100 + 60, L=2, pos=639, cap=640, sync=P.new_sync(), blocks=6)
+
+    def tiny_step(sync, blocks):
+        _, tok, *_ = K.decode_persistent(mx.array(5, mx.uint32), mx.array([0], mx.int32),
+                                         _random_decode_weights(1, 256, 2, 1, 128, 512, 1024), [mx.zeros((1, 8, 128))],
+                                         [mx.zeros((1, 8, 128))], [K.new_fence()], sync, heads=2, kv_heads=1, eps=1e-6,
+                                         blocks=blocks)
+        mx.eval(tok)  # the sync buffer is written in place, not an output: read it only after the kernel ran
+        return tok
+    sync = P.new_sync()
+    too_many = 16 * P.sm_count()  # more blocks of 256 threads than the device holds at once
+    first = tiny_step(sync, too_many)
+    again = tiny_step(sync, 2)  # a grid that fits, on the flagged buffer
+    rows += _evaluated([_compare("persistent/barrier timeout", f"{too_many} blocks, then 2",
+                                 mx.stack([first, sync[P.SY_ERR], again]).astype(mx.float32),
+                                 mx.array([P.ERROR_TOKEN, 1, P.ERROR_TOKEN]).astype(mx.float32))])
     return rows
 
 

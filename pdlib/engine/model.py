@@ -5,6 +5,7 @@ token decode step (bf16-packed weights, FP32 accumulation): on CUDA one persiste
 Shapes: D hidden, T tokens in the step, Dh head dim.
 """
 
+import weakref
 from dataclasses import dataclass
 from functools import partial
 
@@ -72,15 +73,17 @@ class Qwen3:
         wrap = mx.compile if compile_steps else (lambda f: f)
         self._p_norm_kv, self._p_q, self._p_out_mlp = wrap(self._norm_kv), wrap(self._q), wrap(self._out_mlp)
         self._compile_steps, self._attention = compile_steps, {}
-        runs_here = persistent.available(head_dim=cfg.head_dim, packed=lossless_decode_weights)
+        runs_here = persistent.available(cfg, packed=lossless_decode_weights)
         self.decode_mode = decode_mode(decode) or ("persistent" if runs_here else "kernels")
-        self.decode_weights, self._syncs = None, {}
+        # one barrier buffer per cache (decodes of two requests may overlap), gone with its cache
+        self.decode_weights, self._syncs = None, weakref.WeakKeyDictionary()
         if self.decode_mode == "persistent":
             if not runs_here:
-                raise InputError(f"PDLIB_DECODE=persistent: the persistent decode kernel needs CUDA, head_dim 128 "
-                                 f"and bf16-packed decode weights; here: backend {K.BACKEND}, head_dim "
-                                 f"{cfg.head_dim}, packed {lossless_decode_weights} (PDLIB_DECODE=kernels runs "
-                                 f"everywhere)")
+                raise InputError(f"PDLIB_DECODE=persistent: the persistent decode kernel needs CUDA, head_dim 128, "
+                                 f"bf16-packed decode weights and shapes within {persistent.SHARED_LIMIT} bytes of "
+                                 f"shared memory; here: backend {K.BACKEND}, head_dim {cfg.head_dim}, packed "
+                                 f"{lossless_decode_weights}, {persistent.shared_bytes(cfg)} bytes "
+                                 f"(PDLIB_DECODE=kernels runs everywhere)")
             # One launch per token: nothing to compile (under mx.compile the host's time per token on the H200
             # did not change: notes/persistent-decode.md)
             self.decode_weights = self.stacked_decode_weights()
@@ -259,11 +262,11 @@ class Qwen3:
         if cache.length >= cache.capacity:
             raise RuntimeError(f"KV cache overflow: position {cache.length} >= capacity {cache.capacity}")
         if self.decode_weights is not None:
-            if id(cache) not in self._syncs:  # one barrier buffer per cache: decodes of two requests may overlap
-                self._syncs[id(cache)] = persistent.new_sync()
+            if cache not in self._syncs:
+                self._syncs[cache] = persistent.new_sync()
             c = self.cfg
             logits, token, next_pos, ks, vs, written = persistent.decode_persistent(
-                token, cache.position(), self.decode_weights, cache.k, cache.v, cache.written, self._syncs[id(cache)],
+                token, cache.position(), self.decode_weights, cache.k, cache.v, cache.written, self._syncs[cache],
                 heads=c.num_attention_heads, kv_heads=c.num_key_value_heads, eps=c.rms_norm_eps)
             cache.store_decoded(ks, vs, written, next_pos=next_pos)
             return logits, token

@@ -43,6 +43,7 @@ from pdlib.engine.kernels.gemv import gemv_ops
 
 BLOCK = 256
 SYNC_WORDS = 256
+SY_GEN, SY_ERR = 32, 64  # the sync buffer's generation and error words (HEADER's enum)
 ERROR_TOKEN = 0xFFFFFFFF
 SPIN_CYCLES = 2_000_000_000  # ~1 s at the H200's ~2 GHz before a wait gives up
 
@@ -419,7 +420,7 @@ BODY = r"""
     const uint4* WD = reinterpret_cast<const uint4*>(wdown);
     const uint4* LM = reinterpret_cast<const uint4*>(lm);
     const float* x0 = embed + (size_t)tk * D;
-    // attention splits: keys [s * CH, (s + 1) * CH) of P + 1, CH a multiple of 8 (a warp's load group)
+    // attention splits: keys [s * CH, (s + 1) * CH) of P + 1, CH a multiple of 8 (two of a warp's load groups)
     const int CH = (((P + 1) + S - 1) / S + 7) / 8 * 8;
 
     pdp::Rows<D, 1, 2> gq, gl;
@@ -561,9 +562,26 @@ def new_sync() -> mx.array:
     return s
 
 
-def available(*, head_dim: int, packed: bool) -> bool:
-    """Where the persistent kernel runs: CUDA, head_dim 128 (the attention item's thread layout), bf16 weights."""
-    return BACKEND == "cuda" and head_dim == 128 and packed
+SHARED_LIMIT = 48 * 1024  # static shared memory a block may declare
+
+
+def shared_bytes(cfg) -> int:
+    """The kernel's static shared memory for a model's shapes (BODY's and attend's arrays, a few words spare):
+    the staged input vector is the largest of D, Hq Dh and F floats; attention's per-warp partial outputs
+    grow with the query heads per KV head."""
+    D, F, dh = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
+    heads, kv = cfg.num_attention_heads, cfg.num_key_value_heads
+    rep, warps = heads // kv, BLOCK // 32
+    body = 4 * (max(D, heads * dh, F) + 3 * warps + 1)
+    attend = 4 * (rep * dh + 2 * dh + (rep + 1) * (dh // 32) + 2 * warps * rep + warps * rep * dh + 1)
+    return body + attend + 4 + 64
+
+
+def available(cfg, *, packed: bool) -> bool:
+    """Where the persistent kernel runs: CUDA, head_dim 128 (the attention item's thread layout), bf16 weights,
+    and shapes whose arrays fit one block's shared memory (Qwen3-0.6B and -1.7B do; -4B and -8B do not, and
+    keep the per-operation kernels)."""
+    return BACKEND == "cuda" and cfg.head_dim == 128 and packed and shared_bytes(cfg) <= SHARED_LIMIT
 
 
 def scratch_layout(*, D: int, heads: int, kv_heads: int, dh: int, F: int, splits: int, blocks: int) -> dict:
@@ -611,6 +629,7 @@ def decode_persistent(token, pos, dw: DecodeWeights, k_cache, v_cache, written, 
 def check_token(token: int) -> int:
     """A token id observed on the host; ERROR_TOKEN (a wait at a grid barrier timed out) raises."""
     if token == ERROR_TOKEN:
-        raise RuntimeError("the persistent decode kernel gave up at a grid barrier (its blocks were not all "
-                           "resident, or one stalled for ~1 s); run with PDLIB_DECODE=kernels")
+        raise RuntimeError("the persistent decode kernel failed: a wait at a grid barrier timed out (its blocks "
+                           "were not all resident, or one stalled for ~1 s), or its input token or position was "
+                           "out of range; run with PDLIB_DECODE=kernels")
     return token
