@@ -60,6 +60,16 @@ def _fence_row(name: str, case: str, written: mx.array, before: mx.array, *, wri
     return _compare(name, case, written[:1].astype(mx.float32), (before[:1] + writes).astype(mx.float32))
 
 
+def _slot_rows(name: str, case: str, after: list, before: list, new: list, pos: int) -> list[dict]:
+    """Caches (Hkv, cap, Dh) after an in-place decode write, one per layer: slot pos holds `new` (Hkv, Dh) and
+    every other slot is as it was `before` (stale garbage included)."""
+    others = (mx.arange(after[0].shape[1]) != pos)[None, :, None]
+    flat = lambda arrays: mx.concatenate([a.reshape(-1) for a in arrays])  # noqa: E731
+    return [_compare(f"{name} slot", case, flat([a[:, pos] for a in after]), flat(new)),
+            _compare(f"{name} rest", case, flat([mx.where(others, a, 0) for a in after]),
+                     flat([mx.where(others, b, 0) for b in before]))]
+
+
 def check_decode_attention(seed: int) -> list[dict]:
     """o against the twin, and the in-place store: slot pos holds the twin's k/v, every other slot is as it was.
     The cache is read through the fence in the same graph as the kernel: no evaluation in between makes the
@@ -84,13 +94,9 @@ def check_decode_attention(seed: int) -> list[dict]:
         case = f"pos {pos}"
         case_rows = [_compare("decode_attention/o", case, got, want[0]),
                      _fence_row("decode_attention/fence", case, written, fence)]
-        others = (mx.arange(cap) != pos)[None, :, None]
         for part, cache, before, new in (("k", kc, kc0, want[1]), ("v", vc, vc0, want[2])):
-            cache = K.read_after(cache, written)
-            case_rows.append(_compare(f"decode_attention/{part} slot", case, cache[:, pos].reshape(-1),
-                                      new.reshape(-1)))
-            case_rows.append(_compare(f"decode_attention/{part} rest", case, mx.where(others, cache, 0).reshape(-1),
-                                      mx.where(others, before, 0).reshape(-1)))
+            case_rows += _slot_rows(f"decode_attention/{part}", case, [K.read_after(cache, written)], [before],
+                                    [new], pos)
         rows += _evaluated(case_rows)
     return rows
 
@@ -180,14 +186,9 @@ def _persistent_case(seed: int, *, L: int, pos: int, cap: int, sync: mx.array, b
                  _compare("persistent/pos", case, next_pos.astype(mx.float32), (p + 1).astype(mx.float32)),
                  _compare("persistent/fences", case, mx.stack([w[:1] for w in written]).astype(mx.float32),
                           mx.stack([f[:1] + 1 for f in fences]).astype(mx.float32))]
-    others = (mx.arange(cap) != pos)[None, :, None]
     for part, caches, before, new in (("k", kc, kc0, want[3]), ("v", vc, vc0, want[4])):
-        after = [K.read_after(c, w) for c, w in zip(caches, written)]
-        case_rows.append(_compare(f"persistent/{part} slots", case, mx.stack([a[:, pos] for a in after]).reshape(-1),
-                                  mx.stack([n[:, 0] for n in new]).reshape(-1)))
-        case_rows.append(_compare(f"persistent/{part} rest", case,
-                                  mx.stack([mx.where(others, a, 0) for a in after]).reshape(-1),
-                                  mx.stack([mx.where(others, b, 0) for b in before]).reshape(-1)))
+        case_rows += _slot_rows(f"persistent/{part}", case, [K.read_after(c, w) for c, w in zip(caches, written)],
+                                before, [n[:, 0] for n in new], pos)
     return _evaluated(case_rows)
 
 

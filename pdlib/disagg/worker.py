@@ -50,7 +50,9 @@ def serve(commands, replies, *, backend: str) -> int:
                 models.clear()
                 models[msg["model"]] = load_model(msg["model"])
             model = models[msg["model"]]
-            engine = Engine(model, capacity=msg["capacity"], lossless_decode_weights=msg["lossless_decode_weights"])
+            # it only prefills: no decode weights for the persistent kernel to stack
+            engine = Engine(model, capacity=msg["capacity"], lossless_decode_weights=msg["lossless_decode_weights"],
+                            decode="kernels")
             engine.add_request("B", msg["prompt"])
             env = environment(BACKEND)
             _reply(replies, kind="setup", device=str(mx.default_device()), device_name=env["device_name"],

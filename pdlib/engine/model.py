@@ -268,9 +268,8 @@ class Qwen3:
             logits, token, next_pos, ks, vs, written = persistent.decode_persistent(
                 token, cache.position(), self.decode_weights, cache.k, cache.v, cache.written, self._syncs[cache],
                 heads=c.num_attention_heads, kv_heads=c.num_key_value_heads, eps=c.rms_norm_eps)
-            cache.store_decoded(ks, vs, written, next_pos=next_pos)
-            return logits, token
-        logits, token, next_pos, ks, vs, written = self._step(token, cache.position(), cache.k, cache.v,
-                                                              cache.written)
+        else:
+            logits, token, next_pos, ks, vs, written = self._step(token, cache.position(), cache.k, cache.v,
+                                                                  cache.written)
         cache.store_decoded(ks, vs, written, next_pos=next_pos)
         return logits, token
