@@ -21,6 +21,8 @@
 #                                          workload with eager chunked fifo mixed (GPU 1)
 #   bash notes/gpu-session/session.sh h    the compiled persistent step: its profile (GPU 0) beside a short gate
 #                                          (GPU 1); results on stdout (a call cut short still returns them)
+#   bash notes/gpu-session/session.sh i    check-kernels (GPU 0) beside the dispatch probe with and without CUDA
+#                                          graphs (GPU 1): where the persistent decode's host time goes
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -146,5 +148,13 @@ h)
   gpu 1 timeout 150 python3 -m pdlib run --model synthetic:qwen3-0.6b --prompt-tokens 1024 --output-tokens 64 \
     --chunk-size 128 --policies chunked fifo mixed --validate-only --quiet 2>&1 | tail -n 6 &
   wait ;;
-*) echo "usage: session.sh a|b|c|d|e|f|g|h" >&2; exit 2 ;;
+i)
+  gpu 0 timeout 240 python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1 &
+  ( for env in "" "MLX_USE_CUDA_GRAPHS=0"; do
+      env $env CUDA_VISIBLE_DEVICES=1 taskset -c 16-31 timeout 150 python3 notes/gpu-session/dispatch_probe.py 4096
+    done ) > "$LOGS/probe.log" 2>&1 &
+  wait; grep -c " pass$" "$LOGS/ck0.log"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 8; grep "^{" "$LOGS/probe.log"
+  grep -v "^{" "$LOGS/probe.log" | tail -n 5
+  finish ;;
+*) echo "usage: session.sh a|b|c|d|e|f|g|h|i" >&2; exit 2 ;;
 esac
