@@ -124,6 +124,29 @@ def check_kv_store(seed: int) -> list[dict]:
     return rows
 
 
+def check_kv_install(seed: int) -> list[dict]:
+    """The in-place install of a prefix computed elsewhere (disagg) against `slice_update`: the whole cache,
+    read through the fence in the kernel's own graph."""
+    rows = []
+    Hkv, Dh, cap = 8, 128, 640
+    for i, (start, T) in enumerate([(0, 512), (128, 128), (639, 1)]):
+        mx.random.seed(seed * 100 + 20 + i)
+        k, v = mx.random.normal((Hkv, T, Dh)), mx.random.normal((Hkv, T, Dh))
+        kc, vc = mx.random.normal((Hkv, cap, Dh)), mx.random.normal((Hkv, cap, Dh))
+        fence = K.new_fence() + i
+        want = K.store_kv_ops(k, v, kc, vc, fence, start=start)
+        mx.eval(want, kc, vc)
+        kc2, vc2, written = K.install_kv_kernel(k, v, kc, vc, fence, start=start,
+                                                positions=mx.arange(start, start + T, dtype=mx.int32))
+        case = f"{T} at {start}"
+        rows += _evaluated([_compare("kv_install/k cache", case, K.read_after(kc2, written).reshape(-1),
+                                     want[0].reshape(-1)),
+                            _compare("kv_install/v cache", case, K.read_after(vc2, written).reshape(-1),
+                                     want[1].reshape(-1)),
+                            _fence_row("kv_install/fence", case, written, fence)])
+    return rows
+
+
 def check_write_chain(seed: int) -> list[dict]:
     """Three in-place writers of one cache in one graph (a 100-slot chunk, a 28-slot chunk, then a decode at
     128 that reads all of them) and a fenced read after: each writer must wait for the one before through
@@ -165,30 +188,31 @@ def _persistent_case(seed: int, *, L: int, pos: int, cap: int, sync: mx.array, b
     """One decode step in one launch against its ops twin at Qwen3-0.6B's layer shapes, fresh random weights:
     the logits; the token (the twin's logit at the kernel's token is the twin's maximum: a near tie may pick
     either); pos + 1; every layer's new K and V slot; every other slot as it was (stale garbage past pos
-    included, which no block may read); each layer's fence advanced once."""
+    included, which no block may read); the cache's fence advanced once. The caches are one array each,
+    (L, Hkv, cap, Dh), as KVCache holds them on a GPU."""
     D, Hq, Hkv, Dh, F, V = 1024, 16, 8, 128, 3072, 151936
     kw = dict(heads=Hq, kv_heads=Hkv, eps=1e-6)
     mx.random.seed(seed)
     dw = _random_decode_weights(L, D, Hq, Hkv, Dh, F, V)
     live = (mx.arange(cap) < pos)[None, :, None]
-    kc = [mx.where(live, mx.random.normal((Hkv, cap, Dh)), 1e4) for _ in range(L)]
-    vc = [mx.where(live, mx.random.normal((Hkv, cap, Dh)), 1e4) for _ in range(L)]
-    fences = [K.new_fence() + j for j in range(L)]
+    kc = mx.where(live, mx.random.normal((L, Hkv, cap, Dh)), 1e4)
+    vc = mx.where(live, mx.random.normal((L, Hkv, cap, Dh)), 1e4)
+    fence = K.new_fence() + seed % 7
     token, p = mx.array(pos * 37 % V, mx.uint32), mx.array([pos], mx.int32)
-    want = K.decode_persistent_ops(token, p, dw, kc, vc, fences, **kw)
-    kc0, vc0 = [c + 0.0 for c in kc], [c + 0.0 for c in vc]
-    mx.eval(dw, want, kc, vc, kc0, vc0, fences)
-    logits, tok, next_pos, _, _, written = K.decode_persistent(token, p, dw, kc, vc, fences, sync, poison=True,
+    want = K.decode_persistent_ops(token, p, dw, kc, vc, fence, **kw)
+    kc0, vc0 = kc + 0.0, vc + 0.0
+    mx.eval(dw, want, kc, vc, kc0, vc0, fence)
+    logits, tok, next_pos, _, _, written = K.decode_persistent(token, p, dw, kc, vc, fence, sync, poison=True,
                                                                blocks=blocks, **kw)
     case = f"{L} layers, pos {pos}" + (f", {blocks} blocks" if blocks else "")
     case_rows = [_compare("persistent/logits", case, logits, want[0]),
                  _compare("persistent/token", case, want[0][tok.astype(mx.int32)], mx.max(want[0])),
                  _compare("persistent/pos", case, next_pos.astype(mx.float32), (p + 1).astype(mx.float32)),
-                 _compare("persistent/fences", case, mx.stack([w[:1] for w in written]).astype(mx.float32),
-                          mx.stack([f[:1] + 1 for f in fences]).astype(mx.float32))]
+                 _fence_row("persistent/fence", case, written, fence)]
     for part, caches, before, new in (("k", kc, kc0, want[3]), ("v", vc, vc0, want[4])):
-        case_rows += _slot_rows(f"persistent/{part}", case, [K.read_after(c, w) for c, w in zip(caches, written)],
-                                before, [n[:, 0] for n in new], pos)
+        after = K.read_after(caches, written)
+        case_rows += _slot_rows(f"persistent/{part}", case, [after[j] for j in range(L)],
+                                [before[j] for j in range(L)], [n[:, 0] for n in new], pos)
     return _evaluated(case_rows)
 
 
@@ -211,8 +235,8 @@ def check_persistent_decode(seed: int) -> list[dict]:
 
     def tiny_step(sync, blocks):
         _, tok, *_ = K.decode_persistent(mx.array(5, mx.uint32), mx.array([0], mx.int32),
-                                         _random_decode_weights(1, 256, 2, 1, 128, 512, 1024), [mx.zeros((1, 8, 128))],
-                                         [mx.zeros((1, 8, 128))], [K.new_fence()], sync, heads=2, kv_heads=1, eps=1e-6,
+                                         _random_decode_weights(1, 256, 2, 1, 128, 512, 1024), mx.zeros((1, 1, 8, 128)),
+                                         mx.zeros((1, 1, 8, 128)), K.new_fence(), sync, heads=2, kv_heads=1, eps=1e-6,
                                          blocks=blocks)
         mx.eval(tok)  # the sync buffer is written in place, not an output: read it only after the kernel ran
         return tok
@@ -229,8 +253,8 @@ def check_persistent_decode(seed: int) -> list[dict]:
 def check_kernels(*, seed: int = 0) -> list[dict]:
     if K.BACKEND == "cpu":
         raise InputError("no GPU backend: the kernels exist only on CUDA or Metal; the CPU runs the ops twins")
-    return (check_gemv(seed) + check_decode_attention(seed) + check_kv_store(seed) + check_write_chain(seed)
-            + check_persistent_decode(seed))
+    return (check_gemv(seed) + check_decode_attention(seed) + check_kv_store(seed) + check_kv_install(seed)
+            + check_write_chain(seed) + check_persistent_decode(seed))
 
 
 def format_rows(rows: list[dict]) -> str:

@@ -56,24 +56,24 @@ def profile_step(model_spec: str = "synthetic:qwen3-0.6b", *, context: int = 409
     rows["engine.decode, pipelined (no host sync)"] = timed(full, steps, sync_each=False)
 
     pos = mx.array([r.cache.length], mx.int32)
-    k_all, v_all, fences = r.cache.k, r.cache.v, r.cache.written   # per-layer lists
+    k_layers, v_layers, fence = r.cache.k, r.cache.v, r.cache.written
     tok = r.next_token
 
     def step_only(sync=True):
-        logits, t, *_ = m._step(tok, pos, k_all, v_all, fences)
+        logits, t, *_ = m._step(tok, pos, k_layers, v_layers, fence)
         return t.item() if sync else t
     rows["compiled step alone (same position each time)"] = timed(step_only, steps)
 
     eager = m.decode_step
 
     def uncompiled(sync=True):
-        logits, t, *_ = eager(tok, pos, k_all, v_all, fences)
+        logits, t, *_ = eager(tok, pos, k_layers, v_layers, fence)
         return t.item() if sync else t
     rows["uncompiled step"] = timed(uncompiled, steps)
 
     def host_only(sync=True):
         t0 = time.perf_counter_ns()
-        out = m._step(tok, pos, k_all, v_all, fences)
+        out = m._step(tok, pos, k_layers, v_layers, fence)
         dt = (time.perf_counter_ns() - t0) / 1e6
         mx.eval(out)
         return dt
@@ -102,7 +102,7 @@ def profile_step(model_spec: str = "synthetic:qwen3-0.6b", *, context: int = 409
     def attn_chain():
         outs = []
         for i, L in enumerate(m.layers):
-            o, _, _, _ = K.decode_attention(qkv, L.q_norm, L.k_norm, m.inv_freq, pos, k_all[i], v_all[i], fences[i],
+            o, _, _, _ = K.decode_attention(qkv, L.q_norm, L.k_norm, m.inv_freq, pos, k_layers[i], v_layers[i], fence,
                                             heads=cfg.num_attention_heads, kv_heads=cfg.num_key_value_heads,
                                             eps=1e-6)
             outs.append(o)
@@ -138,7 +138,7 @@ def profile_step(model_spec: str = "synthetic:qwen3-0.6b", *, context: int = 409
     rows["28 x MLX matmul q (FP32 weights), compiled"] = timed(chain(mx.compile(mm_chain)), steps)
 
     def slice_upd(sync=True):
-        nk = mx.slice_update(k_all[0], mx.zeros((cfg.num_key_value_heads, 1, cfg.head_dim)), pos, axes=(1,))
+        nk = mx.slice_update(k_layers[0], mx.zeros((cfg.num_key_value_heads, 1, cfg.head_dim)), pos, axes=(1,))
         return nk[0, 0, 0].item() if sync else nk
     rows["slice_update of one layer's K (not donatable: copies)"] = timed(slice_upd, 10)
 

@@ -108,6 +108,23 @@ def test_logical_reset_reuses_memory_and_leaks_nothing(tiny):
     assert all(r.passed for r in second.values()) and second["fifo"].tokens == first.tokens
 
 
+@pytest.mark.parametrize("in_place", [False, True])
+def test_the_cache_layout(monkeypatch, in_place):
+    """Where kernels write in place, the layers' K and V are views of one (L, Hkv, cap, Dh) array each (the
+    persistent decode takes that array, two buffers instead of 2 L), also after a full reset; elsewhere each
+    layer has its own array and `k_all` is a stacked copy. One fence per cache either way."""
+    from pdlib.engine import cache as cache_module
+    monkeypatch.setattr(cache_module, "stores_kv_in_place", lambda head_dim: in_place)
+    cache = cache_module.KVCache(layers=3, kv_heads=2, head_dim=8, capacity=5)
+    for _ in range(2):
+        assert cache.k_all.shape == cache.v_all.shape == (3, 2, 5, 8) and cache.written.shape == (4,)
+        base = np.asarray(cache.k_all).__array_interface__["data"][0]
+        addresses = [np.asarray(k).__array_interface__["data"][0] - base for k in cache.k]
+        layer_bytes = 2 * 5 * 8 * 4
+        assert (addresses == [i * layer_bytes for i in range(3)]) == in_place
+        cache.reset(logical=False)
+
+
 def test_full_reset_reallocates(tiny):
     exp = experiment(tiny, logical=False)
     cache = exp.engine.requests["B"].cache

@@ -39,7 +39,7 @@ def test_the_twin_is_the_engines_decode_step(tiny, prompt):
     q.prefill(cache, mx.arange(3, 3 + prompt, dtype=mx.int32), start=0, last=True)
     token = mx.array(11, mx.uint32)
     want = q.decode_step(token, cache.position(), cache.k, cache.v, cache.written)
-    got = K.decode_persistent_ops(token, cache.position(), q.stacked_decode_weights(), cache.k, cache.v,
+    got = K.decode_persistent_ops(token, cache.position(), q.stacked_decode_weights(), cache.k_all, cache.v_all,
                                   cache.written, **_kw(q.cfg))
     assert mx.array_equal(got[0], want[0]).item() and got[1].item() == want[1].item()
     assert got[2].item() == prompt + 1
@@ -64,8 +64,8 @@ def test_a_planted_fault_in_the_stacking_is_seen(tiny):
     dw = q.stacked_decode_weights()
     swapped = P.DecodeWeights(**{**dw.__dict__, "o": dw.o[::-1]})
     args = (mx.array(11, mx.uint32), cache.position())
-    good = K.decode_persistent_ops(*args, dw, cache.k, cache.v, cache.written, **_kw(q.cfg))[0]
-    bad = K.decode_persistent_ops(*args, swapped, cache.k, cache.v, cache.written, **_kw(q.cfg))[0]
+    good = K.decode_persistent_ops(*args, dw, cache.k_all, cache.v_all, cache.written, **_kw(q.cfg))[0]
+    bad = K.decode_persistent_ops(*args, swapped, cache.k_all, cache.v_all, cache.written, **_kw(q.cfg))[0]
     assert not mx.allclose(good, bad, rtol=1e-3, atol=1e-3).item()
 
 
@@ -98,13 +98,6 @@ def test_a_failed_step_is_an_error_not_a_token():
         check_token(P.ERROR_TOKEN)
 
 
-def test_the_source_holds_every_layers_cache_and_fence():
-    src = P._source(3)
-    assert "KC[NL] = {kc_0, kc_1, kc_2}" in src and "VC[NL] = {vc_0, vc_1, vc_2}" in src
-    assert all(f"fout_{i}[t] = t == 0 ? fin_{i}[0] + 1u : 0u;" in src for i in range(3))
-    assert "/*" not in src
-
-
 # -- NVRTC: the CUDA text compiles, as MLX wraps it (mlx/backend/cuda/custom_kernel.cpp, build_kernel) ----------
 
 def _nvrtc():
@@ -127,20 +120,18 @@ STANDINS = ("typedef unsigned int uint32_t; typedef int int32_t; typedef unsigne
             "#define INFINITY __int_as_float(0x7f800000)\n")
 
 
-def wrapped(layers: int, consts: dict) -> str:
+def wrapped(consts: dict) -> str:
     ins = [("tok", mx.uint32), ("pos", mx.int32), ("embed", mx.float32)] + [(n, mx.bfloat16) for n in
            ("wqkv", "wo", "wgu", "wdown", "lm")] + [(n, mx.float32) for n in
-           ("in_norm", "post_norm", "q_norm", "k_norm", "fnorm", "inv_freq")] + [("sync_buf", mx.uint32)]
-    ins += [(f"{p}_{i}", mx.float32) for p in ("kc", "vc") for i in range(layers)]
-    ins += [(f"fin_{i}", mx.uint32) for i in range(layers)]
+           ("in_norm", "post_norm", "q_norm", "k_norm", "fnorm", "inv_freq")] + [("sync_buf", mx.uint32),
+           ("kc", mx.float32), ("vc", mx.float32), ("fin", mx.uint32)]
     outs = [("logits", mx.float32), ("tok_out", mx.uint32), ("pos_out", mx.int32), ("scratch", mx.float32),
-            ("stamps", mx.uint64)]
-    outs += [(f"fout_{i}", mx.uint32) for i in range(layers)]
-    assert [n for n, _ in ins] == P._INPUTS + [n for n, _ in ins[len(P._INPUTS):]]
+            ("stamps", mx.uint64), ("fout", mx.uint32)]
+    assert [n for n, _ in ins] == P.INPUTS and [n for n, _ in outs] == P.OUTPUTS
     params = [f"const {TYPES[t]}* {n}" for n, t in ins] + [f"{TYPES[t]}* {n}" for n, t in outs]
     consts = "".join(f"  constexpr int {k} = {v};\n" for k, v in consts.items())
     return (STANDINS + P.HEADER + "namespace mlx::core::cu {\n__global__ void pdlib_decode_persistent(\n    "
-            + ",\n    ".join(params) + ") {\n" + consts + P._source(layers) + "\n}\n}\n")
+            + ",\n    ".join(params) + ") {\n" + consts + P.BODY + "\n}\n}\n")
 
 
 def compile_sm90(text: str) -> str:
@@ -158,13 +149,14 @@ def compile_sm90(text: str) -> str:
 
 
 @pytest.mark.skipif(NVRTC is None, reason="no NVRTC (the nvidia-cuda-nvrtc wheel, Linux only)")
-@pytest.mark.parametrize("shape", ["qwen3-0.6b", "check-kernels timeout case", "qwen3-0.6b, stamps on"])
+@pytest.mark.parametrize("shape", ["qwen3-0.6b", "check-kernels timeout case", "qwen3-0.6b, stamps on",
+                                   "qwen3-0.6b, 8 keys per load group"])
 def test_the_cuda_source_compiles_for_the_h200(shape):
     c = (dict(D=1024, HQ=16, HKV=8, DH=128, FF=3072, NL=28, V=151936, CAP=5248, NB=132, S=16)
          if shape.startswith("qwen3") else dict(D=256, HQ=2, HKV=1, DH=128, FF=512, NL=1, V=1024, CAP=8, NB=2112, S=2112))
     c.update(BLOCK=P.BLOCK, EPS_BITS=P.float_bits(1e-6), SCALE_BITS=P.float_bits(128 ** -0.5), SPIN=P.SPIN_CYCLES,
-             STAMPS=int(shape.endswith("stamps on")))
-    log = compile_sm90(wrapped(c["NL"], c))
+             STAMPS=int(shape.endswith("stamps on")), KVG=8 if shape.endswith("group") else P.KV_GROUP)
+    log = compile_sm90(wrapped(c))
     regs, smem = re.search(r"entry function '[^']*pdlib_decode_persistent.*?Used (\d+) registers.*?(\d+) bytes smem",
                            log, re.S).groups()
     # one block of 256 threads must fit on an SM by registers (64K) and static shared memory (48 KB)
@@ -176,19 +168,22 @@ def test_the_cuda_source_compiles_for_the_h200(shape):
 
 
 def test_the_engine_runs_the_persistent_step(monkeypatch, tiny):
-    """The engine's plumbing around the kernel (the stacked weights, the sync buffer per cache, the fences and
-    the position passed on from step to step), with a stand-in that keeps the kernel's contract: it computes
-    with the ops twin, stores the new K/V slots into the cache arrays it was given itself, returns no rows
-    and advances the fences. On the CPU, three decodes equal the per-operation path's."""
-    syncs = []
+    """The engine's plumbing around the kernel (the stacked weights and caches, the sync buffer per cache, the
+    fence and the position passed on from step to step), with a stand-in that keeps the kernel's contract: it
+    computes with the ops twin, stores the new K/V slots into the request's cache itself (on a GPU the
+    stacked caches it is given are that cache's buffers), returns no rows and advances the fence. On the CPU,
+    three decodes equal the per-operation path's."""
+    syncs, caches = [], {}
 
-    def kernel_like(token, pos, dw, k, v, written, sync, **kw):
+    def kernel_like(token, pos, dw, k_all, v_all, written, sync, **kw):
         syncs.append(sync)
-        logits, tok, next_pos, ks, vs, _ = K.decode_persistent_ops(token, pos, dw, k, v, written, **kw)
-        for i in range(len(k)):  # "in place": the cache's own lists, as the kernel writes the cache's buffers
-            k[i] = mx.slice_update(k[i], ks[i], pos, axes=(1,))
-            v[i] = mx.slice_update(v[i], vs[i], pos, axes=(1,))
-        return logits, tok, next_pos, [], [], [w + 1 for w in written]
+        cache = caches["persistent"]
+        assert mx.array_equal(k_all, mx.stack(cache.k)).item() and k_all.shape == cache.shape
+        logits, tok, next_pos, ks, vs, _ = K.decode_persistent_ops(token, pos, dw, k_all, v_all, written, **kw)
+        for i in range(len(ks)):  # "in place": into the request's cache, as the kernel writes its buffers
+            cache.k[i] = mx.slice_update(cache.k[i], ks[i], pos, axes=(1,))
+            cache.v[i] = mx.slice_update(cache.v[i], vs[i], pos, axes=(1,))
+        return logits, tok, next_pos, [], [], written + 1
     monkeypatch.setattr(P, "available", lambda cfg, **kw: True)
     monkeypatch.setattr(P, "decode_persistent", kernel_like)
     prompt = list(range(3, 20))
@@ -197,12 +192,13 @@ def test_the_engine_runs_the_persistent_step(monkeypatch, tiny):
         e = Engine(tiny, capacity=32, decode=mode)
         e.add_request("A", prompt)
         e.reset("A", logical=True)
+        caches[mode] = e.requests["A"].cache
         e.prefill_chunk("A", len(prompt))
-        before = [w[0].item() for w in e.requests["A"].cache.written]
+        before = caches[mode].written[0].item()
         outs[mode] = [e.decode("A") for _ in range(3)]
-        assert e.requests["A"].cache.length == len(prompt) + 3
-        fences[mode] = [w[0].item() - b for w, b in zip(e.requests["A"].cache.written, before)]
+        assert caches[mode].length == len(prompt) + 3
+        fences[mode] = caches[mode].written[0].item() - before
     for a, b in zip(outs["persistent"], outs["kernels"], strict=True):
         assert mx.array_equal(a.logits, b.logits).item() and a.token.item() == b.token.item()
-    assert fences["persistent"] == [3] * len(fences["persistent"])  # each step's fences were passed on
+    assert fences["persistent"] == 3  # each step's fence was passed on
     assert len(syncs) == 3 and all(s is syncs[0] for s in syncs)  # one sync buffer, reused by the request

@@ -23,9 +23,11 @@ def med(xs):
     return round(statistics.median(xs[10:]), 4)
 
 
-def trivial(n_small: int, n_big: int, n_out: int, big_source: bool, big_mb: float = 21.0):
+def trivial(n_small: int, n_big: int, n_out: int, big_source: bool, big_mb: float = 21.0, chained: bool = False):
     from pdlib.engine.kernels import persistent_decode as P
     names = ["tok"] + [f"s{i}" for i in range(n_small)] + [f"b{i}" for i in range(n_big)]
+    if chained:  # the small inputs are the last launch's outputs (as the decode's 28 fences were)
+        assert n_small == n_out - 1
     outs = [f"o{i}" for i in range(n_out)]
     body = "if (threadIdx.x == 0 && blockIdx.x == 0) {\n" + \
         "\n".join(f"  {o}[0] = tok[0] + 1u; {o}[1] = 0u; {o}[2] = 0u; {o}[3] = 0u;" for o in outs) + "\n}\n"
@@ -37,8 +39,12 @@ def trivial(n_small: int, n_big: int, n_out: int, big_source: bool, big_mb: floa
     mx.eval(small, big, tok)
 
     def call(t):
-        return k(inputs=[t, *small, *big], grid=(32, 1, 1), threadgroup=(32, 1, 1),
-                 output_shapes=[(4,)] * n_out, output_dtypes=[mx.uint32] * n_out)
+        nonlocal small
+        o = k(inputs=[t, *small, *big], grid=(32, 1, 1), threadgroup=(32, 1, 1),
+              output_shapes=[(4,)] * n_out, output_dtypes=[mx.uint32] * n_out)
+        if chained:
+            small = o[1:]
+        return o
 
     t_call, t_async, t_item = [], [], []
     for _ in range(N):
@@ -56,10 +62,10 @@ def trivial(n_small: int, n_big: int, n_out: int, big_source: bool, big_mb: floa
         o = call(tok)
         mx.async_eval(o)
         tok = o[0]
-    tok.item()
+    tok[0].item()
     pipe = (time.perf_counter_ns() - t0) / 1e3 / N
     return {"case": "trivial", "inputs": 1 + n_small + n_big, "big_inputs": n_big, "big_mb": big_mb,
-            "outputs": n_out, "big_source": big_source, "call_us": med(t_call), "async_eval_us": med(t_async),
+            "outputs": n_out, "big_source": big_source, "chained": chained, "call_us": med(t_call), "async_eval_us": med(t_async),
             "item_us": med(t_item), "pipelined_us": round(pipe, 2)}
 
 
@@ -105,10 +111,10 @@ if __name__ == "__main__":
     ctx = int(sys.argv[1]) if len(sys.argv) > 1 else 4096
     head = {"MLX_USE_CUDA_GRAPHS": os.environ.get("MLX_USE_CUDA_GRAPHS")}
     cases = [(0, 0, 1, False), (98, 0, 33, False), (16, 0, 6, False), (42, 56, 33, False), (15, 2, 6, False),
-             (0, 0, 1, True), (98, 0, 33, True), (14, 1, 1, False)]
+             (0, 0, 1, True), (98, 0, 33, True), (14, 1, 1, False, 1200.0), (32, 0, 33, False, 21.0, True)]
     for c in cases:
         try:
-            row = trivial(*c) if c != (14, 1, 1, False) else trivial(*c, big_mb=1200.0)
+            row = trivial(*c)
         except Exception as e:  # keep going: one failing case must not hide the others
             row = {"case": "trivial", "args": c, "error": f"{type(e).__name__}: {e}"}
         print(json.dumps({**head, **row}), flush=True)

@@ -1,9 +1,10 @@
-"""Where the persistent decode kernel's time goes (issue 12): ms per token with the token observed on the host (and how much of it the host spends before the
-device starts: `dispatch_ms`, until decode() returns) and pipelined (no host sync, the device's own pace),
-and one step's phase timeline from block 0's clocks (P.launch(stamps=True)), medians over layers 1-27 in
-µs. One JSON line each.
+"""Where the persistent decode kernel's time goes (issue 12): ms per token with the token observed on the host
+(and how much of it the host spends before the device starts: `dispatch_ms`, until decode() returns) and
+pipelined (no host sync, the device's own pace), and one step's phase timeline from block 0's clocks
+(P.launch(stamps=True)), medians over layers 1-27 in µs, the launch of median length of five. One JSON line
+each; then the timeline alone for each other attention load-group size given.
 
-    python3 notes/gpu-session/persistent_profile.py [context]
+    python3 notes/gpu-session/persistent_profile.py [context [kv_group ...]]
 """
 
 import json
@@ -50,10 +51,10 @@ def pipelined(n=40):
     return (time.perf_counter_ns() - t0) / 1e6 / n
 
 
-def timeline(blocks):
+def timeline(blocks, kv_group=P.KV_GROUP):
     c = req.cache
-    outs = P.launch(req.next_token, c.position(), q.decode_weights, c.k, c.v, c.written, P.new_sync(),
-                    blocks=blocks, stamps=True, **kw)
+    outs = P.launch(req.next_token, c.position(), q.decode_weights, c.k_all, c.v_all, c.written, P.new_sync(),
+                    blocks=blocks, stamps=True, kv_group=kv_group, **kw)
     mx.eval(outs)
     s = outs[4].tolist()
     L = cfg.num_hidden_layers
@@ -62,17 +63,28 @@ def timeline(blocks):
     per = {name: statistics.median((end(l, k) - ns[l * 10 + k]) / 1e3 for l in range(1, L))
            for k, name in enumerate(PHASES)}
     total_ns = ns[10 * L + 1] - ns[10 * L + 2]
-    return {"phases_us": per, "layer_us": sum(per.values()), "lm_head_us": (ns[10 * L + 1] - ns[10 * L]) / 1e3,
+    return {"kv_group": kv_group, "phases_us": per, "layer_us": sum(per.values()), "lm_head_us": (ns[10 * L + 1] - ns[10 * L]) / 1e3,
             "first_phase_start_us": (ns[0] - ns[10 * L + 2]) / 1e3, "kernel_us": total_ns / 1e3,
             "sm_ghz": (cyc[10 * L + 1] - cyc[10 * L + 2]) / total_ns, "token_ok": outs[1].tolist()[:2]}
 
 
-for _ in range(1):
-    nb = P.sm_count()
-    head = {"context": CTX, "blocks": nb,
-            "MLX_USE_CUDA_GRAPHS": os.environ.get("MLX_USE_CUDA_GRAPHS")}
+def steady(fn, n=5):
+    """fn's row with the median kernel time of n launches (the first compiles)."""
+    fn()
+    rows = sorted((fn() for _ in range(n)), key=lambda r: r["kernel_us"])
+    return rows[n // 2]
+
+
+nb = P.sm_count()
+head = {"context": CTX, "blocks": nb, "MLX_USE_CUDA_GRAPHS": os.environ.get("MLX_USE_CUDA_GRAPHS")}
+try:
+    row = {**head, **observed(), "pipelined_ms": pipelined(), **steady(lambda: timeline(nb))}
+except Exception as e:
+    row = {**head, "error": f"{type(e).__name__}: {e}"}
+print(json.dumps(row), flush=True)
+for g in sys.argv[2:]:  # other load-group sizes: the timeline only
     try:
-        row = {**head, **observed(), "pipelined_ms": pipelined(), **timeline(nb)}
+        row = {**head, **steady(lambda: timeline(nb, int(g)))}
     except Exception as e:
-        row = {**head, "error": f"{type(e).__name__}: {e}"}
+        row = {**head, "kv_group": int(g), "error": f"{type(e).__name__}: {e}"}
     print(json.dumps(row), flush=True)

@@ -1,17 +1,19 @@
 """Per-request KV cache, preallocated for prompt + outputs: for each layer, K and V of shape (Hkv, capacity, Dh),
-FP32, and the layer's write fence (kernels/fence.py). The cache is the one owner of a request's progress:
+FP32, and one write fence for the whole cache (kernels/fence.py). The cache is the one owner of a request's progress:
 `length` (positions written), from which the engine derives how much of the prompt is prefilled and where the
 next decode goes.
 
 A logical reset only rewinds `length` and keeps the allocation (and its stale contents, which nothing may
 read: attention only sees positions < length, or masks the rest); a full reset allocates fresh buffers.
-One array per layer: on a GPU the kernels write new slots into them in place, and on the CPU a functional
-update copies one layer's cache rather than every layer's.
+Where the kernels write new slots in place (a GPU), K and V are each one array (L, Hkv, capacity, Dh) and the
+layers' arrays are views of it: per-layer kernels take a view, the persistent decode takes the whole, so its
+launch has two cache buffers instead of 2 L. Where updates are functional (the CPU), each layer has its own
+array, so an update copies one layer's cache rather than every layer's.
 """
 
 import mlx.core as mx
 
-from pdlib.engine.kernels import new_fence, read_after, store_kv
+from pdlib.engine.kernels import install_kv, new_fence, read_after, store_kv, stores_kv_in_place
 
 
 class KVCache:
@@ -24,15 +26,37 @@ class KVCache:
     def capacity(self) -> int:
         return self.shape[2]
 
+    @property
+    def in_place(self) -> bool:
+        return stores_kv_in_place(self.shape[3])
+
     def allocate(self) -> None:
         layers, *per_layer = self.shape
-        self.k = [mx.zeros(per_layer, mx.float32) for _ in range(layers)]
-        self.v = [mx.zeros(per_layer, mx.float32) for _ in range(layers)]
-        self.written = [new_fence() for _ in range(layers)]
+        if self.in_place:
+            self._k_all, self._v_all = mx.zeros(self.shape, mx.float32), mx.zeros(self.shape, mx.float32)
+            mx.eval(self._k_all, self._v_all)
+            # a slice, not an integer index: MLX gathers (copies) for `a[i]`, and slices share the buffer
+            self.k = [self._k_all[i: i + 1].reshape(per_layer) for i in range(layers)]
+            self.v = [self._v_all[i: i + 1].reshape(per_layer) for i in range(layers)]
+        else:
+            self._k_all = self._v_all = None
+            self.k = [mx.zeros(per_layer, mx.float32) for _ in range(layers)]
+            self.v = [mx.zeros(per_layer, mx.float32) for _ in range(layers)]
+        self.written = new_fence()
         mx.eval(self.k, self.v, self.written)
         self._length = 0
         self._pos = None  # the device int32 array holding position `length`, kept for the next decode
         self.allocations += 1
+
+    @property
+    def k_all(self) -> mx.array:
+        """Every layer's K, (L, Hkv, capacity, Dh): the array the layers' views share where writes are in place,
+        a stacked copy elsewhere."""
+        return self._k_all if self._k_all is not None else mx.stack(self.k)
+
+    @property
+    def v_all(self) -> mx.array:
+        return self._v_all if self._v_all is not None else mx.stack(self.v)
 
     @property
     def length(self) -> int:
@@ -55,40 +79,40 @@ class KVCache:
     def store(self, layer: int, k: mx.array, v: mx.array, *, positions: mx.array, start: int):
         """Write a prefill chunk's k, v (Hkv, T, Dh) at positions start..; returns the (Hkv, start + T, Dh) keys
         and values attention reads. `advance` follows once every layer is stored."""
-        self.k[layer], self.v[layer], self.written[layer], keys, values = store_kv(
-            k, v, self.k[layer], self.v[layer], self.written[layer], positions=positions, start=start)
+        self.k[layer], self.v[layer], self.written, keys, values = store_kv(
+            k, v, self.k[layer], self.v[layer], self.written, positions=positions, start=start)
         return keys, values
 
-    def store_decoded(self, ks: list, vs: list, written: list, *, next_pos: mx.array) -> None:
-        """After a decode step: the new fences, and the new rows (Hkv, 1, Dh) where the step's kernels did not
+    def store_decoded(self, ks: list, vs: list, written: mx.array, *, next_pos: mx.array) -> None:
+        """After a decode step: the new fence, and the new rows (Hkv, 1, Dh) where the step's kernels did not
         store them themselves (empty lists when they did); then one position more."""
         for i, (k, v) in enumerate(zip(ks, vs)):
             self.k[i] = mx.slice_update(self.k[i], k, self.position(), axes=(1,))
             self.v[i] = mx.slice_update(self.v[i], v, self.position(), axes=(1,))
-        self.written = list(written)
+        self.written = written
         self.advance(1, next_pos=next_pos)
 
     def install(self, keys: list, values: list) -> None:
         """A prefix computed elsewhere (disagg: received from the prefill worker): per layer (Hkv, T, Dh) K and
-        V written at positions [length, length + T), then T positions more. A functional update, so every later
-        read or in-place write of the layer's buffer depends on it."""
+        V written at positions [length, length + T), then T positions more. Written as every other writer of this
+        cache writes (in place behind the fence, or functionally), so every later read or write depends on it."""
         start, n = self._length, keys[0].shape[1]
         if start + n > self.capacity:
             raise ValueError(f"KV cache overflow: {start} + {n} positions exceed capacity {self.capacity}")
-        at = mx.array([start])  # one index for every layer (MLX keeps tiny arrays in managed memory)
+        positions = mx.arange(start, start + n, dtype=mx.int32)  # one array for every layer
         for i, (k, v) in enumerate(zip(keys, values, strict=True)):
-            self.k[i] = mx.slice_update(self.k[i], k, at, axes=(1,))
-            self.v[i] = mx.slice_update(self.v[i], v, at, axes=(1,))
+            self.k[i], self.v[i], self.written = install_kv(k, v, self.k[i], self.v[i], self.written,
+                                                            positions=positions, start=start)
         self.advance(n)
 
     def read(self, layer: int, start: int, stop: int) -> tuple[mx.array, mx.array]:
         """K and V of one layer over positions [start, stop), ordered after the cache's last in-place write."""
-        w = self.written[layer]
+        w = self.written
         return read_after(self.k[layer][:, start:stop], w), read_after(self.v[layer][:, start:stop], w)
 
     def reset(self, *, logical: bool) -> None:
         if logical:
             self._length, self._pos = 0, None
         else:
-            self.k = self.v = self.written = None  # drop the old buffers before allocating new ones
+            self.k = self.v = self._k_all = self._v_all = self.written = None  # drop the old buffers first
             self.allocate()

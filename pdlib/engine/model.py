@@ -207,7 +207,7 @@ class Qwen3:
             o = [self._attention_for(b - a)(q[:, a:b], k, v, mask_rows=m) for a, b, (k, v), m in rows]
             o = o[0] if len(o) == 1 else mx.concatenate(o, axis=1)
             h = self._p_out_mlp(h, o, L.t["wo"], L.post_norm, L.t["w_gate"], L.t["w_up"], L.t["w_down"])
-            yield [h, *(a for s in segments for a in (s.cache.k[i], s.cache.v[i], s.cache.written[i]))]
+            yield [h, *(a for s in segments for a in (s.cache.k[i], s.cache.v[i], s.cache.written))]
         for s in segments:
             s.cache.advance(s.size)
         if not emitting:
@@ -229,24 +229,23 @@ class Qwen3:
     # -- decode ---------------------------------------------------------------------------------------
 
     def decode_step(self, token: mx.array, pos: mx.array, k_cache: list[mx.array], v_cache: list[mx.array],
-                    written: list[mx.array]):
+                    written: mx.array):
         """One token at position pos (an int32 array, so one compiled graph serves every position):
-        (token, pos, caches, fences) -> (logits (V,), greedy token, pos + 1, new K rows, new V rows, fences).
+        (token, pos, caches, fence) -> (logits (V,), greedy token, pos + 1, new K rows, new V rows, fence).
         Where the attention kernel runs (a GPU, head_dim 128) it stores the new rows in the caches itself, the
-        rows are empty lists and the fences are the kernels'; otherwise the rows are each layer's (Hkv, 1, Dh)
-        for the cache to store.
+        rows are empty lists and the fence is the last layer's kernel's (each layer's takes the one before);
+        otherwise the rows are each layer's (Hkv, 1, Dh) for the cache to store.
         Six kernels per layer: norm+q|k|v, q/k-norm+RoPE+attention (+ the K/V store), its merge,
         o_proj+residual, norm+gate|up+SwiGLU, down+residual."""
         c = self.cfg
         eps = c.rms_norm_eps
         h = self.embed[token].reshape(c.hidden_size)
-        ks, vs, fences = [], [], []
+        ks, vs = [], []
         for i, L in enumerate(self.layers):
             qkv = K.gemv(h, L.d_qkv, norm=L.in_norm, eps=eps)
-            o, k, v, w = K.decode_attention(qkv, L.q_norm, L.k_norm, self.inv_freq, pos, k_cache[i], v_cache[i],
-                                            written[i], heads=c.num_attention_heads, kv_heads=c.num_key_value_heads,
-                                            eps=eps)
-            fences.append(w)
+            o, k, v, written = K.decode_attention(qkv, L.q_norm, L.k_norm, self.inv_freq, pos, k_cache[i],
+                                                  v_cache[i], written, heads=c.num_attention_heads,
+                                                  kv_heads=c.num_key_value_heads, eps=eps)
             h = K.gemv(o, L.d_o, residual=h)
             act = K.gemv(h, L.d_gate_up, norm=L.post_norm, eps=eps, swiglu=True)
             h = K.gemv(act, L.d_down, residual=h)
@@ -254,7 +253,7 @@ class Qwen3:
                 ks.append(k[:, None])
                 vs.append(v[:, None])
         logits = K.gemv(h, self.d_lm_head, norm=self.norm, eps=eps)
-        return logits, mx.argmax(logits), pos + 1, ks, vs, fences
+        return logits, mx.argmax(logits), pos + 1, ks, vs, written
 
     def decode(self, cache: KVCache, token: mx.array) -> tuple[mx.array, mx.array]:
         """Run the (compiled) step at the cache's next position; returns the logits (V,) and the greedy token.
@@ -266,8 +265,8 @@ class Qwen3:
                 self._syncs[cache] = persistent.new_sync()
             c = self.cfg
             logits, token, next_pos, ks, vs, written = persistent.decode_persistent(
-                token, cache.position(), self.decode_weights, cache.k, cache.v, cache.written, self._syncs[cache],
-                heads=c.num_attention_heads, kv_heads=c.num_key_value_heads, eps=c.rms_norm_eps)
+                token, cache.position(), self.decode_weights, cache.k_all, cache.v_all, cache.written,
+                self._syncs[cache], heads=c.num_attention_heads, kv_heads=c.num_key_value_heads, eps=c.rms_norm_eps)
         else:
             logits, token, next_pos, ks, vs, written = self._step(token, cache.position(), cache.k, cache.v,
                                                                   cache.written)

@@ -14,6 +14,10 @@ the buffers they output, and the cache is not one of them: attention therefore r
 anything else reads the cache through `fence.read_after`, which depends on the fence this kernel outputs.
 On the CPU it is the functional `slice_update`, whose copy is one layer's cache, keys/values are views of the
 result, and the fence is returned as it came.
+
+    k_cache, v_cache, written = install_kv(k, v, k_cache, v_cache, written, positions=positions, start=start)
+
+writes a prefix computed elsewhere (disagg) the same way, handing nothing back for attention.
 """
 
 import mlx.core as mx
@@ -44,8 +48,23 @@ SOURCE = r"""
     reinterpret_cast<PD_DEVICE_SPACE float4*>(values)[i] = vv;
 """
 
+INSTALL = r"""
+    // one thread per float4 of the new keys (and values): (h, t, d4) over HKV x T x DH/4
+    const size_t i = (size_t)threadgroup_position_in_grid.x * threads_per_threadgroup.x
+                     + thread_position_in_threadgroup.x;
+    if (i == 0) written[0] = after[0] + 1u;
+    if (i >= (size_t)HKV * T * (DH / 4)) return;
+    const int d4 = i % (DH / 4), t = (i / (DH / 4)) % T, h = i / ((size_t)(DH / 4) * T);
+    const size_t slot = ((size_t)h * CAP + pos[0] + t) * (DH / 4) + d4;
+    reinterpret_cast<PD_DEVICE_SPACE float4*>(const_cast<PD_DEVICE_SPACE float*>(kc))[slot] =
+        reinterpret_cast<const PD_DEVICE_SPACE float4*>(k)[i];
+    reinterpret_cast<PD_DEVICE_SPACE float4*>(const_cast<PD_DEVICE_SPACE float*>(vc))[slot] =
+        reinterpret_cast<const PD_DEVICE_SPACE float4*>(v)[i];
+"""
+
 _kernel = kernel_or_none("pdlib_kv_store", ["k", "v", "pos", "kc", "vc", "after"], ["keys", "values", "written"],
                          source=SOURCE)
+_install = kernel_or_none("pdlib_kv_install", ["k", "v", "pos", "kc", "vc", "after"], ["written"], source=INSTALL)
 
 
 def store_kv_ops(k, v, k_cache, v_cache, written, *, positions: mx.array | None = None, start: int):
@@ -78,3 +97,22 @@ def store_kv(k, v, k_cache, v_cache, written, *, positions: mx.array, start: int
     if stores_kv_in_place(k.shape[-1]):
         return store_kv_kernel(k, v, k_cache, v_cache, written, positions=positions, start=start)
     return store_kv_ops(k, v, k_cache, v_cache, written, positions=positions, start=start)
+
+
+def install_kv_kernel(k, v, k_cache, v_cache, written, *, positions: mx.array, start: int):
+    """The new rows written in place at positions[0].. (the host's `start` goes unused); the caches come back
+    as they went in, with the next fence."""
+    Hkv, T, Dh = k.shape
+    n = Hkv * T * Dh // 4
+    (written,) = _install(inputs=[k, v, positions, k_cache, v_cache, written],
+                          template=[("T", T), ("HKV", Hkv), ("DH", Dh), ("CAP", k_cache.shape[1])],
+                          grid=(-(-n // 256) * 256, 1, 1), threadgroup=(256, 1, 1),
+                          output_shapes=[written.shape], output_dtypes=[written.dtype])
+    return k_cache, v_cache, written
+
+
+def install_kv(k, v, k_cache, v_cache, written, *, positions: mx.array, start: int):
+    """store_kv without the keys/values for attention: (k_cache, v_cache, written), in place where store_kv is."""
+    if stores_kv_in_place(k.shape[-1]):
+        return install_kv_kernel(k, v, k_cache, v_cache, written, positions=positions, start=start)
+    return store_kv_ops(k, v, k_cache, v_cache, written, positions=positions, start=start)[:3]

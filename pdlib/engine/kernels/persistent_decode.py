@@ -3,11 +3,12 @@ in one launch, phases separated by a software grid barrier, so a token costs one
 
     dw = DecodeWeights(embed=..., qkv=mx.stack(...), ...)      # the layers' decode matrices stacked per kind
     sync = new_sync()                                           # one per request, reused by its every step
-    logits, token, next_pos, ks, vs, written = decode_persistent(token, pos, dw, k_cache, v_cache, written, sync,
-                                                                 heads=16, kv_heads=8, eps=1e-6)
+    logits, token, next_pos, ks, vs, written = decode_persistent(token, pos, dw, cache.k_all, cache.v_all,
+                                                                 cache.written, sync, heads=16, kv_heads=8, eps=1e-6)
 
-Same contract as Qwen3.decode_step: the new K/V slots are stored in place (ks, vs are empty) and each layer's
-write fence comes back advanced (fence.py). The arithmetic is the per-operation kernels' (gemv.py,
+Same contract as Qwen3.decode_step, over the cache's stacked K and V (L, Hkv, capacity, Dh) so that the launch
+takes few buffers (MLX's host work grows with them): the new K/V slots are stored in place (ks, vs are
+empty) and the cache's write fence comes back advanced (fence.py). The arithmetic is the per-operation kernels' (gemv.py,
 decode_attention.py): bf16 weights, FP32 accumulation, the same online softmax. Per layer, five phases:
 
     1 RMSNorm(h) in every block, q|k|v rows spread over all warps                      grid barrier
@@ -46,6 +47,7 @@ SYNC_WORDS = 256
 SY_GEN, SY_ERR = 32, 64  # the sync buffer's generation and error words (HEADER's enum)
 ERROR_TOKEN = 0xFFFFFFFF
 SPIN_CYCLES = 2_000_000_000  # ~1 s at the H200's ~2 GHz before a wait gives up
+KV_GROUP = 4  # keys per warp per load group in attention
 
 
 @dataclass(frozen=True)
@@ -65,15 +67,16 @@ class DecodeWeights:
     inv_freq: mx.array    # (Dh / 2,) RoPE
 
 
-def decode_persistent_ops(token, pos, dw: DecodeWeights, k_cache, v_cache, written, sync=None, *, heads: int,
+def decode_persistent_ops(token, pos, dw: DecodeWeights, k_all, v_all, written, sync=None, *, heads: int,
                           kv_heads: int, eps: float, poison: bool = False):
-    """The oracle: Qwen3.decode_step's ops path over the stacked weights -> (logits, token, pos + 1, ks, vs,
-    written), the new rows (Hkv, 1, Dh) per layer for the caller to store and the fences unchanged."""
+    """The oracle: Qwen3.decode_step's ops path over the stacked weights and caches (L, Hkv, cap, Dh) ->
+    (logits, token, pos + 1, ks, vs, written), the new rows (Hkv, 1, Dh) per layer for the caller to store
+    and the fence unchanged."""
     h = dw.embed[token].reshape(dw.embed.shape[1])
     ks, vs = [], []
-    for i in range(len(k_cache)):
+    for i in range(k_all.shape[0]):
         qkv = gemv_ops(h, dw.qkv[i], norm=dw.in_norm[i], eps=eps)
-        o, k, v = decode_attention_ops(qkv, dw.q_norm[i], dw.k_norm[i], dw.inv_freq, pos, k_cache[i], v_cache[i],
+        o, k, v = decode_attention_ops(qkv, dw.q_norm[i], dw.k_norm[i], dw.inv_freq, pos, k_all[i], v_all[i],
                                        heads=heads, kv_heads=kv_heads, eps=eps)
         h = gemv_ops(o, dw.o[i], residual=h)
         act = gemv_ops(h, dw.gate_up[i], norm=dw.post_norm[i], eps=eps, swiglu=True)
@@ -81,7 +84,7 @@ def decode_persistent_ops(token, pos, dw: DecodeWeights, k_cache, v_cache, writt
         ks.append(k[:, None])
         vs.append(v[:, None])
     logits = gemv_ops(h, dw.lm_head, norm=dw.norm, eps=eps)
-    return logits, mx.argmax(logits), pos + 1, ks, vs, list(written)
+    return logits, mx.argmax(logits), pos + 1, ks, vs, written
 
 
 HEADER = r"""
@@ -216,12 +219,12 @@ __device__ __forceinline__ void gemv(Rows<K, M, R>& g, const uint4* W, int row0,
 // One attention work item: KV head h over keys [start, stop) (stop <= P + 1; key P is the new one), the
 // decode_attention kernel's partial pass, its result (m, l, o) per query head written for split s; the last
 // of a head's S items to finish merges them into o. qkv is this step's projection (read through L2).
-template <int HQ, int HKV, int DH, int CAP, int S, int BLOCK>
+template <int HQ, int HKV, int DH, int CAP, int S, int BLOCK, int G>
 __device__ __forceinline__ void attend(int h, int s, int start, int stop, int P, const float* qkv,
                                        const float* qn, const float* knw, const float* inv_freq, float* kc,
                                        float* vc, float* pm, float* pl, float* po, float* o, unsigned* count,
                                        float e, float SCALE) {
-    constexpr int REP = HQ / HKV, WARPS = BLOCK / 32, HALF = DH / 2, DW = DH / 32, G = 4;
+    constexpr int REP = HQ / HKV, WARPS = BLOCK / 32, HALF = DH / 2, DW = DH / 32;
     __shared__ float qs[REP][DH];
     __shared__ float kn[DH];
     __shared__ float vn[DH];
@@ -404,24 +407,23 @@ BODY = r"""
     float* PO = PL + HQ * S;
     float* CV = PO + HQ * S * DH;
     int* CI = reinterpret_cast<int*>(CV + NB);
-    if (b == 0 && t < 4) {  // the outputs a failed step leaves: ERROR_TOKEN, and the fences advanced
+    if (b == 0 && t < 4) {  // the outputs a failed step leaves: ERROR_TOKEN, and the fence advanced
         tok_out[t] = t == 0 ? 0xffffffffu : t == 1 ? 1u : 0u;
         pos_out[t] = t == 0 ? P + 1 : 0;
-/*FENCES*/
+        fout[t] = t == 0 ? fin[0] + 1u : 0u;
     }
     if (tk >= (unsigned)V || P < 0 || P >= CAP) return;
     // STAMPS (a profile, off in every real step): block 0's clocks at each phase's start and end
     #define PDP_STAMP(i) if (STAMPS && b == 0 && t == 0) { stamps[i] = pdp::now_ns(); stamps[NL * 10 + 3 + (i)] = clock64(); }
     PDP_STAMP(NL * 10 + 2)
-/*TABLES*/
     const uint4* WQKV = reinterpret_cast<const uint4*>(wqkv);
     const uint4* WO = reinterpret_cast<const uint4*>(wo);
     const uint4* WGU = reinterpret_cast<const uint4*>(wgu);
     const uint4* WD = reinterpret_cast<const uint4*>(wdown);
     const uint4* LM = reinterpret_cast<const uint4*>(lm);
     const float* x0 = embed + (size_t)tk * D;
-    // attention splits: keys [s * CH, (s + 1) * CH) of P + 1, CH a multiple of 8 (two of a warp's load groups)
-    const int CH = (((P + 1) + S - 1) / S + 7) / 8 * 8;
+    // attention splits: keys [s * CH, (s + 1) * CH) of P + 1, CH a multiple of two of a warp's load groups
+    const int CH = (((P + 1) + S - 1) / S + 2 * KVG - 1) / (2 * KVG) * (2 * KVG);
 
     pdp::Rows<D, 1, 2> gq, gl;
     gq.load(WQKV, NQKV, gw * 2, lane);
@@ -439,8 +441,9 @@ BODY = r"""
         for (int item = b; item < HKV * S; item += NB) {
             const int h = item / S, s = item % S, start = s * CH;
             const int stop = min(start + CH, P + 1) > start ? min(start + CH, P + 1) : start;
-            pdp::attend<HQ, HKV, DH, CAP, S, BLOCK>(h, s, start, stop, P, QKV, q_norm + l * DH, k_norm + l * DH,
-                                                     inv_freq, const_cast<float*>(KC[l]), const_cast<float*>(VC[l]),
+            pdp::attend<HQ, HKV, DH, CAP, S, BLOCK, KVG>(h, s, start, stop, P, QKV, q_norm + l * DH, k_norm + l * DH,
+                                                     inv_freq, const_cast<float*>(kc) + (size_t)l * HKV * CAP * DH,
+                                                     const_cast<float*>(vc) + (size_t)l * HKV * CAP * DH,
                                                      PM, PL, PO, O, sy + pdp::SY_HEAD, eps, scale);
         }
         pdp::Rows<NO, 1, 1> go;
@@ -514,28 +517,19 @@ BODY = r"""
     }
 """
 
-_INPUTS = ["tok", "pos", "embed", "wqkv", "wo", "wgu", "wdown", "lm", "in_norm", "post_norm", "q_norm", "k_norm",
-           "fnorm", "inv_freq", "sync_buf"]
-_kernels: dict = {}
+INPUTS = ["tok", "pos", "embed", "wqkv", "wo", "wgu", "wdown", "lm", "in_norm", "post_norm", "q_norm", "k_norm",
+          "fnorm", "inv_freq", "sync_buf", "kc", "vc", "fin"]
+OUTPUTS = ["logits", "tok_out", "pos_out", "scratch", "stamps", "fout"]
+_kernel = None
 
 
-def _source(layers: int) -> str:
-    """BODY with this layer count's pointer tables (one cache array per layer) and fence writes."""
-    tables = (f"    const float* const KC[NL] = {{{', '.join(f'kc_{i}' for i in range(layers))}}};\n"
-              f"    const float* const VC[NL] = {{{', '.join(f'vc_{i}' for i in range(layers))}}};")
-    fences = "\n".join(f"        fout_{i}[t] = t == 0 ? fin_{i}[0] + 1u : 0u;" for i in range(layers))
-    return BODY.replace("/*TABLES*/", tables).replace("/*FENCES*/", fences)
-
-
-def kernel_for(layers: int):
-    """The kernel for a model of `layers` layers, built once (CUDA only)."""
-    if layers not in _kernels:
-        inputs = _INPUTS + [f"kc_{i}" for i in range(layers)] + [f"vc_{i}" for i in range(layers)] \
-            + [f"fin_{i}" for i in range(layers)]
-        outputs = ["logits", "tok_out", "pos_out", "scratch", "stamps"] + [f"fout_{i}" for i in range(layers)]
-        _kernels[layers] = mx.fast.cuda_kernel(name=f"pdlib_decode_persistent_l{layers}", input_names=inputs,
-                                               output_names=outputs, source=_source(layers), header=HEADER)
-    return _kernels[layers]
+def kernel():
+    """The kernel, built once (CUDA only)."""
+    global _kernel
+    if _kernel is None:
+        _kernel = mx.fast.cuda_kernel(name="pdlib_decode_persistent", input_names=INPUTS, output_names=OUTPUTS,
+                                      source=BODY, header=HEADER)
+    return _kernel
 
 
 @functools.cache
@@ -594,36 +588,40 @@ def scratch_layout(*, D: int, heads: int, kv_heads: int, dh: int, F: int, splits
     return layout
 
 
-def launch(token, pos, dw: DecodeWeights, k_cache, v_cache, written, sync, *, heads: int, kv_heads: int,
-           eps: float, poison: bool = False, blocks: int | None = None, stamps: bool = False) -> list:
+def launch(token, pos, dw: DecodeWeights, k_all, v_all, written, sync, *, heads: int, kv_heads: int,
+           eps: float, poison: bool = False, blocks: int | None = None, stamps: bool = False,
+           kv_group: int = KV_GROUP) -> list:
     """The kernel's outputs: [logits, tok_out (token, error flag, 0, 0), pos_out (pos + 1, 0, 0, 0), scratch
-    (scratch_layout), stamps, fence per layer...]. `poison` fills them with NaN first (a skipped element
-    shows); `blocks` defaults to the SM count. `stamps` (a profile): block 0's globaltimer (ns) at each of
-    the 10 phase starts and ends per layer, the LM head's start and end, the kernel's start, then the same
-    10 L + 3 as SM clock cycles; otherwise two unused words (16 bytes: not managed memory)."""
-    layers, (_, cap, dh) = len(k_cache), k_cache[0].shape
+    (scratch_layout), stamps, the fence advanced]. k_all, v_all: the caches (L, Hkv, cap, Dh), written in
+    place. `poison` fills the outputs with NaN first (a skipped element shows); `blocks` defaults to the SM
+    count. `stamps` (a profile): block 0's globaltimer (ns) at each of the 10 phase starts and ends per layer,
+    the LM head's start and end, the kernel's start, then the same 10 L + 3 as SM clock cycles; otherwise two
+    unused words (16 bytes: not managed memory). `kv_group`: keys per warp per load group in attention (two
+    groups in flight)."""
+    layers, _, cap, dh = k_all.shape
     V, D = dw.embed.shape
     F = dw.down.shape[2]
     nb = blocks or sm_count()
     splits = max(1, nb // kv_heads)
     layout = scratch_layout(D=D, heads=heads, kv_heads=kv_heads, dh=dh, F=F, splits=splits, blocks=nb)
     size = sum(layout["block_index"])  # the last array's end
-    return kernel_for(layers)(
+    return kernel()(
         inputs=[token, pos, dw.embed, dw.qkv, dw.o, dw.gate_up, dw.down, dw.lm_head, dw.in_norm, dw.post_norm,
-                dw.q_norm, dw.k_norm, dw.norm, dw.inv_freq, sync, *k_cache, *v_cache, *written],
+                dw.q_norm, dw.k_norm, dw.norm, dw.inv_freq, sync, k_all, v_all, written],
         template=[("D", D), ("HQ", heads), ("HKV", kv_heads), ("DH", dh), ("FF", F), ("NL", layers), ("V", V),
                   ("CAP", cap), ("NB", nb), ("S", splits), ("BLOCK", BLOCK), ("EPS_BITS", float_bits(eps)),
-                  ("SCALE_BITS", float_bits(dh ** -0.5)), ("SPIN", SPIN_CYCLES), ("STAMPS", stamps)],
+                  ("SCALE_BITS", float_bits(dh ** -0.5)), ("SPIN", SPIN_CYCLES), ("STAMPS", stamps),
+                  ("KVG", kv_group)],
         grid=(nb * BLOCK, 1, 1), threadgroup=(BLOCK, 1, 1),
-        output_shapes=[(V,), (4,), (4,), (size,), (2 * (10 * layers + 3) if stamps else 2,)] + [(4,)] * layers,
-        output_dtypes=[mx.float32, mx.uint32, mx.int32, mx.float32, mx.uint64] + [mx.uint32] * layers,
+        output_shapes=[(V,), (4,), (4,), (size,), (2 * (10 * layers + 3) if stamps else 2,), written.shape],
+        output_dtypes=[mx.float32, mx.uint32, mx.int32, mx.float32, mx.uint64, written.dtype],
         init_value=float("nan") if poison else None)
 
 
-def decode_persistent(token, pos, dw: DecodeWeights, k_cache, v_cache, written, sync, **kw):
-    """-> (logits (V,), token (), pos + 1 (1,), [], [], fences): one launch (keywords as `launch`)."""
-    logits, tok, next_pos, _, _, *fences = launch(token, pos, dw, k_cache, v_cache, written, sync, **kw)
-    return logits, tok[0], next_pos[:1], [], [], fences
+def decode_persistent(token, pos, dw: DecodeWeights, k_all, v_all, written, sync, **kw):
+    """-> (logits (V,), token (), pos + 1 (1,), [], [], the fence advanced): one launch (keywords as `launch`)."""
+    logits, tok, next_pos, _, _, fence = launch(token, pos, dw, k_all, v_all, written, sync, **kw)
+    return logits, tok[0], next_pos[:1], [], [], fence
 
 
 def check_token(token: int) -> int:
