@@ -26,6 +26,8 @@
 #   bash notes/gpu-session/session.sh j    the stacked caches: check-kernels, the profile (load groups 4 and 8) and
 #                                          bench-step (GPU 0) beside the dispatch probe and a short gate (GPU 1);
 #                                          then the disagg smoke (both)
+#   bash notes/gpu-session/session.sh k    attention's ring: check-kernels and the profile (GPU 0) beside bench-step
+#                                          and a short gate (GPU 1)
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -175,5 +177,16 @@ j)
     > "$LOGS/disagg-smoke.log" 2>&1
   echo "disagg smoke rc=$?"; tail -n 12 "$LOGS/disagg-smoke.log"
   finish ;;
-*) echo "usage: session.sh a|b|c|d|e|f|g|h|i|j" >&2; exit 2 ;;
+k)
+  ( gpu 0 timeout 200 python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
+    gpu 0 timeout 150 python3 notes/gpu-session/persistent_profile.py 4096 8 > "$LOGS/profile.log" 2>&1 ) &
+  ( gpu 1 timeout 200 python3 -m pdlib bench-step --no-peers --contexts 4096 5120 \
+      --output "$OUT/bench-step-pdlib.json" > "$LOGS/bench.log" 2>&1
+    gpu 1 timeout 200 python3 -m pdlib run --model synthetic:qwen3-0.6b --prompt-tokens 1024 --output-tokens 64 \
+      --chunk-size 128 --policies chunked fifo mixed overlap --validate-only --quiet > "$LOGS/gate.log" 2>&1 ) &
+  wait; grep -c " pass$" "$LOGS/ck0.log"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 8
+  grep "^{" "$LOGS/profile.log"; grep -v "^{" "$LOGS/profile.log" | tail -n 4; tail -n 7 "$LOGS/bench.log"
+  tail -n 8 "$LOGS/gate.log"
+  finish ;;
+*) echo "usage: session.sh a|b|c|d|e|f|g|h|i|j|k" >&2; exit 2 ;;
 esac

@@ -47,7 +47,8 @@ SYNC_WORDS = 256
 SY_GEN, SY_ERR = 32, 64  # the sync buffer's generation and error words (HEADER's enum)
 ERROR_TOKEN = 0xFFFFFFFF
 SPIN_CYCLES = 2_000_000_000  # ~1 s at the H200's ~2 GHz before a wait gives up
-KV_GROUP = 4  # keys per warp per load group in attention
+KV_GROUP = 4  # keys per warp per stage of attention's ring
+KV_STAGES = 4  # stages of the ring in flight (each BLOCK / 32 * KV_GROUP keys, K and V)
 
 
 @dataclass(frozen=True)
@@ -216,15 +217,52 @@ __device__ __forceinline__ void gemv(Rows<K, M, R>& g, const uint4* W, int row0,
     }
 }
 
+// Asynchronous 16-byte copies global -> shared (cp.async, through L2 only): the attention item's keys and
+// values stream into a ring of stages in dynamic shared memory without holding registers, so a block of 8
+// warps keeps NST stages in flight.
+__device__ __forceinline__ void cp16(void* smem, const void* g) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(a), "l"(g));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
+
+extern __shared__ __align__(16) float4 kv_ring[];  // NST stages of [K, V][KS keys][DH / 4]
+
+// Request keys [j0, j0 + KS) below lim of KV head h into stage buffer buf: one commit group per call, empty
+// or not, so that waiting for "all but the newest NST - 1 groups" always means this call's oldest stage.
+template <int DH, int CAP, int BLOCK, int KS>
+__device__ __forceinline__ void kv_stage(float4* buf, const float* kc, const float* vc, int h, int j0, int lim) {
+    constexpr int Q = DH / 4;
+    for (int i = threadIdx.x; i < 2 * KS * Q; i += BLOCK) {
+        const int key = (i / Q) % KS, part = i % Q, j = j0 + key;
+        if (j < lim) cp16(buf + i, (i < KS * Q ? kc : vc) + ((size_t)h * CAP + j) * DH + part * 4);
+    }
+    cp_commit();
+}
+
+// An attention item's first NST stages (keys [start, stop) of head h; key P, the new one, is not read from the
+// cache): requested before the grid barrier that precedes attention, since the cache does not depend on it.
+template <int DH, int CAP, int BLOCK, int KS, int NST>
+__device__ __forceinline__ void kv_prefetch(const float* kc, const float* vc, int h, int start, int stop, int P) {
+    const int lim = min(stop, P);
+    #pragma unroll
+    for (int i = 0; i < NST; ++i)
+        kv_stage<DH, CAP, BLOCK, KS>(kv_ring + i * 2 * KS * (DH / 4), kc, vc, h, start + i * KS, lim);
+}
+
 // One attention work item: KV head h over keys [start, stop) (stop <= P + 1; key P is the new one), the
 // decode_attention kernel's partial pass, its result (m, l, o) per query head written for split s; the last
-// of a head's S items to finish merges them into o. qkv is this step's projection (read through L2).
-template <int HQ, int HKV, int DH, int CAP, int S, int BLOCK, int G>
+// of a head's S items to finish merges them into o. qkv is this step's projection (read through L2). Keys
+// and values arrive in stages of KS = WARPS G keys (G per warp) through the ring; `issued` says kv_prefetch
+// already requested the first NST.
+template <int HQ, int HKV, int DH, int CAP, int S, int BLOCK, int G, int NST>
 __device__ __forceinline__ void attend(int h, int s, int start, int stop, int P, const float* qkv,
                                        const float* qn, const float* knw, const float* inv_freq, float* kc,
                                        float* vc, float* pm, float* pl, float* po, float* o, unsigned* count,
-                                       float e, float SCALE) {
-    constexpr int REP = HQ / HKV, WARPS = BLOCK / 32, HALF = DH / 2, DW = DH / 32;
+                                       float e, float SCALE, bool issued) {
+    constexpr int REP = HQ / HKV, WARPS = BLOCK / 32, HALF = DH / 2, DW = DH / 32, KS = WARPS * G, Q = DH / 4;
     __shared__ float qs[REP][DH];
     __shared__ float kn[DH];
     __shared__ float vn[DH];
@@ -233,19 +271,7 @@ __device__ __forceinline__ void attend(int h, int s, int start, int stop, int P,
     __shared__ float wo[WARPS][REP][DH];
     __shared__ int last;
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
-
-    const float4* K4 = reinterpret_cast<const float4*>(kc + (size_t)h * CAP * DH);
-    const float4* V4 = reinterpret_cast<const float4*>(vc + (size_t)h * CAP * DH);
-    // two groups of G keys per warp in flight: the next group is requested before the current is reduced
-    float4 kv[G], vv[G], kv2[G], vv2[G];
-    #define PDP_LOAD_KV(KV, VV, J0)                                                                   \
-        _Pragma("unroll") for (int g = 0; g < G; ++g) {                                               \
-            const int j = (J0) + g;                                                                   \
-            if (j < P && j < stop) { KV[g] = K4[(size_t)j * (DH / 4) + lane]; VV[g] = V4[(size_t)j * (DH / 4) + lane]; } \
-            else { KV[g] = make_float4(0.f, 0.f, 0.f, 0.f); VV[g] = KV[g]; }                          \
-        }
-    int j0 = start + warp * G;
-    PDP_LOAD_KV(kv, vv, j0)
+    if (!issued) kv_prefetch<DH, CAP, BLOCK, KS, NST>(kc, vc, h, start, stop, P);
 
     float raw[REP + 1], ss[REP + 1];
     if (t < DH) {
@@ -299,11 +325,18 @@ __device__ __forceinline__ void attend(int h, int s, int start, int stop, int P,
     }
     const float4 kp = make_float4(kn[lane * 4], kn[lane * 4 + 1], kn[lane * 4 + 2], kn[lane * 4 + 3]);
     const float4 vp = make_float4(vn[lane * 4], vn[lane * 4 + 1], vn[lane * 4 + 2], vn[lane * 4 + 3]);
-    while (j0 < stop) {
-        const int jn = j0 + WARPS * G;
-        if (jn < stop) { PDP_LOAD_KV(kv2, vv2, jn) }
+    const int lim = min(stop, P), stages = (stop - start + KS - 1) / KS;
+    for (int i = 0; i < stages; ++i) {
+        cp_wait<NST - 1>();
+        __syncthreads();  // stage i is in, from every thread's copies
+        float4* st = kv_ring + (i % NST) * 2 * KS * Q;
+        const int j0 = start + i * KS + warp * G;
+        float4 kv[G], vv[G];
         #pragma unroll
-        for (int g = 0; g < G; ++g) if (j0 + g == P) { kv[g] = kp; vv[g] = vp; }
+        for (int g = 0; g < G; ++g) {
+            kv[g] = j0 + g == P ? kp : st[(warp * G + g) * Q + lane];
+            vv[g] = j0 + g == P ? vp : st[(KS + warp * G + g) * Q + lane];
+        }
         #pragma unroll
         for (int r = 0; r < REP; ++r) {
             float sc[G];
@@ -331,11 +364,10 @@ __device__ __forceinline__ void attend(int h, int s, int start, int stop, int P,
             }
             m[r] = mn;
         }
-        j0 = jn;
-        #pragma unroll
-        for (int g = 0; g < G; ++g) { kv[g] = kv2[g]; vv[g] = vv2[g]; }
+        __syncthreads();  // every warp is done with the buffer: refill it with stage i + NST
+        kv_stage<DH, CAP, BLOCK, KS>(st, kc, vc, h, start + (i + NST) * KS, lim);
     }
-    #undef PDP_LOAD_KV
+    cp_wait<0>();
     for (int r = 0; r < REP; ++r) {
         if (lane == 0) { wm[warp][r] = m[r]; wl[warp][r] = l[r]; }
         wo[warp][r][lane * 4] = acc[r].x; wo[warp][r][lane * 4 + 1] = acc[r].y;
@@ -422,8 +454,13 @@ BODY = r"""
     const uint4* WD = reinterpret_cast<const uint4*>(wdown);
     const uint4* LM = reinterpret_cast<const uint4*>(lm);
     const float* x0 = embed + (size_t)tk * D;
-    // attention splits: keys [s * CH, (s + 1) * CH) of P + 1, CH a multiple of two of a warp's load groups
+    // attention splits: item (h, s) takes keys [s * CH, (s + 1) * CH) of P + 1, CH a multiple of 2 KVG
     const int CH = (((P + 1) + S - 1) / S + 2 * KVG - 1) / (2 * KVG) * (2 * KVG);
+    auto keys_of = [&](int item, int& start, int& stop) {
+        start = item % S * CH;
+        stop = max(start, min(start + CH, P + 1));
+    };
+    constexpr int KS = WARPS * KVG;  // keys per stage of the attention ring
 
     pdp::Rows<D, 1, 2> gq, gl;
     gq.load(WQKV, NQKV, gw * 2, lane);
@@ -434,17 +471,23 @@ BODY = r"""
         pdp::stage<D, BLOCK, true>(xs4, hin, in_norm + l * D, eps, red);
         pdp::gemv<D, 1, 2, NQKV, TW * 2>(gq, WQKV + (size_t)l * NQKV * (D / 8), gw * 2, lane, xs4,
                   [&](int row, float a, float) { __stcg(QKV + row, a); });
+        float* KL = const_cast<float*>(kc) + (size_t)l * HKV * CAP * DH;
+        float* VL = const_cast<float*>(vc) + (size_t)l * HKV * CAP * DH;
+        if (b < HKV * S) {  // this block's first attention item: its keys start arriving during the barrier
+            int start, stop;
+            keys_of(b, start, stop);
+            pdp::kv_prefetch<DH, CAP, BLOCK, KS, NST>(KL, VL, b / S, start, stop, P);
+        }
         PDP_STAMP(l * 10 + 1)
-        if (!pdp::grid_sync(sy, NB, SPIN)) return;
+        if (!pdp::grid_sync(sy, NB, SPIN)) { pdp::cp_wait<0>(); return; }
         // 2: attention
         PDP_STAMP(l * 10 + 2)
         for (int item = b; item < HKV * S; item += NB) {
-            const int h = item / S, s = item % S, start = s * CH;
-            const int stop = min(start + CH, P + 1) > start ? min(start + CH, P + 1) : start;
-            pdp::attend<HQ, HKV, DH, CAP, S, BLOCK, KVG>(h, s, start, stop, P, QKV, q_norm + l * DH, k_norm + l * DH,
-                                                     inv_freq, const_cast<float*>(kc) + (size_t)l * HKV * CAP * DH,
-                                                     const_cast<float*>(vc) + (size_t)l * HKV * CAP * DH,
-                                                     PM, PL, PO, O, sy + pdp::SY_HEAD, eps, scale);
+            int start, stop;
+            keys_of(item, start, stop);
+            pdp::attend<HQ, HKV, DH, CAP, S, BLOCK, KVG, NST>(item / S, item % S, start, stop, P, QKV,
+                q_norm + l * DH, k_norm + l * DH, inv_freq, KL, VL, PM, PL, PO, O, sy + pdp::SY_HEAD, eps, scale,
+                item == b);
         }
         pdp::Rows<NO, 1, 1> go;
         go.load(WO + (size_t)l * D * (NO / 8), D, gw, lane);
@@ -520,16 +563,21 @@ BODY = r"""
 INPUTS = ["tok", "pos", "embed", "wqkv", "wo", "wgu", "wdown", "lm", "in_norm", "post_norm", "q_norm", "k_norm",
           "fnorm", "inv_freq", "sync_buf", "kc", "vc", "fin"]
 OUTPUTS = ["logits", "tok_out", "pos_out", "scratch", "stamps", "fout"]
-_kernel = None
+_kernels: dict = {}
 
 
-def kernel():
-    """The kernel, built once (CUDA only)."""
-    global _kernel
-    if _kernel is None:
-        _kernel = mx.fast.cuda_kernel(name="pdlib_decode_persistent", input_names=INPUTS, output_names=OUTPUTS,
-                                      source=BODY, header=HEADER)
-    return _kernel
+def ring_bytes(dh: int, kv_group: int = KV_GROUP) -> int:
+    """The dynamic shared memory of attention's ring: KV_STAGES stages of K and V rows."""
+    return KV_STAGES * 2 * (BLOCK // 32) * kv_group * dh * 4
+
+
+def kernel(dh: int, kv_group: int = KV_GROUP):
+    """The kernel for a head size and load group, built once (CUDA only)."""
+    if (dh, kv_group) not in _kernels:
+        _kernels[dh, kv_group] = mx.fast.cuda_kernel(
+            name="pdlib_decode_persistent", input_names=INPUTS, output_names=OUTPUTS, source=BODY, header=HEADER,
+            shared_memory=ring_bytes(dh, kv_group))
+    return _kernels[dh, kv_group]
 
 
 @functools.cache
@@ -557,6 +605,7 @@ def new_sync() -> mx.array:
 
 
 SHARED_LIMIT = 48 * 1024  # static shared memory a block may declare
+SM_SHARED_LIMIT = 227 * 1024  # static and dynamic together, one block per SM (sm_90)
 
 
 def shared_bytes(cfg) -> int:
@@ -573,9 +622,11 @@ def shared_bytes(cfg) -> int:
 
 def available(cfg, *, packed: bool) -> bool:
     """Where the persistent kernel runs: CUDA, head_dim 128 (the attention item's thread layout), bf16 weights,
-    and shapes whose arrays fit one block's shared memory (Qwen3-0.6B and -1.7B do; -4B and -8B do not, and
-    keep the per-operation kernels)."""
-    return BACKEND == "cuda" and cfg.head_dim == 128 and packed and shared_bytes(cfg) <= SHARED_LIMIT
+    and shapes whose arrays fit one block's static shared memory, beside attention's ring (Qwen3-0.6B and
+    -1.7B do; -4B and -8B do not, and keep the per-operation kernels)."""
+    static = shared_bytes(cfg)
+    return (BACKEND == "cuda" and cfg.head_dim == 128 and packed and static <= SHARED_LIMIT
+            and static + ring_bytes(cfg.head_dim) <= SM_SHARED_LIMIT)
 
 
 def scratch_layout(*, D: int, heads: int, kv_heads: int, dh: int, F: int, splits: int, blocks: int) -> dict:
@@ -605,13 +656,13 @@ def launch(token, pos, dw: DecodeWeights, k_all, v_all, written, sync, *, heads:
     splits = max(1, nb // kv_heads)
     layout = scratch_layout(D=D, heads=heads, kv_heads=kv_heads, dh=dh, F=F, splits=splits, blocks=nb)
     size = sum(layout["block_index"])  # the last array's end
-    return kernel()(
+    return kernel(dh, kv_group)(
         inputs=[token, pos, dw.embed, dw.qkv, dw.o, dw.gate_up, dw.down, dw.lm_head, dw.in_norm, dw.post_norm,
                 dw.q_norm, dw.k_norm, dw.norm, dw.inv_freq, sync, k_all, v_all, written],
         template=[("D", D), ("HQ", heads), ("HKV", kv_heads), ("DH", dh), ("FF", F), ("NL", layers), ("V", V),
                   ("CAP", cap), ("NB", nb), ("S", splits), ("BLOCK", BLOCK), ("EPS_BITS", float_bits(eps)),
                   ("SCALE_BITS", float_bits(dh ** -0.5)), ("SPIN", SPIN_CYCLES), ("STAMPS", stamps),
-                  ("KVG", kv_group)],
+                  ("KVG", kv_group), ("NST", KV_STAGES)],
         grid=(nb * BLOCK, 1, 1), threadgroup=(BLOCK, 1, 1),
         output_shapes=[(V,), (4,), (4,), (size,), (2 * (10 * layers + 3) if stamps else 2,), written.shape],
         output_dtypes=[mx.float32, mx.uint32, mx.int32, mx.float32, mx.uint64, written.dtype],
