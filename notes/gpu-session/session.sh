@@ -28,6 +28,10 @@
 #                                          then the disagg smoke (both)
 #   bash notes/gpu-session/session.sh k    attention's ring: check-kernels and the profile (GPU 0) beside bench-step
 #                                          and a short gate (GPU 1)
+#   bash notes/gpu-session/session.sh l    attention's TMA ring: check-kernels and the profile (GPU 0) beside a
+#                                          short gate (GPU 1)
+#   bash notes/gpu-session/session.sh m    bench-step with peers (GPU 0) beside the published workload with eager
+#                                          chunked fifo mixed (GPU 1)
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -163,7 +167,7 @@ i)
   finish ;;
 j)
   ( gpu 0 timeout 200 python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
-    gpu 0 timeout 150 python3 notes/gpu-session/persistent_profile.py 4096 8 > "$LOGS/profile.log" 2>&1
+    gpu 0 timeout 150 python3 notes/gpu-session/persistent_profile.py 4096 2 > "$LOGS/profile.log" 2>&1
     gpu 0 timeout 200 python3 -m pdlib bench-step --no-peers --contexts 4096 5120 \
       --output "$OUT/bench-step-pdlib.json" > "$LOGS/bench.log" 2>&1 ) &
   ( gpu 1 timeout 120 python3 notes/gpu-session/dispatch_probe.py 4096 > "$LOGS/probe.log" 2>&1
@@ -179,7 +183,7 @@ j)
   finish ;;
 k)
   ( gpu 0 timeout 200 python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
-    gpu 0 timeout 150 python3 notes/gpu-session/persistent_profile.py 4096 8 > "$LOGS/profile.log" 2>&1 ) &
+    gpu 0 timeout 150 python3 notes/gpu-session/persistent_profile.py 4096 2 > "$LOGS/profile.log" 2>&1 ) &
   ( gpu 1 timeout 200 python3 -m pdlib bench-step --no-peers --contexts 4096 5120 \
       --output "$OUT/bench-step-pdlib.json" > "$LOGS/bench.log" 2>&1
     gpu 1 timeout 200 python3 -m pdlib run --model synthetic:qwen3-0.6b --prompt-tokens 1024 --output-tokens 64 \
@@ -188,5 +192,20 @@ k)
   grep "^{" "$LOGS/profile.log"; grep -v "^{" "$LOGS/profile.log" | tail -n 4; tail -n 7 "$LOGS/bench.log"
   tail -n 8 "$LOGS/gate.log"
   finish ;;
-*) echo "usage: session.sh a|b|c|d|e|f|g|h|i|j|k" >&2; exit 2 ;;
+l)
+  ( gpu 0 timeout 200 python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
+    gpu 0 timeout 150 python3 notes/gpu-session/persistent_profile.py 4096 2 > "$LOGS/profile.log" 2>&1 ) &
+  gpu 1 timeout 200 python3 -m pdlib run --model synthetic:qwen3-0.6b --prompt-tokens 1024 --output-tokens 64 \
+    --chunk-size 128 --policies chunked fifo mixed overlap --validate-only --quiet > "$LOGS/gate.log" 2>&1 &
+  wait; grep -c " pass$" "$LOGS/ck0.log"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 8
+  grep "^{" "$LOGS/profile.log"; grep -v "^{" "$LOGS/profile.log" | tail -n 4; tail -n 6 "$LOGS/gate.log"
+  finish ;;
+m)
+  gpu 0 timeout -s INT $(left) python3 -m pdlib bench-step --contexts 4096 5120 --output "$OUT/bench-step.json" \
+    > "$LOGS/bench.log" 2>&1 &
+  gpu 1 timeout -s INT $(left) python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+    --policies eager chunked fifo mixed --quiet --output "$OUT/report.json" > "$LOGS/report.log" 2>&1 &
+  wait; echo "== bench"; tail -n 12 "$LOGS/bench.log"; echo "== report"; tail -n 25 "$LOGS/report.log"
+  finish ;;
+*) echo "usage: session.sh a|b|...|m" >&2; exit 2 ;;
 esac

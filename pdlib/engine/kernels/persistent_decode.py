@@ -217,51 +217,92 @@ __device__ __forceinline__ void gemv(Rows<K, M, R>& g, const uint4* W, int row0,
     }
 }
 
-// Asynchronous 16-byte copies global -> shared (cp.async, through L2 only): the attention item's keys and
-// values stream into a ring of stages in dynamic shared memory without holding registers, so a block of 8
-// warps keeps NST stages in flight.
-__device__ __forceinline__ void cp16(void* smem, const void* g) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(a), "l"(g));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
+// Attention's keys and values stream into a ring of NST stages in dynamic shared memory through the Tensor
+// Memory Accelerator (cp.async.bulk): one thread requests a stage's contiguous K rows and V rows, and the
+// stage's mbarrier completes when their bytes have landed. The warps hold no loads in registers and issue
+// none. Stage q (a count kept alike in every thread) uses buffer q % NST and completes phase q / NST of
+// that buffer's mbarrier; every stage requested is waited for before its buffer's next request, so no
+// mbarrier runs two phases ahead of a waiter.
+extern __shared__ __align__(128) float4 kv_ring[];  // NST stages of [K, V][KS keys][DH]
 
-extern __shared__ __align__(16) float4 kv_ring[];  // NST stages of [K, V][KS keys][DH / 4]
+__device__ __forceinline__ unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 
-// Request keys [j0, j0 + KS) below lim of KV head h into stage buffer buf: one commit group per call, empty
-// or not, so that waiting for "all but the newest NST - 1 groups" always means this call's oldest stage.
-template <int DH, int CAP, int BLOCK, int KS>
-__device__ __forceinline__ void kv_stage(float4* buf, const float* kc, const float* vc, int h, int j0, int lim) {
-    constexpr int Q = DH / 4;
-    for (int i = threadIdx.x; i < 2 * KS * Q; i += BLOCK) {
-        const int key = (i / Q) % KS, part = i % Q, j = j0 + key;
-        if (j < lim) cp16(buf + i, (i < KS * Q ? kc : vc) + ((size_t)h * CAP + j) * DH + part * 4);
+struct Ring {
+    unsigned long long* bar;  // NST mbarriers in static shared memory
+    unsigned issued, used;    // stages requested and stages waited for so far in this launch
+};
+
+__device__ __forceinline__ void ring_init(unsigned long long* bar, int n) {
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < n; ++i) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(smem_u32(bar + i)));
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    cp_commit();
+    __syncthreads();
 }
 
-// An attention item's first NST stages (keys [start, stop) of head h; key P, the new one, is not read from the
-// cache): requested before the grid barrier that precedes attention, since the cache does not depend on it.
-template <int DH, int CAP, int BLOCK, int KS, int NST>
-__device__ __forceinline__ void kv_prefetch(const float* kc, const float* vc, int h, int start, int stop, int P) {
-    const int lim = min(stop, P);
+// Request the next stage: keys [j0, min(j0 + KS, lim)) of KV head h; with none, the stage just completes.
+template <int DH, int CAP, int KS, int NST>
+__device__ __forceinline__ void ring_issue(Ring& r, const float* kc, const float* vc, int h, int j0, int lim) {
+    if (threadIdx.x == 0) {
+        const unsigned bar = smem_u32(r.bar + r.issued % NST);
+        float* dst = reinterpret_cast<float*>(kv_ring) + (size_t)(r.issued % NST) * 2 * KS * DH;
+        const int n = max(0, min(KS, lim - j0));
+        if (n > 0) {
+            const unsigned bytes = (unsigned)n * DH * 4;
+            const size_t src = ((size_t)h * CAP + j0) * DH;
+            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(2 * bytes)
+                         : "memory");
+            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                         :: "r"(smem_u32(dst)), "l"(kc + src), "r"(bytes), "r"(bar) : "memory");
+            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                         :: "r"(smem_u32(dst + KS * DH)), "l"(vc + src), "r"(bytes), "r"(bar) : "memory");
+        } else {
+            asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory");
+        }
+    }
+    ++r.issued;
+}
+
+// Wait (every thread) for the oldest stage not yet waited for; returns its buffer. A stage that has not
+// landed within the spin budget flags the error (the next grid barrier then ends the launch); with
+// `bail`, so does an error flagged elsewhere.
+template <int DH, int KS, int NST>
+__device__ __forceinline__ const float4* ring_wait(Ring& r, unsigned* sy_err, long long spin, bool bail) {
+    const unsigned bar = smem_u32(r.bar + r.used % NST), parity = (r.used / NST) & 1u;
+    const long long t0 = clock64();
+    while (true) {
+        unsigned done;
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+        if (done) break;
+        if (bail && *(volatile unsigned*)sy_err != 0u) break;
+        if (clock64() - t0 > spin) { atomicExch(sy_err, 1u); break; }
+    }
+    const float4* buf = kv_ring + (size_t)(r.used % NST) * 2 * KS * (DH / 4);
+    ++r.used;
+    return buf;
+}
+
+// An attention item's first NST stages (keys [start, stop) of head h; key P, the new one, is not read from
+// the cache), requested before the grid barrier that precedes attention: the cache does not depend on it.
+template <int DH, int CAP, int KS, int NST>
+__device__ __forceinline__ void ring_prefetch(Ring& r, const float* kc, const float* vc, int h, int start,
+                                              int stop, int P) {
     #pragma unroll
-    for (int i = 0; i < NST; ++i)
-        kv_stage<DH, CAP, BLOCK, KS>(kv_ring + i * 2 * KS * (DH / 4), kc, vc, h, start + i * KS, lim);
+    for (int i = 0; i < NST; ++i) ring_issue<DH, CAP, KS, NST>(r, kc, vc, h, start + i * KS, min(stop, P));
 }
 
 // One attention work item: KV head h over keys [start, stop) (stop <= P + 1; key P is the new one), the
 // decode_attention kernel's partial pass, its result (m, l, o) per query head written for split s; the last
 // of a head's S items to finish merges them into o. qkv is this step's projection (read through L2). Keys
-// and values arrive in stages of KS = WARPS G keys (G per warp) through the ring; `issued` says kv_prefetch
+// and values arrive in stages of KS = WARPS G keys (G per warp) through the ring; `issued` says ring_prefetch
 // already requested the first NST.
 template <int HQ, int HKV, int DH, int CAP, int S, int BLOCK, int G, int NST>
 __device__ __forceinline__ void attend(int h, int s, int start, int stop, int P, const float* qkv,
                                        const float* qn, const float* knw, const float* inv_freq, float* kc,
                                        float* vc, float* pm, float* pl, float* po, float* o, unsigned* count,
-                                       float e, float SCALE, bool issued) {
+                                       float e, float SCALE, Ring& ring, bool issued, unsigned* sy_err,
+                                       long long spin) {
     constexpr int REP = HQ / HKV, WARPS = BLOCK / 32, HALF = DH / 2, DW = DH / 32, KS = WARPS * G, Q = DH / 4;
     __shared__ float qs[REP][DH];
     __shared__ float kn[DH];
@@ -271,7 +312,7 @@ __device__ __forceinline__ void attend(int h, int s, int start, int stop, int P,
     __shared__ float wo[WARPS][REP][DH];
     __shared__ int last;
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
-    if (!issued) kv_prefetch<DH, CAP, BLOCK, KS, NST>(kc, vc, h, start, stop, P);
+    if (!issued) ring_prefetch<DH, CAP, KS, NST>(ring, kc, vc, h, start, stop, P);
 
     float raw[REP + 1], ss[REP + 1];
     if (t < DH) {
@@ -327,9 +368,7 @@ __device__ __forceinline__ void attend(int h, int s, int start, int stop, int P,
     const float4 vp = make_float4(vn[lane * 4], vn[lane * 4 + 1], vn[lane * 4 + 2], vn[lane * 4 + 3]);
     const int lim = min(stop, P), stages = (stop - start + KS - 1) / KS;
     for (int i = 0; i < stages; ++i) {
-        cp_wait<NST - 1>();
-        __syncthreads();  // stage i is in, from every thread's copies
-        float4* st = kv_ring + (i % NST) * 2 * KS * Q;
+        const float4* st = ring_wait<DH, KS, NST>(ring, sy_err, spin, true);
         const int j0 = start + i * KS + warp * G;
         float4 kv[G], vv[G];
         #pragma unroll
@@ -337,6 +376,7 @@ __device__ __forceinline__ void attend(int h, int s, int start, int stop, int P,
             kv[g] = j0 + g == P ? kp : st[(warp * G + g) * Q + lane];
             vv[g] = j0 + g == P ? vp : st[(KS + warp * G + g) * Q + lane];
         }
+        if (j0 < stop)  // (a warp whose keys all lie past stop has none in this stage)
         #pragma unroll
         for (int r = 0; r < REP; ++r) {
             float sc[G];
@@ -365,9 +405,9 @@ __device__ __forceinline__ void attend(int h, int s, int start, int stop, int P,
             m[r] = mn;
         }
         __syncthreads();  // every warp is done with the buffer: refill it with stage i + NST
-        kv_stage<DH, CAP, BLOCK, KS>(st, kc, vc, h, start + (i + NST) * KS, lim);
+        ring_issue<DH, CAP, KS, NST>(ring, kc, vc, h, start + (i + NST) * KS, lim);
     }
-    cp_wait<0>();
+    while (ring.used != ring.issued) ring_wait<DH, KS, NST>(ring, sy_err, spin, false);  // the empty tail
     for (int r = 0; r < REP; ++r) {
         if (lane == 0) { wm[warp][r] = m[r]; wl[warp][r] = l[r]; }
         wo[warp][r][lane * 4] = acc[r].x; wo[warp][r][lane * 4 + 1] = acc[r].y;
@@ -445,6 +485,9 @@ BODY = r"""
         fout[t] = t == 0 ? fin[0] + 1u : 0u;
     }
     if (tk >= (unsigned)V || P < 0 || P >= CAP) return;
+    __shared__ unsigned long long ring_bar[NST];
+    pdp::ring_init(ring_bar, NST);
+    pdp::Ring ring{ring_bar, 0u, 0u};
     // STAMPS (a profile, off in every real step): block 0's clocks at each phase's start and end
     #define PDP_STAMP(i) if (STAMPS && b == 0 && t == 0) { stamps[i] = pdp::now_ns(); stamps[NL * 10 + 3 + (i)] = clock64(); }
     PDP_STAMP(NL * 10 + 2)
@@ -476,10 +519,13 @@ BODY = r"""
         if (b < HKV * S) {  // this block's first attention item: its keys start arriving during the barrier
             int start, stop;
             keys_of(b, start, stop);
-            pdp::kv_prefetch<DH, CAP, BLOCK, KS, NST>(KL, VL, b / S, start, stop, P);
+            pdp::ring_prefetch<DH, CAP, KS, NST>(ring, KL, VL, b / S, start, stop, P);
         }
         PDP_STAMP(l * 10 + 1)
-        if (!pdp::grid_sync(sy, NB, SPIN)) { pdp::cp_wait<0>(); return; }
+        if (!pdp::grid_sync(sy, NB, SPIN)) {  // no block leaves with bytes still landing in its shared memory
+            while (ring.used != ring.issued) pdp::ring_wait<DH, KS, NST>(ring, sy + pdp::SY_ERR, SPIN, false);
+            return;
+        }
         // 2: attention
         PDP_STAMP(l * 10 + 2)
         for (int item = b; item < HKV * S; item += NB) {
@@ -487,7 +533,7 @@ BODY = r"""
             keys_of(item, start, stop);
             pdp::attend<HQ, HKV, DH, CAP, S, BLOCK, KVG, NST>(item / S, item % S, start, stop, P, QKV,
                 q_norm + l * DH, k_norm + l * DH, inv_freq, KL, VL, PM, PL, PO, O, sy + pdp::SY_HEAD, eps, scale,
-                item == b);
+                ring, item == b, sy + pdp::SY_ERR, SPIN);
         }
         pdp::Rows<NO, 1, 1> go;
         go.load(WO + (size_t)l * D * (NO / 8), D, gw, lane);
@@ -609,15 +655,16 @@ SM_SHARED_LIMIT = 227 * 1024  # static and dynamic together, one block per SM (s
 
 
 def shared_bytes(cfg) -> int:
-    """The kernel's static shared memory for a model's shapes (BODY's and attend's arrays, a few words spare):
-    the staged input vector is the largest of D, Hq Dh and F floats; attention's per-warp partial outputs
-    grow with the query heads per KV head."""
+    """The kernel's static shared memory for a model's shapes (BODY's, attend's and the ring's arrays, a few
+    words spare): the staged input vector is the largest of D, Hq Dh and F floats; attention's per-warp
+    partial outputs grow with the query heads per KV head."""
     D, F, dh = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
     heads, kv = cfg.num_attention_heads, cfg.num_key_value_heads
     rep, warps = heads // kv, BLOCK // 32
     body = 4 * (max(D, heads * dh, F) + 3 * warps + 1)
     attend = 4 * (rep * dh + 2 * dh + (rep + 1) * (dh // 32) + 2 * warps * rep + warps * rep * dh + 1)
-    return body + attend + 4 + 64
+    ring = 8 * (KV_STAGES + 1)  # the ring's mbarriers, 8-byte aligned
+    return body + attend + ring + 4 + 64
 
 
 def available(cfg, *, packed: bool) -> bool:
@@ -650,6 +697,10 @@ def launch(token, pos, dw: DecodeWeights, k_all, v_all, written, sync, *, heads:
     unused words (16 bytes: not managed memory). `kv_group`: keys per warp per load group in attention (two
     groups in flight)."""
     layers, _, cap, dh = k_all.shape
+    if ring_bytes(dh, kv_group) + SHARED_LIMIT > SM_SHARED_LIMIT:
+        most = (SM_SHARED_LIMIT - SHARED_LIMIT) // ring_bytes(dh, 1)
+        raise ValueError(f"kv_group={kv_group}: attention's ring would take {ring_bytes(dh, kv_group)} bytes of "
+                         f"shared memory; 1 to {most} keys per warp fit")
     V, D = dw.embed.shape
     F = dw.down.shape[2]
     nb = blocks or sm_count()
