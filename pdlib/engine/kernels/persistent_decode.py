@@ -250,6 +250,8 @@ __device__ __forceinline__ void ring_issue(Ring& r, const float* kc, const float
         if (n > 0) {
             const unsigned bytes = (unsigned)n * DH * 4;
             const size_t src = ((size_t)h * CAP + j0) * DH;
+            // the block's reads of this buffer (ordered before by a __syncthreads) come before the async writes
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
             asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(2 * bytes)
                          : "memory");
             asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
