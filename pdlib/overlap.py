@@ -14,7 +14,7 @@ released), which paces the dispatch, and stamps when the first output is done. B
 prefill (`receive`): nothing moves, B's K/V are already in B's cache. B's first token is observed there.
 
 Nothing is shared between the two streams but the read-only weights: each request has its own cache and
-write fences, and B's later decodes on the first stream depend on the second's outputs through the arrays
+write fence, and B's later decodes on the first stream depend on the second's outputs through the arrays
 (MLX orders that across streams) and, before any of them is issued, through the join. Whether the device
 runs the two streams concurrently is the backend's business; each run records how many of A's tokens came
 out while B's prefill was in flight, which is what was measured rather than assumed.

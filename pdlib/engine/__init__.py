@@ -11,7 +11,7 @@
 The engine keeps each request's next input token itself, so a step needs only the request's name. A request's
 progress has one owner, its cache (`length`); how much of the prompt is prefilled follows from it.
 On a GPU the kernels write new K/V slots into the cache arrays in place; `kv()` reads them through the
-cache's write fences (kernels/fence.py), so a read is ordered after the writes it should see. Evaluate what
+cache's write fence (kernels/fence.py), so a read is ordered after the writes it should see. Evaluate what
 `kv()` returned before resetting the request, whose next writes reuse those slots.
 """
 

@@ -8,8 +8,9 @@ in one launch, phases separated by a software grid barrier, so a token costs one
 
 Same contract as Qwen3.decode_step, over the cache's stacked K and V (L, Hkv, capacity, Dh) so that the launch
 takes few buffers (MLX's host work grows with them): the new K/V slots are stored in place (ks, vs are
-empty) and the cache's write fence comes back advanced (fence.py). The arithmetic is the per-operation kernels' (gemv.py,
-decode_attention.py): bf16 weights, FP32 accumulation, the same online softmax. Per layer, five phases:
+empty) and the cache's write fence comes back advanced (fence.py). The arithmetic is the per-operation
+kernels' (gemv.py, decode_attention.py): bf16 weights, FP32 accumulation, the same online softmax. Per
+layer, five phases:
 
     1 RMSNorm(h) in every block, q|k|v rows spread over all warps                      grid barrier
     2 q/k norm + RoPE, the new slot stored, split-K attention: (KV head, split) items;
@@ -19,14 +20,17 @@ decode_attention.py): bf16 weights, FP32 accumulation, the same online softmax. 
     5 down + residual into h                                                            grid barrier
 
 then RMSNorm + LM head with a per-block argmax, and the last block to finish picks the token. Each warp
-requests its next phase's first weight rows before it waits at a barrier (weights do not depend on it).
+requests its next phase's first weight rows before it waits at a barrier (weights do not depend on it), and
+each block its first attention item's keys and values (the Tensor Memory Accelerator streams them into a
+ring of stages in dynamic shared memory, 128 KB in flight per SM, without holding registers).
 
 Co-residency: a grid barrier deadlocks if a block is never scheduled, so the grid is one block per SM (read
-from the driver), 256 threads, ~23 KB of shared memory: always resident. Behind that, every wait has a
-timeout: a block that waits ~1 s flags an error in the sync buffer, every block then leaves, and the step's
-token comes back as ERROR_TOKEN, which `check_token` turns into a clear error on the host (the flag stays
-set, so later steps fail too rather than run on a broken barrier). Data that other blocks wrote in this
-launch is read with __ldcg (L2, never a stale L1 line) and written with __stcg. The sync buffer is 1 KB:
+from the driver), 256 threads, ~23 KB of static and 128 KB of dynamic shared memory: always resident.
+Behind that, every wait (at a barrier, or for a stage of the ring) has a timeout: a block that waits ~1 s
+flags an error in the sync buffer, every block then leaves, and the step's token comes back as ERROR_TOKEN,
+which `check_token` turns into a clear error on the host (the flag stays set, so later steps fail too
+rather than run on a broken barrier). Data that other blocks wrote in this launch is read with __ldcg (L2,
+never a stale L1 line) and written with __stcg. The sync buffer is 1 KB:
 MLX keeps arrays of 8 bytes or less in managed memory, where one barrier costs ~0.7 ms (MEASURED.md).
 Metal has no co-residency guarantee, so there the per-operation kernels stay.
 """
