@@ -194,6 +194,19 @@ def test_validate_policy_runs_the_exact_plan(tiny):
     assert r.steps == exp.steps_per_run("chunked") and r.checks["checkpoint_kv"].count == 0
 
 
+def test_a_step_norms_with_one_fused_op_each(tiny, monkeypatch):
+    """Every RMSNorm of a prefill step (input, q, k and post-attention per layer; the final one) is MLX's fused
+    op, one graph node on a GPU (the CPU spells it out in ops), where the ops version makes four."""
+    calls = []
+    fused = mx.fast.rms_norm
+    monkeypatch.setattr(mx.fast, "rms_norm", lambda x, w, eps: calls.append(x.shape) or fused(x, w, eps))
+    from pdlib.engine.model import Qwen3, Segment
+    q = Qwen3(tiny, compile_steps=False)
+    cache = q.new_cache(64)
+    (logits,) = q.step([Segment(cache, mx.arange(3, 43, dtype=mx.int32), start=0, emits=True)], prune=False)
+    assert len(calls) == 4 * tiny.config.num_hidden_layers + 1 and logits is not None
+
+
 def test_a_step_builds_the_rope_tables_once_and_transposes_no_weight(tiny, tmp_path):
     """Host cost on a GPU grows with a step's graph nodes (notes/gpu.md, v8): per step, not per layer, RoPE
     angles; no weight transposed per matmul (the transposed views are made at load)."""

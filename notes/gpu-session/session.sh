@@ -32,6 +32,8 @@
 #                                          short gate (GPU 1)
 #   bash notes/gpu-session/session.sh m    bench-step with peers (GPU 0) beside the published workload with eager
 #                                          chunked fifo mixed (GPU 1)
+#   bash notes/gpu-session/session.sh n    the fused prefill norms: bench-step without peers (GPU 0) beside a short
+#                                          gate and the chunk step's anatomy (GPU 1), in under 3 minutes
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -207,5 +209,14 @@ m)
     --policies eager chunked fifo mixed --quiet --output "$OUT/report.json" > "$LOGS/report.log" 2>&1 &
   wait; echo "== bench"; tail -n 12 "$LOGS/bench.log"; echo "== report"; tail -n 25 "$LOGS/report.log"
   finish ;;
-*) echo "usage: session.sh a|b|...|m" >&2; exit 2 ;;
+n)
+  DEADLINE=175
+  gpu 0 timeout 150 python3 -m pdlib bench-step --no-peers --contexts 4096 --output "$OUT/bench-step-pdlib.json" \
+    > "$LOGS/bench.log" 2>&1 &
+  ( gpu 1 timeout 100 python3 -m pdlib run --model synthetic:qwen3-0.6b --prompt-tokens 1024 --output-tokens 64 \
+      --chunk-size 128 --policies eager chunked fifo mixed overlap --validate-only --quiet > "$LOGS/gate.log" 2>&1
+    gpu 1 timeout $(( $(left) - 5 )) python3 notes/gpu-session/chunk_anatomy.py 2048 > "$LOGS/anatomy.log" 2>&1 ) &
+  wait; tail -n 7 "$LOGS/bench.log"; tail -n 8 "$LOGS/gate.log"; grep "^{" "$LOGS/anatomy.log"
+  finish ;;
+*) echo "usage: session.sh a|b|...|n" >&2; exit 2 ;;
 esac

@@ -108,14 +108,15 @@ class Qwen3:
     # that grows every chunk; nothing in `attention_rows` depends on its length, so it is compiled shapeless,
     # once per query row count. On a GPU the host spends microseconds on each node of a step's graph (~8 on
     # average; notes/gpu.md, v8, v9): compiled pieces fuse elementwise work and skip Python, the RoPE tables
-    # are made once per step, and the weights' transposes once at load.
+    # are made once per step, the weights' transposes once at load, and each RMSNorm is MLX's fused one (one
+    # node, where the ops' square, mean and scale are four).
 
     def _norm_kv(self, h, cos, sin, in_norm, wk_t, wv_t, k_norm):
         """h: (T, D) -> the normed input x, and k (after k-norm and RoPE), v: (Hkv, T, Dh)."""
         c, T = self.cfg, h.shape[0]
-        x = K.rms_norm(h, in_norm, eps=c.rms_norm_eps)
+        x = mx.fast.rms_norm(h, in_norm, c.rms_norm_eps)
         k = K.linear_t(x, wk_t).reshape(T, c.num_key_value_heads, c.head_dim)
-        k = K.rms_norm(k, k_norm, eps=c.rms_norm_eps).swapaxes(0, 1)
+        k = mx.fast.rms_norm(k, k_norm, c.rms_norm_eps).swapaxes(0, 1)
         v = K.linear_t(x, wv_t).reshape(T, c.num_key_value_heads, c.head_dim).swapaxes(0, 1)
         return x, K.rope_rotate(k, cos, sin), v
 
@@ -123,7 +124,7 @@ class Qwen3:
         """x: (T, D) normed input -> q (Hq, T, Dh) after q-norm and RoPE."""
         c, T = self.cfg, x.shape[0]
         q = K.linear_t(x, wq_t).reshape(T, c.num_attention_heads, c.head_dim)
-        q = K.rms_norm(q, q_norm, eps=c.rms_norm_eps).swapaxes(0, 1)
+        q = mx.fast.rms_norm(q, q_norm, c.rms_norm_eps).swapaxes(0, 1)
         return K.rope_rotate(q, cos, sin)
 
     def _attention_for(self, rows: int):
@@ -137,7 +138,7 @@ class Qwen3:
         """Residual stream after attention output o (Hq, T, Dh) and the MLP."""
         c = self.cfg
         h = h + K.linear_t(o.swapaxes(0, 1).reshape(-1, c.num_attention_heads * c.head_dim), wo_t)
-        x = K.rms_norm(h, post_norm, eps=c.rms_norm_eps)
+        x = mx.fast.rms_norm(h, post_norm, c.rms_norm_eps)
         g, u = K.linear_t(x, w_gate_t), K.linear_t(x, w_up_t)
         return h + K.linear_t(g * mx.sigmoid(g) * u, w_down_t)
 
@@ -214,7 +215,7 @@ class Qwen3:
             return [None] * len(segments)
         if not pruned:
             h = last_rows(h)
-        logits = K.linear_t(K.rms_norm(h, self.norm, eps=c.rms_norm_eps), self.lm_head_t)   # (emitting, V)
+        logits = K.linear_t(mx.fast.rms_norm(h, self.norm, c.rms_norm_eps), self.lm_head_t)   # (emitting, V)
         out = [None] * len(segments)
         for r, j in enumerate(emitting):
             out[j] = logits[r]
