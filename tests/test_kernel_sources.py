@@ -1,8 +1,9 @@
 """Each kernel body is written once, on backend.PRELUDE. The CUDA kernels are validated on an H200, so the CUDA
 text they compile to must stay that text: after the C preprocessor it is token for token the CUDA bodies frozen
-in tests/data/kernels_cuda_v8, and nvcc turns both into the same PTX. No Metal compiler runs here: the Metal
-text is type-checked against a few lines of plain-C++ stand-ins for Metal, with exactly the attributes MLX
-would declare for it (those named in the body)."""
+in tests/data/kernels_cuda_v8, and nvcc turns both into the same PTX (kv_install joined them when check-kernels
+first passed it on the H200, tree 6f3f2bd). No Metal compiler runs here: the Metal text is type-checked
+against a few lines of plain-C++ stand-ins for Metal, with exactly the attributes MLX would declare for it
+(those named in the body)."""
 
 import importlib
 import re
@@ -60,6 +61,9 @@ KERNELS = [
            [("k", "f32"), ("v", "f32"), ("pos", "i32"), ("kc", "f32"), ("vc", "f32"), ("after", "u32")],
            [("keys", "f32"), ("values", "f32"), ("written", "u32")],
            [dict(T=128, HKV=8, DH=128, CAP=640), dict(T=1, HKV=8, DH=128, CAP=640)]),
+    Kernel("kv_install", kv_store_module.INSTALL,
+           [("k", "f32"), ("v", "f32"), ("pos", "i32"), ("kc", "f32"), ("vc", "f32"), ("after", "u32")],
+           [("written", "u32")], [dict(T=512, HKV=8, DH=128, CAP=640), dict(T=1, HKV=8, DH=128, CAP=640)]),
     Kernel("rope_inv_freq", rope_module.INV_FREQ, [("lb", "f32")], [("out", "f32")], [dict(HALF=64)]),
 ]
 CUDA_TYPES = {"f32": "float", "bf16": "__nv_bfloat16", "i32": "int32_t", "u32": "uint32_t"}

@@ -65,8 +65,8 @@ def trivial(n_small: int, n_big: int, n_out: int, big_source: bool, big_mb: floa
     tok[0].item()
     pipe = (time.perf_counter_ns() - t0) / 1e3 / N
     return {"case": "trivial", "inputs": 1 + n_small + n_big, "big_inputs": n_big, "big_mb": big_mb,
-            "outputs": n_out, "big_source": big_source, "chained": chained, "call_us": med(t_call), "async_eval_us": med(t_async),
-            "item_us": med(t_item), "pipelined_us": round(pipe, 2)}
+            "outputs": n_out, "big_source": big_source, "chained": chained, "call_us": med(t_call),
+            "async_eval_us": med(t_async), "item_us": med(t_item), "pipelined_us": round(pipe, 2)}
 
 
 def real(ctx: int):

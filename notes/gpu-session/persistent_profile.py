@@ -63,7 +63,8 @@ def timeline(blocks, kv_group=P.KV_GROUP):
     per = {name: statistics.median((end(l, k) - ns[l * 10 + k]) / 1e3 for l in range(1, L))
            for k, name in enumerate(PHASES)}
     total_ns = ns[10 * L + 1] - ns[10 * L + 2]
-    return {"kv_group": kv_group, "phases_us": per, "layer_us": sum(per.values()), "lm_head_us": (ns[10 * L + 1] - ns[10 * L]) / 1e3,
+    return {"kv_group": kv_group, "phases_us": per, "layer_us": sum(per.values()),
+            "lm_head_us": (ns[10 * L + 1] - ns[10 * L]) / 1e3,
             "first_phase_start_us": (ns[0] - ns[10 * L + 2]) / 1e3, "kernel_us": total_ns / 1e3,
             "sm_ghz": (cyc[10 * L + 1] - cyc[10 * L + 2]) / total_ns, "token_ok": outs[1].tolist()[:2]}
 

@@ -9,11 +9,12 @@ pointer, and MLX does not know the cache changed. On CUDA it orders the kernels 
 buffers they output (and `mx.depends` adds no such edge), so a reader of the cache could run before the
 write, or, across two streams, on another queue entirely. Every writer therefore takes the cache's fence as
 an input and outputs the next one (a counter: after[0] + 1), so writes to one cache, whatever their layer,
-are a chain of real dependencies; readers go through `read_after`, which consumes the latest fence. A cache is written in
-place by all its writers or by none (kv_store.store_kv), so the functional path needs no fence. Writes wait
-for nothing they would overwrite: only slots no earlier step reads are written, and a reset request's
-slots are rewritten only after its reads were evaluated (Engine.kv says so). The fence is 16 bytes: MLX
-keeps arrays of 8 bytes or less in managed memory, where a kernel's access can cost ~0.7 ms (MEASURED.md).
+are a chain of real dependencies; readers go through `read_after`, which consumes the latest fence. A cache
+is written in place by all its writers or by none (kv_store.store_kv), so the functional path needs no
+fence. Writes wait for nothing they would overwrite: only slots no earlier step reads are written, and a
+reset request's slots are rewritten only after its reads were evaluated (Engine.kv says so). The fence is
+16 bytes: MLX keeps arrays of 8 bytes or less in managed memory, where a kernel's access can cost ~0.7 ms
+(MEASURED.md).
 """
 
 import mlx.core as mx
