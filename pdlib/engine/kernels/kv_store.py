@@ -103,6 +103,8 @@ def install_kv_kernel(k, v, k_cache, v_cache, written, *, positions: mx.array, s
     """The new rows written in place at positions[0].. (the host's `start` goes unused); the caches come back
     as they went in, with the next fence."""
     Hkv, T, Dh = k.shape
+    if T == 0:  # nothing to write (a launch of no threads is an error)
+        return k_cache, v_cache, written
     n = Hkv * T * Dh // 4
     (written,) = _install(inputs=[k, v, positions, k_cache, v_cache, written],
                           template=[("T", T), ("HKV", Hkv), ("DH", Dh), ("CAP", k_cache.shape[1])],

@@ -270,10 +270,11 @@ __device__ __forceinline__ void ring_issue(Ring& r, const float* kc, const float
 }
 
 // Wait (every thread) for the oldest stage not yet waited for; returns its buffer. A stage that has not
-// landed within the spin budget flags the error (the next grid barrier then ends the launch); with
-// `bail`, so does an error flagged elsewhere.
+// landed within the spin budget flags the error (the next grid barrier then ends the launch). An error
+// flagged elsewhere does not cut the wait short: the bytes land whatever other blocks do, and a buffer may
+// only be requested again once its last request has completed.
 template <int DH, int KS, int NST>
-__device__ __forceinline__ const float4* ring_wait(Ring& r, unsigned* sy_err, long long spin, bool bail) {
+__device__ __forceinline__ const float4* ring_wait(Ring& r, unsigned* sy_err, long long spin) {
     const unsigned bar = smem_u32(r.bar + r.used % NST), parity = (r.used / NST) & 1u;
     const long long t0 = clock64();
     while (true) {
@@ -281,7 +282,6 @@ __device__ __forceinline__ const float4* ring_wait(Ring& r, unsigned* sy_err, lo
         asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
                      : "=r"(done) : "r"(bar), "r"(parity) : "memory");
         if (done) break;
-        if (bail && *(volatile unsigned*)sy_err != 0u) break;
         if (clock64() - t0 > spin) { atomicExch(sy_err, 1u); break; }
     }
     const float4* buf = kv_ring + (size_t)(r.used % NST) * 2 * KS * (DH / 4);
@@ -374,7 +374,7 @@ __device__ __forceinline__ void attend(int h, int s, int start, int stop, int P,
     const float4 vp = make_float4(vn[lane * 4], vn[lane * 4 + 1], vn[lane * 4 + 2], vn[lane * 4 + 3]);
     const int lim = min(stop, P), stages = (stop - start + KS - 1) / KS;
     for (int i = 0; i < stages; ++i) {
-        const float4* st = ring_wait<DH, KS, NST>(ring, sy_err, spin, true);
+        const float4* st = ring_wait<DH, KS, NST>(ring, sy_err, spin);
         const int j0 = start + i * KS + warp * G;
         float4 kv[G], vv[G];
         #pragma unroll
@@ -413,7 +413,7 @@ __device__ __forceinline__ void attend(int h, int s, int start, int stop, int P,
         __syncthreads();  // every warp is done with the buffer: refill it with stage i + NST
         ring_issue<DH, CAP, KS, NST>(ring, kc, vc, h, start + (i + NST) * KS, lim);
     }
-    while (ring.used != ring.issued) ring_wait<DH, KS, NST>(ring, sy_err, spin, false);  // the empty tail
+    while (ring.used != ring.issued) ring_wait<DH, KS, NST>(ring, sy_err, spin);  // the empty tail
     for (int r = 0; r < REP; ++r) {
         if (lane == 0) { wm[warp][r] = m[r]; wl[warp][r] = l[r]; }
         wo[warp][r][lane * 4] = acc[r].x; wo[warp][r][lane * 4 + 1] = acc[r].y;
@@ -503,7 +503,7 @@ BODY = r"""
     const uint4* WD = reinterpret_cast<const uint4*>(wdown);
     const uint4* LM = reinterpret_cast<const uint4*>(lm);
     const float* x0 = embed + (size_t)tk * D;
-    // attention splits: item (h, s) takes keys [s * CH, (s + 1) * CH) of P + 1, CH a multiple of 2 KVG
+    // attention splits: item (h, s) takes keys [s * CH, (s + 1) * CH) of P + 1 (CH rounded up to 2 KVG keys)
     const int CH = (((P + 1) + S - 1) / S + 2 * KVG - 1) / (2 * KVG) * (2 * KVG);
     auto keys_of = [&](int item, int& start, int& stop) {
         start = item % S * CH;
@@ -529,7 +529,7 @@ BODY = r"""
         }
         PDP_STAMP(l * 10 + 1)
         if (!pdp::grid_sync(sy, NB, SPIN)) {  // no block leaves with bytes still landing in its shared memory
-            while (ring.used != ring.issued) pdp::ring_wait<DH, KS, NST>(ring, sy + pdp::SY_ERR, SPIN, false);
+            while (ring.used != ring.issued) pdp::ring_wait<DH, KS, NST>(ring, sy + pdp::SY_ERR, SPIN);
             return;
         }
         // 2: attention
@@ -700,8 +700,8 @@ def launch(token, pos, dw: DecodeWeights, k_all, v_all, written, sync, *, heads:
     place. `poison` fills the outputs with NaN first (a skipped element shows); `blocks` defaults to the SM
     count. `stamps` (a profile): block 0's globaltimer (ns) at each of the 10 phase starts and ends per layer,
     the LM head's start and end, the kernel's start, then the same 10 L + 3 as SM clock cycles; otherwise two
-    unused words (16 bytes: not managed memory). `kv_group`: keys per warp per load group in attention (two
-    groups in flight)."""
+    unused words (16 bytes: not managed memory). `kv_group`: keys per warp in each stage of attention's ring
+    (KV_STAGES stages in flight)."""
     layers, _, cap, dh = k_all.shape
     if ring_bytes(dh, kv_group) + SHARED_LIMIT > SM_SHARED_LIMIT:
         most = (SM_SHARED_LIMIT - SHARED_LIMIT) // ring_bytes(dh, 1)
