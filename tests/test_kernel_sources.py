@@ -9,12 +9,12 @@ import importlib
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 import mlx.core as mx
 import pytest
 
+from kernel_text import METAL_ATTRIBUTES, Kernel, wrapped
 from pdlib.engine.kernels.backend import PRELUDE, float_bits
 
 backend_module = importlib.import_module("pdlib.engine.kernels.backend")
@@ -24,15 +24,6 @@ gemv_module = importlib.import_module("pdlib.engine.kernels.gemv")
 attention_module = importlib.import_module("pdlib.engine.kernels.decode_attention")
 kv_store_module = importlib.import_module("pdlib.engine.kernels.kv_store")
 rope_module = importlib.import_module("pdlib.engine.kernels.rope")
-
-
-@dataclass
-class Kernel:
-    name: str           # the frozen copies' file name
-    source: str
-    inputs: list        # (name, dtype) in the order the wrapper passes them to MLX
-    outputs: list
-    instances: list     # template values of realistic launches
 
 
 def _gemv_instances():
@@ -66,18 +57,6 @@ KERNELS = [
            [("written", "u32")], [dict(T=512, HKV=8, DH=128, CAP=640), dict(T=1, HKV=8, DH=128, CAP=640)]),
     Kernel("rope_inv_freq", rope_module.INV_FREQ, [("lb", "f32")], [("out", "f32")], [dict(HALF=64)]),
 ]
-CUDA_TYPES = {"f32": "float", "bf16": "__nv_bfloat16", "i32": "int32_t", "u32": "uint32_t"}
-METAL_TYPES = {"f32": "float", "bf16": "bfloat16_t", "i32": "int32_t", "u32": "uint32_t"}
-# MLX declares these Metal attributes, with these types, for a body that names them (its metal_kernel)
-METAL_ATTRIBUTES = {
-    "dispatch_quadgroups_per_threadgroup": "uint", "dispatch_simdgroups_per_threadgroup": "uint",
-    "dispatch_threads_per_threadgroup": "uint3", "grid_origin": "uint3", "grid_size": "uint3",
-    "quadgroup_index_in_threadgroup": "uint", "quadgroups_per_threadgroup": "uint",
-    "simdgroup_index_in_threadgroup": "uint", "simdgroups_per_threadgroup": "uint", "thread_execution_width": "uint",
-    "thread_index_in_quadgroup": "uint", "thread_index_in_simdgroup": "uint", "thread_index_in_threadgroup": "uint",
-    "thread_position_in_grid": "uint3", "thread_position_in_threadgroup": "uint3",
-    "threadgroup_position_in_grid": "uint3", "threadgroups_per_grid": "uint3", "threads_per_grid": "uint3",
-    "threads_per_simdgroup": "uint", "threads_per_threadgroup": "uint3"}
 IDS = [k.name for k in KERNELS]
 
 _TOKEN = re.compile(r"""\#[^\n]*|[A-Za-z_]\w*|\.?\d(?:[eEpP][+-]|[\w.])*|"(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*'"""
@@ -136,33 +115,6 @@ def test_each_backend_sees_only_its_own_vocabulary(kernel):
     assert not {t for t in cuda | metal if t.startswith("PD_")}   # every prelude macro expanded
 
 
-def _metal_attributes(source: str) -> list[str]:
-    """What MLX adds to the Metal signature: the attributes whose names occur in the body (not the header)."""
-    return [f"{t} {a}" for a, t in METAL_ATTRIBUTES.items() if a in source]
-
-
-def _wrapped(kernel: Kernel, backend: str, source: str) -> str:
-    """The kernel's instances as MLX wraps a body: inputs `const T*`, outputs `T*`, template values as constants
-    (CUDA) or template parameters (Metal, whose attributes are parameters too)."""
-    out = []
-    for i, inst in enumerate(kernel.instances):
-        fn = f"{kernel.name}_{i}"
-        if backend == "cuda":
-            params = ([f"const {CUDA_TYPES[t]}* {n}" for n, t in kernel.inputs]
-                      + [f"{CUDA_TYPES[t]}* {n}" for n, t in kernel.outputs])
-            consts = "".join(f"  constexpr {'bool' if isinstance(v, bool) else 'int'} {k} = {str(v).lower()};\n"
-                             for k, v in inst.items())
-            out.append(f"__global__ void {fn}(\n    {', '.join(params)}) {{\n{consts}\n{source}\n}}\n")
-        else:
-            params = ([f"const device {METAL_TYPES[t]}* {n}" for n, t in kernel.inputs]
-                      + [f"device {METAL_TYPES[t]}* {n}" for n, t in kernel.outputs] + _metal_attributes(source))
-            tparams = ", ".join(f"{'bool' if isinstance(v, bool) else 'int'} {k}" for k, v in inst.items())
-            targs = ", ".join(str(v).lower() for v in inst.values())
-            out.append(f"template <{tparams}>\nvoid {fn}_t(\n    {', '.join(params)}) {{\n{source}\n}}\n"
-                       f"static auto* const {fn} = &{fn}_t<{targs}>;\n")
-    return "\n".join(out)
-
-
 def _ptx(tmp_path: Path, name: str, text: str) -> str:
     src = tmp_path / f"{name}.cu"
     src.write_text("#include <cstdint>\n#include <cuda_bf16.h>\n" + text)
@@ -176,8 +128,8 @@ def _ptx(tmp_path: Path, name: str, text: str) -> str:
 def test_cuda_compiles_to_the_validated_ptx(tmp_path):
     """Compile-only (no GPU needed), for the H200's sm_90a, every kernel in one file: the single source and
     the frozen bodies give the same PTX, so `_Pragma("unroll")` for `#pragma unroll` changed no code either."""
-    new = PRELUDE["cuda"] + "".join(_wrapped(k, "cuda", k.source) for k in KERNELS)
-    old = "".join(_wrapped(k, "cuda", frozen(k, "cuda")) for k in KERNELS)
+    new = PRELUDE["cuda"] + "".join(wrapped(k, "cuda", k.source) for k in KERNELS)
+    old = "".join(wrapped(k, "cuda", frozen(k, "cuda")) for k in KERNELS)
     new_ptx, old_ptx = _ptx(tmp_path, "single_source", new), _ptx(tmp_path, "frozen", old)
     assert new_ptx.count(".entry") == sum(len(k.instances) for k in KERNELS)
     assert new_ptx == old_ptx
@@ -222,7 +174,7 @@ using std::fmax; using std::min;
 def test_metal_text_type_checks_against_standins(tmp_path):
     """Catches a name the Metal expansion lacks (an attribute MLX would not declare, a missing function), a
     wrong argument count or a bad cast; the stand-ins model address spaces away, so not those."""
-    text = METAL_STANDINS + PRELUDE["metal"] + "".join(_wrapped(k, "metal", k.source) for k in KERNELS)
+    text = METAL_STANDINS + PRELUDE["metal"] + "".join(wrapped(k, "metal", k.source) for k in KERNELS)
     src = tmp_path / "metal_standins.cpp"
     src.write_text(text)
     run = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-Wno-unused", str(src)], capture_output=True,

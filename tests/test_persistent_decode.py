@@ -14,6 +14,7 @@ from dataclasses import replace
 import mlx.core as mx
 import pytest
 
+from kernel_text import Kernel, wrapped
 from pdlib.config import decode_mode, preset
 from pdlib.engine import Engine, check_token
 from pdlib.engine import kernels as K
@@ -98,7 +99,7 @@ def test_a_failed_step_is_an_error_not_a_token():
         check_token(P.ERROR_TOKEN)
 
 
-# -- NVRTC: the CUDA text compiles, as MLX wraps it (mlx/backend/cuda/custom_kernel.cpp, build_kernel) ----------
+# -- NVRTC: the CUDA text compiles, as MLX wraps it (kernel_text.py) ------------------------------------------
 
 def _nvrtc():
     """libnvrtc from the nvidia-cuda-nvrtc wheel (a test extra on Linux), or None."""
@@ -112,26 +113,19 @@ def _nvrtc():
 
 
 NVRTC = _nvrtc() if sys.platform == "linux" else None
-TYPES = {mx.float32: "float", mx.bfloat16: "__nv_bfloat16", mx.int32: "int32_t", mx.uint32: "uint32_t",
-         mx.uint64: "uint64_t"}
 # What MLX's default header provides that the kernel uses: fixed-width ints, bf16 storage, INFINITY
 STANDINS = ("typedef unsigned int uint32_t; typedef int int32_t; typedef unsigned long long uint64_t;\n"
             "struct __nv_bfloat16 { unsigned short x; };\n"
             "#define INFINITY __int_as_float(0x7f800000)\n")
+INPUT_TYPES = ["u32", "i32", "f32"] + ["bf16"] * 5 + ["f32"] * 6 + ["u32", "f32", "f32", "u32"]
+OUTPUT_TYPES = ["f32", "u32", "i32", "f32", "u64", "u32"]
 
 
-def wrapped(consts: dict) -> str:
-    ins = [("tok", mx.uint32), ("pos", mx.int32), ("embed", mx.float32)] + [(n, mx.bfloat16) for n in
-           ("wqkv", "wo", "wgu", "wdown", "lm")] + [(n, mx.float32) for n in
-           ("in_norm", "post_norm", "q_norm", "k_norm", "fnorm", "inv_freq")] + [("sync_buf", mx.uint32),
-           ("kc", mx.float32), ("vc", mx.float32), ("fin", mx.uint32)]
-    outs = [("logits", mx.float32), ("tok_out", mx.uint32), ("pos_out", mx.int32), ("scratch", mx.float32),
-            ("stamps", mx.uint64), ("fout", mx.uint32)]
-    assert [n for n, _ in ins] == P.INPUTS and [n for n, _ in outs] == P.OUTPUTS
-    params = [f"const {TYPES[t]}* {n}" for n, t in ins] + [f"{TYPES[t]}* {n}" for n, t in outs]
-    consts = "".join(f"  constexpr int {k} = {v};\n" for k, v in consts.items())
-    return (STANDINS + P.HEADER + "namespace mlx::core::cu {\n__global__ void pdlib_decode_persistent(\n    "
-            + ",\n    ".join(params) + ") {\n" + consts + P.BODY + "\n}\n}\n")
+def persistent_text(consts: dict) -> str:
+    """The kernel for one set of template values, as MLX wraps it (kernel_text.wrapped), after its header."""
+    kernel = Kernel("pdlib_decode_persistent", P.BODY, list(zip(P.INPUTS, INPUT_TYPES, strict=True)),
+                    list(zip(P.OUTPUTS, OUTPUT_TYPES, strict=True)), [consts])
+    return STANDINS + P.HEADER + wrapped(kernel, "cuda", P.BODY)
 
 
 def compile_sm90(text: str) -> str:
@@ -157,7 +151,7 @@ def test_the_cuda_source_compiles_for_the_h200(shape):
     c.update(BLOCK=P.BLOCK, EPS_BITS=P.float_bits(1e-6), SCALE_BITS=P.float_bits(128 ** -0.5), SPIN=P.SPIN_CYCLES,
              STAMPS=int(shape.endswith("stamps on")), KVG=2 if shape.endswith("stage") else P.KV_GROUP,
              NST=P.KV_STAGES)
-    log = compile_sm90(wrapped(c))
+    log = compile_sm90(persistent_text(c))
     regs, smem = re.search(r"entry function '[^']*pdlib_decode_persistent.*?Used (\d+) registers.*?(\d+) bytes smem",
                            log, re.S).groups()
     # one block of 256 threads must fit on an SM by registers (64K) and static shared memory (48 KB)

@@ -1,0 +1,55 @@
+"""Kernel text as MLX wraps a body (mlx/backend/cuda/custom_kernel.cpp and its Metal twin): the signature,
+inputs `const T*`, outputs `T*`, template values as constants (CUDA) or template parameters (Metal, whose
+attributes are parameters too). Shared by the tests that compile or compare kernel text without a GPU."""
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Kernel:
+    name: str           # the function's name (and the frozen copies' file name)
+    source: str
+    inputs: list        # (name, dtype code) in the order the wrapper passes them to MLX
+    outputs: list
+    instances: list     # template values of realistic launches
+
+
+CUDA_TYPES = {"f32": "float", "bf16": "__nv_bfloat16", "i32": "int32_t", "u32": "uint32_t",
+              "u64": "uint64_t"}
+METAL_TYPES = {"f32": "float", "bf16": "bfloat16_t", "i32": "int32_t", "u32": "uint32_t"}
+# MLX declares these Metal attributes, with these types, for a body that names them (its metal_kernel)
+METAL_ATTRIBUTES = {
+    "dispatch_quadgroups_per_threadgroup": "uint", "dispatch_simdgroups_per_threadgroup": "uint",
+    "dispatch_threads_per_threadgroup": "uint3", "grid_origin": "uint3", "grid_size": "uint3",
+    "quadgroup_index_in_threadgroup": "uint", "quadgroups_per_threadgroup": "uint",
+    "simdgroup_index_in_threadgroup": "uint", "simdgroups_per_threadgroup": "uint", "thread_execution_width": "uint",
+    "thread_index_in_quadgroup": "uint", "thread_index_in_simdgroup": "uint", "thread_index_in_threadgroup": "uint",
+    "thread_position_in_grid": "uint3", "thread_position_in_threadgroup": "uint3",
+    "threadgroup_position_in_grid": "uint3", "threadgroups_per_grid": "uint3", "threads_per_grid": "uint3",
+    "threads_per_simdgroup": "uint", "threads_per_threadgroup": "uint3"}
+
+
+def metal_attributes(source: str) -> list[str]:
+    """What MLX adds to the Metal signature: the attributes whose names occur in the body (not the header)."""
+    return [f"{t} {a}" for a, t in METAL_ATTRIBUTES.items() if a in source]
+
+
+def wrapped(kernel: Kernel, backend: str, source: str) -> str:
+    """The kernel's instances (one function each, named kernel.name + _i) as MLX wraps `source`."""
+    out = []
+    for i, inst in enumerate(kernel.instances):
+        fn = f"{kernel.name}_{i}"
+        if backend == "cuda":
+            params = ([f"const {CUDA_TYPES[t]}* {n}" for n, t in kernel.inputs]
+                      + [f"{CUDA_TYPES[t]}* {n}" for n, t in kernel.outputs])
+            consts = "".join(f"  constexpr {'bool' if isinstance(v, bool) else 'int'} {k} = {str(v).lower()};\n"
+                             for k, v in inst.items())
+            out.append(f"__global__ void {fn}(\n    {', '.join(params)}) {{\n{consts}\n{source}\n}}\n")
+        else:
+            params = ([f"const device {METAL_TYPES[t]}* {n}" for n, t in kernel.inputs]
+                      + [f"device {METAL_TYPES[t]}* {n}" for n, t in kernel.outputs] + metal_attributes(source))
+            tparams = ", ".join(f"{'bool' if isinstance(v, bool) else 'int'} {k}" for k, v in inst.items())
+            targs = ", ".join(str(v).lower() for v in inst.values())
+            out.append(f"template <{tparams}>\nvoid {fn}_t(\n    {', '.join(params)}) {{\n{source}\n}}\n"
+                       f"static auto* const {fn} = &{fn}_t<{targs}>;\n")
+    return "\n".join(out)
