@@ -34,6 +34,8 @@
 #                                          chunked fifo mixed (GPU 1)
 #   bash notes/gpu-session/session.sh n    the fused prefill norms: bench-step without peers (GPU 0) beside a short
 #                                          gate and the chunk step's anatomy (GPU 1), in under 3 minutes
+#   bash notes/gpu-session/session.sh o    both published reports on main: eager chunked fifo mixed (GPU 1) beside
+#                                          check-kernels, then chunked overlap slo slo-mixed at 15 ms (GPU 0)
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -218,5 +220,15 @@ n)
     gpu 1 timeout $(( $(left) - 5 )) python3 notes/gpu-session/chunk_anatomy.py 2048 > "$LOGS/anatomy.log" 2>&1 ) &
   wait; tail -n 7 "$LOGS/bench.log"; tail -n 8 "$LOGS/gate.log"; grep "^{" "$LOGS/anatomy.log"
   finish ;;
-*) echo "usage: session.sh a|b|...|n" >&2; exit 2 ;;
+o)
+  gpu 1 timeout -s INT $(left) python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+    --policies eager chunked fifo mixed --quiet --output "$OUT/report.json" > "$LOGS/report.log" 2>&1 &
+  ( gpu 0 timeout 200 python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
+    gpu 0 timeout -s INT $(left) python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+      --policies chunked overlap slo slo-mixed --tbt-slo-ms 15 --quiet --output "$OUT/report-overlap-slo.json" \
+      > "$LOGS/report2.log" 2>&1 ) &
+  wait; grep -c " pass$" "$LOGS/ck0.log"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 8
+  echo "== report"; tail -n 14 "$LOGS/report.log"; echo "== report-overlap-slo"; tail -n 20 "$LOGS/report2.log"
+  finish ;;
+*) echo "usage: session.sh a|b|...|o" >&2; exit 2 ;;
 esac
