@@ -101,20 +101,26 @@ def check_decode_attention(seed: int) -> list[dict]:
     return rows
 
 
+def _store_inputs(seed: int, start: int, T: int, bump: int):
+    """A chunk's k, v (Hkv, T, Dh) for positions start.., a random cache (Hkv, 640, Dh), a fence and the positions,
+    with the oracle: store_kv_ops's (k cache, v cache, fence, keys, values)."""
+    Hkv, Dh, cap = 8, 128, 640
+    mx.random.seed(seed)
+    k, v = mx.random.normal((Hkv, T, Dh)), mx.random.normal((Hkv, T, Dh))
+    kc, vc = mx.random.normal((Hkv, cap, Dh)), mx.random.normal((Hkv, cap, Dh))
+    fence = K.new_fence() + bump
+    want = K.store_kv_ops(k, v, kc, vc, fence, start=start)
+    mx.eval(want, kc, vc)
+    return k, v, kc, vc, fence, want, mx.arange(start, start + T, dtype=mx.int32)
+
+
 def check_kv_store(seed: int) -> list[dict]:
     """The in-place prefill store against `slice_update`: the whole cache (so a stray write shows), read through
     the fence in the kernel's own graph, and the keys/values handed to attention."""
     rows = []
-    Hkv, Dh, cap = 8, 128, 640
     for i, (start, T) in enumerate([(0, 128), (128, 128), (500, 140), (639, 1)]):
-        mx.random.seed(seed * 100 + i)
-        k, v = mx.random.normal((Hkv, T, Dh)), mx.random.normal((Hkv, T, Dh))
-        kc, vc = mx.random.normal((Hkv, cap, Dh)), mx.random.normal((Hkv, cap, Dh))
-        fence = K.new_fence() + i
-        want = K.store_kv_ops(k, v, kc, vc, fence, start=start)
-        mx.eval(want, kc, vc)
-        kc2, vc2, written, keys, values = K.store_kv_kernel(k, v, kc, vc, fence, start=start,
-                                                            positions=mx.arange(start, start + T, dtype=mx.int32))
+        k, v, kc, vc, fence, want, positions = _store_inputs(seed * 100 + i, start, T, i)
+        kc2, vc2, written, keys, values = K.store_kv_kernel(k, v, kc, vc, fence, start=start, positions=positions)
         case = f"{T} at {start}"
         got = (K.read_after(kc2, written), K.read_after(vc2, written), keys, values)
         case_rows = [_compare(f"kv_store/{part}", case, g.reshape(-1), w.reshape(-1))
@@ -128,22 +134,14 @@ def check_kv_install(seed: int) -> list[dict]:
     """The in-place install of a prefix computed elsewhere (disagg) against `slice_update`: the whole cache,
     read through the fence in the kernel's own graph."""
     rows = []
-    Hkv, Dh, cap = 8, 128, 640
     for i, (start, T) in enumerate([(0, 512), (128, 128), (639, 1)]):
-        mx.random.seed(seed * 100 + 20 + i)
-        k, v = mx.random.normal((Hkv, T, Dh)), mx.random.normal((Hkv, T, Dh))
-        kc, vc = mx.random.normal((Hkv, cap, Dh)), mx.random.normal((Hkv, cap, Dh))
-        fence = K.new_fence() + i
-        want = K.store_kv_ops(k, v, kc, vc, fence, start=start)
-        mx.eval(want, kc, vc)
-        kc2, vc2, written = K.install_kv_kernel(k, v, kc, vc, fence, start=start,
-                                                positions=mx.arange(start, start + T, dtype=mx.int32))
+        k, v, kc, vc, fence, want, positions = _store_inputs(seed * 100 + 20 + i, start, T, i)
+        kc2, vc2, written = K.install_kv_kernel(k, v, kc, vc, fence, start=start, positions=positions)
         case = f"{T} at {start}"
-        rows += _evaluated([_compare("kv_install/k cache", case, K.read_after(kc2, written).reshape(-1),
-                                     want[0].reshape(-1)),
-                            _compare("kv_install/v cache", case, K.read_after(vc2, written).reshape(-1),
-                                     want[1].reshape(-1)),
-                            _fence_row("kv_install/fence", case, written, fence)])
+        got = (K.read_after(kc2, written), K.read_after(vc2, written))
+        rows += _evaluated([_compare(f"kv_install/{part}", case, g.reshape(-1), w.reshape(-1))
+                            for part, g, w in zip(("k cache", "v cache"), got, want)]
+                           + [_fence_row("kv_install/fence", case, written, fence)])
     return rows
 
 
