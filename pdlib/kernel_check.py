@@ -216,9 +216,9 @@ def _persistent_case(seed: int, *, L: int, pos: int, cap: int, sync: mx.array, b
 
 def check_persistent_decode(seed: int) -> list[dict]:
     """The persistent decode kernel (`_persistent_case`): 28 layers at positions 0, 639, 4,095 and the cache's
-    last slot, one sync buffer reused by all of them, as a request's steps reuse theirs (afterwards every
-    word of it but the generation is back to zero); a grid of 6 blocks, so each block takes several
-    attention items. Last, a grid too large to be resident must come back as ERROR_TOKEN within the
+    last slot, one sync buffer reused by all of them, as a request's steps reuse theirs (afterwards its
+    barrier count and every block's flag stand at 4 steps' barriers, and every other word is zero); a grid
+    of 6 blocks, so each block takes several attention items. Last, a grid too large to be resident must come back as ERROR_TOKEN within the
     barrier's timeout, not hang, and the error must stick: the next launch on that buffer fails too."""
     P = K.persistent_decode
     if not P.available(preset("qwen3-0.6b"), packed=True):
@@ -226,9 +226,11 @@ def check_persistent_decode(seed: int) -> list[dict]:
     rows, cap, sync = [], 4096 + 64, P.new_sync()
     for i, pos in enumerate([0, 639, 4095, cap - 1]):
         rows += _persistent_case(seed * 100 + 50 + i, L=28, pos=pos, cap=cap, sync=sync)
-    words = mx.concatenate([sync[: P.SY_GEN], sync[P.SY_GEN + 1:]])  # read after the launches ran (evaluated)
-    rows += _evaluated([_compare("persistent/sync buffer reset", "after 4 steps", words.astype(mx.float32),
-                                 mx.zeros(words.shape))])
+    # read after the launches ran (evaluated): the barrier count and every block's flag at 4 steps' barriers,
+    # every other word back to zero
+    nb, barriers = P.sm_count(), 4 * P.BARRIERS_PER_LAYER * 28
+    want = mx.zeros(sync.shape).at[P.SY_EPOCH].add(barriers).at[P.SY_FLAGS: P.SY_FLAGS + nb].add(barriers)
+    rows += _evaluated([_compare("persistent/sync buffer", "after 4 steps", sync.astype(mx.float32), want)])
     rows += _persistent_case(seed * 100 + 60, L=2, pos=639, cap=640, sync=P.new_sync(), blocks=6)
 
     def tiny_step(sync, blocks):

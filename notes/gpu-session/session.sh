@@ -36,6 +36,12 @@
 #                                          gate and the chunk step's anatomy (GPU 1), in under 3 minutes
 #   bash notes/gpu-session/session.sh o    both published reports on main: eager chunked fifo mixed (GPU 1) beside
 #                                          check-kernels, then chunked overlap slo slo-mixed at 15 ms (GPU 0)
+#   bash notes/gpu-session/session.sh p    the flag-per-block grid barrier: check-kernels, the profile (with and
+#                                          without CUDA graphs) and bench-step with peers (GPU 0) beside a short
+#                                          gate, then, once check-kernels passed, the published eager chunked fifo
+#                                          mixed (GPU 1)
+#   bash notes/gpu-session/session.sh q    the other published report, chunked overlap slo slo-mixed at 15 ms
+#                                          (GPU 0) beside the sweep (GPU 1)
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -230,5 +236,34 @@ o)
   wait; grep -c " pass$" "$LOGS/ck0.log"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 8
   echo "== report"; tail -n 14 "$LOGS/report.log"; echo "== report-overlap-slo"; tail -n 20 "$LOGS/report2.log"
   finish ;;
-*) echo "usage: session.sh a|b|...|o" >&2; exit 2 ;;
+p)
+  gpu 1 timeout 100 python3 -m pdlib run --model synthetic:qwen3-0.6b --prompt-tokens 1024 --output-tokens 64 \
+    --chunk-size 128 --policies chunked fifo mixed overlap --validate-only --quiet > "$LOGS/gate.log" 2>&1 &
+  gate=$!
+  gpu 0 timeout 200 python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
+  ck=$?; grep -c " pass$" "$LOGS/ck0.log"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 8
+  ( gpu 0 timeout 100 python3 notes/gpu-session/persistent_profile.py 4096 > "$LOGS/profile.log" 2>&1
+    MLX_USE_CUDA_GRAPHS=0 gpu 0 timeout 80 python3 notes/gpu-session/persistent_profile.py 4096 \
+      > "$LOGS/profile-no-graphs.log" 2>&1
+    gpu 0 timeout -s INT $(left) python3 -m pdlib bench-step --contexts 4096 5120 --output "$OUT/bench-step.json" \
+      > "$LOGS/bench.log" 2>&1 ) &
+  wait $gate; echo "gate rc=$?"; tail -n 6 "$LOGS/gate.log"
+  if [ $ck = 0 ]; then
+    gpu 1 timeout -s INT $(left) python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+      --policies eager chunked fifo mixed --quiet --output "$OUT/report.json" > "$LOGS/report.log" 2>&1 &
+  fi
+  wait; grep "^{" "$LOGS"/profile*.log; grep -v "^{" "$LOGS/profile.log" | tail -n 4
+  echo "== bench"; tail -n 12 "$LOGS/bench.log"; echo "== report"; tail -n 14 "$LOGS/report.log"
+  finish ;;
+q)
+  gpu 0 timeout -s INT $(left) python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+    --policies chunked overlap slo slo-mixed --tbt-slo-ms 15 --quiet --output "$OUT/report-overlap-slo.json" \
+    > "$LOGS/report2.log" 2>&1 &
+  gpu 1 sh -c "timeout -s INT $(left) python3 -m pdlib sweep --params params/qwen3-0.6b-sweep.yaml \
+    --chunk-sizes 32 64 128 256 512 1024 4096 --policies chunked mixed --tbt-slo-ms $SLO \
+    --reference-policies eager fifo overlap slo-chunked slo-mixed --quiet --output $OUT/sweep; \
+    tar -C $OUT -cf $OUT/sweep.tar sweep && rm -r $OUT/sweep" > "$LOGS/sweep.log" 2>&1 &
+  wait; echo "== report-overlap-slo"; tail -n 20 "$LOGS/report2.log"; echo "== sweep"; tail -n 20 "$LOGS/sweep.log"
+  finish ;;
+*) echo "usage: session.sh a|b|...|q" >&2; exit 2 ;;
 esac

@@ -30,8 +30,9 @@ Behind that, every wait (at a barrier, or for a stage of the ring) has a timeout
 flags an error in the sync buffer, every block then leaves, and the step's token comes back as ERROR_TOKEN,
 which `check_token` turns into a clear error on the host (the flag stays set, so later steps fail too
 rather than run on a broken barrier). Data that other blocks wrote in this launch is read with __ldcg (L2,
-never a stale L1 line) and written with __stcg. The sync buffer is 1 KB:
-MLX keeps arrays of 8 bytes or less in managed memory, where one barrier costs ~0.7 ms (MEASURED.md).
+never a stale L1 line) and written with __stcg. The barrier is a flag per block in the sync buffer (a few
+words and MAX_BLOCKS flags, ~17 KB): no block waits on a contended counter (MLX keeps arrays of 8 bytes or
+less in managed memory, where one barrier costs ~0.7 ms: MEASURED.md).
 Metal has no co-residency guarantee, so there the per-operation kernels stay.
 """
 
@@ -47,8 +48,10 @@ from pdlib.engine.kernels.decode_attention import decode_attention_ops
 from pdlib.engine.kernels.gemv import gemv_ops
 
 BLOCK = 256
-SYNC_WORDS = 256
-SY_GEN, SY_ERR = 32, 64  # the sync buffer's generation and error words (HEADER's enum)
+BARRIERS_PER_LAYER = 5  # one after each phase
+MAX_BLOCKS = 4096  # the sync buffer's block flags
+SY_EPOCH, SY_ERR, SY_FLAGS = 32, 64, 256  # the sync buffer's barrier count, error word and flags (HEADER's enum)
+SYNC_WORDS = SY_FLAGS + MAX_BLOCKS
 ERROR_TOKEN = 0xFFFFFFFF
 SPIN_CYCLES = 2_000_000_000  # ~1 s at the H200's ~2 GHz before a wait gives up
 KV_GROUP = 4  # keys per warp per stage of attention's ring
@@ -104,36 +107,40 @@ __device__ __forceinline__ unsigned long long now_ns() {
 __device__ __forceinline__ float lo(unsigned u) { return __uint_as_float(u << 16); }
 __device__ __forceinline__ float hi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
 
-// sync buffer words, each group on its own 128-byte line
-enum { SY_COUNT = 0, SY_GEN = 32, SY_ERR = 64, SY_DONE = 96, SY_HEAD = 128 };
+// sync buffer words, each group on its own 128-byte line; from SY_FLAGS, one word per block
+enum { SY_EPOCH = 32, SY_ERR = 64, SY_DONE = 96, SY_HEAD = 128, SY_FLAGS = 256 };
 
 // Wait at a grid-wide barrier of nb co-resident blocks; false (in every thread) when this or another block
-// gave up waiting. The generation word makes the buffer reusable: the last arriver resets the count, then
-// bumps the generation the others spin on.
-__device__ __noinline__ bool grid_sync(unsigned* sy, unsigned nb, long long spin) {
+// gave up waiting. Each block has its own flag word and raises it to `epoch` (the barriers this buffer has
+// seen, this one included); one warp per block waits until every flag is at epoch or past it. No word is
+// contended and nothing is reset: a flag only grows, so a block already at the next barrier still counts
+// for this one, and the buffer is reusable as it stands.
+__device__ __noinline__ bool grid_sync(unsigned* sy, unsigned nb, unsigned epoch, long long spin) {
     __shared__ int ok;
     __syncthreads();
-    if (threadIdx.x == 0) {
-        volatile unsigned* gen = sy + SY_GEN;
+    if (threadIdx.x < 32) {
+        const unsigned lane = threadIdx.x;
         volatile unsigned* err = sy + SY_ERR;
-        int good = *err == 0u;
+        volatile unsigned* flags = sy + SY_FLAGS;
+        bool good = __shfl_sync(0xffffffffu, *err == 0u ? 1 : 0, 0) != 0;  // one decision for the warp
         if (good) {
-            const unsigned g = *gen;
-            __threadfence();
-            if (atomicAdd(sy + SY_COUNT, 1u) == nb - 1u) {
-                atomicExch(sy + SY_COUNT, 0u);
-                __threadfence();
-                atomicAdd(sy + SY_GEN, 1u);
-            } else {
-                const long long t0 = clock64();
-                while (*gen == g) {
-                    if (*err != 0u) { good = 0; break; }
-                    if (clock64() - t0 > spin) { atomicExch(sy + SY_ERR, 1u); good = 0; break; }
+            if (lane == 0) { __threadfence(); flags[blockIdx.x] = epoch; }  // this block's writes, then its flag
+            const long long t0 = clock64();
+            while (true) {
+                bool up = true;
+                for (unsigned i = lane; i < nb; i += 32) up &= (int)(flags[i] - epoch) >= 0;
+                if (__all_sync(0xffffffffu, up)) break;
+                int stop = *err != 0u ? 1 : clock64() - t0 > spin ? 2 : 0;
+                stop = __shfl_sync(0xffffffffu, stop, 0);
+                if (stop) {
+                    if (stop == 2 && lane == 0) atomicExch(sy + SY_ERR, 1u);
+                    good = false;
+                    break;
                 }
             }
-            __threadfence();
+            __threadfence();  // every other block's writes before this block reads them
         }
-        ok = good;
+        if (lane == 0) ok = good;
     }
     __syncthreads();
     return ok != 0;
@@ -491,6 +498,9 @@ BODY = r"""
         fout[t] = t == 0 ? fin[0] + 1u : 0u;
     }
     if (tk >= (unsigned)V || P < 0 || P >= CAP) return;
+    // the barriers this buffer saw before this step (the last block of the step before wrote it)
+    const unsigned base = __ldcg(sy + pdp::SY_EPOCH);
+    unsigned epoch = base;
     __shared__ unsigned long long ring_bar[NST];
     pdp::ring_init(ring_bar, NST);
     pdp::Ring ring{ring_bar, 0u, 0u};
@@ -528,7 +538,7 @@ BODY = r"""
             pdp::ring_prefetch<DH, CAP, KS, NST>(ring, KL, VL, b / S, start, stop, P);
         }
         PDP_STAMP(l * 10 + 1)
-        if (!pdp::grid_sync(sy, NB, SPIN)) {  // no block leaves with bytes still landing in its shared memory
+        if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) {  // no block leaves with bytes still landing in its shared memory
             while (ring.used != ring.issued) pdp::ring_wait<DH, KS, NST>(ring, sy + pdp::SY_ERR, SPIN);
             return;
         }
@@ -544,7 +554,7 @@ BODY = r"""
         pdp::Rows<NO, 1, 1> go;
         go.load(WO + (size_t)l * D * (NO / 8), D, gw, lane);
         PDP_STAMP(l * 10 + 3)
-        if (!pdp::grid_sync(sy, NB, SPIN)) return;
+        if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
         // 3: o_proj + residual
         PDP_STAMP(l * 10 + 4)
         pdp::stage<NO, BLOCK, false>(xs4, O, nullptr, 0.f, red);
@@ -553,7 +563,7 @@ BODY = r"""
         pdp::Rows<D, 2, 1> gg;
         gg.load(WGU + (size_t)l * 2 * FF * (D / 8), FF, gw, lane);
         PDP_STAMP(l * 10 + 5)
-        if (!pdp::grid_sync(sy, NB, SPIN)) return;
+        if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
         // 4: RMSNorm + gate|up + SwiGLU
         PDP_STAMP(l * 10 + 6)
         pdp::stage<D, BLOCK, true>(xs4, H, post_norm + l * D, eps, red);
@@ -562,7 +572,7 @@ BODY = r"""
         pdp::Rows<FF, 1, 1> gd;
         gd.load(WD + (size_t)l * D * (FF / 8), D, gw, lane);
         PDP_STAMP(l * 10 + 7)
-        if (!pdp::grid_sync(sy, NB, SPIN)) return;
+        if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
         // 5: down + residual
         PDP_STAMP(l * 10 + 8)
         pdp::stage<FF, BLOCK, false>(xs4, ACT, nullptr, 0.f, red);
@@ -570,7 +580,7 @@ BODY = r"""
                   [&](int row, float a, float) { __stcg(H + row, __ldcg(H + row) + a); });
         if (l + 1 < NL) gq.load(WQKV + (size_t)(l + 1) * NQKV * (D / 8), NQKV, gw * 2, lane);
         PDP_STAMP(l * 10 + 9)
-        if (!pdp::grid_sync(sy, NB, SPIN)) return;
+        if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
     }
     // final RMSNorm + LM head, each warp keeping its best row (the first of equal maxima, as argmax does)
     PDP_STAMP(NL * 10)
@@ -609,6 +619,7 @@ BODY = r"""
         tok_out[0] = besti < V ? (unsigned)besti : 0xffffffffu;
         tok_out[1] = 0u;
         atomicExch(sy + pdp::SY_DONE, 0u);
+        atomicExch(sy + pdp::SY_EPOCH, epoch);  // every block read base long before: it passed every barrier
     }
 """
 
@@ -649,8 +660,8 @@ def sm_count() -> int:
 
 
 def new_sync() -> mx.array:
-    """A barrier's sync buffer: zeros, 1 KB (never in managed memory), reused by every step that is given it.
-    One per request: two decodes that could run at once must not share one."""
+    """A barrier's sync buffer: zeros, SYNC_WORDS words, reused by every step that is given it (its barrier count
+    and block flags only grow). One per request: two decodes that could run at once must not share one."""
     s = mx.zeros((SYNC_WORDS,), mx.uint32)
     mx.eval(s)
     return s
@@ -710,6 +721,8 @@ def launch(token, pos, dw: DecodeWeights, k_all, v_all, written, sync, *, heads:
     V, D = dw.embed.shape
     F = dw.down.shape[2]
     nb = blocks or sm_count()
+    if not 1 <= nb <= MAX_BLOCKS:
+        raise ValueError(f"blocks={nb}: the sync buffer has flags for 1 to {MAX_BLOCKS} blocks")
     splits = max(1, nb // kv_heads)
     layout = scratch_layout(D=D, heads=heads, kv_heads=kv_heads, dh=dh, F=F, splits=splits, blocks=nb)
     size = sum(layout["block_index"])  # the last array's end
