@@ -42,6 +42,10 @@
 #                                          mixed (GPU 1)
 #   bash notes/gpu-session/session.sh q    the other published report, chunked overlap slo slo-mixed at 15 ms
 #                                          (GPU 0) beside the sweep (GPU 1)
+#   bash notes/gpu-session/session.sh r    A/B against the tree before (notes/gpu-session/prev/, untracked: the
+#                                          files it changed): check-kernels, the profile twice each way and
+#                                          bench-step without peers (GPU 0) beside a short gate and the chunk
+#                                          step's anatomy at 4K twice each way (GPU 1)
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -265,5 +269,30 @@ q)
     tar -C $OUT -cf $OUT/sweep.tar sweep && rm -r $OUT/sweep" > "$LOGS/sweep.log" 2>&1 &
   wait; echo "== report-overlap-slo"; tail -n 20 "$LOGS/report2.log"; echo "== sweep"; tail -n 20 "$LOGS/sweep.log"
   finish ;;
-*) echo "usage: session.sh a|b|...|q" >&2; exit 2 ;;
+r)
+  rm -rf /root/prev && mkdir -p /root/prev && cp -r pdlib notes params /root/prev/ \
+    && cp notes/gpu-session/prev/model.py /root/prev/pdlib/engine/model.py \
+    && cp notes/gpu-session/prev/persistent_decode.py /root/prev/pdlib/engine/kernels/persistent_decode.py || exit 1
+  prev() { ( cd /root/prev && PYTHONPATH=/root/prev "$@" ); }
+  gpu 1 timeout 100 python3 -m pdlib run --model synthetic:qwen3-0.6b --prompt-tokens 1024 --output-tokens 64 \
+    --chunk-size 128 --policies eager chunked fifo mixed overlap --validate-only --quiet > "$LOGS/gate.log" 2>&1 &
+  gate=$!
+  gpu 0 timeout 200 python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
+  grep -c " pass$" "$LOGS/ck0.log"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 8
+  ( for i in 1 2; do
+      gpu 0 timeout 70 python3 notes/gpu-session/persistent_profile.py 4096 >> "$LOGS/profile.log" 2>&1
+      prev gpu 0 timeout 70 python3 notes/gpu-session/persistent_profile.py 4096 >> "$LOGS/profile-prev.log" 2>&1
+    done
+    gpu 0 timeout -s INT $(left) python3 -m pdlib bench-step --no-peers --contexts 4096 5120 \
+      --output "$OUT/bench-step-pdlib.json" > "$LOGS/bench.log" 2>&1 ) &
+  wait $gate; echo "gate rc=$?"; tail -n 8 "$LOGS/gate.log"
+  ( for i in 1 2; do
+      LABEL=new gpu 1 timeout 90 python3 notes/gpu-session/chunk_anatomy.py 4096 >> "$LOGS/anatomy.log" 2>&1
+      LABEL=prev prev gpu 1 timeout 90 python3 notes/gpu-session/chunk_anatomy.py 4096 >> "$LOGS/anatomy.log" 2>&1
+    done ) &
+  wait; echo "== profile"; grep "^{" "$LOGS/profile.log"; echo "== profile-prev"; grep "^{" "$LOGS/profile-prev.log"
+  echo "== anatomy"; grep "^{" "$LOGS/anatomy.log"; grep -v "^{" "$LOGS/anatomy.log" | tail -n 5
+  echo "== bench"; tail -n 8 "$LOGS/bench.log"
+  finish ;;
+*) echo "usage: session.sh a|b|...|r" >&2; exit 2 ;;
 esac

@@ -63,7 +63,11 @@ class Qwen3:
             L.d_o = pack(L.wo, names["wo"])
             L.d_gate_up = pack(mx.concatenate([L.w_gate, L.w_up]), f"{names['w_gate']} (+up)")
             L.d_down = pack(L.w_down, names["w_down"])
-            L.t = {k: getattr(L, k).T for k in ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")}
+            # q|k|v and gate|up as one matrix each: a chunk step runs four GEMMs per layer instead of seven
+            L.t = {"wqkv": mx.concatenate([L.wq, L.wk, L.wv]).T, "wo": L.wo.T,
+                   "w_gate_up": mx.concatenate([L.w_gate, L.w_up]).T, "w_down": L.w_down.T,
+                   "qk_norm": mx.concatenate([mx.broadcast_to(L.q_norm, (cfg.num_attention_heads, cfg.head_dim)),
+                                              mx.broadcast_to(L.k_norm, (cfg.num_key_value_heads, cfg.head_dim))])}
             self.layers.append(L)
         self.d_lm_head = pack(self.lm_head, "lm_head")
         self.lm_head_t = self.lm_head.T
@@ -71,7 +75,7 @@ class Qwen3:
         # Static shapes (the cache capacity) and a position input: every decode step replays one graph.
         self._step = mx.compile(self.decode_step) if compile_steps else self.decode_step
         wrap = mx.compile if compile_steps else (lambda f: f)
-        self._p_norm_kv, self._p_q, self._p_out_mlp = wrap(self._norm_kv), wrap(self._q), wrap(self._out_mlp)
+        self._p_qkv, self._p_out_mlp = wrap(self._qkv), wrap(self._out_mlp)
         self._compile_steps, self._attention = compile_steps, {}
         runs_here = persistent.available(cfg, packed=lossless_decode_weights)
         self.decode_mode = decode_mode(decode) or ("persistent" if runs_here else "kernels")
@@ -111,21 +115,16 @@ class Qwen3:
     # are made once per step, the weights' transposes once at load, and each RMSNorm is MLX's fused one (one
     # node, where the ops' square, mean and scale are four).
 
-    def _norm_kv(self, h, cos, sin, in_norm, wk_t, wv_t, k_norm):
-        """h: (T, D) -> the normed input x, and k (after k-norm and RoPE), v: (Hkv, T, Dh)."""
+    def _qkv(self, h, cos, sin, in_norm, wqkv_t, qk_norm):
+        """h: (T, D) -> q (Hq, T, Dh) and k (Hkv, T, Dh), each after its norm and RoPE, and v (Hkv, T, Dh).
+        The q and k heads are normed as one array (every head of the projection, contiguous; v's norms go
+        unused), then scaled by qk_norm (Hq + Hkv, Dh): column slices would need a copy before a fused norm."""
         c, T = self.cfg, h.shape[0]
-        x = mx.fast.rms_norm(h, in_norm, c.rms_norm_eps)
-        k = K.linear_t(x, wk_t).reshape(T, c.num_key_value_heads, c.head_dim)
-        k = mx.fast.rms_norm(k, k_norm, c.rms_norm_eps).swapaxes(0, 1)
-        v = K.linear_t(x, wv_t).reshape(T, c.num_key_value_heads, c.head_dim).swapaxes(0, 1)
-        return x, K.rope_rotate(k, cos, sin), v
-
-    def _q(self, x, cos, sin, wq_t, q_norm):
-        """x: (T, D) normed input -> q (Hq, T, Dh) after q-norm and RoPE."""
-        c, T = self.cfg, x.shape[0]
-        q = K.linear_t(x, wq_t).reshape(T, c.num_attention_heads, c.head_dim)
-        q = mx.fast.rms_norm(q, q_norm, c.rms_norm_eps).swapaxes(0, 1)
-        return K.rope_rotate(q, cos, sin)
+        Hq, Hkv = c.num_attention_heads, c.num_key_value_heads
+        heads = K.linear_t(mx.fast.rms_norm(h, in_norm, c.rms_norm_eps), wqkv_t).reshape(T, Hq + 2 * Hkv, c.head_dim)
+        qk = mx.fast.rms_norm(heads, None, c.rms_norm_eps)[:, : Hq + Hkv] * qk_norm
+        q, k, v = qk[:, :Hq].swapaxes(0, 1), qk[:, Hq:].swapaxes(0, 1), heads[:, Hq + Hkv:].swapaxes(0, 1)
+        return K.rope_rotate(q, cos, sin), K.rope_rotate(k, cos, sin), v
 
     def _attention_for(self, rows: int):
         """attention_rows for `rows` query rows, compiled shapeless: one graph for every cache length."""
@@ -134,12 +133,12 @@ class Qwen3:
             self._attention[rows] = mx.compile(fn, shapeless=True) if self._compile_steps else fn
         return self._attention[rows]
 
-    def _out_mlp(self, h, o, wo_t, post_norm, w_gate_t, w_up_t, w_down_t):
+    def _out_mlp(self, h, o, wo_t, post_norm, w_gate_up_t, w_down_t):
         """Residual stream after attention output o (Hq, T, Dh) and the MLP."""
         c = self.cfg
         h = h + K.linear_t(o.swapaxes(0, 1).reshape(-1, c.num_attention_heads * c.head_dim), wo_t)
-        x = mx.fast.rms_norm(h, post_norm, c.rms_norm_eps)
-        g, u = K.linear_t(x, w_gate_t), K.linear_t(x, w_up_t)
+        gu = K.linear_t(mx.fast.rms_norm(h, post_norm, c.rms_norm_eps), w_gate_up_t)
+        g, u = gu[:, : c.intermediate_size], gu[:, c.intermediate_size:]
         return h + K.linear_t(g * mx.sigmoid(g) * u, w_down_t)
 
     def prefill(self, cache: KVCache, tokens: mx.array, *, start: int, last: bool, prune: bool = True):
@@ -186,28 +185,26 @@ class Qwen3:
         mask_rows = [K.query_rows(m, rep) for m in masks]
         emitting = [j for j, s in enumerate(segments) if s.emits]
 
-        def last_rows(a: mx.array) -> mx.array:  # the emitting segments' last rows, by slices (no host index)
-            ends = [offsets[j + 1] for j in emitting]
-            return a[ends[0] - 1: ends[0]] if len(ends) == 1 else mx.concatenate([a[e - 1: e] for e in ends])
+        def last_rows(a: mx.array, axis: int = 0) -> mx.array:  # the emitting segments' last rows, by slices
+            pieces = [a[(slice(None),) * axis + (slice(offsets[j + 1] - 1, offsets[j + 1]),)] for j in emitting]
+            return pieces[0] if len(pieces) == 1 else mx.concatenate(pieces, axis=axis)
 
         n_layers, pruned = len(self.layers), False
         for i, L in enumerate(self.layers):
-            x, k, v = self._p_norm_kv(h, cos, sin, L.in_norm, L.t["wk"], L.t["wv"], L.k_norm)
+            q, k, v = self._p_qkv(h, cos, sin, L.in_norm, L.t["wqkv"], L.t["qk_norm"])
             kv = [s.cache.store(i, k[:, a:b], v[:, a:b], positions=positions[a:b], start=s.start)
                   for s, a, b in zip(segments, offsets, offsets[1:])]
             # (its query rows [a, b) in x and h, its keys and values, its stacked mask) per segment going on
             rows = [(a, b, kv[j], mask_rows[j]) for j, (a, b) in enumerate(zip(offsets, offsets[1:]))]
-            q_cos, q_sin = cos, sin
             if prune and i == n_layers - 1:
                 if not emitting:
                     break
-                x, h, q_cos, q_sin = last_rows(x), last_rows(h), last_rows(cos), last_rows(sin)
+                h, q = last_rows(h), last_rows(q, axis=1)
                 rows = [(r, r + 1, kv[j], K.query_rows(masks[j][-1:], rep)) for r, j in enumerate(emitting)]
                 pruned = True
-            q = self._p_q(x, q_cos, q_sin, L.t["wq"], L.q_norm)
             o = [self._attention_for(b - a)(q[:, a:b], k, v, mask_rows=m) for a, b, (k, v), m in rows]
             o = o[0] if len(o) == 1 else mx.concatenate(o, axis=1)
-            h = self._p_out_mlp(h, o, L.t["wo"], L.post_norm, L.t["w_gate"], L.t["w_up"], L.t["w_down"])
+            h = self._p_out_mlp(h, o, L.t["wo"], L.post_norm, L.t["w_gate_up"], L.t["w_down"])
             yield [h, *(a for s in segments for a in (s.cache.k[i], s.cache.v[i], s.cache.written))]
         for s in segments:
             s.cache.advance(s.size)
