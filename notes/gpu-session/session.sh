@@ -273,7 +273,7 @@ r)
   rm -rf /root/prev && mkdir -p /root/prev && cp -r pdlib notes params /root/prev/ \
     && cp notes/gpu-session/prev/model.py /root/prev/pdlib/engine/model.py \
     && cp notes/gpu-session/prev/persistent_decode.py /root/prev/pdlib/engine/kernels/persistent_decode.py || exit 1
-  prev() { ( cd /root/prev && PYTHONPATH=/root/prev "$@" ); }
+  prev() { ( cd /root/prev && PYTHONPATH="/root/prev:${PYTHONPATH#"$PWD:"}" "$@" ); }  # keeps the boot's MLX path
   gpu 1 timeout 100 python3 -m pdlib run --model synthetic:qwen3-0.6b --prompt-tokens 1024 --output-tokens 64 \
     --chunk-size 128 --policies eager chunked fifo mixed overlap --validate-only --quiet > "$LOGS/gate.log" 2>&1 &
   gate=$!

@@ -21,9 +21,8 @@ layer, five phases:
 
 then RMSNorm + LM head with a per-block argmax, and the last block to finish picks the token. Each warp
 requests its next phase's first weight rows before it waits at a barrier (weights do not depend on it), and
-each block, as the layer before ends, its first attention item's keys and values (the Tensor Memory
-Accelerator streams them into a ring of stages in dynamic shared memory, 128 KB in flight per SM, without
-holding registers, through two barriers and the q|k|v phase).
+each block its first attention item's keys and values (the Tensor Memory Accelerator streams them into a
+ring of stages in dynamic shared memory, 128 KB in flight per SM, without holding registers).
 
 Co-residency: a grid barrier deadlocks if a block is never scheduled, so the grid is one block per SM (read
 from the driver), 256 threads, ~23 KB of static and 128 KB of dynamic shared memory: always resident.
@@ -298,7 +297,7 @@ __device__ __forceinline__ const float4* ring_wait(Ring& r, unsigned* sy_err, lo
 }
 
 // An attention item's first NST stages (keys [start, stop) of head h; key P, the new one, is not read from
-// the cache), requested as the layer before ends: the cache below P does not change in this step.
+// the cache), requested before the grid barrier that precedes attention: the cache does not depend on it.
 template <int DH, int CAP, int KS, int NST>
 __device__ __forceinline__ void ring_prefetch(Ring& r, const float* kc, const float* vc, int h, int start,
                                               int stop, int P) {
@@ -522,22 +521,8 @@ BODY = r"""
     };
     constexpr int KS = WARPS * KVG;  // keys per stage of the attention ring
 
-    // layer l's cache, and this block's first attention item of it requested: its keys and values stream in
-    // while the phases before attention and their barriers run (the cache below P does not change in this step)
-    auto cache_of = [&](int l, bool v) { return const_cast<float*>(v ? vc : kc) + (size_t)l * HKV * CAP * DH; };
-    auto prefetch = [&](int l) {
-        if (b < HKV * S) {
-            int start, stop;
-            keys_of(b, start, stop);
-            pdp::ring_prefetch<DH, CAP, KS, NST>(ring, cache_of(l, false), cache_of(l, true), b / S, start, stop, P);
-        }
-    };
-    // a block leaving early (another block failed) first lets every requested byte land in its shared memory
-    auto leave = [&]() { while (ring.used != ring.issued) pdp::ring_wait<DH, KS, NST>(ring, sy + pdp::SY_ERR, SPIN); };
-
     pdp::Rows<D, 1, 2> gq, gl;
     gq.load(WQKV, NQKV, gw * 2, lane);
-    prefetch(0);
     for (int l = 0; l < NL; ++l) {
         const float* hin = l == 0 ? x0 : H;
         // 1: RMSNorm + q|k|v
@@ -545,10 +530,18 @@ BODY = r"""
         pdp::stage<D, BLOCK, true>(xs4, hin, in_norm + l * D, eps, red);
         pdp::gemv<D, 1, 2, NQKV, TW * 2>(gq, WQKV + (size_t)l * NQKV * (D / 8), gw * 2, lane, xs4,
                   [&](int row, float a, float) { __stcg(QKV + row, a); });
-        float* KL = cache_of(l, false);
-        float* VL = cache_of(l, true);
+        float* KL = const_cast<float*>(kc) + (size_t)l * HKV * CAP * DH;
+        float* VL = const_cast<float*>(vc) + (size_t)l * HKV * CAP * DH;
+        if (b < HKV * S) {  // this block's first attention item: its keys start arriving during the barrier
+            int start, stop;
+            keys_of(b, start, stop);
+            pdp::ring_prefetch<DH, CAP, KS, NST>(ring, KL, VL, b / S, start, stop, P);
+        }
         PDP_STAMP(l * 10 + 1)
-        if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) { leave(); return; }
+        if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) {  // no block leaves with bytes still landing in its shared memory
+            while (ring.used != ring.issued) pdp::ring_wait<DH, KS, NST>(ring, sy + pdp::SY_ERR, SPIN);
+            return;
+        }
         // 2: attention
         PDP_STAMP(l * 10 + 2)
         for (int item = b; item < HKV * S; item += NB) {
@@ -585,12 +578,9 @@ BODY = r"""
         pdp::stage<FF, BLOCK, false>(xs4, ACT, nullptr, 0.f, red);
         pdp::gemv<FF, 1, 1, D, TW>(gd, WD + (size_t)l * D * (FF / 8), gw, lane, xs4,
                   [&](int row, float a, float) { __stcg(H + row, __ldcg(H + row) + a); });
-        if (l + 1 < NL) {
-            gq.load(WQKV + (size_t)(l + 1) * NQKV * (D / 8), NQKV, gw * 2, lane);
-            prefetch(l + 1);
-        }
+        if (l + 1 < NL) gq.load(WQKV + (size_t)(l + 1) * NQKV * (D / 8), NQKV, gw * 2, lane);
         PDP_STAMP(l * 10 + 9)
-        if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) { leave(); return; }
+        if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
     }
     // final RMSNorm + LM head, each warp keeping its best row (the first of equal maxima, as argmax does)
     PDP_STAMP(NL * 10)
