@@ -57,6 +57,27 @@ def test_the_stacked_weights_are_the_layers_in_order(tiny):
         assert mx.array_equal(dw.k_norm[i], q.layers[i].k_norm).item()
 
 
+def test_the_layers_decode_matrices_become_views_of_the_stacks(tiny):
+    """Where the persistent kernel runs, each layer's decode matrix is a view of its stack (in memory once), and
+    the per-operation decode step over those views is unchanged."""
+    import numpy as np
+    q = Qwen3(tiny, lossless_decode_weights=False, compile_steps=False)  # FP32 copies: numpy can read them
+    cache = q.new_cache(32)
+    q.prefill(cache, mx.arange(3, 12, dtype=mx.int32), start=0, last=True)
+    token = mx.array(11, mx.uint32)
+    want = q.decode_step(token, cache.position(), cache.k, cache.v, cache.written)[0]
+    q.decode_weights = q.stacked_decode_weights()
+    mx.eval(q.decode_weights)
+    q.share_decode_weights()
+    for name, kind in (("d_qkv", "qkv"), ("d_o", "o"), ("d_gate_up", "gate_up"), ("d_down", "down")):
+        stack = getattr(q.decode_weights, kind)
+        base = np.asarray(stack).__array_interface__["data"][0]
+        offsets = [np.asarray(getattr(L, name)).__array_interface__["data"][0] - base for L in q.layers]
+        assert offsets == [i * stack[0].nbytes for i in range(len(q.layers))], name
+    got = q.decode_step(token, cache.position(), cache.k, cache.v, cache.written)[0]
+    assert mx.array_equal(got, want).item()
+
+
 def test_a_planted_fault_in_the_stacking_is_seen(tiny):
     """The twin's check has teeth: two layers swapped in the stack change the logits."""
     q = Qwen3(tiny, compile_steps=False)

@@ -92,6 +92,7 @@ class Qwen3:
             # did not change: notes/persistent-decode.md)
             self.decode_weights = self.stacked_decode_weights()
             mx.eval(self.decode_weights)
+            self.share_decode_weights()
 
     def stacked_decode_weights(self) -> "persistent.DecodeWeights":
         """The decode weights with the layers stacked per kind, for the persistent kernel (and its twin)."""
@@ -100,6 +101,14 @@ class Qwen3:
             embed=self.embed, qkv=stack("d_qkv"), o=stack("d_o"), gate_up=stack("d_gate_up"), down=stack("d_down"),
             lm_head=self.d_lm_head, in_norm=stack("in_norm"), post_norm=stack("post_norm"), q_norm=stack("q_norm"),
             k_norm=stack("k_norm"), norm=self.norm, inv_freq=self.inv_freq)
+
+    def share_decode_weights(self) -> None:
+        """The layers' decode matrices as views of the stacks in `decode_weights`, so each is in memory once (the
+        per-operation kernels and profile_step still find them per layer). Slices, since `a[i]` copies."""
+        for i, L in enumerate(self.layers):
+            for name, kind in (("d_qkv", "qkv"), ("d_o", "o"), ("d_gate_up", "gate_up"), ("d_down", "down")):
+                stack = getattr(self.decode_weights, kind)
+                setattr(L, name, stack[i: i + 1].reshape(stack.shape[1:]))
 
     def new_cache(self, capacity: int) -> KVCache:
         c = self.cfg
