@@ -5,7 +5,8 @@ with a static cache and torch.compile in FP32 and bf16 (bench_hf.py). Prints a t
     python -m pdlib bench-step --model synthetic:qwen3-0.6b --output bench.json
 
 Decode: median ms per token at each context (the token observed on the host, as in the trials), after a
-warm-up. Prefill: a whole 4,096-token prompt, the same prompt in 128-token chunks back to back, and in chunks
+warm-up; and pipelined, each token observed only after the next step is issued (mlx-lm's `generate` runs
+this way), the interval between observations: the device's pace plus what the host cannot hide. Prefill: a whole 4,096-token prompt, the same prompt in 128-token chunks back to back, and in chunks
 each synced before the next is issued, as a chunked trial runs them (median of repeats).
 Bandwidth: the bytes a decode step must read (bf16-packed weights + the FP32 KV cache so far) over its time,
 and the floor: those bytes over a device-to-device copy's bandwidth measured in the same run.
@@ -56,11 +57,26 @@ def _prompt(cfg, n: int) -> list[int]:
     return [(i * 7919 + 13) % min(cfg.vocab_size, 50000) for i in range(n)]
 
 
+def _pipelined(step, first, n: int, warmup: int) -> list[float]:
+    """ms between consecutive host observations of n tokens, each observed after the next step is issued:
+    `first` is the step whose token comes first, step(token) issues the next from the last (on the device)."""
+    seen, token = [], first
+    for _ in range(warmup + n + 1):
+        following = step(token)
+        check_token(token.item())
+        seen.append(time.perf_counter_ns())
+        token = following
+    token.item()
+    return [(b - a) / 1e6 for a, b in zip(seen[warmup:], seen[warmup + 1:])]
+
+
 def bench_pdlib(model: LoadedModel, *, contexts, tokens: int, warmup: int, prefill_tokens: int, chunk: int,
                 repeats: int, decode: str | None = None) -> dict:
     cfg = model.config
-    engine = Engine(model, capacity=max(max(contexts), prefill_tokens) + warmup + tokens + 1, decode=decode)
-    out = {"decode": engine.model.decode_mode, "decode_ms_median": {}, "decode_ms_all": {}}
+    steps = 2 * (warmup + tokens + 2)  # every context's decodes, observed, then pipelined
+    engine = Engine(model, capacity=max(max(contexts) + steps, prefill_tokens), decode=decode)
+    out = {"decode": engine.model.decode_mode, "decode_ms_median": {}, "decode_ms_all": {},
+           "decode_pipelined_ms_median": {}}
     for ctx in contexts:
         engine.add_request("X", _prompt(cfg, ctx))
         engine.reset("X", logical=True)
@@ -73,6 +89,8 @@ def bench_pdlib(model: LoadedModel, *, contexts, tokens: int, warmup: int, prefi
                 times.append(_ms(t0))
         out["decode_ms_median"][str(ctx)] = statistics.median(times)
         out["decode_ms_all"][str(ctx)] = times
+        piped = _pipelined(lambda _: engine.decode("X").token, engine.decode("X").token, tokens, warmup)
+        out["decode_pipelined_ms_median"][str(ctx)] = statistics.median(piped)
     engine.add_request("P", _prompt(cfg, prefill_tokens))
 
     def prefill(n, synced=False):
@@ -101,7 +119,7 @@ def bench_mlx_lm(model: LoadedModel, *, contexts, tokens: int, warmup: int, pref
                  repeats: int) -> dict:
     ref = Reference(model).model
     cfg = model.config
-    out = {"decode_ms_median": {}, "decode_ms_all": {}}
+    out = {"decode_ms_median": {}, "decode_ms_all": {}, "decode_pipelined_ms_median": {}}
     for ctx in contexts:
         cache = [LmCache() for _ in range(cfg.num_hidden_layers)]
         tok = mx.argmax(ref(mx.array(_prompt(cfg, ctx))[None], cache=cache)[0, -1]).item()
@@ -113,6 +131,13 @@ def bench_mlx_lm(model: LoadedModel, *, contexts, tokens: int, warmup: int, pref
                 times.append(_ms(t0))
         out["decode_ms_median"][str(ctx)] = statistics.median(times)
         out["decode_ms_all"][str(ctx)] = times
+
+        def step(token):  # as mlx-lm's generate_step: the next token, started before this one is read
+            following = mx.argmax(ref(token.reshape(1, 1), cache=cache)[0, -1])
+            mx.async_eval(following)
+            return following
+        piped = _pipelined(step, step(mx.array(tok)), tokens, warmup)
+        out["decode_pipelined_ms_median"][str(ctx)] = statistics.median(piped)
         del cache
 
     def prefill(n, synced=False):
@@ -168,15 +193,21 @@ def format_table(result: dict) -> str:
     head = f"{'what':26s} {'pdlib':>10s} " + " ".join(f"{n:>10s} {'ratio':>6s}" for n in peers)
     lines = [head + f" {'pdlib GB/s':>11s} {'floor':>9s}"]
 
-    def row(label, key, sub=None):
+    def row(label, key, sub=None):  # a peer without the measure shows dashes
         get = (lambda n: e[n][key][sub]) if sub else (lambda n: e[n][key])
         p = get("pdlib")
-        return f"{label:26s} {p:10.4g} " + " ".join(f"{get(n):10.4g} {get(n) / p:5.1f}x" for n in peers)
+        return f"{label:26s} {p:10.4g} " + " ".join(f"{get(n):10.4g} {get(n) / p:5.1f}x" if key in e[n]
+                                                     else f"{'-':>10s} {'-':>6s}" for n in peers)
 
     for ctx, f in floors.items():
         p = e["pdlib"]["decode_ms_median"][ctx]
         lines.append(row(f"decode ms @ {ctx}", "decode_ms_median", ctx)
                      + f" {f['bytes'] / p / 1e6:11.0f} {f['floor_ms']:8.3f}ms")
+    if "decode_pipelined_ms_median" in e["pdlib"]:  # (transformers' peers are not measured this way)
+        for ctx, f in floors.items():
+            p = e["pdlib"]["decode_pipelined_ms_median"][ctx]
+            lines.append(row(f"decode pipelined ms @ {ctx}", "decode_pipelined_ms_median", ctx)
+                         + f" {f['bytes'] / p / 1e6:11.0f} {f['floor_ms']:8.3f}ms")
     for key in ("prefill_whole_s", "prefill_chunked_s", "prefill_chunked_synced_s"):
         if all(key in e[n] for n in e):
             lines.append(row(key.replace("_s", " s").replace("prefill_", "prefill "), key))

@@ -8,17 +8,20 @@ from pdlib.engine import Engine
 
 SIZES = dict(contexts=(32, 48), tokens=3, warmup=1, prefill_tokens=40, chunk=16, repeats=1)
 KEYS = {"decode_ms_median", "decode_ms_all", "prefill_whole_s", "prefill_chunked_s", "prefill_chunked_synced_s"}
+OURS = KEYS | {"decode_pipelined_ms_median"}  # pdlib's and mlx-lm's
 
 
 def test_bench_step_measures_every_engine_alike_and_prints_them(tiny):
     result = bench_step(tiny, peers=False, log=lambda *a: None, **SIZES)
     assert set(result["engines"]) == {"pdlib", "mlx-lm"}
     for name, e in result["engines"].items():
-        assert KEYS <= set(e), name
-        assert set(e["decode_ms_median"]) == {"32", "48"} and all(len(v) == 3 for v in e["decode_ms_all"].values())
-        assert all(e[k] > 0 for k in KEYS if k.endswith("_s"))
+        assert OURS <= set(e), name
+        assert set(e["decode_ms_median"]) == set(e["decode_pipelined_ms_median"]) == {"32", "48"}
+        assert all(len(v) == 3 for v in e["decode_ms_all"].values())
+        assert all(e[k] > 0 for k in KEYS if k.endswith("_s")) and all(e["decode_pipelined_ms_median"].values())
     table = format_table(result).splitlines()
-    assert "mlx-lm" in table[0] and len(table) == 1 + 2 + 3
+    assert "mlx-lm" in table[0] and len(table) == 1 + 2 + 2 + 3
+    assert table[3].startswith("decode pipelined ms @ 32")
     assert table[-1].startswith("prefill chunked synced s")
 
 
@@ -46,6 +49,10 @@ def test_the_table_shows_each_peer_as_a_ratio_to_pdlib(tiny):
     lines = format_table(result).splitlines()
     assert "hf-bf16" in lines[0]
     assert "3.0x" in lines[1] and " 1000 " in lines[1]   # 6 / 2 ms; 2 GB / 2 ms = 1000 GB/s
+    # a measure the peer does not make shows dashes, not a ratio
+    result["engines"]["pdlib"] = {**e, "decode_pipelined_ms_median": {"32": 1.0}}
+    piped = format_table(result).splitlines()[2]
+    assert piped.startswith("decode pipelined ms @ 32") and piped.split()[6:8] == ["-", "-"] and " 2000 " in piped
 
 
 def test_a_peer_that_fails_is_recorded_and_the_rest_kept(tiny, monkeypatch):
