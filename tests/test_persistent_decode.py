@@ -218,3 +218,16 @@ def test_the_engine_runs_the_persistent_step(monkeypatch, tiny):
         assert mx.array_equal(a.logits, b.logits).item() and a.token.item() == b.token.item()
     assert fences["persistent"] == 3  # each step's fence was passed on
     assert len(syncs) == 3 and all(s is syncs[0] for s in syncs)  # one sync buffer, reused by the request
+
+
+def test_launch_refuses_a_ring_that_does_not_fit_beside_the_kernels_arrays():
+    """The same bound as `available`: the model's own static arrays plus the ring within the SM's shared
+    memory. Checked before any kernel is built, so it holds on the CPU too."""
+    from types import SimpleNamespace
+    dw = SimpleNamespace(embed=SimpleNamespace(shape=(151936, 1024)), down=SimpleNamespace(shape=(28, 1024, 3072)))
+    k_all = SimpleNamespace(shape=(28, 8, 4160, 128))
+    static = P.static_shared_bytes(D=1024, F=3072, dh=128, heads=16, kv_heads=8)
+    most = (P.SM_SHARED_LIMIT - static) // P.ring_bytes(128, 1)
+    assert P.fits(static, 128, most) and not P.fits(static, 128, most + 1)
+    with pytest.raises(ValueError, match=f"kv_group={most + 1}: .* 1 to {most} keys per warp fit"):
+        P.launch(None, None, dw, k_all, None, None, None, heads=16, kv_heads=8, eps=1e-6, kv_group=most + 1)

@@ -672,25 +672,32 @@ SM_SHARED_LIMIT = 227 * 1024  # static and dynamic together, one block per SM (s
 
 
 def shared_bytes(cfg) -> int:
-    """The kernel's static shared memory for a model's shapes (BODY's, attend's and the ring's arrays, a few
-    words spare): the staged input vector is the largest of D, Hq Dh and F floats; attention's per-warp
-    partial outputs grow with the query heads per KV head."""
-    D, F, dh = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
-    heads, kv = cfg.num_attention_heads, cfg.num_key_value_heads
-    rep, warps = heads // kv, BLOCK // 32
+    """The kernel's static shared memory for a model config's shapes (static_shared_bytes)."""
+    return static_shared_bytes(D=cfg.hidden_size, F=cfg.intermediate_size, dh=cfg.head_dim,
+                               heads=cfg.num_attention_heads, kv_heads=cfg.num_key_value_heads)
+
+
+def static_shared_bytes(*, D: int, F: int, dh: int, heads: int, kv_heads: int) -> int:
+    """The kernel's static shared memory (BODY's, attend's and the ring's arrays, a few words spare): the staged
+    input vector is the largest of D, Hq Dh and F floats; attention's per-warp partial outputs grow with the
+    query heads per KV head."""
+    rep, warps = heads // kv_heads, BLOCK // 32
     body = 4 * (max(D, heads * dh, F) + 3 * warps + 1)
     attend = 4 * (rep * dh + 2 * dh + (rep + 1) * (dh // 32) + 2 * warps * rep + warps * rep * dh + 1)
     ring = 8 * (KV_STAGES + 1)  # the ring's mbarriers, 8-byte aligned
     return body + attend + ring + 4 + 64
 
 
+def fits(static: int, dh: int, kv_group: int = KV_GROUP) -> bool:
+    """A block's static shared memory within its limit, and beside it attention's ring within the SM's."""
+    return static <= SHARED_LIMIT and static + ring_bytes(dh, kv_group) <= SM_SHARED_LIMIT
+
+
 def available(cfg, *, packed: bool) -> bool:
     """Where the persistent kernel runs: CUDA, head_dim 128 (the attention item's thread layout), bf16 weights,
     and shapes whose arrays fit one block's static shared memory, beside attention's ring (Qwen3-0.6B and
     -1.7B do; -4B and -8B do not, and keep the per-operation kernels)."""
-    static = shared_bytes(cfg)
-    return (BACKEND == "cuda" and cfg.head_dim == 128 and packed and static <= SHARED_LIMIT
-            and static + ring_bytes(cfg.head_dim) <= SM_SHARED_LIMIT)
+    return BACKEND == "cuda" and cfg.head_dim == 128 and packed and fits(shared_bytes(cfg), cfg.head_dim)
 
 
 def scratch_layout(*, D: int, heads: int, kv_heads: int, dh: int, F: int, splits: int, blocks: int) -> dict:
@@ -714,12 +721,13 @@ def launch(token, pos, dw: DecodeWeights, k_all, v_all, written, sync, *, heads:
     unused words (16 bytes: not managed memory). `kv_group`: keys per warp in each stage of attention's ring
     (KV_STAGES stages in flight)."""
     layers, _, cap, dh = k_all.shape
-    if ring_bytes(dh, kv_group) + SHARED_LIMIT > SM_SHARED_LIMIT:
-        most = (SM_SHARED_LIMIT - SHARED_LIMIT) // ring_bytes(dh, 1)
-        raise ValueError(f"kv_group={kv_group}: attention's ring would take {ring_bytes(dh, kv_group)} bytes of "
-                         f"shared memory; 1 to {most} keys per warp fit")
     V, D = dw.embed.shape
     F = dw.down.shape[2]
+    static = static_shared_bytes(D=D, F=F, dh=dh, heads=heads, kv_heads=kv_heads)
+    if not fits(static, dh, kv_group):
+        most = (SM_SHARED_LIMIT - static) // ring_bytes(dh, 1)
+        raise ValueError(f"kv_group={kv_group}: attention's ring would take {ring_bytes(dh, kv_group)} bytes of "
+                         f"shared memory beside {static} static; 1 to {most} keys per warp fit")
     nb = blocks or sm_count()
     if not 1 <= nb <= MAX_BLOCKS:
         raise ValueError(f"blocks={nb}: the sync buffer has flags for 1 to {MAX_BLOCKS} blocks")
