@@ -42,13 +42,17 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tbt-slo-ms", type=float, help="A's gap target for slo-chunked / slo-mixed (ms; default 5x "
                                                       "the fitted decode step); their chunk sizes come from a "
                                                       "step-cost fit, at most --chunk-size")
+    p.add_argument("--pipeline-decodes", action=argparse.BooleanOptionalAction, default=None,
+                   help="issue a step of decodes before the tokens of the one before it are observed, so the "
+                        "host's launch overlaps the device's work (default: observe each step first)")
     p.add_argument("--quiet", action="store_true")
 
 
 def _params(args):
     from pdlib.config import RunParams
     keys = ("model", "prompt_tokens", "output_tokens", "chunk_size", "policies", "trials", "warmups",
-            "logical_cache_reset", "lossless_decode_weights", "validation_checkpoint_every", "tbt_slo_ms")
+            "logical_cache_reset", "lossless_decode_weights", "validation_checkpoint_every", "tbt_slo_ms",
+            "pipeline_decodes")
     given = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
     return RunParams.from_yaml(args.params, **given) if args.params else RunParams(**given)
 

@@ -13,6 +13,13 @@ output's token id (`.item()`) and reads the clock right after it. The step ends 
 when a part yields none, with a device sync, so its time is its work's. Hooks see each step after it ran:
 its parts' results and the clock readings.
 
+Pipelined decodes (`pipeline=True`, RunParams.pipeline_decodes): a step of decodes only is issued before the
+tokens of the step before it, if that was of decodes only too, are observed; each decode's input token is on
+the device already, so the host's launch work overlaps the device's (as mlx-lm's `generate` and vLLM's async
+scheduling run). A step with a prompt chunk is never issued before the tokens before it are observed, so a
+chunk's long dispatch never delays one. Hooks still see every step once, in order, after its tokens are
+observed; a pipelined step's t_start then falls before the previous step's t_end.
+
 B's prefill elsewhere: a step source may carry a `remote` (`RemoteSteps`): disagg's prefill worker
 (pdlib/disagg/remote.py) or overlap's second stream (pdlib/overlap.py). Then at t0, right after B's reset,
 the executor starts it (`remote.start(engine)`), after issuing each timed step lets it dispatch its next
@@ -85,13 +92,38 @@ def _issue(engine: Engine, step: Step) -> list[WorkResult]:
     return [WorkResult(w, a, engine.requests[w.req].length, o) for w, a, o in zip(step.work, starts, outs)]
 
 
-def execute(engine: Engine, steps: Iterable[Step], *, logical_reset: bool, hooks: list[Hook] = ()) -> None:
+def _decodes_only(step: Step) -> bool:
+    return all(isinstance(w, Decode) for w in step.work)
+
+
+def execute(engine: Engine, steps: Iterable[Step], *, logical_reset: bool, hooks: list[Hook] = (),
+            pipeline: bool = False) -> None:
     """`steps`: a plan, or a policy deciding live (`scheduler.follow`), whose decisions then fall between
-    steps, inside the timed run."""
+    steps, inside the timed run. `pipeline`: pipelined decodes (above)."""
     timed = False
     remote = getattr(steps, "remote", None)  # where B's prefill runs, if not in the steps (RemoteSteps)
+    pending = None  # a step issued whose tokens are not observed yet: (index, step, results, t_start, timed)
+
+    def observe(index: int, step: Step, results: list[WorkResult], t_start: int, was_timed: bool) -> None:
+        for r in results:
+            if r.output is not None:
+                r.token = check_token(r.output.token.item())
+                r.t_emit = now()
+        if all(r.output is not None for r in results):
+            t_end = results[-1].t_emit  # the step ends when its last token is observed
+        else:
+            mx.synchronize()  # a chunk's K/V are written (a token may not have waited for them): the step ends
+            t_end = now()
+        for h in hooks:
+            h.on_step(index, step, results, t_start, t_end, timed=was_timed)
+
     engine.reset("A", logical=logical_reset)
     for i, step in enumerate(steps):
+        remote_step = isinstance(step, Prefill) and step.remote
+        overlaps = pipeline and not remote_step and _decodes_only(step)
+        if pending is not None and (not overlaps or not timed and not is_setup(step)):
+            observe(*pending)
+            pending = None
         if not timed and not is_setup(step):
             timed = True
             mx.synchronize()  # nothing of the set-up may run into the timed part
@@ -104,18 +136,14 @@ def execute(engine: Engine, steps: Iterable[Step], *, logical_reset: bool, hooks
             for h in hooks:
                 h.on_t0(t, t_reset)
         t_start = now()
-        remote_step = isinstance(step, Prefill) and step.remote
         results = _receive(engine, step, remote) if remote_step else _issue(engine, step)
         if timed and remote is not None and not remote_step:
             remote.advance()  # the remote prefill's next piece, dispatched while this step runs
-        for r in results:
-            if r.output is not None:
-                r.token = check_token(r.output.token.item())
-                r.t_emit = now()
-        if all(r.output is not None for r in results):
-            t_end = results[-1].t_emit  # the step ends when its last token is observed
-        else:
-            mx.synchronize()  # a chunk's K/V are written (a token may not have waited for them): the step ends
-            t_end = now()
-        for h in hooks:
-            h.on_step(i, step, results, t_start, t_end, timed=timed)
+        if pending is not None:
+            observe(*pending)  # the step before, while this one is queued behind it on the device
+        pending = (i, step, results, t_start, timed)
+        if not overlaps:
+            observe(*pending)
+            pending = None
+    if pending is not None:
+        observe(*pending)

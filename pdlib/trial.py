@@ -79,10 +79,12 @@ class Recorder(Hook):
         return RunRecord(policy, self.ids, self.emits, self.events, makespan)
 
 
-def run_once(engine: Engine, policy: str, *, steps: Iterable[Step], logical_reset: bool) -> RunRecord:
-    """One timed run of `policy`: `steps` is its step source (Experiment.walk), or a plan."""
+def run_once(engine: Engine, policy: str, *, steps: Iterable[Step], logical_reset: bool,
+             pipeline: bool = False) -> RunRecord:
+    """One timed run of `policy`: `steps` is its step source (Experiment.walk), or a plan; `pipeline`:
+    pipelined decodes (executor.py)."""
     recorder = Recorder()
-    execute(engine, steps, logical_reset=logical_reset, hooks=[recorder])
+    execute(engine, steps, logical_reset=logical_reset, hooks=[recorder], pipeline=pipeline)
     return recorder.record(policy)
 
 
@@ -103,20 +105,21 @@ def trial_orders(policies: list[str], trials: int) -> list[list[str]]:
 
 
 def run_trials(engine: Engine, *, walks: dict[str, Callable[[], Iterable[Step]]], trials: int, warmups: int,
-               logical_reset: bool, reference_tokens: dict, on_run: Callable[[], None] | None = None) -> list[dict]:
+               logical_reset: bool, reference_tokens: dict, on_run: Callable[[], None] | None = None,
+               pipeline: bool = False) -> list[dict]:
     """Warmups (untimed, checked), then paired timed trials of every policy in `walks` (in its order; each
     maps to a fresh step source per run); returns report trial records."""
     policies = list(walks)
     for policy in policies:
         for w in range(warmups):
-            run = run_once(engine, policy, steps=walks[policy](), logical_reset=logical_reset)
+            run = run_once(engine, policy, steps=walks[policy](), logical_reset=logical_reset, pipeline=pipeline)
             check_tokens(run, reference_tokens, what=f"warmup {w + 1}")
             if on_run:
                 on_run()
     records = []
     for t, order in enumerate(trial_orders(policies, trials), start=1):
         for position, policy in enumerate(order):
-            run = run_once(engine, policy, steps=walks[policy](), logical_reset=logical_reset)
+            run = run_once(engine, policy, steps=walks[policy](), logical_reset=logical_reset, pipeline=pipeline)
             check_tokens(run, reference_tokens, what=f"trial {t}")
             records.append(run.to_trial(trial=t, position=position))
             if on_run:

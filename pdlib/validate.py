@@ -254,18 +254,19 @@ class Gate(Hook):
         self.emitted[req] = i + 1
         if self.checkpoint_every and self.emitted[req] % self.checkpoint_every == 0:
             self.flush_decode_kv(req)  # a bad slot is named by its own check first
-            self.compare_kv("checkpoint_kv", req, 0, self.engine.requests[req].length)
+            # the cache as this output left it (with pipelined decodes, the next step may have written more)
+            self.compare_kv("checkpoint_kv", req, 0, r.stop)
 
 
 def validate_policy(policy: str, *, engine: Engine, traces: dict[str, ReferenceTrace], steps: list[Step],
                     output_tokens: int, checkpoint_every: int = 64, logical_reset: bool = True,
-                    on_step=None) -> ValidationResult:
+                    on_step=None, pipeline: bool = False) -> ValidationResult:
     """Run `policy`'s plan `steps` through the executor (A's set-up prefill, B's reset at t0, then the
     policy's steps: exactly what a trial runs) and check each one. For `disagg`, `steps` is the live
     mechanism itself (Experiment.walk), held to the plan per request (pdlib/disagg/remote.py says why)."""
     result = ValidationResult(policy)
     gate = Gate(engine, traces, result, checkpoint_every=checkpoint_every, on_step=on_step)
-    execute(engine, steps, logical_reset=logical_reset, hooks=[gate])
+    execute(engine, steps, logical_reset=logical_reset, hooks=[gate], pipeline=pipeline)
     gate.finish()
     result.tokens = {r: traces[r].tokens[:output_tokens] for r in ("A", "B")}
     result.passed = True

@@ -127,3 +127,43 @@ def test_plans_are_made_once_and_a_live_walk_is_held_to_them(tiny):
         list(follow(iter(validated[:2]), validated[:3]))
     with pytest.raises(RuntimeError, match="step 3 is .*the validated plan has the end"):
         list(follow(iter(validated[:4]), validated[:3]))
+
+
+class _Clock(pdlib.executor.Hook):
+    """Each step the hooks see: its index, whether it holds only decodes, when it was issued and observed."""
+
+    def __init__(self):
+        self.steps = []
+
+    def on_step(self, index, step, results, t_start, t_end, *, timed):
+        self.steps.append((index, all(isinstance(w, Decode) for w in step.work), t_start, t_end, timed))
+
+
+@pytest.mark.parametrize("policy", ["eager", "chunked", "fifo", "mixed"])
+def test_pipelined_decodes_issue_a_decode_step_before_the_one_before_is_observed(tiny, monkeypatch, policy):
+    """With pipeline on, a step of decodes following a step of decodes is issued before that step's tokens are
+    observed (its t_start precedes their t_end), and no other step is; the parts issued, the hooks' order and
+    the tokens are those of the plan. With it off, every step starts after the one before ended."""
+    exp = experiment(tiny, (policy,))
+    log = spy_issues(monkeypatch)
+    runs = {}
+    for pipeline in (False, True):
+        clock = _Clock()
+        log.clear()
+        pdlib.executor.execute(exp.engine, exp.walk(policy), logical_reset=True, hooks=[clock], pipeline=pipeline)
+        runs[pipeline] = (list(log), clock.steps)
+    (issued, plain), (issued_piped, piped) = runs[False], runs[True]
+    assert issued == issued_piped and [s[0] for s in piped] == list(range(len(exp.plan(policy))))
+    assert all(b[2] >= a[3] for a, b in zip(plain, plain[1:]))
+    overlapped = [b[1] and a[1] and a[4] for a, b in zip(piped, piped[1:])]
+    assert any(overlapped)
+    for (a, b), o in zip(zip(piped, piped[1:]), overlapped):
+        assert (b[2] < a[3]) == o, (a, b)
+
+
+def test_a_pipelined_trial_decodes_the_validated_tokens(tiny):
+    exp = experiment(tiny, ("chunked",))
+    tokens = exp.validate()["chunked"].tokens
+    run = run_once(exp.engine, "chunked", steps=exp.walk("chunked"), logical_reset=True, pipeline=True)
+    check_tokens(run, tokens, what="pipelined")
+    assert all(len(run.output_ids[r]) for r in ("A", "B"))

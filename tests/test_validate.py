@@ -17,10 +17,13 @@ decode_attention_module = importlib.import_module("pdlib.engine.kernels.decode_a
 PROMPT, OUTPUTS, CHUNK = 40, 8, 16
 
 
-@pytest.fixture
-def exp(tiny):
+@pytest.fixture(params=[False, True], ids=["observed", "pipelined"])
+def exp(tiny, request):
+    """Every fault is planted twice: with each step's tokens observed before the next is issued, and with
+    pipelined decodes (the gate then checks a step after the next one was issued)."""
     params = RunParams(model="synthetic:tiny", prompt_tokens=PROMPT, output_tokens=OUTPUTS, chunk_size=CHUNK,
-                       policies=("eager", "chunked", "fifo"), logical_cache_reset=True, validation_checkpoint_every=4)
+                       policies=("eager", "chunked", "fifo"), logical_cache_reset=True, validation_checkpoint_every=4,
+                       pipeline_decodes=request.param)
     return Experiment(params, model=tiny)
 
 

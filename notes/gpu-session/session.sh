@@ -46,6 +46,8 @@
 #                                          files it changed): check-kernels, the profile twice each way and
 #                                          bench-step without peers (GPU 0) beside a short gate and the chunk
 #                                          step's anatomy at 4K twice each way (GPU 1)
+#   bash notes/gpu-session/session.sh s    pipelined decodes: the published eager chunked fifo mixed with
+#                                          --pipeline-decodes (GPU 0) beside the same without (GPU 1)
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -294,5 +296,13 @@ r)
   echo "== anatomy"; grep "^{" "$LOGS/anatomy.log"; grep -v "^{" "$LOGS/anatomy.log" | tail -n 5
   echo "== bench"; tail -n 8 "$LOGS/bench.log"
   finish ;;
-*) echo "usage: session.sh a|b|...|r" >&2; exit 2 ;;
+s)
+  for g in 0 1; do
+    flag=$([ $g = 0 ] && echo --pipeline-decodes || echo --no-pipeline-decodes)
+    gpu $g timeout -s INT $(left) python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+      --policies eager chunked fifo mixed $flag --quiet --output "$OUT/report$flag.json" > "$LOGS/report$g.log" 2>&1 &
+  done
+  wait; for g in 0 1; do echo "== GPU $g"; tail -n 14 "$LOGS/report$g.log"; done
+  finish ;;
+*) echo "usage: session.sh a|b|...|s" >&2; exit 2 ;;
 esac
