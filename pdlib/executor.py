@@ -120,7 +120,7 @@ def execute(engine: Engine, steps: Iterable[Step], *, logical_reset: bool, hooks
     engine.reset("A", logical=logical_reset)
     for i, step in enumerate(steps):
         remote_step = isinstance(step, Prefill) and step.remote
-        overlaps = pipeline and not remote_step and _decodes_only(step)
+        overlaps = pipeline and _decodes_only(step)
         if pending is not None and (not overlaps or not timed and not is_setup(step)):
             observe(*pending)
             pending = None
