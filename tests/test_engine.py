@@ -194,35 +194,50 @@ def test_validate_policy_runs_the_exact_plan(tiny):
     assert r.steps == exp.steps_per_run("chunked") and r.checks["checkpoint_kv"].count == 0
 
 
-def test_a_step_norms_with_one_fused_op_each(tiny, monkeypatch):
+def test_a_step_norms_and_rotates_with_one_fused_op_each(tiny, monkeypatch):
     """Every RMSNorm of a prefill step (input, q and k together, post-attention per layer; the final one) is
-    MLX's fused op, one graph node on a GPU (the CPU spells it out in ops), where the ops version makes four."""
-    calls = []
-    fused = mx.fast.rms_norm
-    monkeypatch.setattr(mx.fast, "rms_norm", lambda x, w, eps: calls.append(x.shape) or fused(x, w, eps))
+    MLX's fused op, one graph node on a GPU (the CPU spells it out in ops), where the ops version makes four;
+    so is RoPE in a step of one request (q and k per layer), with no tables made. A ragged step, whose rows'
+    positions do not run on, makes its tables once and calls no fused RoPE."""
+    from pdlib.engine import kernels as K
     from pdlib.engine.model import Qwen3, Segment
+    calls, rotations, tables = [], [], []
+    fused, fused_rope, real_tables = mx.fast.rms_norm, mx.fast.rope, K.rope_tables
+    monkeypatch.setattr(mx.fast, "rms_norm", lambda x, w, eps: calls.append(x.shape) or fused(x, w, eps))
+    monkeypatch.setattr(mx.fast, "rope", lambda x, **kw: rotations.append(x.shape) or fused_rope(x, **kw))
+    monkeypatch.setattr(K, "rope_tables", lambda *a: tables.append(1) or real_tables(*a))
     q = Qwen3(tiny, compile_steps=False)
+    layers = tiny.config.num_hidden_layers
     cache = q.new_cache(64)
     (logits,) = q.step([Segment(cache, mx.arange(3, 43, dtype=mx.int32), start=0, emits=True)], prune=False)
-    assert len(calls) == 3 * tiny.config.num_hidden_layers + 1 and logits is not None
+    assert len(calls) == 3 * layers + 1 and logits is not None
+    assert len(rotations) == 2 * layers and not tables
+    rotations.clear()
+    other = q.new_cache(64)
+    q.step([Segment(cache, mx.arange(5, 7, dtype=mx.int32), start=40, emits=True),
+            Segment(other, mx.arange(3, 13, dtype=mx.int32), start=0, emits=True)])
+    assert not rotations and len(tables) == 1
 
 
 def test_a_step_builds_the_rope_tables_once_and_transposes_no_weight(tiny, tmp_path):
-    """Host cost on a GPU grows with a step's graph nodes (notes/gpu.md, v8): per step, not per layer, RoPE
-    angles; no weight transposed per matmul (the transposed views are made at load); q|k|v and gate|up one
-    matmul each (with attention's two and o_proj and down: six per layer, and the LM head)."""
+    """Host cost on a GPU grows with a step's graph nodes (notes/gpu.md, v8): a ragged step's RoPE angles per
+    step, not per layer; no weight transposed per matmul (the transposed views are made at load); q|k|v and
+    gate|up one matmul each (with o_proj, down and each segment's two of attention: eight per layer for two
+    segments, and the LM head)."""
     import re
     from collections import Counter
 
     from pdlib.engine.model import Segment
     engine = Engine(tiny, capacity=64)
-    engine.add_request("A", list(range(40)))
-    engine.reset("A", logical=True)
-    r = engine.requests["A"]
-    (logits,) = engine.model.step([Segment(r.cache, r.prompt[:40], start=0, emits=True)])
-    mx.export_to_dot(str(tmp_path / "step.dot"), logits, *r.cache.k)
+    for name in "AB":
+        engine.add_request(name, list(range(40)))
+        engine.reset(name, logical=True)
+    a, b = engine.requests["A"], engine.requests["B"]
+    logits = engine.model.step([Segment(a.cache, a.prompt[:40], start=0, emits=True),
+                                Segment(b.cache, b.prompt[:24], start=0, emits=False)], prune=False)[0]
+    mx.export_to_dot(str(tmp_path / "step.dot"), logits, *a.cache.k, *b.cache.k)
     nodes = Counter(re.findall(r'\[label ="([^"]+)", shape=rectangle\]', (tmp_path / "step.dot").read_text()))
     layers = tiny.config.num_hidden_layers
-    assert nodes["Cos"] == nodes["Sin"] == 1 and nodes["Matmul"] == 6 * layers + 1
+    assert nodes["Cos"] == nodes["Sin"] == 1 and nodes["Matmul"] == 8 * layers + 1
     # the only transposes left are the attention's keys and the heads' swaps, none on a weight
-    assert nodes["Transpose"] <= 5 * layers
+    assert nodes["Transpose"] <= 7 * layers

@@ -120,20 +120,27 @@ class Qwen3:
     # trace per length, shared by all layers: the weights are arguments). Attention reads a cache prefix
     # that grows every chunk; nothing in `attention_rows` depends on its length, so it is compiled shapeless,
     # once per query row count. On a GPU the host spends microseconds on each node of a step's graph (~8 on
-    # average; notes/gpu.md, v8, v9): compiled pieces fuse elementwise work and skip Python, the RoPE tables
-    # are made once per step, the weights' transposes once at load, and each RMSNorm is MLX's fused one (one
-    # node, where the ops' square, mean and scale are four).
+    # average; notes/gpu.md, v8, v9): compiled pieces fuse elementwise work and skip Python, the weights'
+    # transposes are made once at load, each RMSNorm is MLX's fused one (one node, where the ops' square,
+    # mean and scale are four), and so is RoPE in a step of one request (mx.fast.rope, the reference's own:
+    # its positions run on from the step's first); a ragged step's rows are at scattered positions, so it
+    # rotates by tables made once per step.
 
-    def _qkv(self, h, cos, sin, in_norm, wqkv_t, qk_norm):
+    def _qkv(self, h, in_norm, wqkv_t, qk_norm, *rope):
         """h: (T, D) -> q (Hq, T, Dh) and k (Hkv, T, Dh), each after its norm and RoPE, and v (Hkv, T, Dh).
         The q and k heads are normed as one array (every head of the projection, contiguous; v's norms go
-        unused), then scaled by qk_norm (Hq + Hkv, Dh): column slices would need a copy before a fused norm."""
+        unused), then scaled by qk_norm (Hq + Hkv, Dh): column slices would need a copy before a fused norm.
+        `rope`: the first row's position (1,) when the rows' positions run on from it, else cos, sin tables."""
         c, T = self.cfg, h.shape[0]
         Hq, Hkv = c.num_attention_heads, c.num_key_value_heads
         heads = K.linear_t(mx.fast.rms_norm(h, in_norm, c.rms_norm_eps), wqkv_t).reshape(T, Hq + 2 * Hkv, c.head_dim)
         qk = mx.fast.rms_norm(heads, None, c.rms_norm_eps)[:, : Hq + Hkv] * qk_norm
         q, k, v = qk[:, :Hq].swapaxes(0, 1), qk[:, Hq:].swapaxes(0, 1), heads[:, Hq + Hkv:].swapaxes(0, 1)
-        return K.rope_rotate(q, cos, sin), K.rope_rotate(k, cos, sin), v
+        if len(rope) == 1:
+            turn = partial(mx.fast.rope, dims=c.head_dim, traditional=False, base=c.rope_theta, scale=1.0,
+                           offset=rope[0])
+            return turn(q), turn(k), v
+        return K.rope_rotate(q, *rope), K.rope_rotate(k, *rope), v
 
     def _attention_for(self, rows: int):
         """attention_rows for `rows` query rows, compiled shapeless: one graph for every cache length."""
@@ -186,7 +193,8 @@ class Qwen3:
         for s in segments:
             offsets.append(offsets[-1] + s.size)
         positions = self._positions(segments)
-        cos, sin = K.rope_tables(positions, self.inv_freq)
+        # one request's rows run on from its first position; a ragged step's need tables
+        rope = (positions[:1],) if len(segments) == 1 else K.rope_tables(positions, self.inv_freq)
         tokens = [s.tokens for s in segments]
         h = self.embed[tokens[0] if len(tokens) == 1 else mx.concatenate([t.astype(mx.int32) for t in tokens])]
         masks = [K.causal_mask(positions[a:b], s.start + s.size) for s, a, b in zip(segments, offsets, offsets[1:])]
@@ -200,7 +208,7 @@ class Qwen3:
 
         n_layers, pruned = len(self.layers), False
         for i, L in enumerate(self.layers):
-            q, k, v = self._p_qkv(h, cos, sin, L.in_norm, L.t["wqkv"], L.t["qk_norm"])
+            q, k, v = self._p_qkv(h, L.in_norm, L.t["wqkv"], L.t["qk_norm"], *rope)
             kv = [s.cache.store(i, k[:, a:b], v[:, a:b], positions=positions[a:b], start=s.start)
                   for s, a, b in zip(segments, offsets, offsets[1:])]
             # (its query rows [a, b) in x and h, its keys and values, its stacked mask) per segment going on
