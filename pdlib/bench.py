@@ -6,8 +6,9 @@ with a static cache and torch.compile in FP32 and bf16 (bench_hf.py). Prints a t
 
 Decode: median ms per token at each context (the token observed on the host, as in the trials), after a
 warm-up; and pipelined, each token observed only after the next step is issued (mlx-lm's `generate` runs
-this way), the interval between observations: the device's pace plus what the host cannot hide. Prefill: a whole 4,096-token prompt, the same prompt in 128-token chunks back to back, and in chunks
-each synced before the next is issued, as a chunked trial runs them (median of repeats).
+this way), the interval between observations: the device's pace plus what the host cannot hide. Prefill: a
+whole 4,096-token prompt, the same prompt in 128-token chunks back to back, and in chunks each synced before
+the next is issued, as a chunked trial runs them (median of repeats).
 Bandwidth: the bytes a decode step must read (bf16-packed weights + the FP32 KV cache so far) over its time,
 and the floor: those bytes over a device-to-device copy's bandwidth measured in the same run.
 """

@@ -218,8 +218,9 @@ def check_persistent_decode(seed: int) -> list[dict]:
     """The persistent decode kernel (`_persistent_case`): 28 layers at positions 0, 639, 4,095 and the cache's
     last slot, one sync buffer reused by all of them, as a request's steps reuse theirs (afterwards its
     barrier count and every block's flag stand at 4 steps' barriers, and every other word is zero); a grid
-    of 6 blocks, so each block takes several attention items. Last, a grid too large to be resident must come back as ERROR_TOKEN within the
-    barrier's timeout, not hang, and the error must stick: the next launch on that buffer fails too."""
+    of 6 blocks, so each block takes several attention items. Last, a grid too large to be resident must
+    come back as ERROR_TOKEN within the barrier's timeout, not hang, and the error must stick: the next
+    launch on that buffer fails too."""
     P = K.persistent_decode
     if not P.available(preset("qwen3-0.6b"), packed=True):
         return []

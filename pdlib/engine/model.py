@@ -26,7 +26,8 @@ class Layer:
     w_gate: mx.array; w_up: mx.array; w_down: mx.array
     # decode copies: fused q|k|v and gate|up rows, bf16 when packing is on
     d_qkv: mx.array = None; d_o: mx.array = None; d_gate_up: mx.array = None; d_down: mx.array = None
-    # prefill: each matrix as its (in, out) transposed view, made once (no copy)
+    # prefill, made once: each matrix as its (in, out) transposed view (q|k|v and gate|up fused into one
+    # each), and the q and k norms' weights stacked per head (Hq + Hkv, Dh)
     t: dict = None
 
 
@@ -211,7 +212,7 @@ class Qwen3:
             q, k, v = self._p_qkv(h, L.in_norm, L.t["wqkv"], L.t["qk_norm"], *rope)
             kv = [s.cache.store(i, k[:, a:b], v[:, a:b], positions=positions[a:b], start=s.start)
                   for s, a, b in zip(segments, offsets, offsets[1:])]
-            # (its query rows [a, b) in x and h, its keys and values, its stacked mask) per segment going on
+            # (its query rows [a, b) in q and h, its keys and values, its stacked mask) per segment going on
             rows = [(a, b, kv[j], mask_rows[j]) for j, (a, b) in enumerate(zip(offsets, offsets[1:]))]
             if prune and i == n_layers - 1:
                 if not emitting:
