@@ -182,12 +182,13 @@ def _random_decode_weights(L: int, D: int, Hq: int, Hkv: int, Dh: int, F: int, V
         q_norm=norm(L, Dh), k_norm=norm(L, Dh), norm=norm(D), inv_freq=K.rope_inv_freq(Dh, base=1e6))
 
 
-def _persistent_case(seed: int, *, L: int, pos: int, cap: int, sync: mx.array, blocks: int | None = None) -> list:
+def _persistent_case(seed: int, *, L: int, pos: int, cap: int, sync: mx.array, blocks: int | None = None,
+                     fold: bool = False) -> list:
     """One decode step in one launch against its ops twin at Qwen3-0.6B's layer shapes, fresh random weights:
     the logits; the token (the twin's logit at the kernel's token is the twin's maximum: a near tie may pick
     either); pos + 1; every layer's new K and V slot; every other slot as it was (stale garbage past pos
     included, which no block may read); the cache's fence advanced once. The caches are one array each,
-    (L, Hkv, cap, Dh), as KVCache holds them on a GPU."""
+    (L, Hkv, cap, Dh), as KVCache holds them on a GPU. `fold`: o_proj folded into attention."""
     D, Hq, Hkv, Dh, F, V = 1024, 16, 8, 128, 3072, 151936
     kw = dict(heads=Hq, kv_heads=Hkv, eps=1e-6)
     mx.random.seed(seed)
@@ -201,8 +202,8 @@ def _persistent_case(seed: int, *, L: int, pos: int, cap: int, sync: mx.array, b
     kc0, vc0 = kc + 0.0, vc + 0.0
     mx.eval(dw, want, kc, vc, kc0, vc0, fence)
     logits, tok, next_pos, _, _, written = K.decode_persistent(token, p, dw, kc, vc, fence, sync, poison=True,
-                                                               blocks=blocks, **kw)
-    case = f"{L} layers, pos {pos}" + (f", {blocks} blocks" if blocks else "")
+                                                               blocks=blocks, fold=fold, **kw)
+    case = f"{L} layers, pos {pos}" + (f", {blocks} blocks" if blocks else "") + (", folded" if fold else "")
     case_rows = [_compare("persistent/logits", case, logits, want[0]),
                  _compare("persistent/token", case, want[0][tok.astype(mx.int32)], mx.max(want[0])),
                  _compare("persistent/pos", case, next_pos.astype(mx.float32), (p + 1).astype(mx.float32)),
@@ -215,24 +216,29 @@ def _persistent_case(seed: int, *, L: int, pos: int, cap: int, sync: mx.array, b
 
 
 def check_persistent_decode(seed: int) -> list[dict]:
-    """The persistent decode kernel (`_persistent_case`): 28 layers at positions 0, 639, 4,095 and the cache's
-    last slot, one sync buffer reused by all of them, as a request's steps reuse theirs (afterwards its
-    barrier count and every block's flag stand at 4 steps' barriers, and every other word is zero); a grid
-    of 6 blocks, so each block takes several attention items. Last, a grid too large to be resident must
-    come back as ERROR_TOKEN within the barrier's timeout, not hang, and the error must stick: the next
-    launch on that buffer fails too."""
+    """The persistent decode kernel (`_persistent_case`), as it runs and with o_proj folded into attention:
+    28 layers at positions 0, 639, 4,095 and the cache's last slot, one sync buffer reused by all of them, as
+    a request's steps reuse theirs (afterwards its barrier count and every block's flag stand at 4 steps'
+    barriers, each head's count at 4 steps' attention items, and every other word is zero); a grid of 6
+    blocks, so each block takes several attention items. Last, a grid too large to be resident must come
+    back as ERROR_TOKEN within the barrier's timeout, not hang, and the error must stick: the next launch on
+    that buffer fails too."""
     P = K.persistent_decode
     if not P.available(preset("qwen3-0.6b"), packed=True):
         return []
-    rows, cap, sync = [], 4096 + 64, P.new_sync()
-    for i, pos in enumerate([0, 639, 4095, cap - 1]):
-        rows += _persistent_case(seed * 100 + 50 + i, L=28, pos=pos, cap=cap, sync=sync)
-    # read after the launches ran (evaluated): the barrier count and every block's flag at 4 steps' barriers,
-    # every other word back to zero
-    nb, barriers = P.sm_count(), 4 * P.BARRIERS_PER_LAYER * 28
-    want = mx.zeros(sync.shape).at[P.SY_EPOCH].add(barriers).at[P.SY_FLAGS: P.SY_FLAGS + nb].add(barriers)
-    rows += _evaluated([_compare("persistent/sync buffer", "after 4 steps", sync.astype(mx.float32), want)])
-    rows += _persistent_case(seed * 100 + 60, L=2, pos=639, cap=640, sync=P.new_sync(), blocks=6)
+    rows, cap, L, Hkv = [], 4096 + 64, 28, 8
+    for fold in (False, True):
+        sync = P.new_sync()
+        for i, pos in enumerate([0, 639, 4095, cap - 1]):
+            rows += _persistent_case(seed * 100 + 50 + i, L=L, pos=pos, cap=cap, sync=sync, fold=fold)
+        # read after the launches ran (evaluated)
+        nb = P.sm_count()
+        barriers, items = 4 * P.barriers_per_layer(fold) * L, 4 * max(1, nb // Hkv) * L
+        want = (mx.zeros(sync.shape).at[P.SY_EPOCH].add(barriers).at[P.SY_FLAGS: P.SY_FLAGS + nb].add(barriers)
+                .at[P.SY_HEAD: P.SY_HEAD + Hkv].add(items))
+        rows += _evaluated([_compare("persistent/sync buffer", "after 4 steps" + (", folded" if fold else ""),
+                                     sync.astype(mx.float32), want)])
+        rows += _persistent_case(seed * 100 + 60, L=2, pos=639, cap=640, sync=P.new_sync(), blocks=6, fold=fold)
 
     def tiny_step(sync, blocks):
         _, tok, *_ = K.decode_persistent(mx.array(5, mx.uint32), mx.array([0], mx.int32),

@@ -165,13 +165,14 @@ def compile_sm90(text: str) -> str:
 
 @pytest.mark.skipif(NVRTC is None, reason="no NVRTC (the nvidia-cuda-nvrtc wheel, Linux only)")
 @pytest.mark.parametrize("shape", ["qwen3-0.6b", "check-kernels timeout case", "qwen3-0.6b, stamps on",
-                                   "qwen3-0.6b, 2 keys per warp and stage"])
+                                   "qwen3-0.6b, 2 keys per warp and stage", "qwen3-0.6b, o_proj folded",
+                                   "check-kernels timeout case, o_proj folded"])
 def test_the_cuda_source_compiles_for_the_h200(shape):
     c = (dict(D=1024, HQ=16, HKV=8, DH=128, FF=3072, NL=28, V=151936, CAP=5248, NB=132, S=16)
          if shape.startswith("qwen3") else dict(D=256, HQ=2, HKV=1, DH=128, FF=512, NL=1, V=1024, CAP=8, NB=2112, S=2112))
     c.update(BLOCK=P.BLOCK, EPS_BITS=P.float_bits(1e-6), SCALE_BITS=P.float_bits(128 ** -0.5), SPIN=P.SPIN_CYCLES,
              STAMPS=int(shape.endswith("stamps on")), KVG=2 if shape.endswith("stage") else P.KV_GROUP,
-             NST=P.KV_STAGES)
+             NST=P.KV_STAGES, FOLD=int(shape.endswith("folded")))
     log = compile_sm90(persistent_text(c))
     regs, smem = re.search(r"entry function '[^']*pdlib_decode_persistent.*?Used (\d+) registers.*?(\d+) bytes smem",
                            log, re.S).groups()
@@ -180,7 +181,7 @@ def test_the_cuda_source_compiles_for_the_h200(shape):
     # and `available` must know what it declares: its estimate is the compiler's count or a little over
     cfg = replace(preset("qwen3-0.6b"), hidden_size=c["D"], intermediate_size=c["FF"], num_attention_heads=c["HQ"],
                   num_key_value_heads=c["HKV"])
-    assert int(smem) <= P.shared_bytes(cfg) <= int(smem) + 128
+    assert int(smem) <= P.shared_bytes(cfg, fold=bool(c["FOLD"])) <= int(smem) + 128
 
 
 def test_the_engine_runs_the_persistent_step(monkeypatch, tiny):
@@ -226,8 +227,33 @@ def test_launch_refuses_a_ring_that_does_not_fit_beside_the_kernels_arrays():
     from types import SimpleNamespace
     dw = SimpleNamespace(embed=SimpleNamespace(shape=(151936, 1024)), down=SimpleNamespace(shape=(28, 1024, 3072)))
     k_all = SimpleNamespace(shape=(28, 8, 4160, 128))
-    static = P.static_shared_bytes(D=1024, F=3072, dh=128, heads=16, kv_heads=8)
+    static = P.static_shared_bytes(D=1024, F=3072, dh=128, heads=16, kv_heads=8, fold=False)
     most = (P.SM_SHARED_LIMIT - static) // P.ring_bytes(128, 1)
     assert P.fits(static, 128, most) and not P.fits(static, 128, most + 1)
     with pytest.raises(ValueError, match=f"kv_group={most + 1}: .* 1 to {most} keys per warp fit"):
-        P.launch(None, None, dw, k_all, None, None, None, heads=16, kv_heads=8, eps=1e-6, kv_group=most + 1)
+        P.launch(None, None, dw, k_all, None, None, None, heads=16, kv_heads=8, eps=1e-6, kv_group=most + 1,
+                 fold=False)
+
+
+def test_the_fold_switch(monkeypatch):
+    """o_proj folded into attention is off unless asked for (PDLIB_PERSISTENT_FOLD=1 or fold=True); a bad value
+    is refused by name; the fold takes one grid barrier per layer away."""
+    monkeypatch.delenv(P.FOLD_ENV, raising=False)
+    assert not P.folded() and P.folded(True)
+    monkeypatch.setenv(P.FOLD_ENV, "1")
+    assert P.folded() and not P.folded(False)
+    monkeypatch.setenv(P.FOLD_ENV, "yes")
+    with pytest.raises(InputError, match="PDLIB_PERSISTENT_FOLD='yes': expected 0 or 1"):
+        P.folded()
+    assert P.barriers_per_layer(True) == P.barriers_per_layer(False) - 1 == 4
+
+
+def test_the_scratch_layout_is_the_kernels():
+    """scratch_layout (what persistent_debug reads) names BODY's work arrays in the order BODY lays them out."""
+    import re
+    names = {"H": "h", "QKV": "qkv", "O": "o", "ACT": "act", "H2": "h_mid", "HP": "head_parts", "PM": "m",
+             "PL": "l", "PO": "partial_o", "CV": "block_best", "CI": "block_index"}
+    declared = re.findall(r"^\s*(?:float|int)\* (\w+) = (?:scratch|reinterpret_cast<int\*>\()?", P.BODY, re.M)
+    order = [names[n] for n in declared if n in names]
+    layout = P.scratch_layout(D=8, heads=4, kv_heads=2, dh=4, F=12, splits=3, blocks=5)
+    assert order == list(layout) and sorted(v[0] for v in layout.values()) == [v[0] for v in layout.values()]

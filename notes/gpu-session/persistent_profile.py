@@ -77,7 +77,8 @@ def steady(fn, n=5):
 
 
 nb = P.sm_count()
-head = {"context": CTX, "blocks": nb, "MLX_USE_CUDA_GRAPHS": os.environ.get("MLX_USE_CUDA_GRAPHS")}
+head = {"context": CTX, "blocks": nb, "MLX_USE_CUDA_GRAPHS": os.environ.get("MLX_USE_CUDA_GRAPHS"),
+        "fold": P.folded()}
 try:
     row = {**head, **observed(), "pipelined_ms": pipelined(), **steady(lambda: timeline(nb))}
 except Exception as e:

@@ -48,6 +48,10 @@
 #                                          step's anatomy at 4K twice each way (GPU 1)
 #   bash notes/gpu-session/session.sh s    pipelined decodes: the published eager chunked fifo mixed with
 #                                          --pipeline-decodes (GPU 0) beside the same without (GPU 1)
+#   bash notes/gpu-session/session.sh t    o_proj folded into attention: check-kernels (both variants' rows), then
+#                                          the profile without and with PDLIB_PERSISTENT_FOLD=1, twice each, and
+#                                          bench-step without peers with it (GPU 0) beside a short gate with it
+#                                          and the published eager chunked fifo mixed with it (GPU 1)
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -304,5 +308,27 @@ s)
   done
   wait; for g in 0 1; do echo "== GPU $g"; tail -n 14 "$LOGS/report$g.log"; done
   finish ;;
-*) echo "usage: session.sh a|b|...|s" >&2; exit 2 ;;
+t)
+  PDLIB_PERSISTENT_FOLD=1 gpu 1 timeout 100 python3 -m pdlib run --model synthetic:qwen3-0.6b --prompt-tokens 1024 \
+    --output-tokens 64 --chunk-size 128 --policies eager chunked fifo mixed overlap --validate-only --quiet \
+    > "$LOGS/gate-fold.log" 2>&1 &
+  gate=$!
+  gpu 0 timeout 240 python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
+  ck=$?; grep -c " pass$" "$LOGS/ck0.log"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 12
+  ( for i in 1 2; do
+      PDLIB_PERSISTENT_FOLD=0 gpu 0 timeout 70 python3 notes/gpu-session/persistent_profile.py 4096 >> "$LOGS/profile.log" 2>&1
+      PDLIB_PERSISTENT_FOLD=1 gpu 0 timeout 70 python3 notes/gpu-session/persistent_profile.py 4096 >> "$LOGS/profile-fold.log" 2>&1
+    done
+    PDLIB_PERSISTENT_FOLD=1 gpu 0 timeout -s INT $(left) python3 -m pdlib bench-step --no-peers --contexts 4096 5120 \
+      --output "$OUT/bench-step-fold.json" > "$LOGS/bench-fold.log" 2>&1 ) &
+  wait $gate; echo "gate rc=$?"; tail -n 8 "$LOGS/gate-fold.log"
+  if [ $ck = 0 ]; then
+    PDLIB_PERSISTENT_FOLD=1 gpu 1 timeout -s INT $(left) python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+      --policies eager chunked fifo mixed --quiet --output "$OUT/report-fold.json" > "$LOGS/report-fold.log" 2>&1 &
+  fi
+  wait; echo "== profile"; grep "^{" "$LOGS/profile.log"; echo "== profile-fold"; grep "^{" "$LOGS/profile-fold.log"
+  grep -v "^{" "$LOGS/profile-fold.log" | tail -n 4; echo "== bench"; tail -n 10 "$LOGS/bench-fold.log"
+  echo "== report"; tail -n 14 "$LOGS/report-fold.log"
+  finish ;;
+*) echo "usage: session.sh a|b|...|t" >&2; exit 2 ;;
 esac

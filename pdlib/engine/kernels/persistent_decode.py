@@ -46,11 +46,12 @@ import mlx.core as mx
 from pdlib.engine.kernels.backend import BACKEND, float_bits
 from pdlib.engine.kernels.decode_attention import decode_attention_ops
 from pdlib.engine.kernels.gemv import gemv_ops
+from pdlib.errors import InputError
 
 BLOCK = 256
-BARRIERS_PER_LAYER = 5  # one after each phase
+FOLD_ENV = "PDLIB_PERSISTENT_FOLD"  # "1": o_proj folded into attention (four phases a layer; being measured)
 MAX_BLOCKS = 4096  # the sync buffer's block flags
-SY_EPOCH, SY_ERR, SY_FLAGS = 32, 64, 256  # the sync buffer's barrier count, error word and flags (HEADER's enum)
+SY_EPOCH, SY_ERR, SY_HEAD, SY_FLAGS = 32, 64, 128, 256  # the sync buffer's words (HEADER's enum)
 SYNC_WORDS = SY_FLAGS + MAX_BLOCKS
 ERROR_TOKEN = 0xFFFFFFFF
 SPIN_CYCLES = 2_000_000_000  # ~1 s at the H200's ~2 GHz before a wait gives up
@@ -310,12 +311,37 @@ __device__ __forceinline__ void ring_prefetch(Ring& r, const float* kc, const fl
 // of a head's S items to finish merges them into o. qkv is this step's projection (read through L2). Keys
 // and values arrive in stages of KS = WARPS G keys (G per warp) through the ring; `issued` says ring_prefetch
 // already requested the first NST.
-template <int HQ, int HKV, int DH, int CAP, int S, int BLOCK, int G, int NST>
+// Head h's S split results (m, l, o per query head) merged into its REP DH outputs, as the decode_attention
+// reduce kernel does: out(i, value) for i = r DH + d, the output of query head h REP + r.
+template <int HQ, int HKV, int DH, int S, int BLOCK, class Out>
+__device__ __forceinline__ void merge_head(int h, const float* pm, const float* pl, const float* po, Out out) {
+    constexpr int REP = HQ / HKV;
+    for (int i = threadIdx.x; i < REP * DH; i += BLOCK) {
+        const int r = i / DH, d = i % DH, hq = h * REP + r;
+        float M = -INFINITY;
+        #pragma unroll
+        for (int c = 0; c < S; ++c) M = fmaxf(M, __ldcg(pm + hq * S + c));
+        float Lsum = 0.f, O = 0.f;
+        #pragma unroll
+        for (int c = 0; c < S; ++c) {
+            const float mc = __ldcg(pm + hq * S + c);
+            if (mc == -INFINITY) continue;
+            const float f = expf(mc - M);
+            Lsum += __ldcg(pl + hq * S + c) * f;
+            O += __ldcg(po + ((size_t)hq * S + c) * DH + d) * f;
+        }
+        out(i, O / Lsum);
+    }
+}
+
+// Each item counts itself in on its head's count, which grows by S per layer and reaches `target` when the
+// head's last item is in. MERGE: that last item merges the head into o; otherwise `fold` merges.
+template <int HQ, int HKV, int DH, int CAP, int S, int BLOCK, int G, int NST, bool MERGE>
 __device__ __forceinline__ void attend(int h, int s, int start, int stop, int P, const float* qkv,
                                        const float* qn, const float* knw, const float* inv_freq, float* kc,
                                        float* vc, float* pm, float* pl, float* po, float* o, unsigned* count,
-                                       float e, float SCALE, Ring& ring, bool issued, unsigned* sy_err,
-                                       long long spin) {
+                                       unsigned target, float e, float SCALE, Ring& ring, bool issued,
+                                       unsigned* sy_err, long long spin) {
     constexpr int REP = HQ / HKV, WARPS = BLOCK / 32, HALF = DH / 2, DW = DH / 32, KS = WARPS * G, Q = DH / 4;
     __shared__ float qs[REP][DH];
     __shared__ float kn[DH];
@@ -441,28 +467,93 @@ __device__ __forceinline__ void attend(int h, int s, int start, int stop, int P,
         if (d == 0) { __stcg(pm + hq * S + s, M); __stcg(pl + hq * S + s, Lsum); }
     }
     __syncthreads();
-    if (t == 0) { __threadfence(); last = atomicAdd(count + h, 1u) == (unsigned)(S - 1); }
-    __syncthreads();
-    if (last) {  // every split of head h is written: merge them, as the decode_attention reduce kernel does
+    if (t == 0) {
         __threadfence();
-        for (int i = t; i < REP * DH; i += BLOCK) {
-            const int r = i / DH, d = i % DH, hq = h * REP + r;
-            float M = -INFINITY;
-            #pragma unroll
-            for (int c = 0; c < S; ++c) M = fmaxf(M, __ldcg(pm + hq * S + c));
-            float Lsum = 0.f, O = 0.f;
-            #pragma unroll
-            for (int c = 0; c < S; ++c) {
-                const float mc = __ldcg(pm + hq * S + c);
-                if (mc == -INFINITY) continue;
-                const float f = expf(mc - M);
-                Lsum += __ldcg(pl + hq * S + c) * f;
-                O += __ldcg(po + ((size_t)hq * S + c) * DH + d) * f;
-            }
-            __stcg(o + hq * DH + d, O / Lsum);
-        }
-        if (t == 0) atomicExch(count + h, 0u);
+        const unsigned now_in = atomicAdd(count + h, 1u) + 1u;  // always counted in (fold waits on it)
+        last = MERGE && now_in == target;
     }
+    __syncthreads();
+    if (MERGE && last) {  // every split of head h is written: merge them
+        __threadfence();
+        merge_head<HQ, HKV, DH, S, BLOCK>(h, pm, pl, po, [&](int i, float v) { __stcg(o + h * REP * DH + i, v); });
+    }
+    __syncthreads();
+}
+
+// o_proj folded into attention: once head h's S items have all counted in (its count at `target`), each of
+// them merges the head itself and applies W_o's columns of the head (its REP query heads) to its share of
+// the rows, [s D / S, (s + 1) D / S): hp (HKV, D) holds each head's part of o_proj, which the next phase
+// adds in head order. Item s = 0 also writes the merged head into o. False (in every thread) when the wait
+// gave up (another block failed, or the timeout).
+template <int HQ, int HKV, int DH, int S, int D, int BLOCK>
+__device__ __forceinline__ bool fold(int h, int s, unsigned target, unsigned* count, const float* pm,
+                                     const float* pl, const float* po, const uint4* wo, float* hp, float* o,
+                                     unsigned* sy_err, long long spin) {
+    constexpr int REP = HQ / HKV, WARPS = BLOCK / 32, C8 = REP * DH / 8, NO8 = HQ * DH / 8;
+    __shared__ float oh[REP * DH];
+    __shared__ int ok;
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    if (t == 0) {
+        volatile unsigned* c = count + h;
+        volatile unsigned* err = sy_err;
+        int good = 1;
+        const long long t0 = clock64();
+        while ((int)(*c - target) < 0) {
+            if (*err != 0u) { good = 0; break; }
+            if (clock64() - t0 > spin) { atomicExch(sy_err, 1u); good = 0; break; }
+        }
+        __threadfence();
+        ok = good;
+    }
+    __syncthreads();
+    if (!ok) return false;
+    merge_head<HQ, HKV, DH, S, BLOCK>(h, pm, pl, po, [&](int i, float v) {
+        oh[i] = v;
+        if (s == 0) __stcg(o + h * REP * DH + i, v);
+    });
+    __syncthreads();
+    for (int r = s * D / S + warp; r < (s + 1) * D / S; r += WARPS) {
+        float a = 0.f;
+        for (int c = lane; c < C8; c += 32) {
+            const uint4 u = wo[(size_t)r * NO8 + h * C8 + c];
+            const float* x = oh + 8 * c;
+            a += lo(u.x) * x[0] + hi(u.x) * x[1] + lo(u.y) * x[2] + hi(u.y) * x[3]
+               + lo(u.z) * x[4] + hi(u.z) * x[5] + lo(u.w) * x[6] + hi(u.w) * x[7];
+        }
+        for (int o2 = 16; o2 > 0; o2 >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o2);
+        if (lane == 0) __stcg(hp + (size_t)h * D + r, a);
+    }
+    __syncthreads();  // oh is read; the next item may overwrite it
+    return true;
+}
+
+// x = base + parts[0] + ... + parts[NP - 1] (K floats each, written by other blocks; added in that order)
+// into shared memory, block b of nb writing its slice of x to out, then RMSNormed by nw
+template <int K, int BLOCK, int NP>
+__device__ __forceinline__ void stage_sum(float4* xs4, const float* base, const float* parts, float* out, int b,
+                                          int nb, const float* nw, float eps, float* red) {
+    constexpr int WARPS = BLOCK / 32, K4 = K / 4;
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5, i0 = b * K4 / nb, i1 = (b + 1) * K4 / nb;
+    float ss = 0.f;
+    for (int i = t; i < K4; i += BLOCK) {
+        float4 v = __ldcg(reinterpret_cast<const float4*>(base) + i);
+        #pragma unroll
+        for (int p = 0; p < NP; ++p) {
+            const float4 w = __ldcg(reinterpret_cast<const float4*>(parts + (size_t)p * K) + i);
+            v.x += w.x; v.y += w.y; v.z += w.z; v.w += w.w;
+        }
+        xs4[i] = v;
+        if (i >= i0 && i < i1) __stcg(reinterpret_cast<float4*>(out) + i, v);
+        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (lane == 0) red[warp] = ss;
+    __syncthreads();
+    float tot = 0.f;
+    for (int w = 0; w < WARPS; ++w) tot += red[w];
+    const float inv = rsqrtf(tot / K + eps);
+    float* xs = reinterpret_cast<float*>(xs4);
+    for (int i = t; i < K; i += BLOCK) xs[i] = xs[i] * inv * nw[i];
     __syncthreads();
 }
 
@@ -487,7 +578,9 @@ BODY = r"""
     float* QKV = H + D;
     float* O = QKV + NQKV;
     float* ACT = O + NO;
-    float* PM = ACT + FF;
+    float* H2 = ACT + FF;  // FOLD: h after attention, while H still holds the layer's input
+    float* HP = H2 + D;    // FOLD: each KV head's part of o_proj, (HKV, D)
+    float* PM = HP + HKV * D;
     float* PL = PM + HQ * S;
     float* PO = PL + HQ * S;
     float* CV = PO + HQ * S * DH;
@@ -501,6 +594,9 @@ BODY = r"""
     // the barriers this buffer saw before this step (the last block of the step before wrote it)
     const unsigned base = __ldcg(sy + pdp::SY_EPOCH);
     unsigned epoch = base;
+    // each head's count before this step (read before the first barrier; items count in after it)
+    __shared__ unsigned cbase[HKV];
+    if (t < HKV) cbase[t] = __ldcg(sy + pdp::SY_HEAD + t);
     __shared__ unsigned long long ring_bar[NST];
     pdp::ring_init(ring_bar, NST);
     pdp::Ring ring{ring_bar, 0u, 0u};
@@ -547,26 +643,38 @@ BODY = r"""
         for (int item = b; item < HKV * S; item += NB) {
             int start, stop;
             keys_of(item, start, stop);
-            pdp::attend<HQ, HKV, DH, CAP, S, BLOCK, KVG, NST>(item / S, item % S, start, stop, P, QKV,
-                q_norm + l * DH, k_norm + l * DH, inv_freq, KL, VL, PM, PL, PO, O, sy + pdp::SY_HEAD, eps, scale,
-                ring, item == b, sy + pdp::SY_ERR, SPIN);
+            pdp::attend<HQ, HKV, DH, CAP, S, BLOCK, KVG, NST, !FOLD>(item / S, item % S, start, stop, P, QKV,
+                q_norm + l * DH, k_norm + l * DH, inv_freq, KL, VL, PM, PL, PO, O, sy + pdp::SY_HEAD,
+                cbase[item / S] + S * (l + 1), eps, scale, ring, item == b, sy + pdp::SY_ERR, SPIN);
+            if (FOLD && !pdp::fold<HQ, HKV, DH, S, D, BLOCK>(item / S, item % S, cbase[item / S] + S * (l + 1),
+                    sy + pdp::SY_HEAD, PM, PL, PO, WO + (size_t)l * D * (NO / 8), HP, O, sy + pdp::SY_ERR, SPIN))
+                break;  // the barrier below ends the step
         }
-        pdp::Rows<NO, 1, 1> go;
-        go.load(WO + (size_t)l * D * (NO / 8), D, gw, lane);
-        PDP_STAMP(l * 10 + 3)
-        if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
-        // 3: o_proj + residual
-        PDP_STAMP(l * 10 + 4)
-        pdp::stage<NO, BLOCK, false>(xs4, O, nullptr, 0.f, red);
-        pdp::gemv<NO, 1, 1, D, TW>(go, WO + (size_t)l * D * (NO / 8), gw, lane, xs4,
-                  [&](int row, float a, float) { __stcg(H + row, __ldcg(hin + row) + a); });
         pdp::Rows<D, 2, 1> gg;
-        gg.load(WGU + (size_t)l * 2 * FF * (D / 8), FF, gw, lane);
-        PDP_STAMP(l * 10 + 5)
-        if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
-        // 4: RMSNorm + gate|up + SwiGLU
+        if constexpr (FOLD) {  // o_proj is done (in parts): no phase 3
+            gg.load(WGU + (size_t)l * 2 * FF * (D / 8), FF, gw, lane);
+            PDP_STAMP(l * 10 + 3)
+            if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
+            PDP_STAMP(l * 10 + 4)
+            PDP_STAMP(l * 10 + 5)
+        } else {
+            pdp::Rows<NO, 1, 1> go;
+            go.load(WO + (size_t)l * D * (NO / 8), D, gw, lane);
+            PDP_STAMP(l * 10 + 3)
+            if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
+            // 3: o_proj + residual
+            PDP_STAMP(l * 10 + 4)
+            pdp::stage<NO, BLOCK, false>(xs4, O, nullptr, 0.f, red);
+            pdp::gemv<NO, 1, 1, D, TW>(go, WO + (size_t)l * D * (NO / 8), gw, lane, xs4,
+                      [&](int row, float a, float) { __stcg(H + row, __ldcg(hin + row) + a); });
+            gg.load(WGU + (size_t)l * 2 * FF * (D / 8), FF, gw, lane);
+            PDP_STAMP(l * 10 + 5)
+            if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
+        }
+        // 4: RMSNorm + gate|up + SwiGLU (FOLD: h is the layer's input plus each head's part of o_proj)
         PDP_STAMP(l * 10 + 6)
-        pdp::stage<D, BLOCK, true>(xs4, H, post_norm + l * D, eps, red);
+        if constexpr (FOLD) pdp::stage_sum<D, BLOCK, HKV>(xs4, hin, HP, H2, b, NB, post_norm + l * D, eps, red);
+        else pdp::stage<D, BLOCK, true>(xs4, H, post_norm + l * D, eps, red);
         pdp::gemv<D, 2, 1, FF, TW>(gg, WGU + (size_t)l * 2 * FF * (D / 8), gw, lane, xs4,
                   [&](int row, float g, float u) { __stcg(ACT + row, g / (1.f + expf(-g)) * u); });
         pdp::Rows<FF, 1, 1> gd;
@@ -577,7 +685,7 @@ BODY = r"""
         PDP_STAMP(l * 10 + 8)
         pdp::stage<FF, BLOCK, false>(xs4, ACT, nullptr, 0.f, red);
         pdp::gemv<FF, 1, 1, D, TW>(gd, WD + (size_t)l * D * (FF / 8), gw, lane, xs4,
-                  [&](int row, float a, float) { __stcg(H + row, __ldcg(H + row) + a); });
+                  [&](int row, float a, float) { __stcg(H + row, __ldcg((FOLD ? H2 : H) + row) + a); });
         if (l + 1 < NL) gq.load(WQKV + (size_t)(l + 1) * NQKV * (D / 8), NQKV, gw * 2, lane);
         PDP_STAMP(l * 10 + 9)
         if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
@@ -671,21 +779,23 @@ SHARED_LIMIT = 48 * 1024  # static shared memory a block may declare
 SM_SHARED_LIMIT = 227 * 1024  # static and dynamic together, one block per SM (sm_90)
 
 
-def shared_bytes(cfg) -> int:
-    """The kernel's static shared memory for a model config's shapes (static_shared_bytes)."""
+def shared_bytes(cfg, *, fold: bool = True) -> int:
+    """The kernel's static shared memory for a model config's shapes (static_shared_bytes; by default with
+    o_proj folded, the larger)."""
     return static_shared_bytes(D=cfg.hidden_size, F=cfg.intermediate_size, dh=cfg.head_dim,
-                               heads=cfg.num_attention_heads, kv_heads=cfg.num_key_value_heads)
+                               heads=cfg.num_attention_heads, kv_heads=cfg.num_key_value_heads, fold=fold)
 
 
-def static_shared_bytes(*, D: int, F: int, dh: int, heads: int, kv_heads: int) -> int:
+def static_shared_bytes(*, D: int, F: int, dh: int, heads: int, kv_heads: int, fold: bool) -> int:
     """The kernel's static shared memory (BODY's, attend's and the ring's arrays, a few words spare): the staged
     input vector is the largest of D, Hq Dh and F floats; attention's per-warp partial outputs grow with the
-    query heads per KV head."""
+    query heads per KV head; with o_proj folded, a merged head's outputs too."""
     rep, warps = heads // kv_heads, BLOCK // 32
-    body = 4 * (max(D, heads * dh, F) + 3 * warps + 1)
+    body = 4 * (max(D, heads * dh, F) + 3 * warps + 1 + kv_heads)
     attend = 4 * (rep * dh + 2 * dh + (rep + 1) * (dh // 32) + 2 * warps * rep + warps * rep * dh + 1)
+    folded_head = 4 * (rep * dh + 1) if fold else 0
     ring = 8 * (KV_STAGES + 1)  # the ring's mbarriers, 8-byte aligned
-    return body + attend + ring + 4 + 64
+    return body + attend + folded_head + ring + 4 + 64
 
 
 def fits(static: int, dh: int, kv_group: int = KV_GROUP) -> bool:
@@ -701,29 +811,48 @@ def available(cfg, *, packed: bool) -> bool:
 
 
 def scratch_layout(*, D: int, heads: int, kv_heads: int, dh: int, F: int, splits: int, blocks: int) -> dict:
-    """Name -> (offset, size) of the kernel's work arrays in its scratch output, as BODY lays them out."""
-    sizes = [("h", D), ("qkv", (heads + 2 * kv_heads) * dh), ("o", heads * dh), ("act", F), ("m", heads * splits),
-             ("l", heads * splits), ("partial_o", heads * splits * dh), ("block_best", blocks), ("block_index", blocks)]
+    """Name -> (offset, size) of the kernel's work arrays in its scratch output, as BODY lays them out (h_mid and
+    head_parts used only with o_proj folded; the float4-read arrays first, at offsets that are multiples of 4)."""
+    sizes = [("h", D), ("qkv", (heads + 2 * kv_heads) * dh), ("o", heads * dh), ("act", F), ("h_mid", D),
+             ("head_parts", kv_heads * D), ("m", heads * splits), ("l", heads * splits),
+             ("partial_o", heads * splits * dh), ("block_best", blocks), ("block_index", blocks)]
     layout, at = {}, 0
     for name, n in sizes:
         layout[name], at = (at, n), at + n
     return layout
 
 
+def folded(fold: bool | None = None) -> bool:
+    """Whether o_proj runs folded into attention: `fold`, or PDLIB_PERSISTENT_FOLD=1 (off by default)."""
+    if fold is not None:
+        return fold
+    value = os.environ.get(FOLD_ENV, "0")
+    if value not in ("0", "1"):
+        raise InputError(f"{FOLD_ENV}={value!r}: expected 0 or 1")
+    return value == "1"
+
+
+def barriers_per_layer(fold: bool) -> int:
+    """Grid barriers per layer: one after each phase (four with o_proj folded into attention, else five)."""
+    return 4 if fold else 5
+
+
 def launch(token, pos, dw: DecodeWeights, k_all, v_all, written, sync, *, heads: int, kv_heads: int,
            eps: float, poison: bool = False, blocks: int | None = None, stamps: bool = False,
-           kv_group: int = KV_GROUP) -> list:
+           kv_group: int = KV_GROUP, fold: bool | None = None) -> list:
     """The kernel's outputs: [logits, tok_out (token, error flag, 0, 0), pos_out (pos + 1, 0, 0, 0), scratch
     (scratch_layout), stamps, the fence advanced]. k_all, v_all: the caches (L, Hkv, cap, Dh), written in
     place. `poison` fills the outputs with NaN first (a skipped element shows); `blocks` defaults to the SM
     count. `stamps` (a profile): block 0's globaltimer (ns) at each of the 10 phase starts and ends per layer,
     the LM head's start and end, the kernel's start, then the same 10 L + 3 as SM clock cycles; otherwise two
-    unused words (16 bytes: not managed memory). `kv_group`: keys per warp in each stage of attention's ring
-    (KV_STAGES stages in flight)."""
+    unused words (16 bytes: not managed memory); with o_proj folded, its phase's start and end are one instant.
+    `kv_group`: keys per warp in each stage of attention's ring (KV_STAGES stages in flight). `fold`: o_proj
+    folded into attention (`folded`). One sync buffer may see either."""
     layers, _, cap, dh = k_all.shape
     V, D = dw.embed.shape
     F = dw.down.shape[2]
-    static = static_shared_bytes(D=D, F=F, dh=dh, heads=heads, kv_heads=kv_heads)
+    fold = folded(fold)
+    static = static_shared_bytes(D=D, F=F, dh=dh, heads=heads, kv_heads=kv_heads, fold=fold)
     if not fits(static, dh, kv_group):
         most = (SM_SHARED_LIMIT - static) // ring_bytes(dh, 1)
         raise ValueError(f"kv_group={kv_group}: attention's ring would take {ring_bytes(dh, kv_group)} bytes of "
@@ -740,7 +869,7 @@ def launch(token, pos, dw: DecodeWeights, k_all, v_all, written, sync, *, heads:
         template=[("D", D), ("HQ", heads), ("HKV", kv_heads), ("DH", dh), ("FF", F), ("NL", layers), ("V", V),
                   ("CAP", cap), ("NB", nb), ("S", splits), ("BLOCK", BLOCK), ("EPS_BITS", float_bits(eps)),
                   ("SCALE_BITS", float_bits(dh ** -0.5)), ("SPIN", SPIN_CYCLES), ("STAMPS", stamps),
-                  ("KVG", kv_group), ("NST", KV_STAGES)],
+                  ("KVG", kv_group), ("NST", KV_STAGES), ("FOLD", fold)],
         grid=(nb * BLOCK, 1, 1), threadgroup=(BLOCK, 1, 1),
         output_shapes=[(V,), (4,), (4,), (size,), (2 * (10 * layers + 3) if stamps else 2,), written.shape],
         output_dtypes=[mx.float32, mx.uint32, mx.int32, mx.float32, mx.uint64, written.dtype],
