@@ -240,20 +240,22 @@ def check_persistent_decode(seed: int) -> list[dict]:
                                      sync.astype(mx.float32), want)])
         rows += _persistent_case(seed * 100 + 60, L=2, pos=639, cap=640, sync=P.new_sync(), blocks=6, fold=fold)
 
-    def tiny_step(sync, blocks):
+    def tiny_step(sync, blocks, fold):
         _, tok, *_ = K.decode_persistent(mx.array(5, mx.uint32), mx.array([0], mx.int32),
                                          _random_decode_weights(1, 256, 2, 1, 128, 512, 1024), mx.zeros((1, 1, 8, 128)),
                                          mx.zeros((1, 1, 8, 128)), K.new_fence(), sync, heads=2, kv_heads=1, eps=1e-6,
-                                         blocks=blocks)
+                                         blocks=blocks, fold=fold)
         mx.eval(tok)  # the sync buffer is written in place, not an output: read it only after the kernel ran
         return tok
-    sync = P.new_sync()
     too_many = 16 * P.sm_count()  # more blocks of 256 threads than the device holds at once
-    first = tiny_step(sync, too_many)
-    again = tiny_step(sync, 2)  # a grid that fits, on the flagged buffer
-    rows += _evaluated([_compare("persistent/barrier timeout", f"{too_many} blocks, then 2",
-                                 mx.stack([first, sync[P.SY_ERR], again]).astype(mx.float32),
-                                 mx.array([P.ERROR_TOKEN, 1, P.ERROR_TOKEN]).astype(mx.float32))])
+    for fold in (False, True):
+        sync = P.new_sync()
+        first = tiny_step(sync, too_many, fold)
+        again = tiny_step(sync, 2, fold)  # a grid that fits, on the flagged buffer
+        rows += _evaluated([_compare("persistent/barrier timeout",
+                                     f"{too_many} blocks, then 2" + (", folded" if fold else ""),
+                                     mx.stack([first, sync[P.SY_ERR], again]).astype(mx.float32),
+                                     mx.array([P.ERROR_TOKEN, 1, P.ERROR_TOKEN]).astype(mx.float32))])
     return rows
 
 

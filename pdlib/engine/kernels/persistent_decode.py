@@ -563,6 +563,9 @@ __device__ __forceinline__ void stage_sum(float4* xs4, const float* base, const 
 BODY = r"""
     constexpr int WARPS = BLOCK / 32, NQKV = (HQ + 2 * HKV) * DH, NO = HQ * DH;
     constexpr int TW = NB * WARPS;  // warps in the grid
+    // an item may wait for its head's other items (fold): they must be other blocks' first items, or none
+    static_assert(S == 1 || HKV * S <= NB, "attention items beyond one per block with S > 1");
+    static_assert(HKV <= pdp::SY_FLAGS - pdp::SY_HEAD, "the heads' counts overrun the block flags");
     constexpr int XS = (FF > NO ? FF : NO) > D ? (FF > NO ? FF : NO) : D;
     __shared__ float4 xs4[XS / 4];
     __shared__ float red[WARPS];
