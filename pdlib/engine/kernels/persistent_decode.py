@@ -19,7 +19,10 @@ layer, five phases:
     4 RMSNorm(h) + gate|up + SwiGLU into act                                            grid barrier
     5 down + residual into h                                                            grid barrier
 
-then RMSNorm + LM head with a per-block argmax, and the last block to finish picks the token. Each warp
+With o_proj folded into attention (PDLIB_PERSISTENT_FOLD=1, `fold`; off until measured), phase 3 goes: every
+item of a head waits for the head's others, merges it and applies its columns of W_o to its share of the
+rows; phase 4 adds the heads' parts to the layer's input in head order. Four phases, four barriers. Then
+RMSNorm + LM head with a per-block argmax, and the last block to finish picks the token. Each warp
 requests its next phase's first weight rows before it waits at a barrier (weights do not depend on it), and
 each block its first attention item's keys and values (the Tensor Memory Accelerator streams them into a
 ring of stages in dynamic shared memory, 128 KB in flight per SM, without holding registers).
