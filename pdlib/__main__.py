@@ -118,10 +118,26 @@ def cmd_sweep(args) -> int:
 
 def cmd_render(args) -> int:
     from pdlib import plots, present
+    from pdlib.bench import SCHEMA, check_result
+    peek = _read_json(args.report)
+    if isinstance(peek, dict) and peek.get("schema") == SCHEMA:  # bench-step's JSON: its chart and table
+        paths = plots.render_bench(check_result(peek, where=args.report), args.out)
+        print(f"wrote {len(paths)} files into {args.out}: {', '.join(p.name for p in paths)}")
+        return 0
     report = present.check_report_file(args.report)
     paths = plots.render_all(report, args.out, stall_threshold_ms=present.stall_threshold(report))
     print(f"wrote {len(paths)} files into {args.out}: {', '.join(p.name for p in paths)}")
     return 0
+
+
+def _read_json(path):
+    """The JSON in a file, or None when it is not JSON (the report checks then name the problem)."""
+    import json
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
 
 
 def cmd_notebooks(args) -> int:
@@ -261,8 +277,9 @@ def main(argv=None) -> int:
     s.add_argument("--warmups", type=int)
     s.add_argument("--output", required=True, help="folder for the reports and index.json; must be new or empty")
     s.set_defaults(func=cmd_sweep)
-    d = sub.add_parser("render", help="rebuild every figure and table from a report, without rerunning")
-    d.add_argument("report", help="report.json written by run or the notebooks")
+    d = sub.add_parser("render", help="rebuild every figure and table from a report (or bench-step's JSON), "
+                                      "without rerunning")
+    d.add_argument("report", help="report.json written by run or the notebooks, or bench-step's JSON")
     d.add_argument("--out", required=True, help="folder for the figures and tables; existing files are refused")
     d.set_defaults(func=cmd_render)
     try:

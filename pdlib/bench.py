@@ -23,6 +23,7 @@ from mlx_lm.models.cache import KVCache as LmCache
 from pdlib.config import decode_mode
 from pdlib.engine import Engine, check_token
 from pdlib.engine.kernels import BACKEND, persistent_decode
+from pdlib.errors import InputError
 from pdlib.reference import Reference
 from pdlib.report import environment
 from pdlib.weights import LoadedModel
@@ -215,9 +216,30 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+SCHEMA = "pdlib.bench-step/1"
+PREFILLS = {"prefill_whole_s": "whole prompt", "prefill_chunked_s": "128-token chunks",
+            "prefill_chunked_synced_s": "chunks, each synced"}
+
+
+def check_result(result, *, where: str) -> dict:
+    """A bench-step JSON as render reads it: InputError, one line, naming what is missing."""
+    if not isinstance(result, dict) or result.get("schema") != SCHEMA:
+        raise InputError(f"{where}: not a bench-step result (schema {SCHEMA!r})")
+    engines, floors = result.get("engines"), result.get("floors")
+    if not isinstance(engines, dict) or "pdlib" not in engines or not isinstance(floors, dict) or not floors:
+        raise InputError(f"{where}: a bench-step result needs engines (pdlib among them) and floors")
+    for name, e in engines.items():
+        if "error" in e:
+            continue
+        decode = e.get("decode_ms_median")
+        if not isinstance(decode, dict) or set(decode) != set(floors):
+            raise InputError(f"{where}: engine {name!r} lacks decode_ms_median at contexts {', '.join(floors)}")
+    return result
+
+
 def write_json(path, result: dict) -> None:
     from pdlib.report import claim_output, write_report
     write_report(claim_output(path), result)
 
 
-__all__ = ["bench_step", "format_table", "write_json"]
+__all__ = ["bench_step", "check_result", "format_table", "write_json"]

@@ -106,3 +106,39 @@ def test_render_into_an_existing_file_is_one_line(tmp_path, capsys):
     assert main(["render", str(Path(__file__).parent / "data" / "small-report.json"), "--out", str(target)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "existing file" in err[0] and target.read_text() == "x"
+
+
+@pytest.fixture(scope="module")
+def bench_json(tmp_path_factory, tiny):
+    """bench-step's JSON as the command writes it, from the tiny model on the CPU (the command itself refuses
+    the CPU; its pieces do not)."""
+    from pdlib.bench import bench_step, write_json
+    path = tmp_path_factory.mktemp("bench") / "bench-step.json"
+    write_json(path, bench_step(tiny, contexts=(32, 48), tokens=3, warmup=1, prefill_tokens=40, chunk=16,
+                                repeats=1, peers=False, log=lambda *a: None))
+    return path
+
+
+def test_render_draws_bench_steps_json_and_its_table(bench_json, tmp_path, capsys):
+    from pdlib.bench import format_table
+    code, out, err = render(capsys, bench_json, "--out", tmp_path / "b")
+    names = {"bench_step.md", *(f"bench_step.{fmt}" for fmt in FORMATS)}
+    assert code == 0 and err == "" and {p.name for p in (tmp_path / "b").iterdir()} == names
+    assert (tmp_path / "b" / "bench_step.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert format_table(json.loads(bench_json.read_text())) in (tmp_path / "b" / "bench_step.md").read_text()
+    svg = (tmp_path / "b" / "bench_step.svg").read_text()
+    assert "pipelined" in svg and "mlx-lm" in svg
+    before = {p.name: p.read_bytes() for p in (tmp_path / "b").iterdir()}
+    code, out, err = render(capsys, bench_json, "--out", tmp_path / "b")  # never over an existing file
+    assert code == 2 and "already exists" in one_line_error(err)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "b").iterdir()} == before
+
+
+def test_a_bench_json_without_its_numbers_is_a_one_line_error(bench_json, tmp_path, capsys):
+    data = json.loads(bench_json.read_text())
+    del data["engines"]["mlx-lm"]["decode_ms_median"]["48"]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    code, out, err = render(capsys, bad, "--out", tmp_path / "out")
+    assert code == 2 and "engine 'mlx-lm' lacks decode_ms_median at contexts 32, 48" in one_line_error(err)
+    assert not (tmp_path / "out").exists()
