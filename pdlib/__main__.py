@@ -118,7 +118,7 @@ def cmd_sweep(args) -> int:
 
 def cmd_render(args) -> int:
     from pdlib import plots, present
-    from pdlib.bench import SCHEMA, check_result
+    from pdlib.bench_result import SCHEMA, check_result
     peek = _read_json(args.report)
     if isinstance(peek, dict) and peek.get("schema") == SCHEMA:  # bench-step's JSON: its chart and table
         paths = plots.render_bench(check_result(peek, where=args.report), args.out)

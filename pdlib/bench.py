@@ -20,10 +20,10 @@ import time
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache as LmCache
 
+from pdlib.bench_result import SCHEMA, check_result, format_table
 from pdlib.config import decode_mode
 from pdlib.engine import Engine, check_token
 from pdlib.engine.kernels import BACKEND, persistent_decode
-from pdlib.errors import InputError
 from pdlib.reference import Reference
 from pdlib.report import environment
 from pdlib.weights import LoadedModel
@@ -183,58 +183,9 @@ def bench_step(model: LoadedModel, *, contexts=(1024, 4096, 5120), tokens: int =
                 log(f"{name}: not measured ({engines[name]['error']})")
     floors = {str(c): {"bytes": decode_bytes(model.config, c), "floor_ms": decode_bytes(model.config, c) / bw * 1e3}
               for c in contexts}
-    return {"schema": "pdlib.bench-step/1", "model": model.source, "environment": environment(BACKEND),
+    return {"schema": SCHEMA, "model": model.source, "environment": environment(BACKEND),
             "settings": kw, "copy_bandwidth_Bps": bw, "floors": floors, "engines": engines,
             "python": platform.python_version()}
-
-
-def format_table(result: dict) -> str:
-    """Medians per engine; for decode, pdlib's bandwidth and the byte floor; ratios are each peer over pdlib."""
-    e, floors = result["engines"], result["floors"]
-    peers = [n for n in e if n != "pdlib" and "error" not in e[n]]
-    head = f"{'what':26s} {'pdlib':>10s} " + " ".join(f"{n:>10s} {'ratio':>6s}" for n in peers)
-    lines = [head + f" {'pdlib GB/s':>11s} {'floor':>9s}"]
-
-    def row(label, key, sub=None):  # a peer without the measure shows dashes
-        get = (lambda n: e[n][key][sub]) if sub else (lambda n: e[n][key])
-        p = get("pdlib")
-        return f"{label:26s} {p:10.4g} " + " ".join(f"{get(n):10.4g} {get(n) / p:5.1f}x" if key in e[n]
-                                                     else f"{'-':>10s} {'-':>6s}" for n in peers)
-
-    for ctx, f in floors.items():
-        p = e["pdlib"]["decode_ms_median"][ctx]
-        lines.append(row(f"decode ms @ {ctx}", "decode_ms_median", ctx)
-                     + f" {f['bytes'] / p / 1e6:11.0f} {f['floor_ms']:8.3f}ms")
-    if "decode_pipelined_ms_median" in e["pdlib"]:  # (transformers' peers are not measured this way)
-        for ctx, f in floors.items():
-            p = e["pdlib"]["decode_pipelined_ms_median"][ctx]
-            lines.append(row(f"decode pipelined ms @ {ctx}", "decode_pipelined_ms_median", ctx)
-                         + f" {f['bytes'] / p / 1e6:11.0f} {f['floor_ms']:8.3f}ms")
-    for key in ("prefill_whole_s", "prefill_chunked_s", "prefill_chunked_synced_s"):
-        if all(key in e[n] for n in e):
-            lines.append(row(key.replace("_s", " s").replace("prefill_", "prefill "), key))
-    return "\n".join(lines)
-
-
-SCHEMA = "pdlib.bench-step/1"
-PREFILLS = {"prefill_whole_s": "whole prompt", "prefill_chunked_s": "128-token chunks",
-            "prefill_chunked_synced_s": "chunks, each synced"}
-
-
-def check_result(result, *, where: str) -> dict:
-    """A bench-step JSON as render reads it: InputError, one line, naming what is missing."""
-    if not isinstance(result, dict) or result.get("schema") != SCHEMA:
-        raise InputError(f"{where}: not a bench-step result (schema {SCHEMA!r})")
-    engines, floors = result.get("engines"), result.get("floors")
-    if not isinstance(engines, dict) or "pdlib" not in engines or not isinstance(floors, dict) or not floors:
-        raise InputError(f"{where}: a bench-step result needs engines (pdlib among them) and floors")
-    for name, e in engines.items():
-        if "error" in e:
-            continue
-        decode = e.get("decode_ms_median")
-        if not isinstance(decode, dict) or set(decode) != set(floors):
-            raise InputError(f"{where}: engine {name!r} lacks decode_ms_median at contexts {', '.join(floors)}")
-    return result
 
 
 def write_json(path, result: dict) -> None:

@@ -231,7 +231,7 @@ def frontier_chart(points: pd.DataFrame) -> alt.HConcatChart:
 def bench_frames(result: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     """bench-step's medians as rows: decode (engine, context, how, ms, the byte floor's ms) and prefill
     (engine, what, s); engines in the result's order, those that failed left out."""
-    from pdlib.bench import PREFILLS
+    from pdlib.bench_result import PREFILLS
     engines = {n: e for n, e in result["engines"].items() if "error" not in e}
     decode, prefill = [], []
     for name, e in engines.items():
@@ -281,7 +281,7 @@ def bench_chart(result: dict) -> alt.VConcatChart:
 
 def render_bench(result: dict, out_dir) -> list:
     """bench_step.{html,png,svg} and bench_step.md (the table bench-step prints); refuses existing files."""
-    from pdlib.bench import format_table
+    from pdlib.bench_result import format_table
     out = _out_dir(out_dir)
     _refuse_existing([out / f"bench_step.{fmt}" for fmt in FORMATS] + [out / "bench_step.md"])
     written = write_tables(out, {"bench_step.md": "```\n" + format_table(result) + "\n```\n"}, refuse=False)

@@ -23,8 +23,9 @@ def text_table(head, rows, *, right_from: int | None = None) -> str:
 
 
 def run_line(report: dict) -> str:
-    """The first line a run prints: model and its weights' source, backend, sizes, and what made the prompts.
-    Needs the report's model, environment.backend and params (prompts optional)."""
+    """The first line a run prints: model and its weights' source, backend, sizes, what made the prompts, and
+    whether decodes were pipelined. Needs the report's model, environment.backend and params (prompts
+    optional)."""
     model, params = report["model"], report["params"]
     fallback = f", {model['fallback_from']}" if model.get("fallback_from") else ""
     tokenizers = sorted({p["tokenizer"] for p in (report.get("prompts") or {}).values()})
@@ -32,7 +33,7 @@ def run_line(report: dict) -> str:
         f" (tokenizer {', '.join(tokenizers)})"
     return (f"model {model['spec']} ({model['source']}{fallback}), backend {report['environment']['backend']}; "
             f"prompts {params['prompt_tokens']} tokens{made_by}, {params['output_tokens']} outputs, "
-            f"chunk {params['chunk_size']}")
+            f"chunk {params['chunk_size']}" + ("; decodes pipelined" if params.get("pipeline_decodes") else ""))
 
 
 def validation_table(validation: dict) -> str:

@@ -1,0 +1,52 @@
+"""What bench-step's JSON holds, checked and printed, without MLX (render reads it on any machine): the
+schema, the prefill measures' names, `check_result` and `format_table`."""
+
+from pdlib.errors import InputError
+
+SCHEMA = "pdlib.bench-step/1"
+PREFILLS = {"prefill_whole_s": "whole prompt", "prefill_chunked_s": "128-token chunks",
+            "prefill_chunked_synced_s": "chunks, each synced"}
+
+
+def check_result(result, *, where: str) -> dict:
+    """A bench-step JSON as render reads it: InputError, one line, naming what is missing."""
+    if not isinstance(result, dict) or result.get("schema") != SCHEMA:
+        raise InputError(f"{where}: not a bench-step result (schema {SCHEMA!r})")
+    engines, floors = result.get("engines"), result.get("floors")
+    if not isinstance(engines, dict) or "pdlib" not in engines or not isinstance(floors, dict) or not floors:
+        raise InputError(f"{where}: a bench-step result needs engines (pdlib among them) and floors")
+    for name, e in engines.items():
+        if "error" in e:
+            continue
+        decode = e.get("decode_ms_median")
+        if not isinstance(decode, dict) or set(decode) != set(floors):
+            raise InputError(f"{where}: engine {name!r} lacks decode_ms_median at contexts {', '.join(floors)}")
+    return result
+
+
+def format_table(result: dict) -> str:
+    """Medians per engine; for decode, pdlib's bandwidth and the byte floor; ratios are each peer over pdlib."""
+    e, floors = result["engines"], result["floors"]
+    peers = [n for n in e if n != "pdlib" and "error" not in e[n]]
+    head = f"{'what':26s} {'pdlib':>10s} " + " ".join(f"{n:>10s} {'ratio':>6s}" for n in peers)
+    lines = [head + f" {'pdlib GB/s':>11s} {'floor':>9s}"]
+
+    def row(label, key, sub=None):  # a peer without the measure shows dashes
+        get = (lambda n: e[n][key][sub]) if sub else (lambda n: e[n][key])
+        p = get("pdlib")
+        return f"{label:26s} {p:10.4g} " + " ".join(f"{get(n):10.4g} {get(n) / p:5.1f}x" if key in e[n]
+                                                     else f"{'-':>10s} {'-':>6s}" for n in peers)
+
+    for ctx, f in floors.items():
+        p = e["pdlib"]["decode_ms_median"][ctx]
+        lines.append(row(f"decode ms @ {ctx}", "decode_ms_median", ctx)
+                     + f" {f['bytes'] / p / 1e6:11.0f} {f['floor_ms']:8.3f}ms")
+    if "decode_pipelined_ms_median" in e["pdlib"]:  # (transformers' peers are not measured this way)
+        for ctx, f in floors.items():
+            p = e["pdlib"]["decode_pipelined_ms_median"][ctx]
+            lines.append(row(f"decode pipelined ms @ {ctx}", "decode_pipelined_ms_median", ctx)
+                         + f" {f['bytes'] / p / 1e6:11.0f} {f['floor_ms']:8.3f}ms")
+    for key in PREFILLS:
+        if all(key in e[n] for n in e):
+            lines.append(row(key.replace("_s", " s").replace("prefill_", "prefill "), key))
+    return "\n".join(lines)
