@@ -216,29 +216,16 @@ def _persistent_case(seed: int, *, L: int, pos: int, cap: int, sync: mx.array, b
 
 
 def check_persistent_decode(seed: int) -> list[dict]:
-    """The persistent decode kernel (`_persistent_case`), as it runs and with o_proj folded into attention:
-    28 layers at positions 0, 639, 4,095 and the cache's last slot, one sync buffer reused by all of them, as
-    a request's steps reuse theirs (afterwards its barrier count and every block's flag stand at 4 steps'
-    barriers, each head's count at 4 steps' attention items, and every other word is zero); a grid of 6
-    blocks, so each block takes several attention items. Last, a grid too large to be resident must come
+    """The persistent decode kernel (`_persistent_case`), as it runs and with o_proj folded into attention,
+    each: 28 layers at positions 0, 639, 4,095 and the cache's last slot, one sync buffer reused by all of
+    them, as a request's steps reuse theirs (afterwards its barrier count and every block's flag stand at 4
+    steps' barriers, each head's count at 4 steps' attention items, and every other word is zero); a grid of
+    6 blocks, so each block takes several attention items; last, a grid too large to be resident must come
     back as ERROR_TOKEN within the barrier's timeout, not hang, and the error must stick: the next launch on
     that buffer fails too."""
     P = K.persistent_decode
     if not P.available(preset("qwen3-0.6b"), packed=True):
         return []
-    rows, cap, L, Hkv = [], 4096 + 64, 28, 8
-    for fold in (False, True):
-        sync = P.new_sync()
-        for i, pos in enumerate([0, 639, 4095, cap - 1]):
-            rows += _persistent_case(seed * 100 + 50 + i, L=L, pos=pos, cap=cap, sync=sync, fold=fold)
-        # read after the launches ran (evaluated)
-        nb = P.sm_count()
-        barriers, items = 4 * P.barriers_per_layer(fold) * L, 4 * max(1, nb // Hkv) * L
-        want = (mx.zeros(sync.shape).at[P.SY_EPOCH].add(barriers).at[P.SY_FLAGS: P.SY_FLAGS + nb].add(barriers)
-                .at[P.SY_HEAD: P.SY_HEAD + Hkv].add(items))
-        rows += _evaluated([_compare("persistent/sync buffer", "after 4 steps" + (", folded" if fold else ""),
-                                     sync.astype(mx.float32), want)])
-        rows += _persistent_case(seed * 100 + 60, L=2, pos=639, cap=640, sync=P.new_sync(), blocks=6, fold=fold)
 
     def tiny_step(sync, blocks, fold):
         _, tok, *_ = K.decode_persistent(mx.array(5, mx.uint32), mx.array([0], mx.int32),
@@ -247,13 +234,25 @@ def check_persistent_decode(seed: int) -> list[dict]:
                                          blocks=blocks, fold=fold)
         mx.eval(tok)  # the sync buffer is written in place, not an output: read it only after the kernel ran
         return tok
-    too_many = 16 * P.sm_count()  # more blocks of 256 threads than the device holds at once
+
+    rows, cap, L, Hkv, nb = [], 4096 + 64, 28, 8, P.sm_count()
+    too_many = 16 * nb  # more blocks of 256 threads than the device holds at once
     for fold in (False, True):
+        folded = ", folded" if fold else ""
+        sync = P.new_sync()
+        for i, pos in enumerate([0, 639, 4095, cap - 1]):
+            rows += _persistent_case(seed * 100 + 50 + i, L=L, pos=pos, cap=cap, sync=sync, fold=fold)
+        # read after the launches ran (evaluated)
+        barriers, items = 4 * P.barriers_per_layer(fold) * L, 4 * max(1, nb // Hkv) * L
+        want = (mx.zeros(sync.shape).at[P.SY_EPOCH].add(barriers).at[P.SY_FLAGS: P.SY_FLAGS + nb].add(barriers)
+                .at[P.SY_HEAD: P.SY_HEAD + Hkv].add(items))
+        rows += _evaluated([_compare("persistent/sync buffer", "after 4 steps" + folded, sync.astype(mx.float32),
+                                     want)])
+        rows += _persistent_case(seed * 100 + 60, L=2, pos=639, cap=640, sync=P.new_sync(), blocks=6, fold=fold)
         sync = P.new_sync()
         first = tiny_step(sync, too_many, fold)
         again = tiny_step(sync, 2, fold)  # a grid that fits, on the flagged buffer
-        rows += _evaluated([_compare("persistent/barrier timeout",
-                                     f"{too_many} blocks, then 2" + (", folded" if fold else ""),
+        rows += _evaluated([_compare("persistent/barrier timeout", f"{too_many} blocks, then 2" + folded,
                                      mx.stack([first, sync[P.SY_ERR], again]).astype(mx.float32),
                                      mx.array([P.ERROR_TOKEN, 1, P.ERROR_TOKEN]).astype(mx.float32))])
     return rows

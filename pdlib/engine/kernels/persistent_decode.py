@@ -150,27 +150,32 @@ __device__ __noinline__ bool grid_sync(unsigned* sy, unsigned nb, unsigned epoch
     return ok != 0;
 }
 
+// The staged vector (K floats in shared memory; ss: this thread's share of its sum of squares) RMSNormed by
+// nw in place
+template <int K, int BLOCK>
+__device__ __forceinline__ void normalize(float4* xs4, float ss, const float* nw, float eps, float* red) {
+    constexpr int WARPS = BLOCK / 32;
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (lane == 0) red[warp] = ss;
+    __syncthreads();
+    float tot = 0.f;
+    for (int w = 0; w < WARPS; ++w) tot += red[w];
+    const float inv = rsqrtf(tot / K + eps);
+    float* xs = reinterpret_cast<float*>(xs4);
+    for (int i = t; i < K; i += BLOCK) xs[i] = xs[i] * inv * nw[i];
+}
+
 // x (K floats, written by other blocks: read through L2) into shared memory, RMSNormed by nw when NORM
 template <int K, int BLOCK, bool NORM>
 __device__ __forceinline__ void stage(float4* xs4, const float* x, const float* nw, float eps, float* red) {
-    constexpr int WARPS = BLOCK / 32;
-    const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
     float ss = 0.f;
-    for (int i = t; i < K / 4; i += BLOCK) {
+    for (int i = threadIdx.x; i < K / 4; i += BLOCK) {
         const float4 v = __ldcg(reinterpret_cast<const float4*>(x) + i);
         xs4[i] = v;
         ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
     }
-    if (NORM) {
-        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        if (lane == 0) red[warp] = ss;
-        __syncthreads();
-        float tot = 0.f;
-        for (int w = 0; w < WARPS; ++w) tot += red[w];
-        const float inv = rsqrtf(tot / K + eps);
-        float* xs = reinterpret_cast<float*>(xs4);
-        for (int i = t; i < K; i += BLOCK) xs[i] = xs[i] * inv * nw[i];
-    }
+    if (NORM) normalize<K, BLOCK>(xs4, ss, nw, eps, red);
     __syncthreads();
 }
 
@@ -535,10 +540,10 @@ __device__ __forceinline__ bool fold(int h, int s, unsigned target, unsigned* co
 template <int K, int BLOCK, int NP>
 __device__ __forceinline__ void stage_sum(float4* xs4, const float* base, const float* parts, float* out, int b,
                                           int nb, const float* nw, float eps, float* red) {
-    constexpr int WARPS = BLOCK / 32, K4 = K / 4;
-    const int t = threadIdx.x, lane = t & 31, warp = t >> 5, i0 = b * K4 / nb, i1 = (b + 1) * K4 / nb;
+    constexpr int K4 = K / 4;
+    const int i0 = b * K4 / nb, i1 = (b + 1) * K4 / nb;
     float ss = 0.f;
-    for (int i = t; i < K4; i += BLOCK) {
+    for (int i = threadIdx.x; i < K4; i += BLOCK) {
         float4 v = __ldcg(reinterpret_cast<const float4*>(base) + i);
         #pragma unroll
         for (int p = 0; p < NP; ++p) {
@@ -549,14 +554,7 @@ __device__ __forceinline__ void stage_sum(float4* xs4, const float* base, const 
         if (i >= i0 && i < i1) __stcg(reinterpret_cast<float4*>(out) + i, v);
         ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
     }
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if (lane == 0) red[warp] = ss;
-    __syncthreads();
-    float tot = 0.f;
-    for (int w = 0; w < WARPS; ++w) tot += red[w];
-    const float inv = rsqrtf(tot / K + eps);
-    float* xs = reinterpret_cast<float*>(xs4);
-    for (int i = t; i < K; i += BLOCK) xs[i] = xs[i] * inv * nw[i];
+    normalize<K, BLOCK>(xs4, ss, nw, eps, red);
     __syncthreads();
 }
 
