@@ -195,7 +195,8 @@ def cmd_bench_step(args) -> int:
                             ("--warmup", args.warmup, 0)]:
         _check_int(name, value, lo)
     _gpu_only("bench-step")
-    from pdlib.bench import bench_step, format_table, write_json
+    from pdlib.bench import bench_step, write_json
+    from pdlib.bench_result import format_table
     from pdlib.weights import load_model
     model = load_model(args.model)
     result = bench_step(model, contexts=tuple(args.contexts), tokens=args.tokens, warmup=args.warmup,

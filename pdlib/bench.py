@@ -20,7 +20,7 @@ import time
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache as LmCache
 
-from pdlib.bench_result import SCHEMA, check_result, format_table
+from pdlib.bench_result import SCHEMA
 from pdlib.config import decode_mode
 from pdlib.engine import Engine, check_token
 from pdlib.engine.kernels import BACKEND, persistent_decode
@@ -193,4 +193,4 @@ def write_json(path, result: dict) -> None:
     write_report(claim_output(path), result)
 
 
-__all__ = ["bench_step", "check_result", "format_table", "write_json"]
+__all__ = ["bench_step", "write_json"]

@@ -1,11 +1,12 @@
 """What bench-step's JSON holds, checked and printed, without MLX (render reads it on any machine): the
-schema, the prefill measures' names, `check_result` and `format_table`."""
+schema, the decode and prefill measures' keys, `check_result` and `format_table`."""
 
 from pdlib.errors import InputError
 
 SCHEMA = "pdlib.bench-step/1"
-PREFILLS = {"prefill_whole_s": "whole prompt", "prefill_chunked_s": "128-token chunks",
-            "prefill_chunked_synced_s": "chunks, each synced"}
+DECODES = {"observed": "decode_ms_median", "pipelined": "decode_pipelined_ms_median"}  # transformers': observed
+PREFILLS = {"prefill_whole_s": "whole prompt", "prefill_chunked_s": "{chunk}-token chunks",
+            "prefill_chunked_synced_s": "{chunk}-token chunks, each synced"}  # formatted with the run's chunk
 
 
 def check_result(result, *, where: str) -> dict:
@@ -37,15 +38,13 @@ def format_table(result: dict) -> str:
         return f"{label:26s} {p:10.4g} " + " ".join(f"{get(n):10.4g} {get(n) / p:5.1f}x" if key in e[n]
                                                      else f"{'-':>10s} {'-':>6s}" for n in peers)
 
-    for ctx, f in floors.items():
-        p = e["pdlib"]["decode_ms_median"][ctx]
-        lines.append(row(f"decode ms @ {ctx}", "decode_ms_median", ctx)
-                     + f" {f['bytes'] / p / 1e6:11.0f} {f['floor_ms']:8.3f}ms")
-    if "decode_pipelined_ms_median" in e["pdlib"]:  # (transformers' peers are not measured this way)
+    for how, key in DECODES.items():
+        if key not in e["pdlib"]:
+            continue
+        label = "decode ms" if how == "observed" else f"decode {how} ms"
         for ctx, f in floors.items():
-            p = e["pdlib"]["decode_pipelined_ms_median"][ctx]
-            lines.append(row(f"decode pipelined ms @ {ctx}", "decode_pipelined_ms_median", ctx)
-                         + f" {f['bytes'] / p / 1e6:11.0f} {f['floor_ms']:8.3f}ms")
+            p = e["pdlib"][key][ctx]
+            lines.append(row(f"{label} @ {ctx}", key, ctx) + f" {f['bytes'] / p / 1e6:11.0f} {f['floor_ms']:8.3f}ms")
     for key in PREFILLS:
         if all(key in e[n] for n in e):
             lines.append(row(key.replace("_s", " s").replace("prefill_", "prefill "), key))

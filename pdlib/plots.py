@@ -231,17 +231,18 @@ def frontier_chart(points: pd.DataFrame) -> alt.HConcatChart:
 def bench_frames(result: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     """bench-step's medians as rows: decode (engine, context, how, ms, the byte floor's ms) and prefill
     (engine, what, s); engines in the result's order, those that failed left out."""
-    from pdlib.bench_result import PREFILLS
+    from pdlib.bench_result import DECODES, PREFILLS
     engines = {n: e for n, e in result["engines"].items() if "error" not in e}
+    chunk = result.get("settings", {}).get("chunk", "?")
     decode, prefill = [], []
     for name, e in engines.items():
-        for how, key in (("observed", "decode_ms_median"), ("pipelined", "decode_pipelined_ms_median")):
+        for how, key in DECODES.items():
             for ctx, ms in (e.get(key) or {}).items():
                 decode.append({"engine": name, "context": f"{int(ctx):,} context", "how": how, "ms": ms,
                                "floor_ms": result["floors"][ctx]["floor_ms"]})
         for key, what in PREFILLS.items():
             if key in e:
-                prefill.append({"engine": name, "what": what, "s": e[key]})
+                prefill.append({"engine": name, "what": what.format(chunk=chunk), "s": e[key]})
     return pd.DataFrame(decode), pd.DataFrame(prefill)
 
 
@@ -276,7 +277,7 @@ def bench_chart(result: dict) -> alt.VConcatChart:
         title=f"bench-step: {model} on {env.get('device_name', env.get('device', '?'))}",
         description=f"Bar charts. Top: milliseconds per decoded token for the engines {', '.join(engines)} at "
                     f"each context, observed and pipelined, with the byte floor as a dashed line. Bottom: "
-                    f"seconds to prefill one prompt whole, in 128-token chunks, and in chunks each synced.")
+                    f"seconds to prefill one prompt whole, in chunks, and in chunks each synced.")
 
 
 def render_bench(result: dict, out_dir) -> list:

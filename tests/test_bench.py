@@ -3,7 +3,8 @@ same keys, the table prints them, and transformers' peer decodes the same greedy
 
 import pytest
 
-from pdlib.bench import bench_step, format_table
+from pdlib.bench import bench_step
+from pdlib.bench_result import format_table
 from pdlib.engine import Engine
 
 SIZES = dict(contexts=(32, 48), tokens=3, warmup=1, prefill_tokens=40, chunk=16, repeats=1)

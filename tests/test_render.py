@@ -120,7 +120,7 @@ def bench_json(tmp_path_factory, tiny):
 
 
 def test_render_draws_bench_steps_json_and_its_table(bench_json, tmp_path, capsys):
-    from pdlib.bench import format_table
+    from pdlib.bench_result import format_table
     code, out, err = render(capsys, bench_json, "--out", tmp_path / "b")
     names = {"bench_step.md", *(f"bench_step.{fmt}" for fmt in FORMATS)}
     assert code == 0 and err == "" and {p.name for p in (tmp_path / "b").iterdir()} == names
