@@ -198,13 +198,15 @@ def test_a_step_norms_and_rotates_with_one_fused_op_each(tiny, monkeypatch):
     """Every RMSNorm of a prefill step (input, q and k together, post-attention per layer; the final one) is
     MLX's fused op, one graph node on a GPU (the CPU spells it out in ops), where the ops version makes four;
     so is RoPE in a step of one request (q and k per layer), with no tables made. A ragged step, whose rows'
-    positions do not run on, makes its tables once and calls no fused RoPE."""
+    positions do not run on, makes its tables once and calls no fused RoPE. The fused RoPE's offset is 0-d: on
+    CUDA (MLX 0.32.4) an offset of shape (1,) is read once per head, past its end (the gate failed there)."""
     from pdlib.engine import kernels as K
     from pdlib.engine.model import Qwen3, Segment
     calls, rotations, tables = [], [], []
     fused, fused_rope, real_tables = mx.fast.rms_norm, mx.fast.rope, K.rope_tables
     monkeypatch.setattr(mx.fast, "rms_norm", lambda x, w, eps: calls.append(x.shape) or fused(x, w, eps))
-    monkeypatch.setattr(mx.fast, "rope", lambda x, **kw: rotations.append(x.shape) or fused_rope(x, **kw))
+    monkeypatch.setattr(mx.fast, "rope", lambda x, **kw: rotations.append((x.shape, kw["offset"].shape))
+                        or fused_rope(x, **kw))
     monkeypatch.setattr(K, "rope_tables", lambda *a: tables.append(1) or real_tables(*a))
     q = Qwen3(tiny, compile_steps=False)
     layers = tiny.config.num_hidden_layers
@@ -212,6 +214,7 @@ def test_a_step_norms_and_rotates_with_one_fused_op_each(tiny, monkeypatch):
     (logits,) = q.step([Segment(cache, mx.arange(3, 43, dtype=mx.int32), start=0, emits=True)], prune=False)
     assert len(calls) == 3 * layers + 1 and logits is not None
     assert len(rotations) == 2 * layers and not tables
+    assert {offset for _, offset in rotations} == {()}
     rotations.clear()
     other = q.new_cache(64)
     q.step([Segment(cache, mx.arange(5, 7, dtype=mx.int32), start=40, emits=True),

@@ -52,6 +52,9 @@
 #                                          the profile without and with PDLIB_PERSISTENT_FOLD=1, twice each, and
 #                                          bench-step without peers with it (GPU 0) beside a short gate with it
 #                                          and the published eager chunked fifo mixed with it (GPU 1)
+#   bash notes/gpu-session/session.sh u    pipelined decodes on both published reports: eager chunked fifo mixed, then
+#                                          chunked overlap slo slo-mixed at 15 ms, with --pipeline-decodes (GPU 0)
+#                                          beside the same without (GPU 1)
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -330,5 +333,16 @@ t)
   grep -v "^{" "$LOGS/profile-fold.log" | tail -n 4; echo "== bench"; tail -n 10 "$LOGS/bench-fold.log"
   echo "== report"; tail -n 14 "$LOGS/report-fold.log"
   finish ;;
-*) echo "usage: session.sh a|b|...|t" >&2; exit 2 ;;
+u)
+  for g in 0 1; do
+    flag=$([ $g = 0 ] && echo --pipeline-decodes || echo --no-pipeline-decodes)
+    ( gpu $g timeout -s INT 280 python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+        --policies eager chunked fifo mixed $flag --quiet --output "$OUT/report$flag.json" > "$LOGS/report$g.log" 2>&1
+      gpu $g timeout -s INT $(left) python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+        --policies chunked overlap slo slo-mixed --tbt-slo-ms 15 $flag --quiet \
+        --output "$OUT/report-overlap-slo$flag.json" > "$LOGS/report2-$g.log" 2>&1 ) &
+  done
+  wait; for g in 0 1; do echo "== GPU $g"; tail -n 7 "$LOGS/report$g.log"; tail -n 7 "$LOGS/report2-$g.log"; done
+  finish ;;
+*) echo "usage: session.sh a|b|...|u" >&2; exit 2 ;;
 esac

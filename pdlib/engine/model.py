@@ -131,7 +131,8 @@ class Qwen3:
         """h: (T, D) -> q (Hq, T, Dh) and k (Hkv, T, Dh), each after its norm and RoPE, and v (Hkv, T, Dh).
         The q and k heads are normed as one array (every head of the projection, contiguous; v's norms go
         unused), then scaled by qk_norm (Hq + Hkv, Dh): column slices would need a copy before a fused norm.
-        `rope`: the first row's position (1,) when the rows' positions run on from it, else cos, sin tables."""
+        `rope`: the first row's position, 0-d, when the rows' positions run on from it, else cos, sin tables.
+        mx.fast.rope reads an offset of shape (n,) as one per leading index (per head here) on CUDA and Metal."""
         c, T = self.cfg, h.shape[0]
         Hq, Hkv = c.num_attention_heads, c.num_key_value_heads
         heads = K.linear_t(mx.fast.rms_norm(h, in_norm, c.rms_norm_eps), wqkv_t).reshape(T, Hq + 2 * Hkv, c.head_dim)
@@ -195,7 +196,7 @@ class Qwen3:
             offsets.append(offsets[-1] + s.size)
         positions = self._positions(segments)
         # one request's rows run on from its first position; a ragged step's need tables
-        rope = (positions[:1],) if len(segments) == 1 else K.rope_tables(positions, self.inv_freq)
+        rope = (positions[0],) if len(segments) == 1 else K.rope_tables(positions, self.inv_freq)
         tokens = [s.tokens for s in segments]
         h = self.embed[tokens[0] if len(tokens) == 1 else mx.concatenate([t.astype(mx.int32) for t in tokens])]
         masks = [K.causal_mask(positions[a:b], s.start + s.size) for s, a, b in zip(segments, offsets, offsets[1:])]
