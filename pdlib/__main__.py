@@ -44,7 +44,8 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                                                       "step-cost fit, at most --chunk-size")
     p.add_argument("--pipeline-decodes", action=argparse.BooleanOptionalAction, default=None,
                    help="issue a step of decodes before the tokens of the one before it are observed, so the "
-                        "host's launch overlaps the device's work (default: observe each step first)")
+                        "host's launch overlaps the device's work (the default; --no-pipeline-decodes "
+                        "observes each step first)")
     p.add_argument("--quiet", action="store_true")
 
 

@@ -147,7 +147,7 @@ class RunParams:
     validation_checkpoint_every: int = 64
     stall_threshold_ms: float = 100.0
     tbt_slo_ms: float | None = None     # A's gap target for the slo policies; None: 5x decode (pdlib/slo.py)
-    pipeline_decodes: bool = False      # issue a step of decodes before the one before it is observed (executor.py)
+    pipeline_decodes: bool = True       # issue a step of decodes before the one before it is observed (executor.py)
 
     def __post_init__(self):
         if isinstance(self.policies, str):

@@ -2,6 +2,10 @@
 inputs `const T*`, outputs `T*`, template values as constants (CUDA) or template parameters (Metal, whose
 attributes are parameters too). Shared by the tests that compile or compare kernel text without a GPU."""
 
+import ctypes
+import glob
+import os
+import sys
 from dataclasses import dataclass
 
 
@@ -53,3 +57,39 @@ def wrapped(kernel: Kernel, backend: str, source: str) -> str:
             out.append(f"template <{tparams}>\nvoid {fn}_t(\n    {', '.join(params)}) {{\n{source}\n}}\n"
                        f"static auto* const {fn} = &{fn}_t<{targs}>;\n")
     return "\n".join(out)
+
+
+# -- NVRTC: compile a kernel's text for the H200 without a GPU ---------------------------------------------
+
+def _nvrtc():
+    """libnvrtc from the nvidia-cuda-nvrtc wheel (a test extra on Linux), or None."""
+    for root in sys.path:
+        libs = sorted(glob.glob(os.path.join(root, "nvidia", "cu*", "lib", "libnvrtc.so.*")))
+        builtins = sorted(glob.glob(os.path.join(root, "nvidia", "cu*", "lib", "libnvrtc-builtins.so.*")))
+        if libs and builtins:
+            ctypes.CDLL(builtins[0], mode=ctypes.RTLD_GLOBAL)  # so libnvrtc's own dlopen of it by name succeeds
+            return ctypes.CDLL(libs[0])
+    return None
+
+
+NVRTC = _nvrtc() if sys.platform == "linux" else None
+
+
+# What MLX's default header provides that the kernel uses: fixed-width ints, bf16 storage, INFINITY
+STANDINS = ("typedef unsigned int uint32_t; typedef int int32_t; typedef unsigned long long uint64_t;\n"
+            "struct __nv_bfloat16 { unsigned short x; };\n"
+            "#define INFINITY __int_as_float(0x7f800000)\n")
+
+
+def compile_sm90(text: str) -> str:
+    prog = ctypes.c_void_p()
+    assert NVRTC.nvrtcCreateProgram(ctypes.byref(prog), text.encode(), b"kernel.cu", 0, None, None) == 0
+    opts = [b"--gpu-architecture=sm_90", b"-std=c++17", b"-Xptxas=-v"]
+    rc = NVRTC.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+    size = ctypes.c_size_t()
+    NVRTC.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+    log = ctypes.create_string_buffer(size.value)
+    NVRTC.nvrtcGetProgramLog(prog, log)
+    NVRTC.nvrtcDestroyProgram(ctypes.byref(prog))
+    assert rc == 0, log.value.decode()
+    return log.value.decode()

@@ -3,18 +3,14 @@ selects it refuses what it cannot run, a failed step's token is an error, and it
 NVRTC for the H200 (sm_90) as MLX would wrap it, within one SM's shared memory and registers. Whether it
 computes the right numbers is for `check-kernels` and the gate on the GPU (pdlib/kernel_check.py)."""
 
-import ctypes
-import glob
-import os
 import re
-import sys
 
 from dataclasses import replace
 
 import mlx.core as mx
 import pytest
 
-from kernel_text import Kernel, wrapped
+from kernel_text import NVRTC, STANDINS, Kernel, compile_sm90, wrapped
 from pdlib.config import decode_mode, preset
 from pdlib.engine import Engine, check_token
 from pdlib.engine import kernels as K
@@ -122,22 +118,6 @@ def test_a_failed_step_is_an_error_not_a_token():
 
 # -- NVRTC: the CUDA text compiles, as MLX wraps it (kernel_text.py) ------------------------------------------
 
-def _nvrtc():
-    """libnvrtc from the nvidia-cuda-nvrtc wheel (a test extra on Linux), or None."""
-    for root in sys.path:
-        libs = sorted(glob.glob(os.path.join(root, "nvidia", "cu*", "lib", "libnvrtc.so.*")))
-        builtins = sorted(glob.glob(os.path.join(root, "nvidia", "cu*", "lib", "libnvrtc-builtins.so.*")))
-        if libs and builtins:
-            ctypes.CDLL(builtins[0], mode=ctypes.RTLD_GLOBAL)  # so libnvrtc's own dlopen of it by name succeeds
-            return ctypes.CDLL(libs[0])
-    return None
-
-
-NVRTC = _nvrtc() if sys.platform == "linux" else None
-# What MLX's default header provides that the kernel uses: fixed-width ints, bf16 storage, INFINITY
-STANDINS = ("typedef unsigned int uint32_t; typedef int int32_t; typedef unsigned long long uint64_t;\n"
-            "struct __nv_bfloat16 { unsigned short x; };\n"
-            "#define INFINITY __int_as_float(0x7f800000)\n")
 INPUT_TYPES = ["u32", "i32", "f32"] + ["bf16"] * 5 + ["f32"] * 6 + ["u32", "f32", "f32", "u32"]
 OUTPUT_TYPES = ["f32", "u32", "i32", "f32", "u64", "u32"]
 
@@ -147,20 +127,6 @@ def persistent_text(consts: dict) -> str:
     kernel = Kernel("pdlib_decode_persistent", P.BODY, list(zip(P.INPUTS, INPUT_TYPES, strict=True)),
                     list(zip(P.OUTPUTS, OUTPUT_TYPES, strict=True)), [consts])
     return STANDINS + P.HEADER + wrapped(kernel, "cuda", P.BODY)
-
-
-def compile_sm90(text: str) -> str:
-    prog = ctypes.c_void_p()
-    assert NVRTC.nvrtcCreateProgram(ctypes.byref(prog), text.encode(), b"persistent.cu", 0, None, None) == 0
-    opts = [b"--gpu-architecture=sm_90", b"-std=c++17", b"-Xptxas=-v"]
-    rc = NVRTC.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
-    size = ctypes.c_size_t()
-    NVRTC.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
-    log = ctypes.create_string_buffer(size.value)
-    NVRTC.nvrtcGetProgramLog(prog, log)
-    NVRTC.nvrtcDestroyProgram(ctypes.byref(prog))
-    assert rc == 0, log.value.decode()
-    return log.value.decode()
 
 
 @pytest.mark.skipif(NVRTC is None, reason="no NVRTC (the nvidia-cuda-nvrtc wheel, Linux only)")

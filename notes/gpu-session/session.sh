@@ -55,6 +55,13 @@
 #   bash notes/gpu-session/session.sh u    pipelined decodes on both published reports: eager chunked fifo mixed, then
 #                                          chunked overlap slo slo-mixed at 15 ms, with --pipeline-decodes (GPU 0)
 #                                          beside the same without (GPU 1)
+#   bash notes/gpu-session/session.sh v    the 3xTF32 prefill GEMM: check-kernels (its rows), then the chunk step's
+#                                          anatomy at 4K with and without it (GPU 0) beside a short gate with it,
+#                                          then the published eager chunked fifo mixed with it if both passed,
+#                                          else without (GPU 1); the choice is left in /root/prefill-gemm for w
+#   bash notes/gpu-session/session.sh w    with v's choice: the published eager chunked disagg (both GPUs); then
+#                                          chunked overlap slo slo-mixed at 15 ms (GPU 0) beside bench-step with
+#                                          peers (GPU 1)
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -344,5 +351,37 @@ u)
   done
   wait; for g in 0 1; do echo "== GPU $g"; tail -n 7 "$LOGS/report$g.log"; tail -n 7 "$LOGS/report2-$g.log"; done
   finish ;;
-*) echo "usage: session.sh a|b|...|u" >&2; exit 2 ;;
+v)
+  PDLIB_PREFILL_GEMM=tf32x3 gpu 1 timeout 120 python3 -m pdlib run --model synthetic:qwen3-0.6b --prompt-tokens 1024 \
+    --output-tokens 64 --chunk-size 128 --policies eager chunked fifo mixed overlap --validate-only --quiet \
+    > "$LOGS/gate-tf32x3.log" 2>&1 &
+  gate=$!
+  gpu 0 timeout 240 python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
+  ck=$?; grep -c " pass$" "$LOGS/ck0.log"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 12; grep gemm "$LOGS/ck0.log"
+  ( for g in fp32 tf32x3; do
+      PDLIB_PREFILL_GEMM=$g LABEL=$g gpu 0 timeout 90 python3 notes/gpu-session/chunk_anatomy.py 4096 \
+        >> "$LOGS/anatomy.log" 2>&1
+    done ) &
+  wait $gate; gate_rc=$?; echo "gate rc=$gate_rc"; tail -n 8 "$LOGS/gate-tf32x3.log"
+  choice=$([ $gate_rc = 0 ] && [ $ck = 0 ] && echo tf32x3 || echo fp32); echo $choice > /root/prefill-gemm
+  PDLIB_PREFILL_GEMM=$choice gpu 1 timeout -s INT $(left) python3 -m pdlib run \
+    --params params/qwen3-0.6b-4096x1024.yaml --policies eager chunked fifo mixed --quiet \
+    --output "$OUT/report-$choice.json" > "$LOGS/report.log" 2>&1 &
+  wait; echo "== anatomy"; grep "^{" "$LOGS/anatomy.log"; grep -v "^{" "$LOGS/anatomy.log" | tail -n 5
+  echo "== report ($choice)"; tail -n 14 "$LOGS/report.log"
+  finish ;;
+w)
+  export PDLIB_PREFILL_GEMM=$(cat /root/prefill-gemm 2>/dev/null || echo fp32); echo "prefill gemm: $PDLIB_PREFILL_GEMM"
+  PDLIB_DISAGG_WORKER_LOG=$LOGS/worker.log timeout -s KILL 240 python3 -m pdlib run \
+    --params params/qwen3-0.6b-4096x1024.yaml --policies eager chunked disagg --quiet \
+    --output "$OUT/report-x2.json" > "$LOGS/report-x2.log" 2>&1
+  echo "== report-x2 rc=$?"; tail -n 14 "$LOGS/report-x2.log"
+  gpu 0 timeout -s INT $(left) python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+    --policies chunked overlap slo slo-mixed --tbt-slo-ms 15 --quiet --output "$OUT/report-overlap-slo.json" \
+    > "$LOGS/report2.log" 2>&1 &
+  gpu 1 timeout -s INT $(left) python3 -m pdlib bench-step --contexts 4096 5120 --output "$OUT/bench-step.json" \
+    > "$LOGS/bench.log" 2>&1 &
+  wait; echo "== report-overlap-slo"; tail -n 20 "$LOGS/report2.log"; echo "== bench"; tail -n 12 "$LOGS/bench.log"
+  finish ;;
+*) echo "usage: session.sh a|b|...|w" >&2; exit 2 ;;
 esac

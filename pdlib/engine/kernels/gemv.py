@@ -27,12 +27,6 @@ def linear(x: mx.array, w: mx.array) -> mx.array:
     return x @ w.T
 
 
-def linear_t(x: mx.array, w_t: mx.array) -> mx.array:
-    """x: (..., D) @ w_t with w_t: (D, N), the weight's transposed view made once at load (prefill): a step
-    then holds no transpose per matmul."""
-    return x @ w_t
-
-
 def gemv_ops(x: mx.array, w: mx.array, *, norm: mx.array | None = None, eps: float = 0.0,
              residual: mx.array | None = None, swiglu: bool = False, poison: bool = False) -> mx.array:
     """The oracle: x (K,) FP32, w (N or 2N, K) bf16 or FP32 -> (N,) FP32. `poison` is the kernel's and does
@@ -159,4 +153,4 @@ def gemv(x, w, **kw):
     return gemv_ops(x, w, **kw)
 
 
-__all__ = ["BACKEND", "gemv", "gemv_kernel", "gemv_ops", "linear", "linear_t"]
+__all__ = ["BACKEND", "gemv", "gemv_kernel", "gemv_ops", "linear"]

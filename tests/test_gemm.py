@@ -1,0 +1,120 @@
+"""The 3xTF32 prefill GEMM (pdlib/engine/kernels/gemm.py). On the CPU: its check (kernel_check.check_gemm)
+passes an exact NumPy emulation of the split and fails one TF32 product or a skipped tile; the split rule; the
+switch; the engine's matmuls go through it when enabled. The kernel itself runs in check-kernels on a GPU."""
+
+import re
+
+import numpy as np
+import pytest
+
+import mlx.core as mx
+
+from kernel_text import NVRTC, STANDINS, compile_sm90
+from pdlib.engine import kernels as K
+from pdlib.engine.kernels import gemm as G
+from pdlib.errors import InputError
+from pdlib.kernel_check import check_gemm, gemm_cases
+
+
+def tf32(a: np.ndarray) -> np.ndarray:
+    """As the kernel rounds (pd_tf32): to the nearest value with 10 mantissa bits."""
+    return ((a.astype(np.float32).view(np.uint32) + np.uint32(0x1000)) & np.uint32(0xffffe000)).view(np.float32)
+
+
+def emulated(x, w, *, terms=3, skip_tile=False, **_):
+    """x @ w.T as the kernel computes it: lo*hi + hi*lo + hi*hi (terms=3) or one TF32 product (terms=1), the
+    products exact and summed in float64 (the tensor cores accumulate in FP32: close enough for this check)."""
+    xn, wn = np.array(x, np.float32), np.array(w, np.float32)
+    xh, wh = tf32(xn), tf32(wn)
+    xl, wl = tf32(xn - xh), tf32(wn - wh)
+    d = lambda a, b: a.astype(np.float64) @ b.astype(np.float64).T  # noqa: E731
+    y = d(xh, wh) + (d(xl, wh) + d(xh, wl) if terms == 3 else 0)
+    if skip_tile:
+        y[:G.BM, :G.BN] = np.nan
+    return mx.array(y.astype(np.float32))
+
+
+def small(case):
+    """check-kernels' case with its rows, K and N scaled down (so NumPy's float64 runs it in CI's time); the
+    cancelling case keeps its shape (its K sets what one TF32 product loses)."""
+    name, M, Kd, N, split, cancelling = case
+    return case if cancelling else (name, min(M, 129), min(Kd, 512), min(N, 256), split, cancelling)
+
+
+def rows_with(monkeypatch, **kw):
+    monkeypatch.setattr(K, "tf32x3_matmul", lambda x, w, **k: emulated(x, w, **kw))
+    rows = check_gemm(seed=0, cases=[small(c) for c in gemm_cases()])
+    assert [r["case"] for r in rows] == [c[0] for c in gemm_cases()]
+    return {r["case"]: r["passed"] for r in rows}
+
+
+def test_the_check_passes_the_split_and_fails_one_tf32_product(monkeypatch):
+    assert all(rows_with(monkeypatch).values())
+    one = rows_with(monkeypatch, terms=1)
+    assert not one["cancelling, 200 rows"]
+
+
+def test_the_check_fails_a_skipped_tile(monkeypatch):
+    assert not any(rows_with(monkeypatch, skip_tile=True).values())
+
+
+def test_the_split_fills_the_gpu_and_keeps_whole_steps():
+    sms = 132
+    assert G.k_split(128, 1024, 4096, sms) == 2        # q|k|v: 128 tiles -> 256
+    assert G.k_split(128, 1024, 6144, sms) == 1        # gate|up: 192 tiles already
+    assert G.k_split(128, 2048, 1024, sms) == 8        # o_proj: 32 tiles -> 256
+    assert G.k_split(128, 3072, 1024, sms) == 8        # down
+    assert G.k_split(4096, 1024, 6144, sms) == 1       # a whole prompt
+    for M, Kd, N in [(17, 1024, 64), (129, 3072, 1024), (64, 96, 64)]:
+        s = G.k_split(M, Kd, N, sms)
+        assert Kd % (s * G.BK) == 0 and (s == 1 or Kd // s >= 256)
+
+
+def test_the_switch(monkeypatch):
+    monkeypatch.delenv("PDLIB_PREFILL_GEMM", raising=False)
+    assert not G.enabled()
+    monkeypatch.setenv("PDLIB_PREFILL_GEMM", "tf32")
+    with pytest.raises(InputError, match="PDLIB_PREFILL_GEMM must be fp32 or tf32x3, got 'tf32'"):
+        G.enabled()
+
+
+def test_the_engine_sends_its_chunk_matmuls_through_it(monkeypatch, tiny):
+    """With the kernel enabled (a stand-in on the CPU: the exact emulation), a prompt step of 40 rows runs its
+    four matmuls per layer through it, on the weights as loaded (no copy: w_t.T is row-contiguous); the LM
+    head's one row and a decode's do not; the logits equal the plain path's within the gate's tolerance."""
+    from pdlib.engine.model import Qwen3, Segment
+    calls = []
+
+    def standin(x, w, **kw):
+        calls.append((x.shape[0], w.shape))
+        return emulated(x, w)
+    q = Qwen3(tiny, compile_steps=False)
+    prompt = mx.arange(3, 43, dtype=mx.int32)
+    (plain,) = q.step([Segment(q.new_cache(64), prompt, start=0, emits=True)])
+    monkeypatch.setattr(G, "enabled", lambda: True)
+    monkeypatch.setattr(G, "tf32x3_matmul", standin)
+    monkeypatch.setattr(G, "tiles", lambda M, Kd, N: M >= G.MIN_ROWS)  # the tiny model's dims are not tile-sized
+    cache = q.new_cache(64)
+    (got,) = q.step([Segment(cache, prompt, start=0, emits=True)])
+    layers, c = tiny.config.num_hidden_layers, tiny.config
+    # the last layer's rows after attention are pruned to the emitting row: its o_proj and MLP fall back
+    assert len(calls) == 4 * layers - 3 and {m for m, _ in calls} == {40}
+    assert calls[0][1] == ((c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim, c.hidden_size)
+    assert np.allclose(np.array(got), np.array(plain), rtol=1e-3, atol=1e-3)
+    calls.clear()
+    q.step([Segment(cache, mx.array([7], mx.int32), start=40, emits=True)])
+    assert not calls
+
+
+@pytest.mark.skipif(NVRTC is None, reason="no NVRTC (the nvidia-cuda-nvrtc wheel, Linux only)")
+@pytest.mark.parametrize("K_, N, split", [(1024, 4096, 2), (3072, 1024, 8), (1024, 6144, 1)])
+def test_the_cuda_source_compiles_for_the_h200(K_, N, split):
+    """As MLX wraps it (x's shape passed for the row count), for sm_90: no spills, and four blocks of 128
+    threads fit an SM by registers."""
+    text = (STANDINS + "struct Shape { int d[10]; __device__ int operator[](int i) const { return d[i]; } };\n"
+            + G.HEADER + "__global__ void pdlib_gemm_tf32x3(const float* x, const __grid_constant__ Shape x_shape, "
+            f"const float* w, float* y) {{\n  constexpr int K = {K_};\n  constexpr int N = {N};\n"
+            f"  constexpr int SPLIT = {split};\n" + G.SOURCE + "}\n")
+    log = compile_sm90(text)
+    regs = int(re.search(r"Used (\d+) registers", log).group(1))
+    assert "0 bytes spill stores, 0 bytes spill loads" in log and 4 * regs * G.THREADS <= 65536, log
