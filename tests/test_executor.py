@@ -172,7 +172,8 @@ def test_a_pipelined_trial_decodes_the_validated_tokens(tiny):
 def test_a_report_says_when_decodes_were_pipelined():
     from pdlib.text import run_line
     report = {"model": {"spec": "synthetic:tiny@0", "source": "synthetic"}, "environment": {"backend": "cpu"},
-              "params": {**RunParams().to_dict(), "prompt_tokens": 40, "output_tokens": 6, "chunk_size": 16}}
+              "params": {**RunParams(pipeline_decodes=False).to_dict(), "prompt_tokens": 40, "output_tokens": 6,
+                         "chunk_size": 16}}
     assert run_line(report).endswith("chunk 16")
     report["params"]["pipeline_decodes"] = True
     assert run_line(report).endswith("chunk 16; decodes pipelined")
