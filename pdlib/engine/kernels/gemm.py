@@ -7,7 +7,8 @@ rounding), against FP32's 2^-24: far inside the gate's 1e-3, on the tensor cores
 Each block computes a 64x64 tile of y = x @ w.T with four warps (32x32 each, mma.m16n8k8), staging
 32-deep slices of x and w in shared memory while the next slice is loaded into registers. Where the tiles
 are too few to fill the GPU, K is split and the slices' partial sums are added afterwards in a fixed order.
-On the H200 this form reaches 22 TFLOP/s against MLX's FP32 GEMMs' 20 (notes/gpu.md, v17): off by default.
+Not yet fast enough to be the default: ~22 TFLOP/s on the H200 against MLX's FP32 GEMMs' ~20 (notes/gpu.md,
+v17, with what a faster form needs).
 
     y = tf32x3_matmul(x, w)       # x (M, K), w (N, K) FP32, row-contiguous -> x @ w.T, (M, N) FP32
     K.linear_t(x, w_t)            # this, on w_t.T (the weight as loaded), on CUDA when PDLIB_PREFILL_GEMM=tf32x3
@@ -101,14 +102,20 @@ SOURCE = r"""
                 pd_split(b[0], bh[ni][0], bl[ni][0]);
                 pd_split(b[4], bh[ni][1], bl[ni][1]);
             }
+            // each tile takes the small terms first (lo hi, hi lo, then hi hi); each term goes to all eight
+            // tiles before the next, so no product waits on the one just issued to its accumulators
             #pragma unroll
             for (int mi = 0; mi < 2; ++mi)
                 #pragma unroll
-                for (int ni = 0; ni < 4; ++ni) {  // the small terms first
-                    pd_mma(acc[mi][ni], al[mi], bh[ni]);
-                    pd_mma(acc[mi][ni], ah[mi], bl[ni]);
-                    pd_mma(acc[mi][ni], ah[mi], bh[ni]);
-                }
+                for (int ni = 0; ni < 4; ++ni) pd_mma(acc[mi][ni], al[mi], bh[ni]);
+            #pragma unroll
+            for (int mi = 0; mi < 2; ++mi)
+                #pragma unroll
+                for (int ni = 0; ni < 4; ++ni) pd_mma(acc[mi][ni], ah[mi], bl[ni]);
+            #pragma unroll
+            for (int mi = 0; mi < 2; ++mi)
+                #pragma unroll
+                for (int ni = 0; ni < 4; ++ni) pd_mma(acc[mi][ni], ah[mi], bh[ni]);
         }
         __syncthreads();
     }
