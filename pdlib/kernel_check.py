@@ -57,28 +57,40 @@ def check_gemv(seed: int) -> list[dict]:
 
 def gemm_cases():
     """(case, M, K, N, split, cancelling): the prefill's four matmuls at a chunk's 128 rows and a whole prompt's
-    rows, ragged row counts, a forced split; `cancelling` rows sum +-(1 + u 2^-12), whose 2^-12 parts (below
-    TF32's 10 mantissa bits) are the whole result: one TF32 product fails them, the split's lo terms pass."""
-    yield "q|k|v, 128 rows", 128, 1024, 4096, None, False
-    yield "o_proj, 128 rows", 128, 2048, 1024, None, False
-    yield "gate|up, 4096 rows", 4096, 1024, 6144, None, False
-    yield "down, 129 rows", 129, 3072, 1024, None, False
-    yield "17 rows, split 4", 17, 1024, 64, 4, False
-    yield "cancelling, 200 rows", 200, 256, 128, None, True
+    rows, ragged row counts, a forced split. `cancelling`: one operand's rows are 1 + u 2^-12 (below TF32's
+    10 mantissa bits, u in [0, 1)), the other's +-1 with as many of each sign, so the 2^-12 parts are the
+    whole result: "x" puts them in x (the lo*hi products carry them), "w" in w (hi*lo); one TF32 product, or
+    a split missing that term, fails the row."""
+    yield "q|k|v, 128 rows", 128, 1024, 4096, None, None
+    yield "o_proj, 128 rows", 128, 2048, 1024, None, None
+    yield "gate|up, 4096 rows", 4096, 1024, 6144, None, None
+    yield "down, 129 rows", 129, 3072, 1024, None, None
+    yield "17 rows, split 4", 17, 1024, 64, 4, None
+    yield "cancelling in x, 200 rows", 200, 256, 128, None, "x"
+    yield "cancelling in w, 200 rows", 200, 256, 128, None, "w"
+
+
+def _cancelling(rows: int, cols: int, depth: int):
+    """(rows, depth) of 1 + u 2^-12, and (cols, depth) of +-1, each row of those half each sign, shuffled."""
+    near_one = 1.0 + mx.random.uniform(shape=(rows, depth)) * 2.0 ** -12
+    signs = mx.concatenate([mx.ones((cols, depth // 2)), -mx.ones((cols, depth // 2))], axis=1)
+    order = mx.argsort(mx.random.uniform(shape=(cols, depth)), axis=1)
+    return near_one, mx.take_along_axis(signs, order, axis=1)
 
 
 def check_gemm(seed: int, cases=None) -> list[dict]:
     rows = []
     for i, (case, M, Kd, N, split, cancelling) in enumerate(cases or gemm_cases()):
         mx.random.seed(seed * 100 + 80 + i)
-        if cancelling:
-            x = 1.0 + mx.random.uniform(shape=(M, Kd)) * 2.0 ** -12
-            w = mx.where(mx.random.bernoulli(0.5, (N, Kd)), 1.0, -1.0)
+        if cancelling == "x":
+            x, w = _cancelling(M, N, Kd)
+            want = (x - 1.0) @ w.T  # exact: every row of w sums to 0
+        elif cancelling == "w":
+            w, x = _cancelling(N, M, Kd)
+            want = x @ (w - 1.0).T
         else:
             x, w = mx.random.normal((M, Kd)) * 3.0, mx.random.normal((N, Kd)) * Kd ** -0.5
-        want = K.tf32x3_ops(x, w)
-        if cancelling:  # what the 2^-12 parts alone sum to: the product without them is exact in TF32
-            want = (mx.sign(w) @ mx.ones((Kd,)))[None, :] + (x - 1.0) @ w.T
+            want = K.tf32x3_ops(x, w)
         got = K.tf32x3_matmul(x, w, split=split, poison=True)
         rows += _evaluated([_compare("gemm_tf32x3", case, got.reshape(-1), want.reshape(-1))])
     return rows
@@ -290,7 +302,8 @@ def check_persistent_decode(seed: int) -> list[dict]:
 def check_kernels(*, seed: int = 0) -> list[dict]:
     if K.BACKEND == "cpu":
         raise InputError("no GPU backend: the kernels exist only on CUDA or Metal; the CPU runs the ops twins")
-    return (check_gemv(seed) + check_gemm(seed) + check_decode_attention(seed) + check_kv_store(seed) + check_kv_install(seed)
+    gemm = check_gemm(seed) if K.BACKEND == "cuda" else []  # tensor cores' TF32: CUDA's alone
+    return (check_gemv(seed) + gemm + check_decode_attention(seed) + check_kv_store(seed) + check_kv_install(seed)
             + check_write_chain(seed) + check_persistent_decode(seed))
 
 

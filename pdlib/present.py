@@ -37,8 +37,8 @@ def report_params(report: dict, *, where: str = "report") -> RunParams:
     unknown = sorted(set(params) - {f.name for f in fields(RunParams)})
     if unknown:
         raise InputError(f"{where}: params has unknown key(s) {', '.join(unknown)}")
-    try:
-        return RunParams(**params)
+    try:  # a report from before pipelined decodes were recorded ran them observed one at a time
+        return RunParams(**{"pipeline_decodes": False, **params})
     except InputError as e:
         raise InputError(f"{where}: params: {e}") from None
 

@@ -21,14 +21,15 @@ def tf32(a: np.ndarray) -> np.ndarray:
     return ((a.astype(np.float32).view(np.uint32) + np.uint32(0x1000)) & np.uint32(0xffffe000)).view(np.float32)
 
 
-def emulated(x, w, *, terms=3, skip_tile=False, **_):
-    """x @ w.T as the kernel computes it: lo*hi + hi*lo + hi*hi (terms=3) or one TF32 product (terms=1), the
-    products exact and summed in float64 (the tensor cores accumulate in FP32: close enough for this check)."""
+def emulated(x, w, *, drop=(), skip_tile=False, **_):
+    """x @ w.T as the kernel computes it, lo*hi + hi*lo + hi*hi, less the terms in `drop` ("lo hi", "hi lo";
+    both: one TF32 product), the products exact and summed in float64 (the tensor cores accumulate in FP32:
+    close enough for this check)."""
     xn, wn = np.array(x, np.float32), np.array(w, np.float32)
     xh, wh = tf32(xn), tf32(wn)
     xl, wl = tf32(xn - xh), tf32(wn - wh)
     d = lambda a, b: a.astype(np.float64) @ b.astype(np.float64).T  # noqa: E731
-    y = d(xh, wh) + (d(xl, wh) + d(xh, wl) if terms == 3 else 0)
+    y = d(xh, wh) + (0 if "lo hi" in drop else d(xl, wh)) + (0 if "hi lo" in drop else d(xh, wl))
     if skip_tile:
         y[:G.BM, :G.BN] = np.nan
     return mx.array(y.astype(np.float32))
@@ -48,10 +49,14 @@ def rows_with(monkeypatch, **kw):
     return {r["case"]: r["passed"] for r in rows}
 
 
-def test_the_check_passes_the_split_and_fails_one_tf32_product(monkeypatch):
+def test_the_check_passes_the_split_and_fails_one_tf32_product_or_a_missing_term(monkeypatch):
     assert all(rows_with(monkeypatch).values())
-    one = rows_with(monkeypatch, terms=1)
-    assert not one["cancelling, 200 rows"]
+    one = rows_with(monkeypatch, drop=("lo hi", "hi lo"))
+    assert not one["cancelling in x, 200 rows"] and not one["cancelling in w, 200 rows"]
+    no_lo_hi = rows_with(monkeypatch, drop=("lo hi",))
+    assert not no_lo_hi["cancelling in x, 200 rows"] and no_lo_hi["cancelling in w, 200 rows"]
+    no_hi_lo = rows_with(monkeypatch, drop=("hi lo",))
+    assert no_hi_lo["cancelling in x, 200 rows"] and not no_hi_lo["cancelling in w, 200 rows"]
 
 
 def test_the_check_fails_a_skipped_tile(monkeypatch):

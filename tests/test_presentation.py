@@ -102,3 +102,14 @@ def test_ctrl_c_during_a_run_exits_130_and_writes_nothing(tmp_path):
     assert code == 130 and seconds < 3.0, (code, seconds, err)
     assert err.strip().splitlines()[-1].startswith("interrupted")
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_a_report_from_before_pipelining_was_recorded_reads_as_unpipelined():
+    """Reports written before `pipeline_decodes` existed ran every step observed first: reading them must not
+    take today's default (pipelined), as the run line (text.run_line) does not."""
+    from pdlib.config import RunParams
+    from pdlib.present import report_params
+    params = RunParams(pipeline_decodes=False).to_dict()
+    del params["pipeline_decodes"]
+    assert report_params({"params": params}).pipeline_decodes is False
+    assert report_params({"params": {**params, "pipeline_decodes": True}}).pipeline_decodes is True

@@ -62,6 +62,10 @@
 #   bash notes/gpu-session/session.sh w    with v's choice: the published eager chunked disagg (both GPUs); then
 #                                          chunked overlap slo slo-mixed at 15 ms (GPU 0) beside bench-step with
 #                                          peers (GPU 1)
+#   bash notes/gpu-session/session.sh x    the next session's first call: check-kernels, then the chunk step's
+#                                          anatomy at 4K with PDLIB_PREFILL_GEMM fp32 and tf32x3 twice each,
+#                                          alternating, and bench-step without peers with tf32x3 (GPU 0), beside
+#                                          a short gate with tf32x3, then the sweep, decodes pipelined (GPU 1)
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -383,5 +387,25 @@ w)
     > "$LOGS/bench.log" 2>&1 &
   wait; echo "== report-overlap-slo"; tail -n 20 "$LOGS/report2.log"; echo "== bench"; tail -n 12 "$LOGS/bench.log"
   finish ;;
-*) echo "usage: session.sh a|b|...|w" >&2; exit 2 ;;
+x)
+  ( PDLIB_PREFILL_GEMM=tf32x3 gpu 1 timeout 120 python3 -m pdlib run --model synthetic:qwen3-0.6b \
+      --prompt-tokens 1024 --output-tokens 64 --chunk-size 128 --policies eager chunked fifo mixed overlap \
+      --validate-only --quiet > "$LOGS/gate-tf32x3.log" 2>&1; echo "gate rc=$?" >> "$LOGS/gate-tf32x3.log"
+    gpu 1 sh -c "timeout -s INT $(left) python3 -m pdlib sweep --params params/qwen3-0.6b-sweep.yaml \
+      --chunk-sizes 32 64 128 256 512 1024 4096 --policies chunked mixed --tbt-slo-ms $SLO \
+      --reference-policies eager fifo overlap slo-chunked slo-mixed --quiet --output $OUT/sweep; \
+      tar -C $OUT -cf $OUT/sweep.tar sweep && rm -r $OUT/sweep" > "$LOGS/sweep.log" 2>&1 ) &
+  ( gpu 0 timeout 240 python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
+    for i in 1 2; do for g in fp32 tf32x3; do
+      PDLIB_PREFILL_GEMM=$g LABEL=$g gpu 0 timeout 90 python3 notes/gpu-session/chunk_anatomy.py 4096 \
+        >> "$LOGS/anatomy.log" 2>&1
+    done; done
+    PDLIB_PREFILL_GEMM=tf32x3 gpu 0 timeout -s INT $(left) python3 -m pdlib bench-step --no-peers \
+      --contexts 4096 5120 --output "$OUT/bench-step-tf32x3.json" > "$LOGS/bench.log" 2>&1 ) &
+  wait; grep -c " pass$" "$LOGS/ck0.log"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 12; grep gemm "$LOGS/ck0.log"
+  tail -n 9 "$LOGS/gate-tf32x3.log"; echo "== anatomy"; grep "^{" "$LOGS/anatomy.log"
+  grep -v "^{" "$LOGS/anatomy.log" | tail -n 5; echo "== bench"; tail -n 10 "$LOGS/bench.log"
+  echo "== sweep"; tail -n 20 "$LOGS/sweep.log"
+  finish ;;
+*) echo "usage: session.sh a|b|...|x" >&2; exit 2 ;;
 esac

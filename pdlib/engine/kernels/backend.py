@@ -24,6 +24,9 @@ drops; their CUDA expansions are unparenthesised so that they read as the H200-v
 preprocessor the CUDA text is token for token that validated CUDA (tests/test_kernel_sources.py).
 """
 
+import ctypes
+import functools
+
 import mlx.core as mx
 
 BACKEND = "cuda" if mx.cuda.is_available() else "metal" if mx.metal.is_available() else "cpu"
@@ -96,3 +99,16 @@ def float_bits(x: float) -> int:
     (no tiny scalar array for the kernel to read: MLX keeps those in managed memory)."""
     import struct
     return struct.unpack("<i", struct.pack("<f", x))[0]
+
+
+@functools.cache
+def cuda_sm_count() -> int:
+    """Streaming multiprocessors of CUDA device 0 (the process's first visible GPU, which MLX uses), from the
+    driver."""
+    cuda = ctypes.CDLL("libcuda.so.1")
+    dev, n = ctypes.c_int(), ctypes.c_int()
+    for call in (lambda: cuda.cuInit(0), lambda: cuda.cuDeviceGet(ctypes.byref(dev), 0),
+                 lambda: cuda.cuDeviceGetAttribute(ctypes.byref(n), 16, dev)):  # 16: MULTIPROCESSOR_COUNT
+        if call() != 0:
+            raise RuntimeError("the CUDA driver did not report the device's SM count")
+    return n.value

@@ -15,12 +15,11 @@ v17, with what a faster form needs).
                                   # and the shapes tile; else x @ w_t
 """
 
-import functools
 import os
 
 import mlx.core as mx
 
-from pdlib.engine.kernels.backend import BACKEND
+from pdlib.engine.kernels.backend import BACKEND, cuda_sm_count
 
 BM, BN, BK, THREADS = 64, 64, 32, 128
 MIN_ROWS = 16            # fewer rows (the LM head's, a decode's) waste most of a 64-row tile: plain FP32 there
@@ -160,18 +159,15 @@ def k_split(M: int, K: int, N: int, sms: int) -> int:
     return split
 
 
-@functools.cache
-def _sms() -> int:
-    from pdlib.engine.kernels.persistent_decode import sm_count
-    return sm_count()
-
-
 def tf32x3_matmul(x: mx.array, w: mx.array, *, split: int | None = None, poison: bool = False) -> mx.array:
     """x (M, K) @ w.T for w (N, K), FP32 in and out, on tensor cores (module docstring). `split` overrides
     k_split; `poison` fills the output with NaN first, so a test sees any element the kernel skipped."""
     M, K = x.shape
     N = w.shape[0]
-    split = k_split(M, K, N, _sms()) if split is None else split
+    split = k_split(M, K, N, cuda_sm_count()) if split is None else split
+    if x.dtype != mx.float32 or w.dtype != mx.float32 or w.shape[1] != K:
+        raise ValueError(f"tf32x3_matmul takes FP32 x (M, K) and w (N, K), got {x.dtype} {x.shape}, {w.dtype} "
+                         f"{w.shape}")
     if N % BN or K % (split * BK):
         raise ValueError(f"tf32x3_matmul needs N % {BN} == 0 and K % ({BK} * split) == 0, got K={K}, N={N}, "
                          f"split={split}")

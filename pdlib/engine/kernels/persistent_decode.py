@@ -39,14 +39,13 @@ less in managed memory, where one barrier costs ~0.7 ms: MEASURED.md).
 Metal has no co-residency guarantee, so there the per-operation kernels stay.
 """
 
-import ctypes
 import functools
 import os
 from dataclasses import dataclass
 
 import mlx.core as mx
 
-from pdlib.engine.kernels.backend import BACKEND, float_bits
+from pdlib.engine.kernels.backend import BACKEND, cuda_sm_count, float_bits
 from pdlib.engine.kernels.decode_attention import decode_attention_ops
 from pdlib.engine.kernels.gemv import gemv_ops
 from pdlib.errors import InputError
@@ -757,18 +756,11 @@ def kernel(dh: int, kv_group: int = KV_GROUP):
 
 @functools.cache
 def sm_count() -> int:
-    """Streaming multiprocessors of CUDA device 0 (the process's first visible GPU, which MLX uses), from the
-    driver; PDLIB_PERSISTENT_BLOCKS overrides it (fewer blocks stay co-resident; more may deadlock, which
-    the barrier's timeout reports)."""
+    """Streaming multiprocessors of CUDA device 0 (backend.cuda_sm_count); PDLIB_PERSISTENT_BLOCKS overrides it
+    (fewer blocks stay co-resident; more may deadlock, which the barrier's timeout reports)."""
     if os.environ.get("PDLIB_PERSISTENT_BLOCKS"):
         return int(os.environ["PDLIB_PERSISTENT_BLOCKS"])
-    cuda = ctypes.CDLL("libcuda.so.1")
-    dev, n = ctypes.c_int(), ctypes.c_int()
-    for call in (lambda: cuda.cuInit(0), lambda: cuda.cuDeviceGet(ctypes.byref(dev), 0),
-                 lambda: cuda.cuDeviceGetAttribute(ctypes.byref(n), 16, dev)):  # 16: MULTIPROCESSOR_COUNT
-        if call() != 0:
-            raise RuntimeError("the CUDA driver did not report the device's SM count")
-    return n.value
+    return cuda_sm_count()
 
 
 def new_sync() -> mx.array:
