@@ -79,7 +79,12 @@ def _cancelling(rows: int, cols: int, depth: int):
 
 
 def check_gemm(seed: int, cases=None) -> list[dict]:
-    rows = []
+    """Every case for both ways of splitting the operands (split as each fragment is read; split at staging)."""
+    return _gemm_rows(seed, cases, split_at_staging=False) + _gemm_rows(seed, cases, split_at_staging=True)
+
+
+def _gemm_rows(seed: int, cases, *, split_at_staging: bool) -> list[dict]:
+    rows, how = [], ", split at staging" if split_at_staging else ""
     for i, (case, M, Kd, N, split, cancelling) in enumerate(cases or gemm_cases()):
         mx.random.seed(seed * 100 + 80 + i)
         if cancelling == "x":
@@ -91,8 +96,8 @@ def check_gemm(seed: int, cases=None) -> list[dict]:
         else:
             x, w = mx.random.normal((M, Kd)) * 3.0, mx.random.normal((N, Kd)) * Kd ** -0.5
             want = K.tf32x3_ops(x, w)
-        got = K.tf32x3_matmul(x, w, split=split, poison=True)
-        rows += _evaluated([_compare("gemm_tf32x3", case, got.reshape(-1), want.reshape(-1))])
+        got = K.tf32x3_matmul(x, w, split=split, split_at_staging=split_at_staging, poison=True)
+        rows += _evaluated([_compare("gemm_tf32x3", case + how, got.reshape(-1), want.reshape(-1))])
     return rows
 
 

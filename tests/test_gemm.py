@@ -45,8 +45,9 @@ def small(case):
 def rows_with(monkeypatch, **kw):
     monkeypatch.setattr(K, "tf32x3_matmul", lambda x, w, **k: emulated(x, w, **kw))
     rows = check_gemm(seed=0, cases=[small(c) for c in gemm_cases()])
-    assert [r["case"] for r in rows] == [c[0] for c in gemm_cases()]
-    return {r["case"]: r["passed"] for r in rows}
+    names = [c[0] for c in gemm_cases()]
+    assert [r["case"] for r in rows] == names + [n + ", split at staging" for n in names]
+    return {r["case"]: r["passed"] for r in rows if not r["case"].endswith("staging")}
 
 
 def test_the_check_passes_the_split_and_fails_one_tf32_product_or_a_missing_term(monkeypatch):
@@ -75,12 +76,19 @@ def test_the_split_fills_the_gpu_and_keeps_whole_steps():
         assert Kd % (s * G.BK) == 0 and (s == 1 or Kd // s >= 256)
 
 
-def test_the_switch(monkeypatch):
+def test_the_switches(monkeypatch):
     monkeypatch.delenv("PDLIB_PREFILL_GEMM", raising=False)
     assert not G.enabled()
     monkeypatch.setenv("PDLIB_PREFILL_GEMM", "tf32")
     with pytest.raises(InputError, match="PDLIB_PREFILL_GEMM must be fp32 or tf32x3, got 'tf32'"):
         G.enabled()
+    monkeypatch.delenv("PDLIB_GEMM_PRESPLIT", raising=False)
+    assert not G.presplit()
+    monkeypatch.setenv("PDLIB_GEMM_PRESPLIT", "1")
+    assert G.presplit()
+    monkeypatch.setenv("PDLIB_GEMM_PRESPLIT", "yes")
+    with pytest.raises(InputError, match="PDLIB_GEMM_PRESPLIT must be 0 or 1, got 'yes'"):
+        G.presplit()
 
 
 def test_the_engine_sends_its_chunk_matmuls_through_it(monkeypatch, tiny):
@@ -112,14 +120,16 @@ def test_the_engine_sends_its_chunk_matmuls_through_it(monkeypatch, tiny):
 
 
 @pytest.mark.skipif(NVRTC is None, reason="no NVRTC (the nvidia-cuda-nvrtc wheel, Linux only)")
+@pytest.mark.parametrize("presplit", [False, True], ids=["split as read", "split at staging"])
 @pytest.mark.parametrize("K_, N, split", [(1024, 4096, 2), (3072, 1024, 8), (1024, 6144, 1)])
-def test_the_cuda_source_compiles_for_the_h200(K_, N, split):
+def test_the_cuda_source_compiles_for_the_h200(K_, N, split, presplit):
     """As MLX wraps it (x's shape passed for the row count), for sm_90: no spills, and four blocks of 128
     threads fit an SM by registers."""
     text = (STANDINS + "struct Shape { int d[10]; __device__ int operator[](int i) const { return d[i]; } };\n"
             + G.HEADER + "__global__ void pdlib_gemm_tf32x3(const float* x, const __grid_constant__ Shape x_shape, "
             f"const float* w, float* y) {{\n  constexpr int K = {K_};\n  constexpr int N = {N};\n"
-            f"  constexpr int SPLIT = {split};\n" + G.SOURCE + "}\n")
+            f"  constexpr int SPLIT = {split};\n  constexpr bool PRESPLIT = {str(presplit).lower()};\n"
+            + G.SOURCE + "}\n")
     log = compile_sm90(text)
     regs = int(re.search(r"Used (\d+) registers", log).group(1))
     assert "0 bytes spill stores, 0 bytes spill loads" in log and 4 * regs * G.THREADS <= 65536, log

@@ -63,8 +63,9 @@
 #                                          chunked overlap slo slo-mixed at 15 ms (GPU 0) beside bench-step with
 #                                          peers (GPU 1)
 #   bash notes/gpu-session/session.sh x    the next session's first call: check-kernels, then the chunk step's
-#                                          anatomy at 4K with PDLIB_PREFILL_GEMM fp32 and tf32x3 twice each,
-#                                          alternating, and bench-step without peers with tf32x3 (GPU 0), beside
+#                                          anatomy at 4K with PDLIB_PREFILL_GEMM fp32, tf32x3 and tf32x3 split at
+#                                          staging (PDLIB_GEMM_PRESPLIT=1), twice each, alternating, and
+#                                          bench-step without peers with tf32x3 (GPU 0), beside
 #                                          a short gate with tf32x3, then the sweep, decodes pipelined (GPU 1)
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
@@ -396,9 +397,9 @@ x)
       --reference-policies eager fifo overlap slo-chunked slo-mixed --quiet --output $OUT/sweep; \
       tar -C $OUT -cf $OUT/sweep.tar sweep && rm -r $OUT/sweep" > "$LOGS/sweep.log" 2>&1 ) &
   ( gpu 0 timeout 240 python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
-    for i in 1 2; do for g in fp32 tf32x3; do
-      PDLIB_PREFILL_GEMM=$g LABEL=$g gpu 0 timeout 90 python3 notes/gpu-session/chunk_anatomy.py 4096 \
-        >> "$LOGS/anatomy.log" 2>&1
+    for i in 1 2; do for g in fp32 tf32x3 tf32x3-presplit; do
+      PDLIB_PREFILL_GEMM=${g%-presplit} PDLIB_GEMM_PRESPLIT=$([ $g = tf32x3-presplit ] && echo 1 || echo 0) \
+        LABEL=$g gpu 0 timeout 90 python3 notes/gpu-session/chunk_anatomy.py 4096 >> "$LOGS/anatomy.log" 2>&1
     done; done
     PDLIB_PREFILL_GEMM=tf32x3 gpu 0 timeout -s INT $(left) python3 -m pdlib bench-step --no-peers \
       --contexts 4096 5120 --output "$OUT/bench-step-tf32x3.json" > "$LOGS/bench.log" 2>&1 ) &

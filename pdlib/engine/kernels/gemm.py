@@ -8,7 +8,8 @@ Each block computes a 64x64 tile of y = x @ w.T with four warps (32x32 each, mma
 32-deep slices of x and w in shared memory while the next slice is loaded into registers. Where the tiles
 are too few to fill the GPU, K is split and the slices' partial sums are added afterwards in a fixed order.
 Not yet fast enough to be the default: ~22 TFLOP/s on the H200 against MLX's FP32 GEMMs' ~20 (notes/gpu.md,
-v17, with what a faster form needs).
+v17, with what a faster form needs). The operands are split as each fragment is read, or once as the tiles
+are staged (PDLIB_GEMM_PRESPLIT=1): the same products either way; which is faster is being measured.
 
     y = tf32x3_matmul(x, w)       # x (M, K), w (N, K) FP32, row-contiguous -> x @ w.T, (M, N) FP32
     K.linear_t(x, w_t)            # this, on w_t.T (the weight as loaded), on CUDA when PDLIB_PREFILL_GEMM=tf32x3
@@ -46,10 +47,17 @@ __device__ __forceinline__ void pd_mma(float* c, const uint32_t* a, const uint32
 SOURCE = r"""
     // y[z] = x[:, kz] @ w[:, kz].T for K slice z (z = blockIdx.z, SPLIT slices of KS = K / SPLIT columns).
     // Both tiles are staged as they lie, rows by 32 columns; the pad makes a warp's fragment reads (row g,
-    // column t of either) hit 32 distinct banks.
+    // column t of either) hit 32 distinct banks. PRESPLIT: each tile is staged as its elements' TF32 hi and
+    // lo parts (split once, where each element is used by two warps, for twice the shared bytes read);
+    // otherwise as FP32, split as each fragment is read.
     constexpr int BM = 64, BN = 64, BK = 32, AP = BK + 4, KS = K / SPLIT;
-    __shared__ __align__(16) float As[BM * AP];
-    __shared__ __align__(16) float Bs[BN * AP];
+    __shared__ __align__(16) uint32_t tiles[(PRESPLIT ? 4 : 2) * BM * AP];
+    float* As = reinterpret_cast<float*>(tiles);
+    float* Bs = As + BM * AP;
+    uint32_t* Ah = tiles;  // (PRESPLIT only)
+    uint32_t* Al = tiles + (PRESPLIT ? 1 : 0) * BM * AP;
+    uint32_t* Bh = tiles + (PRESPLIT ? 2 : 0) * BM * AP;
+    uint32_t* Bl = tiles + (PRESPLIT ? 3 : 0) * BM * AP;
     const int M = x_shape[0];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
@@ -78,28 +86,45 @@ SOURCE = r"""
     for (int k0 = k_begin; k0 < k_begin + KS; k0 += BK) {
         #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            const int idx = tid + i * 128;
-            *reinterpret_cast<float4*>(As + (idx >> 3) * AP + (idx & 7) * 4) = ra[i];
-            *reinterpret_cast<float4*>(Bs + (idx >> 3) * AP + (idx & 7) * 4) = rb[i];
+            const int idx = tid + i * 128, at = (idx >> 3) * AP + (idx & 7) * 4;
+            if constexpr (PRESPLIT) {
+                uint4 h, l;
+                pd_split(ra[i].x, h.x, l.x); pd_split(ra[i].y, h.y, l.y);
+                pd_split(ra[i].z, h.z, l.z); pd_split(ra[i].w, h.w, l.w);
+                *reinterpret_cast<uint4*>(Ah + at) = h;
+                *reinterpret_cast<uint4*>(Al + at) = l;
+                pd_split(rb[i].x, h.x, l.x); pd_split(rb[i].y, h.y, l.y);
+                pd_split(rb[i].z, h.z, l.z); pd_split(rb[i].w, h.w, l.w);
+                *reinterpret_cast<uint4*>(Bh + at) = h;
+                *reinterpret_cast<uint4*>(Bl + at) = l;
+            } else {
+                *reinterpret_cast<float4*>(As + at) = ra[i];
+                *reinterpret_cast<float4*>(Bs + at) = rb[i];
+            }
         }
         __syncthreads();
         if (k0 + BK < k_begin + KS) load(k0 + BK);
         #pragma unroll
         for (int kk = 0; kk < BK; kk += 8) {
             uint32_t ah[2][4], al[2][4], bh[4][2], bl[4][2];
+            constexpr int FA[4] = {0, 8 * AP, 4, 8 * AP + 4}, FB[2] = {0, 4};  // a fragment's four, two
             #pragma unroll
             for (int mi = 0; mi < 2; ++mi) {
-                const float* a = As + (wm + mi * 16 + g) * AP + kk + t;
-                pd_split(a[0], ah[mi][0], al[mi][0]);
-                pd_split(a[8 * AP], ah[mi][1], al[mi][1]);
-                pd_split(a[4], ah[mi][2], al[mi][2]);
-                pd_split(a[8 * AP + 4], ah[mi][3], al[mi][3]);
+                const int at = (wm + mi * 16 + g) * AP + kk + t;
+                #pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    if constexpr (PRESPLIT) { ah[mi][e] = Ah[at + FA[e]]; al[mi][e] = Al[at + FA[e]]; }
+                    else pd_split(As[at + FA[e]], ah[mi][e], al[mi][e]);
+                }
             }
             #pragma unroll
             for (int ni = 0; ni < 4; ++ni) {
-                const float* b = Bs + (wn + ni * 8 + g) * AP + kk + t;
-                pd_split(b[0], bh[ni][0], bl[ni][0]);
-                pd_split(b[4], bh[ni][1], bl[ni][1]);
+                const int at = (wn + ni * 8 + g) * AP + kk + t;
+                #pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    if constexpr (PRESPLIT) { bh[ni][e] = Bh[at + FB[e]]; bl[ni][e] = Bl[at + FB[e]]; }
+                    else pd_split(Bs[at + FB[e]], bh[ni][e], bl[ni][e]);
+                }
             }
             // each tile takes the small terms first (lo hi, hi lo, then hi hi); each term goes to all eight
             // tiles before the next, so no product waits on the one just issued to its accumulators
@@ -136,6 +161,19 @@ _kernel = (mx.fast.cuda_kernel(name="pdlib_gemm_tf32x3", input_names=["x", "w"],
                                source=SOURCE, header=HEADER) if BACKEND == "cuda" else None)
 
 
+PRESPLIT_ENV = "PDLIB_GEMM_PRESPLIT"  # "1": stage the tiles split into hi and lo (SOURCE); being measured
+
+
+def presplit() -> bool:
+    """PDLIB_GEMM_PRESPLIT=1 stages each tile as its TF32 hi and lo parts, split once; 0 (the default) splits
+    as each fragment is read. Which is faster is for the H200 to say (notes/gpu.md, v17)."""
+    value = os.environ.get(PRESPLIT_ENV, "0")
+    if value not in ("0", "1"):
+        from pdlib.errors import InputError
+        raise InputError(f"{PRESPLIT_ENV} must be 0 or 1, got {value!r}")
+    return value == "1"
+
+
 def enabled() -> bool:
     """PDLIB_PREFILL_GEMM: `tf32x3` runs the prefill's matmuls here on CUDA; `fp32` (the default) runs MLX's."""
     choice = os.environ.get("PDLIB_PREFILL_GEMM", "fp32")
@@ -159,9 +197,11 @@ def k_split(M: int, K: int, N: int, sms: int) -> int:
     return split
 
 
-def tf32x3_matmul(x: mx.array, w: mx.array, *, split: int | None = None, poison: bool = False) -> mx.array:
+def tf32x3_matmul(x: mx.array, w: mx.array, *, split: int | None = None, split_at_staging: bool | None = None,
+                  poison: bool = False) -> mx.array:
     """x (M, K) @ w.T for w (N, K), FP32 in and out, on tensor cores (module docstring). `split` overrides
-    k_split; `poison` fills the output with NaN first, so a test sees any element the kernel skipped."""
+    k_split; `split_at_staging` overrides presplit(); `poison` fills the output with NaN first, so a test sees
+    any element the kernel skipped."""
     M, K = x.shape
     N = w.shape[0]
     split = k_split(M, K, N, cuda_sm_count()) if split is None else split
@@ -171,7 +211,8 @@ def tf32x3_matmul(x: mx.array, w: mx.array, *, split: int | None = None, poison:
     if N % BN or K % (split * BK):
         raise ValueError(f"tf32x3_matmul needs N % {BN} == 0 and K % ({BK} * split) == 0, got K={K}, N={N}, "
                          f"split={split}")
-    (y,) = _kernel(inputs=[x, w], template=[("K", K), ("N", N), ("SPLIT", split)],
+    staged = presplit() if split_at_staging is None else split_at_staging
+    (y,) = _kernel(inputs=[x, w], template=[("K", K), ("N", N), ("SPLIT", split), ("PRESPLIT", staged)],
                    grid=(N // BN * THREADS, -(-M // BM), split), threadgroup=(THREADS, 1, 1),
                    output_shapes=[(split, M, N)], output_dtypes=[mx.float32],
                    init_value=float("nan") if poison else None)
