@@ -44,7 +44,9 @@ def wrapped(kernel: Kernel, backend: str, source: str) -> str:
     for i, inst in enumerate(kernel.instances):
         fn = f"{kernel.name}_{i}"
         if backend == "cuda":
-            params = ([f"const {CUDA_TYPES[t]}* {n}" for n, t in kernel.inputs]
+            # an input's shape follows it when the body names it (x_shape), as MLX passes it
+            params = ([p for n, t in kernel.inputs for p in [f"const {CUDA_TYPES[t]}* {n}"]
+                       + ([f"const __grid_constant__ Shape {n}_shape"] if f"{n}_shape" in source else [])]
                       + [f"{CUDA_TYPES[t]}* {n}" for n, t in kernel.outputs])
             consts = "".join(f"  constexpr {'bool' if isinstance(v, bool) else 'int'} {k} = {str(v).lower()};\n"
                              for k, v in inst.items())
@@ -75,10 +77,12 @@ def _nvrtc():
 NVRTC = _nvrtc() if sys.platform == "linux" else None
 
 
-# What MLX's default header provides that the kernel uses: fixed-width ints, bf16 storage, INFINITY
+# What MLX's default header provides that the kernels use: fixed-width ints, bf16 storage, INFINITY, an
+# input's shape
 STANDINS = ("typedef unsigned int uint32_t; typedef int int32_t; typedef unsigned long long uint64_t;\n"
             "struct __nv_bfloat16 { unsigned short x; };\n"
-            "#define INFINITY __int_as_float(0x7f800000)\n")
+            "#define INFINITY __int_as_float(0x7f800000)\n"
+            "struct Shape { int d[10]; __device__ int operator[](int i) const { return d[i]; } };\n")
 
 
 def compile_sm90(text: str) -> str:

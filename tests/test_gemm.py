@@ -9,7 +9,7 @@ import pytest
 
 import mlx.core as mx
 
-from kernel_text import NVRTC, STANDINS, compile_sm90
+from kernel_text import NVRTC, STANDINS, Kernel, compile_sm90, wrapped
 from pdlib.engine import kernels as K
 from pdlib.engine.kernels import gemm as G
 from pdlib.errors import InputError
@@ -125,11 +125,8 @@ def test_the_engine_sends_its_chunk_matmuls_through_it(monkeypatch, tiny):
 def test_the_cuda_source_compiles_for_the_h200(K_, N, split, presplit):
     """As MLX wraps it (x's shape passed for the row count), for sm_90: no spills, and four blocks of 128
     threads fit an SM by registers."""
-    text = (STANDINS + "struct Shape { int d[10]; __device__ int operator[](int i) const { return d[i]; } };\n"
-            + G.HEADER + "__global__ void pdlib_gemm_tf32x3(const float* x, const __grid_constant__ Shape x_shape, "
-            f"const float* w, float* y) {{\n  constexpr int K = {K_};\n  constexpr int N = {N};\n"
-            f"  constexpr int SPLIT = {split};\n  constexpr bool PRESPLIT = {str(presplit).lower()};\n"
-            + G.SOURCE + "}\n")
-    log = compile_sm90(text)
+    kernel = Kernel("pdlib_gemm_tf32x3", G.SOURCE, [("x", "f32"), ("w", "f32")], [("y", "f32")],
+                    [dict(K=K_, N=N, SPLIT=split, PRESPLIT=presplit)])
+    log = compile_sm90(STANDINS + G.HEADER + wrapped(kernel, "cuda", G.SOURCE))
     regs = int(re.search(r"Used (\d+) registers", log).group(1))
     assert "0 bytes spill stores, 0 bytes spill loads" in log and 4 * regs * G.THREADS <= 65536, log
