@@ -67,6 +67,9 @@
 #                                          staging (PDLIB_GEMM_PRESPLIT=1), twice each, alternating, and
 #                                          bench-step without peers with tf32x3 (GPU 0), beside
 #                                          a short gate with tf32x3, then the sweep, decodes pipelined (GPU 1)
+#   bash notes/gpu-session/session.sh y    x on one GPU (when only nvidia-h200 is lent), in turn: check-kernels, the
+#                                          chunk step's anatomy at 4K (fp32, tf32x3, tf32x3 presplit, twice each),
+#                                          a short gate with tf32x3, then bench-step without peers with it
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -387,6 +390,23 @@ w)
   gpu 1 timeout -s INT $(left) python3 -m pdlib bench-step --contexts 4096 5120 --output "$OUT/bench-step.json" \
     > "$LOGS/bench.log" 2>&1 &
   wait; echo "== report-overlap-slo"; tail -n 20 "$LOGS/report2.log"; echo "== bench"; tail -n 12 "$LOGS/bench.log"
+  finish ;;
+y)
+  nvidia-smi -L > "$LOGS/gpus.txt"; nproc >> "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
+  gpu 0 timeout 200 python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
+  echo "check-kernels rc=$? pass=$(grep -c " pass$" "$LOGS/ck0.log")"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 12
+  grep gemm "$LOGS/ck0.log"
+  for i in 1 2; do for g in fp32 tf32x3 tf32x3-presplit; do
+    PDLIB_PREFILL_GEMM=${g%-presplit} PDLIB_GEMM_PRESPLIT=$([ $g = tf32x3-presplit ] && echo 1 || echo 0) \
+      LABEL=$g gpu 0 timeout 60 python3 notes/gpu-session/chunk_anatomy.py 4096 >> "$LOGS/anatomy.log" 2>&1
+  done; done
+  echo "== anatomy"; grep "^{" "$LOGS/anatomy.log"; grep -v "^{" "$LOGS/anatomy.log" | tail -n 5
+  PDLIB_PREFILL_GEMM=tf32x3 gpu 0 timeout 120 python3 -m pdlib run --model synthetic:qwen3-0.6b \
+    --prompt-tokens 1024 --output-tokens 64 --chunk-size 128 --policies eager chunked fifo mixed overlap \
+    --validate-only --quiet > "$LOGS/gate-tf32x3.log" 2>&1; echo "gate rc=$?"; tail -n 9 "$LOGS/gate-tf32x3.log"
+  PDLIB_PREFILL_GEMM=tf32x3 gpu 0 timeout -s INT $(left) python3 -m pdlib bench-step --no-peers \
+    --contexts 4096 5120 --output "$OUT/bench-step-tf32x3.json" > "$LOGS/bench.log" 2>&1
+  echo "== bench"; tail -n 10 "$LOGS/bench.log"
   finish ;;
 x)
   ( PDLIB_PREFILL_GEMM=tf32x3 gpu 1 timeout 120 python3 -m pdlib run --model synthetic:qwen3-0.6b \
