@@ -101,6 +101,43 @@ def _gemm_rows(seed: int, cases, *, split_at_staging: bool) -> list[dict]:
     return rows
 
 
+def flash_cases():
+    """(case, Hq, Hkv, T, start, capacity, splits): a chunk late and early in a prompt, a whole prompt, ragged rows
+    over a split that ends mid-tile, one row (a pruned last layer's), 4 query heads per KV head, and more
+    splits than tiles (empty splits to merge). splits None: key_splits' choice."""
+    yield "128 rows at 3968", 16, 8, 128, 3968, 5120, None
+    yield "128 rows at 0", 16, 8, 128, 0, 5120, None
+    yield "2048 rows at 0", 16, 8, 2048, 0, 2048, None
+    yield "37 rows at 100, 3 splits", 16, 8, 37, 100, 256, 3
+    yield "1 row at 4095", 16, 8, 1, 4095, 4160, None
+    yield "100 rows at 700, GQA 4", 8, 2, 100, 700, 1024, 1
+    yield "5 rows at 60, 4 splits", 16, 8, 5, 60, 128, 4
+
+
+def check_flash_attention(seed: int, cases=None) -> list[dict]:
+    """The prefill attention kernel against the reference's masked softmax, on caches whose slots past the
+    chunk hold NaN (a read of one poisons the row), scores ~3x a unit softmax's (so the max matters); and a
+    zero fence (the cache's writer never ran) must make every output NaN."""
+    Dh, rows = 128, []
+    for i, (case, Hq, Hkv, T, start, cap, splits) in enumerate(cases or flash_cases()):
+        mx.random.seed(seed * 100 + 60 + i)
+        n = start + T
+        q = mx.random.normal((Hq, T, Dh)) * 3.0
+        stale = mx.arange(cap)[None, :, None] >= n
+        kc = mx.where(stale, float("nan"), mx.random.normal((Hkv, cap, Dh)))
+        vc = mx.where(stale, float("nan"), mx.random.normal((Hkv, cap, Dh)))
+        positions = mx.arange(start, n, dtype=mx.int32)
+        kw = dict(scale=Dh ** -0.5, length=n, splits=splits)
+        got = K.flash_attention(q, kc, vc, positions, K.new_fence(), poison=True, **kw)
+        want = K.flash_attention_ops(q, kc, vc, positions, K.new_fence(), **kw)
+        rows += _evaluated([_compare("flash_attention", case, got.reshape(-1), want.reshape(-1))])
+        if i == 0:
+            unwritten = K.flash_attention(q, kc, vc, positions, mx.zeros((4,), mx.uint32), poison=False, **kw)
+            rows += _evaluated([_compare("flash_attention", case + ", zero fence",
+                                         mx.isnan(unwritten).all()[None].astype(mx.float32), mx.ones((1,)))])
+    return rows
+
+
 def _fence_row(name: str, case: str, written: mx.array, before: mx.array, *, writes: int = 1) -> dict:
     """The kernels advanced the write fence's counter (word 0; the rest is padding) once per write."""
     return _compare(name, case, written[:1].astype(mx.float32), (before[:1] + writes).astype(mx.float32))
@@ -307,8 +344,8 @@ def check_persistent_decode(seed: int) -> list[dict]:
 def check_kernels(*, seed: int = 0) -> list[dict]:
     if K.BACKEND == "cpu":
         raise InputError("no GPU backend: the kernels exist only on CUDA or Metal; the CPU runs the ops twins")
-    gemm = check_gemm(seed) if K.BACKEND == "cuda" else []  # tensor cores' TF32: CUDA's alone
-    return (check_gemv(seed) + gemm + check_decode_attention(seed) + check_kv_store(seed) + check_kv_install(seed)
+    cuda = check_gemm(seed) + check_flash_attention(seed) if K.BACKEND == "cuda" else []  # CUDA's alone
+    return (check_gemv(seed) + cuda + check_decode_attention(seed) + check_kv_store(seed) + check_kv_install(seed)
             + check_write_chain(seed) + check_persistent_decode(seed))
 
 

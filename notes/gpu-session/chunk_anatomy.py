@@ -33,7 +33,7 @@ def median_of(fn):
 model = load_model("synthetic:qwen3-0.6b")
 engine = Engine(model, capacity=CTX + T + 8)
 engine.add_request("P", [(i * 7919 + 13) % 50000 for i in range(CTX + T + 1)])
-out = {"context": CTX, "rows": T, "label": os.environ.get("LABEL"), "env": {k: os.environ.get(k) for k in ("MLX_USE_CUDA_GRAPHS", "MLX_ENABLE_TF32", "PDLIB_PREFILL_GEMM", "PDLIB_GEMM_PRESPLIT")}}
+out = {"context": CTX, "rows": T, "label": os.environ.get("LABEL"), "env": {k: os.environ.get(k) for k in ("MLX_USE_CUDA_GRAPHS", "MLX_ENABLE_TF32", "PDLIB_PREFILL_GEMM", "PDLIB_GEMM_PRESPLIT", "PDLIB_PREFILL_ATTENTION")}}
 
 
 def chunk_step():
@@ -83,6 +83,32 @@ def attention():
 
 
 out["attention_28_layers_ms"] = median_of(attention)
+out["attention_tflops"] = 4 * 16 * T * (CTX + T) * 128 / out["attention_28_layers_ms"] / 1e9 * len(layers)
+
+if K.BACKEND == "cuda":  # the flash kernel on caches as they lie (capacity past the chunk), as the engine calls it
+    cap = CTX + T + 8
+    caches = [(mx.random.normal((8, cap, 128)), mx.random.normal((8, cap, 128))) for _ in layers]
+    positions, fence = mx.arange(CTX, CTX + T, dtype=mx.int32), K.new_fence()
+    mx.eval(caches, positions, fence)
+
+    def flash():
+        t0 = time.perf_counter_ns()
+        mx.eval([K.flash_attention(q, k, v, positions, fence, scale=128 ** -0.5, length=CTX + T) for k, v in caches])
+        return ms(t0)
+
+    out["flash_28_layers_ms"] = median_of(flash)
+    out["flash_tflops"] = 4 * 16 * T * (CTX + T) * 128 / out["flash_28_layers_ms"] / 1e9 * len(layers)
+    wq = mx.random.normal((16, CTX + T, 128))
+    wpos = mx.arange(0, CTX + T, dtype=mx.int32)
+    mx.eval(wq, wpos)
+
+    def whole():  # a whole prompt of CTX + T rows: causal, so half the square's FLOPs
+        t0 = time.perf_counter_ns()
+        mx.eval([K.flash_attention(wq, k, v, wpos, fence, scale=128 ** -0.5, length=CTX + T) for k, v in caches])
+        return ms(t0)
+
+    out["flash_whole_prompt_28_layers_ms"] = median_of(whole)
+    out["flash_whole_tflops"] = 2 * 16 * (CTX + T) ** 2 * 128 / out["flash_whole_prompt_28_layers_ms"] / 1e9 * len(layers)
 tiny = mx.zeros((4,))
 mx.eval(tiny)
 

@@ -70,6 +70,12 @@
 #   bash notes/gpu-session/session.sh y    x on one GPU (when only nvidia-h200 is lent), in turn: check-kernels, the
 #                                          chunk step's anatomy at 4K (fp32, tf32x3, tf32x3 presplit, twice each),
 #                                          a short gate with tf32x3, then bench-step without peers with it
+#   bash notes/gpu-session/session.sh z    flash prefill attention (one GPU): check-kernels, and if its rows pass the
+#                                          chunk step's anatomy at 4K with PDLIB_PREFILL_ATTENTION ops and flash,
+#                                          twice each, a short gate and bench-step without peers (flash, the
+#                                          default); if they fail, flash_debug.py
+#   bash notes/gpu-session/session.sh zr   the published eager chunked fifo mixed (one GPU)
+#   bash notes/gpu-session/session.sh zs   the published chunked overlap slo slo-mixed at $SLO ms (one GPU)
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -390,6 +396,41 @@ w)
   gpu 1 timeout -s INT $(left) python3 -m pdlib bench-step --contexts 4096 5120 --output "$OUT/bench-step.json" \
     > "$LOGS/bench.log" 2>&1 &
   wait; echo "== report-overlap-slo"; tail -n 20 "$LOGS/report2.log"; echo "== bench"; tail -n 12 "$LOGS/bench.log"
+  finish ;;
+z)
+  nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
+  gpu 0 timeout 200 python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
+  echo "check-kernels rc=$? pass=$(grep -c " pass$" "$LOGS/ck0.log") at ${SECONDS}s"
+  grep -v " pass$" "$LOGS/ck0.log" | tail -n 12; grep flash "$LOGS/ck0.log"
+  if grep flash_attention "$LOGS/ck0.log" | grep -q FAIL || ! grep -q flash_attention "$LOGS/ck0.log"; then
+    gpu 0 timeout 120 python3 notes/gpu-session/flash_debug.py 2>&1 | tee "$LOGS/flash-debug.log" | tail -n 20
+    PDLIB_PREFILL_ATTENTION=ops gpu 0 timeout 120 python3 -m pdlib run --model synthetic:qwen3-0.6b \
+      --prompt-tokens 1024 --output-tokens 64 --chunk-size 128 --policies eager chunked mixed \
+      --validate-only --quiet > "$LOGS/gate-ops.log" 2>&1; echo "gate (ops) rc=$?"; tail -n 5 "$LOGS/gate-ops.log"
+    finish; exit 0
+  fi
+  for i in 1 2; do for a in ops flash; do
+    PDLIB_PREFILL_ATTENTION=$a LABEL=$a gpu 0 timeout 90 python3 notes/gpu-session/chunk_anatomy.py 4096 \
+      >> "$LOGS/anatomy.log" 2>&1
+  done; done
+  echo "== anatomy at ${SECONDS}s"; grep "^{" "$LOGS/anatomy.log"; grep -v "^{" "$LOGS/anatomy.log" | tail -n 5
+  gpu 0 timeout 150 python3 -m pdlib run --model synthetic:qwen3-0.6b \
+    --prompt-tokens 1024 --output-tokens 64 --chunk-size 128 --policies eager chunked fifo mixed overlap \
+    --validate-only --quiet > "$LOGS/gate-flash.log" 2>&1; echo "gate rc=$? at ${SECONDS}s"; tail -n 9 "$LOGS/gate-flash.log"
+  gpu 0 timeout -s INT $(left) python3 -m pdlib bench-step --no-peers \
+    --contexts 4096 5120 --output "$OUT/bench-step-flash.json" > "$LOGS/bench.log" 2>&1
+  echo "== bench at ${SECONDS}s"; tail -n 10 "$LOGS/bench.log"
+  finish ;;
+zr)
+  gpu 0 timeout -s INT $(left) python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+    --policies eager chunked fifo mixed --quiet --output "$OUT/report.json" > "$LOGS/report.log" 2>&1
+  echo "report rc=$? at ${SECONDS}s"; tail -n 25 "$LOGS/report.log"
+  finish ;;
+zs)
+  gpu 0 timeout -s INT $(left) python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+    --policies chunked overlap slo slo-mixed --tbt-slo-ms "$SLO" --quiet --output "$OUT/report-overlap-slo.json" \
+    > "$LOGS/report-overlap-slo.log" 2>&1
+  echo "report rc=$? at ${SECONDS}s"; tail -n 30 "$LOGS/report-overlap-slo.log"
   finish ;;
 y)
   nvidia-smi -L > "$LOGS/gpus.txt"; nproc >> "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"

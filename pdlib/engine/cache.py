@@ -83,6 +83,12 @@ class KVCache:
             k, v, self.k[layer], self.v[layer], self.written, positions=positions, start=start)
         return keys, values
 
+    def write(self, layer: int, k: mx.array, v: mx.array, *, positions: mx.array, start: int) -> None:
+        """`store` for attention that reads the cache itself (kernels/flash_prefill.py): only the new rows are
+        written (in place behind the fence, or functionally), with no copy of the prefix handed back."""
+        self.k[layer], self.v[layer], self.written = install_kv(
+            k, v, self.k[layer], self.v[layer], self.written, positions=positions, start=start)
+
     def store_decoded(self, ks: list, vs: list, written: mx.array, *, next_pos: mx.array) -> None:
         """After a decode step: the new fence, and the new rows (Hkv, 1, Dh) where the step's kernels did not
         store them themselves (empty lists when they did); then one position more."""

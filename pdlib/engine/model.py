@@ -199,9 +199,11 @@ class Qwen3:
         rope = (positions[0],) if len(segments) == 1 else K.rope_tables(positions, self.inv_freq)
         tokens = [s.tokens for s in segments]
         h = self.embed[tokens[0] if len(tokens) == 1 else mx.concatenate([t.astype(mx.int32) for t in tokens])]
-        masks = [K.causal_mask(positions[a:b], s.start + s.size) for s, a, b in zip(segments, offsets, offsets[1:])]
-        rep = c.num_attention_heads // c.num_key_value_heads
-        mask_rows = [K.query_rows(m, rep) for m in masks]
+        flash = K.flash_enabled(c.head_dim)
+        if not flash:
+            masks = [K.causal_mask(positions[a:b], s.start + s.size) for s, a, b in zip(segments, offsets, offsets[1:])]
+            rep = c.num_attention_heads // c.num_key_value_heads
+            mask_rows = [K.query_rows(m, rep) for m in masks]
         emitting = [j for j, s in enumerate(segments) if s.emits]
 
         def last_rows(a: mx.array, axis: int = 0) -> mx.array:  # the emitting segments' last rows, by slices
@@ -211,17 +213,31 @@ class Qwen3:
         n_layers, pruned = len(self.layers), False
         for i, L in enumerate(self.layers):
             q, k, v = self._p_qkv(h, L.in_norm, L.t["wqkv"], L.t["qk_norm"], *rope)
-            kv = [s.cache.store(i, k[:, a:b], v[:, a:b], positions=positions[a:b], start=s.start)
-                  for s, a, b in zip(segments, offsets, offsets[1:])]
-            # (its query rows [a, b) in q and h, its keys and values, its stacked mask) per segment going on
-            rows = [(a, b, kv[j], mask_rows[j]) for j, (a, b) in enumerate(zip(offsets, offsets[1:]))]
+            if flash:  # attention reads the caches in place: only the new rows are written
+                for s, a, b in zip(segments, offsets, offsets[1:]):
+                    s.cache.write(i, k[:, a:b], v[:, a:b], positions=positions[a:b], start=s.start)
+            else:
+                kv = [s.cache.store(i, k[:, a:b], v[:, a:b], positions=positions[a:b], start=s.start)
+                      for s, a, b in zip(segments, offsets, offsets[1:])]
+
+            def attend(j: int, qr: mx.array, last: bool) -> mx.array:
+                """Segment j's query rows qr (all of them, or only its `last`) over its cache."""
+                s, a, b = segments[j], offsets[j], offsets[j + 1]
+                if flash:
+                    return K.flash_attention(qr, s.cache.k[i], s.cache.v[i], positions[b - 1: b] if last else positions[a:b],
+                                             s.cache.written, scale=self.scale, length=s.start + s.size)
+                m = K.query_rows(masks[j][-1:], rep) if last else mask_rows[j]
+                return self._attention_for(qr.shape[1])(qr, *kv[j], mask_rows=m)
+
+            # (its query rows [a, b) in q and h, its segment, whether they are only its last) per segment going on
+            rows = [(a, b, j, False) for j, (a, b) in enumerate(zip(offsets, offsets[1:]))]
             if prune and i == n_layers - 1:
                 if not emitting:
                     break
                 h, q = last_rows(h), last_rows(q, axis=1)
-                rows = [(r, r + 1, kv[j], K.query_rows(masks[j][-1:], rep)) for r, j in enumerate(emitting)]
+                rows = [(r, r + 1, j, True) for r, j in enumerate(emitting)]
                 pruned = True
-            o = [self._attention_for(b - a)(q[:, a:b], k, v, mask_rows=m) for a, b, (k, v), m in rows]
+            o = [attend(j, q[:, a:b], last) for a, b, j, last in rows]
             o = o[0] if len(o) == 1 else mx.concatenate(o, axis=1)
             h = self._p_out_mlp(h, o, L.t["wo"], L.post_norm, L.t["w_gate_up"], L.t["w_down"])
             yield [h, *(a for s in segments for a in (s.cache.k[i], s.cache.v[i], s.cache.written))]

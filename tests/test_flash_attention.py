@@ -1,0 +1,181 @@
+"""Flash prefill attention (pdlib/engine/kernels/flash_prefill.py). On the CPU: a NumPy emulation of the
+kernel's blocks, key splits, tiles, online softmax and merge passes its check (kernel_check.check_flash_attention)
+and each planted fault fails it; the split rule; the switch; the engine's prefill goes through it when enabled
+(ragged steps and the pruned last layer included) and gives the ops path's logits. The kernel itself runs in
+check-kernels on a GPU; NVRTC compiles it here."""
+
+import re
+
+import numpy as np
+import pytest
+
+import mlx.core as mx
+
+from kernel_text import NVRTC, STANDINS, Kernel, compile_sm90, wrapped
+from pdlib.engine import kernels as K
+from pdlib.engine.kernels import flash_prefill as F
+from pdlib.engine.kernels.backend import float_bits
+from pdlib.errors import InputError
+from pdlib.kernel_check import check_flash_attention, flash_cases
+
+
+def emulated(q, kc, vc, positions, written, *, scale, length, splits=None, poison=False, fault=None):
+    """flash_attention as the kernel computes it: per head and 64-row block, keys [0, max position + 1) in
+    64-key tiles, shared out to the splits, an online softmax per split, the splits merged by their maxima.
+    `fault`: "last tile" (each split skips its last), "no mask", "whole cache" (tiles run to the capacity),
+    "merge" (the splits' sums added without their maxima), "fence" (the fence ignored)."""
+    with np.errstate(invalid="ignore", divide="ignore"):  # a fault may leave a row no key: NaN, as it should
+        return _emulated(q, kc, vc, positions, written, scale=scale, length=length, splits=splits, fault=fault)
+
+
+def _emulated(q, kc, vc, positions, written, *, scale, length, splits, fault):
+    q, kc, vc = (np.array(a, np.float32) for a in (q, kc, vc))
+    pos = np.array(positions)
+    Hq, T, Dh = q.shape
+    Hkv, cap, _ = kc.shape
+    z = F.key_splits(T, Hq, length, 132) if splits is None else splits
+    out = np.zeros((Hq, T, Dh), np.float32)
+    for h in range(Hq):
+        g = h // (Hq // Hkv)
+        for r0 in range(0, T, F.BR):
+            qs, p = q[h, r0: r0 + F.BR] * np.float32(scale), pos[r0: r0 + F.BR]
+            kend = cap if fault == "whole cache" else min(int(p.max()) + 1, cap)
+            tiles = -(-kend // F.BC)
+            per = -(-tiles // z)
+            parts = []
+            for zi in range(z):
+                t0 = min(tiles, zi * per)
+                t1 = min(tiles, t0 + per) - (1 if fault == "last tile" and min(tiles, t0 + per) > t0 else 0)
+                m = np.full(len(p), -np.inf, np.float32)
+                l, o = np.zeros(len(p), np.float32), np.zeros((len(p), Dh), np.float32)
+                for t in range(t0, t1):
+                    keys = np.arange(t * F.BC, min((t + 1) * F.BC, kend))
+                    s = qs @ kc[g, keys].T
+                    if fault != "no mask":
+                        s = np.where(keys[None, :] > p[:, None], -np.inf, s)
+                    m_new = np.maximum(m, s.max(axis=1))
+                    shift = np.where(m_new == -np.inf, 0, m_new)
+                    alpha, e = np.exp(m - shift), np.exp(s - shift[:, None])
+                    l, o, m = l * alpha + e.sum(axis=1), o * alpha[:, None] + e @ vc[g, keys], m_new
+                parts.append((m, l, o))
+            ms = np.stack([m for m, _, _ in parts])
+            w = np.ones_like(ms) if fault == "merge" else np.exp(ms - ms.max(axis=0))
+            out[h, r0: r0 + F.BR] = (sum(wi[:, None] * o for wi, (_, _, o) in zip(w, parts))
+                                     / sum(wi * l for wi, (_, l, _) in zip(w, parts))[:, None])
+    if fault != "fence" and int(np.array(written)[0]) == 0:
+        out[:] = np.nan
+    return mx.array(out)
+
+
+def small(case):
+    """check-kernels' case with its rows and context scaled down, so NumPy runs it in CI's time (splits kept)."""
+    name, Hq, Hkv, T, start, cap, splits = case
+    if T > 256:
+        T, cap = 300, 300
+    if start > 1024:
+        start, cap = 1000 - T, 1100
+    return name, Hq, Hkv, T, start, cap, splits
+
+
+def rows_with(monkeypatch, **kw):
+    monkeypatch.setattr(K, "flash_attention", lambda *a, **k: emulated(*a, **k, **kw))
+    rows = check_flash_attention(seed=0, cases=[small(c) for c in flash_cases()])
+    names = [c[0] for c in flash_cases()]
+    assert [r["case"] for r in rows] == names[:1] + [names[0] + ", zero fence"] + names[1:]
+    return {r["case"]: r["passed"] for r in rows}
+
+
+def test_the_check_passes_the_emulation_and_fails_each_planted_fault(monkeypatch):
+    assert all(rows_with(monkeypatch).values())
+    # a tile skipped, a key past a row's position seen, a stale (NaN) slot read, a merge without the maxima
+    skipped = rows_with(monkeypatch, fault="last tile")
+    assert not any(passed for case, passed in skipped.items() if not case.endswith("zero fence"))
+    no_mask = rows_with(monkeypatch, fault="no mask")
+    assert not no_mask["128 rows at 3968"] and not no_mask["2048 rows at 0"]
+    assert no_mask["1 row at 4095"]  # the last position sees every key: nothing to mask
+    whole = rows_with(monkeypatch, fault="whole cache")
+    assert not whole["128 rows at 3968"] and not whole["37 rows at 100, 3 splits"]
+    merge = rows_with(monkeypatch, fault="merge")
+    assert not merge["128 rows at 3968"] and not merge["37 rows at 100, 3 splits"]
+    assert not rows_with(monkeypatch, fault="fence")["128 rows at 3968, zero fence"]
+
+
+def test_the_split_fills_the_gpu_with_whole_tiles():
+    sms = 132
+    assert F.key_splits(128, 16, 4096, sms) == 9      # a chunk at 4K: 32 row blocks -> 288 blocks
+    assert F.key_splits(4096, 16, 4096, sms) == 1     # a whole prompt: 1024 row blocks already
+    assert F.key_splits(1, 16, 4096, sms) == 17       # a pruned row
+    assert F.key_splits(128, 16, 128, sms) == 1       # the first chunk: two tiles, one split
+    for T, n in [(37, 137), (5, 65), (128, 5120)]:
+        z = F.key_splits(T, 16, n, sms)
+        assert z == 1 or -(-n // F.BC) >= 2 * z
+
+
+def test_the_switch(monkeypatch):
+    monkeypatch.delenv(F.ENV, raising=False)
+    assert F.enabled(128) == (K.BACKEND == "cuda")
+    assert not F.enabled(64)
+    monkeypatch.setenv(F.ENV, "ops")
+    assert not F.enabled(128)
+    monkeypatch.setenv(F.ENV, "fast")
+    with pytest.raises(InputError, match="PDLIB_PREFILL_ATTENTION must be flash or ops, got 'fast'"):
+        F.enabled(128)
+
+
+def test_the_engine_attends_through_it_and_writes_only_the_new_rows(monkeypatch, tiny):
+    """With the kernel enabled (a stand-in on the CPU: the emulation), a prompt in two chunks and then a ragged
+    step (a decode row beside another request's chunk) attend through it, one call per segment and layer,
+    the pruned last layer with the emitting rows alone; the caches' prefixes are never handed out (store is
+    not called); the logits equal the ops path's within the gate's tolerance."""
+    from pdlib.engine.model import Qwen3, Segment
+    from pdlib.engine.cache import KVCache
+    q = Qwen3(tiny, compile_steps=False)
+    layers = tiny.config.num_hidden_layers
+    a_prompt, b_prompt = mx.arange(3, 103, dtype=mx.int32), mx.arange(200, 237, dtype=mx.int32)
+
+    def run():
+        a, b = q.new_cache(160), q.new_cache(160)
+        out = [q.step([Segment(a, a_prompt[:64], start=0, emits=False)]),
+               q.step([Segment(a, a_prompt[64:], start=64, emits=True)]),
+               q.step([Segment(b, b_prompt[:20], start=0, emits=False)]),
+               q.step([Segment(a, mx.array([7], mx.int32), start=100, emits=True),
+                       Segment(b, b_prompt[20:], start=20, emits=True)])]
+        return [x for step in out for x in step if x is not None]
+
+    monkeypatch.setenv(F.ENV, "ops")
+    plain = run()
+    calls = []
+
+    def standin(qr, kc, vc, positions, written, **kw):
+        calls.append((qr.shape[1], kw["length"], np.array(positions).tolist()))
+        assert kc.shape[1] == 160  # the whole cache, as it lies
+        return emulated(qr, kc, vc, positions, written, **kw)
+    monkeypatch.setattr(K, "flash_enabled", lambda head_dim: True)
+    monkeypatch.setattr(K, "flash_attention", standin)
+    monkeypatch.setattr(KVCache, "store", lambda *a, **k: pytest.fail("the prefix was handed out"))
+    got = run()
+    assert len(got) == len(plain) == 3
+    for g, p in zip(got, plain):
+        assert np.allclose(np.array(g), np.array(p), rtol=1e-3, atol=1e-3)
+    # chunk 1 prunes its last layer entirely (it emits nothing); chunk 2 attends with its last row there
+    assert calls[: layers - 1] == [(64, 64, list(range(64)))] * (layers - 1)
+    chunk2 = calls[layers - 1: 2 * layers - 1]
+    assert chunk2[:-1] == [(36, 100, list(range(64, 100)))] * (layers - 1) and chunk2[-1] == (1, 100, [99])
+    ragged = calls[-2 * layers:]
+    assert ragged[:2] == [(1, 101, [100]), (17, 37, list(range(20, 37)))]
+    assert ragged[-2:] == [(1, 101, [100]), (1, 37, [36])]
+
+
+@pytest.mark.skipif(NVRTC is None, reason="no NVRTC (the nvidia-cuda-nvrtc wheel, Linux only)")
+def test_the_cuda_sources_compile_for_the_h200():
+    """As MLX wraps them (the inputs' shapes passed), for sm_90: no spills; two blocks of 256 threads fit an SM
+    by registers and by shared memory (228 KB, 1 KB of it reserved per block)."""
+    flash = Kernel("pdlib_flash_prefill", F.SOURCE, [("q", "f32"), ("kc", "f32"), ("vc", "f32"), ("pos", "i32"),
+                                                      ("after", "u32")], [("part", "f32"), ("stats", "f32")],
+                   [dict(SCALE_BITS=float_bits(128 ** -0.5))])
+    log = compile_sm90(STANDINS + wrapped(flash, "cuda", F.SOURCE))
+    regs = int(re.search(r"Used (\d+) registers", log).group(1))
+    assert "0 bytes spill stores, 0 bytes spill loads" in log and 2 * regs * F.THREADS <= 65536, log
+    assert 2 * (F.SHARED_BYTES + 16 + 1024) <= 228 * 1024
+    merge = Kernel("pdlib_flash_merge", F.MERGE, [("part", "f32"), ("stats", "f32")], [("o", "f32")], [{}])
+    assert "0 bytes spill stores" in compile_sm90(STANDINS + wrapped(merge, "cuda", F.MERGE))
