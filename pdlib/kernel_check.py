@@ -117,7 +117,8 @@ def flash_cases():
 def check_flash_attention(seed: int, cases=None) -> list[dict]:
     """The prefill attention kernel against the reference's masked softmax, on caches whose slots past the
     chunk hold NaN (a read of one poisons the row), scores ~3x a unit softmax's (so the max matters); and a
-    zero fence (the cache's writer never ran) must make every output NaN."""
+    zero fence (the cache's writer never ran) must make every output NaN, on the path that merges splits and
+    on the one that does not."""
     Dh, rows = 128, []
     for i, (case, Hq, Hkv, T, start, cap, splits) in enumerate(cases or flash_cases()):
         mx.random.seed(seed * 100 + 60 + i)
@@ -132,9 +133,10 @@ def check_flash_attention(seed: int, cases=None) -> list[dict]:
         want = K.flash_attention_ops(q, kc, vc, positions, K.new_fence(), **kw)
         rows += _evaluated([_compare("flash_attention", case, got.reshape(-1), want.reshape(-1))])
         if i == 0:
-            unwritten = K.flash_attention(q, kc, vc, positions, mx.zeros((4,), mx.uint32), poison=False, **kw)
-            rows += _evaluated([_compare("flash_attention", case + ", zero fence",
-                                         mx.isnan(unwritten).all()[None].astype(mx.float32), mx.ones((1,)))])
+            for z, how in ((splits, ""), (1, ", 1 split")):
+                unwritten = K.flash_attention(q, kc, vc, positions, mx.zeros((4,), mx.uint32), **{**kw, "splits": z})
+                rows += _evaluated([_compare("flash_attention", case + ", zero fence" + how,
+                                             mx.isnan(unwritten).all()[None].astype(mx.float32), mx.ones((1,)))])
     return rows
 
 

@@ -76,6 +76,8 @@
 #                                          default); if they fail, flash_debug.py
 #   bash notes/gpu-session/session.sh zr   the published eager chunked fifo mixed (one GPU)
 #   bash notes/gpu-session/session.sh zs   the published chunked overlap slo slo-mixed at $SLO ms (one GPU)
+#   bash notes/gpu-session/session.sh zb   the last call of a session with ~8 minutes left (one GPU): check-kernels,
+#                                          then, if every row passed, bench-step with peers at 5K context
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -396,6 +398,14 @@ w)
   gpu 1 timeout -s INT $(left) python3 -m pdlib bench-step --contexts 4096 5120 --output "$OUT/bench-step.json" \
     > "$LOGS/bench.log" 2>&1 &
   wait; echo "== report-overlap-slo"; tail -n 20 "$LOGS/report2.log"; echo "== bench"; tail -n 12 "$LOGS/bench.log"
+  finish ;;
+zb)
+  gpu 0 timeout 200 python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
+  echo "check-kernels rc=$? pass=$(grep -c " pass$" "$LOGS/ck0.log") at ${SECONDS}s"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 8
+  if grep -q FAIL "$LOGS/ck0.log"; then finish; exit 0; fi
+  gpu 0 timeout -s INT $(left) python3 -m pdlib bench-step --contexts 5120 --output "$OUT/bench-step.json" \
+    > "$LOGS/bench.log" 2>&1
+  echo "== bench rc=$? at ${SECONDS}s"; tail -n 12 "$LOGS/bench.log"
   finish ;;
 z)
   nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"

@@ -12,7 +12,9 @@ The engine keeps each request's next input token itself, so a step needs only th
 progress has one owner, its cache (`length`); how much of the prompt is prefilled follows from it.
 On a GPU the kernels write new K/V slots into the cache arrays in place; `kv()` reads them through the
 cache's write fence (kernels/fence.py), so a read is ordered after the writes it should see. Evaluate what
-`kv()` returned before resetting the request, whose next writes reuse those slots.
+`kv()` returned, and the request's last step, before resetting the request, whose next writes reuse those
+slots: the prefill's attention reads the cache in place (kernels/flash_prefill.py), ordered after the writes
+through the fence but not before the next ones.
 """
 
 from dataclasses import dataclass

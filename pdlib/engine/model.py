@@ -80,6 +80,7 @@ class Qwen3:
         self._compile_steps, self._attention = compile_steps, {}
         runs_here = persistent.available(cfg, packed=lossless_decode_weights)
         self.decode_mode = decode_mode(decode) or ("persistent" if runs_here else "kernels")
+        K.flash_enabled(cfg.head_dim)  # a bad PDLIB_PREFILL_ATTENTION is refused here, not at the first prefill
         # one barrier buffer per cache (decodes of two requests may overlap), gone with its cache
         self.decode_weights, self._syncs = None, weakref.WeakKeyDictionary()
         if self.decode_mode == "persistent":
@@ -118,9 +119,10 @@ class Qwen3:
 
     # -- prefill ---------------------------------------------------------------------------------------
     # Everything but attention depends only on the chunk's length, so it runs as compiled functions (one
-    # trace per length, shared by all layers: the weights are arguments). Attention reads a cache prefix
-    # that grows every chunk; nothing in `attention_rows` depends on its length, so it is compiled shapeless,
-    # once per query row count. On a GPU the host spends microseconds on each node of a step's graph (~8 on
+    # trace per length, shared by all layers: the weights are arguments). Attention is one flash kernel per
+    # segment where it runs (kernels/flash_prefill.py: CUDA), reading the cache in place; elsewhere MLX's ops
+    # read a cache prefix that grows every chunk, and since nothing in `attention_rows` depends on its length,
+    # it is compiled shapeless, once per query row count. On a GPU the host spends microseconds on each node of a step's graph (~8 on
     # average; notes/gpu.md, v8, v9): compiled pieces fuse elementwise work and skip Python, the weights'
     # transposes are made once at load, each RMSNorm is MLX's fused one (one node, where the ops' square,
     # mean and scale are four), and so is RoPE in a step of one request (mx.fast.rope, the reference's own:

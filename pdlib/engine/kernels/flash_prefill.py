@@ -204,10 +204,11 @@ def enabled(head_dim: int) -> bool:
 
 
 def key_splits(rows: int, heads: int, length: int, sms: int) -> int:
-    """Blocks per row block along the keys: enough for about two blocks per SM, each with at least two of the
-    `length` keys' 64-key tiles (a 128-row chunk of 16 heads at 4K: 9; a whole prompt: 1)."""
+    """Blocks per row block along the keys: as many as two per SM hold at once (two fit by registers and
+    shared memory), at most half the `length` keys' 64-key tiles (a 128-row chunk of 16 heads at 4K: 8; a
+    whole prompt: 1). A row block whose last row sits early sees fewer tiles, so its last splits may be empty."""
     blocks = -(-rows // BR) * heads
-    return max(1, min(-(-2 * sms // blocks), -(-length // BC) // 2))
+    return max(1, min(2 * sms // blocks, -(-length // BC) // 2))
 
 
 def flash_attention(q: mx.array, k_cache: mx.array, v_cache: mx.array, positions: mx.array, written: mx.array, *,
@@ -217,10 +218,11 @@ def flash_attention(q: mx.array, k_cache: mx.array, v_cache: mx.array, positions
     element the kernels skipped."""
     Hq, T, Dh = q.shape
     Hkv = k_cache.shape[0]
-    if Dh != DH or k_cache.shape != v_cache.shape or k_cache.shape[2] != DH or Hq % Hkv or positions.shape != (T,):
-        raise ValueError(f"flash_attention takes q (Hq, T, {DH}) and caches (Hkv, capacity, {DH}), Hq a multiple of "
-                         f"Hkv, positions (T,); got q {q.shape}, caches {k_cache.shape} {v_cache.shape}, positions "
-                         f"{positions.shape}")
+    if (Dh != DH or k_cache.shape != v_cache.shape or k_cache.shape[2] != DH or Hq % Hkv or positions.shape != (T,)
+            or {q.dtype, k_cache.dtype, v_cache.dtype} != {mx.float32} or positions.dtype != mx.int32):
+        raise ValueError(f"flash_attention takes FP32 q (Hq, T, {DH}) and caches (Hkv, capacity, {DH}), Hq a multiple "
+                         f"of Hkv, int32 positions (T,); got q {q.dtype} {q.shape}, caches {k_cache.dtype} "
+                         f"{k_cache.shape} {v_cache.shape}, positions {positions.dtype} {positions.shape}")
     z = key_splits(T, Hq, length, cuda_sm_count()) if splits is None else splits
     nan = float("nan") if poison else None
     part, stats = _kernel(inputs=[q, k_cache, v_cache, positions, written], template=[("SCALE_BITS", float_bits(scale))],
@@ -241,9 +243,5 @@ def flash_attention_ops(q: mx.array, k_cache: mx.array, v_cache: mx.array, posit
     k, v = k_cache[:, :length], v_cache[:, :length]
     return attention_ops(q, k, v, mask=causal_mask(positions, length), scale=scale)
 
-
-def flops(rows: int, heads: int, keys: int, head_dim: int = DH) -> float:
-    """Multiply-adds x 2 of the scores and of P V for `rows` queries over `keys` keys each, per head."""
-    return 4.0 * rows * heads * keys * head_dim
 
 

@@ -10,14 +10,16 @@ write fence (fence.py), taken as an input and returned advanced.
 On a GPU one kernel writes the new slots into the cache in place (why: decode_attention.py; a functional
 update of a cache that other kernels still read copied all of it, most of a 128-token chunk's time) and
 writes keys/values and the new fence as fresh outputs. MLX orders the kernels of a CUDA graph only through
-the buffers they output, and the cache is not one of them: attention therefore reads keys/values, and
-anything else reads the cache through `fence.read_after`, which depends on the fence this kernel outputs.
+the buffers they output, and the cache is not one of them: MLX's ops attention therefore reads keys/values,
+and anything else reads the cache through the fence this kernel outputs (`fence.read_after`, or a kernel
+that takes the fence as an input, as the flash prefill attention does).
 On the CPU it is the functional `slice_update`, whose copy is one layer's cache, keys/values are views of the
 result, and the fence is returned as it came.
 
     k_cache, v_cache, written = install_kv(k, v, k_cache, v_cache, written, positions=positions, start=start)
 
-writes a prefix computed elsewhere (disagg) the same way, handing nothing back for attention.
+writes new rows the same way, handing nothing back: a prefix computed elsewhere (disagg), or a chunk whose
+attention reads the cache itself (flash_prefill.py).
 """
 
 import mlx.core as mx
