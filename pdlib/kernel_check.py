@@ -102,8 +102,8 @@ def _gemm_rows(seed: int, cases, *, split_at_staging: bool) -> list[dict]:
 
 
 def flash_cases():
-    """(case, Hq, Hkv, T, start, capacity, splits): a chunk late and early in a prompt, a whole prompt, ragged rows
-    over a split that ends mid-tile, one row (a pruned last layer's), 4 query heads per KV head, and more
+    """(case, Hq, Hkv, T, start, capacity, splits): a chunk late and early in a prompt, a whole prompt, ragged
+    rows over a split that ends mid-tile, one row (a pruned last layer's), 4 query heads per KV head, and more
     splits than tiles (empty splits to merge). splits None: key_splits' choice."""
     yield "128 rows at 3968", 16, 8, 128, 3968, 5120, None
     yield "128 rows at 0", 16, 8, 128, 0, 5120, None
@@ -134,7 +134,8 @@ def check_flash_attention(seed: int, cases=None) -> list[dict]:
         rows += _evaluated([_compare("flash_attention", case, got.reshape(-1), want.reshape(-1))])
         if i == 0:
             for z, how in ((splits, ""), (1, ", 1 split")):
-                unwritten = K.flash_attention(q, kc, vc, positions, mx.zeros((4,), mx.uint32), **{**kw, "splits": z})
+                unfenced = mx.zeros((4,), mx.uint32)
+                unwritten = K.flash_attention(q, kc, vc, positions, unfenced, **{**kw, "splits": z})
                 rows += _evaluated([_compare("flash_attention", case + ", zero fence" + how,
                                              mx.isnan(unwritten).all()[None].astype(mx.float32), mx.ones((1,)))])
     return rows

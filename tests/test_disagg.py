@@ -130,7 +130,9 @@ def _marked_processes(marker: str) -> list[int]:
 
 
 @pytest.mark.parametrize("fault, says", [
-    ("exit@2", "prefill worker exited with code 1 before B's K/V arrived (its last words: test hook: exit at prefill 2)"),
+    # the same words whether A's steps (RemotePrefill.ready) or the wait for B (receive) notice the death first
+    ("exit@2", "prefill worker exited with code 1 before its 'ready' reply (B's prefill on the worker) (its last "
+               "words: test hook: exit at prefill 2)"),
     ("hang@2", "prefill worker sent no 'ready' within 3 s (B's prefill on the worker)")])
 def test_a_worker_that_dies_or_hangs_mid_run_ends_it_cleanly(tmp_path, fault, says):
     """Prefill 1 is the gate's, 2 the warmup's: one error line, exit 1, no report, no process left."""

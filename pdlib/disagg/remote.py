@@ -97,6 +97,9 @@ class _TransferMonitor:
         self._done.set()
 
 
+WAITING_FOR = "B's prefill on the worker"
+
+
 class RemotePrefill:
     """One run's remote prefill of B: start (t0), ready (poll), receive (the transfer and install)."""
 
@@ -115,7 +118,8 @@ class RemotePrefill:
 
     def ready(self) -> bool:
         if self.token is None and self.t_dispatch is not None:
-            msg = self.worker.poll(when="before B's K/V arrived")
+            # worded as wait_message words it (receive), so a worker's death reads the same whichever notices it
+            msg = self.worker.poll(when=f"before its 'ready' reply ({WAITING_FOR})")
             if msg is not None:
                 self._got(msg)
         return self.token is not None
@@ -132,7 +136,7 @@ class RemotePrefill:
             raise ValueError(f"a remote prefill of {n} tokens; the worker prefills {self.shape[3]}")
         if not self.ready():
             self._got(self.worker.wait_message("ready", timeout_s=PREFILL_TIMEOUT_S,
-                                               what="B's prefill on the worker"))
+                                               what=WAITING_FOR))
         t_start = now()
         monitor = _TransferMonitor(self.worker)
         try:

@@ -122,12 +122,12 @@ class Qwen3:
     # trace per length, shared by all layers: the weights are arguments). Attention is one flash kernel per
     # segment where it runs (kernels/flash_prefill.py: CUDA), reading the cache in place; elsewhere MLX's ops
     # read a cache prefix that grows every chunk, and since nothing in `attention_rows` depends on its length,
-    # it is compiled shapeless, once per query row count. On a GPU the host spends microseconds on each node of a step's graph (~8 on
-    # average; notes/gpu.md, v8, v9): compiled pieces fuse elementwise work and skip Python, the weights'
-    # transposes are made once at load, each RMSNorm is MLX's fused one (one node, where the ops' square,
-    # mean and scale are four), and so is RoPE in a step of one request (mx.fast.rope, the reference's own:
-    # its positions run on from the step's first); a ragged step's rows are at scattered positions, so it
-    # rotates by tables made once per step.
+    # it is compiled shapeless, once per query row count. On a GPU the host spends microseconds on each node
+    # of a step's graph (~8 on average; notes/gpu.md, v8, v9): compiled pieces fuse elementwise work and skip
+    # Python, the weights' transposes are made once at load, each RMSNorm is MLX's fused one (one node, where
+    # the ops' square, mean and scale are four), and so is RoPE in a step of one request (mx.fast.rope, the
+    # reference's own: its positions run on from the step's first); a ragged step's rows are at scattered
+    # positions, so it rotates by tables made once per step.
 
     def _qkv(self, h, in_norm, wqkv_t, qk_norm, *rope):
         """h: (T, D) -> q (Hq, T, Dh) and k (Hkv, T, Dh), each after its norm and RoPE, and v (Hkv, T, Dh).
@@ -226,12 +226,13 @@ class Qwen3:
                 """Segment j's query rows qr (all of them, or only its `last`) over its cache."""
                 s, a, b = segments[j], offsets[j], offsets[j + 1]
                 if flash:
-                    return K.flash_attention(qr, s.cache.k[i], s.cache.v[i], positions[b - 1: b] if last else positions[a:b],
-                                             s.cache.written, scale=self.scale, length=s.start + s.size)
+                    at = positions[b - 1: b] if last else positions[a:b]
+                    return K.flash_attention(qr, s.cache.k[i], s.cache.v[i], at, s.cache.written, scale=self.scale,
+                                             length=s.start + s.size)
                 m = K.query_rows(masks[j][-1:], rep) if last else mask_rows[j]
                 return self._attention_for(qr.shape[1])(qr, *kv[j], mask_rows=m)
 
-            # (its query rows [a, b) in q and h, its segment, whether they are only its last) per segment going on
+            # per segment going on: its query rows [a, b) in q and h, its index, whether they are only its last
             rows = [(a, b, j, False) for j, (a, b) in enumerate(zip(offsets, offsets[1:]))]
             if prune and i == n_layers - 1:
                 if not emitting:

@@ -225,7 +225,8 @@ def flash_attention(q: mx.array, k_cache: mx.array, v_cache: mx.array, positions
                          f"{k_cache.shape} {v_cache.shape}, positions {positions.dtype} {positions.shape}")
     z = key_splits(T, Hq, length, cuda_sm_count()) if splits is None else splits
     nan = float("nan") if poison else None
-    part, stats = _kernel(inputs=[q, k_cache, v_cache, positions, written], template=[("SCALE_BITS", float_bits(scale))],
+    part, stats = _kernel(inputs=[q, k_cache, v_cache, positions, written],
+                          template=[("SCALE_BITS", float_bits(scale))],
                           grid=(-(-T // BR) * THREADS, Hq, z), threadgroup=(THREADS, 1, 1),
                           output_shapes=[(z, Hq, T, Dh), (z, Hq, T, 2)], output_dtypes=[mx.float32, mx.float32],
                           init_value=nan)
