@@ -114,21 +114,26 @@ def flash_cases():
     yield "5 rows at 60, 4 splits", 16, 8, 5, 60, 128, 4
 
 
+def flash_inputs(seed: int, Hq: int, Hkv: int, T: int, start: int, cap: int):
+    """A case's q (Hq, T, 128) at ~3x a unit softmax's scores, caches (Hkv, cap, 128) with NaN in every slot past
+    the chunk, and the rows' positions."""
+    mx.random.seed(seed)
+    q = mx.random.normal((Hq, T, 128)) * 3.0
+    stale = mx.arange(cap)[None, :, None] >= start + T
+    kc = mx.where(stale, float("nan"), mx.random.normal((Hkv, cap, 128)))
+    vc = mx.where(stale, float("nan"), mx.random.normal((Hkv, cap, 128)))
+    return q, kc, vc, mx.arange(start, start + T, dtype=mx.int32)
+
+
 def check_flash_attention(seed: int, cases=None) -> list[dict]:
     """The prefill attention kernel against the reference's masked softmax, on caches whose slots past the
     chunk hold NaN (a read of one poisons the row), scores ~3x a unit softmax's (so the max matters); and a
     zero fence (the cache's writer never ran) must make every output NaN, on the path that merges splits and
     on the one that does not."""
-    Dh, rows = 128, []
+    rows = []
     for i, (case, Hq, Hkv, T, start, cap, splits) in enumerate(cases or flash_cases()):
-        mx.random.seed(seed * 100 + 60 + i)
-        n = start + T
-        q = mx.random.normal((Hq, T, Dh)) * 3.0
-        stale = mx.arange(cap)[None, :, None] >= n
-        kc = mx.where(stale, float("nan"), mx.random.normal((Hkv, cap, Dh)))
-        vc = mx.where(stale, float("nan"), mx.random.normal((Hkv, cap, Dh)))
-        positions = mx.arange(start, n, dtype=mx.int32)
-        kw = dict(scale=Dh ** -0.5, length=n, splits=splits)
+        q, kc, vc, positions = flash_inputs(seed * 100 + 60 + i, Hq, Hkv, T, start, cap)
+        kw = dict(scale=128 ** -0.5, length=start + T, splits=splits)
         got = K.flash_attention(q, kc, vc, positions, K.new_fence(), poison=True, **kw)
         want = K.flash_attention_ops(q, kc, vc, positions, K.new_fence(), **kw)
         rows += _evaluated([_compare("flash_attention", case, got.reshape(-1), want.reshape(-1))])

@@ -26,6 +26,7 @@ preprocessor the CUDA text is token for token that validated CUDA (tests/test_ke
 
 import ctypes
 import functools
+import os
 
 import mlx.core as mx
 
@@ -92,6 +93,16 @@ def kernel_or_none(name: str, inputs: list[str], outputs: list[str], *, source: 
         return mx.fast.metal_kernel(name=name, input_names=inputs, output_names=outputs, source=metal_source,
                                     header=header)
     return None
+
+
+def env_choice(name: str, choices: tuple[str, ...]) -> str:
+    """The environment's setting of a kernel switch, the first of `choices` when unset; any other value is a
+    clear error naming the accepted ones."""
+    value = os.environ.get(name, choices[0])
+    if value not in choices:
+        from pdlib.errors import InputError
+        raise InputError(f"{name} must be {' or '.join(choices)}, got {value!r}")
+    return value
 
 
 def float_bits(x: float) -> int:

@@ -21,12 +21,10 @@ by their maxima; with one split the first kernel normalises its own output. A ze
 ran) makes the output NaN, as fence.read_after does.
 """
 
-import os
-
 import mlx.core as mx
 
 from pdlib.engine.kernels.attention import attention_ops, causal_mask
-from pdlib.engine.kernels.backend import BACKEND, cuda_sm_count, float_bits
+from pdlib.engine.kernels.backend import BACKEND, cuda_sm_count, env_choice, float_bits
 
 BR, BC, DH, THREADS = 64, 64, 128, 256
 QP, KP, VP = BR + 4, BC + 4, DH + 4        # pitches: 16-byte rows that spread a warp's reads over the banks
@@ -196,11 +194,7 @@ ENV = "PDLIB_PREFILL_ATTENTION"
 def enabled(head_dim: int) -> bool:
     """PDLIB_PREFILL_ATTENTION: `flash` (the default) runs prefill attention here where the kernel exists (CUDA,
     head_dim 128: where the caches are written in place); `ops` runs MLX's ops (attention.py) everywhere."""
-    choice = os.environ.get(ENV, "flash")
-    if choice not in ("flash", "ops"):
-        from pdlib.errors import InputError
-        raise InputError(f"{ENV} must be flash or ops, got {choice!r}")
-    return choice == "flash" and _kernel is not None and head_dim == DH
+    return env_choice(ENV, ("flash", "ops")) == "flash" and _kernel is not None and head_dim == DH
 
 
 def key_splits(rows: int, heads: int, length: int, sms: int) -> int:

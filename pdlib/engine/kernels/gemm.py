@@ -16,11 +16,9 @@ are staged (PDLIB_GEMM_PRESPLIT=1): the same products either way; which is faste
                                   # and the shapes tile; else x @ w_t
 """
 
-import os
-
 import mlx.core as mx
 
-from pdlib.engine.kernels.backend import BACKEND, cuda_sm_count
+from pdlib.engine.kernels.backend import BACKEND, cuda_sm_count, env_choice
 
 BM, BN, BK, THREADS = 64, 64, 32, 128
 MIN_ROWS = 16            # fewer rows (the LM head's, a decode's) waste most of a 64-row tile: plain FP32 there
@@ -167,20 +165,12 @@ PRESPLIT_ENV = "PDLIB_GEMM_PRESPLIT"  # "1": stage the tiles split into hi and l
 def presplit() -> bool:
     """PDLIB_GEMM_PRESPLIT=1 stages each tile as its TF32 hi and lo parts, split once; 0 (the default) splits
     as each fragment is read. Which is faster is for the H200 to say (notes/gpu.md, v17)."""
-    value = os.environ.get(PRESPLIT_ENV, "0")
-    if value not in ("0", "1"):
-        from pdlib.errors import InputError
-        raise InputError(f"{PRESPLIT_ENV} must be 0 or 1, got {value!r}")
-    return value == "1"
+    return env_choice(PRESPLIT_ENV, ("0", "1")) == "1"
 
 
 def enabled() -> bool:
     """PDLIB_PREFILL_GEMM: `tf32x3` runs the prefill's matmuls here on CUDA; `fp32` (the default) runs MLX's."""
-    choice = os.environ.get("PDLIB_PREFILL_GEMM", "fp32")
-    if choice not in ("fp32", "tf32x3"):
-        from pdlib.errors import InputError
-        raise InputError(f"PDLIB_PREFILL_GEMM must be fp32 or tf32x3, got {choice!r}")
-    return choice == "tf32x3" and _kernel is not None
+    return env_choice("PDLIB_PREFILL_GEMM", ("fp32", "tf32x3")) == "tf32x3" and _kernel is not None
 
 
 def tiles(M: int, K: int, N: int) -> bool:
