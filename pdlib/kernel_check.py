@@ -65,7 +65,7 @@ def gemm_cases():
     yield "o_proj, 128 rows", 128, 2048, 1024, None, None
     yield "gate|up, 4096 rows", 4096, 1024, 6144, None, None
     yield "down, 129 rows", 129, 3072, 1024, None, None
-    yield "17 rows, split 4", 17, 1024, 64, 4, None
+    yield "17 rows, split 4", 17, 1024, 128, 4, None
     yield "cancelling in x, 200 rows", 200, 256, 128, None, "x"
     yield "cancelling in w, 200 rows", 200, 256, 128, None, "w"
 
@@ -78,26 +78,25 @@ def _cancelling(rows: int, cols: int, depth: int):
     return near_one, mx.take_along_axis(signs, order, axis=1)
 
 
-def check_gemm(seed: int, cases=None) -> list[dict]:
-    """Every case for both ways of splitting the operands (split as each fragment is read; split at staging)."""
-    return _gemm_rows(seed, cases, split_at_staging=False) + _gemm_rows(seed, cases, split_at_staging=True)
-
-
-def _gemm_rows(seed: int, cases, *, split_at_staging: bool) -> list[dict]:
-    rows, how = [], ", split at staging" if split_at_staging else ""
-    for i, (case, M, Kd, N, split, cancelling) in enumerate(cases or gemm_cases()):
-        mx.random.seed(seed * 100 + 80 + i)
-        if cancelling == "x":
-            x, w = _cancelling(M, N, Kd)
-            want = (x - 1.0) @ w.T  # exact: every row of w sums to 0
-        elif cancelling == "w":
-            w, x = _cancelling(N, M, Kd)
-            want = x @ (w - 1.0).T
-        else:
-            x, w = mx.random.normal((M, Kd)) * 3.0, mx.random.normal((N, Kd)) * Kd ** -0.5
-            want = K.tf32x3_ops(x, w)
-        got = K.tf32x3_matmul(x, w, split=split, split_at_staging=split_at_staging, poison=True)
-        rows += _evaluated([_compare("gemm_tf32x3", case + how, got.reshape(-1), want.reshape(-1))])
+def check_gemm(seed: int, cases=None, shapes=None) -> list[dict]:
+    """Every case under every launch shape the sweep compares (gemm.CANDIDATES), the engine's two among them."""
+    from pdlib.engine.kernels.gemm import CANDIDATES
+    rows = []
+    for shape in shapes or CANDIDATES:
+        for i, (case, M, Kd, N, split, cancelling) in enumerate(cases or gemm_cases()):
+            mx.random.seed(seed * 100 + 80 + i)
+            if cancelling == "x":
+                x, w = _cancelling(M, N, Kd)
+                want = (x - 1.0) @ w.T  # exact: every row of w sums to 0
+            elif cancelling == "w":
+                w, x = _cancelling(N, M, Kd)
+                want = x @ (w - 1.0).T
+            else:
+                x, w = mx.random.normal((M, Kd)) * 3.0, mx.random.normal((N, Kd)) * Kd ** -0.5
+                want = K.tf32x3_ops(x, w)
+            got = K.tf32x3_matmul(x, w, shape=shape, split=split, poison=True)
+            rows += _evaluated([_compare("gemm_tf32x3", f"{case}, {shape.label}", got.reshape(-1),
+                                         want.reshape(-1))])
     return rows
 
 

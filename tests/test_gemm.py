@@ -31,7 +31,7 @@ def emulated(x, w, *, drop=(), skip_tile=False, **_):
     d = lambda a, b: a.astype(np.float64) @ b.astype(np.float64).T  # noqa: E731
     y = d(xh, wh) + (0 if "lo hi" in drop else d(xl, wh)) + (0 if "hi lo" in drop else d(xh, wl))
     if skip_tile:
-        y[:G.BM, :G.BN] = np.nan
+        y[:64, :64] = np.nan
     return mx.array(y.astype(np.float32))
 
 
@@ -44,10 +44,19 @@ def small(case):
 
 def rows_with(monkeypatch, **kw):
     monkeypatch.setattr(K, "tf32x3_matmul", lambda x, w, **k: emulated(x, w, **kw))
-    rows = check_gemm(seed=0, cases=[small(c) for c in gemm_cases()])
+    rows = check_gemm(seed=0, cases=[small(c) for c in gemm_cases()], shapes=[G.CHUNK_TILES])
     names = [c[0] for c in gemm_cases()]
-    assert [r["case"] for r in rows] == names + [n + ", split at staging" for n in names]
-    return {r["case"]: r["passed"] for r in rows if not r["case"].endswith("staging")}
+    assert [r["case"] for r in rows] == [f"{n}, {G.CHUNK_TILES.label}" for n in names]
+    return {r["case"].rsplit(", ", 1)[0]: r["passed"] for r in rows}
+
+
+def test_check_kernels_runs_every_case_under_every_candidate_shape(monkeypatch):
+    seen = []
+    monkeypatch.setattr(K, "tf32x3_matmul", lambda x, w, *, shape, **k: seen.append(shape) or x @ w.T)
+    cases = [("tiny", 17, 64, 128, None, None)]
+    rows = check_gemm(seed=0, cases=cases)
+    assert seen == list(G.CANDIDATES) and all(r["passed"] for r in rows)
+    assert G.CHUNK_TILES in G.CANDIDATES and G.PROMPT_TILES in G.CANDIDATES
 
 
 def test_the_check_passes_the_split_and_fails_one_tf32_product_or_a_missing_term(monkeypatch):
@@ -65,15 +74,26 @@ def test_the_check_fails_a_skipped_tile(monkeypatch):
 
 
 def test_the_split_fills_the_gpu_and_keeps_whole_steps():
-    sms = 132
-    assert G.k_split(128, 1024, 4096, sms) == 2        # q|k|v: 128 tiles -> 256
-    assert G.k_split(128, 1024, 6144, sms) == 1        # gate|up: 192 tiles already
-    assert G.k_split(128, 2048, 1024, sms) == 8        # o_proj: 32 tiles -> 256
-    assert G.k_split(128, 3072, 1024, sms) == 8        # down
-    assert G.k_split(4096, 1024, 6144, sms) == 1       # a whole prompt
-    for M, Kd, N in [(17, 1024, 64), (129, 3072, 1024), (64, 96, 64)]:
-        s = G.k_split(M, Kd, N, sms)
-        assert Kd % (s * G.BK) == 0 and (s == 1 or Kd // s >= 256)
+    sms, t64 = 132, G.Tiles(64, 64, 32, 3, 256)
+    assert G.k_split(128, 1024, 4096, sms, t64) == 2        # q|k|v: 128 tiles -> 256
+    assert G.k_split(128, 1024, 6144, sms, t64) == 1        # gate|up: 192 tiles already
+    assert G.k_split(128, 2048, 1024, sms, t64) == 8        # o_proj: 32 tiles -> 256
+    assert G.k_split(128, 3072, 1024, sms, t64) == 8        # down
+    assert G.k_split(4096, 1024, 6144, sms, t64) == 1       # a whole prompt
+    t128 = G.Tiles(128, 128, 64, 3, 128)
+    assert G.k_split(128, 1024, 4096, sms, t128) == 8       # 32 tiles -> 256, slices of 128 columns
+    assert G.k_split(128, 2048, 1024, sms, t128) == 16      # 8 tiles -> 128 (slices of 128 columns at least)
+    for shape in G.CANDIDATES:
+        for M, Kd, N in [(17, 1024, 128), (129, 3072, 1024), (64, 96, 128), (4096, 1024, 6144)]:
+            s = G.k_split(M, Kd, N, sms, shape)
+            assert Kd % (s * G.BK) == 0 and (s == 1 or Kd // s >= shape.min_ks)
+            assert s == 1 or -(-M // shape.bm) * (N // shape.bn) * s <= 2 * sms
+
+
+def test_the_engine_picks_a_chunks_shape_and_a_prompts():
+    assert G.tiles_for(128) == G.tiles_for(256) == G.CHUNK_TILES
+    assert G.tiles_for(257) == G.tiles_for(4096) == G.PROMPT_TILES
+    assert G.tiles(128, 1024, 4096) and not G.tiles(8, 1024, 4096) and not G.tiles(128, 1000, 4096)
 
 
 def test_the_switches(monkeypatch):
@@ -82,13 +102,6 @@ def test_the_switches(monkeypatch):
     monkeypatch.setenv("PDLIB_PREFILL_GEMM", "tf32")
     with pytest.raises(InputError, match="PDLIB_PREFILL_GEMM must be fp32 or tf32x3, got 'tf32'"):
         G.enabled()
-    monkeypatch.delenv("PDLIB_GEMM_PRESPLIT", raising=False)
-    assert not G.presplit()
-    monkeypatch.setenv("PDLIB_GEMM_PRESPLIT", "1")
-    assert G.presplit()
-    monkeypatch.setenv("PDLIB_GEMM_PRESPLIT", "yes")
-    with pytest.raises(InputError, match="PDLIB_GEMM_PRESPLIT must be 0 or 1, got 'yes'"):
-        G.presplit()
 
 
 def test_the_engine_sends_its_chunk_matmuls_through_it(monkeypatch, tiny):
@@ -120,13 +133,15 @@ def test_the_engine_sends_its_chunk_matmuls_through_it(monkeypatch, tiny):
 
 
 @pytest.mark.skipif(NVRTC is None, reason="no NVRTC (the nvidia-cuda-nvrtc wheel, Linux only)")
-@pytest.mark.parametrize("presplit", [False, True], ids=["split as read", "split at staging"])
+@pytest.mark.parametrize("shape", G.CANDIDATES, ids=lambda s: s.label)
 @pytest.mark.parametrize("K_, N, split", [(1024, 4096, 2), (3072, 1024, 8), (1024, 6144, 1)])
-def test_the_cuda_source_compiles_for_the_h200(K_, N, split, presplit):
-    """As MLX wraps it (x's shape passed for the row count), for sm_90: no spills, and four blocks of 128
-    threads fit an SM by registers."""
+def test_the_cuda_source_compiles_for_the_h200(K_, N, split, shape):
+    """As MLX wraps it (x's shape passed for the row count), for sm_90: no spills; a block fits an SM by
+    registers and by shared memory (228 KB, 1 KB of it reserved per block), and two of the chunk's shape."""
     kernel = Kernel("pdlib_gemm_tf32x3", G.SOURCE, [("x", "f32"), ("w", "f32")], [("y", "f32")],
-                    [dict(K=K_, N=N, SPLIT=split, PRESPLIT=presplit)])
+                    [dict(K=K_, N=N, SPLIT=split, BM=shape.bm, BN=shape.bn, WM=shape.wm, STAGES=shape.stages)])
     log = compile_sm90(STANDINS + G.HEADER + wrapped(kernel, "cuda", G.SOURCE))
     regs = int(re.search(r"Used (\d+) registers", log).group(1))
-    assert "0 bytes spill stores, 0 bytes spill loads" in log and 4 * regs * G.THREADS <= 65536, log
+    blocks = 2 if shape == G.CHUNK_TILES else 1
+    assert "0 bytes spill stores, 0 bytes spill loads" in log and blocks * regs * shape.threads <= 65536, log
+    assert blocks * (shape.shared_bytes + 1024) <= 228 * 1024

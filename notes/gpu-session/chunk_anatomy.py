@@ -33,7 +33,7 @@ def median_of(fn):
 model = load_model("synthetic:qwen3-0.6b")
 engine = Engine(model, capacity=CTX + T + 8)
 engine.add_request("P", [(i * 7919 + 13) % 50000 for i in range(CTX + T + 1)])
-out = {"context": CTX, "rows": T, "label": os.environ.get("LABEL"), "env": {k: os.environ.get(k) for k in ("MLX_USE_CUDA_GRAPHS", "MLX_ENABLE_TF32", "PDLIB_PREFILL_GEMM", "PDLIB_GEMM_PRESPLIT", "PDLIB_PREFILL_ATTENTION")}}
+out = {"context": CTX, "rows": T, "label": os.environ.get("LABEL"), "env": {k: os.environ.get(k) for k in ("MLX_USE_CUDA_GRAPHS", "MLX_ENABLE_TF32", "PDLIB_PREFILL_GEMM", "PDLIB_PREFILL_ATTENTION")}}
 
 
 def chunk_step():

@@ -78,6 +78,10 @@
 #   bash notes/gpu-session/session.sh zs   the published chunked overlap slo slo-mixed at $SLO ms (one GPU)
 #   bash notes/gpu-session/session.sh zb   the last call of a session with ~8 minutes left (one GPU): check-kernels,
 #                                          then, if every row passed, bench-step with peers at 5K context
+#   bash notes/gpu-session/session.sh za   x2: check-kernels (GPU 0) beside the GEMM's launch shapes against MLX's FP32
+#                                          (gemm_sweep.py, with the flash kernel's one-row skip A/B), the chunk
+#                                          step's anatomy at 4K with PDLIB_PREFILL_GEMM fp32 and tf32x3 twice each,
+#                                          and a short gate with tf32x3 (GPU 1)
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -478,6 +482,22 @@ x)
   tail -n 9 "$LOGS/gate-tf32x3.log"; echo "== anatomy"; grep "^{" "$LOGS/anatomy.log"
   grep -v "^{" "$LOGS/anatomy.log" | tail -n 5; echo "== bench"; tail -n 10 "$LOGS/bench.log"
   echo "== sweep"; tail -n 20 "$LOGS/sweep.log"
+  finish ;;
+za)
+  nvidia-smi -L > "$LOGS/gpus.txt"; nproc >> "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
+  gpu 0 timeout 300 python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1 &
+  ( gpu 1 timeout 240 python3 notes/gpu-session/gemm_sweep.py > "$LOGS/gemm-sweep.log" 2>&1
+    for i in 1 2; do for g in fp32 tf32x3; do
+      PDLIB_PREFILL_GEMM=$g LABEL=$g gpu 1 timeout 90 python3 notes/gpu-session/chunk_anatomy.py 4096 \
+        >> "$LOGS/anatomy.log" 2>&1
+    done; done
+    PDLIB_PREFILL_GEMM=tf32x3 gpu 1 timeout $(( $(left) - 10 )) python3 -m pdlib run --model synthetic:qwen3-0.6b \
+      --prompt-tokens 1024 --output-tokens 64 --chunk-size 128 --policies eager chunked fifo mixed overlap \
+      --validate-only --quiet > "$LOGS/gate-tf32x3.log" 2>&1; echo "gate rc=$?" >> "$LOGS/gate-tf32x3.log" ) &
+  wait; echo "check-kernels pass=$(grep -c " pass$" "$LOGS/ck0.log")"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 12
+  echo "== gemm sweep"; tail -n 20 "$LOGS/gemm-sweep.log"; grep flash_rows "$LOGS/gemm-sweep.log"
+  echo "== anatomy"; grep "^{" "$LOGS/anatomy.log"; grep -v "^{" "$LOGS/anatomy.log" | tail -n 5
+  echo "== gate"; tail -n 9 "$LOGS/gate-tf32x3.log"
   finish ;;
 *) echo "usage: session.sh a|b|...|x" >&2; exit 2 ;;
 esac

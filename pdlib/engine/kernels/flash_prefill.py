@@ -44,6 +44,7 @@ SOURCE = r"""
     const int h = blockIdx.y, kvh = h / (HQ / HKV), r0 = blockIdx.x * BR, z = blockIdx.z, NSPLIT = gridDim.z;
     const int tid = threadIdx.x, ty = tid >> 4, tx = tid & 15;
     const float scale = __int_as_float(SCALE_BITS);
+    const bool live = r0 + 8 * (tid >> 5) < T;         // a warp's 8 rows all past T (a 1-row segment): no FMAs
     const float4 zero4 = make_float4(0.f, 0.f, 0.f, 0.f);
 
     if (tid == 0) kend_s = 0;
@@ -97,15 +98,17 @@ SOURCE = r"""
         for (int i = 0; i < 4; ++i)
             #pragma unroll
             for (int j = 0; j < 4; ++j) s[i][j] = 0.f;
-        #pragma unroll 8
-        for (int d = 0; d < DH; ++d) {
-            const float4 a = *reinterpret_cast<const float4*>(Qs + d * QP + 4 * ty);
-            const float4 b = *reinterpret_cast<const float4*>(Ks + d * KP + 4 * tx);
-            const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
-            #pragma unroll
-            for (int i = 0; i < 4; ++i)
+        if (live) {
+            #pragma unroll 8
+            for (int d = 0; d < DH; ++d) {
+                const float4 a = *reinterpret_cast<const float4*>(Qs + d * QP + 4 * ty);
+                const float4 b = *reinterpret_cast<const float4*>(Ks + d * KP + 4 * tx);
+                const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
                 #pragma unroll
-                for (int j = 0; j < 4; ++j) s[i][j] = fmaf(av[i], bv[j], s[i][j]);
+                for (int i = 0; i < 4; ++i)
+                    #pragma unroll
+                    for (int j = 0; j < 4; ++j) s[i][j] = fmaf(av[i], bv[j], s[i][j]);
+            }
         }
 
         // online softmax: a row's 64 keys lie across the 16 lanes of its half-warp (tx)
@@ -138,16 +141,18 @@ SOURCE = r"""
             *reinterpret_cast<float4*>(Ps + (4 * tx + j) * QP + 4 * ty) = make_float4(s[0][j], s[1][j], s[2][j], s[3][j]);
         __syncthreads();
 
-        #pragma unroll 4
-        for (int key = 0; key < BC; ++key) {
-            const float4 p = *reinterpret_cast<const float4*>(Ps + key * QP + 4 * ty);
-            const float4 v0 = *reinterpret_cast<const float4*>(Vs + key * VP + 4 * tx);
-            const float4 v1 = *reinterpret_cast<const float4*>(Vs + key * VP + 64 + 4 * tx);
-            const float pv[4] = {p.x, p.y, p.z, p.w}, vv[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-            #pragma unroll
-            for (int i = 0; i < 4; ++i)
+        if (live) {
+            #pragma unroll 4
+            for (int key = 0; key < BC; ++key) {
+                const float4 p = *reinterpret_cast<const float4*>(Ps + key * QP + 4 * ty);
+                const float4 v0 = *reinterpret_cast<const float4*>(Vs + key * VP + 4 * tx);
+                const float4 v1 = *reinterpret_cast<const float4*>(Vs + key * VP + 64 + 4 * tx);
+                const float pv[4] = {p.x, p.y, p.z, p.w}, vv[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
                 #pragma unroll
-                for (int c = 0; c < 8; ++c) o[i][c] = fmaf(pv[i], vv[c], o[i][c]);
+                for (int i = 0; i < 4; ++i)
+                    #pragma unroll
+                    for (int c = 0; c < 8; ++c) o[i][c] = fmaf(pv[i], vv[c], o[i][c]);
+            }
         }
     }
 

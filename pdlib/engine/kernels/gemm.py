@@ -4,24 +4,61 @@ A TF32 product keeps 10 of FP32's 23 mantissa bits. Splitting each operand x = h
 rounded to TF32, lo the rounded remainder), and summing the three products that matter, lo*hi + hi*lo +
 hi*hi, in FP32 accumulators leaves an error of ~2^-21 relative per product (the dropped lo*lo, and lo's own
 rounding), against FP32's 2^-24: far inside the gate's 1e-3, on the tensor cores rather than the CUDA cores.
-Each block computes a 64x64 tile of y = x @ w.T with four warps (32x32 each, mma.m16n8k8), staging
-32-deep slices of x and w in shared memory while the next slice is loaded into registers. Where the tiles
-are too few to fill the GPU, K is split and the slices' partial sums are added afterwards in a fixed order.
-Not yet fast enough to be the default: ~22 TFLOP/s on the H200 against MLX's FP32 GEMMs' ~20 (notes/gpu.md,
-v17, with what a faster form needs). The operands are split as each fragment is read, or once as the tiles
-are staged (PDLIB_GEMM_PRESPLIT=1): the same products either way; which is faster is being measured.
+
+Each block computes a BM x BN tile of y = x @ w.T with warps of WM x 32 (mma.m16n8k8), over 32-deep slices of
+x and w that `cp.async` brings into a ring of STAGES buffers in shared memory, STAGES - 1 slices ahead of the
+one being multiplied, so the loads' latency hides behind the tensor cores' work. The operands are split as
+each fragment is read. Where the tiles are too few to fill the GPU, K is split and the slices' partial sums
+are added afterwards in a fixed order. Which tile shape is fastest at a chunk's 128 rows and at a whole
+prompt's is measured (notes/gpu-session/gemm_sweep.py; notes/gpu.md).
 
     y = tf32x3_matmul(x, w)       # x (M, K), w (N, K) FP32, row-contiguous -> x @ w.T, (M, N) FP32
     K.linear_t(x, w_t)            # this, on w_t.T (the weight as loaded), on CUDA when PDLIB_PREFILL_GEMM=tf32x3
                                   # and the shapes tile; else x @ w_t
 """
 
+from typing import NamedTuple
+
 import mlx.core as mx
 
 from pdlib.engine.kernels.backend import BACKEND, cuda_sm_count, env_choice
 
-BM, BN, BK, THREADS = 64, 64, 32, 128
-MIN_ROWS = 16            # fewer rows (the LM head's, a decode's) waste most of a 64-row tile: plain FP32 there
+BK, PITCH = 32, 36       # a slice's depth; a staged row's floats (the pad spreads a warp's fragment reads)
+MIN_ROWS = 16            # fewer rows (the LM head's, a decode's) waste most of a tile: plain FP32 there
+
+
+class Tiles(NamedTuple):
+    """A launch shape: the block's tile (bm x bn), a warp's rows (wm; a warp's columns are 32), the ring's
+    slices in flight (stages), and the fewest columns of K a split may keep (min_ks)."""
+    bm: int
+    bn: int
+    wm: int
+    stages: int
+    min_ks: int
+
+    @property
+    def threads(self) -> int:
+        return (self.bm // self.wm) * (self.bn // 32) * 32
+
+    @property
+    def shared_bytes(self) -> int:
+        return 4 * self.stages * (self.bm + self.bn) * PITCH
+
+    @property
+    def label(self) -> str:
+        return f"{self.bm}x{self.bn}/w{self.wm}/s{self.stages}/k{self.min_ks}"
+
+
+# the shapes measured against each other (notes/gpu-session/gemm_sweep.py), each checked by check-kernels
+CANDIDATES = (Tiles(64, 64, 32, 3, 256), Tiles(64, 64, 32, 4, 128), Tiles(128, 64, 32, 3, 256),
+              Tiles(64, 128, 32, 3, 256), Tiles(128, 128, 64, 3, 128), Tiles(128, 64, 64, 4, 128))
+CHUNK_TILES, PROMPT_TILES = CANDIDATES[1], CANDIDATES[4]   # up to 256 rows; more
+
+
+def tiles_for(M: int) -> Tiles:
+    """The launch shape for M rows: a chunk's, or a whole prompt's."""
+    return CHUNK_TILES if M <= 256 else PROMPT_TILES
+
 
 HEADER = r"""
 // x (finite) rounded to TF32, the nearest value with 10 mantissa bits, as FP32 bits (the low 13 are zero)
@@ -40,113 +77,110 @@ __device__ __forceinline__ void pd_mma(float* c, const uint32_t* a, const uint32
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+// 16 bytes global -> shared without a register; `valid` false writes zeros (a row past M)
+__device__ __forceinline__ void pd_cp16(float* dst, const float* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void pd_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// until at most N of this thread's groups are in flight
+template <int N> __device__ __forceinline__ void pd_cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
+}
 """
 
 SOURCE = r"""
     // y[z] = x[:, kz] @ w[:, kz].T for K slice z (z = blockIdx.z, SPLIT slices of KS = K / SPLIT columns).
-    // Both tiles are staged as they lie, rows by 32 columns; the pad makes a warp's fragment reads (row g,
-    // column t of either) hit 32 distinct banks. PRESPLIT: each tile is staged as its elements' TF32 hi and
-    // lo parts (split once, where each element is used by two warps, for twice the shared bytes read);
-    // otherwise as FP32, split as each fragment is read.
-    constexpr int BM = 64, BN = 64, BK = 32, AP = BK + 4, KS = K / SPLIT;
-    __shared__ __align__(16) uint32_t tiles[(PRESPLIT ? 4 : 2) * BM * AP];
-    float* As = reinterpret_cast<float*>(tiles);
-    float* Bs = As + BM * AP;
-    uint32_t* Ah = tiles;  // (PRESPLIT only)
-    uint32_t* Al = tiles + (PRESPLIT ? 1 : 0) * BM * AP;
-    uint32_t* Bh = tiles + (PRESPLIT ? 2 : 0) * BM * AP;
-    uint32_t* Bl = tiles + (PRESPLIT ? 3 : 0) * BM * AP;
+    // Tiles of both are staged as they lie, rows by 32 columns (PITCH 36: a warp's fragment reads, row g and
+    // column t of either, hit 32 distinct banks), in a ring of STAGES; slice i + STAGES - 1 is requested
+    // while slice i is multiplied.
+    constexpr int BK = 32, AP = 36, KS = K / SPLIT, SLICES = KS / BK;
+    constexpr int WN = 32, MI = WM / 16, NI = WN / 8, WARPS_N = BN / WN, THREADS = (BM / WM) * WARPS_N * 32;
+    constexpr int STAGE = (BM + BN) * AP;
+    static_assert(BM % WM == 0 && BN % WN == 0 && (BM * 8) % THREADS == 0 && (BN * 8) % THREADS == 0);
+    static_assert(KS % BK == 0 && STAGES >= 2);
+    extern __shared__ __align__(16) float smem[];
     const int M = x_shape[0];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-    const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
+    const int wm = (warp / WARPS_N) * WM, wn = (warp % WARPS_N) * WN;
     const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN, k_begin = blockIdx.z * KS;
 
-    // this thread's four float4 of each slice: rows idx / 8, columns (idx % 8) * 4 of x's and of w's tile
-    float4 ra[4], rb[4];
-    auto load = [&](int k0) {
+    // request slice k0 into ring buffer s: x's rows m0.. (zeros past M) and w's rows n0.., 16 bytes a copy
+    auto request = [&](int s, int k0) {
+        float* As = smem + s * STAGE;
+        float* Bs = As + BM * AP;
         #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int idx = tid + i * 128, r = idx >> 3, c = (idx & 7) * 4;
-            ra[i] = m0 + r < M ? *reinterpret_cast<const float4*>(x + (size_t)(m0 + r) * K + k0 + c)
-                               : make_float4(0.f, 0.f, 0.f, 0.f);
-            rb[i] = *reinterpret_cast<const float4*>(w + (size_t)(n0 + r) * K + k0 + c);
+        for (int i = 0; i < BM * 8 / THREADS; ++i) {
+            const int idx = tid + i * THREADS, r = idx >> 3, c = (idx & 7) * 4;
+            const bool in = m0 + r < M;
+            pd_cp16(As + r * AP + c, x + (size_t)(in ? m0 + r : 0) * K + k0 + c, in);
+        }
+        #pragma unroll
+        for (int i = 0; i < BN * 8 / THREADS; ++i) {
+            const int idx = tid + i * THREADS, r = idx >> 3, c = (idx & 7) * 4;
+            pd_cp16(Bs + r * AP + c, w + (size_t)(n0 + r) * K + k0 + c, true);
         }
     };
-    float acc[2][4][4];
+
+    float acc[MI][NI][4];
     #pragma unroll
-    for (int mi = 0; mi < 2; ++mi)
+    for (int mi = 0; mi < MI; ++mi)
         #pragma unroll
-        for (int ni = 0; ni < 4; ++ni)
+        for (int ni = 0; ni < NI; ++ni)
             #pragma unroll
             for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.f;
 
-    load(k_begin);
-    for (int k0 = k_begin; k0 < k_begin + KS; k0 += BK) {
-        #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int idx = tid + i * 128, at = (idx >> 3) * AP + (idx & 7) * 4;
-            if constexpr (PRESPLIT) {
-                uint4 h, l;
-                pd_split(ra[i].x, h.x, l.x); pd_split(ra[i].y, h.y, l.y);
-                pd_split(ra[i].z, h.z, l.z); pd_split(ra[i].w, h.w, l.w);
-                *reinterpret_cast<uint4*>(Ah + at) = h;
-                *reinterpret_cast<uint4*>(Al + at) = l;
-                pd_split(rb[i].x, h.x, l.x); pd_split(rb[i].y, h.y, l.y);
-                pd_split(rb[i].z, h.z, l.z); pd_split(rb[i].w, h.w, l.w);
-                *reinterpret_cast<uint4*>(Bh + at) = h;
-                *reinterpret_cast<uint4*>(Bl + at) = l;
-            } else {
-                *reinterpret_cast<float4*>(As + at) = ra[i];
-                *reinterpret_cast<float4*>(Bs + at) = rb[i];
-            }
-        }
-        __syncthreads();
-        if (k0 + BK < k_begin + KS) load(k0 + BK);
+    #pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {            // one group per slice, empty past the last: the counts stay
+        if (s < SLICES) request(s, k_begin + s * BK);  // uniform for the wait below
+        pd_cp_commit();
+    }
+    for (int i = 0; i < SLICES; ++i) {
+        pd_cp_wait<STAGES - 2>();                      // this thread's copies of slice i have landed
+        __syncthreads();                               // everyone's have; and slice i - 1's buffer is free
+        if (i + STAGES - 1 < SLICES) request((i + STAGES - 1) % STAGES, k_begin + (i + STAGES - 1) * BK);
+        pd_cp_commit();
+        const float* As = smem + (i % STAGES) * STAGE;
+        const float* Bs = As + BM * AP;
         #pragma unroll
         for (int kk = 0; kk < BK; kk += 8) {
-            uint32_t ah[2][4], al[2][4], bh[4][2], bl[4][2];
+            uint32_t ah[MI][4], al[MI][4], bh[NI][2], bl[NI][2];
             constexpr int FA[4] = {0, 8 * AP, 4, 8 * AP + 4}, FB[2] = {0, 4};  // a fragment's four, two
             #pragma unroll
-            for (int mi = 0; mi < 2; ++mi) {
+            for (int mi = 0; mi < MI; ++mi) {
                 const int at = (wm + mi * 16 + g) * AP + kk + t;
                 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    if constexpr (PRESPLIT) { ah[mi][e] = Ah[at + FA[e]]; al[mi][e] = Al[at + FA[e]]; }
-                    else pd_split(As[at + FA[e]], ah[mi][e], al[mi][e]);
-                }
+                for (int e = 0; e < 4; ++e) pd_split(As[at + FA[e]], ah[mi][e], al[mi][e]);
             }
             #pragma unroll
-            for (int ni = 0; ni < 4; ++ni) {
+            for (int ni = 0; ni < NI; ++ni) {
                 const int at = (wn + ni * 8 + g) * AP + kk + t;
                 #pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    if constexpr (PRESPLIT) { bh[ni][e] = Bh[at + FB[e]]; bl[ni][e] = Bl[at + FB[e]]; }
-                    else pd_split(Bs[at + FB[e]], bh[ni][e], bl[ni][e]);
-                }
+                for (int e = 0; e < 2; ++e) pd_split(Bs[at + FB[e]], bh[ni][e], bl[ni][e]);
             }
-            // each tile takes the small terms first (lo hi, hi lo, then hi hi); each term goes to all eight
-            // tiles before the next, so no product waits on the one just issued to its accumulators
+            // each tile takes the small terms first (lo hi, hi lo, then hi hi); each term goes to every tile
+            // before the next, so no product waits on the one just issued to its accumulators
             #pragma unroll
-            for (int mi = 0; mi < 2; ++mi)
+            for (int mi = 0; mi < MI; ++mi)
                 #pragma unroll
-                for (int ni = 0; ni < 4; ++ni) pd_mma(acc[mi][ni], al[mi], bh[ni]);
+                for (int ni = 0; ni < NI; ++ni) pd_mma(acc[mi][ni], al[mi], bh[ni]);
             #pragma unroll
-            for (int mi = 0; mi < 2; ++mi)
+            for (int mi = 0; mi < MI; ++mi)
                 #pragma unroll
-                for (int ni = 0; ni < 4; ++ni) pd_mma(acc[mi][ni], ah[mi], bl[ni]);
+                for (int ni = 0; ni < NI; ++ni) pd_mma(acc[mi][ni], ah[mi], bl[ni]);
             #pragma unroll
-            for (int mi = 0; mi < 2; ++mi)
+            for (int mi = 0; mi < MI; ++mi)
                 #pragma unroll
-                for (int ni = 0; ni < 4; ++ni) pd_mma(acc[mi][ni], ah[mi], bh[ni]);
+                for (int ni = 0; ni < NI; ++ni) pd_mma(acc[mi][ni], ah[mi], bh[ni]);
         }
-        __syncthreads();
     }
+    pd_cp_wait<0>();                                   // no copy outlives the block (the tail's are empty)
 
     float* out = y + (size_t)blockIdx.z * M * N;
     #pragma unroll
-    for (int mi = 0; mi < 2; ++mi)
+    for (int mi = 0; mi < MI; ++mi)
         #pragma unroll
-        for (int ni = 0; ni < 4; ++ni) {
+        for (int ni = 0; ni < NI; ++ni) {
             const int row = m0 + wm + mi * 16 + g, col = n0 + wn + ni * 8 + 2 * t;
             if (row < M) *reinterpret_cast<float2*>(out + (size_t)row * N + col) =
                 make_float2(acc[mi][ni][0], acc[mi][ni][1]);
@@ -155,57 +189,60 @@ SOURCE = r"""
         }
 """
 
-_kernel = (mx.fast.cuda_kernel(name="pdlib_gemm_tf32x3", input_names=["x", "w"], output_names=["y"],
-                               source=SOURCE, header=HEADER) if BACKEND == "cuda" else None)
+_kernels: dict = {}
 
 
-PRESPLIT_ENV = "PDLIB_GEMM_PRESPLIT"  # "1": stage the tiles split into hi and lo (SOURCE); being measured
-
-
-def presplit() -> bool:
-    """PDLIB_GEMM_PRESPLIT=1 stages each tile as its TF32 hi and lo parts, split once; 0 (the default) splits
-    as each fragment is read. Which is faster is for the H200 to say (notes/gpu.md, v17)."""
-    return env_choice(PRESPLIT_ENV, ("0", "1")) == "1"
+def _kernel(tiles: Tiles):
+    """One compiled kernel per launch shape (its ring's dynamic shared memory is fixed at creation)."""
+    if tiles not in _kernels:
+        _kernels[tiles] = mx.fast.cuda_kernel(
+            name=f"pdlib_gemm_tf32x3_{tiles.bm}x{tiles.bn}w{tiles.wm}s{tiles.stages}", input_names=["x", "w"],
+            output_names=["y"], source=SOURCE, header=HEADER, shared_memory=tiles.shared_bytes)
+    return _kernels[tiles]
 
 
 def enabled() -> bool:
     """PDLIB_PREFILL_GEMM: `tf32x3` runs the prefill's matmuls here on CUDA; `fp32` (the default) runs MLX's."""
-    return env_choice("PDLIB_PREFILL_GEMM", ("fp32", "tf32x3")) == "tf32x3" and _kernel is not None
+    return env_choice("PDLIB_PREFILL_GEMM", ("fp32", "tf32x3")) == "tf32x3" and BACKEND == "cuda"
 
 
 def tiles(M: int, K: int, N: int) -> bool:
-    """Whether the kernel takes these shapes: whole 64-column and 32-deep tiles, and rows enough to be worth it."""
-    return M >= MIN_ROWS and N % BN == 0 and K % BK == 0
+    """Whether the kernel takes these shapes: whole tiles across N and 32-deep slices, and rows enough to be
+    worth it."""
+    return M >= MIN_ROWS and N % tiles_for(M).bn == 0 and K % BK == 0
 
 
-def k_split(M: int, K: int, N: int, sms: int) -> int:
-    """Slices of K: doubled while the grid stays within two blocks per SM and each slice keeps 256 columns and
-    whole 32-deep steps (M=128: o_proj and down split 8 ways, q|k|v 2, gate|up none; a whole prompt none)."""
-    blocks, split = -(-M // BM) * (N // BN), 1
-    while blocks * split * 2 <= 2 * sms and K % (2 * split * BK) == 0 and K // (2 * split) >= 256:
+def k_split(M: int, K: int, N: int, sms: int, shape: Tiles | None = None) -> int:
+    """Slices of K: doubled while the grid stays within two blocks per SM and each slice keeps min_ks columns
+    and whole 32-deep steps (64x64 tiles at M=128: o_proj and down split 8 ways, q|k|v 4, gate|up 2; a whole
+    prompt none)."""
+    shape = shape or tiles_for(M)
+    blocks, split = -(-M // shape.bm) * (N // shape.bn), 1
+    while blocks * split * 2 <= 2 * sms and K % (2 * split * BK) == 0 and K // (2 * split) >= shape.min_ks:
         split *= 2
     return split
 
 
-def tf32x3_matmul(x: mx.array, w: mx.array, *, split: int | None = None, split_at_staging: bool | None = None,
+def tf32x3_matmul(x: mx.array, w: mx.array, *, shape: Tiles | None = None, split: int | None = None,
                   poison: bool = False) -> mx.array:
-    """x (M, K) @ w.T for w (N, K), FP32 in and out, on tensor cores (module docstring). `split` overrides
-    k_split; `split_at_staging` overrides presplit(); `poison` fills the output with NaN first, so a test sees
-    any element the kernel skipped."""
+    """x (M, K) @ w.T for w (N, K), FP32 in and out, on tensor cores (module docstring). `shape` overrides
+    tiles_for(M); `split` overrides k_split; `poison` fills the output with NaN first, so a test sees any
+    element the kernel skipped."""
     M, K = x.shape
     N = w.shape[0]
-    split = k_split(M, K, N, cuda_sm_count()) if split is None else split
+    shape = shape or tiles_for(M)
+    split = k_split(M, K, N, cuda_sm_count(), shape) if split is None else split
     if x.dtype != mx.float32 or w.dtype != mx.float32 or w.shape[1] != K:
         raise ValueError(f"tf32x3_matmul takes FP32 x (M, K) and w (N, K), got {x.dtype} {x.shape}, {w.dtype} "
                          f"{w.shape}")
-    if N % BN or K % (split * BK):
-        raise ValueError(f"tf32x3_matmul needs N % {BN} == 0 and K % ({BK} * split) == 0, got K={K}, N={N}, "
+    if N % shape.bn or K % (split * BK):
+        raise ValueError(f"tf32x3_matmul needs N % {shape.bn} == 0 and K % ({BK} * split) == 0, got K={K}, N={N}, "
                          f"split={split}")
-    staged = presplit() if split_at_staging is None else split_at_staging
-    (y,) = _kernel(inputs=[x, w], template=[("K", K), ("N", N), ("SPLIT", split), ("PRESPLIT", staged)],
-                   grid=(N // BN * THREADS, -(-M // BM), split), threadgroup=(THREADS, 1, 1),
-                   output_shapes=[(split, M, N)], output_dtypes=[mx.float32],
-                   init_value=float("nan") if poison else None)
+    (y,) = _kernel(shape)(inputs=[x, w], template=[("K", K), ("N", N), ("SPLIT", split), ("BM", shape.bm),
+                                                   ("BN", shape.bn), ("WM", shape.wm), ("STAGES", shape.stages)],
+                          grid=(N // shape.bn * shape.threads, -(-M // shape.bm), split),
+                          threadgroup=(shape.threads, 1, 1), output_shapes=[(split, M, N)],
+                          output_dtypes=[mx.float32], init_value=float("nan") if poison else None)
     return y[0] if split == 1 else y.sum(axis=0)
 
 

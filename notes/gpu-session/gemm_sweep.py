@@ -1,0 +1,94 @@
+"""The 3xTF32 GEMM's candidate launch shapes (gemm.CANDIDATES) against MLX's FP32 matmul, on the prefill's 28
+layers of q|k|v, o_proj, gate|up and down at a chunk's 128 rows and a whole prompt's 4,096: each shape's
+products checked against FP32 at the gate's tolerance first, then timed (median ms of the 112 matmuls in one
+eval, and per kind). Then the flash kernel's one-row segment (mixed's decode row) with and without its
+warp skip. One JSON line per measurement, a table at the end.
+
+    python3 notes/gpu-session/gemm_sweep.py
+"""
+
+import json
+import statistics
+import time
+
+import mlx.core as mx
+
+from pdlib.engine import kernels as K
+from pdlib.engine.kernels import flash_prefill as F
+from pdlib.engine.kernels import gemm as G
+from pdlib.validate import tolerance_stats
+
+LAYERS, D, F_, HQ, HKV, DH = 28, 1024, 3072, 16, 8, 128
+KINDS = {"q|k|v": (D, (HQ + 2 * HKV) * DH), "o_proj": (HQ * DH, D), "gate|up": (D, 2 * F_), "down": (F_, D)}
+REPS = 15
+
+
+def median_ms(fn, reps=REPS):
+    fn()
+    fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter_ns()
+        fn()
+        times.append((time.perf_counter_ns() - t0) / 1e6)
+    return statistics.median(times)
+
+
+mx.random.seed(0)
+weights = {k: [mx.random.normal((n, kd)) * kd ** -0.5 for _ in range(LAYERS)] for k, (kd, n) in KINDS.items()}
+mx.eval(weights)
+table = []
+
+for M in (128, 4096):
+    xs = {kd: mx.random.normal((M, kd)) * 3.0 for kd, _ in KINDS.values()}
+    mx.eval(xs)
+    flops = 2 * M * LAYERS * sum(kd * n for kd, n in KINDS.values())
+    runners = {"mlx fp32": lambda x, w: x @ w.T}
+    runners.update({s.label: (lambda s: lambda x, w: G.tf32x3_matmul(x, w, shape=s))(s) for s in G.CANDIDATES})
+    for name, run in runners.items():
+        row = {"rows": M, "shape": name}
+        worst = 0.0
+        for kind, (kd, n) in KINDS.items():  # accuracy first: layer 0 of each kind against FP32
+            got, want = run(xs[kd], weights[kind][0]), xs[kd] @ weights[kind][0].T
+            (err,), (ratio,), (bad,) = tolerance_stats(got[None], want[None]).tolist()
+            worst = max(worst, ratio)
+            row[f"{kind}_bad"] = int(bad)
+        row["worst_ratio"] = worst
+        row["passed"] = all(row[f"{k}_bad"] == 0 for k in KINDS)
+        if row["passed"]:
+            row["all_ms"] = median_ms(lambda: mx.eval([run(xs[kd], w) for kind, (kd, _) in KINDS.items()
+                                                       for w in weights[kind]]))
+            row["tflops"] = flops / row["all_ms"] / 1e9
+            for kind, (kd, _) in KINDS.items():
+                row[f"{kind}_ms"] = median_ms(lambda: mx.eval([run(xs[kd], w) for w in weights[kind]]))
+        print(json.dumps(row), flush=True)
+        table.append(row)
+
+# mixed's decode row: one query row at 4K through the flash kernel, 28 layers, with the warp skip and without
+CTX = 4096
+caches = [(mx.random.normal((HKV, CTX + 8, DH)), mx.random.normal((HKV, CTX + 8, DH))) for _ in range(LAYERS)]
+fence = K.new_fence()
+no_skip = mx.fast.cuda_kernel(name="pdlib_flash_prefill_noskip", input_names=["q", "kc", "vc", "pos", "after"],
+                              output_names=["part", "stats"],
+                              source=F.SOURCE.replace("const bool live = r0 + 8 * (tid >> 5) < T;", "const bool live = true;"),
+                              shared_memory=F.SHARED_BYTES)
+assert "const bool live = true;" not in F.SOURCE
+for T in (1, 128):
+    q = mx.random.normal((HQ, T, DH))
+    pos = mx.arange(CTX - T, CTX, dtype=mx.int32)
+    mx.eval(caches, fence, q, pos)
+    skip = lambda: mx.eval([K.flash_attention(q, k, v, pos, fence, scale=DH ** -0.5, length=CTX) for k, v in caches])
+    row = {"flash_rows": T, "context": CTX, "skip_ms": median_ms(skip)}
+    F._kernel, kept = no_skip, F._kernel
+    got_no_skip = K.flash_attention(q, *caches[0], pos, fence, scale=DH ** -0.5, length=CTX)
+    row["no_skip_ms"] = median_ms(skip)
+    F._kernel = kept
+    got = K.flash_attention(q, *caches[0], pos, fence, scale=DH ** -0.5, length=CTX)
+    row["same_output"] = bool(mx.array_equal(got, got_no_skip).item())
+    print(json.dumps(row), flush=True)
+
+print(f"\n{'rows':>5} {'shape':<22} {'pass':<5} {'ms (28 layers)':>14} {'TFLOP/s':>8} "
+      + " ".join(f"{k:>8}" for k in KINDS))
+for r in table:
+    print(f"{r['rows']:>5} {r['shape']:<22} {str(r['passed']):<5} {r.get('all_ms', float('nan')):>14.2f} "
+          f"{r.get('tflops', float('nan')):>8.1f} " + " ".join(f"{r.get(k + '_ms', float('nan')):>8.2f}" for k in KINDS))
