@@ -56,7 +56,7 @@ def test_check_kernels_runs_every_case_under_every_candidate_shape(monkeypatch):
     cases = [("tiny", 17, 64, 128, None, None)]
     rows = check_gemm(seed=0, cases=cases)
     assert seen == list(G.CANDIDATES) and all(r["passed"] for r in rows)
-    assert G.CHUNK_TILES in G.CANDIDATES and G.PROMPT_TILES in G.CANDIDATES
+    assert G.CHUNK_TILES in G.CANDIDATES
 
 
 def test_the_check_passes_the_split_and_fails_one_tf32_product_or_a_missing_term(monkeypatch):
@@ -90,17 +90,24 @@ def test_the_split_fills_the_gpu_and_keeps_whole_steps():
             assert s == 1 or -(-M // shape.bm) * (N // shape.bn) * s <= 2 * sms
 
 
-def test_the_engine_picks_a_chunks_shape_and_a_prompts():
-    assert G.tiles_for(128) == G.tiles_for(256) == G.CHUNK_TILES
-    assert G.tiles_for(257) == G.tiles_for(4096) == G.PROMPT_TILES
-    assert G.tiles(128, 1024, 4096) and not G.tiles(8, 1024, 4096) and not G.tiles(128, 1000, 4096)
+def test_it_takes_a_chunks_rows_and_leaves_a_decodes_and_a_whole_prompts_to_mlx():
+    assert G.tiles(16, 1024, 4096) and G.tiles(128, 1024, 4096) and G.tiles(256, 3072, 1024)
+    assert not G.tiles(15, 1024, 4096) and not G.tiles(257, 1024, 4096) and not G.tiles(4096, 1024, 6144)
+    assert not G.tiles(128, 1000, 4096) and not G.tiles(128, 1024, 4000)
 
 
-def test_the_switches(monkeypatch):
+def test_the_switch_defaults_to_tensor_cores_on_cuda_only(monkeypatch):
     monkeypatch.delenv("PDLIB_PREFILL_GEMM", raising=False)
+    monkeypatch.setattr(G, "BACKEND", "cuda")
+    assert G.enabled()
+    monkeypatch.setenv("PDLIB_PREFILL_GEMM", "fp32")
+    assert not G.enabled()
+    monkeypatch.setenv("PDLIB_PREFILL_GEMM", "tf32x3")
+    assert G.enabled()
+    monkeypatch.setattr(G, "BACKEND", "cpu")
     assert not G.enabled()
     monkeypatch.setenv("PDLIB_PREFILL_GEMM", "tf32")
-    with pytest.raises(InputError, match="PDLIB_PREFILL_GEMM must be fp32 or tf32x3, got 'tf32'"):
+    with pytest.raises(InputError, match="PDLIB_PREFILL_GEMM must be tf32x3 or fp32, got 'tf32'"):
         G.enabled()
 
 
@@ -145,3 +152,10 @@ def test_the_cuda_source_compiles_for_the_h200(K_, N, split, shape):
     blocks = 2 if shape == G.CHUNK_TILES else 1
     assert "0 bytes spill stores, 0 bytes spill loads" in log and blocks * regs * shape.threads <= 65536, log
     assert blocks * (shape.shared_bytes + 1024) <= 228 * 1024
+
+
+def test_a_bad_switch_is_refused_when_the_model_loads(monkeypatch, tiny):
+    from pdlib.engine.model import Qwen3
+    monkeypatch.setenv("PDLIB_PREFILL_GEMM", "fast")
+    with pytest.raises(InputError, match="PDLIB_PREFILL_GEMM must be tf32x3 or fp32, got 'fast'"):
+        Qwen3(tiny, compile_steps=False)

@@ -1,5 +1,6 @@
-"""The 3xTF32 GEMM's candidate launch shapes (gemm.CANDIDATES) against MLX's FP32 matmul, on the prefill's 28
-layers of q|k|v, o_proj, gate|up and down at a chunk's 128 rows and a whole prompt's 4,096: each shape's
+"""The 3xTF32 GEMM's launch shapes (gemm.CANDIDATES, and at 128 rows the ones in EXPLORE too) against MLX's FP32
+matmul, on the prefill's 28 layers of q|k|v, o_proj, gate|up and down at a chunk's 128 rows and a whole
+prompt's 4,096: each shape's
 products checked against FP32 at the gate's tolerance first, then timed (median ms of the 112 matmuls in one
 eval, and per kind). Then the flash kernel's one-row segment (mixed's decode row) with and without its
 warp skip. One JSON line per measurement, a table at the end.
@@ -21,6 +22,11 @@ from pdlib.validate import tolerance_stats
 LAYERS, D, F_, HQ, HKV, DH = 28, 1024, 3072, 16, 8, 128
 KINDS = {"q|k|v": (D, (HQ + 2 * HKV) * DH), "o_proj": (HQ * DH, D), "gate|up": (D, 2 * F_), "down": (F_, D)}
 REPS = 15
+# shapes not (yet) in check-kernels, timed at 128 rows after the same accuracy check: warps of 64 x 32 (fewer
+# shared loads per product), 16-row warps, no ring (one slice ahead: what the ring buys), 32-column tiles, and
+# more K splits
+EXPLORE = (G.Tiles(64, 64, 64, 3, 256), G.Tiles(32, 64, 16, 3, 256), G.Tiles(64, 64, 32, 2, 256),
+           G.Tiles(64, 32, 32, 4, 256), G.Tiles(64, 64, 32, 3, 128))
 
 
 def median_ms(fn, reps=REPS):
@@ -44,7 +50,8 @@ for M in (128, 4096):
     mx.eval(xs)
     flops = 2 * M * LAYERS * sum(kd * n for kd, n in KINDS.values())
     runners = {"mlx fp32": lambda x, w: x @ w.T}
-    runners.update({s.label: (lambda s: lambda x, w: G.tf32x3_matmul(x, w, shape=s))(s) for s in G.CANDIDATES})
+    shapes = G.CANDIDATES + (EXPLORE if M <= G.MAX_ROWS else ())
+    runners.update({s.label: (lambda s: lambda x, w: G.tf32x3_matmul(x, w, shape=s))(s) for s in shapes})
     for name, run in runners.items():
         row = {"rows": M, "shape": name}
         worst = 0.0

@@ -82,6 +82,12 @@
 #                                          (gemm_sweep.py, with the flash kernel's one-row skip A/B), the chunk
 #                                          step's anatomy at 4K with PDLIB_PREFILL_GEMM fp32 and tf32x3 twice each,
 #                                          and a short gate with tf32x3 (GPU 1)
+#   bash notes/gpu-session/session.sh zp   x2, publishing: check-kernels, the published eager chunked fifo mixed, then
+#                                          gemm_sweep.py (GPU 0) beside bench-step with peers at 4K and 5K (GPU 1)
+#   bash notes/gpu-session/session.sh zq   x2: NCCL smoke, disagg smoke, the published eager chunked disagg (both GPUs);
+#                                          then disagg alone with PDLIB_DISAGG_TRANSFER=layers
+#   bash notes/gpu-session/session.sh zt   x2: the sweep at a 22 ms SLO (GPU 0) beside the published chunked overlap
+#                                          slo slo-mixed at 15 ms (GPU 1)
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -498,6 +504,57 @@ za)
   echo "== gemm sweep"; tail -n 20 "$LOGS/gemm-sweep.log"; grep flash_rows "$LOGS/gemm-sweep.log"
   echo "== anatomy"; grep "^{" "$LOGS/anatomy.log"; grep -v "^{" "$LOGS/anatomy.log" | tail -n 5
   echo "== gate"; tail -n 9 "$LOGS/gate-tf32x3.log"
+  finish ;;
+zp)
+  nvidia-smi -L > "$LOGS/gpus.txt"; nproc >> "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
+  gpu 1 timeout -s INT $(left) python3 -m pdlib bench-step --contexts 4096 5120 --output "$OUT/bench-step.json" \
+    > "$LOGS/bench.log" 2>&1 &
+  gpu 0 timeout 300 python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
+  echo "check-kernels rc=$? pass=$(grep -c " pass$" "$LOGS/ck0.log") at ${SECONDS}s"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 8
+  if ! grep -q FAIL "$LOGS/ck0.log"; then
+    gpu 0 timeout -s INT $(( $(left) - 100 )) python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+      --policies eager chunked fifo mixed --quiet --output "$OUT/report.json" > "$LOGS/report.log" 2>&1
+    echo "report rc=$? at ${SECONDS}s"; tail -n 16 "$LOGS/report.log"
+    if [ "$(left)" -gt 60 ]; then
+      gpu 0 timeout $(( $(left) - 5 )) python3 notes/gpu-session/gemm_sweep.py > "$LOGS/gemm-sweep.log" 2>&1
+      echo "gemm sweep rc=$? at ${SECONDS}s"; tail -n 20 "$LOGS/gemm-sweep.log"
+    fi
+  fi
+  wait; echo "== bench at ${SECONDS}s"; tail -n 9 "$LOGS/bench.log"
+  finish ;;
+zq)
+  for r in 1 0; do
+    CUDA_VISIBLE_DEVICES=$r NCCL_HOST_IP=127.0.0.1 NCCL_PORT=29517 MLX_WORLD_SIZE=2 MLX_RANK=$r \
+      timeout -s KILL 90 python3 notes/gpu-session/nccl_smoke.py > "$LOGS/nccl-$r.log" 2>&1 &
+  done
+  wait; cat "$LOGS"/nccl-*.log | grep -v "^$" | tail -n 6
+  PDLIB_DISAGG_WORKER_LOG=$LOGS/worker-smoke.log timeout -s KILL 150 python3 -m pdlib run \
+    --model synthetic:qwen3-0.6b --prompt-tokens 512 --output-tokens 16 --chunk-size 128 \
+    --policies chunked disagg --trials 2 --warmups 1 --logical-cache-reset --output "$LOGS/disagg-smoke.json" \
+    > "$LOGS/disagg-smoke.log" 2>&1
+  rc=$?; echo "disagg smoke rc=$rc at ${SECONDS}s"; tail -n 12 "$LOGS/disagg-smoke.log"
+  if [ $rc = 0 ]; then
+    PDLIB_DISAGG_WORKER_LOG=$LOGS/worker.log timeout -s KILL $(( $(left) - 20 )) python3 -m pdlib run \
+      --params params/qwen3-0.6b-4096x1024.yaml --policies eager chunked disagg --quiet \
+      --output "$OUT/report-x2.json" > "$LOGS/report-x2.log" 2>&1
+    echo "== report-x2 rc=$? at ${SECONDS}s"; tail -n 16 "$LOGS/report-x2.log"
+    if [ "$(left)" -gt 110 ]; then
+      PDLIB_DISAGG_TRANSFER=layers timeout -s KILL $(( $(left) - 10 )) python3 -m pdlib run \
+        --params params/qwen3-0.6b-4096x1024.yaml --policies disagg --quiet \
+        --output "$LOGS/report-x2-layers.json" > "$LOGS/report-x2-layers.log" 2>&1
+      echo "== layers rc=$? at ${SECONDS}s"; tail -n 8 "$LOGS/report-x2-layers.log"
+    fi
+  fi
+  finish ;;
+zt)
+  gpu 0 sh -c "timeout -s INT $(( $(left) - 10 )) python3 -m pdlib sweep --params params/qwen3-0.6b-sweep.yaml \
+    --chunk-sizes 32 64 128 256 512 1024 4096 --policies chunked mixed --tbt-slo-ms 22 \
+    --reference-policies eager fifo overlap slo-chunked slo-mixed --quiet --output $OUT/sweep; \
+    tar -C $OUT -cf $OUT/sweep.tar sweep && rm -r $OUT/sweep" > "$LOGS/sweep.log" 2>&1 &
+  gpu 1 timeout -s INT $(( $(left) - 10 )) python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+    --policies chunked overlap slo slo-mixed --tbt-slo-ms 15 --quiet --output "$OUT/report-new.json" \
+    > "$LOGS/report-new.log" 2>&1 &
+  wait; echo "== sweep at ${SECONDS}s"; tail -n 24 "$LOGS/sweep.log"; echo "== report-new"; tail -n 16 "$LOGS/report-new.log"
   finish ;;
 *) echo "usage: session.sh a|b|...|x" >&2; exit 2 ;;
 esac

@@ -80,7 +80,7 @@ class Qwen3:
         self._compile_steps, self._attention = compile_steps, {}
         runs_here = persistent.available(cfg, packed=lossless_decode_weights)
         self.decode_mode = decode_mode(decode) or ("persistent" if runs_here else "kernels")
-        K.flash_enabled(cfg.head_dim)  # a bad PDLIB_PREFILL_ATTENTION is refused here, not at the first prefill
+        K.flash_enabled(cfg.head_dim), K.gemm_enabled()  # a bad PDLIB_PREFILL_* is refused here, not at a prefill
         # one barrier buffer per cache (decodes of two requests may overlap), gone with its cache
         self.decode_weights, self._syncs = None, weakref.WeakKeyDictionary()
         if self.decode_mode == "persistent":

@@ -9,12 +9,12 @@ Each block computes a BM x BN tile of y = x @ w.T with warps of WM x 32 (mma.m16
 x and w that `cp.async` brings into a ring of STAGES buffers in shared memory, STAGES - 1 slices ahead of the
 one being multiplied, so the loads' latency hides behind the tensor cores' work. The operands are split as
 each fragment is read. Where the tiles are too few to fill the GPU, K is split and the slices' partial sums
-are added afterwards in a fixed order. Which tile shape is fastest at a chunk's 128 rows and at a whole
-prompt's is measured (notes/gpu-session/gemm_sweep.py; notes/gpu.md).
+are added afterwards in a fixed order. It runs a chunk's matmuls (16 to 256 rows); a whole prompt's rows run
+MLX's FP32 matmul, which was faster there (launch shapes measured by notes/gpu-session/gemm_sweep.py).
 
     y = tf32x3_matmul(x, w)       # x (M, K), w (N, K) FP32, row-contiguous -> x @ w.T, (M, N) FP32
-    K.linear_t(x, w_t)            # this, on w_t.T (the weight as loaded), on CUDA when PDLIB_PREFILL_GEMM=tf32x3
-                                  # and the shapes tile; else x @ w_t
+    K.linear_t(x, w_t)            # this, on w_t.T (the weight as loaded), on CUDA for a chunk's rows unless
+                                  # PDLIB_PREFILL_GEMM=fp32; else x @ w_t
 """
 
 from typing import NamedTuple
@@ -49,15 +49,14 @@ class Tiles(NamedTuple):
         return f"{self.bm}x{self.bn}/w{self.wm}/s{self.stages}/k{self.min_ks}"
 
 
-# the shapes measured against each other (notes/gpu-session/gemm_sweep.py), each checked by check-kernels
+# the launch shapes check-kernels checks and gemm_sweep.py times: at a chunk's 128 rows 64x64 tiles of four
+# warps with three slices in flight were the fastest (4.1 ms for the step's 28 layers against MLX's FP32 4.7
+# ms); at a whole prompt's 4,096 rows none beat MLX's FP32 (75.7 against 71.2 ms), so those rows stay there
+# (notes/gpu.md, v19)
 CANDIDATES = (Tiles(64, 64, 32, 3, 256), Tiles(64, 64, 32, 4, 128), Tiles(128, 64, 32, 3, 256),
-              Tiles(64, 128, 32, 3, 256), Tiles(128, 128, 64, 3, 128), Tiles(128, 64, 64, 4, 128))
-CHUNK_TILES, PROMPT_TILES = CANDIDATES[1], CANDIDATES[4]   # up to 256 rows; more
-
-
-def tiles_for(M: int) -> Tiles:
-    """The launch shape for M rows: a chunk's, or a whole prompt's."""
-    return CHUNK_TILES if M <= 256 else PROMPT_TILES
+              Tiles(128, 128, 64, 3, 128))
+CHUNK_TILES = CANDIDATES[0]
+MAX_ROWS = 256           # more rows (a whole prompt's) run MLX's FP32 matmul, faster there
 
 
 HEADER = r"""
@@ -202,35 +201,33 @@ def _kernel(tiles: Tiles):
 
 
 def enabled() -> bool:
-    """PDLIB_PREFILL_GEMM: `tf32x3` runs the prefill's matmuls here on CUDA; `fp32` (the default) runs MLX's."""
-    return env_choice("PDLIB_PREFILL_GEMM", ("fp32", "tf32x3")) == "tf32x3" and BACKEND == "cuda"
+    """PDLIB_PREFILL_GEMM: `tf32x3` (the default) runs a chunk's matmuls here on CUDA; `fp32` runs MLX's."""
+    return env_choice("PDLIB_PREFILL_GEMM", ("tf32x3", "fp32")) == "tf32x3" and BACKEND == "cuda"
 
 
 def tiles(M: int, K: int, N: int) -> bool:
-    """Whether the kernel takes these shapes: whole tiles across N and 32-deep slices, and rows enough to be
-    worth it."""
-    return M >= MIN_ROWS and N % tiles_for(M).bn == 0 and K % BK == 0
+    """Whether the engine's matmul of these shapes runs here: a chunk's rows (not a decode's, not a whole
+    prompt's), whole tiles across N and 32-deep slices."""
+    return MIN_ROWS <= M <= MAX_ROWS and N % CHUNK_TILES.bn == 0 and K % BK == 0
 
 
-def k_split(M: int, K: int, N: int, sms: int, shape: Tiles | None = None) -> int:
+def k_split(M: int, K: int, N: int, sms: int, shape: Tiles = CHUNK_TILES) -> int:
     """Slices of K: doubled while the grid stays within two blocks per SM and each slice keeps min_ks columns
     and whole 32-deep steps (64x64 tiles at M=128: o_proj and down split 8 ways, q|k|v 4, gate|up 2; a whole
     prompt none)."""
-    shape = shape or tiles_for(M)
     blocks, split = -(-M // shape.bm) * (N // shape.bn), 1
     while blocks * split * 2 <= 2 * sms and K % (2 * split * BK) == 0 and K // (2 * split) >= shape.min_ks:
         split *= 2
     return split
 
 
-def tf32x3_matmul(x: mx.array, w: mx.array, *, shape: Tiles | None = None, split: int | None = None,
+def tf32x3_matmul(x: mx.array, w: mx.array, *, shape: Tiles = CHUNK_TILES, split: int | None = None,
                   poison: bool = False) -> mx.array:
-    """x (M, K) @ w.T for w (N, K), FP32 in and out, on tensor cores (module docstring). `shape` overrides
-    tiles_for(M); `split` overrides k_split; `poison` fills the output with NaN first, so a test sees any
-    element the kernel skipped."""
+    """x (M, K) @ w.T for w (N, K), FP32 in and out, on tensor cores (module docstring), in `shape`'s tiles.
+    `split` overrides k_split; `poison` fills the output with NaN first, so a test sees any element the kernel
+    skipped."""
     M, K = x.shape
     N = w.shape[0]
-    shape = shape or tiles_for(M)
     split = k_split(M, K, N, cuda_sm_count(), shape) if split is None else split
     if x.dtype != mx.float32 or w.dtype != mx.float32 or w.shape[1] != K:
         raise ValueError(f"tf32x3_matmul takes FP32 x (M, K) and w (N, K), got {x.dtype} {x.shape}, {w.dtype} "
