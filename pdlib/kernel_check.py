@@ -9,6 +9,7 @@ import mlx.core as mx
 
 from pdlib.config import preset
 from pdlib.engine import kernels as K
+from pdlib.engine.kernels.gemm import CANDIDATES
 from pdlib.errors import InputError
 from pdlib.validate import tolerance_stats
 
@@ -79,8 +80,8 @@ def _cancelling(rows: int, cols: int, depth: int):
 
 
 def check_gemm(seed: int, cases=None, shapes=None) -> list[dict]:
-    """Every case under every launch shape the sweep compares (gemm.CANDIDATES), the engine's two among them."""
-    from pdlib.engine.kernels.gemm import CANDIDATES
+    """Every case under every launch shape the sweep compares (gemm.CANDIDATES, the engine's CHUNK_TILES among
+    them), or under `shapes`."""
     rows = []
     for shape in shapes or CANDIDATES:
         for i, (case, M, Kd, N, split, cancelling) in enumerate(cases or gemm_cases()):

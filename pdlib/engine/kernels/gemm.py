@@ -213,8 +213,7 @@ def tiles(M: int, K: int, N: int) -> bool:
 
 def k_split(M: int, K: int, N: int, sms: int, shape: Tiles = CHUNK_TILES) -> int:
     """Slices of K: doubled while the grid stays within two blocks per SM and each slice keeps min_ks columns
-    and whole 32-deep steps (64x64 tiles at M=128: o_proj and down split 8 ways, q|k|v 4, gate|up 2; a whole
-    prompt none)."""
+    and whole 32-deep steps (CHUNK_TILES at M=128: o_proj and down split 8 ways, q|k|v 2, gate|up none)."""
     blocks, split = -(-M // shape.bm) * (N // shape.bn), 1
     while blocks * split * 2 <= 2 * sms and K % (2 * split * BK) == 0 and K // (2 * split) >= shape.min_ks:
         split *= 2
