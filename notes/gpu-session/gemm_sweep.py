@@ -24,9 +24,11 @@ KINDS = {"q|k|v": (D, (HQ + 2 * HKV) * DH), "o_proj": (HQ * DH, D), "gate|up": (
 REPS = 15
 # shapes not (yet) in check-kernels, timed at 128 rows after the same accuracy check: warps of 64 x 32 (fewer
 # shared loads per product), 16-row warps, no ring (one slice ahead: what the ring buys), 32-column tiles, and
-# more K splits
+# more K splits (measured in v19); then eight 16-row warps on a 64x64 tile (more warps to hide latency), and
+# four stages on the default tile and on 128x64
 EXPLORE = (G.Tiles(64, 64, 64, 3, 256), G.Tiles(32, 64, 16, 3, 256), G.Tiles(64, 64, 32, 2, 256),
-           G.Tiles(64, 32, 32, 4, 256), G.Tiles(64, 64, 32, 3, 128))
+           G.Tiles(64, 32, 32, 4, 256), G.Tiles(64, 64, 32, 3, 128), G.Tiles(64, 64, 16, 3, 256),
+           G.Tiles(64, 64, 32, 4, 256), G.Tiles(128, 64, 32, 4, 256))
 
 
 def median_ms(fn, reps=REPS):
