@@ -9,14 +9,13 @@ warp skip. One JSON line per measurement, a table at the end.
 """
 
 import json
-import statistics
-import time
 
 import mlx.core as mx
 
 from pdlib.engine import kernels as K
 from pdlib.engine.kernels import flash_prefill as F
 from pdlib.engine.kernels import gemm as G
+from pdlib.profile_step import timed
 from pdlib.validate import tolerance_stats
 
 LAYERS, D, F_, HQ, HKV, DH = 28, 1024, 3072, 16, 8, 128
@@ -31,15 +30,8 @@ EXPLORE = (G.Tiles(64, 64, 64, 3, 256), G.Tiles(32, 64, 16, 3, 256), G.Tiles(64,
            G.Tiles(64, 64, 32, 4, 256), G.Tiles(128, 64, 32, 4, 256))
 
 
-def median_ms(fn, reps=REPS):
-    fn()
-    fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter_ns()
-        fn()
-        times.append((time.perf_counter_ns() - t0) / 1e6)
-    return statistics.median(times)
+def median_ms(fn):
+    return timed(fn, REPS)  # two warm-ups, then the median of REPS calls
 
 
 mx.random.seed(0)

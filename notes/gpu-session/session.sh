@@ -99,6 +99,20 @@ mkdir -p "$LOGS"
 left() { echo $(( ${DEADLINE:-575} - SECONDS )); }
 gpu() { local g=$1; shift; CUDA_VISIBLE_DEVICES=$g taskset -c $([ "$g" = 0 ] && echo 0-15 || echo 16-31) "$@"; }
 finish() { tar -C "$OUT" -cf "$OUT/logs.tar" logs && rm -r "$LOGS"; ls -la "$OUT"; }
+# NCCL between the two GPUs, then disagg at 512 tokens under a $1-second limit; returns the disagg smoke's rc
+disagg_smokes() {
+  for r in 1 0; do
+    CUDA_VISIBLE_DEVICES=$r NCCL_HOST_IP=127.0.0.1 NCCL_PORT=29517 MLX_WORLD_SIZE=2 MLX_RANK=$r \
+      timeout -s KILL 90 python3 notes/gpu-session/nccl_smoke.py > "$LOGS/nccl-$r.log" 2>&1 &
+  done
+  wait; cat "$LOGS"/nccl-*.log | grep -v "^$" | tail -n 12
+  PDLIB_DISAGG_WORKER_LOG=$LOGS/worker-smoke.log timeout -s KILL "$1" python3 -m pdlib run \
+    --model synthetic:qwen3-0.6b --prompt-tokens 512 --output-tokens 16 --chunk-size 128 \
+    --policies chunked disagg --trials 2 --warmups 1 --logical-cache-reset --output "$LOGS/disagg-smoke.json" \
+    > "$LOGS/disagg-smoke.log" 2>&1
+  local rc=$?; echo "disagg smoke rc=$rc at ${SECONDS}s"; tail -n 25 "$LOGS/disagg-smoke.log"
+  return $rc
+}
 
 case "$1" in
 a)
@@ -114,16 +128,7 @@ a)
   wait; echo "== report"; tail -n 25 "$LOGS/report.log"; echo "== report-new"; tail -n 30 "$LOGS/report-new.log"
   finish ;;
 c)
-  for r in 1 0; do
-    CUDA_VISIBLE_DEVICES=$r NCCL_HOST_IP=127.0.0.1 NCCL_PORT=29517 MLX_WORLD_SIZE=2 MLX_RANK=$r \
-      timeout -s KILL 90 python3 notes/gpu-session/nccl_smoke.py > "$LOGS/nccl-$r.log" 2>&1 &
-  done
-  wait; cat "$LOGS"/nccl-*.log | grep -v "^$" | tail -n 12
-  PDLIB_DISAGG_WORKER_LOG=$LOGS/worker-smoke.log timeout -s KILL 180 python3 -m pdlib run \
-    --model synthetic:qwen3-0.6b --prompt-tokens 512 --output-tokens 16 --chunk-size 128 \
-    --policies chunked disagg --trials 2 --warmups 1 --logical-cache-reset --output "$LOGS/disagg-smoke.json" \
-    > "$LOGS/disagg-smoke.log" 2>&1
-  rc=$?; echo "disagg smoke rc=$rc"; tail -n 25 "$LOGS/disagg-smoke.log"
+  disagg_smokes 180; rc=$?
   if [ $rc = 0 ]; then
     PDLIB_DISAGG_WORKER_LOG=$LOGS/worker.log timeout -s KILL $(left) python3 -m pdlib run \
       --params params/qwen3-0.6b-4096x1024.yaml --policies eager chunked disagg --quiet \
@@ -523,16 +528,7 @@ zp)
   wait; echo "== bench at ${SECONDS}s"; tail -n 9 "$LOGS/bench.log"
   finish ;;
 zq)
-  for r in 1 0; do
-    CUDA_VISIBLE_DEVICES=$r NCCL_HOST_IP=127.0.0.1 NCCL_PORT=29517 MLX_WORLD_SIZE=2 MLX_RANK=$r \
-      timeout -s KILL 90 python3 notes/gpu-session/nccl_smoke.py > "$LOGS/nccl-$r.log" 2>&1 &
-  done
-  wait; cat "$LOGS"/nccl-*.log | grep -v "^$" | tail -n 6
-  PDLIB_DISAGG_WORKER_LOG=$LOGS/worker-smoke.log timeout -s KILL 150 python3 -m pdlib run \
-    --model synthetic:qwen3-0.6b --prompt-tokens 512 --output-tokens 16 --chunk-size 128 \
-    --policies chunked disagg --trials 2 --warmups 1 --logical-cache-reset --output "$LOGS/disagg-smoke.json" \
-    > "$LOGS/disagg-smoke.log" 2>&1
-  rc=$?; echo "disagg smoke rc=$rc at ${SECONDS}s"; tail -n 12 "$LOGS/disagg-smoke.log"
+  disagg_smokes 150; rc=$?
   if [ $rc = 0 ]; then
     PDLIB_DISAGG_WORKER_LOG=$LOGS/worker.log timeout -s KILL $(( $(left) - 20 )) python3 -m pdlib run \
       --params params/qwen3-0.6b-4096x1024.yaml --policies eager chunked disagg --quiet \
