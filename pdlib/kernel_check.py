@@ -9,6 +9,7 @@ import mlx.core as mx
 
 from pdlib.config import preset
 from pdlib.engine import kernels as K
+from pdlib.engine.kernels.flash_prefill import ROW_TILES
 from pdlib.engine.kernels.gemm import CANDIDATES
 from pdlib.errors import InputError
 from pdlib.validate import tolerance_stats
@@ -126,23 +127,26 @@ def flash_inputs(seed: int, Hq: int, Hkv: int, T: int, start: int, cap: int):
 
 
 def check_flash_attention(seed: int, cases=None) -> list[dict]:
-    """The prefill attention kernel against the reference's masked softmax, on caches whose slots past the
-    chunk hold NaN (a read of one poisons the row), scores ~3x a unit softmax's (so the max matters); and a
-    zero fence (the cache's writer never ran) must make every output NaN, on the path that merges splits and
-    on the one that does not."""
+    """The prefill attention kernel, under each row tile it is built for (flash_prefill.ROW_TILES), against the
+    reference's masked softmax, on caches whose slots past the chunk hold NaN (a read of one poisons the row),
+    scores ~3x a unit softmax's (so the max matters); and a zero fence (the cache's writer never ran) must make
+    every output NaN, on the path that merges splits and on the one that does not."""
     rows = []
-    for i, (case, Hq, Hkv, T, start, cap, splits) in enumerate(cases or flash_cases()):
-        q, kc, vc, positions = flash_inputs(seed * 100 + 60 + i, Hq, Hkv, T, start, cap)
-        kw = dict(scale=128 ** -0.5, length=start + T, splits=splits)
-        got = K.flash_attention(q, kc, vc, positions, K.new_fence(), poison=True, **kw)
-        want = K.flash_attention_ops(q, kc, vc, positions, K.new_fence(), **kw)
-        rows += _evaluated([_compare("flash_attention", case, got.reshape(-1), want.reshape(-1))])
-        if i == 0:
-            for z, how in ((splits, ""), (1, ", 1 split")):
-                unfenced = mx.zeros_like(K.new_fence())
-                unwritten = K.flash_attention(q, kc, vc, positions, unfenced, **{**kw, "splits": z})
-                rows += _evaluated([_compare("flash_attention", case + ", zero fence" + how,
-                                             mx.isnan(unwritten).all()[None].astype(mx.float32), mx.ones((1,)))])
+    for rt in ROW_TILES:
+        for i, (case, Hq, Hkv, T, start, cap, splits) in enumerate(cases or flash_cases()):
+            q, kc, vc, positions = flash_inputs(seed * 100 + 60 + i, Hq, Hkv, T, start, cap)
+            kw = dict(scale=128 ** -0.5, length=start + T, splits=splits)
+            got = K.flash_attention(q, kc, vc, positions, K.new_fence(), poison=True, rows_per_thread=rt, **kw)
+            want = K.flash_attention_ops(q, kc, vc, positions, K.new_fence(), **kw)
+            label = f"{case}, {rt} rows/thread"
+            rows += _evaluated([_compare("flash_attention", label, got.reshape(-1), want.reshape(-1))])
+            if i == 0:
+                for z, how in ((splits, ""), (1, ", 1 split")):
+                    unfenced = mx.zeros_like(K.new_fence())
+                    unwritten = K.flash_attention(q, kc, vc, positions, unfenced, rows_per_thread=rt,
+                                                  **{**kw, "splits": z})
+                    rows += _evaluated([_compare("flash_attention", label + ", zero fence" + how,
+                                                 mx.isnan(unwritten).all()[None].astype(mx.float32), mx.ones((1,)))])
     return rows
 
 

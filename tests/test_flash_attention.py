@@ -19,9 +19,11 @@ from pdlib.errors import InputError
 from pdlib.kernel_check import check_flash_attention, flash_cases
 
 
-def emulated(q, kc, vc, positions, written, *, scale, length, splits=None, poison=False, fault=None):
+def emulated(q, kc, vc, positions, written, *, scale, length, splits=None, rows_per_thread=None, poison=False,
+             fault=None):
     """flash_attention as the kernel computes it: per head and 64-row block, keys [0, max position + 1) in
-    64-key tiles, shared out to the splits, an online softmax per split, the splits merged by their maxima.
+    64-key tiles, shared out to the splits, an online softmax per split, the splits merged by their maxima (a
+    thread's share of the rows, `rows_per_thread`, changes no arithmetic).
     `fault`: "last tile" (each split skips its last), "no mask", "whole cache" (tiles run to the capacity),
     "merge" (the splits' sums added without their maxima), "fence" (the fence ignored)."""
     with np.errstate(invalid="ignore", divide="ignore"):  # a fault may leave a row no key: NaN, as it should
@@ -78,12 +80,21 @@ def small(case):
 
 
 def rows_with(monkeypatch, **kw):
+    """check-kernels' flash rows on the emulation, by case (each row tile's verdict, which must agree)."""
     monkeypatch.setattr(K, "flash_attention", lambda *a, **k: emulated(*a, **k, **kw))
     rows = check_flash_attention(seed=0, cases=[small(c) for c in flash_cases()])
     names = [c[0] for c in flash_cases()]
-    fence = [names[0] + ", zero fence", names[0] + ", zero fence, 1 split"]
-    assert [r["case"] for r in rows] == names[:1] + fence + names[1:]
-    return {r["case"]: r["passed"] for r in rows}
+    expected = []
+    for rt in F.ROW_TILES:
+        first = f"{names[0]}, {rt} rows/thread"
+        expected += [first, first + ", zero fence", first + ", zero fence, 1 split"]
+        expected += [f"{n}, {rt} rows/thread" for n in names[1:]]
+    assert [r["case"] for r in rows] == expected
+    verdicts = {}
+    for r in rows:
+        verdicts.setdefault(re.sub(r", \d+ rows/thread", "", r["case"]), set()).add(r["passed"])
+    assert all(len(v) == 1 for v in verdicts.values())
+    return {case: v.pop() for case, v in verdicts.items()}
 
 
 def test_the_check_passes_the_emulation_and_fails_each_planted_fault(monkeypatch):
@@ -171,16 +182,18 @@ def test_the_engine_attends_through_it_and_writes_only_the_new_rows(monkeypatch,
 
 
 @pytest.mark.skipif(NVRTC is None, reason="no NVRTC (the nvidia-cuda-nvrtc wheel, Linux only)")
-def test_the_cuda_sources_compile_for_the_h200():
-    """As MLX wraps them (the inputs' shapes passed), for sm_90: no spills; two blocks of 256 threads fit an SM
-    by registers and by shared memory (228 KB, 1 KB of it reserved per block; static as ptxas counts it, plus
-    the dynamic SHARED_BYTES)."""
+@pytest.mark.parametrize("rows_per_thread", F.ROW_TILES)
+def test_the_cuda_sources_compile_for_the_h200(rows_per_thread):
+    """As MLX wraps them (the inputs' shapes passed), for sm_90: no spills; two blocks fit an SM by registers
+    and by shared memory (228 KB, 1 KB of it reserved per block; static as ptxas counts it, plus the dynamic
+    SHARED_BYTES)."""
     flash = Kernel("pdlib_flash_prefill", F.SOURCE, [("q", "f32"), ("kc", "f32"), ("vc", "f32"), ("pos", "i32"),
                                                       ("after", "u32")], [("part", "f32"), ("stats", "f32")],
-                   [dict(SCALE_BITS=float_bits(128 ** -0.5))])
-    log = compile_sm90(STANDINS + wrapped(flash, "cuda", F.SOURCE))
+                   [dict(SCALE_BITS=float_bits(128 ** -0.5), RT=rows_per_thread)])
+    log = compile_sm90(STANDINS + F.header(rows_per_thread) + wrapped(flash, "cuda", F.SOURCE))
     regs = int(re.search(r"Used (\d+) registers", log).group(1))
-    assert "0 bytes spill stores, 0 bytes spill loads" in log and 2 * regs * F.THREADS <= 65536, log
+    assert "0 bytes spill stores, 0 bytes spill loads" in log, log
+    assert 2 * regs * F.threads_for(rows_per_thread) <= 65536, log
     static = int(re.search(r"(\d+) bytes smem", log).group(1))
     assert 2 * (F.SHARED_BYTES + static + 1024) <= 228 * 1024, log
     merge = Kernel("pdlib_flash_merge", F.MERGE, [("part", "f32"), ("stats", "f32")], [("o", "f32")], [{}])

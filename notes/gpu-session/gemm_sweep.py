@@ -2,8 +2,7 @@
 matmul, on the prefill's 28 layers of q|k|v, o_proj, gate|up and down at a chunk's 128 rows and a whole
 prompt's 4,096: each shape's
 products checked against FP32 at the gate's tolerance first, then timed (median ms of the 112 matmuls in one
-eval, and per kind). Then the flash kernel's one-row segment (mixed's decode row) with and without its
-warp skip. One JSON line per measurement, a table at the end.
+eval, and per kind). One JSON line per measurement, a table at the end (the flash kernel: flash_sweep.py).
 
     python3 notes/gpu-session/gemm_sweep.py
 """
@@ -12,8 +11,6 @@ import json
 
 import mlx.core as mx
 
-from pdlib.engine import kernels as K
-from pdlib.engine.kernels import flash_prefill as F
 from pdlib.engine.kernels import gemm as G
 from pdlib.profile_step import timed
 from pdlib.validate import tolerance_stats
@@ -64,29 +61,6 @@ for M in (128, 4096):
                 row[f"{kind}_ms"] = median_ms(lambda: mx.eval([run(xs[kd], w) for w in weights[kind]]))
         print(json.dumps(row), flush=True)
         table.append(row)
-
-# mixed's decode row: one query row at 4K through the flash kernel, 28 layers, with the warp skip and without
-CTX = 4096
-caches = [(mx.random.normal((HKV, CTX + 8, DH)), mx.random.normal((HKV, CTX + 8, DH))) for _ in range(LAYERS)]
-fence = K.new_fence()
-no_skip = mx.fast.cuda_kernel(name="pdlib_flash_prefill_noskip", input_names=["q", "kc", "vc", "pos", "after"],
-                              output_names=["part", "stats"],
-                              source=F.SOURCE.replace("const bool live = r0 + 8 * (tid >> 5) < T;", "const bool live = true;"),
-                              shared_memory=F.SHARED_BYTES)
-assert "const bool live = true;" not in F.SOURCE
-for T in (1, 128):
-    q = mx.random.normal((HQ, T, DH))
-    pos = mx.arange(CTX - T, CTX, dtype=mx.int32)
-    mx.eval(caches, fence, q, pos)
-    skip = lambda: mx.eval([K.flash_attention(q, k, v, pos, fence, scale=DH ** -0.5, length=CTX) for k, v in caches])
-    row = {"flash_rows": T, "context": CTX, "skip_ms": median_ms(skip)}
-    F._kernel, kept = no_skip, F._kernel
-    got_no_skip = K.flash_attention(q, *caches[0], pos, fence, scale=DH ** -0.5, length=CTX)
-    row["no_skip_ms"] = median_ms(skip)
-    F._kernel = kept
-    got = K.flash_attention(q, *caches[0], pos, fence, scale=DH ** -0.5, length=CTX)
-    row["same_output"] = bool(mx.array_equal(got, got_no_skip).item())
-    print(json.dumps(row), flush=True)
 
 print(f"\n{'rows':>5} {'shape':<22} {'pass':<5} {'ms (28 layers)':>14} {'TFLOP/s':>8} "
       + " ".join(f"{k:>8}" for k in KINDS))

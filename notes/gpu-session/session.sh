@@ -88,6 +88,11 @@
 #                                          then disagg alone with PDLIB_DISAGG_TRANSFER=layers
 #   bash notes/gpu-session/session.sh zt   x2: the sweep at a 22 ms SLO (GPU 0) beside the published chunked overlap
 #                                          slo slo-mixed at 15 ms (GPU 1)
+#   bash notes/gpu-session/session.sh zf   x2, the cp.async flash kernel (v20): check-kernels, then if every row passed
+#                                          the published eager chunked fifo mixed and chunked overlap slo slo-mixed
+#                                          at 15 ms (GPU 0) beside flash_sweep.py, the chunk step's anatomy at 4K
+#                                          and, if the default row tile passed the sweep's check, bench-step with
+#                                          peers at 4K and 5K (GPU 1)
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -551,6 +556,30 @@ zt)
     --policies chunked overlap slo slo-mixed --tbt-slo-ms 15 --quiet --output "$OUT/report-new.json" \
     > "$LOGS/report-new.log" 2>&1 &
   wait; echo "== sweep at ${SECONDS}s"; tail -n 24 "$LOGS/sweep.log"; echo "== report-new"; tail -n 16 "$LOGS/report-new.log"
+  finish ;;
+zf)
+  nvidia-smi -L > "$LOGS/gpus.txt"; nproc >> "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
+  ( gpu 1 timeout 200 python3 notes/gpu-session/flash_sweep.py > "$LOGS/flash-sweep.log" 2>&1
+    echo "flash sweep rc=$? at ${SECONDS}s" >> "$LOGS/flash-sweep.log"
+    gpu 1 timeout 90 python3 notes/gpu-session/chunk_anatomy.py 4096 > "$LOGS/anatomy.log" 2>&1
+    if grep -q '"kernel": "rt8", "worst_ratio": [0-9.e-]*, "bad": 0, "passed": true' "$LOGS/flash-sweep.log"; then
+      gpu 1 timeout -s INT $(( $(left) - 5 )) python3 -m pdlib bench-step --contexts 4096 5120 \
+        --output "$OUT/bench-step.json" > "$LOGS/bench.log" 2>&1; echo "bench rc=$? at ${SECONDS}s" >> "$LOGS/bench.log"
+    fi ) &
+  gpu 0 timeout 300 python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
+  echo "check-kernels rc=$? pass=$(grep -c " pass$" "$LOGS/ck0.log") at ${SECONDS}s"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 8
+  grep flash "$LOGS/ck0.log" | head -n 4
+  if ! grep -q FAIL "$LOGS/ck0.log" && [ -s "$OUT/check-kernels.json" ]; then
+    gpu 0 timeout -s INT $(( $(left) - 200 )) python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+      --policies eager chunked fifo mixed --quiet --output "$OUT/report.json" > "$LOGS/report.log" 2>&1
+    echo "report rc=$? at ${SECONDS}s"; tail -n 6 "$LOGS/report.log"
+    gpu 0 timeout -s INT $(( $(left) - 5 )) python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+      --policies chunked overlap slo slo-mixed --tbt-slo-ms 15 --quiet --output "$OUT/report-new.json" \
+      > "$LOGS/report-new.log" 2>&1
+    echo "report-new rc=$? at ${SECONDS}s"; tail -n 6 "$LOGS/report-new.log"
+  fi
+  wait; echo "== flash sweep"; tail -n 16 "$LOGS/flash-sweep.log"; echo "== anatomy"; grep "^{" "$LOGS/anatomy.log"
+  echo "== bench"; tail -n 12 "$LOGS/bench.log" 2>/dev/null
   finish ;;
 *) echo "usage: session.sh a|b|...|x" >&2; exit 2 ;;
 esac

@@ -78,6 +78,29 @@ _METAL_PRELUDE = r"""
 
 PRELUDE = {"cuda": _CUDA_PRELUDE, "metal": _METAL_PRELUDE}
 
+# CUDA-only kernels' asynchronous copies (sm_80+), for their `header=`: a tile lands in shared memory without
+# passing through registers while the block computes on the one before
+CUDA_CP_ASYNC = r"""
+// 16 bytes global -> shared without a register; `valid` false writes zeros and reads nothing
+__device__ __forceinline__ void pd_cp16(float* dst, const float* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void pd_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// until at most N of this thread's groups are in flight
+template <int N> __device__ __forceinline__ void pd_cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
+}
+"""
+
+
+def cuda_launch_bounds(threads: int, blocks: int) -> str:
+    """Header text that gives the kernel after it `__launch_bounds__(threads, blocks)`, so ptxas keeps to the
+    registers that let `blocks` blocks share an SM (unbounded, it may take up to 255 a thread and fit fewer).
+    MLX writes the signature itself, `__global__ void name(...)` right after the header, so the header redefines
+    `__global__` as CUDA spells it plus the bounds; nothing else follows in that source."""
+    return f"#undef __global__\n#define __global__ __attribute__((global)) __launch_bounds__({threads}, {blocks})\n"
+
 
 def kernel_or_none(name: str, inputs: list[str], outputs: list[str], *, source: str | None = None,
                    cuda_source: str | None = None, metal_source: str | None = None, header: str = ""):

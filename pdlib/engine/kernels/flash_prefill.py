@@ -11,65 +11,86 @@ matmuls, after a kernel copied the cache's whole prefix out for them (kv_store.s
 step's attention time at 4K context is those round trips and copies, and a whole prompt's scores are 1 GB a
 layer, half of them masked.
 
-Each block takes 64 query rows of one head and a range of 64-key tiles of its KV head: Q (scaled, as the
-reference scales it) stays in shared memory, each tile's K and V are staged beside it, and every thread owns
-4 rows x 4 keys of the scores and 4 rows x 8 dims of the output, with a running max and sum per row (online
-softmax). A key is read only when some row of the block may see it (key <= that row's position), so stale
-slots past the request's length are never touched. Where the row blocks are too few to fill the GPU (a
-128-row chunk: 2 per head), the keys are split across blocks and a second kernel merges the partial results
-by their maxima; with one split the first kernel normalises its own output. A zero fence (its writer never
-ran) makes the output NaN, as fence.read_after does.
+Each block takes 64 query rows of one head and a range of 64-key tiles of its KV head. Q, K and V arrive by
+`cp.async` as they lie (rows of 128 floats, their 16-byte chunks XOR-swizzled so a warp's reads spread over
+the banks): the tile's V is requested as its scores are made and the next tile's K as its values are summed,
+so the loads hide behind the arithmetic. Each thread owns RT rows x 4 keys of the scores and RT rows x 8 dims
+of the output (RT 8: 128 threads; 4: 256), with a running max and sum per row (online softmax). A key is read
+only when some row of the block may see it (key <= that row's position), so stale slots past the request's
+length are never touched. Where the row blocks are too few to fill the GPU (a 128-row chunk: 2 per head), the
+keys are split across blocks and a second kernel merges the partial results by their maxima; with one split
+the first kernel normalises its own output. The row blocks run latest first (most keys first: a whole prompt's
+tail of blocks is its lightest). A zero fence (its writer never ran) makes the output NaN, as
+fence.read_after does.
 """
 
 import mlx.core as mx
 
 from pdlib.engine.kernels.attention import attention_ops, causal_mask
-from pdlib.engine.kernels.backend import BACKEND, cuda_sm_count, env_choice, float_bits
+from pdlib.engine.kernels.backend import (BACKEND, CUDA_CP_ASYNC, cuda_launch_bounds, cuda_sm_count, env_choice,
+                                          float_bits)
 
-BR, BC, DH, THREADS = 64, 64, 128, 256
-QP, KP, VP = BR + 4, BC + 4, DH + 4        # pitches: 16-byte rows that spread a warp's reads over the banks
-SHARED_BYTES = 4 * (DH * QP + DH * KP + BC * VP)   # Q (d-major), K (d-major, then P key-major), V (key-major)
+BR, BC, DH = 64, 64, 128
+SHARED_BYTES = 4 * (BR * DH + 2 * BC * DH + BC * BR)   # Q, K, V (rows of DH), P (keys of BR rows): 112 KB
+# rows per thread the kernel is built for, the first the default (check-kernels checks each; flash_sweep.py
+# times them: notes/gpu.md, v20)
+ROW_TILES = (8, 4)
 
 SOURCE = r"""
     // block: query rows r0.. of head h, key tiles [t_begin, t_end) of split z; thread (ty, tx): rows
-    // r0 + 4 ty + i (i < 4), keys k0 + 4 tx + j (j < 4) of a tile, dims 4 tx + c and 64 + 4 tx + c (c < 4)
-    constexpr int BR = 64, BC = 64, DH = 128, QP = BR + 4, KP = BC + 4, VP = DH + 4;
+    // r0 + RT ty + i (i < RT), keys k0 + tx + 16 j (j < 4) of a tile, dims 4 tx + c and 64 + 4 tx + c (c < 4).
+    // Shared rows hold DH floats (P's: BR) as 16-byte chunks, chunk c of row r at c ^ f(r): Q's f = (r >> 2) & 7,
+    // K's r & 7, P's (key) r & 15, V's 0; so a warp's float4 reads (2 rows of Q or P, 16 keys of K) and the
+    // stores of P hit distinct banks.
+    constexpr int BR = 64, BC = 64, DH = 128, THREADS = 16 * BR / RT, RC = RT / 4;   // RC: a thread's row chunks
+    static_assert(RT == 4 || RT == 8);
     extern __shared__ __align__(16) float smem[];
-    float* Qs = smem;              // [DH][QP], q * scale
-    float* Ks = Qs + DH * QP;      // [DH][KP] while the scores are made, then P as [BC][QP]
-    float* Vs = Ks + DH * KP;      // [BC][VP]
-    float* Ps = Ks;
+    float* Qs = smem;              // [BR][DH], q * scale
+    float* Ks = Qs + BR * DH;      // [BC][DH]
+    float* Vs = Ks + BC * DH;      // [BC][DH]
+    float* Ps = Vs + BC * DH;      // [BC][BR], e^(s - m) by key
     __shared__ int kend_s;
     const int HQ = q_shape[0], T = q_shape[1], HKV = kc_shape[0], CAP = kc_shape[1];
-    const int h = blockIdx.y, kvh = h / (HQ / HKV), r0 = blockIdx.x * BR, z = blockIdx.z, NSPLIT = gridDim.z;
+    const int h = blockIdx.x, kvh = h / (HQ / HKV), r0 = (gridDim.y - 1 - blockIdx.y) * BR;
+    const int z = blockIdx.z, NSPLIT = gridDim.z;
     const int tid = threadIdx.x, ty = tid >> 4, tx = tid & 15;
     const float scale = __int_as_float(SCALE_BITS);
-    const bool live = r0 + 8 * (tid >> 5) < T;         // a warp's 8 rows all past T (a 1-row segment): no FMAs
-    const float4 zero4 = make_float4(0.f, 0.f, 0.f, 0.f);
+    const bool live = r0 + 2 * RT * (tid >> 5) < T;    // a warp's rows all past T (a 1-row segment): no FMAs
+    const float* kh = kc + (size_t)kvh * CAP * DH;
+    const float* vh = vc + (size_t)kvh * CAP * DH;
 
+    #pragma unroll
+    for (int n = 0; n < BR * 32 / THREADS; ++n) {     // Q's rows, zeros past T (a warp: one row)
+        const int i = tid + n * THREADS, r = i >> 5, c = i & 31;
+        const bool in = r0 + r < T;
+        pd_cp16(Qs + r * DH + 4 * (c ^ ((r >> 2) & 7)), q + ((size_t)h * T + (in ? r0 + r : 0)) * DH + 4 * c, in);
+    }
+    pd_cp_commit();
     if (tid == 0) kend_s = 0;
     __syncthreads();
     if (tid < BR && r0 + tid < T) atomicMax(&kend_s, pos[r0 + tid] + 1);
-    for (int i = tid; i < BR * (DH / 4); i += 256) {
-        const int r = i / (DH / 4), d4 = i % (DH / 4);
-        const float4 v = r0 + r < T ? reinterpret_cast<const float4*>(q + ((size_t)h * T + r0 + r) * DH)[d4] : zero4;
-        Qs[(4 * d4 + 0) * QP + r] = v.x * scale;
-        Qs[(4 * d4 + 1) * QP + r] = v.y * scale;
-        Qs[(4 * d4 + 2) * QP + r] = v.z * scale;
-        Qs[(4 * d4 + 3) * QP + r] = v.w * scale;
-    }
     __syncthreads();
     const int kend = min(kend_s, CAP);                 // keys [0, kend): those some row of the block sees
     const int tiles = (kend + BC - 1) / BC, per = (tiles + NSPLIT - 1) / NSPLIT;
     const int t_begin = min(tiles, z * per), t_end = min(tiles, t_begin + per);
-    const float4* K4 = reinterpret_cast<const float4*>(kc + (size_t)kvh * CAP * DH);
-    const float4* V4 = reinterpret_cast<const float4*>(vc + (size_t)kvh * CAP * DH);
 
-    int row_pos[4];
-    float m[4], l[4], o[4][8];
+    // one group: keys [k0, k0 + BC) of K (swizzled) or V into dst, zeros past kend (never read)
+    auto request = [&](float* dst, const float* src, int k0, bool swizzle) {
+        #pragma unroll
+        for (int n = 0; n < BC * 32 / THREADS; ++n) {
+            const int i = tid + n * THREADS, k = i >> 5, c = i & 31;
+            const bool in = k0 + k < kend;
+            pd_cp16(dst + k * DH + 4 * (swizzle ? c ^ (k & 7) : c), src + (size_t)(in ? k0 + k : 0) * DH + 4 * c, in);
+        }
+        pd_cp_commit();
+    };
+    if (t_begin < t_end) request(Ks, kh, t_begin * BC, true);
+
+    int row_pos[RT];
+    float m[RT], l[RT], o[RT][8];
     #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int row = r0 + 4 * ty + i;
+    for (int i = 0; i < RT; ++i) {
+        const int row = r0 + RT * ty + i;
         row_pos[i] = row < T ? pos[row] : -1;
         m[i] = -INFINITY;
         l[i] = 0.f;
@@ -79,45 +100,53 @@ SOURCE = r"""
 
     for (int tile = t_begin; tile < t_end; ++tile) {
         const int k0 = tile * BC;
-        __syncthreads();                               // the last tile's P and V are read
-        for (int i = tid; i < BC * (DH / 4); i += 256) {
-            const int key = i % BC, d4 = i / BC;       // a warp: 32 keys, one float4 column (conflict-free stores)
-            const float4 kv = k0 + key < kend ? K4[(size_t)(k0 + key) * (DH / 4) + d4] : zero4;
-            Ks[(4 * d4 + 0) * KP + key] = kv.x;
-            Ks[(4 * d4 + 1) * KP + key] = kv.y;
-            Ks[(4 * d4 + 2) * KP + key] = kv.z;
-            Ks[(4 * d4 + 3) * KP + key] = kv.w;
-            const int vkey = i / (DH / 4), vd4 = i % (DH / 4);   // a warp: one key's row
-            *reinterpret_cast<float4*>(Vs + vkey * VP + 4 * vd4) =
-                k0 + vkey < kend ? V4[(size_t)(k0 + vkey) * (DH / 4) + vd4] : zero4;
+        pd_cp_wait<0>();                               // this thread's copies of K (and, first, Q) have landed
+        if (tile == t_begin) {
+            #pragma unroll
+            for (int n = 0; n < BR * 32 / THREADS; ++n) {   // the reference's q * scale, on this thread's chunks
+                const int i = tid + n * THREADS, r = i >> 5, c = i & 31;
+                float4* at = reinterpret_cast<float4*>(Qs + r * DH + 4 * (c ^ ((r >> 2) & 7)));
+                const float4 v = *at;
+                *at = make_float4(v.x * scale, v.y * scale, v.z * scale, v.w * scale);
+            }
         }
-        __syncthreads();
+        __syncthreads();                               // everyone's have; the last tile's P and V are read
+        request(Vs, vh, k0, false);                    // lands while the scores are made
 
-        float s[4][4];
+        float s[RT][4];
         #pragma unroll
-        for (int i = 0; i < 4; ++i)
+        for (int i = 0; i < RT; ++i)
             #pragma unroll
             for (int j = 0; j < 4; ++j) s[i][j] = 0.f;
         if (live) {
-            #pragma unroll 8
-            for (int d = 0; d < DH; ++d) {
-                const float4 a = *reinterpret_cast<const float4*>(Qs + d * QP + 4 * ty);
-                const float4 b = *reinterpret_cast<const float4*>(Ks + d * KP + 4 * tx);
-                const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+            #pragma unroll 2
+            for (int c = 0; c < DH / 4; ++c) {
+                float4 kv[4];
                 #pragma unroll
-                for (int i = 0; i < 4; ++i)
+                for (int j = 0; j < 4; ++j)            // key tx + 16 j: its swizzle is tx & 7
+                    kv[j] = *reinterpret_cast<const float4*>(Ks + (tx + 16 * j) * DH + 4 * (c ^ (tx & 7)));
+                #pragma unroll
+                for (int i = 0; i < RT; ++i) {
+                    const int r = RT * ty + i;
+                    const float4 qv = *reinterpret_cast<const float4*>(Qs + r * DH + 4 * (c ^ ((r >> 2) & 7)));
                     #pragma unroll
-                    for (int j = 0; j < 4; ++j) s[i][j] = fmaf(av[i], bv[j], s[i][j]);
+                    for (int j = 0; j < 4; ++j) {
+                        s[i][j] = fmaf(qv.x, kv[j].x, s[i][j]);
+                        s[i][j] = fmaf(qv.y, kv[j].y, s[i][j]);
+                        s[i][j] = fmaf(qv.z, kv[j].z, s[i][j]);
+                        s[i][j] = fmaf(qv.w, kv[j].w, s[i][j]);
+                    }
+                }
             }
         }
 
         // online softmax: a row's 64 keys lie across the 16 lanes of its half-warp (tx)
         #pragma unroll
-        for (int i = 0; i < 4; ++i) {
+        for (int i = 0; i < RT; ++i) {
             float mt = -INFINITY;
             #pragma unroll
             for (int j = 0; j < 4; ++j) {
-                if (k0 + 4 * tx + j > row_pos[i]) s[i][j] = -INFINITY;
+                if (k0 + tx + 16 * j > row_pos[i]) s[i][j] = -INFINITY;
                 mt = fmaxf(mt, s[i][j]);
             }
             #pragma unroll
@@ -135,33 +164,43 @@ SOURCE = r"""
             #pragma unroll
             for (int c = 0; c < 8; ++c) o[i][c] *= alpha;
         }
-        __syncthreads();                               // every thread's scores are made: K's space takes P
         #pragma unroll
-        for (int j = 0; j < 4; ++j)
-            *reinterpret_cast<float4*>(Ps + (4 * tx + j) * QP + 4 * ty) = make_float4(s[0][j], s[1][j], s[2][j], s[3][j]);
-        __syncthreads();
+        for (int j = 0; j < 4; ++j)                    // key tx + 16 j: its swizzle is tx
+            #pragma unroll
+            for (int cc = 0; cc < RC; ++cc)
+                *reinterpret_cast<float4*>(Ps + (tx + 16 * j) * BR + 4 * ((RC * ty + cc) ^ tx)) =
+                    make_float4(s[4 * cc][j], s[4 * cc + 1][j], s[4 * cc + 2][j], s[4 * cc + 3][j]);
+        pd_cp_wait<0>();                               // this thread's copies of V have landed
+        __syncthreads();                               // everyone's, and all of P; K's space is free
+        if (tile + 1 < t_end) request(Ks, kh, k0 + BC, true);   // lands while the values are summed
 
         if (live) {
             #pragma unroll 4
             for (int key = 0; key < BC; ++key) {
-                const float4 p = *reinterpret_cast<const float4*>(Ps + key * QP + 4 * ty);
-                const float4 v0 = *reinterpret_cast<const float4*>(Vs + key * VP + 4 * tx);
-                const float4 v1 = *reinterpret_cast<const float4*>(Vs + key * VP + 64 + 4 * tx);
-                const float pv[4] = {p.x, p.y, p.z, p.w}, vv[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+                float p[RT];
                 #pragma unroll
-                for (int i = 0; i < 4; ++i)
+                for (int cc = 0; cc < RC; ++cc) {
+                    const float4 pc = *reinterpret_cast<const float4*>(Ps + key * BR + 4 * ((RC * ty + cc) ^ (key & 15)));
+                    p[4 * cc] = pc.x; p[4 * cc + 1] = pc.y; p[4 * cc + 2] = pc.z; p[4 * cc + 3] = pc.w;
+                }
+                const float4 v0 = *reinterpret_cast<const float4*>(Vs + key * DH + 4 * tx);
+                const float4 v1 = *reinterpret_cast<const float4*>(Vs + key * DH + 64 + 4 * tx);
+                const float vv[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+                #pragma unroll
+                for (int i = 0; i < RT; ++i)
                     #pragma unroll
-                    for (int c = 0; c < 8; ++c) o[i][c] = fmaf(pv[i], vv[c], o[i][c]);
+                    for (int c = 0; c < 8; ++c) o[i][c] = fmaf(p[i], vv[c], o[i][c]);
             }
         }
     }
+    pd_cp_wait<0>();                                   // no copy outlives the block (a split with no tiles: Q's)
 
     const bool fenced = after[0] != 0u;                // else the cache's writer never ran: NaN, as read_after
     #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < RT; ++i) {
         #pragma unroll
         for (int off = 1; off < 16; off <<= 1) l[i] += __shfl_xor_sync(0xffffffffu, l[i], off);
-        const int row = r0 + 4 * ty + i;
+        const int row = r0 + RT * ty + i;
         if (row >= T) continue;
         const size_t at = ((size_t)z * HQ + h) * T + row;
         const float k = !fenced ? __int_as_float(0x7fc00000) : NSPLIT == 1 ? 1.f / l[i] : 1.f;
@@ -187,9 +226,25 @@ MERGE = r"""
     o[n * DH + d] = acc / L;
 """
 
-_kernel = (mx.fast.cuda_kernel(name="pdlib_flash_prefill", input_names=["q", "kc", "vc", "pos", "after"],
-                               output_names=["part", "stats"], source=SOURCE, shared_memory=SHARED_BYTES)
-           if BACKEND == "cuda" else None)
+
+def threads_for(rows_per_thread: int) -> int:
+    """A block's threads: 16 per 4-key column group, one per RT rows of the block's 64."""
+    return 16 * BR // rows_per_thread
+
+
+def header(rows_per_thread: int) -> str:
+    """The kernel's header for one row tile: cp.async, and registers bounded to two blocks an SM (the most its
+    shared memory allows)."""
+    return CUDA_CP_ASYNC + cuda_launch_bounds(threads_for(rows_per_thread), 2)
+
+
+def _build(rows_per_thread: int):
+    return mx.fast.cuda_kernel(
+        name=f"pdlib_flash_prefill_rt{rows_per_thread}", input_names=["q", "kc", "vc", "pos", "after"],
+        output_names=["part", "stats"], source=SOURCE, header=header(rows_per_thread), shared_memory=SHARED_BYTES)
+
+
+_kernels = {rt: _build(rt) for rt in ROW_TILES} if BACKEND == "cuda" else {}
 _merge = (mx.fast.cuda_kernel(name="pdlib_flash_merge", input_names=["part", "stats"], output_names=["o"],
                               source=MERGE) if BACKEND == "cuda" else None)
 
@@ -199,36 +254,39 @@ ENV = "PDLIB_PREFILL_ATTENTION"
 def enabled(head_dim: int) -> bool:
     """PDLIB_PREFILL_ATTENTION: `flash` (the default) runs prefill attention here where the kernel exists (CUDA,
     head_dim 128: where the caches are written in place); `ops` runs MLX's ops (attention.py) everywhere."""
-    return env_choice(ENV, ("flash", "ops")) == "flash" and _kernel is not None and head_dim == DH
+    return env_choice(ENV, ("flash", "ops")) == "flash" and bool(_kernels) and head_dim == DH
 
 
 def key_splits(rows: int, heads: int, length: int, sms: int) -> int:
-    """Blocks per row block along the keys: as many as two per SM hold at once (two fit by registers and
-    shared memory), at most half the `length` keys' 64-key tiles (a 128-row chunk of 16 heads at 4K: 8; a
-    whole prompt: 1). A row block whose last row sits early sees fewer tiles, so its last splits may be empty."""
+    """Blocks per row block along the keys: as many as two per SM hold at once (two fit by shared memory), at
+    most half the `length` keys' 64-key tiles (a 128-row chunk of 16 heads at 4K: 8; a whole prompt: 1). A row block whose last row sits early sees fewer tiles, so its last splits may be empty."""
     blocks = -(-rows // BR) * heads
     return max(1, min(2 * sms // blocks, -(-length // BC) // 2))
 
 
 def flash_attention(q: mx.array, k_cache: mx.array, v_cache: mx.array, positions: mx.array, written: mx.array, *,
-                    scale: float, length: int, splits: int | None = None, poison: bool = False) -> mx.array:
+                    scale: float, length: int, splits: int | None = None, rows_per_thread: int = ROW_TILES[0],
+                    poison: bool = False) -> mx.array:
     """o (Hq, T, Dh) of q's rows over the cache (module docstring). `length` (start + T on the host) only sizes
-    the key split; `splits` overrides key_splits; `poison` fills the outputs with NaN first, so a test sees any
-    element the kernels skipped."""
+    the key split; `splits` overrides key_splits; `rows_per_thread` is one of ROW_TILES; `poison` fills the
+    outputs with NaN first, so a test sees any element the kernels skipped."""
     Hq, T, Dh = q.shape
     Hkv = k_cache.shape[0]
     if (Dh != DH or k_cache.shape != v_cache.shape or k_cache.shape[2] != DH or Hq % Hkv or positions.shape != (T,)
-            or {q.dtype, k_cache.dtype, v_cache.dtype} != {mx.float32} or positions.dtype != mx.int32):
+            or {q.dtype, k_cache.dtype, v_cache.dtype} != {mx.float32} or positions.dtype != mx.int32
+            or rows_per_thread not in ROW_TILES):
         raise ValueError(f"flash_attention takes FP32 q (Hq, T, {DH}) and caches (Hkv, capacity, {DH}), Hq a multiple "
                          f"of Hkv, int32 positions (T,); got q {q.dtype} {q.shape}, caches {k_cache.dtype} "
-                         f"{k_cache.shape} {v_cache.shape}, positions {positions.dtype} {positions.shape}")
+                         f"{k_cache.shape} {v_cache.shape}, positions {positions.dtype} {positions.shape}, "
+                         f"rows per thread {rows_per_thread} (one of {ROW_TILES})")
     z = key_splits(T, Hq, length, cuda_sm_count()) if splits is None else splits
     nan = float("nan") if poison else None
-    part, stats = _kernel(inputs=[q, k_cache, v_cache, positions, written],
-                          template=[("SCALE_BITS", float_bits(scale))],
-                          grid=(-(-T // BR) * THREADS, Hq, z), threadgroup=(THREADS, 1, 1),
-                          output_shapes=[(z, Hq, T, Dh), (z, Hq, T, 2)], output_dtypes=[mx.float32, mx.float32],
-                          init_value=nan)
+    threads = threads_for(rows_per_thread)
+    part, stats = _kernels[rows_per_thread](
+        inputs=[q, k_cache, v_cache, positions, written],
+        template=[("SCALE_BITS", float_bits(scale)), ("RT", rows_per_thread)],
+        grid=(Hq * threads, -(-T // BR), z), threadgroup=(threads, 1, 1),
+        output_shapes=[(z, Hq, T, Dh), (z, Hq, T, 2)], output_dtypes=[mx.float32, mx.float32], init_value=nan)
     if z == 1:
         return part.reshape(Hq, T, Dh)
     (o,) = _merge(inputs=[part, stats], grid=(Hq * T * Dh, 1, 1), threadgroup=(Dh, 1, 1),

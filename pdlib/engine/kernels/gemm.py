@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import mlx.core as mx
 
-from pdlib.engine.kernels.backend import BACKEND, cuda_sm_count, env_choice
+from pdlib.engine.kernels.backend import BACKEND, CUDA_CP_ASYNC, cuda_sm_count, env_choice
 
 BK, PITCH = 32, 36       # a slice's depth; a staged row's floats (the pad spreads a warp's fragment reads)
 MIN_ROWS = 16            # fewer rows (the LM head's, a decode's) waste most of a tile: plain FP32 there
@@ -59,7 +59,7 @@ CHUNK_TILES = CANDIDATES[0]
 MAX_ROWS = 256           # more rows (a whole prompt's) run MLX's FP32 matmul, faster there
 
 
-HEADER = r"""
+HEADER = CUDA_CP_ASYNC + r"""
 // x (finite) rounded to TF32, the nearest value with 10 mantissa bits, as FP32 bits (the low 13 are zero)
 __device__ __forceinline__ uint32_t pd_tf32(float x) {
     return (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
@@ -75,16 +75,6 @@ __device__ __forceinline__ void pd_mma(float* c, const uint32_t* a, const uint32
                  "{%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-// 16 bytes global -> shared without a register; `valid` false writes zeros (a row past M)
-__device__ __forceinline__ void pd_cp16(float* dst, const float* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                 :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "r"(valid ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void pd_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// until at most N of this thread's groups are in flight
-template <int N> __device__ __forceinline__ void pd_cp_wait() {
-    asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
 }
 """
 
