@@ -19,8 +19,8 @@ from pdlib.errors import InputError
 from pdlib.kernel_check import check_flash_attention, flash_cases
 
 
-def emulated(q, kc, vc, positions, written, *, scale, length, splits=None, rows_per_thread=None, poison=False,
-             fault=None):
+def emulated(q, kc, vc, positions, written, *, scale, length, splits=None, rows_per_thread=None, arithmetic=None,
+             poison=False, fault=None):
     """flash_attention as the kernel computes it: per head and 64-row block, keys [0, max position + 1) in
     64-key tiles, shared out to the splits, an online softmax per split, the splits merged by their maxima (a
     thread's share of the rows, `rows_per_thread`, changes no arithmetic).
@@ -131,8 +131,12 @@ def test_the_switch(monkeypatch):
     monkeypatch.setenv(F.ENV, "ops")
     assert not F.enabled(128)
     monkeypatch.setenv(F.ENV, "fast")
-    with pytest.raises(InputError, match="PDLIB_PREFILL_ATTENTION must be flash or ops, got 'fast'"):
+    with pytest.raises(InputError, match="PDLIB_PREFILL_ATTENTION must be flash or ops or flash-tf32x3, got 'fast'"):
         F.enabled(128)
+    monkeypatch.setenv(F.ENV, "flash-tf32x3")
+    assert F.enabled(128) == (K.BACKEND == "cuda") and F.arithmetic() == "tf32x3"
+    monkeypatch.setenv(F.ENV, "flash")
+    assert F.arithmetic() == "fp32"
 
 
 def test_the_engine_attends_through_it_and_writes_only_the_new_rows(monkeypatch, tiny):
@@ -198,3 +202,14 @@ def test_the_cuda_sources_compile_for_the_h200(rows_per_thread):
     assert 2 * (F.SHARED_BYTES + static + 1024) <= 228 * 1024, log
     merge = Kernel("pdlib_flash_merge", F.MERGE, [("part", "f32"), ("stats", "f32")], [("o", "f32")], [{}])
     assert "0 bytes spill stores" in compile_sm90(STANDINS + wrapped(merge, "cuda", F.MERGE))
+
+
+@pytest.mark.skipif(NVRTC is None, reason="no NVRTC (the nvidia-cuda-nvrtc wheel, Linux only)")
+def test_the_tensor_core_source_compiles_for_the_h200():
+    """The 3xTF32 kernel (not yet the default): no spills, two blocks of 128 threads an SM."""
+    flash = Kernel("pdlib_flash_prefill", F.SOURCE_TF32X3, [("q", "f32"), ("kc", "f32"), ("vc", "f32"),
+                                                            ("pos", "i32"), ("after", "u32")],
+                   [("part", "f32"), ("stats", "f32")], [dict(SCALE_BITS=float_bits(128 ** -0.5))])
+    log = compile_sm90(STANDINS + F.HEADER_TF32X3 + wrapped(flash, "cuda", F.SOURCE_TF32X3))
+    regs = int(re.search(r"Used (\d+) registers", log).group(1))
+    assert "0 bytes spill stores, 0 bytes spill loads" in log and 2 * regs * F.TF32X3_THREADS <= 65536, log

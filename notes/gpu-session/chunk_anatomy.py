@@ -93,7 +93,8 @@ if K.BACKEND == "cuda":  # the flash kernel on caches as they lie (capacity past
 
     def flash(q, positions):
         t0 = time.perf_counter_ns()
-        mx.eval([K.flash_attention(q, k, v, positions, fence, scale=128 ** -0.5, length=CTX + T) for k, v in caches])
+        mx.eval([K.flash_attention(q, k, v, positions, fence, scale=128 ** -0.5, length=CTX + T,
+                                   arithmetic=K.flash_arithmetic()) for k, v in caches])
         return ms(t0)
 
     out["flash_28_layers_ms"] = median_of(lambda: flash(q, positions))

@@ -27,6 +27,7 @@ SCALE = DH ** -0.5
 RUNNERS = {"v1": V1.flash_attention}
 RUNNERS.update({f"rt{rt}": (lambda rt: lambda *a, **k: K.flash_attention(*a, **k, rows_per_thread=rt))(rt)
                 for rt in F.ROW_TILES})
+RUNNERS["tf32x3"] = lambda *a, **k: K.flash_attention(*a, **k, arithmetic="tf32x3")  # not yet in check-kernels
 TIMED = (("chunk 128 at 3968", 128, CTX - 128), ("whole 4096", CTX, 0), ("1 row at 4095", 1, CTX - 1))
 
 table = []
@@ -39,6 +40,16 @@ for name, run in RUNNERS.items():  # accuracy first: every check-kernels flash c
         want = K.flash_attention_ops(q, kc, vc, positions, K.new_fence(), **kw)
         (err,), (ratio,), (n_bad,) = tolerance_stats(got.reshape(1, -1), want.reshape(1, -1)).tolist()
         worst, bad = max(worst, ratio), bad + int(n_bad)
+        if n_bad:  # where: the worst element's head, row and dim, NaNs, and the same case unsplit
+            e = mx.abs(got - want)
+            flat = int(mx.argmax(mx.where(mx.isnan(e), mx.inf, e)).item())
+            one = run(q, kc, vc, positions, K.new_fence(), poison=True, **{**kw, "splits": 1})
+            print(json.dumps({"kernel": name, "case": case, "bad": int(n_bad), "of": got.size,
+                              "nan": int(mx.isnan(got).sum().item()), "worst_at": [flat // (T * DH), flat // DH % T,
+                                                                                  flat % DH],
+                              "got": got.reshape(-1)[flat].item(), "want": want.reshape(-1)[flat].item(),
+                              "unsplit_bad": int((~(mx.abs(one - want) <= 1e-3 + 1e-3 * mx.abs(want))).sum().item())}),
+                  flush=True)
     row = {"kernel": name, "worst_ratio": worst, "bad": bad, "passed": bad == 0}
     print(json.dumps(row), flush=True)
     table.append(row)

@@ -93,6 +93,11 @@
 #                                          at 15 ms (GPU 0) beside flash_sweep.py, the chunk step's anatomy at 4K
 #                                          and, if the default row tile passed the sweep's check, bench-step with
 #                                          peers at 4K and 5K (GPU 1)
+#   bash notes/gpu-session/session.sh zg   x2, the tensor-core flash kernel (flash-tf32x3, not yet the default):
+#                                          check-kernels, then bench-step without peers at 4K with
+#                                          PDLIB_PREFILL_ATTENTION flash-tf32x3 and flash (GPU 0) beside
+#                                          flash_sweep.py, then, if its rows passed, the chunk step's anatomy at 4K
+#                                          with each, twice, alternating, and a gate at 4,096/64 with it (GPU 1)
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -580,6 +585,32 @@ zf)
   fi
   wait; echo "== flash sweep"; tail -n 16 "$LOGS/flash-sweep.log"; echo "== anatomy"; grep "^{" "$LOGS/anatomy.log"
   echo "== bench"; tail -n 12 "$LOGS/bench.log" 2>/dev/null
+  finish ;;
+zg)
+  nvidia-smi -L > "$LOGS/gpus.txt"; nproc >> "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
+  ( gpu 1 timeout 150 python3 notes/gpu-session/flash_sweep.py > "$LOGS/flash-sweep.log" 2>&1
+    echo "flash sweep rc=$? at ${SECONDS}s" >> "$LOGS/flash-sweep.log"
+    if grep -q '"kernel": "tf32x3", "worst_ratio": [0-9.e-]*, "bad": 0, "passed": true' "$LOGS/flash-sweep.log"; then
+      for i in 1 2; do for a in flash-tf32x3 flash; do
+        PDLIB_PREFILL_ATTENTION=$a LABEL=$a gpu 1 timeout 90 python3 notes/gpu-session/chunk_anatomy.py 4096 \
+          >> "$LOGS/anatomy.log" 2>&1
+      done; done
+      PDLIB_PREFILL_ATTENTION=flash-tf32x3 gpu 1 timeout $(( $(left) - 10 )) python3 -m pdlib run \
+        --model synthetic:qwen3-0.6b --prompt-tokens 4096 --output-tokens 64 --chunk-size 128 \
+        --policies eager chunked mixed overlap --validate-only --quiet > "$LOGS/gate-tc.log" 2>&1
+      echo "gate rc=$? at ${SECONDS}s" >> "$LOGS/gate-tc.log"
+    fi ) &
+  gpu 0 timeout 300 python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
+  echo "check-kernels rc=$? pass=$(grep -c " pass$" "$LOGS/ck0.log") at ${SECONDS}s"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 8
+  if grep -q '"kernel": "tf32x3", "worst_ratio": [0-9.e-]*, "bad": 0, "passed": true' "$LOGS/flash-sweep.log"; then
+    for a in flash-tf32x3 flash; do
+      PDLIB_PREFILL_ATTENTION=$a gpu 0 timeout -s INT 110 python3 -m pdlib bench-step --no-peers --contexts 4096 \
+        --output "$LOGS/bench-$a.json" > "$LOGS/bench-$a.log" 2>&1; echo "bench $a rc=$? at ${SECONDS}s"
+      grep prefill "$LOGS/bench-$a.log"
+    done
+  fi
+  wait; echo "== flash sweep"; grep -v '^{"case"' "$LOGS/flash-sweep.log" | tail -n 24
+  echo "== anatomy"; grep "^{" "$LOGS/anatomy.log" 2>/dev/null | cut -c 1-400; echo "== gate"; tail -n 9 "$LOGS/gate-tc.log" 2>/dev/null
   finish ;;
 *) echo "usage: session.sh a|b|...|x" >&2; exit 2 ;;
 esac

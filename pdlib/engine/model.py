@@ -81,6 +81,7 @@ class Qwen3:
         runs_here = persistent.available(cfg, packed=lossless_decode_weights)
         self.decode_mode = decode_mode(decode) or ("persistent" if runs_here else "kernels")
         K.flash_enabled(cfg.head_dim), K.gemm_enabled()  # a bad PDLIB_PREFILL_* is refused here, not at a prefill
+        self._flash_arithmetic = K.flash_arithmetic()
         # one barrier buffer per cache (decodes of two requests may overlap), gone with its cache
         self.decode_weights, self._syncs = None, weakref.WeakKeyDictionary()
         if self.decode_mode == "persistent":
@@ -228,7 +229,7 @@ class Qwen3:
                 if flash:
                     at = positions[b - 1: b] if last else positions[a:b]
                     return K.flash_attention(qr, s.cache.k[i], s.cache.v[i], at, s.cache.written, scale=self.scale,
-                                             length=s.start + s.size)
+                                             length=s.start + s.size, arithmetic=self._flash_arithmetic)
                 m = K.query_rows(masks[j][-1:], rep) if last else mask_rows[j]
                 return self._attention_for(qr.shape[1])(qr, *kv[j], mask_rows=m)
 
