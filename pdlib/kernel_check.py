@@ -126,25 +126,31 @@ def flash_inputs(seed: int, Hq: int, Hkv: int, T: int, start: int, cap: int):
     return q, kc, vc, mx.arange(start, start + T, dtype=mx.int32)
 
 
+def flash_variants() -> list[tuple[str, dict]]:
+    """(label, flash_attention keywords): each FP32 row tile (flash_prefill.ROW_TILES) and the tensor-core
+    kernel (PDLIB_PREFILL_ATTENTION=flash-tf32x3)."""
+    return ([(f"{rt} rows/thread", {"rows_per_thread": rt}) for rt in ROW_TILES]
+            + [("tf32x3", {"arithmetic": "tf32x3"})])
+
+
 def check_flash_attention(seed: int, cases=None) -> list[dict]:
-    """The prefill attention kernel, under each row tile it is built for (flash_prefill.ROW_TILES), against the
+    """The prefill attention kernel, in each variant the engine can run (flash_variants), against the
     reference's masked softmax, on caches whose slots past the chunk hold NaN (a read of one poisons the row),
     scores ~3x a unit softmax's (so the max matters); and a zero fence (the cache's writer never ran) must make
     every output NaN, on the path that merges splits and on the one that does not."""
     rows = []
-    for rt in ROW_TILES:
+    for variant, how_run in flash_variants():
         for i, (case, Hq, Hkv, T, start, cap, splits) in enumerate(cases or flash_cases()):
             q, kc, vc, positions = flash_inputs(seed * 100 + 60 + i, Hq, Hkv, T, start, cap)
             kw = dict(scale=128 ** -0.5, length=start + T, splits=splits)
-            got = K.flash_attention(q, kc, vc, positions, K.new_fence(), poison=True, rows_per_thread=rt, **kw)
+            got = K.flash_attention(q, kc, vc, positions, K.new_fence(), poison=True, **how_run, **kw)
             want = K.flash_attention_ops(q, kc, vc, positions, K.new_fence(), **kw)
-            label = f"{case}, {rt} rows/thread"
+            label = f"{case}, {variant}"
             rows += _evaluated([_compare("flash_attention", label, got.reshape(-1), want.reshape(-1))])
             if i == 0:
                 for z, how in ((splits, ""), (1, ", 1 split")):
                     unfenced = mx.zeros_like(K.new_fence())
-                    unwritten = K.flash_attention(q, kc, vc, positions, unfenced, rows_per_thread=rt,
-                                                  **{**kw, "splits": z})
+                    unwritten = K.flash_attention(q, kc, vc, positions, unfenced, **how_run, **{**kw, "splits": z})
                     rows += _evaluated([_compare("flash_attention", label + ", zero fence" + how,
                                                  mx.isnan(unwritten).all()[None].astype(mx.float32), mx.ones((1,)))])
     return rows

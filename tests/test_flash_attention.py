@@ -84,15 +84,16 @@ def rows_with(monkeypatch, **kw):
     monkeypatch.setattr(K, "flash_attention", lambda *a, **k: emulated(*a, **k, **kw))
     rows = check_flash_attention(seed=0, cases=[small(c) for c in flash_cases()])
     names = [c[0] for c in flash_cases()]
+    variants = [f"{rt} rows/thread" for rt in F.ROW_TILES] + ["tf32x3"]
     expected = []
-    for rt in F.ROW_TILES:
-        first = f"{names[0]}, {rt} rows/thread"
+    for variant in variants:
+        first = f"{names[0]}, {variant}"
         expected += [first, first + ", zero fence", first + ", zero fence, 1 split"]
-        expected += [f"{n}, {rt} rows/thread" for n in names[1:]]
+        expected += [f"{n}, {variant}" for n in names[1:]]
     assert [r["case"] for r in rows] == expected
     verdicts = {}
     for r in rows:
-        verdicts.setdefault(re.sub(r", \d+ rows/thread", "", r["case"]), set()).add(r["passed"])
+        verdicts.setdefault(re.sub(r", (\d+ rows/thread|tf32x3)", "", r["case"]), set()).add(r["passed"])
     assert all(len(v) == 1 for v in verdicts.values())
     return {case: v.pop() for case, v in verdicts.items()}
 

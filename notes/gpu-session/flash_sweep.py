@@ -1,4 +1,5 @@
-"""The flash prefill kernel's row tiles (flash_prefill.ROW_TILES) against the kernel as it stood before v20
+"""The flash prefill kernel's row tiles (flash_prefill.ROW_TILES) and its tensor-core twin (arithmetic tf32x3)
+against the kernel as it stood before v20
 (flash_v1.py, a frozen copy): each first checked against the oracle (MLX's masked softmax) at the gate's
 tolerance on check-kernels' flash cases, then timed over 28 layers' caches: a 128-row chunk at 4K context
 (chunked's step), a whole 4,096-token prompt (eager's) and one row at 4K (mixed's decode row). One JSON line per
@@ -27,7 +28,7 @@ SCALE = DH ** -0.5
 RUNNERS = {"v1": V1.flash_attention}
 RUNNERS.update({f"rt{rt}": (lambda rt: lambda *a, **k: K.flash_attention(*a, **k, rows_per_thread=rt))(rt)
                 for rt in F.ROW_TILES})
-RUNNERS["tf32x3"] = lambda *a, **k: K.flash_attention(*a, **k, arithmetic="tf32x3")  # not yet in check-kernels
+RUNNERS["tf32x3"] = lambda *a, **k: K.flash_attention(*a, **k, arithmetic="tf32x3")  # flash-tf32x3
 TIMED = (("chunk 128 at 3968", 128, CTX - 128), ("whole 4096", CTX, 0), ("1 row at 4095", 1, CTX - 1))
 
 table = []

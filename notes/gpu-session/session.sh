@@ -98,6 +98,7 @@
 #                                          PDLIB_PREFILL_ATTENTION flash-tf32x3 and flash (GPU 0) beside
 #                                          flash_sweep.py, then, if its rows passed, the chunk step's anatomy at 4K
 #                                          with each, twice, alternating, and a gate at 4,096/64 with it (GPU 1)
+#   bash notes/gpu-session/session.sh zh   one GPU, a session's last ~4 minutes: check-kernels alone
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -611,6 +612,11 @@ zg)
   fi
   wait; echo "== flash sweep"; grep -v '^{"case"' "$LOGS/flash-sweep.log" | tail -n 24
   echo "== anatomy"; grep "^{" "$LOGS/anatomy.log" 2>/dev/null | cut -c 1-400; echo "== gate"; tail -n 9 "$LOGS/gate-tc.log" 2>/dev/null
+  finish ;;
+zh)
+  gpu 0 timeout $(( $(left) - 5 )) python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
+  echo "check-kernels rc=$? pass=$(grep -c " pass$" "$LOGS/ck0.log") at ${SECONDS}s"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 8
+  grep tf32x3 "$LOGS/ck0.log" | grep flash | head -n 3
   finish ;;
 *) echo "usage: session.sh a|b|...|x" >&2; exit 2 ;;
 esac

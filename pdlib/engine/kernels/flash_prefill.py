@@ -21,7 +21,8 @@ length are never touched. Where the row blocks are too few to fill the GPU (a 12
 keys are split across blocks and a second kernel merges the partial results by their maxima; with one split
 the first kernel normalises its own output. The row blocks run latest first (most keys first: a whole prompt's
 tail of blocks is its lightest). A zero fence (its writer never ran) makes the output NaN, as
-fence.read_after does.
+fence.read_after does. A second kernel, SOURCE_TF32X3, does the same on the tensor cores: the products by the
+3xTF32 split (gemm.py), each warp 16 rows in mma.m16n8k8 fragments.
 """
 
 import mlx.core as mx
@@ -212,8 +213,9 @@ SOURCE = r"""
     }
 """
 
-# QK^T and PV by 3xTF32 on the tensor cores (gemm.py's split and mma): not yet the default and not yet in
-# check-kernels; flash_sweep.py checks it on check-kernels' cases, then times it (runbook 1)
+# QK^T and PV by 3xTF32 on the tensor cores (gemm.py's split and mma), PDLIB_PREFILL_ATTENTION=flash-tf32x3:
+# faster (a whole prompt's 28 attentions 42.6 against 54.7 ms), but a whole prompt's logits came 7e-4 from the
+# reference's (FP32's 2.4e-4), so it is not the default (notes/gpu.md, v20)
 SOURCE_TF32X3 = r"""
     // block: query rows r0.. of head h, key tiles [t_begin, t_end) of split z; warp w: rows r0 + 16 w + g and
     // + 8 (g = lane / 4, t = lane % 4), mma.m16n8k8's fragments. Shared rows as they lie, 16-byte chunk c of
