@@ -80,7 +80,7 @@ def small(case):
 
 
 def rows_with(monkeypatch, **kw):
-    """check-kernels' flash rows on the emulation, by case (each row tile's verdict, which must agree)."""
+    """check-kernels' flash rows on the emulation, by case (each variant's verdict, which must agree)."""
     monkeypatch.setattr(K, "flash_attention", lambda *a, **k: emulated(*a, **k, **kw))
     rows = check_flash_attention(seed=0, cases=[small(c) for c in flash_cases()])
     names = [c[0] for c in flash_cases()]
@@ -207,7 +207,7 @@ def test_the_cuda_sources_compile_for_the_h200(rows_per_thread):
 
 @pytest.mark.skipif(NVRTC is None, reason="no NVRTC (the nvidia-cuda-nvrtc wheel, Linux only)")
 def test_the_tensor_core_source_compiles_for_the_h200():
-    """The 3xTF32 kernel (not yet the default): no spills, two blocks of 128 threads an SM."""
+    """The 3xTF32 kernel (flash-tf32x3, opt-in): no spills, two blocks of 128 threads an SM by registers."""
     flash = Kernel("pdlib_flash_prefill", F.SOURCE_TF32X3, [("q", "f32"), ("kc", "f32"), ("vc", "f32"),
                                                             ("pos", "i32"), ("after", "u32")],
                    [("part", "f32"), ("stats", "f32")], [dict(SCALE_BITS=float_bits(128 ** -0.5))])

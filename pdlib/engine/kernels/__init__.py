@@ -27,6 +27,6 @@ from pdlib.engine.kernels.rope import rope_inv_freq, rope_ops, rope_rotate, rope
 __all__ = ["BACKEND", "attention_ops", "attention_rows", "causal_mask", "query_rows", "decode_attention",
            "decode_attention_kernel", "decode_attention_ops", "DecodeWeights", "decode_persistent",
            "decode_persistent_ops", "flash_arithmetic", "flash_attention", "flash_attention_ops", "flash_enabled",
-           "gemm_enabled", "gemv", "gemv_kernel", "gemv_ops", "linear", "linear_t", "tf32x3_matmul", "tf32x3_ops", "new_fence", "read_after", "rms_norm",
-           "rope_inv_freq", "rope_ops", "rope_rotate", "rope_tables", "store_kv", "store_kv_kernel", "store_kv_ops",
-           "stores_kv_in_place", "install_kv", "install_kv_kernel"]
+           "gemm_enabled", "gemv", "gemv_kernel", "gemv_ops", "linear", "linear_t", "tf32x3_matmul", "tf32x3_ops",
+           "new_fence", "read_after", "rms_norm", "rope_inv_freq", "rope_ops", "rope_rotate", "rope_tables",
+           "store_kv", "store_kv_kernel", "store_kv_ops", "stores_kv_in_place", "install_kv", "install_kv_kernel"]

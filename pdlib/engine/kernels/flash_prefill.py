@@ -473,7 +473,8 @@ def arithmetic() -> str:
 
 def key_splits(rows: int, heads: int, length: int, sms: int) -> int:
     """Blocks per row block along the keys: as many as two per SM hold at once (two fit by shared memory), at
-    most half the `length` keys' 64-key tiles (a 128-row chunk of 16 heads at 4K: 8; a whole prompt: 1). A row block whose last row sits early sees fewer tiles, so its last splits may be empty."""
+    most half the `length` keys' 64-key tiles (a 128-row chunk of 16 heads at 4K: 8; a whole prompt: 1). A
+    row block whose last row sits early sees fewer tiles, so its last splits may be empty."""
     blocks = -(-rows // BR) * heads
     return max(1, min(2 * sms // blocks, -(-length // BC) // 2))
 
