@@ -70,10 +70,12 @@ for case, T, start in TIMED:
             continue
         got = run(q, *caches[0], pos, fence, scale=SCALE, length=start + T)
         (_,), (ratio,), (n_bad,) = tolerance_stats(got.reshape(1, -1), want.reshape(1, -1)).tolist()
+        e = mx.abs(got - want) / (1e-3 + 1e-3 * mx.abs(want))
+        worst = int(mx.argmax(e).item())     # where: head, row (its position start + row), dim
         ms = timed(lambda: mx.eval([run(q, k, v, pos, fence, scale=SCALE, length=start + T) for k, v in caches]),
                    REPS)
         row = {"case": case, "kernel": name, "ms_28_layers": ms, "tflops": flops / ms / 1e9,
-               "worst_ratio": ratio, "bad": int(n_bad)}
+               "worst_ratio": ratio, "bad": int(n_bad), "worst_at": [worst // (T * DH), worst // DH % T, worst % DH]}
         print(json.dumps(row), flush=True)
         table.append(row)
 
