@@ -82,7 +82,8 @@ for case, T, start in TIMED:
 print(f"\n{'case':<20} {'kernel':<6} {'ms (28 layers)':>14} {'TFLOP/s':>8} {'worst/tol':>9}")
 for r in table:
     if "case" in r:
-        print(f"{r['case']:<20} {r['kernel']:<6} {r['ms_28_layers']:>14.2f} {r['tflops']:>8.1f} {r['worst_ratio']:>9.3f}")
+        print(f"{r['case']:<20} {r['kernel']:<6} {r['ms_28_layers']:>14.2f} {r['tflops']:>8.1f} "
+              f"{r['worst_ratio']:>9.3f}")
     else:
         print(f"{'check-kernels cases':<20} {r['kernel']:<6} {'pass' if r['passed'] else 'FAIL':>14} "
               f"{'':>8} {r['worst_ratio']:>9.3f}")
