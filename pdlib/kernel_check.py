@@ -138,17 +138,20 @@ def check_flash_attention(seed: int, cases=None) -> list[dict]:
     reference's masked softmax, on caches whose slots past the chunk hold NaN (a read of one poisons the row),
     scores ~3x a unit softmax's (so the max matters); and a zero fence (the cache's writer never ran) must make
     every output NaN, on the path that merges splits and on the one that does not."""
+    prepared = []  # each case's inputs and the oracle's answer, once for every variant
+    for i, (case, Hq, Hkv, T, start, cap, splits) in enumerate(cases or flash_cases()):
+        q, kc, vc, positions = flash_inputs(seed * 100 + 60 + i, Hq, Hkv, T, start, cap)
+        kw = dict(scale=128 ** -0.5, length=start + T, splits=splits)
+        prepared.append((case, (q, kc, vc, positions), kw,
+                         K.flash_attention_ops(q, kc, vc, positions, K.new_fence(), **kw)))
     rows = []
     for variant, how_run in flash_variants():
-        for i, (case, Hq, Hkv, T, start, cap, splits) in enumerate(cases or flash_cases()):
-            q, kc, vc, positions = flash_inputs(seed * 100 + 60 + i, Hq, Hkv, T, start, cap)
-            kw = dict(scale=128 ** -0.5, length=start + T, splits=splits)
+        for i, (case, (q, kc, vc, positions), kw, want) in enumerate(prepared):
             got = K.flash_attention(q, kc, vc, positions, K.new_fence(), poison=True, **how_run, **kw)
-            want = K.flash_attention_ops(q, kc, vc, positions, K.new_fence(), **kw)
             label = f"{case}, {variant}"
             rows += _evaluated([_compare("flash_attention", label, got.reshape(-1), want.reshape(-1))])
             if i == 0:
-                for z, how in ((splits, ""), (1, ", 1 split")):
+                for z, how in ((kw["splits"], ""), (1, ", 1 split")):
                     unfenced = mx.zeros_like(K.new_fence())
                     unwritten = K.flash_attention(q, kc, vc, positions, unfenced, **how_run, **{**kw, "splits": z})
                     rows += _evaluated([_compare("flash_attention", label + ", zero fence" + how,

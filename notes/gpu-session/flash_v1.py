@@ -1,4 +1,5 @@
-"""A frozen copy of the flash prefill kernel as it stood before v20 (tree b810f9a), for flash_sweep.py's A/B.
+"""A frozen copy of the flash prefill kernel as it stood before v20 (tree b810f9a), for flash_sweep.py's A/B: its
+body and launch; the split rule, the merge and the oracle are flash_prefill's (the same text then and now).
 
 Prefill attention as one flash-style FP32 kernel (CUDA only): T new queries of one request over its cache,
 read in place, the scores never materialised.
@@ -25,8 +26,8 @@ ran) makes the output NaN, as fence.read_after does.
 
 import mlx.core as mx
 
-from pdlib.engine.kernels.attention import attention_ops, causal_mask
-from pdlib.engine.kernels.backend import BACKEND, cuda_sm_count, env_choice, float_bits
+from pdlib.engine.kernels import flash_prefill as F
+from pdlib.engine.kernels.backend import BACKEND, cuda_sm_count, float_bits
 
 BR, BC, DH, THREADS = 64, 64, 128, 256
 QP, KP, VP = BR + 4, BC + 4, DH + 4        # pitches: 16-byte rows that spread a warp's reads over the banks
@@ -173,58 +174,17 @@ SOURCE = r"""
     }
 """
 
-MERGE = r"""
-    // one block of DH threads per (head, row) n: o = sum_z e^(m_z - M) o_z / sum_z e^(m_z - M) l_z, M = max_z m_z
-    // (a split that saw no key of the row has m_z = -inf and weighs 0; the first split always sees key 0)
-    const int NS = part_shape[0], DH = part_shape[3];
-    const size_t HT = (size_t)part_shape[1] * part_shape[2], n = blockIdx.x, d = threadIdx.x;
-    float M = -INFINITY;
-    for (int zi = 0; zi < NS; ++zi) M = fmaxf(M, stats[2 * (zi * HT + n)]);
-    float L = 0.f, acc = 0.f;
-    for (int zi = 0; zi < NS; ++zi) {
-        const float w = expf(stats[2 * (zi * HT + n)] - M);
-        L += w * stats[2 * (zi * HT + n) + 1];
-        acc += w * part[(zi * HT + n) * DH + d];
-    }
-    o[n * DH + d] = acc / L;
-"""
-
 _kernel = (mx.fast.cuda_kernel(name="pdlib_flash_prefill_v1", input_names=["q", "kc", "vc", "pos", "after"],
                                output_names=["part", "stats"], source=SOURCE, shared_memory=SHARED_BYTES)
            if BACKEND == "cuda" else None)
-_merge = (mx.fast.cuda_kernel(name="pdlib_flash_merge_v1", input_names=["part", "stats"], output_names=["o"],
-                              source=MERGE) if BACKEND == "cuda" else None)
-
-ENV = "PDLIB_PREFILL_ATTENTION"
-
-
-def enabled(head_dim: int) -> bool:
-    """PDLIB_PREFILL_ATTENTION: `flash` (the default) runs prefill attention here where the kernel exists (CUDA,
-    head_dim 128: where the caches are written in place); `ops` runs MLX's ops (attention.py) everywhere."""
-    return env_choice(ENV, ("flash", "ops")) == "flash" and _kernel is not None and head_dim == DH
-
-
-def key_splits(rows: int, heads: int, length: int, sms: int) -> int:
-    """Blocks per row block along the keys: as many as two per SM hold at once (two fit by registers and
-    shared memory), at most half the `length` keys' 64-key tiles (a 128-row chunk of 16 heads at 4K: 8; a
-    whole prompt: 1). A row block whose last row sits early sees fewer tiles, so its last splits may be empty."""
-    blocks = -(-rows // BR) * heads
-    return max(1, min(2 * sms // blocks, -(-length // BC) // 2))
 
 
 def flash_attention(q: mx.array, k_cache: mx.array, v_cache: mx.array, positions: mx.array, written: mx.array, *,
                     scale: float, length: int, splits: int | None = None, poison: bool = False) -> mx.array:
-    """o (Hq, T, Dh) of q's rows over the cache (module docstring). `length` (start + T on the host) only sizes
-    the key split; `splits` overrides key_splits; `poison` fills the outputs with NaN first, so a test sees any
-    element the kernels skipped."""
+    """flash_prefill.flash_attention's contract, by the old kernel (its grid: row blocks along x, 256 threads);
+    the key split and the merge are flash_prefill's own, unchanged since."""
     Hq, T, Dh = q.shape
-    Hkv = k_cache.shape[0]
-    if (Dh != DH or k_cache.shape != v_cache.shape or k_cache.shape[2] != DH or Hq % Hkv or positions.shape != (T,)
-            or {q.dtype, k_cache.dtype, v_cache.dtype} != {mx.float32} or positions.dtype != mx.int32):
-        raise ValueError(f"flash_attention takes FP32 q (Hq, T, {DH}) and caches (Hkv, capacity, {DH}), Hq a multiple "
-                         f"of Hkv, int32 positions (T,); got q {q.dtype} {q.shape}, caches {k_cache.dtype} "
-                         f"{k_cache.shape} {v_cache.shape}, positions {positions.dtype} {positions.shape}")
-    z = key_splits(T, Hq, length, cuda_sm_count()) if splits is None else splits
+    z = F.key_splits(T, Hq, length, cuda_sm_count()) if splits is None else splits
     nan = float("nan") if poison else None
     part, stats = _kernel(inputs=[q, k_cache, v_cache, positions, written],
                           template=[("SCALE_BITS", float_bits(scale))],
@@ -233,17 +193,6 @@ def flash_attention(q: mx.array, k_cache: mx.array, v_cache: mx.array, positions
                           init_value=nan)
     if z == 1:
         return part.reshape(Hq, T, Dh)
-    (o,) = _merge(inputs=[part, stats], grid=(Hq * T * Dh, 1, 1), threadgroup=(Dh, 1, 1),
-                  output_shapes=[(Hq, T, Dh)], output_dtypes=[mx.float32], init_value=nan)
+    (o,) = F._merge(inputs=[part, stats], grid=(Hq * T * Dh, 1, 1), threadgroup=(Dh, 1, 1),
+                    output_shapes=[(Hq, T, Dh)], output_dtypes=[mx.float32], init_value=nan)
     return o
-
-
-def flash_attention_ops(q: mx.array, k_cache: mx.array, v_cache: mx.array, positions: mx.array, written: mx.array, *,
-                        scale: float, length: int, **_) -> mx.array:
-    """The oracle, with flash_attention's signature: the reference's masked softmax over the cache's first
-    `length` slots (attention.attention_ops)."""
-    k, v = k_cache[:, :length], v_cache[:, :length]
-    return attention_ops(q, k, v, mask=causal_mask(positions, length), scale=scale)
-
-
-
