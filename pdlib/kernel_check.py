@@ -117,12 +117,13 @@ def flash_cases():
 
 def flash_inputs(seed: int, Hq: int, Hkv: int, T: int, start: int, cap: int):
     """A case's q (Hq, T, 128) at ~3x a unit softmax's scores, caches (Hkv, cap, 128) with NaN in every slot past
-    the chunk, and the rows' positions."""
+    the chunk, and the rows' positions. The values have a mean per head and dim, as a model's do: a sum that
+    drifts (an accumulator that loses a little at every step) shows there, where zero-mean values hide it."""
     mx.random.seed(seed)
     q = mx.random.normal((Hq, T, 128)) * 3.0
     stale = mx.arange(cap)[None, :, None] >= start + T
     kc = mx.where(stale, float("nan"), mx.random.normal((Hkv, cap, 128)))
-    vc = mx.where(stale, float("nan"), mx.random.normal((Hkv, cap, 128)))
+    vc = mx.where(stale, float("nan"), mx.random.normal((Hkv, cap, 128)) + mx.random.normal((Hkv, 1, 128)))
     return q, kc, vc, mx.arange(start, start + T, dtype=mx.int32)
 
 

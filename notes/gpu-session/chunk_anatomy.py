@@ -1,6 +1,6 @@
 """Where one 128-token chunk step's time goes (issue 12: is chunked prefill bound by FP32 GEMMs, attention or the
-host?). Run it under different MLX settings (MLX_USE_CUDA_GRAPHS=0, MLX_ENABLE_TF32=1) and compare; prints
-one JSON line of median milliseconds.
+host?), and a mixed step's (the chunk beside one decode). Run it under different settings (MLX_USE_CUDA_GRAPHS=0,
+PDLIB_PREFILL_ATTENTION) and compare; prints one JSON line of median milliseconds.
 
     python3 notes/gpu-session/chunk_anatomy.py [context]
 """
@@ -52,6 +52,37 @@ steps = [chunk_step() for _ in range(N + 2)][2:]
 out["chunk_host_ms"] = statistics.median(h for h, _ in steps)
 out["chunk_total_ms"] = statistics.median(t for _, t in steps)
 
+# mixed's ragged step: the same chunk beside one decode of a request at CTX (runbook 2: a mixed round costs
+# ~5 ms more than a chunk step and a decode); then that decode alone
+engine.add_request("D", [(i * 104729 + 7) % 50000 for i in range(CTX)])
+for n in range(0, CTX, 1024):
+    engine.prefill_chunk("D", min(1024, CTX - n))
+mx.synchronize()
+
+
+def mixed_step():
+    engine.reset("P", logical=True)
+    engine.prefill_chunk("P", CTX)
+    mx.synchronize()
+    t0 = time.perf_counter_ns()
+    engine.batch([("P", T), ("D", None)])
+    host = ms(t0)
+    mx.synchronize()
+    return host, ms(t0)
+
+
+def decode_alone():
+    t0 = time.perf_counter_ns()
+    engine.decode("D")
+    mx.synchronize()
+    return ms(t0)
+
+
+steps = [mixed_step() for _ in range(6)][1:]   # D's cache has room for CTX + T + 8 tokens
+out["mixed_host_ms"] = statistics.median(h for h, _ in steps)
+out["mixed_total_ms"] = statistics.median(t for _, t in steps)
+out["decode_alone_ms"] = statistics.median(decode_alone() for _ in range(8))
+
 layers = engine.model.layers
 xs = {d: mx.random.normal((T, d)) for d in (1024, 2048, 3072)}  # a GEMM's input, by its width
 mats = [m for L in layers for name, m in L.t.items() if name.startswith("w")]  # the prefill's weights, as loaded
@@ -65,6 +96,11 @@ def gemms():
 
 
 out["gemms_28_layers_ms"] = median_of(gemms)
+xs = {d: mx.random.normal((T + 1, d)) for d in (1024, 2048, 3072)}  # a mixed step's rows: the chunk and a decode
+mx.eval(xs)
+out["gemms_129_rows_28_layers_ms"] = median_of(gemms)
+xs = {d: mx.random.normal((T, d)) for d in (1024, 2048, 3072)}
+mx.eval(xs)
 out["gemms_per_step"] = len(mats)
 flops = 2 * T * sum(m.size for m in mats)
 out["gemm_tflops"] = flops / out["gemms_28_layers_ms"] / 1e9

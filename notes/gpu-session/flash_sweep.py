@@ -1,9 +1,9 @@
 """The flash prefill kernel's row tiles (flash_prefill.ROW_TILES) and its tensor-core twin (arithmetic tf32x3)
-against the kernel as it stood before v20
-(flash_v1.py, a frozen copy): each first checked against the oracle (MLX's masked softmax) at the gate's
-tolerance on check-kernels' flash cases, then timed over 28 layers' caches: a 128-row chunk at 4K context
-(chunked's step), a whole 4,096-token prompt (eager's) and one row at 4K (mixed's decode row). One JSON line per
-measurement, a table at the end.
+against the kernel as it stood before v20 (flash_v1.py) and the tensor-core kernel as v20 ran it
+(flash_tc_v20.py), both frozen copies: each first checked against the oracle (MLX's masked softmax) at the
+gate's tolerance on check-kernels' flash cases (each case's worst printed), then timed over 28 layers' caches:
+a 128-row chunk at 4K context (chunked's step), a whole 4,096-token prompt (overlap's and disagg's) and one row
+at 4K (mixed's decode row). One JSON line per measurement, a table at the end.
 
     python3 notes/gpu-session/flash_sweep.py
 """
@@ -15,6 +15,7 @@ import sys
 import mlx.core as mx
 
 sys.path.insert(0, os.path.dirname(__file__))
+import flash_tc_v20 as TC20  # noqa: E402
 import flash_v1 as V1  # noqa: E402
 
 from pdlib.engine import kernels as K  # noqa: E402
@@ -28,19 +29,20 @@ SCALE = DH ** -0.5
 RUNNERS = {"v1": V1.flash_attention}
 RUNNERS.update({f"rt{rt}": (lambda rt: lambda *a, **k: K.flash_attention(*a, **k, rows_per_thread=rt))(rt)
                 for rt in F.ROW_TILES})
+RUNNERS["tc-v20"] = TC20.flash_attention
 RUNNERS["tf32x3"] = lambda *a, **k: K.flash_attention(*a, **k, arithmetic="tf32x3")  # flash-tf32x3
 TIMED = (("chunk 128 at 3968", 128, CTX - 128), ("whole 4096", CTX, 0), ("1 row at 4095", 1, CTX - 1))
 
 table = []
 for name, run in RUNNERS.items():  # accuracy first: every check-kernels flash case, NaN in the stale slots
-    worst, bad = 0.0, 0
+    worst, bad, per_case = 0.0, 0, {}
     for i, (case, Hq, Hkv, T, start, cap, splits) in enumerate(flash_cases()):
         q, kc, vc, positions = flash_inputs(60 + i, Hq, Hkv, T, start, cap)
         kw = dict(scale=SCALE, length=start + T, splits=splits)
         got = run(q, kc, vc, positions, K.new_fence(), poison=True, **kw)
         want = K.flash_attention_ops(q, kc, vc, positions, K.new_fence(), **kw)
         (err,), (ratio,), (n_bad,) = tolerance_stats(got.reshape(1, -1), want.reshape(1, -1)).tolist()
-        worst, bad = max(worst, ratio), bad + int(n_bad)
+        worst, bad, per_case[case] = max(worst, ratio), bad + int(n_bad), round(ratio, 5)
         if n_bad:  # where: the worst element's head, row and dim, NaNs, and the same case unsplit
             e = mx.abs(got - want)
             flat = int(mx.argmax(mx.where(mx.isnan(e), mx.inf, e)).item())
@@ -51,12 +53,14 @@ for name, run in RUNNERS.items():  # accuracy first: every check-kernels flash c
                               "got": got.reshape(-1)[flat].item(), "want": want.reshape(-1)[flat].item(),
                               "unsplit_bad": int((~(mx.abs(one - want) <= 1e-3 + 1e-3 * mx.abs(want))).sum().item())}),
                   flush=True)
-    row = {"kernel": name, "worst_ratio": worst, "bad": bad, "passed": bad == 0}
+    row = {"kernel": name, "worst_ratio": worst, "bad": bad, "passed": bad == 0, "cases": per_case}
     print(json.dumps(row), flush=True)
     table.append(row)
 
 mx.random.seed(0)
-caches = [(mx.random.normal((HKV, CTX + 64, DH)), mx.random.normal((HKV, CTX + 64, DH))) for _ in range(LAYERS)]
+# values with a mean per head and dim, as flash_inputs' (and a model's)
+caches = [(mx.random.normal((HKV, CTX + 64, DH)),
+           mx.random.normal((HKV, CTX + 64, DH)) + mx.random.normal((HKV, 1, DH))) for _ in range(LAYERS)]
 fence = K.new_fence()
 mx.eval(caches, fence)
 for case, T, start in TIMED:
@@ -79,11 +83,11 @@ for case, T, start in TIMED:
         print(json.dumps(row), flush=True)
         table.append(row)
 
-print(f"\n{'case':<20} {'kernel':<6} {'ms (28 layers)':>14} {'TFLOP/s':>8} {'worst/tol':>9}")
+print(f"\n{'case':<20} {'kernel':<7} {'ms (28 layers)':>14} {'TFLOP/s':>8} {'worst/tol':>9}")
 for r in table:
     if "case" in r:
-        print(f"{r['case']:<20} {r['kernel']:<6} {r['ms_28_layers']:>14.2f} {r['tflops']:>8.1f} "
+        print(f"{r['case']:<20} {r['kernel']:<7} {r['ms_28_layers']:>14.2f} {r['tflops']:>8.1f} "
               f"{r['worst_ratio']:>9.3f}")
     else:
-        print(f"{'check-kernels cases':<20} {r['kernel']:<6} {'pass' if r['passed'] else 'FAIL':>14} "
+        print(f"{'check-kernels cases':<20} {r['kernel']:<7} {'pass' if r['passed'] else 'FAIL':>14} "
               f"{'':>8} {r['worst_ratio']:>9.3f}")

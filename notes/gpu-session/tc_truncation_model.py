@@ -5,18 +5,23 @@ small terms first. Three variants: A as the kernel runs; B the scores' two small
 accumulator, added in FP32 at the end; C that and PV's products in a fresh accumulator per 64-key tile, added
 into O in FP32. Prints each one's worst and median error as a fraction of the gate's tolerance.
 
-On the CPU (2026-11-30): A 0.0083 worst, 0.0022 median (the H200 measured 0.007 at a 128-row chunk and 0.023
-on a whole prompt, so the model explains the first, not the second); B 0.0067 / 0.0016; C 0.0045 / 0.0010.
-Most of A's error is in the scores (2e-5 against an FP32 FMA chain's 5e-6), not in PV.
+On the CPU (2026-11-30), values of mean 0: A 0.0083 worst, 0.0022 median (the H200 measured 0.007 at a 128-row
+chunk and 0.023 on a whole prompt); B 0.0067 / 0.0016; C 0.0045 / 0.0010. Values of mean 1 (a model's V has a
+mean per dim; check-kernels' cases had none): A 0.072 / 0.021, B 0.073 / 0.021, C 0.0053 / 0.0012; mean 4: A
+0.109, C 0.0033. So the whole prompt's error is PV's accumulator, held across every tile: each mma truncates
+its sum at the running total's exponent, and with values of one sign the losses add up (a bias toward zero),
+where a chunk's key splits (merged in FP32) keep each accumulator short. v21 is C (notes/gpu.md).
 
-    python3 notes/gpu-session/tc_truncation_model.py
+    python3 notes/gpu-session/tc_truncation_model.py [mean of the values, default 0]
 """
 
+import sys
 import time
 
 import numpy as np
 
 D, N, TILE = 128, 4096, 64
+V_MEAN = float(sys.argv[1]) if len(sys.argv) > 1 else 0.0   # every value's mean (a model's V has one per dim)
 
 
 def tf32(x):
@@ -74,7 +79,7 @@ def values(p, v, per_tile):
 rng = np.random.default_rng(1)
 q = (rng.standard_normal((N, D)) * 3 * D ** -0.5).astype(np.float32)   # scaled as the kernel holds it
 k = rng.standard_normal((N, D)).astype(np.float32)
-v = rng.standard_normal((N, D)).astype(np.float32)
+v = (rng.standard_normal((N, D)) + V_MEAN).astype(np.float32)
 VARIANTS = {"A": ("the kernel as run", False, False), "B": ("the scores' small terms apart", True, False),
             "C": ("B, and PV per 64-key tile", True, True)}
 rows, errors = range(0, N, 16), {name: [] for name in VARIANTS}

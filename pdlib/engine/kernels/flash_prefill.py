@@ -289,11 +289,13 @@ SOURCE_TF32X3 = r"""
         __syncthreads();                               // everyone's have; the last tile's V is read
         request(Vs, vh, k0, true);                     // lands while the scores are made
 
-        float s[8][4];                                 // keys 8 j + 2 t + (e & 1), rows qr + 8 (e >> 1)
+        // keys 8 j + 2 t + (e & 1), rows qr + 8 (e >> 1); the split's small products (lo x hi) in their own
+        // accumulator, so an mma's truncation of its sum (at the largest addend's exponent) costs them no bits
+        float s[8][4], ss[8][4];
         #pragma unroll
         for (int j = 0; j < 8; ++j)
             #pragma unroll
-            for (int e = 0; e < 4; ++e) s[j][e] = 0.f;
+            for (int e = 0; e < 4; ++e) s[j][e] = ss[j][e] = 0.f;
         if (live) {
             #pragma unroll 2
             for (int kk = 0; kk < DH; kk += 8) {
@@ -309,13 +311,17 @@ SOURCE_TF32X3 = r"""
                     pd_split(Ks[(8 * j + g) * DH + 4 * c1 + t], bh[j][1], bl[j][1]);
                 }
                 #pragma unroll
-                for (int j = 0; j < 8; ++j) pd_mma(s[j], al, bh[j]);
+                for (int j = 0; j < 8; ++j) pd_mma(ss[j], al, bh[j]);
                 #pragma unroll
-                for (int j = 0; j < 8; ++j) pd_mma(s[j], ah, bl[j]);
+                for (int j = 0; j < 8; ++j) pd_mma(ss[j], ah, bl[j]);
                 #pragma unroll
                 for (int j = 0; j < 8; ++j) pd_mma(s[j], ah, bh[j]);
             }
         }
+        #pragma unroll
+        for (int j = 0; j < 8; ++j)
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) s[j][e] += ss[j][e];
 
         // online softmax: a row's 64 keys lie across the 4 lanes of its quad (t), 16 a lane
         float mt0 = -INFINITY, mt1 = -INFINITY;
@@ -351,16 +357,18 @@ SOURCE_TF32X3 = r"""
         l1 = l1 * alpha1 + sum1;
         m0 = mn0;
         m1 = mn1;
-        #pragma unroll
-        for (int j = 0; j < 16; ++j) {
-            o[j][0] *= alpha0; o[j][1] *= alpha0;
-            o[j][2] *= alpha1; o[j][3] *= alpha1;
-        }
         __syncwarp();                                  // the warp's P rows are written (it alone reads them)
         pd_cp_wait<0>();                               // this thread's copies of V have landed
         __syncthreads();                               // everyone's; K's space is free
         if (tile + 1 < t_end) request(Ks, kh, k0 + BC, false);   // lands while the values are summed
 
+        // this tile's P V in a fresh accumulator, added into o in FP32: one held across every tile would lose
+        // an mma's truncation per step against the growing sum, a bias toward zero (notes/gpu.md, v21)
+        float pv[16][4];
+        #pragma unroll
+        for (int j = 0; j < 16; ++j)
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) pv[j][e] = 0.f;
         if (live) {
             #pragma unroll 1
             for (int kk = 0; kk < BC; kk += 8) {
@@ -380,13 +388,18 @@ SOURCE_TF32X3 = r"""
                         pd_split(Vs[(kk + t + 4) * DH + at], bh[j][1], bl[j][1]);
                     }
                     #pragma unroll
-                    for (int j = 0; j < 8; ++j) pd_mma(o[8 * half + j], al, bh[j]);
+                    for (int j = 0; j < 8; ++j) pd_mma(pv[8 * half + j], al, bh[j]);
                     #pragma unroll
-                    for (int j = 0; j < 8; ++j) pd_mma(o[8 * half + j], ah, bl[j]);
+                    for (int j = 0; j < 8; ++j) pd_mma(pv[8 * half + j], ah, bl[j]);
                     #pragma unroll
-                    for (int j = 0; j < 8; ++j) pd_mma(o[8 * half + j], ah, bh[j]);
+                    for (int j = 0; j < 8; ++j) pd_mma(pv[8 * half + j], ah, bh[j]);
                 }
             }
+        }
+        #pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            o[j][0] = fmaf(o[j][0], alpha0, pv[j][0]); o[j][1] = fmaf(o[j][1], alpha0, pv[j][1]);
+            o[j][2] = fmaf(o[j][2], alpha1, pv[j][2]); o[j][3] = fmaf(o[j][3], alpha1, pv[j][3]);
         }
     }
     pd_cp_wait<0>();                                   // no copy outlives the block (a split with no tiles: Q's)
