@@ -129,7 +129,7 @@ def flash_inputs(seed: int, Hq: int, Hkv: int, T: int, start: int, cap: int):
 
 def flash_variants() -> list[tuple[str, dict]]:
     """(label, flash_attention keywords): each FP32 row tile (flash_prefill.ROW_TILES) and the tensor-core
-    kernel (PDLIB_PREFILL_ATTENTION=flash-tf32x3)."""
+    kernel (PDLIB_PREFILL_ATTENTION=flash-tf32x3, the default)."""
     return ([(f"{rt} rows/thread", {"rows_per_thread": rt}) for rt in ROW_TILES]
             + [("tf32x3", {"arithmetic": "tf32x3"})])
 

@@ -127,17 +127,17 @@ def test_the_split_fills_the_gpu_with_whole_tiles():
 
 def test_the_switch(monkeypatch):
     monkeypatch.delenv(F.ENV, raising=False)
-    assert F.enabled(128) == (K.BACKEND == "cuda")
+    assert F.enabled(128) == (K.BACKEND == "cuda") and F.arithmetic() == "tf32x3"
     assert not F.enabled(64)
     monkeypatch.setenv(F.ENV, "ops")
     assert not F.enabled(128)
     monkeypatch.setenv(F.ENV, "fast")
-    with pytest.raises(InputError, match="PDLIB_PREFILL_ATTENTION must be flash or ops or flash-tf32x3, got 'fast'"):
+    with pytest.raises(InputError, match="PDLIB_PREFILL_ATTENTION must be flash-tf32x3 or flash or ops, got 'fast'"):
         F.enabled(128)
     monkeypatch.setenv(F.ENV, "flash-tf32x3")
     assert F.enabled(128) == (K.BACKEND == "cuda") and F.arithmetic() == "tf32x3"
     monkeypatch.setenv(F.ENV, "flash")
-    assert F.arithmetic() == "fp32"
+    assert F.enabled(128) == (K.BACKEND == "cuda") and F.arithmetic() == "fp32"
 
 
 def test_the_engine_attends_through_it_and_writes_only_the_new_rows(monkeypatch, tiny):

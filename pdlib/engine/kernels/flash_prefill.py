@@ -21,8 +21,8 @@ length are never touched. Where the row blocks are too few to fill the GPU (a 12
 keys are split across blocks and a second kernel merges the partial results by their maxima; with one split
 the first kernel normalises its own output. The row blocks run latest first (most keys first: a whole prompt's
 tail of blocks is its lightest). A zero fence (its writer never ran) makes the output NaN, as
-fence.read_after does. A second kernel, SOURCE_TF32X3, does the same on the tensor cores: the products by the
-3xTF32 split (gemm.py), each warp 16 rows in mma.m16n8k8 fragments.
+fence.read_after does. A second kernel, SOURCE_TF32X3 (the engine's default), does the same on the tensor
+cores: the products by the 3xTF32 split (gemm.py), each warp 16 rows in mma.m16n8k8 fragments.
 """
 
 import mlx.core as mx
@@ -213,9 +213,9 @@ SOURCE = r"""
     }
 """
 
-# QK^T and PV by 3xTF32 on the tensor cores (gemm.py's split and mma), PDLIB_PREFILL_ATTENTION=flash-tf32x3:
-# faster (a whole prompt's 28 attentions 42.6 against 54.7 ms), but a whole prompt's logits came 7e-4 from the
-# reference's (FP32's 2.4e-4), so it is not the default (notes/gpu.md, v20)
+# QK^T and PV by 3xTF32 on the tensor cores (gemm.py's split and mma), the engine's default (`flash-tf32x3`):
+# a whole prompt's 28 attentions 44.9 against the FP32 kernel's 54.8 ms, its logits as close to the reference's
+# (notes/gpu.md, v21)
 SOURCE_TF32X3 = r"""
     // block: query rows r0.. of head h, key tiles [t_begin, t_end) of split z; warp w: rows r0 + 16 w + g and
     // + 8 (g = lane / 4, t = lane % 4), mma.m16n8k8's fragments. Shared rows as they lie, 16-byte chunk c of
@@ -469,19 +469,19 @@ _merge = (mx.fast.cuda_kernel(name="pdlib_flash_merge", input_names=["part", "st
                               source=MERGE) if BACKEND == "cuda" else None)
 
 ENV = "PDLIB_PREFILL_ATTENTION"
-CHOICES = ("flash", "ops", "flash-tf32x3")
+CHOICES = ("flash-tf32x3", "flash", "ops")
 
 
 def enabled(head_dim: int) -> bool:
-    """PDLIB_PREFILL_ATTENTION: `flash` (the default) runs prefill attention here where the kernel exists (CUDA,
-    head_dim 128: where the caches are written in place); `flash-tf32x3` the same with the tensor-core kernel
-    (arithmetic()); `ops` runs MLX's ops (attention.py) everywhere."""
+    """PDLIB_PREFILL_ATTENTION: `flash-tf32x3` (the default) runs prefill attention here where the kernels exist
+    (CUDA, head_dim 128: where the caches are written in place), on the tensor cores; `flash` the same with
+    the FP32 kernel (arithmetic()); `ops` runs MLX's ops (attention.py) everywhere."""
     return env_choice(ENV, CHOICES) != "ops" and bool(_kernels) and head_dim == DH
 
 
 def arithmetic() -> str:
-    """flash_attention's `arithmetic` under PDLIB_PREFILL_ATTENTION: tf32x3 for `flash-tf32x3`, else fp32."""
-    return "tf32x3" if env_choice(ENV, CHOICES) == "flash-tf32x3" else "fp32"
+    """flash_attention's `arithmetic` under PDLIB_PREFILL_ATTENTION: fp32 for `flash`, else tf32x3."""
+    return "fp32" if env_choice(ENV, CHOICES) == "flash" else "tf32x3"
 
 
 def key_splits(rows: int, heads: int, length: int, sms: int) -> int:
