@@ -85,10 +85,12 @@ STANDINS = ("typedef unsigned int uint32_t; typedef int int32_t; typedef unsigne
             "struct Shape { int d[10]; __device__ int operator[](int i) const { return d[i]; } };\n")
 
 
-def compile_sm90(text: str) -> str:
+def compile_sm90(text: str, arch: str = "sm_90") -> str:
+    """ptxas's log for the H200; `arch` sm_90a for Hopper-only instructions (wgmma), as MLX 0.32 compiles every
+    custom kernel there (mlx/backend/cuda/jit_module.cpp)."""
     prog = ctypes.c_void_p()
     assert NVRTC.nvrtcCreateProgram(ctypes.byref(prog), text.encode(), b"kernel.cu", 0, None, None) == 0
-    opts = [b"--gpu-architecture=sm_90", b"-std=c++17", b"-Xptxas=-v"]
+    opts = [f"--gpu-architecture={arch}".encode(), b"-std=c++17", b"-Xptxas=-v"]
     rc = NVRTC.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
     size = ctypes.c_size_t()
     NVRTC.nvrtcGetProgramLogSize(prog, ctypes.byref(size))

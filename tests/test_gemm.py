@@ -103,11 +103,13 @@ def test_the_switch_defaults_to_tensor_cores_on_cuda_only(monkeypatch):
     monkeypatch.setenv("PDLIB_PREFILL_GEMM", "fp32")
     assert not G.enabled()
     monkeypatch.setenv("PDLIB_PREFILL_GEMM", "tf32x3")
-    assert G.enabled()
+    assert G.enabled() and G.chunk_tiles() == G.CHUNK_TILES
+    monkeypatch.setenv("PDLIB_PREFILL_GEMM", "wgmma")
+    assert G.enabled() and G.chunk_tiles() == G.WGMMA_TILES and G.WGMMA_TILES.wgmma
     monkeypatch.setattr(G, "BACKEND", "cpu")
     assert not G.enabled()
     monkeypatch.setenv("PDLIB_PREFILL_GEMM", "tf32")
-    with pytest.raises(InputError, match="PDLIB_PREFILL_GEMM must be tf32x3 or fp32, got 'tf32'"):
+    with pytest.raises(InputError, match="PDLIB_PREFILL_GEMM must be tf32x3 or fp32 or wgmma, got 'tf32'"):
         G.enabled()
 
 
@@ -143,13 +145,19 @@ def test_the_engine_sends_its_chunk_matmuls_through_it(monkeypatch, tiny):
 @pytest.mark.parametrize("shape", G.CANDIDATES, ids=lambda s: s.label)
 @pytest.mark.parametrize("K_, N, split", [(1024, 4096, 2), (3072, 1024, 8), (1024, 6144, 1)])
 def test_the_cuda_source_compiles_for_the_h200(K_, N, split, shape):
-    """As MLX wraps it (x's shape passed for the row count), for sm_90: no spills; a block fits an SM by
-    registers and by shared memory (228 KB, 1 KB of it reserved per block), and two of the chunk's shape."""
-    kernel = Kernel("pdlib_gemm_tf32x3", G.SOURCE, [("x", "f32"), ("w", "f32")], [("y", "f32")],
-                    [dict(K=K_, N=N, SPLIT=split, BM=shape.bm, BN=shape.bn, WM=shape.wm, STAGES=shape.stages)])
-    log = compile_sm90(STANDINS + G.HEADER + wrapped(kernel, "cuda", G.SOURCE))
+    """As MLX wraps it (x's shape passed for the row count), for sm_90 (the wgmma kernel for sm_90a): no spills;
+    a block fits an SM by registers and by shared memory (228 KB, 1 KB of it reserved per block), and two of
+    the chunk's shape and of the 64-column wgmma one."""
+    if shape.wgmma:
+        kernel = Kernel("pdlib_gemm_wgmma", G.SOURCE_WGMMA, [("x", "f32"), ("w", "f32")], [("y", "f32")],
+                        [dict(K=K_, N=N, SPLIT=split, BN=shape.bn, STAGES=shape.stages)])
+        log = compile_sm90(STANDINS + G.HEADER_WGMMA + wrapped(kernel, "cuda", G.SOURCE_WGMMA), arch="sm_90a")
+    else:
+        kernel = Kernel("pdlib_gemm_tf32x3", G.SOURCE, [("x", "f32"), ("w", "f32")], [("y", "f32")],
+                        [dict(K=K_, N=N, SPLIT=split, BM=shape.bm, BN=shape.bn, WM=shape.wm, STAGES=shape.stages)])
+        log = compile_sm90(STANDINS + G.HEADER + wrapped(kernel, "cuda", G.SOURCE))
     regs = int(re.search(r"Used (\d+) registers", log).group(1))
-    blocks = 2 if shape == G.CHUNK_TILES else 1
+    blocks = 2 if shape == G.CHUNK_TILES or (shape.wgmma and shape.bn == 64) else 1
     assert "0 bytes spill stores, 0 bytes spill loads" in log and blocks * regs * shape.threads <= 65536, log
     assert blocks * (shape.shared_bytes + 1024) <= 228 * 1024
 
@@ -157,5 +165,5 @@ def test_the_cuda_source_compiles_for_the_h200(K_, N, split, shape):
 def test_a_bad_switch_is_refused_when_the_model_loads(monkeypatch, tiny):
     from pdlib.engine.model import Qwen3
     monkeypatch.setenv("PDLIB_PREFILL_GEMM", "fast")
-    with pytest.raises(InputError, match="PDLIB_PREFILL_GEMM must be tf32x3 or fp32, got 'fast'"):
+    with pytest.raises(InputError, match="PDLIB_PREFILL_GEMM must be tf32x3 or fp32 or wgmma, got 'fast'"):
         Qwen3(tiny, compile_steps=False)

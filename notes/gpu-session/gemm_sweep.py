@@ -4,10 +4,12 @@ prompt's 4,096: each shape's
 products checked against FP32 at the gate's tolerance first, then timed (median ms of the 112 matmuls in one
 eval, and per kind). One JSON line per measurement, a table at the end (the flash kernel: flash_sweep.py).
 
-    python3 notes/gpu-session/gemm_sweep.py
+    python3 notes/gpu-session/gemm_sweep.py          # EXPLORE=0: gemm.CANDIDATES only
+
 """
 
 import json
+import os
 
 import mlx.core as mx
 
@@ -41,7 +43,7 @@ for M in (128, 4096):
     mx.eval(xs)
     flops = 2 * M * LAYERS * sum(kd * n for kd, n in KINDS.values())
     runners = {"mlx fp32": lambda x, w: x @ w.T}
-    shapes = G.CANDIDATES + (EXPLORE if M <= G.MAX_ROWS else ())
+    shapes = G.CANDIDATES + (EXPLORE if M <= G.MAX_ROWS and os.environ.get("EXPLORE") != "0" else ())
     runners.update({s.label: (lambda s: lambda x, w: G.tf32x3_matmul(x, w, shape=s))(s) for s in shapes})
     for name, run in runners.items():
         row = {"rows": M, "shape": name}
@@ -62,8 +64,8 @@ for M in (128, 4096):
         print(json.dumps(row), flush=True)
         table.append(row)
 
-print(f"\n{'rows':>5} {'shape':<22} {'pass':<5} {'ms (28 layers)':>14} {'TFLOP/s':>8} "
+print(f"\n{'rows':>5} {'shape':<24} {'pass':<5} {'ms (28 layers)':>14} {'TFLOP/s':>8} "
       + " ".join(f"{k:>8}" for k in KINDS))
 for r in table:
-    print(f"{r['rows']:>5} {r['shape']:<22} {str(r['passed']):<5} {r.get('all_ms', float('nan')):>14.2f} "
+    print(f"{r['rows']:>5} {r['shape']:<24} {str(r['passed']):<5} {r.get('all_ms', float('nan')):>14.2f} "
           f"{r.get('tflops', float('nan')):>8.1f} " + " ".join(f"{r.get(k + '_ms', float('nan')):>8.2f}" for k in KINDS))

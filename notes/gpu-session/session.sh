@@ -111,6 +111,11 @@
 #   bash notes/gpu-session/session.sh zk   x2, with zi's choice: bench-step with peers at 4K and 5K (GPU 0) beside
 #                                          the chunk and mixed steps' anatomy at 4K, flash-tf32x3 and flash, twice
 #                                          each (GPU 1)
+#   bash notes/gpu-session/session.sh zl   one GPU, the wgmma GEMM's first run: check-kernels (its 14 rows among them),
+#                                          wgmma_debug.py; if its rows passed, gemm_sweep.py (candidates only, 128
+#                                          and 4,096 rows), the chunk step's anatomy at 4K with PDLIB_PREFILL_GEMM
+#                                          wgmma and tf32x3, a gate at 4,096/64 and bench-step without peers at 4K
+#                                          with wgmma
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -684,6 +689,29 @@ zk)
     --contexts 4096 5120 --output "$OUT/bench-step.json" > "$LOGS/bench.log" 2>&1
   echo "bench rc=$? at ${SECONDS}s"; tail -n 14 "$LOGS/bench.log"
   wait; echo "== anatomy"; grep "^{" "$LOGS/anatomy.log" | cut -c 1-700; grep -v "^{" "$LOGS/anatomy.log" | tail -n 4
+  finish ;;
+zl)
+  nvidia-smi -L; export CUDA_VISIBLE_DEVICES=0
+  timeout 240 python3 -m pdlib check-kernels --output "$LOGS/check-kernels.json" > "$LOGS/ck0.log" 2>&1
+  echo "check-kernels rc=$? pass=$(grep -c " pass$" "$LOGS/ck0.log") at ${SECONDS}s"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 20
+  grep wgmma "$LOGS/ck0.log" | head -n 14
+  timeout 60 python3 notes/gpu-session/wgmma_debug.py 2>&1 | tee "$LOGS/wgmma-debug.log" | tail -n 40
+  if grep "gemm_tf32x3" "$LOGS/ck0.log" | grep wgmma | grep -q " pass$" && ! grep gemm_tf32x3 "$LOGS/ck0.log" | grep -q FAIL; then
+    EXPLORE=0 timeout 150 python3 notes/gpu-session/gemm_sweep.py > "$LOGS/gemm-sweep.log" 2>&1
+    echo "gemm sweep rc=$? at ${SECONDS}s"; grep -v '^{' "$LOGS/gemm-sweep.log" | tail -n 16
+    for a in wgmma tf32x3; do
+      PDLIB_PREFILL_GEMM=$a LABEL=$a timeout 90 python3 notes/gpu-session/chunk_anatomy.py 4096 >> "$LOGS/anatomy.log" 2>&1
+    done
+    echo "== anatomy at ${SECONDS}s"; grep "^{" "$LOGS/anatomy.log" | cut -c 1-520
+    PDLIB_PREFILL_GEMM=wgmma timeout $(( $(left) > 200 ? 120 : 5 )) python3 -m pdlib run --model synthetic:qwen3-0.6b \
+      --prompt-tokens 4096 --output-tokens 64 --chunk-size 128 --policies chunked mixed --validate-only --quiet \
+      > "$LOGS/gate-wgmma.log" 2>&1; echo "gate rc=$? at ${SECONDS}s"; tail -n 4 "$LOGS/gate-wgmma.log"
+    if grep -q "^chunked  pass" "$LOGS/gate-wgmma.log"; then
+      PDLIB_PREFILL_GEMM=wgmma timeout -s INT $(( $(left) - 5 )) python3 -m pdlib bench-step --no-peers --contexts 4096 \
+        --output "$LOGS/bench-wgmma.json" > "$LOGS/bench-wgmma.log" 2>&1; echo "bench rc=$? at ${SECONDS}s"
+      grep -E "decode|prefill" "$LOGS/bench-wgmma.log"
+    fi
+  fi
   finish ;;
 zh)
   gpu 0 timeout $(( $(left) - 5 )) python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1

@@ -29,23 +29,28 @@ MIN_ROWS = 16            # fewer rows (the LM head's, a decode's) waste most of 
 
 class Tiles(NamedTuple):
     """A launch shape: the block's tile (bm x bn), a warp's rows (wm; a warp's columns are 32), the ring's
-    slices in flight (stages), and the fewest columns of K a split may keep (min_ks)."""
+    slices in flight (stages), and the fewest columns of K a split may keep (min_ks). `wgmma`: the Hopper
+    kernel instead (SOURCE_WGMMA: one warpgroup per 64-row tile, bm 64, wm unused)."""
     bm: int
     bn: int
     wm: int
     stages: int
     min_ks: int
+    wgmma: bool = False
 
     @property
     def threads(self) -> int:
-        return (self.bm // self.wm) * (self.bn // 32) * 32
+        return 128 if self.wgmma else (self.bm // self.wm) * (self.bn // 32) * 32
 
     @property
     def shared_bytes(self) -> int:
-        return 4 * self.stages * (self.bm + self.bn) * PITCH
+        ring = 4 * self.stages * (self.bm + self.bn) * PITCH
+        return ring + (8 * (self.bm + self.bn) * BK if self.wgmma else 0)   # + the slice's hi and lo copies
 
     @property
     def label(self) -> str:
+        if self.wgmma:
+            return f"wgmma {self.bm}x{self.bn}/s{self.stages}/k{self.min_ks}"
         return f"{self.bm}x{self.bn}/w{self.wm}/s{self.stages}/k{self.min_ks}"
 
 
@@ -53,8 +58,10 @@ class Tiles(NamedTuple):
 # warps with three slices in flight were the fastest (4.1 ms for the step's 28 layers against MLX's FP32 4.7
 # ms); at a whole prompt's 4,096 rows none beat MLX's FP32 (75.7 against 71.2 ms), so those rows stay there
 # (notes/gpu.md, v19)
+# (then the wgmma kernel's two, being measured: notes/gpu.md, v21)
 CANDIDATES = (Tiles(64, 64, 32, 3, 256), Tiles(64, 64, 32, 4, 128), Tiles(128, 64, 32, 3, 256),
-              Tiles(128, 128, 64, 3, 128))
+              Tiles(128, 128, 64, 3, 128), Tiles(64, 64, 0, 3, 256, wgmma=True),
+              Tiles(64, 128, 0, 3, 256, wgmma=True))
 CHUNK_TILES = CANDIDATES[0]
 MAX_ROWS = 256           # more rows (a whole prompt's) run MLX's FP32 matmul, faster there
 
@@ -178,21 +185,170 @@ SOURCE = r"""
         }
 """
 
+
+
+def _wgmma_function(n: int) -> str:
+    """d (n / 2 floats a thread) += A (64x8, a descriptor) B (8 x n, a descriptor), TF32 in, FP32 accumulators."""
+    regs = ", ".join(f"%{i}" for i in range(n // 2))
+    outs = ", ".join(f'"+f"(d[{i}])' for i in range(n // 2))
+    return (f"__device__ __forceinline__ void pd_wgmma{n}(float* d, uint64_t a, uint64_t b) {{\n"
+            f'    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{n // 2 + 2}, 0;\\n"\n'
+            f'                 "wgmma.mma_async.sync.aligned.m64n{n}k8.f32.tf32.tf32 {{{regs}}}, %{n // 2}, '
+            f'%{n // 2 + 1}, p, 1, 1;\\n}}\\n"\n'
+            f'                 : {outs}\n'
+            f'                 : "l"(a), "l"(b), "r"(1) : "memory");\n}}\n')
+
+
+# the Hopper kernel's header: HEADER's split, shared-memory descriptors, the warpgroup's fences and its mma
+HEADER_WGMMA = HEADER + r"""
+// a K-major operand in shared memory as wgmma reads it, no swizzle: 8x4 core matrices of 128 contiguous bytes,
+// `lbo` bytes from one to the next along K, `sbo` to the next 8 rows
+__device__ __forceinline__ uint64_t pd_desc(const void* p, uint32_t lbo, uint32_t sbo) {
+    const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+    return (uint64_t)((a & 0x3ffffu) >> 4) | ((uint64_t)((lbo & 0x3ffffu) >> 4) << 16)
+           | ((uint64_t)((sbo & 0x3ffffu) >> 4) << 32);
+}
+// this thread's shared-memory stores, visible to the tensor cores' reads (the async proxy)
+__device__ __forceinline__ void pd_fence_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void pd_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void pd_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void pd_wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// the compiler may not move a read or write of r across this point (the accumulators, around the async mma)
+__device__ __forceinline__ void pd_fence_reg(float& r) { asm volatile("" : "+f"(r) :: "memory"); }
+""" + _wgmma_function(64) + _wgmma_function(128)
+
+SOURCE_WGMMA = r"""
+    // y[z] = x[:, kz] @ w[:, kz].T for K slice z, as SOURCE, by one warpgroup per 64 x BN tile (warp w: rows
+    // 16 w..). Each 32-deep slice arrives by cp.async as it lies (rows of 32, PITCH 36) in a ring of STAGES;
+    // then the block splits it once into TF32 hi and lo copies laid out as wgmma reads K-major operands
+    // (core matrix (rows 8 q.., columns 4 c..) at (c * R / 8 + q) * 32 words, its row r at 4 (r & 7)), and
+    // each 8-deep step runs three wgmma on them: lo x hi, hi x lo, hi x hi.
+    constexpr int BM = 64, BK = 32, AP = 36, KS = K / SPLIT, SLICES = KS / BK, THREADS = 128, STAGE = (BM + BN) * AP;
+    static_assert(KS % BK == 0 && STAGES >= 2 && (BN == 64 || BN == 128));
+    extern __shared__ __align__(128) float smem[];
+    uint32_t* const ahi = reinterpret_cast<uint32_t*>(smem + STAGES * STAGE);   // [BK / 4][BM / 8][8][4]
+    uint32_t* const alo = ahi + BM * BK;
+    uint32_t* const bhi = alo + BM * BK;                                       // [BK / 4][BN / 8][8][4]
+    uint32_t* const blo = bhi + BN * BK;
+    const int M = x_shape[0];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN, k_begin = blockIdx.z * KS;
+
+    auto request = [&](int s, int k0) {               // as SOURCE's: x's rows m0.. (zeros past M), w's n0..
+        float* As = smem + s * STAGE;
+        float* Bs = As + BM * AP;
+        #pragma unroll
+        for (int i = 0; i < BM * 8 / THREADS; ++i) {
+            const int idx = tid + i * THREADS, r = idx >> 3, c = (idx & 7) * 4;
+            const bool in = m0 + r < M;
+            pd_cp16(As + r * AP + c, x + (size_t)(in ? m0 + r : 0) * K + k0 + c, in);
+        }
+        #pragma unroll
+        for (int i = 0; i < BN * 8 / THREADS; ++i) {
+            const int idx = tid + i * THREADS, r = idx >> 3, c = (idx & 7) * 4;
+            pd_cp16(Bs + r * AP + c, w + (size_t)(n0 + r) * K + k0 + c, true);
+        }
+    };
+    // rows of a staged slice (R of them) into hi and lo copies: one 16-byte row of a core matrix each, the
+    // threads along the rows, so a quarter-warp's stores fill the 32 banks
+    auto split = [&](const float* S, uint32_t* hi, uint32_t* lo, int R) {
+        for (int idx = tid; idx < R * 8; idx += THREADS) {
+            const int r = idx % R, c = idx / R;
+            const float4 v = *reinterpret_cast<const float4*>(S + r * AP + 4 * c);
+            uint4 h, l;
+            pd_split(v.x, h.x, l.x);
+            pd_split(v.y, h.y, l.y);
+            pd_split(v.z, h.z, l.z);
+            pd_split(v.w, h.w, l.w);
+            const int at = ((c * (R / 8) + (r >> 3)) * 8 + (r & 7)) * 4;
+            *reinterpret_cast<uint4*>(hi + at) = h;
+            *reinterpret_cast<uint4*>(lo + at) = l;
+        }
+    };
+
+    float acc[BN / 2];
+    #pragma unroll
+    for (int e = 0; e < BN / 2; ++e) acc[e] = 0.f;
+
+    #pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < SLICES) request(s, k_begin + s * BK);
+        pd_cp_commit();
+    }
+    for (int i = 0; i < SLICES; ++i) {
+        pd_cp_wait<STAGES - 2>();                      // this thread's copies of slice i have landed
+        __syncthreads();                               // everyone's; slice i - 1's buffer and copies are free
+        if (i + STAGES - 1 < SLICES) request((i + STAGES - 1) % STAGES, k_begin + (i + STAGES - 1) * BK);
+        pd_cp_commit();
+        const float* As = smem + (i % STAGES) * STAGE;
+        split(As, ahi, alo, BM);
+        split(As + BM * AP, bhi, blo, BN);
+        pd_fence_async();
+        __syncthreads();                               // every copy written and visible to the tensor cores
+        #pragma unroll
+        for (int e = 0; e < BN / 2; ++e) pd_fence_reg(acc[e]);
+        pd_wgmma_fence();
+        #pragma unroll
+        for (int kk = 0; kk < BK / 8; ++kk) {          // core columns 2 kk, 2 kk + 1: 8 columns of K
+            const uint64_t a_hi = pd_desc(ahi + 8 * kk * BM, 16 * BM, 128);
+            const uint64_t a_lo = pd_desc(alo + 8 * kk * BM, 16 * BM, 128);
+            const uint64_t b_hi = pd_desc(bhi + 8 * kk * BN, 16 * BN, 128);
+            const uint64_t b_lo = pd_desc(blo + 8 * kk * BN, 16 * BN, 128);
+            if constexpr (BN == 64) {
+                pd_wgmma64(acc, a_lo, b_hi);
+                pd_wgmma64(acc, a_hi, b_lo);
+                pd_wgmma64(acc, a_hi, b_hi);
+            } else {
+                pd_wgmma128(acc, a_lo, b_hi);
+                pd_wgmma128(acc, a_hi, b_lo);
+                pd_wgmma128(acc, a_hi, b_hi);
+            }
+        }
+        pd_wgmma_commit();
+        pd_wgmma_wait0();                              // the copies are read: the next slice may overwrite them
+        #pragma unroll
+        for (int e = 0; e < BN / 2; ++e) pd_fence_reg(acc[e]);
+    }
+    pd_cp_wait<0>();
+
+    // accumulator 4 j + e: row 16 warp + g (+ 8 for e >= 2), column 8 j + 2 t + (e & 1)
+    float* out = y + (size_t)blockIdx.z * M * N;
+    #pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+        const int row = m0 + 16 * warp + g, col = n0 + 8 * j + 2 * t;
+        if (row < M) *reinterpret_cast<float2*>(out + (size_t)row * N + col) = make_float2(acc[4 * j], acc[4 * j + 1]);
+        if (row + 8 < M) *reinterpret_cast<float2*>(out + (size_t)(row + 8) * N + col) =
+            make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+    }
+"""
+
 _kernels: dict = {}
 
 
 def _kernel(tiles: Tiles):
     """One compiled kernel per launch shape (its ring's dynamic shared memory is fixed at creation)."""
     if tiles not in _kernels:
+        name = (f"pdlib_gemm_wgmma_{tiles.bm}x{tiles.bn}s{tiles.stages}" if tiles.wgmma
+                else f"pdlib_gemm_tf32x3_{tiles.bm}x{tiles.bn}w{tiles.wm}s{tiles.stages}")
         _kernels[tiles] = mx.fast.cuda_kernel(
-            name=f"pdlib_gemm_tf32x3_{tiles.bm}x{tiles.bn}w{tiles.wm}s{tiles.stages}", input_names=["x", "w"],
-            output_names=["y"], source=SOURCE, header=HEADER, shared_memory=tiles.shared_bytes)
+            name=name, input_names=["x", "w"], output_names=["y"], source=SOURCE_WGMMA if tiles.wgmma else SOURCE,
+            header=HEADER_WGMMA if tiles.wgmma else HEADER, shared_memory=tiles.shared_bytes)
     return _kernels[tiles]
 
 
+GEMM_ENV, GEMM_CHOICES = "PDLIB_PREFILL_GEMM", ("tf32x3", "fp32", "wgmma")
+WGMMA_TILES = CANDIDATES[4]
+
+
 def enabled() -> bool:
-    """PDLIB_PREFILL_GEMM: `tf32x3` (the default) runs a chunk's matmuls here on CUDA; `fp32` runs MLX's."""
-    return env_choice("PDLIB_PREFILL_GEMM", ("tf32x3", "fp32")) == "tf32x3" and BACKEND == "cuda"
+    """PDLIB_PREFILL_GEMM: `tf32x3` (the default) runs a chunk's matmuls here on CUDA; `wgmma` the same by the
+    Hopper kernel (opt-in, being measured: notes/gpu.md, v21); `fp32` runs MLX's."""
+    return env_choice(GEMM_ENV, GEMM_CHOICES) != "fp32" and BACKEND == "cuda"
+
+
+def chunk_tiles() -> Tiles:
+    """The launch shape a chunk's matmuls run in, under PDLIB_PREFILL_GEMM."""
+    return WGMMA_TILES if env_choice(GEMM_ENV, GEMM_CHOICES) == "wgmma" else CHUNK_TILES
 
 
 def tiles(M: int, K: int, N: int) -> bool:
@@ -224,8 +380,10 @@ def tf32x3_matmul(x: mx.array, w: mx.array, *, shape: Tiles = CHUNK_TILES, split
     if N % shape.bn or K % (split * BK):
         raise ValueError(f"tf32x3_matmul needs N % {shape.bn} == 0 and K % ({BK} * split) == 0, got K={K}, N={N}, "
                          f"split={split}")
-    (y,) = _kernel(shape)(inputs=[x, w], template=[("K", K), ("N", N), ("SPLIT", split), ("BM", shape.bm),
-                                                   ("BN", shape.bn), ("WM", shape.wm), ("STAGES", shape.stages)],
+    template = ([("K", K), ("N", N), ("SPLIT", split), ("BN", shape.bn), ("STAGES", shape.stages)] if shape.wgmma
+                else [("K", K), ("N", N), ("SPLIT", split), ("BM", shape.bm), ("BN", shape.bn), ("WM", shape.wm),
+                      ("STAGES", shape.stages)])   # the Hopper kernel's tile is 64 rows by one warpgroup
+    (y,) = _kernel(shape)(inputs=[x, w], template=template,
                           grid=(N // shape.bn * shape.threads, -(-M // shape.bm), split),
                           threadgroup=(shape.threads, 1, 1), output_shapes=[(split, M, N)],
                           output_dtypes=[mx.float32], init_value=float("nan") if poison else None)
@@ -236,7 +394,7 @@ def linear_t(x: mx.array, w_t: mx.array) -> mx.array:
     """x: (M, D) @ w_t with w_t: (D, N), the weight's transposed view made once at load (prefill): a step
     then holds no transpose per matmul. On tensor cores when enabled() and the shapes tile."""
     if enabled() and x.ndim == 2 and tiles(x.shape[0], *w_t.shape):
-        return tf32x3_matmul(x, w_t.T)
+        return tf32x3_matmul(x, w_t.T, shape=chunk_tiles())
     return x @ w_t
 
 
