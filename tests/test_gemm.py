@@ -142,12 +142,12 @@ def test_the_engine_sends_its_chunk_matmuls_through_it(monkeypatch, tiny):
 
 
 @pytest.mark.skipif(NVRTC is None, reason="no NVRTC (the nvidia-cuda-nvrtc wheel, Linux only)")
-@pytest.mark.parametrize("shape", G.CANDIDATES, ids=lambda s: s.label)
+@pytest.mark.parametrize("shape", G.CANDIDATES + (G.Tiles(64, 128, 0, 3, 256, wgmma=True),), ids=lambda s: s.label)
 @pytest.mark.parametrize("K_, N, split", [(1024, 4096, 2), (3072, 1024, 8), (1024, 6144, 1)])
 def test_the_cuda_source_compiles_for_the_h200(K_, N, split, shape):
-    """As MLX wraps it (x's shape passed for the row count), for sm_90 (the wgmma kernel for sm_90a): no spills;
-    a block fits an SM by registers and by shared memory (228 KB, 1 KB of it reserved per block), and two of
-    the chunk's shape and of the 64-column wgmma one."""
+    """As MLX wraps it (x's shape passed for the row count), for sm_90 (the wgmma kernel for sm_90a, also with
+    gemm_sweep's 128-column tiles): no spills; a block fits an SM by registers and by shared memory (228 KB, 1
+    KB of it reserved per block), and two of the chunk's shape and of the 64-column wgmma one."""
     if shape.wgmma:
         kernel = Kernel("pdlib_gemm_wgmma", G.SOURCE_WGMMA, [("x", "f32"), ("w", "f32")], [("y", "f32")],
                         [dict(K=K_, N=N, SPLIT=split, BN=shape.bn, STAGES=shape.stages)])

@@ -11,6 +11,8 @@ one being multiplied, so the loads' latency hides behind the tensor cores' work.
 each fragment is read. Where the tiles are too few to fill the GPU, K is split and the slices' partial sums
 are added afterwards in a fixed order. It runs a chunk's matmuls (16 to 256 rows); a whole prompt's rows run
 MLX's FP32 matmul, which was faster there (launch shapes measured by notes/gpu-session/gemm_sweep.py).
+SOURCE_WGMMA does the same by Hopper's warpgroup mma (PDLIB_PREFILL_GEMM=wgmma, opt-in): each slice is split
+once per block into the hi and lo copies the tensor cores read from shared memory.
 
     y = tf32x3_matmul(x, w)       # x (M, K), w (N, K) FP32, row-contiguous -> x @ w.T, (M, N) FP32
     K.linear_t(x, w_t)            # this, on w_t.T (the weight as loaded), on CUDA for a chunk's rows unless
@@ -58,10 +60,10 @@ class Tiles(NamedTuple):
 # warps with three slices in flight were the fastest (4.1 ms for the step's 28 layers against MLX's FP32 4.7
 # ms); at a whole prompt's 4,096 rows none beat MLX's FP32 (75.7 against 71.2 ms), so those rows stay there
 # (notes/gpu.md, v19)
-# (then the wgmma kernel's two, being measured: notes/gpu.md, v21)
+# (then the wgmma kernel's, PDLIB_PREFILL_GEMM=wgmma: exact on its first run, but slower so far, 4.96 ms at 128
+# rows and 93 ms at 4,096: notes/gpu.md, v21)
 CANDIDATES = (Tiles(64, 64, 32, 3, 256), Tiles(64, 64, 32, 4, 128), Tiles(128, 64, 32, 3, 256),
-              Tiles(128, 128, 64, 3, 128), Tiles(64, 64, 0, 3, 256, wgmma=True),
-              Tiles(64, 128, 0, 3, 256, wgmma=True))
+              Tiles(128, 128, 64, 3, 128), Tiles(64, 64, 0, 3, 256, wgmma=True))
 CHUNK_TILES = CANDIDATES[0]
 MAX_ROWS = 256           # more rows (a whole prompt's) run MLX's FP32 matmul, faster there
 
