@@ -116,6 +116,8 @@
 #                                          and 4,096 rows), the chunk step's anatomy at 4K with PDLIB_PREFILL_GEMM
 #                                          wgmma and tf32x3, a gate at 4,096/64 and bench-step without peers at 4K
 #                                          with wgmma
+#   bash notes/gpu-session/session.sh zm   one GPU, ~4 minutes: check-kernels, then gemm_splits.py (the default shape),
+#                                          each written straight under $OUT (a call cut short keeps them)
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -713,6 +715,15 @@ zl)
     fi
   fi
   finish ;;
+zm)
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 220 python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$OUT/ck0.log" 2>&1
+  echo "check-kernels rc=$? pass=$(grep -c " pass$" "$OUT/ck0.log") at ${SECONDS}s"; grep -v " pass$" "$OUT/ck0.log" | tail -n 6
+  if ! grep -q FAIL "$OUT/ck0.log"; then
+    SHAPES=1 timeout $(( $(left) - 3 )) python3 notes/gpu-session/gemm_splits.py > "$OUT/gemm-splits.log" 2>&1
+    echo "splits rc=$? at ${SECONDS}s"; tail -n 10 "$OUT/gemm-splits.log"
+  fi
+  rm -rf "$LOGS"; ls -la "$OUT" ;;
 zh)
   gpu 0 timeout $(( $(left) - 5 )) python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
   echo "check-kernels rc=$? pass=$(grep -c " pass$" "$LOGS/ck0.log") at ${SECONDS}s"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 8
