@@ -52,7 +52,7 @@ steps = [chunk_step() for _ in range(N + 2)][2:]
 out["chunk_host_ms"] = statistics.median(h for h, _ in steps)
 out["chunk_total_ms"] = statistics.median(t for _, t in steps)
 
-# mixed's ragged step: the same chunk beside one decode of a request at CTX (runbook 2: a mixed round costs
+# mixed's ragged step: the same chunk beside one decode of a request at CTX (v20: a mixed round cost
 # ~5 ms more than a chunk step and a decode); then that decode alone
 engine.add_request("D", [(i * 104729 + 7) % 50000 for i in range(CTX)])
 for n in range(0, CTX, 1024):

@@ -1,5 +1,5 @@
-"""Prefill attention as one flash-style FP32 kernel (CUDA only): T new queries of one request over its cache,
-read in place, the scores never materialised.
+"""Prefill attention as one flash-style kernel (CUDA only), FP32-accurate: T new queries of one request over its
+cache, read in place, the scores never materialised.
 
     o = flash_attention(q, k_cache, v_cache, positions, written, scale=s, length=n)
     # q (Hq, T, Dh) FP32; k_cache, v_cache (Hkv, capacity, Dh), the layer's cache as it lies, the chunk's rows

@@ -188,7 +188,6 @@ SOURCE = r"""
 """
 
 
-
 def _wgmma_function(n: int) -> str:
     """d (n / 2 floats a thread) += A (64x8, a descriptor) B (8 x n, a descriptor), TF32 in, FP32 accumulators."""
     regs = ", ".join(f"%{i}" for i in range(n // 2))
