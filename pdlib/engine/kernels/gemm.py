@@ -65,6 +65,7 @@ class Tiles(NamedTuple):
 CANDIDATES = (Tiles(64, 64, 32, 3, 256), Tiles(64, 64, 32, 4, 128), Tiles(128, 64, 32, 3, 256),
               Tiles(128, 128, 64, 3, 128), Tiles(64, 64, 0, 3, 256, wgmma=True))
 CHUNK_TILES = CANDIDATES[0]
+WGMMA_TILES = CANDIDATES[-1]   # PDLIB_PREFILL_GEMM=wgmma's
 MAX_ROWS = 256           # more rows (a whole prompt's) run MLX's FP32 matmul, faster there
 
 
@@ -338,7 +339,6 @@ def _kernel(tiles: Tiles):
 
 
 GEMM_ENV, GEMM_CHOICES = "PDLIB_PREFILL_GEMM", ("tf32x3", "fp32", "wgmma")
-WGMMA_TILES = CANDIDATES[4]
 
 
 def enabled() -> bool:
