@@ -118,6 +118,9 @@
 #                                          with wgmma
 #   bash notes/gpu-session/session.sh zm   one GPU, ~4 minutes: check-kernels, then gemm_splits.py (the default shape),
 #                                          each written straight under $OUT (a call cut short keeps them)
+#   bash notes/gpu-session/session.sh zn   one GPU, the next session's first call (runbook 1): check-kernels, then
+#                                          gemm_splits.py with the default shape twice (down and 129 rows too),
+#                                          then the chunk and mixed steps' anatomy at 4K
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -724,6 +727,19 @@ zm)
     echo "splits rc=$? at ${SECONDS}s"; tail -n 10 "$OUT/gemm-splits.log"
   fi
   rm -rf "$LOGS"; ls -la "$OUT" ;;
+zn)
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 240 python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
+  echo "check-kernels rc=$? pass=$(grep -c " pass$" "$LOGS/ck0.log") at ${SECONDS}s"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 6
+  if ! grep -q FAIL "$LOGS/ck0.log"; then
+    for i in 1 2; do
+      SHAPES=1 timeout 150 python3 notes/gpu-session/gemm_splits.py > "$LOGS/gemm-splits-$i.log" 2>&1
+      echo "splits $i rc=$? at ${SECONDS}s"; grep -v '^{' "$LOGS/gemm-splits-$i.log" | tail -n 10
+    done
+    timeout $(( $(left) - 5 )) python3 notes/gpu-session/chunk_anatomy.py 4096 > "$LOGS/anatomy.log" 2>&1
+    grep "^{" "$LOGS/anatomy.log" | cut -c 1-600
+  fi
+  finish ;;
 zh)
   gpu 0 timeout $(( $(left) - 5 )) python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
   echo "check-kernels rc=$? pass=$(grep -c " pass$" "$LOGS/ck0.log") at ${SECONDS}s"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 8
