@@ -118,9 +118,10 @@
 #                                          with wgmma
 #   bash notes/gpu-session/session.sh zm   one GPU, ~4 minutes: check-kernels, then gemm_splits.py (the default shape),
 #                                          each written straight under $OUT (a call cut short keeps them)
-#   bash notes/gpu-session/session.sh zn   one GPU, the next session's first call (runbook 1): check-kernels, then
+#   bash notes/gpu-session/session.sh zn   one GPU, the next session's first call (runbook 1, 3): check-kernels, then
 #                                          gemm_splits.py with the default shape twice (down and 129 rows too),
-#                                          then the chunk and mixed steps' anatomy at 4K
+#                                          gemm_phases.py (a GEMM block's cycles per phase of a slice), then the
+#                                          chunk and mixed steps' anatomy at 4K
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -736,6 +737,8 @@ zn)
       SHAPES=1 timeout 150 python3 notes/gpu-session/gemm_splits.py > "$LOGS/gemm-splits-$i.log" 2>&1
       echo "splits $i rc=$? at ${SECONDS}s"; grep -v '^{' "$LOGS/gemm-splits-$i.log" | tail -n 10
     done
+    timeout 90 python3 notes/gpu-session/gemm_phases.py > "$LOGS/gemm-phases.log" 2>&1
+    echo "phases rc=$? at ${SECONDS}s"; cat "$LOGS/gemm-phases.log" | cut -c 1-400
     timeout $(( $(left) - 5 )) python3 notes/gpu-session/chunk_anatomy.py 4096 > "$LOGS/anatomy.log" 2>&1
     grep "^{" "$LOGS/anatomy.log" | cut -c 1-600
   fi
