@@ -118,7 +118,7 @@
 #                                          with wgmma
 #   bash notes/gpu-session/session.sh zm   one GPU, ~4 minutes: check-kernels, then gemm_splits.py (the default shape),
 #                                          each written straight under $OUT (a call cut short keeps them)
-#   bash notes/gpu-session/session.sh zn   one GPU, the next session's first call (runbook 1, 3): check-kernels, then
+#   bash notes/gpu-session/session.sh zn   one GPU, the next session's first call (runbook 2, 4): check-kernels, then
 #                                          gemm_splits.py with the default shape twice (down and 129 rows too),
 #                                          gemm_phases.py (a GEMM block's cycles per phase of a slice), then the
 #                                          chunk and mixed steps' anatomy at 4K

@@ -21,7 +21,6 @@ import time
 import numpy as np
 
 D, N, TILE = 128, 4096, 64
-V_MEAN = float(sys.argv[1]) if len(sys.argv) > 1 else 0.0   # every value's mean (a model's V has one per dim)
 
 
 def tf32(x):
@@ -76,24 +75,26 @@ def values(p, v, per_tile):
     return o
 
 
-rng = np.random.default_rng(1)
-q = (rng.standard_normal((N, D)) * 3 * D ** -0.5).astype(np.float32)   # scaled as the kernel holds it
-k = rng.standard_normal((N, D)).astype(np.float32)
-v = (rng.standard_normal((N, D)) + V_MEAN).astype(np.float32)
-VARIANTS = {"A": ("the kernel as run", False, False), "B": ("the scores' small terms apart", True, False),
-            "C": ("B, and PV per 64-key tile", True, True)}
-rows, errors = range(0, N, 16), {name: [] for name in VARIANTS}
-t0 = time.time()
-for r in rows:
-    exact_s = k[: r + 1].astype(np.float64) @ q[r].astype(np.float64)
-    pe = np.exp(exact_s - exact_s.max())
-    exact = pe @ v[: r + 1].astype(np.float64) / pe.sum()
-    for name, (_, separate, per_tile) in VARIANTS.items():
-        s = scores(q[r], k[: r + 1], separate)
-        p = np.exp(s - s.max()).astype(np.float32)
-        o = values(p, v[: r + 1], per_tile) / p.sum(dtype=np.float32)
-        errors[name].append(np.max(np.abs(o - exact) / (1e-3 + 1e-3 * np.abs(exact))))
-print(f"{time.time() - t0:.0f} s, {len(rows)} rows")
-for name, (what, _, _) in VARIANTS.items():
-    e = np.array(errors[name])
-    print(f"{name} {what}: worst/tol {e.max():.4f} (row {rows[int(e.argmax())]}), median {np.median(e):.4f}")
+if __name__ == "__main__":
+    V_MEAN = float(sys.argv[1]) if len(sys.argv) > 1 else 0.0   # every value's mean (a model's V has one per dim)
+    rng = np.random.default_rng(1)
+    q = (rng.standard_normal((N, D)) * 3 * D ** -0.5).astype(np.float32)   # scaled as the kernel holds it
+    k = rng.standard_normal((N, D)).astype(np.float32)
+    v = (rng.standard_normal((N, D)) + V_MEAN).astype(np.float32)
+    VARIANTS = {"A": ("the kernel as run", False, False), "B": ("the scores' small terms apart", True, False),
+                "C": ("B, and PV per 64-key tile", True, True)}
+    rows, errors = range(0, N, 16), {name: [] for name in VARIANTS}
+    t0 = time.time()
+    for r in rows:
+        exact_s = k[: r + 1].astype(np.float64) @ q[r].astype(np.float64)
+        pe = np.exp(exact_s - exact_s.max())
+        exact = pe @ v[: r + 1].astype(np.float64) / pe.sum()
+        for name, (_, separate, per_tile) in VARIANTS.items():
+            s = scores(q[r], k[: r + 1], separate)
+            p = np.exp(s - s.max()).astype(np.float32)
+            o = values(p, v[: r + 1], per_tile) / p.sum(dtype=np.float32)
+            errors[name].append(np.max(np.abs(o - exact) / (1e-3 + 1e-3 * np.abs(exact))))
+    print(f"{time.time() - t0:.0f} s, {len(rows)} rows")
+    for name, (what, _, _) in VARIANTS.items():
+        e = np.array(errors[name])
+        print(f"{name} {what}: worst/tol {e.max():.4f} (row {rows[int(e.argmax())]}), median {np.median(e):.4f}")
