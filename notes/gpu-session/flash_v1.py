@@ -191,8 +191,4 @@ def flash_attention(q: mx.array, k_cache: mx.array, v_cache: mx.array, positions
                           grid=(-(-T // BR) * THREADS, Hq, z), threadgroup=(THREADS, 1, 1),
                           output_shapes=[(z, Hq, T, Dh), (z, Hq, T, 2)], output_dtypes=[mx.float32, mx.float32],
                           init_value=nan)
-    if z == 1:
-        return part.reshape(Hq, T, Dh)
-    (o,) = F._merge(inputs=[part, stats], grid=(Hq * T * Dh, 1, 1), threadgroup=(Dh, 1, 1),
-                    output_shapes=[(Hq, T, Dh)], output_dtypes=[mx.float32], init_value=nan)
-    return o
+    return F.merged(part, stats, poison=poison)

@@ -25,15 +25,17 @@ PAD = " " * 31               # the kernels' comment column, after `__syncthreads
 MAX_SLICES = 64              # prof: [MAX_SLICES][8] per slice (8 i + phase), then the block's start and end
 
 # (anchor, what goes after it) for each kernel; a stamp's slot is 8 i + phase, the block's start and end at
-# 8 MAX_SLICES (8 * 64 in the text) and + 1
+# 8 MAX_SLICES (8 * 64 in the text) and + 1. Both kernels open a block and a slice alike.
+OPENING = [
+    ("    const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN, k_begin = blockIdx.z * KS;\n",
+     "    PD_STAMP(8 * 64);\n"),
+    ("    for (int i = 0; i < SLICES; ++i) {\n", "        PD_STAMP(8 * i + 0);\n"),
+    ("        pd_cp_wait<STAGES - 2>();                      // this thread's copies of slice i have landed\n",
+     "        PD_STAMP(8 * i + 1);\n"),
+]
 MMA_SYNC = {
     "names": ["wait", "barrier", "request", "split 1st", "mma issue"],
-    "inserts": [
-        ("    const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN, k_begin = blockIdx.z * KS;\n",
-         "    PD_STAMP(8 * 64);\n"),
-        ("    for (int i = 0; i < SLICES; ++i) {\n", "        PD_STAMP(8 * i + 0);\n"),
-        ("        pd_cp_wait<STAGES - 2>();                      // this thread's copies of slice i have landed\n",
-         "        PD_STAMP(8 * i + 1);\n"),
+    "inserts": OPENING + [
         ("        __syncthreads();" + PAD + "// everyone's have; and slice i - 1's buffer is free\n",
          "        PD_STAMP(8 * i + 2);\n"),
         ("        const float* As = smem + (i % STAGES) * STAGE;\n", "        PD_STAMP(8 * i + 3);\n"),
@@ -46,12 +48,7 @@ MMA_SYNC = {
 }
 WGMMA = {
     "names": ["wait", "barrier", "request", "split", "fence+barrier", "wgmma issue", "wgmma wait"],
-    "inserts": [
-        ("    const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN, k_begin = blockIdx.z * KS;\n",
-         "    PD_STAMP(8 * 64);\n"),
-        ("    for (int i = 0; i < SLICES; ++i) {\n", "        PD_STAMP(8 * i + 0);\n"),
-        ("        pd_cp_wait<STAGES - 2>();                      // this thread's copies of slice i have landed\n",
-         "        PD_STAMP(8 * i + 1);\n"),
+    "inserts": OPENING + [
         ("        __syncthreads();" + PAD + "// everyone's; slice i - 1's buffer and copies are free\n",
          "        PD_STAMP(8 * i + 2);\n"),
         ("        const float* As = smem + (i % STAGES) * STAGE;\n", "        PD_STAMP(8 * i + 3);\n"),

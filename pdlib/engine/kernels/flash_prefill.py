@@ -518,10 +518,18 @@ def flash_attention(q: mx.array, k_cache: mx.array, v_cache: mx.array, positions
         template=[("SCALE_BITS", float_bits(scale)), ("RT", rows_per_thread)],
         grid=(Hq * threads, -(-T // BR), z), threadgroup=(threads, 1, 1),
         output_shapes=[(z, Hq, T, Dh), (z, Hq, T, 2)], output_dtypes=[mx.float32, mx.float32], init_value=nan)
+    return merged(part, stats, poison=poison)
+
+
+def merged(part: mx.array, stats: mx.array, *, poison: bool = False) -> mx.array:
+    """o (Hq, T, Dh) from the key splits' partial results part (z, Hq, T, Dh) and their (max, sum) stats: the
+    one split's own (normalised by the kernel) or the MERGE kernel's. `poison` as flash_attention's."""
+    z, Hq, T, Dh = part.shape
     if z == 1:
         return part.reshape(Hq, T, Dh)
     (o,) = _merge(inputs=[part, stats], grid=(Hq * T * Dh, 1, 1), threadgroup=(Dh, 1, 1),
-                  output_shapes=[(Hq, T, Dh)], output_dtypes=[mx.float32], init_value=nan)
+                  output_shapes=[(Hq, T, Dh)], output_dtypes=[mx.float32],
+                  init_value=float("nan") if poison else None)
     return o
 
 
