@@ -80,25 +80,33 @@ def _cancelling(rows: int, cols: int, depth: int):
     return near_one, mx.take_along_axis(signs, order, axis=1)
 
 
-def check_gemm(seed: int, cases=None, shapes=None) -> list[dict]:
+def check_gemm(seed: int, cases=None, shapes=None, weights=("fp32", "bf16")) -> list[dict]:
     """Every case under every launch shape the sweep compares (gemm.CANDIDATES, the engine's CHUNK_TILES among
-    them), or under `shapes`."""
+    them), or under `shapes`, with FP32 weights and (but not by wgmma) bf16 ones, the decode copies' type:
+    those are exact in TF32, so the kernel skips their lo (gemm_tf32x2's rows; a bf16 w carries no 2^-12
+    parts, so "cancelling in w" is FP32's alone)."""
     rows = []
     for shape in shapes or CANDIDATES:
-        for i, (case, M, Kd, N, split, cancelling) in enumerate(cases or gemm_cases()):
-            mx.random.seed(seed * 100 + 80 + i)
-            if cancelling == "x":
-                x, w = _cancelling(M, N, Kd)
-                want = (x - 1.0) @ w.T  # exact: every row of w sums to 0
-            elif cancelling == "w":
-                w, x = _cancelling(N, M, Kd)
-                want = x @ (w - 1.0).T
-            else:
-                x, w = mx.random.normal((M, Kd)) * 3.0, mx.random.normal((N, Kd)) * Kd ** -0.5
-                want = K.tf32x3_ops(x, w)
-            got = K.tf32x3_matmul(x, w, shape=shape, split=split, poison=True)
-            rows += _evaluated([_compare("gemm_tf32x3", f"{case}, {shape.label}", got.reshape(-1),
-                                         want.reshape(-1))])
+        for weight in weights:
+            if weight == "bf16" and shape.wgmma:
+                continue
+            for i, (case, M, Kd, N, split, cancelling) in enumerate(cases or gemm_cases()):
+                if weight == "bf16" and cancelling == "w":
+                    continue
+                mx.random.seed(seed * 100 + 80 + i)
+                if cancelling == "x":
+                    x, w = _cancelling(M, N, Kd)
+                    want = (x - 1.0) @ w.T  # exact: every row of w sums to 0
+                elif cancelling == "w":
+                    w, x = _cancelling(N, M, Kd)
+                    want = x @ (w - 1.0).T
+                else:
+                    x, w = mx.random.normal((M, Kd)) * 3.0, mx.random.normal((N, Kd)) * Kd ** -0.5
+                w = w.astype(mx.bfloat16) if weight == "bf16" else w
+                want = K.tf32x3_ops(x, w) if cancelling is None else want
+                got = K.tf32x3_matmul(x, w, shape=shape, split=split, poison=True)
+                name = "gemm_tf32x2" if weight == "bf16" else "gemm_tf32x3"
+                rows += _evaluated([_compare(name, f"{case}, {shape.label}", got.reshape(-1), want.reshape(-1))])
     return rows
 
 

@@ -1,6 +1,7 @@
 """The 3xTF32 prefill GEMM (pdlib/engine/kernels/gemm.py). On the CPU: its check (kernel_check.check_gemm)
-passes an exact NumPy emulation of the split and fails one TF32 product or a skipped tile; the split rule; the
-switch; the engine's matmuls go through it when enabled. The kernel itself runs in check-kernels on a GPU."""
+passes an exact NumPy emulation of the split and fails one TF32 product or a skipped tile, with FP32 weights
+and with bf16 ones (two products); the split rule; the switch; the engine's matmuls go through it when enabled,
+on the bf16 decode copies under tf32x2. The kernel itself runs in check-kernels on a GPU."""
 
 import re
 
@@ -25,7 +26,7 @@ def emulated(x, w, *, drop=(), skip_tile=False, **_):
     """x @ w.T as the kernel computes it, lo*hi + hi*lo + hi*hi, less the terms in `drop` ("lo hi", "hi lo";
     both: one TF32 product), the products exact and summed in float64 (the tensor cores accumulate in FP32:
     close enough for this check)."""
-    xn, wn = np.array(x, np.float32), np.array(w, np.float32)
+    xn, wn = np.array(x, np.float32), np.array(w.astype(mx.float32), np.float32)
     xh, wh = tf32(xn), tf32(wn)
     xl, wl = tf32(xn - xh), tf32(wn - wh)
     d = lambda a, b: a.astype(np.float64) @ b.astype(np.float64).T  # noqa: E731
@@ -42,21 +43,26 @@ def small(case):
     return case if cancelling else (name, min(M, 129), min(Kd, 512), min(N, 256), split, cancelling)
 
 
-def rows_with(monkeypatch, **kw):
-    monkeypatch.setattr(K, "tf32x3_matmul", lambda x, w, **k: emulated(x, w, **kw))
-    rows = check_gemm(seed=0, cases=[small(c) for c in gemm_cases()], shapes=[G.CHUNK_TILES])
-    names = [c[0] for c in gemm_cases()]
+def rows_with(monkeypatch, weight="fp32", **kw):
+    seen = []
+    monkeypatch.setattr(K, "tf32x3_matmul", lambda x, w, **k: seen.append(w.dtype) or emulated(x, w, **kw))
+    rows = check_gemm(seed=0, cases=[small(c) for c in gemm_cases()], shapes=[G.CHUNK_TILES], weights=(weight,))
+    names = [c[0] for c in gemm_cases() if weight == "fp32" or c[5] != "w"]
     assert [r["case"] for r in rows] == [f"{n}, {G.CHUNK_TILES.label}" for n in names]
+    assert set(seen) == {mx.float32 if weight == "fp32" else mx.bfloat16}
+    assert {r["kernel"] for r in rows} == {"gemm_tf32x3" if weight == "fp32" else "gemm_tf32x2"}
     return {r["case"].rsplit(", ", 1)[0]: r["passed"] for r in rows}
 
 
 def test_check_kernels_runs_every_case_under_every_candidate_shape(monkeypatch):
     seen = []
-    monkeypatch.setattr(K, "tf32x3_matmul", lambda x, w, *, shape, **k: seen.append(shape) or x @ w.T)
+    monkeypatch.setattr(K, "tf32x3_matmul", lambda x, w, *, shape, **k: seen.append((shape, w.dtype)) or
+                        x @ w.astype(mx.float32).T)
     cases = [("tiny", 17, 64, 128, None, None)]
     rows = check_gemm(seed=0, cases=cases)
-    assert seen == list(G.CANDIDATES) and all(r["passed"] for r in rows)
-    assert G.CHUNK_TILES in G.CANDIDATES
+    assert seen == [(s, dt) for s in G.CANDIDATES for dt in (mx.float32, mx.bfloat16)
+                    if not (s.wgmma and dt == mx.bfloat16)]
+    assert all(r["passed"] for r in rows) and G.CHUNK_TILES in G.CANDIDATES
 
 
 def test_the_check_passes_the_split_and_fails_one_tf32_product_or_a_missing_term(monkeypatch):
@@ -69,8 +75,17 @@ def test_the_check_passes_the_split_and_fails_one_tf32_product_or_a_missing_term
     assert no_hi_lo["cancelling in x, 200 rows"] and not no_hi_lo["cancelling in w, 200 rows"]
 
 
+def test_with_bf16_weights_two_products_pass_and_one_fails(monkeypatch):
+    """A bf16 weight is exact in TF32: without its lo (hi lo dropped) every row still passes; without lo hi,
+    x's 2^-12 parts are lost and the cancelling row fails."""
+    assert all(rows_with(monkeypatch, "bf16").values())
+    assert all(rows_with(monkeypatch, "bf16", drop=("hi lo",)).values())
+    assert not rows_with(monkeypatch, "bf16", drop=("lo hi",))["cancelling in x, 200 rows"]
+
+
 def test_the_check_fails_a_skipped_tile(monkeypatch):
     assert not any(rows_with(monkeypatch, skip_tile=True).values())
+    assert not any(rows_with(monkeypatch, "bf16", skip_tile=True).values())
 
 
 def test_the_split_fills_the_gpu_and_keeps_whole_steps():
@@ -103,29 +118,34 @@ def test_the_switch_defaults_to_tensor_cores_on_cuda_only(monkeypatch):
     monkeypatch.setenv("PDLIB_PREFILL_GEMM", "fp32")
     assert not G.enabled()
     monkeypatch.setenv("PDLIB_PREFILL_GEMM", "tf32x3")
-    assert G.enabled() and G.chunk_tiles() == G.CHUNK_TILES
+    assert G.enabled() and G.chunk_tiles() == G.CHUNK_TILES and not G.bf16_weights()
+    monkeypatch.setenv("PDLIB_PREFILL_GEMM", "tf32x2")
+    assert G.enabled() and G.chunk_tiles() == G.CHUNK_TILES and G.bf16_weights()
     monkeypatch.setenv("PDLIB_PREFILL_GEMM", "wgmma")
     assert G.enabled() and G.chunk_tiles() == G.WGMMA_TILES and G.WGMMA_TILES.wgmma
     monkeypatch.setattr(G, "BACKEND", "cpu")
     assert not G.enabled()
     monkeypatch.setenv("PDLIB_PREFILL_GEMM", "tf32")
-    with pytest.raises(InputError, match="PDLIB_PREFILL_GEMM must be tf32x3 or fp32 or wgmma, got 'tf32'"):
+    with pytest.raises(InputError, match="PDLIB_PREFILL_GEMM must be tf32x3 or tf32x2 or fp32 or wgmma, got 'tf32'"):
         G.enabled()
 
 
-def test_the_engine_sends_its_chunk_matmuls_through_it(monkeypatch, tiny):
+@pytest.mark.parametrize("choice, dtype", [("tf32x3", mx.float32), ("tf32x2", mx.bfloat16)])
+def test_the_engine_sends_its_chunk_matmuls_through_it(monkeypatch, tiny, choice, dtype):
     """With the kernel enabled (a stand-in on the CPU: the exact emulation), a prompt step of 40 rows runs its
-    four matmuls per layer through it, on the weights as loaded (no copy: w_t.T is row-contiguous); the LM
-    head's one row and a decode's do not; the logits equal the plain path's within the gate's tolerance."""
+    four matmuls per layer through it, on the weights as loaded (no copy: w_t.T is row-contiguous) or, under
+    tf32x2, on the bf16 decode copies; the LM head's one row and a decode's do not; the logits equal the plain
+    path's within the gate's tolerance."""
     from pdlib.engine.model import Qwen3, Segment
     calls = []
 
     def standin(x, w, **kw):
-        calls.append((x.shape[0], w.shape))
+        calls.append((x.shape[0], w.shape, w.dtype))
         return emulated(x, w)
     q = Qwen3(tiny, compile_steps=False)
     prompt = mx.arange(3, 43, dtype=mx.int32)
     (plain,) = q.step([Segment(q.new_cache(64), prompt, start=0, emits=True)])
+    monkeypatch.setenv("PDLIB_PREFILL_GEMM", choice)
     monkeypatch.setattr(G, "enabled", lambda: True)
     monkeypatch.setattr(G, "tf32x3_matmul", standin)
     monkeypatch.setattr(G, "tiles", lambda M, Kd, N: M >= G.MIN_ROWS)  # the tiny model's dims are not tile-sized
@@ -133,7 +153,7 @@ def test_the_engine_sends_its_chunk_matmuls_through_it(monkeypatch, tiny):
     (got,) = q.step([Segment(cache, prompt, start=0, emits=True)])
     layers, c = tiny.config.num_hidden_layers, tiny.config
     # the last layer's rows after attention are pruned to the emitting row: its o_proj and MLP fall back
-    assert len(calls) == 4 * layers - 3 and {m for m, _ in calls} == {40}
+    assert len(calls) == 4 * layers - 3 and {m for m, _, _ in calls} == {40} and {d for _, _, d in calls} == {dtype}
     assert calls[0][1] == ((c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim, c.hidden_size)
     assert np.allclose(np.array(got), np.array(plain), rtol=1e-3, atol=1e-3)
     calls.clear()
@@ -141,29 +161,49 @@ def test_the_engine_sends_its_chunk_matmuls_through_it(monkeypatch, tiny):
     assert not calls
 
 
+def test_without_packed_weights_tf32x2_runs_on_the_fp32_ones(monkeypatch, tiny):
+    """lossless_decode_weights=False leaves the decode copies FP32: tf32x2 then multiplies the FP32 weights by
+    all three products (a bf16 copy is the only kind whose lo may be dropped)."""
+    from pdlib.engine.model import Qwen3, Segment
+    seen = []
+    q = Qwen3(tiny, compile_steps=False, lossless_decode_weights=False, decode="kernels")
+    monkeypatch.setenv("PDLIB_PREFILL_GEMM", "tf32x2")
+    monkeypatch.setattr(G, "enabled", lambda: True)
+    monkeypatch.setattr(G, "tf32x3_matmul", lambda x, w, **kw: seen.append(w.dtype) or emulated(x, w))
+    monkeypatch.setattr(G, "tiles", lambda M, Kd, N: M >= G.MIN_ROWS)
+    q.step([Segment(q.new_cache(64), mx.arange(3, 43, dtype=mx.int32), start=0, emits=True)])
+    assert seen and set(seen) == {mx.float32}
+
+
 @pytest.mark.skipif(NVRTC is None, reason="no NVRTC (the nvidia-cuda-nvrtc wheel, Linux only)")
 @pytest.mark.parametrize("shape", G.CANDIDATES + (G.Tiles(64, 128, 0, 3, 256, wgmma=True),), ids=lambda s: s.label)
+@pytest.mark.parametrize("weight", ["f32", "bf16"])
 @pytest.mark.parametrize("K_, N, split", [(1024, 4096, 2), (3072, 1024, 8), (1024, 6144, 1)])
-def test_the_cuda_source_compiles_for_the_h200(K_, N, split, shape):
+def test_the_cuda_source_compiles_for_the_h200(K_, N, split, weight, shape):
     """As MLX wraps it (x's shape passed for the row count), for sm_90 (the wgmma kernel for sm_90a, also with
-    gemm_sweep's 128-column tiles): no spills; a block fits an SM by registers and by shared memory (228 KB, 1
-    KB of it reserved per block), and two of the chunk's shape and of the 64-column wgmma one."""
+    gemm_sweep's 128-column tiles; FP32 weights only): no spills; a block fits an SM by registers and by shared
+    memory (228 KB, 1 KB of it reserved per block), and two of the chunk's shape and of the 64-column wgmma
+    one."""
+    wb = 4 if weight == "f32" else 2
     if shape.wgmma:
+        if weight == "bf16":
+            pytest.skip("the wgmma kernel takes FP32 weights only")
         kernel = Kernel("pdlib_gemm_wgmma", G.SOURCE_WGMMA, [("x", "f32"), ("w", "f32")], [("y", "f32")],
                         [dict(K=K_, N=N, SPLIT=split, BN=shape.bn, STAGES=shape.stages)])
         log = compile_sm90(STANDINS + G.HEADER_WGMMA + wrapped(kernel, "cuda", G.SOURCE_WGMMA), arch="sm_90a")
     else:
-        kernel = Kernel("pdlib_gemm_tf32x3", G.SOURCE, [("x", "f32"), ("w", "f32")], [("y", "f32")],
-                        [dict(K=K_, N=N, SPLIT=split, BM=shape.bm, BN=shape.bn, WM=shape.wm, STAGES=shape.stages)])
+        kernel = Kernel("pdlib_gemm_tf32x3", G.SOURCE, [("x", "f32"), ("w", weight)], [("y", "f32")],
+                        [dict(K=K_, N=N, SPLIT=split, BM=shape.bm, BN=shape.bn, WM=shape.wm, STAGES=shape.stages,
+                              WB=wb)])
         log = compile_sm90(STANDINS + G.HEADER + wrapped(kernel, "cuda", G.SOURCE))
     regs = int(re.search(r"Used (\d+) registers", log).group(1))
     blocks = 2 if shape == G.CHUNK_TILES or (shape.wgmma and shape.bn == 64) else 1
     assert "0 bytes spill stores, 0 bytes spill loads" in log and blocks * regs * shape.threads <= 65536, log
-    assert blocks * (shape.shared_bytes + 1024) <= 228 * 1024
+    assert blocks * (shape.shared_bytes(wb) + 1024) <= 228 * 1024
 
 
 def test_a_bad_switch_is_refused_when_the_model_loads(monkeypatch, tiny):
     from pdlib.engine.model import Qwen3
     monkeypatch.setenv("PDLIB_PREFILL_GEMM", "fast")
-    with pytest.raises(InputError, match="PDLIB_PREFILL_GEMM must be tf32x3 or fp32 or wgmma, got 'fast'"):
+    with pytest.raises(InputError, match="PDLIB_PREFILL_GEMM must be tf32x3 or tf32x2 or fp32 or wgmma, got 'fast'"):
         Qwen3(tiny, compile_steps=False)

@@ -85,13 +85,14 @@ out["decode_alone_ms"] = statistics.median(decode_alone() for _ in range(8))
 
 layers = engine.model.layers
 xs = {d: mx.random.normal((T, d)) for d in (1024, 2048, 3072)}  # a GEMM's input, by its width
-mats = [m for L in layers for name, m in L.t.items() if name.startswith("w")]  # the prefill's weights, as loaded
+PAIRS = (("wqkv", "d_qkv"), ("wo", "d_o"), ("w_gate_up", "d_gate_up"), ("w_down", "d_down"))
+mats = [(L.t[t], getattr(L, d)) for L in layers for t, d in PAIRS]  # the prefill's weights, as the engine has them
 mx.eval(xs)
 
 
 def gemms():
     t0 = time.perf_counter_ns()
-    mx.eval([K.linear_t(xs[m.shape[0]], m) for m in mats])  # as the engine calls them
+    mx.eval([K.linear_t(xs[m.shape[0]], m, d) for m, d in mats])  # as the engine calls them
     return ms(t0)
 
 
@@ -102,7 +103,7 @@ out["gemms_129_rows_28_layers_ms"] = median_of(gemms)
 xs = {d: mx.random.normal((T, d)) for d in (1024, 2048, 3072)}
 mx.eval(xs)
 out["gemms_per_step"] = len(mats)
-flops = 2 * T * sum(m.size for m in mats)
+flops = 2 * T * sum(m.size for m, _ in mats)
 out["gemm_tflops"] = flops / out["gemms_28_layers_ms"] / 1e9
 
 q = mx.random.normal((16, T, 128))

@@ -39,9 +39,10 @@ MMA_SYNC = {
         ("        __syncthreads();" + PAD + "// everyone's have; and slice i - 1's buffer is free\n",
          "        PD_STAMP(8 * i + 2);\n"),
         ("        const float* As = smem + (i % STAGES) * STAGE;\n", "        PD_STAMP(8 * i + 3);\n"),
-        ("                for (int e = 0; e < 2; ++e) pd_split(Bs[at + FB[e]], bh[ni][e], bl[ni][e]);\n            }\n",
+        ("                    for (int e = 0; e < 2; ++e) bh[ni][e] = (uint32_t)Bh[at + FB[e]] << 16;\n"
+         "                }\n            }\n",
          "            if (kk == 0) PD_STAMP(8 * i + 4);\n"),
-        ("                for (int ni = 0; ni < NI; ++ni) pd_mma(acc[mi][ni], ah[mi], bh[ni]);\n        }\n",
+        ("                for (int ni = 0; ni < NI; ++ni) pd_mma(part[mi][ni], ah[mi], bh[ni]);\n        }\n",
          "        PD_STAMP(8 * i + 5);\n"),
     ],
     "end_after": "make_float2(acc[mi][ni][2], acc[mi][ni][3]);\n        }\n",
@@ -72,16 +73,18 @@ def instrumented(source: str, plan: dict) -> str:
     return source
 
 
-KERNELS = {"mma.sync": (G.CHUNK_TILES, G.SOURCE, G.HEADER, MMA_SYNC),
-           "wgmma": (G.WGMMA_TILES, G.SOURCE_WGMMA, G.HEADER_WGMMA, WGMMA)}
+# name: (launch shape, source, header, stamps, the weight's bytes an element)
+KERNELS = {"mma.sync": (G.CHUNK_TILES, G.SOURCE, G.HEADER, MMA_SYNC, 4),
+           "mma.sync bf16": (G.CHUNK_TILES, G.SOURCE, G.HEADER, MMA_SYNC, 2),
+           "wgmma": (G.WGMMA_TILES, G.SOURCE_WGMMA, G.HEADER_WGMMA, WGMMA, 4)}
 KINDS = {"q|k|v": (1024, 4096), "o_proj": (2048, 1024), "gate|up": (1024, 6144), "down": (3072, 1024)}
 
 
-def template(shape, K, N, split):
+def template(shape, K, N, split, wb):
     if shape.wgmma:
         return [("K", K), ("N", N), ("SPLIT", split), ("BN", shape.bn), ("STAGES", shape.stages)]
     return [("K", K), ("N", N), ("SPLIT", split), ("BM", shape.bm), ("BN", shape.bn), ("WM", shape.wm),
-            ("STAGES", shape.stages)]
+            ("STAGES", shape.stages), ("WB", wb)]
 
 
 def compile_only():
@@ -90,10 +93,10 @@ def compile_only():
     from kernel_text import NVRTC, STANDINS, Kernel, compile_sm90, wrapped
     if NVRTC is None:
         sys.exit("no NVRTC here")
-    for name, (shape, source, header, plan) in KERNELS.items():
+    for name, (shape, source, header, plan, wb) in KERNELS.items():
         text = instrumented(source, plan)
-        k = Kernel("pdlib_gemm_phases", text, [("x", "f32"), ("w", "f32")], [("y", "f32"), ("prof", "u64")],
-                   [dict(template(shape, 1024, 4096, 2))])
+        k = Kernel("pdlib_gemm_phases", text, [("x", "f32"), ("w", "f32" if wb == 4 else "bf16")],
+                   [("y", "f32"), ("prof", "u64")], [dict(template(shape, 1024, 4096, 2, wb))])
         log = compile_sm90(STANDINS + header + STAMP + wrapped(k, "cuda", text), arch="sm_90a")
         print(name, [line for line in log.splitlines() if "Used" in line or "spill" in line][:2])
 
@@ -102,16 +105,18 @@ def run():
     import mlx.core as mx
     from pdlib.engine.kernels.backend import cuda_sm_count
     mx.random.seed(0)
-    for name, (shape, source, header, plan) in KERNELS.items():
-        kernel = mx.fast.cuda_kernel(name=f"pdlib_gemm_phases_{name.replace('.', '_')}", input_names=["x", "w"],
-                                     output_names=["y", "prof"], source=instrumented(source, plan),
-                                     header=header + STAMP, shared_memory=shape.shared_bytes)
+    for name, (shape, source, header, plan, wb) in KERNELS.items():
+        kernel = mx.fast.cuda_kernel(name=f"pdlib_gemm_phases_{name.replace('.', '_').replace(' ', '_')}",
+                                     input_names=["x", "w"], output_names=["y", "prof"],
+                                     source=instrumented(source, plan), header=header + STAMP,
+                                     shared_memory=shape.shared_bytes(wb))
         for kind, (K, N) in KINDS.items():
             x, w = mx.random.normal((128, K)), mx.random.normal((N, K)) * K ** -0.5
+            w = w.astype(mx.bfloat16) if wb == 2 else w
             split = G.k_split(128, K, N, cuda_sm_count(), shape)
             runs = []
             for _ in range(7):
-                y, prof = kernel(inputs=[x, w], template=template(shape, K, N, split),
+                y, prof = kernel(inputs=[x, w], template=template(shape, K, N, split, wb),
                                  grid=(N // shape.bn * shape.threads, -(-128 // shape.bm), split),
                                  threadgroup=(shape.threads, 1, 1),
                                  output_shapes=[(split, 128, N), (8 * MAX_SLICES + 2,)],

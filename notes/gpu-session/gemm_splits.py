@@ -1,9 +1,10 @@
 """The 3xTF32 GEMM's K splits (gemm.k_split) at a chunk's 128 rows and a mixed step's 129, per matrix kind: 28
 layers timed with the split the rule picks and with 1, 2, 4, 8 and 16, the default launch shape (CHUNK_TILES)
-and the wgmma one. Where a deeper split wins at 129 rows, the rule (at most two blocks an SM) costs mixed's
-step there (notes/gpu.md, v21). One JSON line per kind and rows, a table at the end.
+and the wgmma one, on FP32 weights and (not wgmma) on bf16 ones. Where a deeper split wins at 129 rows, the
+rule (at most two blocks an SM) costs mixed's step there (notes/gpu.md, v21). One JSON line per kind and rows,
+a table at the end.
 
-    python3 notes/gpu-session/gemm_splits.py          # SHAPES=1: the default launch shape only
+    python3 notes/gpu-session/gemm_splits.py          # SHAPES=1: the default launch shape only; WEIGHTS=bf16
 """
 
 import json
@@ -22,22 +23,26 @@ mx.random.seed(0)
 weights = {k: [mx.random.normal((n, kd)) * kd ** -0.5 for _ in range(LAYERS)] for k, (kd, n) in KINDS.items()}
 mx.eval(weights)
 table = []
-for shape in (G.CHUNK_TILES, G.WGMMA_TILES)[: int(os.environ.get("SHAPES", 2))]:
+runs = [(shape, weight) for shape in (G.CHUNK_TILES, G.WGMMA_TILES)[: int(os.environ.get("SHAPES", 2))]
+        for weight in os.environ.get("WEIGHTS", "fp32 bf16").split() if not (shape.wgmma and weight == "bf16")]
+for shape, weight in runs:
+    ws = {k: [w.astype(mx.bfloat16) for w in v] for k, v in weights.items()} if weight == "bf16" else weights
+    mx.eval(ws)
     for M in (128, 129):
         for kind, (kd, n) in KINDS.items():
             x = mx.random.normal((M, kd))
             mx.eval(x)
             rule = G.k_split(M, kd, n, cuda_sm_count(), shape)
-            row = {"shape": shape.label, "rows": M, "kind": kind, "rule": rule}
+            row = {"shape": shape.label + (" bf16" if weight == "bf16" else ""), "rows": M, "kind": kind, "rule": rule}
             for split in (1, 2, 4, 8, 16):
                 if kd % (split * G.BK) == 0:
                     row[f"split {split}"] = timed(lambda: mx.eval([G.tf32x3_matmul(x, w, shape=shape, split=split)
-                                                                   for w in weights[kind]]), 9)
+                                                                   for w in ws[kind]]), 9)
             print(json.dumps(row), flush=True)
             table.append(row)
 
 SPLITS = (1, 2, 4, 8, 16)
-print(f"\n{'shape':<20} {'rows':>4} {'kind':<8} {'rule':>4} " + " ".join(f"{'split ' + str(s):>9}" for s in SPLITS))
+print(f"\n{'shape':<25} {'rows':>4} {'kind':<8} {'rule':>4} " + " ".join(f"{'split ' + str(s):>9}" for s in SPLITS))
 for r in table:
-    print(f"{r['shape']:<20} {r['rows']:>4} {r['kind']:<8} {r['rule']:>4} "
+    print(f"{r['shape']:<25} {r['rows']:>4} {r['kind']:<8} {r['rule']:>4} "
           + " ".join(f"{r.get(f'split {s}', float('nan')):>9.3f}" for s in SPLITS))

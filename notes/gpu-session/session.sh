@@ -122,6 +122,15 @@
 #                                          gemm_splits.py with the default shape twice (down and 129 rows too),
 #                                          gemm_phases.py (a GEMM block's cycles per phase of a slice), then the
 #                                          chunk and mixed steps' anatomy at 4K
+#   bash notes/gpu-session/session.sh zo   one GPU, the bf16-weight GEMM (tf32x2) and the fresh accumulator per slice:
+#                                          check-kernels; if every row passed, gemm_sweep.py (128, 1,024, 4,096
+#                                          rows; FP32 and bf16 weights), a gate at 4,096/64 with tf32x2 (chunked,
+#                                          mixed), gemm_phases.py, the gate with tf32x3 (chunked), gemm_splits.py
+#                                          on bf16 weights, then the chunk and mixed steps' anatomy with tf32x2
+#   bash notes/gpu-session/session.sh zu   one GPU, publishing: check-kernels, then if every row passed the published
+#                                          eager chunked fifo mixed
+#   bash notes/gpu-session/session.sh zv   one GPU, publishing: the published chunked overlap slo slo-mixed at 15 ms,
+#                                          then bench-step with peers at 4K and 5K
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -742,6 +751,50 @@ zn)
     timeout $(( $(left) - 5 )) python3 notes/gpu-session/chunk_anatomy.py 4096 > "$LOGS/anatomy.log" 2>&1
     grep "^{" "$LOGS/anatomy.log" | cut -c 1-600
   fi
+  finish ;;
+zo)
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 280 python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
+  echo "check-kernels rc=$? pass=$(grep -c " pass$" "$LOGS/ck0.log") at ${SECONDS}s"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 6
+  grep "gemm_tf32x2" "$LOGS/ck0.log" | head -n 8
+  if ! grep -q FAIL "$LOGS/ck0.log"; then
+    EXPLORE=0 timeout 150 python3 notes/gpu-session/gemm_sweep.py > "$LOGS/gemm-sweep.log" 2>&1
+    echo "sweep rc=$? at ${SECONDS}s"; grep -v '^{' "$LOGS/gemm-sweep.log" | tail -n 32
+    gate() {  # $1 PDLIB_PREFILL_GEMM, $2 log, then the policies
+      local g=$1 log=$2; shift 2
+      PDLIB_PREFILL_GEMM=$g timeout 130 python3 -m pdlib run --model synthetic:qwen3-0.6b --prompt-tokens 4096 \
+        --output-tokens 64 --chunk-size 128 --policies "$@" --validate-only --quiet > "$LOGS/$log" 2>&1
+      echo "gate $g rc=$? at ${SECONDS}s"; tail -n 4 "$LOGS/$log"
+    }
+    [ "$(left)" -gt 140 ] && gate tf32x2 gate-tf32x2.log chunked mixed
+    [ "$(left)" -gt 70 ] && { timeout 60 python3 notes/gpu-session/gemm_phases.py > "$LOGS/gemm-phases.log" 2>&1
+      echo "phases rc=$? at ${SECONDS}s"; cut -c 1-400 "$LOGS/gemm-phases.log"; }
+    [ "$(left)" -gt 110 ] && gate tf32x3 gate-tf32x3.log chunked
+    [ "$(left)" -gt 130 ] && { SHAPES=1 WEIGHTS=bf16 timeout $(( $(left) - 60 )) python3 notes/gpu-session/gemm_splits.py \
+      > "$LOGS/gemm-splits.log" 2>&1; echo "splits rc=$? at ${SECONDS}s"; grep -v '^{' "$LOGS/gemm-splits.log" | tail -n 10; }
+    [ "$(left)" -gt 50 ] && { PDLIB_PREFILL_GEMM=tf32x2 timeout $(( $(left) - 5 )) python3 notes/gpu-session/chunk_anatomy.py 4096 \
+      > "$LOGS/anatomy.log" 2>&1; grep "^{" "$LOGS/anatomy.log" | cut -c 1-700; }
+  fi
+  finish ;;
+zu)
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 280 python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
+  echo "check-kernels rc=$? pass=$(grep -c " pass$" "$LOGS/ck0.log") at ${SECONDS}s"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 6
+  if ! grep -q FAIL "$LOGS/ck0.log"; then
+    timeout -s INT $(( $(left) - 5 )) python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+      --policies eager chunked fifo mixed --quiet --output "$OUT/report.json" > "$LOGS/report.log" 2>&1
+    echo "report rc=$? at ${SECONDS}s"; tail -n 25 "$LOGS/report.log"
+  fi
+  finish ;;
+zv)
+  export CUDA_VISIBLE_DEVICES=0
+  timeout -s INT 330 python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+    --policies chunked overlap slo slo-mixed --tbt-slo-ms 15 --quiet --output "$OUT/report-new.json" \
+    > "$LOGS/report-new.log" 2>&1
+  echo "report-new rc=$? at ${SECONDS}s"; tail -n 30 "$LOGS/report-new.log"
+  timeout -s INT $(( $(left) - 5 )) python3 -m pdlib bench-step --contexts 4096 5120 --output "$OUT/bench-step.json" \
+    > "$LOGS/bench.log" 2>&1
+  echo "bench rc=$? at ${SECONDS}s"; tail -n 12 "$LOGS/bench.log"
   finish ;;
 zh)
   gpu 0 timeout $(( $(left) - 5 )) python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1

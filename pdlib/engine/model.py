@@ -130,15 +130,16 @@ class Qwen3:
     # reference's own: its positions run on from the step's first); a ragged step's rows are at scattered
     # positions, so it rotates by tables made once per step.
 
-    def _qkv(self, h, in_norm, wqkv_t, qk_norm, *rope):
+    def _qkv(self, h, in_norm, wqkv, qk_norm, *rope):
         """h: (T, D) -> q (Hq, T, Dh) and k (Hkv, T, Dh), each after its norm and RoPE, and v (Hkv, T, Dh).
         The q and k heads are normed as one array (every head of the projection, contiguous; v's norms go
         unused), then scaled by qk_norm (Hq + Hkv, Dh): column slices would need a copy before a fused norm.
         `rope`: the first row's position, 0-d, when the rows' positions run on from it, else cos, sin tables.
-        mx.fast.rope reads an offset of shape (n,) as one per leading index (per head here) on CUDA and Metal."""
+        mx.fast.rope reads an offset of shape (n,) as one per leading index (per head here) on CUDA and Metal.
+        Each weight comes as a pair (transposed FP32 view, decode copy): K.linear_t picks."""
         c, T = self.cfg, h.shape[0]
         Hq, Hkv = c.num_attention_heads, c.num_key_value_heads
-        heads = K.linear_t(mx.fast.rms_norm(h, in_norm, c.rms_norm_eps), wqkv_t).reshape(T, Hq + 2 * Hkv, c.head_dim)
+        heads = K.linear_t(mx.fast.rms_norm(h, in_norm, c.rms_norm_eps), *wqkv).reshape(T, Hq + 2 * Hkv, c.head_dim)
         qk = mx.fast.rms_norm(heads, None, c.rms_norm_eps)[:, : Hq + Hkv] * qk_norm
         q, k, v = qk[:, :Hq].swapaxes(0, 1), qk[:, Hq:].swapaxes(0, 1), heads[:, Hq + Hkv:].swapaxes(0, 1)
         if len(rope) == 1:
@@ -154,13 +155,13 @@ class Qwen3:
             self._attention[rows] = mx.compile(fn, shapeless=True) if self._compile_steps else fn
         return self._attention[rows]
 
-    def _out_mlp(self, h, o, wo_t, post_norm, w_gate_up_t, w_down_t):
-        """Residual stream after attention output o (Hq, T, Dh) and the MLP."""
+    def _out_mlp(self, h, o, wo, post_norm, w_gate_up, w_down):
+        """Residual stream after attention output o (Hq, T, Dh) and the MLP (weights in pairs, as _qkv's)."""
         c = self.cfg
-        h = h + K.linear_t(o.swapaxes(0, 1).reshape(-1, c.num_attention_heads * c.head_dim), wo_t)
-        gu = K.linear_t(mx.fast.rms_norm(h, post_norm, c.rms_norm_eps), w_gate_up_t)
+        h = h + K.linear_t(o.swapaxes(0, 1).reshape(-1, c.num_attention_heads * c.head_dim), *wo)
+        gu = K.linear_t(mx.fast.rms_norm(h, post_norm, c.rms_norm_eps), *w_gate_up)
         g, u = gu[:, : c.intermediate_size], gu[:, c.intermediate_size:]
-        return h + K.linear_t(g * mx.sigmoid(g) * u, w_down_t)
+        return h + K.linear_t(g * mx.sigmoid(g) * u, *w_down)
 
     def prefill(self, cache: KVCache, tokens: mx.array, *, start: int, last: bool, prune: bool = True):
         """Run prompt tokens (T,) at positions start .. start+T-1, writing their K/V into the cache. Returns the
@@ -215,7 +216,7 @@ class Qwen3:
 
         n_layers, pruned = len(self.layers), False
         for i, L in enumerate(self.layers):
-            q, k, v = self._p_qkv(h, L.in_norm, L.t["wqkv"], L.t["qk_norm"], *rope)
+            q, k, v = self._p_qkv(h, L.in_norm, (L.t["wqkv"], L.d_qkv), L.t["qk_norm"], *rope)
             if flash:  # attention reads the caches in place: only the new rows are written
                 for s, a, b in zip(segments, offsets, offsets[1:]):
                     s.cache.write(i, k[:, a:b], v[:, a:b], positions=positions[a:b], start=s.start)
@@ -243,7 +244,8 @@ class Qwen3:
                 pruned = True
             o = [attend(j, q[:, a:b], last) for a, b, j, last in rows]
             o = o[0] if len(o) == 1 else mx.concatenate(o, axis=1)
-            h = self._p_out_mlp(h, o, L.t["wo"], L.post_norm, L.t["w_gate_up"], L.t["w_down"])
+            h = self._p_out_mlp(h, o, (L.t["wo"], L.d_o), L.post_norm, (L.t["w_gate_up"], L.d_gate_up),
+                                (L.t["w_down"], L.d_down))
             yield [h, *(a for s in segments for a in (s.cache.k[i], s.cache.v[i], s.cache.written))]
         for s in segments:
             s.cache.advance(s.size)

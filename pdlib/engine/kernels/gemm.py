@@ -4,6 +4,8 @@ A TF32 product keeps 10 of FP32's 23 mantissa bits. Splitting each operand x = h
 rounded to TF32, lo the rounded remainder), and summing the three products that matter, lo*hi + hi*lo +
 hi*hi, in FP32 accumulators leaves an error of ~2^-21 relative per product (the dropped lo*lo, and lo's own
 rounding), against FP32's 2^-24: far inside the gate's 1e-3, on the tensor cores rather than the CUDA cores.
+A bf16 weight (the decode copies: pdlib checks at load that they equal the FP32 weights bit for bit) is exact
+in TF32, so its lo is zero: two products, lo*w + hi*w, and half the bytes to read.
 
 Each block computes a BM x BN tile of y = x @ w.T with warps of WM x 32 (mma.m16n8k8), over 32-deep slices of
 x and w that `cp.async` brings into a ring of STAGES buffers in shared memory, STAGES - 1 slices ahead of the
@@ -14,9 +16,9 @@ MLX's FP32 matmul, which was faster there (launch shapes measured by notes/gpu-s
 SOURCE_WGMMA does the same by Hopper's warpgroup mma (PDLIB_PREFILL_GEMM=wgmma, opt-in): each slice is split
 once per block into the hi and lo copies the tensor cores read from shared memory.
 
-    y = tf32x3_matmul(x, w)       # x (M, K), w (N, K) FP32, row-contiguous -> x @ w.T, (M, N) FP32
-    K.linear_t(x, w_t)            # this, on w_t.T (the weight as loaded), on CUDA for a chunk's rows unless
-                                  # PDLIB_PREFILL_GEMM=fp32; else x @ w_t
+    y = tf32x3_matmul(x, w)       # x (M, K) FP32, w (N, K) FP32 or bf16, row-contiguous -> x @ w.T, (M, N) FP32
+    K.linear_t(x, w_t, w_bf16)    # this, on w_t.T (the weight as loaded) or on w_bf16 (PDLIB_PREFILL_GEMM),
+                                  # on CUDA for a chunk's rows unless PDLIB_PREFILL_GEMM=fp32; else x @ w_t
 """
 
 from typing import NamedTuple
@@ -44,10 +46,11 @@ class Tiles(NamedTuple):
     def threads(self) -> int:
         return 128 if self.wgmma else (self.bm // self.wm) * (self.bn // 32) * 32
 
-    @property
-    def shared_bytes(self) -> int:
-        ring = 4 * self.stages * (self.bm + self.bn) * PITCH
-        return ring + (8 * (self.bm + self.bn) * BK if self.wgmma else 0)   # + the slice's hi and lo copies
+    def shared_bytes(self, weight_bytes: int = 4) -> int:
+        """The ring (x's rows at PITCH floats, w's at PITCH floats or, bf16, 40 halves), and the wgmma kernel's
+        hi and lo copies of a slice."""
+        ring = self.stages * (4 * self.bm * PITCH + self.bn * (4 * PITCH if weight_bytes == 4 else 80))
+        return ring + (8 * (self.bm + self.bn) * BK if self.wgmma else 0)
 
     @property
     def label(self) -> str:
@@ -86,39 +89,45 @@ __device__ __forceinline__ void pd_mma(float* c, const uint32_t* a, const uint32
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+// R rows of a 32-deep slice into shared memory, 16 bytes a copy: rows r0 + r (r < R) of src, E-byte elements
+// and K of them a row, from column k0, to dst at PITCH bytes a row; rows at or past `rows` come as zeros
+template <int R, int E, int K, int PITCH, int THREADS>
+__device__ __forceinline__ void pd_stage(void* dst, const void* src, int r0, int rows, int k0, int tid) {
+    constexpr int COPIES = 32 * E / 16;                // a row's
+    static_assert((R * COPIES) % THREADS == 0 && PITCH % 16 == 0);
+    #pragma unroll
+    for (int i = 0; i < R * COPIES / THREADS; ++i) {
+        const int idx = tid + i * THREADS, r = idx / COPIES, c = idx % COPIES;
+        const bool in = r0 + r < rows;
+        pd_cp16(reinterpret_cast<float*>(static_cast<char*>(dst) + r * PITCH + 16 * c),
+                reinterpret_cast<const float*>(static_cast<const char*>(src)
+                                               + ((size_t)(in ? r0 + r : 0) * K + k0) * E + 16 * c), in);
+    }
+}
 """
 
 SOURCE = r"""
-    // y[z] = x[:, kz] @ w[:, kz].T for K slice z (z = blockIdx.z, SPLIT slices of KS = K / SPLIT columns).
-    // Tiles of both are staged as they lie, rows by 32 columns (PITCH 36: a warp's fragment reads, row g and
-    // column t of either, hit 32 distinct banks), in a ring of STAGES; slice i + STAGES - 1 is requested
-    // while slice i is multiplied.
-    constexpr int BK = 32, AP = 36, KS = K / SPLIT, SLICES = KS / BK;
+    // y[z] = x[:, kz] @ w[:, kz].T for K slice z (z = blockIdx.z, SPLIT slices of KS = K / SPLIT columns); w is
+    // FP32 (WB = 4) or bf16 (WB = 2: exact in TF32, so its lo is zero and the hi lo product is skipped).
+    // Tiles of both are staged as they lie, rows by 32 columns (x's PITCH 36 floats, w's 36 floats or 40
+    // halves: a warp's fragment reads, row g and column t, hit 32 distinct banks), in a ring of STAGES; slice
+    // i + STAGES - 1 is requested while slice i is multiplied. Each slice's products go into a fresh
+    // accumulator, added to the block's sum in FP32: an mma truncates its sum, which a long chain would compound.
+    constexpr int BK = 32, AP = 36, BPB = WB == 4 ? 4 * 36 : 2 * 40, KS = K / SPLIT, SLICES = KS / BK;
     constexpr int WN = 32, MI = WM / 16, NI = WN / 8, WARPS_N = BN / WN, THREADS = (BM / WM) * WARPS_N * 32;
-    constexpr int STAGE = (BM + BN) * AP;
-    static_assert(BM % WM == 0 && BN % WN == 0 && (BM * 8) % THREADS == 0 && (BN * 8) % THREADS == 0);
-    static_assert(KS % BK == 0 && STAGES >= 2);
+    constexpr int STAGE = BM * AP + BN * BPB / 4;      // floats
+    static_assert(BM % WM == 0 && BN % WN == 0 && KS % BK == 0 && STAGES >= 2 && (WB == 4 || WB == 2));
     extern __shared__ __align__(16) float smem[];
     const int M = x_shape[0];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int wm = (warp / WARPS_N) * WM, wn = (warp % WARPS_N) * WN;
     const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN, k_begin = blockIdx.z * KS;
 
-    // request slice k0 into ring buffer s: x's rows m0.. (zeros past M) and w's rows n0.., 16 bytes a copy
+    // slice k0 into ring buffer s: x's rows m0.. (zeros past M), then w's rows n0..
     auto request = [&](int s, int k0) {
         float* As = smem + s * STAGE;
-        float* Bs = As + BM * AP;
-        #pragma unroll
-        for (int i = 0; i < BM * 8 / THREADS; ++i) {
-            const int idx = tid + i * THREADS, r = idx >> 3, c = (idx & 7) * 4;
-            const bool in = m0 + r < M;
-            pd_cp16(As + r * AP + c, x + (size_t)(in ? m0 + r : 0) * K + k0 + c, in);
-        }
-        #pragma unroll
-        for (int i = 0; i < BN * 8 / THREADS; ++i) {
-            const int idx = tid + i * THREADS, r = idx >> 3, c = (idx & 7) * 4;
-            pd_cp16(Bs + r * AP + c, w + (size_t)(n0 + r) * K + k0 + c, true);
-        }
+        pd_stage<BM, 4, K, 4 * AP, THREADS>(As, x, m0, M, k0, tid);
+        pd_stage<BN, WB, K, BPB, THREADS>(As + BM * AP, w, n0, N, k0, tid);
     };
 
     float acc[MI][NI][4];
@@ -140,7 +149,15 @@ SOURCE = r"""
         if (i + STAGES - 1 < SLICES) request((i + STAGES - 1) % STAGES, k_begin + (i + STAGES - 1) * BK);
         pd_cp_commit();
         const float* As = smem + (i % STAGES) * STAGE;
-        const float* Bs = As + BM * AP;
+        const float* Bs = As + BM * AP;                // WB = 4
+        const unsigned short* Bh = reinterpret_cast<const unsigned short*>(Bs);   // WB = 2, 40 a row
+        float part[MI][NI][4];
+        #pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+            #pragma unroll
+            for (int ni = 0; ni < NI; ++ni)
+                #pragma unroll
+                for (int e = 0; e < 4; ++e) part[mi][ni][e] = 0.f;
         #pragma unroll
         for (int kk = 0; kk < BK; kk += 8) {
             uint32_t ah[MI][4], al[MI][4], bh[NI][2], bl[NI][2];
@@ -153,25 +170,39 @@ SOURCE = r"""
             }
             #pragma unroll
             for (int ni = 0; ni < NI; ++ni) {
-                const int at = (wn + ni * 8 + g) * AP + kk + t;
-                #pragma unroll
-                for (int e = 0; e < 2; ++e) pd_split(Bs[at + FB[e]], bh[ni][e], bl[ni][e]);
+                if constexpr (WB == 4) {
+                    const int at = (wn + ni * 8 + g) * AP + kk + t;
+                    #pragma unroll
+                    for (int e = 0; e < 2; ++e) pd_split(Bs[at + FB[e]], bh[ni][e], bl[ni][e]);
+                } else {                               // bf16 bits are the TF32 value's leading half
+                    const int at = (wn + ni * 8 + g) * 40 + kk + t;
+                    #pragma unroll
+                    for (int e = 0; e < 2; ++e) bh[ni][e] = (uint32_t)Bh[at + FB[e]] << 16;
+                }
             }
-            // each tile takes the small terms first (lo hi, hi lo, then hi hi); each term goes to every tile
-            // before the next, so no product waits on the one just issued to its accumulators
+            // the small terms first (lo hi, hi lo), then hi hi; each term goes to every tile before the next,
+            // so no product waits on the one just issued to its accumulators
             #pragma unroll
             for (int mi = 0; mi < MI; ++mi)
                 #pragma unroll
-                for (int ni = 0; ni < NI; ++ni) pd_mma(acc[mi][ni], al[mi], bh[ni]);
+                for (int ni = 0; ni < NI; ++ni) pd_mma(part[mi][ni], al[mi], bh[ni]);
+            if constexpr (WB == 4) {
+                #pragma unroll
+                for (int mi = 0; mi < MI; ++mi)
+                    #pragma unroll
+                    for (int ni = 0; ni < NI; ++ni) pd_mma(part[mi][ni], ah[mi], bl[ni]);
+            }
             #pragma unroll
             for (int mi = 0; mi < MI; ++mi)
                 #pragma unroll
-                for (int ni = 0; ni < NI; ++ni) pd_mma(acc[mi][ni], ah[mi], bl[ni]);
-            #pragma unroll
-            for (int mi = 0; mi < MI; ++mi)
-                #pragma unroll
-                for (int ni = 0; ni < NI; ++ni) pd_mma(acc[mi][ni], ah[mi], bh[ni]);
+                for (int ni = 0; ni < NI; ++ni) pd_mma(part[mi][ni], ah[mi], bh[ni]);
         }
+        #pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+            #pragma unroll
+            for (int ni = 0; ni < NI; ++ni)
+                #pragma unroll
+                for (int e = 0; e < 4; ++e) acc[mi][ni][e] += part[mi][ni][e];
     }
     pd_cp_wait<0>();                                   // no copy outlives the block (the tail's are empty)
 
@@ -190,15 +221,16 @@ SOURCE = r"""
 
 
 def _wgmma_function(n: int) -> str:
-    """d (n / 2 floats a thread) += A (64x8, a descriptor) B (8 x n, a descriptor), TF32 in, FP32 accumulators."""
+    """d (n / 2 floats a thread) = A (64x8, a descriptor) B (8 x n, a descriptor) + d if `add` else + 0, TF32 in,
+    FP32 accumulators."""
     regs = ", ".join(f"%{i}" for i in range(n // 2))
     outs = ", ".join(f'"+f"(d[{i}])' for i in range(n // 2))
-    return (f"__device__ __forceinline__ void pd_wgmma{n}(float* d, uint64_t a, uint64_t b) {{\n"
+    return (f"__device__ __forceinline__ void pd_wgmma{n}(float* d, uint64_t a, uint64_t b, int add) {{\n"
             f'    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{n // 2 + 2}, 0;\\n"\n'
             f'                 "wgmma.mma_async.sync.aligned.m64n{n}k8.f32.tf32.tf32 {{{regs}}}, %{n // 2}, '
             f'%{n // 2 + 1}, p, 1, 1;\\n}}\\n"\n'
             f'                 : {outs}\n'
-            f'                 : "l"(a), "l"(b), "r"(1) : "memory");\n}}\n')
+            f'                 : "l"(a), "l"(b), "r"(add) : "memory");\n}}\n')
 
 
 # the Hopper kernel's header: HEADER's split, shared-memory descriptors, the warpgroup's fences and its mma
@@ -224,7 +256,7 @@ SOURCE_WGMMA = r"""
     // 16 w..). Each 32-deep slice arrives by cp.async as it lies (rows of 32, PITCH 36) in a ring of STAGES;
     // then the block splits it once into TF32 hi and lo copies laid out as wgmma reads K-major operands
     // (core matrix (rows 8 q.., columns 4 c..) at (c * R / 8 + q) * 32 words, its row r at 4 (r & 7)), and
-    // each 8-deep step runs three wgmma on them: lo x hi, hi x lo, hi x hi.
+    // each 8-deep step runs three wgmma on them: lo x hi, hi x lo, hi x hi, into a slice's own sum (as SOURCE).
     constexpr int BM = 64, BK = 32, AP = 36, KS = K / SPLIT, SLICES = KS / BK, THREADS = 128, STAGE = (BM + BN) * AP;
     static_assert(KS % BK == 0 && STAGES >= 2 && (BN == 64 || BN == 128));
     extern __shared__ __align__(128) float smem[];
@@ -238,18 +270,8 @@ SOURCE_WGMMA = r"""
 
     auto request = [&](int s, int k0) {               // as SOURCE's: x's rows m0.. (zeros past M), w's n0..
         float* As = smem + s * STAGE;
-        float* Bs = As + BM * AP;
-        #pragma unroll
-        for (int i = 0; i < BM * 8 / THREADS; ++i) {
-            const int idx = tid + i * THREADS, r = idx >> 3, c = (idx & 7) * 4;
-            const bool in = m0 + r < M;
-            pd_cp16(As + r * AP + c, x + (size_t)(in ? m0 + r : 0) * K + k0 + c, in);
-        }
-        #pragma unroll
-        for (int i = 0; i < BN * 8 / THREADS; ++i) {
-            const int idx = tid + i * THREADS, r = idx >> 3, c = (idx & 7) * 4;
-            pd_cp16(Bs + r * AP + c, w + (size_t)(n0 + r) * K + k0 + c, true);
-        }
+        pd_stage<BM, 4, K, 4 * AP, THREADS>(As, x, m0, M, k0, tid);
+        pd_stage<BN, 4, K, 4 * AP, THREADS>(As + BM * AP, w, n0, N, k0, tid);
     };
     // rows of a staged slice (R of them) into hi and lo copies: one 16-byte row of a core matrix each, the
     // threads along the rows, so a quarter-warp's stores fill the 32 banks
@@ -268,9 +290,9 @@ SOURCE_WGMMA = r"""
         }
     };
 
-    float acc[BN / 2];
+    float acc[BN / 2], part[BN / 2];                   // the block's sum; a slice's, started afresh (as SOURCE)
     #pragma unroll
-    for (int e = 0; e < BN / 2; ++e) acc[e] = 0.f;
+    for (int e = 0; e < BN / 2; ++e) acc[e] = part[e] = 0.f;
 
     #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
@@ -288,7 +310,7 @@ SOURCE_WGMMA = r"""
         pd_fence_async();
         __syncthreads();                               // every copy written and visible to the tensor cores
         #pragma unroll
-        for (int e = 0; e < BN / 2; ++e) pd_fence_reg(acc[e]);
+        for (int e = 0; e < BN / 2; ++e) pd_fence_reg(part[e]);
         pd_wgmma_fence();
         #pragma unroll
         for (int kk = 0; kk < BK / 8; ++kk) {          // core columns 2 kk, 2 kk + 1: 8 columns of K
@@ -297,19 +319,22 @@ SOURCE_WGMMA = r"""
             const uint64_t b_hi = pd_desc(bhi + 8 * kk * BN, 16 * BN, 128);
             const uint64_t b_lo = pd_desc(blo + 8 * kk * BN, 16 * BN, 128);
             if constexpr (BN == 64) {
-                pd_wgmma64(acc, a_lo, b_hi);
-                pd_wgmma64(acc, a_hi, b_lo);
-                pd_wgmma64(acc, a_hi, b_hi);
+                pd_wgmma64(part, a_lo, b_hi, kk);      // the slice's first product starts the sum afresh
+                pd_wgmma64(part, a_hi, b_lo, 1);
+                pd_wgmma64(part, a_hi, b_hi, 1);
             } else {
-                pd_wgmma128(acc, a_lo, b_hi);
-                pd_wgmma128(acc, a_hi, b_lo);
-                pd_wgmma128(acc, a_hi, b_hi);
+                pd_wgmma128(part, a_lo, b_hi, kk);
+                pd_wgmma128(part, a_hi, b_lo, 1);
+                pd_wgmma128(part, a_hi, b_hi, 1);
             }
         }
         pd_wgmma_commit();
         pd_wgmma_wait0();                              // the copies are read: the next slice may overwrite them
         #pragma unroll
-        for (int e = 0; e < BN / 2; ++e) pd_fence_reg(acc[e]);
+        for (int e = 0; e < BN / 2; ++e) {
+            pd_fence_reg(part[e]);
+            acc[e] += part[e];
+        }
     }
     pd_cp_wait<0>();
 
@@ -327,29 +352,37 @@ SOURCE_WGMMA = r"""
 _kernels: dict = {}
 
 
-def _kernel(tiles: Tiles):
-    """One compiled kernel per launch shape (its ring's dynamic shared memory is fixed at creation)."""
-    if tiles not in _kernels:
+def _kernel(tiles: Tiles, weight_bytes: int):
+    """One compiled kernel per launch shape and weight type (the ring's dynamic shared memory is fixed at
+    creation)."""
+    if (tiles, weight_bytes) not in _kernels:
+        products = 3 if weight_bytes == 4 else 2
         name = (f"pdlib_gemm_wgmma_{tiles.bm}x{tiles.bn}s{tiles.stages}" if tiles.wgmma
-                else f"pdlib_gemm_tf32x3_{tiles.bm}x{tiles.bn}w{tiles.wm}s{tiles.stages}")
-        _kernels[tiles] = mx.fast.cuda_kernel(
+                else f"pdlib_gemm_tf32x{products}_{tiles.bm}x{tiles.bn}w{tiles.wm}s{tiles.stages}")
+        _kernels[tiles, weight_bytes] = mx.fast.cuda_kernel(
             name=name, input_names=["x", "w"], output_names=["y"], source=SOURCE_WGMMA if tiles.wgmma else SOURCE,
-            header=HEADER_WGMMA if tiles.wgmma else HEADER, shared_memory=tiles.shared_bytes)
-    return _kernels[tiles]
+            header=HEADER_WGMMA if tiles.wgmma else HEADER, shared_memory=tiles.shared_bytes(weight_bytes))
+    return _kernels[tiles, weight_bytes]
 
 
-GEMM_ENV, GEMM_CHOICES = "PDLIB_PREFILL_GEMM", ("tf32x3", "fp32", "wgmma")
+GEMM_ENV, GEMM_CHOICES = "PDLIB_PREFILL_GEMM", ("tf32x3", "tf32x2", "fp32", "wgmma")
 
 
 def enabled() -> bool:
-    """PDLIB_PREFILL_GEMM: `tf32x3` (the default) runs a chunk's matmuls here on CUDA; `wgmma` the same by the
-    Hopper kernel (opt-in, being measured: notes/gpu.md, v21); `fp32` runs MLX's."""
+    """PDLIB_PREFILL_GEMM: `tf32x3` (the default) runs a chunk's matmuls here on CUDA on the FP32 weights;
+    `tf32x2` on the bf16 decode copies where the model has them (two products: notes/gpu.md, v22); `wgmma` by
+    the Hopper kernel (opt-in, slower so far: v21); `fp32` runs MLX's."""
     return env_choice(GEMM_ENV, GEMM_CHOICES) != "fp32" and BACKEND == "cuda"
 
 
 def chunk_tiles() -> Tiles:
     """The launch shape a chunk's matmuls run in, under PDLIB_PREFILL_GEMM."""
     return WGMMA_TILES if env_choice(GEMM_ENV, GEMM_CHOICES) == "wgmma" else CHUNK_TILES
+
+
+def bf16_weights() -> bool:
+    """Whether a chunk's matmuls read the bf16 decode copies of the weights (PDLIB_PREFILL_GEMM=tf32x2)."""
+    return env_choice(GEMM_ENV, GEMM_CHOICES) == "tf32x2"
 
 
 def tiles(M: int, K: int, N: int) -> bool:
@@ -369,36 +402,42 @@ def k_split(M: int, K: int, N: int, sms: int, shape: Tiles = CHUNK_TILES) -> int
 
 def tf32x3_matmul(x: mx.array, w: mx.array, *, shape: Tiles = CHUNK_TILES, split: int | None = None,
                   poison: bool = False) -> mx.array:
-    """x (M, K) @ w.T for w (N, K), FP32 in and out, on tensor cores (module docstring), in `shape`'s tiles.
-    `split` overrides k_split; `poison` fills the output with NaN first, so a test sees any element the kernel
-    skipped."""
+    """x (M, K) @ w.T for w (N, K), FP32 x and output, on tensor cores (module docstring), in `shape`'s tiles.
+    w FP32 takes the three products; w bf16 (exact in TF32: its lo is zero) two, and half the bytes (not in the
+    wgmma kernel). `split` overrides k_split; `poison` fills the output with NaN first, so a test sees any
+    element the kernel skipped."""
     M, K = x.shape
     N = w.shape[0]
     split = k_split(M, K, N, cuda_sm_count(), shape) if split is None else split
-    if x.dtype != mx.float32 or w.dtype != mx.float32 or w.shape[1] != K:
-        raise ValueError(f"tf32x3_matmul takes FP32 x (M, K) and w (N, K), got {x.dtype} {x.shape}, {w.dtype} "
-                         f"{w.shape}")
+    wb = {mx.float32: 4, mx.bfloat16: 2}.get(w.dtype)
+    if x.dtype != mx.float32 or wb is None or (wb == 2 and shape.wgmma) or w.shape[1] != K:
+        raise ValueError(f"tf32x3_matmul takes FP32 x (M, K) and FP32 or (but not by wgmma) bf16 w (N, K), got "
+                         f"{x.dtype} {x.shape}, {w.dtype} {w.shape} ({shape.label})")
     if N % shape.bn or K % (split * BK):
         raise ValueError(f"tf32x3_matmul needs N % {shape.bn} == 0 and K % ({BK} * split) == 0, got K={K}, N={N}, "
                          f"split={split}")
     template = ([("K", K), ("N", N), ("SPLIT", split), ("BN", shape.bn), ("STAGES", shape.stages)] if shape.wgmma
                 else [("K", K), ("N", N), ("SPLIT", split), ("BM", shape.bm), ("BN", shape.bn), ("WM", shape.wm),
-                      ("STAGES", shape.stages)])   # the Hopper kernel's tile is 64 rows by one warpgroup
-    (y,) = _kernel(shape)(inputs=[x, w], template=template,
-                          grid=(N // shape.bn * shape.threads, -(-M // shape.bm), split),
-                          threadgroup=(shape.threads, 1, 1), output_shapes=[(split, M, N)],
-                          output_dtypes=[mx.float32], init_value=float("nan") if poison else None)
+                      ("STAGES", shape.stages), ("WB", wb)])   # the Hopper kernel's tile is 64 rows by one warpgroup
+    (y,) = _kernel(shape, wb)(inputs=[x, w], template=template,
+                              grid=(N // shape.bn * shape.threads, -(-M // shape.bm), split),
+                              threadgroup=(shape.threads, 1, 1), output_shapes=[(split, M, N)],
+                              output_dtypes=[mx.float32], init_value=float("nan") if poison else None)
     return y[0] if split == 1 else y.sum(axis=0)
 
 
-def linear_t(x: mx.array, w_t: mx.array) -> mx.array:
+def linear_t(x: mx.array, w_t: mx.array, w: mx.array | None = None) -> mx.array:
     """x: (M, D) @ w_t with w_t: (D, N), the weight's transposed view made once at load (prefill): a step
-    then holds no transpose per matmul. On tensor cores when enabled() and the shapes tile."""
+    then holds no transpose per matmul. On tensor cores when enabled() and the shapes tile; there, from `w`,
+    the same weight as (N, D) bf16 (the decode copy), where given and bf16_weights()."""
     if enabled() and x.ndim == 2 and tiles(x.shape[0], *w_t.shape):
-        return tf32x3_matmul(x, w_t.T, shape=chunk_tiles())
+        shape = chunk_tiles()
+        if w is not None and w.dtype == mx.bfloat16 and bf16_weights():
+            return tf32x3_matmul(x, w, shape=shape)
+        return tf32x3_matmul(x, w_t.T, shape=shape)
     return x @ w_t
 
 
 def tf32x3_ops(x: mx.array, w: mx.array, **_) -> mx.array:
     """The oracle: the plain FP32 product (MLX_ENABLE_TF32=0 keeps MLX's own matmul FP32 on CUDA)."""
-    return x @ w.T
+    return x @ w.astype(mx.float32).T
