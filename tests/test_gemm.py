@@ -105,16 +105,38 @@ def test_the_split_fills_the_gpu_and_keeps_whole_steps():
             assert s == 1 or -(-M // shape.bm) * (N // shape.bn) * s <= 2 * sms
 
 
-def test_it_takes_a_chunks_rows_and_leaves_a_decodes_and_a_whole_prompts_to_mlx():
+def test_it_takes_a_chunks_rows_and_leaves_a_decodes_and_on_fp32_weights_a_whole_prompts_to_mlx():
     assert G.tiles(16, 1024, 4096) and G.tiles(128, 1024, 4096) and G.tiles(256, 3072, 1024)
     assert not G.tiles(15, 1024, 4096) and not G.tiles(257, 1024, 4096) and not G.tiles(4096, 1024, 6144)
     assert not G.tiles(128, 1000, 4096) and not G.tiles(128, 1024, 4000)
+    assert G.tiles(4096, 1024, 6144, bf16=True) and G.tiles(16, 1024, 4096, bf16=True)
+    assert not G.tiles(15, 1024, 4096, bf16=True) and not G.tiles(4096, 1024, 4000, bf16=True)
 
 
-def test_the_switch_defaults_to_tensor_cores_on_cuda_only(monkeypatch):
+@pytest.mark.parametrize("choice", ["tf32x2", "tf32x3", "fp32", "wgmma"])
+@pytest.mark.parametrize("rows", [8, 128, 4096])
+def test_linear_t_picks_the_weight_and_the_kernel(monkeypatch, choice, rows):
+    """Which matmul runs for a decode's, a chunk's and a whole prompt's rows under each PDLIB_PREFILL_GEMM: the
+    bf16 copy under tf32x2 at any row count that tiles; the FP32 weight by the kernel at a chunk's rows under
+    tf32x3 and wgmma; MLX's FP32 matmul otherwise. Every path gives the plain product."""
+    seen = []
+    monkeypatch.setenv("PDLIB_PREFILL_GEMM", choice)
+    monkeypatch.setattr(G, "BACKEND", "cuda")
+    monkeypatch.setattr(G, "tf32x3_matmul", lambda x, w, *, shape: seen.append((w.dtype, shape)) or emulated(x, w))
+    mx.random.seed(0)
+    w = (mx.random.normal((128, 64)) * 0.1).astype(mx.bfloat16)
+    x, w_t = mx.random.normal((rows, 64)), w.astype(mx.float32).T
+    got = G.linear_t(x, w_t, w)
+    assert np.allclose(np.array(got), np.array(x @ w_t), rtol=1e-3, atol=1e-3)
+    want = {("tf32x2", 128): (mx.bfloat16, G.CHUNK_TILES), ("tf32x2", 4096): (mx.bfloat16, G.CHUNK_TILES),
+            ("tf32x3", 128): (mx.float32, G.CHUNK_TILES), ("wgmma", 128): (mx.float32, G.WGMMA_TILES)}
+    assert seen == ([want[choice, rows]] if (choice, rows) in want else [])
+
+
+def test_the_switch_defaults_to_tensor_cores_on_the_bf16_copies_on_cuda_only(monkeypatch):
     monkeypatch.delenv("PDLIB_PREFILL_GEMM", raising=False)
     monkeypatch.setattr(G, "BACKEND", "cuda")
-    assert G.enabled()
+    assert G.enabled() and G.bf16_weights() and G.chunk_tiles() == G.CHUNK_TILES
     monkeypatch.setenv("PDLIB_PREFILL_GEMM", "fp32")
     assert not G.enabled()
     monkeypatch.setenv("PDLIB_PREFILL_GEMM", "tf32x3")
@@ -126,7 +148,7 @@ def test_the_switch_defaults_to_tensor_cores_on_cuda_only(monkeypatch):
     monkeypatch.setattr(G, "BACKEND", "cpu")
     assert not G.enabled()
     monkeypatch.setenv("PDLIB_PREFILL_GEMM", "tf32")
-    with pytest.raises(InputError, match="PDLIB_PREFILL_GEMM must be tf32x3 or tf32x2 or fp32 or wgmma, got 'tf32'"):
+    with pytest.raises(InputError, match="PDLIB_PREFILL_GEMM must be tf32x2 or tf32x3 or fp32 or wgmma, got 'tf32'"):
         G.enabled()
 
 
@@ -148,7 +170,7 @@ def test_the_engine_sends_its_chunk_matmuls_through_it(monkeypatch, tiny, choice
     monkeypatch.setenv("PDLIB_PREFILL_GEMM", choice)
     monkeypatch.setattr(G, "enabled", lambda: True)
     monkeypatch.setattr(G, "tf32x3_matmul", standin)
-    monkeypatch.setattr(G, "tiles", lambda M, Kd, N: M >= G.MIN_ROWS)  # the tiny model's dims are not tile-sized
+    monkeypatch.setattr(G, "tiles", lambda M, Kd, N, bf16=False: M >= G.MIN_ROWS)  # the tiny model's are not
     cache = q.new_cache(64)
     (got,) = q.step([Segment(cache, prompt, start=0, emits=True)])
     layers, c = tiny.config.num_hidden_layers, tiny.config
@@ -170,7 +192,7 @@ def test_without_packed_weights_tf32x2_runs_on_the_fp32_ones(monkeypatch, tiny):
     monkeypatch.setenv("PDLIB_PREFILL_GEMM", "tf32x2")
     monkeypatch.setattr(G, "enabled", lambda: True)
     monkeypatch.setattr(G, "tf32x3_matmul", lambda x, w, **kw: seen.append(w.dtype) or emulated(x, w))
-    monkeypatch.setattr(G, "tiles", lambda M, Kd, N: M >= G.MIN_ROWS)
+    monkeypatch.setattr(G, "tiles", lambda M, Kd, N, bf16=False: M >= G.MIN_ROWS)
     q.step([Segment(q.new_cache(64), mx.arange(3, 43, dtype=mx.int32), start=0, emits=True)])
     assert seen and set(seen) == {mx.float32}
 
@@ -205,5 +227,5 @@ def test_the_cuda_source_compiles_for_the_h200(K_, N, split, weight, shape):
 def test_a_bad_switch_is_refused_when_the_model_loads(monkeypatch, tiny):
     from pdlib.engine.model import Qwen3
     monkeypatch.setenv("PDLIB_PREFILL_GEMM", "fast")
-    with pytest.raises(InputError, match="PDLIB_PREFILL_GEMM must be tf32x3 or tf32x2 or fp32 or wgmma, got 'fast'"):
+    with pytest.raises(InputError, match="PDLIB_PREFILL_GEMM must be tf32x2 or tf32x3 or fp32 or wgmma, got 'fast'"):
         Qwen3(tiny, compile_steps=False)

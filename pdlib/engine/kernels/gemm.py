@@ -11,8 +11,9 @@ Each block computes a BM x BN tile of y = x @ w.T with warps of WM x 32 (mma.m16
 x and w that `cp.async` brings into a ring of STAGES buffers in shared memory, STAGES - 1 slices ahead of the
 one being multiplied, so the loads' latency hides behind the tensor cores' work. The operands are split as
 each fragment is read. Where the tiles are too few to fill the GPU, K is split and the slices' partial sums
-are added afterwards in a fixed order. It runs a chunk's matmuls (16 to 256 rows); a whole prompt's rows run
-MLX's FP32 matmul, which was faster there (launch shapes measured by notes/gpu-session/gemm_sweep.py).
+are added afterwards in a fixed order. It runs the prefill's matmuls of 16 rows and more on bf16 weights; on
+FP32 weights only a chunk's (up to 256 rows): MLX's FP32 matmul was faster on a whole prompt's there (launch
+shapes measured by notes/gpu-session/gemm_sweep.py).
 SOURCE_WGMMA does the same by Hopper's warpgroup mma (PDLIB_PREFILL_GEMM=wgmma, opt-in): each slice is split
 once per block into the hi and lo copies the tensor cores read from shared memory.
 
@@ -69,7 +70,8 @@ CANDIDATES = (Tiles(64, 64, 32, 3, 256), Tiles(64, 64, 32, 4, 128), Tiles(128, 6
               Tiles(128, 128, 64, 3, 128), Tiles(64, 64, 0, 3, 256, wgmma=True))
 CHUNK_TILES = CANDIDATES[0]
 WGMMA_TILES = CANDIDATES[-1]   # PDLIB_PREFILL_GEMM=wgmma's
-MAX_ROWS = 256           # more rows (a whole prompt's) run MLX's FP32 matmul, faster there
+MAX_ROWS = 256           # on FP32 weights more rows (a whole prompt's) run MLX's FP32 matmul, faster there; on
+                         # bf16 ones the kernel was faster at every count measured, 512 to 4,096 (v22)
 
 
 HEADER = CUDA_CP_ASYNC + r"""
@@ -365,13 +367,13 @@ def _kernel(tiles: Tiles, weight_bytes: int):
     return _kernels[tiles, weight_bytes]
 
 
-GEMM_ENV, GEMM_CHOICES = "PDLIB_PREFILL_GEMM", ("tf32x3", "tf32x2", "fp32", "wgmma")
+GEMM_ENV, GEMM_CHOICES = "PDLIB_PREFILL_GEMM", ("tf32x2", "tf32x3", "fp32", "wgmma")
 
 
 def enabled() -> bool:
-    """PDLIB_PREFILL_GEMM: `tf32x3` (the default) runs a chunk's matmuls here on CUDA on the FP32 weights;
-    `tf32x2` on the bf16 decode copies where the model has them (two products: notes/gpu.md, v22); `wgmma` by
-    the Hopper kernel (opt-in, slower so far: v21); `fp32` runs MLX's."""
+    """PDLIB_PREFILL_GEMM: `tf32x2` (the default) runs the prefill's matmuls here on CUDA on the bf16 decode
+    copies where the model has them (two products; notes/gpu.md, v22), else as `tf32x3`: a chunk's on the FP32
+    weights; `wgmma` the same by the Hopper kernel (opt-in, slower so far: v21); `fp32` runs MLX's."""
     return env_choice(GEMM_ENV, GEMM_CHOICES) != "fp32" and BACKEND == "cuda"
 
 
@@ -381,14 +383,14 @@ def chunk_tiles() -> Tiles:
 
 
 def bf16_weights() -> bool:
-    """Whether a chunk's matmuls read the bf16 decode copies of the weights (PDLIB_PREFILL_GEMM=tf32x2)."""
+    """Whether the prefill's matmuls read the bf16 decode copies of the weights (PDLIB_PREFILL_GEMM=tf32x2)."""
     return env_choice(GEMM_ENV, GEMM_CHOICES) == "tf32x2"
 
 
-def tiles(M: int, K: int, N: int) -> bool:
-    """Whether the engine's matmul of these shapes runs here: a chunk's rows (not a decode's, not a whole
-    prompt's), whole tiles across N and 32-deep slices."""
-    return MIN_ROWS <= M <= MAX_ROWS and N % CHUNK_TILES.bn == 0 and K % BK == 0
+def tiles(M: int, K: int, N: int, bf16: bool = False) -> bool:
+    """Whether the engine's matmul of these shapes runs here: not a decode's rows, nor a whole prompt's on FP32
+    weights; whole tiles across N and 32-deep slices."""
+    return MIN_ROWS <= M and (bf16 or M <= MAX_ROWS) and N % CHUNK_TILES.bn == 0 and K % BK == 0
 
 
 def k_split(M: int, K: int, N: int, sms: int, shape: Tiles = CHUNK_TILES) -> int:
@@ -428,13 +430,14 @@ def tf32x3_matmul(x: mx.array, w: mx.array, *, shape: Tiles = CHUNK_TILES, split
 
 def linear_t(x: mx.array, w_t: mx.array, w: mx.array | None = None) -> mx.array:
     """x: (M, D) @ w_t with w_t: (D, N), the weight's transposed view made once at load (prefill): a step
-    then holds no transpose per matmul. On tensor cores when enabled() and the shapes tile; there, from `w`,
-    the same weight as (N, D) bf16 (the decode copy), where given and bf16_weights()."""
-    if enabled() and x.ndim == 2 and tiles(x.shape[0], *w_t.shape):
-        shape = chunk_tiles()
-        if w is not None and w.dtype == mx.bfloat16 and bf16_weights():
-            return tf32x3_matmul(x, w, shape=shape)
-        return tf32x3_matmul(x, w_t.T, shape=shape)
+    then holds no transpose per matmul. On tensor cores when enabled() and the shapes tile, from `w`, the same
+    weight as (N, D) bf16 (the decode copy), where given and bf16_weights(), else from w_t."""
+    if not enabled() or x.ndim != 2:
+        return x @ w_t
+    if w is not None and w.dtype == mx.bfloat16 and bf16_weights() and tiles(x.shape[0], *w_t.shape, bf16=True):
+        return tf32x3_matmul(x, w, shape=CHUNK_TILES)
+    if tiles(x.shape[0], *w_t.shape):
+        return tf32x3_matmul(x, w_t.T, shape=chunk_tiles())
     return x @ w_t
 
 
