@@ -5,7 +5,7 @@ half the bytes); the weights are bf16 values, as a model's are. Each runner's pr
 FP32 at the gate's tolerance first, then timed (median ms of the 112 matmuls in one eval, and per kind). One
 JSON line per measurement, a table at the end (the flash kernel: flash_sweep.py).
 
-    python3 notes/gpu-session/gemm_sweep.py          # EXPLORE=0: gemm.CANDIDATES only
+    python3 notes/gpu-session/gemm_sweep.py          # EXPLORE=0: gemm.CANDIDATES only; ROWS="128": those rows
 
 """
 
@@ -42,7 +42,7 @@ copies = {k: [w.astype(mx.bfloat16) for w in ws] for k, ws in weights.items()}  
 mx.eval(weights, copies)
 table = []
 
-for M in (128, 1024, 4096):
+for M in map(int, os.environ.get("ROWS", "128 1024 4096").split()):
     xs = {kd: mx.random.normal((M, kd)) * 3.0 for kd, _ in KINDS.values()}
     mx.eval(xs)
     flops = 2 * M * LAYERS * sum(kd * n for kd, n in KINDS.values())

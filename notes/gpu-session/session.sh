@@ -131,6 +131,9 @@
 #                                          eager chunked fifo mixed
 #   bash notes/gpu-session/session.sh zv   one GPU, publishing: the published chunked overlap slo slo-mixed at 15 ms,
 #                                          then bench-step with peers at 4K and 5K
+#   bash notes/gpu-session/session.sh zw   one GPU, the next session's first call (runbook 1, 2): check-kernels, then
+#                                          gemm_splits.py on bf16 weights twice, gemm_phases.py, then gemm_sweep.py
+#                                          at 128 rows with EXPLORE (bf16 runners among them)
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -795,6 +798,21 @@ zv)
   timeout -s INT $(( $(left) - 5 )) python3 -m pdlib bench-step --contexts 4096 5120 --output "$OUT/bench-step.json" \
     > "$LOGS/bench.log" 2>&1
   echo "bench rc=$? at ${SECONDS}s"; tail -n 12 "$LOGS/bench.log"
+  finish ;;
+zw)
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 280 python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
+  echo "check-kernels rc=$? pass=$(grep -c " pass$" "$LOGS/ck0.log") at ${SECONDS}s"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 6
+  if ! grep -q FAIL "$LOGS/ck0.log"; then
+    for i in 1 2; do
+      SHAPES=1 WEIGHTS=bf16 timeout 110 python3 notes/gpu-session/gemm_splits.py > "$LOGS/gemm-splits-$i.log" 2>&1
+      echo "splits $i rc=$? at ${SECONDS}s"; grep -v '^{' "$LOGS/gemm-splits-$i.log" | tail -n 10
+    done
+    timeout 60 python3 notes/gpu-session/gemm_phases.py > "$LOGS/gemm-phases.log" 2>&1
+    echo "phases rc=$? at ${SECONDS}s"
+    ROWS=128 timeout $(( $(left) - 5 )) python3 notes/gpu-session/gemm_sweep.py > "$LOGS/gemm-sweep.log" 2>&1
+    echo "sweep rc=$? at ${SECONDS}s"; grep -v '^{' "$LOGS/gemm-sweep.log" | tail -n 40
+  fi
   finish ;;
 zh)
   gpu 0 timeout $(( $(left) - 5 )) python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1

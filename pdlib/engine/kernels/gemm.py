@@ -18,8 +18,8 @@ SOURCE_WGMMA does the same by Hopper's warpgroup mma (PDLIB_PREFILL_GEMM=wgmma, 
 once per block into the hi and lo copies the tensor cores read from shared memory.
 
     y = tf32x3_matmul(x, w)       # x (M, K) FP32, w (N, K) FP32 or bf16, row-contiguous -> x @ w.T, (M, N) FP32
-    K.linear_t(x, w_t, w_bf16)    # this, on w_t.T (the weight as loaded) or on w_bf16 (PDLIB_PREFILL_GEMM),
-                                  # on CUDA for a chunk's rows unless PDLIB_PREFILL_GEMM=fp32; else x @ w_t
+    K.linear_t(x, w_t, w_bf16)    # this on CUDA unless PDLIB_PREFILL_GEMM=fp32: on w_bf16 (16 rows and more) or
+                                  # on w_t.T, the weight as loaded (a chunk's rows); else x @ w_t
 """
 
 from typing import NamedTuple
