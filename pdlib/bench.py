@@ -77,8 +77,8 @@ def bench_pdlib(model: LoadedModel, *, contexts, tokens: int, warmup: int, prefi
     cfg = model.config
     steps = 2 * (warmup + tokens + 2)  # every context's decodes, observed, then pipelined
     engine = Engine(model, capacity=max(max(contexts) + steps, prefill_tokens), decode=decode)
-    out = {"decode": engine.model.decode_mode, "decode_ms_median": {}, "decode_ms_all": {},
-           "decode_pipelined_ms_median": {}}
+    out = {"decode": engine.model.decode_mode, **engine.model.prefill_arithmetic,
+           "decode_ms_median": {}, "decode_ms_all": {}, "decode_pipelined_ms_median": {}}
     for ctx in contexts:
         engine.add_request("X", _prompt(cfg, ctx))
         engine.reset("X", logical=True)

@@ -23,15 +23,18 @@ def text_table(head, rows, *, right_from: int | None = None) -> str:
 
 
 def run_line(report: dict) -> str:
-    """The first line a run prints: model and its weights' source, backend, sizes, what made the prompts, and
-    whether decodes were pipelined. Needs the report's model, environment.backend and params (prompts
-    optional)."""
+    """The first line a run prints: model and its weights' source, backend (and what the prefill's matmuls and
+    attention ran as, where the report says), sizes, what made the prompts, and whether decodes were
+    pipelined. Needs the report's model, environment.backend and params (prompts optional)."""
     model, params = report["model"], report["params"]
     fallback = f", {model['fallback_from']}" if model.get("fallback_from") else ""
     tokenizers = sorted({p["tokenizer"] for p in (report.get("prompts") or {}).values()})
     made_by = "" if not tokenizers else " (byte ids, no tokenizer)" if tokenizers == ["bytes"] else \
         f" (tokenizer {', '.join(tokenizers)})"
-    return (f"model {model['spec']} ({model['source']}{fallback}), backend {report['environment']['backend']}; "
+    env = report["environment"]
+    prefill = (f" (prefill matmuls {env['prefill_matmuls']}, attention {env['prefill_attention']})"
+               if "prefill_matmuls" in env else "")
+    return (f"model {model['spec']} ({model['source']}{fallback}), backend {env['backend']}{prefill}; "
             f"prompts {params['prompt_tokens']} tokens{made_by}, {params['output_tokens']} outputs, "
             f"chunk {params['chunk_size']}" + ("; decodes pipelined" if params.get("pipeline_decodes") else ""))
 

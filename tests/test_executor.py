@@ -177,3 +177,11 @@ def test_a_report_says_when_decodes_were_pipelined():
     assert run_line(report).endswith("chunk 16")
     report["params"]["pipeline_decodes"] = True
     assert run_line(report).endswith("chunk 16; decodes pipelined")
+
+
+def test_a_report_says_what_the_prefill_ran_as():
+    from pdlib.text import run_line
+    report = {"model": {"spec": "synthetic:tiny@0", "source": "synthetic"},
+              "environment": {"backend": "cuda", "prefill_matmuls": "tf32x2", "prefill_attention": "flash-tf32x3"},
+              "params": {**RunParams().to_dict(), "prompt_tokens": 40, "output_tokens": 6, "chunk_size": 16}}
+    assert "backend cuda (prefill matmuls tf32x2, attention flash-tf32x3); prompts 40 tokens" in run_line(report)

@@ -228,3 +228,16 @@ def test_a_bad_switch_is_refused_when_the_model_loads(monkeypatch, tiny):
     monkeypatch.setenv("PDLIB_PREFILL_GEMM", "fast")
     with pytest.raises(InputError, match="PDLIB_PREFILL_GEMM must be tf32x2 or tf32x3 or fp32 or wgmma, got 'fast'"):
         Qwen3(tiny, compile_steps=False)
+
+
+@pytest.mark.parametrize("choice, packed, backend, want", [
+    ("tf32x2", True, "cuda", "tf32x2"), ("tf32x2", False, "cuda", "tf32x3"), ("tf32x3", True, "cuda", "tf32x3"),
+    ("wgmma", True, "cuda", "wgmma"), ("fp32", True, "cuda", "fp32"), ("tf32x2", True, "cpu", "fp32")])
+def test_the_model_says_what_its_prefill_matmuls_run_as(monkeypatch, tiny, choice, packed, backend, want):
+    """Reports record it (environment's prefill_matmuls and prefill_attention): the switch as it applies to
+    these weights on this backend; on the CPU attention is MLX's ops."""
+    from pdlib.engine.model import Qwen3
+    monkeypatch.setenv("PDLIB_PREFILL_GEMM", choice)
+    monkeypatch.setattr(G, "BACKEND", backend)
+    q = Qwen3(tiny, compile_steps=False, lossless_decode_weights=packed, decode="kernels")
+    assert q.prefill_arithmetic == {"prefill_matmuls": want, "prefill_attention": "ops"}

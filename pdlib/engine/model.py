@@ -82,6 +82,7 @@ class Qwen3:
         self.decode_mode = decode_mode(decode) or ("persistent" if runs_here else "kernels")
         K.flash_enabled(cfg.head_dim), K.gemm_enabled()  # a bad PDLIB_PREFILL_* is refused here, not at a prefill
         self._flash_arithmetic = K.flash_arithmetic()
+        self.prefill_arithmetic = self._prefill_arithmetic(lossless_decode_weights)
         # one barrier buffer per cache (decodes of two requests may overlap), gone with its cache
         self.decode_weights, self._syncs = None, weakref.WeakKeyDictionary()
         if self.decode_mode == "persistent":
@@ -96,6 +97,17 @@ class Qwen3:
             self.decode_weights = self.stacked_decode_weights()
             mx.eval(self.decode_weights)
             self.share_decode_weights()
+
+    def _prefill_arithmetic(self, packed: bool) -> dict[str, str]:
+        """What the prefill's matmuls and attention run as here, by their switches' names (reports record it):
+        tf32x2 needs the bf16 copies, and without them runs as tf32x3; off CUDA both are MLX's FP32 ops."""
+        gemm = K.gemm_choice() if K.gemm_enabled() else "fp32"
+        if gemm == "tf32x2" and not packed:
+            gemm = "tf32x3"
+        attention = "flash" if self._flash_arithmetic == "fp32" else "flash-tf32x3"
+        if not K.flash_enabled(self.cfg.head_dim):
+            attention = "ops"
+        return {"prefill_matmuls": gemm, "prefill_attention": attention}
 
     def stacked_decode_weights(self) -> "persistent.DecodeWeights":
         """The decode weights with the layers stacked per kind, for the persistent kernel (and its twin)."""

@@ -370,21 +370,26 @@ def _kernel(tiles: Tiles, weight_bytes: int):
 GEMM_ENV, GEMM_CHOICES = "PDLIB_PREFILL_GEMM", ("tf32x2", "tf32x3", "fp32", "wgmma")
 
 
-def enabled() -> bool:
+def choice() -> str:
     """PDLIB_PREFILL_GEMM: `tf32x2` (the default) runs the prefill's matmuls here on CUDA on the bf16 decode
     copies where the model has them (two products; notes/gpu.md, v22), else as `tf32x3`: a chunk's on the FP32
     weights; `wgmma` the same by the Hopper kernel (opt-in, slower so far: v21); `fp32` runs MLX's."""
-    return env_choice(GEMM_ENV, GEMM_CHOICES) != "fp32" and BACKEND == "cuda"
+    return env_choice(GEMM_ENV, GEMM_CHOICES)
+
+
+def enabled() -> bool:
+    """Whether any of the prefill's matmuls run here: on CUDA, unless PDLIB_PREFILL_GEMM=fp32."""
+    return choice() != "fp32" and BACKEND == "cuda"
 
 
 def chunk_tiles() -> Tiles:
     """The launch shape a chunk's matmuls run in, under PDLIB_PREFILL_GEMM."""
-    return WGMMA_TILES if env_choice(GEMM_ENV, GEMM_CHOICES) == "wgmma" else CHUNK_TILES
+    return WGMMA_TILES if choice() == "wgmma" else CHUNK_TILES
 
 
 def bf16_weights() -> bool:
     """Whether the prefill's matmuls read the bf16 decode copies of the weights (PDLIB_PREFILL_GEMM=tf32x2)."""
-    return env_choice(GEMM_ENV, GEMM_CHOICES) == "tf32x2"
+    return choice() == "tf32x2"
 
 
 def tiles(M: int, K: int, N: int, bf16: bool = False) -> bool:
