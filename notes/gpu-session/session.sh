@@ -118,10 +118,6 @@
 #                                          with wgmma
 #   bash notes/gpu-session/session.sh zm   one GPU, ~4 minutes: check-kernels, then gemm_splits.py (the default shape),
 #                                          each written straight under $OUT (a call cut short keeps them)
-#   bash notes/gpu-session/session.sh zn   one GPU, the next session's first call (runbook 2, 4): check-kernels, then
-#                                          gemm_splits.py with the default shape twice (down and 129 rows too),
-#                                          gemm_phases.py (a GEMM block's cycles per phase of a slice), then the
-#                                          chunk and mixed steps' anatomy at 4K
 #   bash notes/gpu-session/session.sh zo   one GPU, the bf16-weight GEMM (tf32x2) and the fresh accumulator per slice:
 #                                          check-kernels; if every row passed, gemm_sweep.py (128, 1,024, 4,096
 #                                          rows; FP32 and bf16 weights), a gate at 4,096/64 with tf32x2 (chunked,
@@ -145,6 +141,13 @@ mkdir -p "$LOGS"
 left() { echo $(( ${DEADLINE:-575} - SECONDS )); }
 gpu() { local g=$1; shift; CUDA_VISIBLE_DEVICES=$g taskset -c $([ "$g" = 0 ] && echo 0-15 || echo 16-31) "$@"; }
 finish() { tar -C "$OUT" -cf "$OUT/logs.tar" logs && rm -r "$LOGS"; ls -la "$OUT"; }
+# check-kernels (one GPU) under a $1-second limit, into $OUT: its rc, the rows passed and the lines that did
+# not; fails if a row failed (a run cut short by the limit does not)
+check_kernels() {
+  timeout "$1" python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
+  echo "check-kernels rc=$? pass=$(grep -c " pass$" "$LOGS/ck0.log") at ${SECONDS}s"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 6
+  ! grep -q FAIL "$LOGS/ck0.log"
+}
 # NCCL between the two GPUs, then disagg at 512 tokens under a $1-second limit; returns the disagg smoke's rc
 disagg_smokes() {
   for r in 1 0; do
@@ -740,27 +743,11 @@ zm)
     echo "splits rc=$? at ${SECONDS}s"; tail -n 10 "$OUT/gemm-splits.log"
   fi
   rm -rf "$LOGS"; ls -la "$OUT" ;;
-zn)
-  export CUDA_VISIBLE_DEVICES=0
-  timeout 240 python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
-  echo "check-kernels rc=$? pass=$(grep -c " pass$" "$LOGS/ck0.log") at ${SECONDS}s"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 6
-  if ! grep -q FAIL "$LOGS/ck0.log"; then
-    for i in 1 2; do
-      SHAPES=1 timeout 150 python3 notes/gpu-session/gemm_splits.py > "$LOGS/gemm-splits-$i.log" 2>&1
-      echo "splits $i rc=$? at ${SECONDS}s"; grep -v '^{' "$LOGS/gemm-splits-$i.log" | tail -n 10
-    done
-    timeout 90 python3 notes/gpu-session/gemm_phases.py > "$LOGS/gemm-phases.log" 2>&1
-    echo "phases rc=$? at ${SECONDS}s"; cat "$LOGS/gemm-phases.log" | cut -c 1-400
-    timeout $(( $(left) - 5 )) python3 notes/gpu-session/chunk_anatomy.py 4096 > "$LOGS/anatomy.log" 2>&1
-    grep "^{" "$LOGS/anatomy.log" | cut -c 1-600
-  fi
-  finish ;;
 zo)
   export CUDA_VISIBLE_DEVICES=0
-  timeout 280 python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
-  echo "check-kernels rc=$? pass=$(grep -c " pass$" "$LOGS/ck0.log") at ${SECONDS}s"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 6
+  check_kernels 280; passed=$?
   grep "gemm_tf32x2" "$LOGS/ck0.log" | head -n 8
-  if ! grep -q FAIL "$LOGS/ck0.log"; then
+  if [ $passed = 0 ]; then
     EXPLORE=0 timeout 150 python3 notes/gpu-session/gemm_sweep.py > "$LOGS/gemm-sweep.log" 2>&1
     echo "sweep rc=$? at ${SECONDS}s"; grep -v '^{' "$LOGS/gemm-sweep.log" | tail -n 32
     gate() {  # $1 PDLIB_PREFILL_GEMM, $2 log, then the policies
@@ -781,9 +768,7 @@ zo)
   finish ;;
 zu)
   export CUDA_VISIBLE_DEVICES=0
-  timeout 280 python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
-  echo "check-kernels rc=$? pass=$(grep -c " pass$" "$LOGS/ck0.log") at ${SECONDS}s"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 6
-  if ! grep -q FAIL "$LOGS/ck0.log"; then
+  if check_kernels 280; then
     timeout -s INT $(( $(left) - 5 )) python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
       --policies eager chunked fifo mixed --quiet --output "$OUT/report.json" > "$LOGS/report.log" 2>&1
     echo "report rc=$? at ${SECONDS}s"; tail -n 25 "$LOGS/report.log"
@@ -801,9 +786,7 @@ zv)
   finish ;;
 zw)
   export CUDA_VISIBLE_DEVICES=0
-  timeout 280 python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
-  echo "check-kernels rc=$? pass=$(grep -c " pass$" "$LOGS/ck0.log") at ${SECONDS}s"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 6
-  if ! grep -q FAIL "$LOGS/ck0.log"; then
+  if check_kernels 280; then
     for i in 1 2; do
       SHAPES=1 WEIGHTS=bf16 timeout 110 python3 notes/gpu-session/gemm_splits.py > "$LOGS/gemm-splits-$i.log" 2>&1
       echo "splits $i rc=$? at ${SECONDS}s"; grep -v '^{' "$LOGS/gemm-splits-$i.log" | tail -n 10
