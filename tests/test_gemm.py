@@ -98,6 +98,10 @@ def test_the_split_fills_the_gpu_and_keeps_whole_steps():
     t128 = G.Tiles(128, 128, 64, 3, 128)
     assert G.k_split(128, 1024, 4096, sms, t128) == 8       # 32 tiles -> 256, slices of 128 columns
     assert G.k_split(128, 2048, 1024, sms, t128) == 16      # 8 tiles -> 128 (slices of 128 columns at least)
+    wide = G.Tiles(128, 64, 32, 3, 256, wn=64)                # the chunk's tiles (32 x 64 warps)
+    assert wide == G.CHUNK_TILES and wide.threads == 128
+    assert [G.k_split(128, Kd, N, sms, wide) for Kd, N in [(1024, 4096), (2048, 1024), (1024, 6144), (3072, 1024)]] \
+        == [4, 8, 2, 8]                                       # 256, 128, 192 and 128 blocks
     for shape in G.CANDIDATES:
         for M, Kd, N in [(17, 1024, 128), (129, 3072, 1024), (64, 96, 128), (4096, 1024, 6144)]:
             s = G.k_split(M, Kd, N, sms, shape)
@@ -214,8 +218,8 @@ def test_the_cuda_source_compiles_for_the_h200(K_, N, split, shape, weight):
         log = compile_sm90(STANDINS + G.HEADER_WGMMA + wrapped(kernel, "cuda", G.SOURCE_WGMMA), arch="sm_90a")
     else:
         kernel = Kernel("pdlib_gemm_tf32x3", G.SOURCE, [("x", "f32"), ("w", weight)], [("y", "f32")],
-                        [dict(K=K_, N=N, SPLIT=split, BM=shape.bm, BN=shape.bn, WM=shape.wm, STAGES=shape.stages,
-                              WB=wb)])
+                        [dict(K=K_, N=N, SPLIT=split, BM=shape.bm, BN=shape.bn, WM=shape.wm, WN=shape.wn,
+                              STAGES=shape.stages, WB=wb)])
         log = compile_sm90(STANDINS + G.HEADER + wrapped(kernel, "cuda", G.SOURCE))
     regs = int(re.search(r"Used (\d+) registers", log).group(1))
     blocks = 2 if shape == G.CHUNK_TILES or (shape.wgmma and shape.bn == 64) else 1

@@ -38,9 +38,9 @@ MMA_SYNC = {
     "inserts": OPENING + [
         ("        __syncthreads();" + PAD + "// everyone's have; and slice i - 1's buffer is free\n",
          "        PD_STAMP(8 * i + 2);\n"),
-        ("        const float* As = smem + (i % STAGES) * STAGE;\n", "        PD_STAMP(8 * i + 3);\n"),
-        ("                    for (int e = 0; e < 2; ++e) bh[ni][e] = (uint32_t)Bh[at + FB[e]] << 16;\n"
-         "                }\n            }\n",
+        ("        const float* Bs = smem + (i % STAGES) * STAGE + BM * AP + (wn + g) * BPB / 4;\n",
+         "        PD_STAMP(8 * i + 3);\n"),
+        ("                    bh[ni][1] = c & 0xffff0000u;\n                }\n            }\n",
          "            if (kk == 0) PD_STAMP(8 * i + 4);\n"),
         ("                for (int ni = 0; ni < NI; ++ni) pd_mma(part[mi][ni], ah[mi], bh[ni]);\n        }\n",
          "        PD_STAMP(8 * i + 5);\n"),
@@ -84,7 +84,7 @@ def template(shape, K, N, split, wb):
     if shape.wgmma:
         return [("K", K), ("N", N), ("SPLIT", split), ("BN", shape.bn), ("STAGES", shape.stages)]
     return [("K", K), ("N", N), ("SPLIT", split), ("BM", shape.bm), ("BN", shape.bn), ("WM", shape.wm),
-            ("STAGES", shape.stages), ("WB", wb)]
+            ("WN", shape.wn), ("STAGES", shape.stages), ("WB", wb)]
 
 
 def compile_only():

@@ -21,15 +21,13 @@ from pdlib.validate import tolerance_stats
 LAYERS, D, F_, HQ, HKV, DH = 28, 1024, 3072, 16, 8, 128
 KINDS = {"q|k|v": (D, (HQ + 2 * HKV) * DH), "o_proj": (HQ * DH, D), "gate|up": (D, 2 * F_), "down": (F_, D)}
 REPS = 15
-# shapes not (yet) in check-kernels, timed at 128 rows after the same accuracy check: warps of 64 x 32 (fewer
-# shared loads per product), 16-row warps, no ring (one slice ahead: what the ring buys), 32-column tiles, and
-# more K splits (measured in v19); then eight 16-row warps on a 64x64 tile (more warps to hide latency), and
-# four stages on the default tile and on 128x64; the wgmma kernel with 128-column tiles (v21: 5.26 ms at 128 rows,
-# against 4.96 with 64)
-EXPLORE = (G.Tiles(64, 64, 64, 3, 256), G.Tiles(32, 64, 16, 3, 256), G.Tiles(64, 64, 32, 2, 256),
-           G.Tiles(64, 32, 32, 4, 256), G.Tiles(64, 64, 32, 3, 128), G.Tiles(64, 64, 16, 3, 256),
-           G.Tiles(64, 64, 32, 4, 256), G.Tiles(128, 64, 32, 4, 256), G.Tiles(64, 128, 0, 3, 256, wgmma=True))
-
+# shapes not (yet) in check-kernels, timed at 128 rows after the same accuracy check (v23, warps of 32 x 64):
+# four stages, slices of 128 columns (deeper K splits), two warps on a 64x64 tile, four 16 x 64 warps on one,
+# eight warps on a 128x128 tile (one block an SM by registers); v22's 32 x 32 warps with four stages; the wgmma
+# kernel with 128-column tiles (v21: 5.26 ms at 128 rows, against 4.96 with 64)
+EXPLORE = (G.Tiles(128, 64, 32, 4, 256, wn=64), G.Tiles(128, 64, 32, 3, 128, wn=64), G.Tiles(64, 64, 32, 3, 256, wn=64),
+           G.Tiles(64, 64, 16, 3, 256, wn=64), G.Tiles(128, 128, 32, 3, 256, wn=64), G.Tiles(64, 64, 32, 4, 256),
+           G.Tiles(64, 128, 0, 3, 256, wgmma=True))
 
 def median_ms(fn):
     return timed(fn, REPS)  # two warm-ups, then the median of REPS calls

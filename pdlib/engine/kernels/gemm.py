@@ -7,7 +7,7 @@ rounding), against FP32's 2^-24: far inside the gate's 1e-3, on the tensor cores
 A bf16 weight (the decode copies: pdlib checks at load that they equal the FP32 weights bit for bit) is exact
 in TF32, so its lo is zero: two products, lo*w + hi*w, and half the bytes to read.
 
-Each block computes a BM x BN tile of y = x @ w.T with warps of WM x 32 (mma.m16n8k8), over 32-deep slices of
+Each block computes a BM x BN tile of y = x @ w.T with warps of WM x WN (mma.m16n8k8), over 32-deep slices of
 x and w that `cp.async` brings into a ring of STAGES buffers in shared memory, STAGES - 1 slices ahead of the
 one being multiplied, so the loads' latency hides behind the tensor cores' work. The operands are split as
 each fragment is read. Where the tiles are too few to fill the GPU, K is split and the slices' partial sums
@@ -28,45 +28,48 @@ import mlx.core as mx
 
 from pdlib.engine.kernels.backend import BACKEND, CUDA_CP_ASYNC, cuda_sm_count, env_choice
 
-BK, PITCH = 32, 36       # a slice's depth; a staged row's floats (the pad spreads a warp's fragment reads)
+BK = 32                  # a slice's depth
+PITCH, WGMMA_PITCH = 40, 36   # a staged row's floats, or halves for bf16 w (the pad spreads a warp's reads)
 MIN_ROWS = 16            # fewer rows (the LM head's, a decode's) waste most of a tile: plain FP32 there
 
 
 class Tiles(NamedTuple):
-    """A launch shape: the block's tile (bm x bn), a warp's rows (wm; a warp's columns are 32), the ring's
-    slices in flight (stages), and the fewest columns of K a split may keep (min_ks). `wgmma`: the Hopper
-    kernel instead (SOURCE_WGMMA: one warpgroup per 64-row tile, bm 64, wm unused)."""
+    """A launch shape: the block's tile (bm x bn), a warp's (wm x wn), the ring's slices in flight (stages),
+    and the fewest columns of K a split may keep (min_ks). `wgmma`: the Hopper kernel instead (SOURCE_WGMMA:
+    one warpgroup per 64-row tile, bm 64, wm and wn unused)."""
     bm: int
     bn: int
     wm: int
     stages: int
     min_ks: int
     wgmma: bool = False
+    wn: int = 32
 
     @property
     def threads(self) -> int:
-        return 128 if self.wgmma else (self.bm // self.wm) * (self.bn // 32) * 32
+        return 128 if self.wgmma else (self.bm // self.wm) * (self.bn // self.wn) * 32
 
     def shared_bytes(self, weight_bytes: int = 4) -> int:
-        """The ring (x's rows at PITCH floats, w's at PITCH floats or, bf16, 40 halves), and the wgmma kernel's
-        hi and lo copies of a slice."""
-        ring = self.stages * (4 * self.bm * PITCH + self.bn * (4 * PITCH if weight_bytes == 4 else 80))
-        return ring + (8 * (self.bm + self.bn) * BK if self.wgmma else 0)
+        """The ring (x's rows at PITCH floats, w's at PITCH floats or halves), or the wgmma kernel's (rows at
+        WGMMA_PITCH floats) and its hi and lo copies of a slice."""
+        if self.wgmma:
+            return self.stages * 4 * (self.bm + self.bn) * WGMMA_PITCH + 8 * (self.bm + self.bn) * BK
+        return self.stages * PITCH * (4 * self.bm + weight_bytes * self.bn)
 
     @property
     def label(self) -> str:
         if self.wgmma:
             return f"wgmma {self.bm}x{self.bn}/s{self.stages}/k{self.min_ks}"
-        return f"{self.bm}x{self.bn}/w{self.wm}/s{self.stages}/k{self.min_ks}"
+        return f"{self.bm}x{self.bn}/w{self.wm}x{self.wn}/s{self.stages}/k{self.min_ks}"
 
 
-# the launch shapes check-kernels checks and gemm_sweep.py times: at a chunk's 128 rows 64x64 tiles of four
-# warps with three slices in flight were the fastest (4.1 ms for the step's 28 layers against MLX's FP32 4.7
-# ms); at a whole prompt's 4,096 rows none beat MLX's FP32 (75.7 against 71.2 ms), so those rows stay there
-# (notes/gpu.md, v19)
-# (then the wgmma kernel's, PDLIB_PREFILL_GEMM=wgmma: exact on its first run, but slower so far, 4.96 ms at 128
-# rows and 93 ms at 4,096: notes/gpu.md, v21)
-CANDIDATES = (Tiles(64, 64, 32, 3, 256), Tiles(64, 64, 32, 4, 128), Tiles(128, 64, 32, 3, 256),
+# the launch shapes check-kernels checks and gemm_sweep.py times. v19-v22 ran 64x64 tiles of four 32x32 warps
+# with three slices in flight (3.78 ms for a chunk step's 28 layers on bf16 weights, against MLX's FP32 4.92
+# ms: notes/gpu.md, v22), issue-bound: per 32-deep slice a warp issued ~6 instructions for each mma, most of
+# them splitting x, which a 32-column warp does for every 32 columns of w. Warps of 32 x 64 split each x
+# element half as often: ~4.2 instructions an mma by the compiled text (v23). Then the wgmma kernel's,
+# PDLIB_PREFILL_GEMM=wgmma: exact, but slower so far (5.67 ms at 128 rows: v22).
+CANDIDATES = (Tiles(128, 64, 32, 3, 256, wn=64), Tiles(64, 128, 32, 3, 256, wn=64), Tiles(64, 64, 32, 3, 256),
               Tiles(128, 128, 64, 3, 128), Tiles(64, 64, 0, 3, 256, wgmma=True))
 CHUNK_TILES = CANDIDATES[0]
 WGMMA_TILES = CANDIDATES[-1]   # PDLIB_PREFILL_GEMM=wgmma's
@@ -111,12 +114,15 @@ __device__ __forceinline__ void pd_stage(void* dst, const void* src, int r0, int
 SOURCE = r"""
     // y[z] = x[:, kz] @ w[:, kz].T for K slice z (z = blockIdx.z, SPLIT slices of KS = K / SPLIT columns); w is
     // FP32 (WB = 4) or bf16 (WB = 2: exact in TF32, so its lo is zero and the hi lo product is skipped).
-    // Tiles of both are staged as they lie, rows by 32 columns (x's PITCH 36 floats, w's 36 floats or 40
-    // halves: a warp's fragment reads, row g and column t, hit 32 distinct banks), in a ring of STAGES; slice
-    // i + STAGES - 1 is requested while slice i is multiplied. Each slice's products go into a fresh
-    // accumulator, added to the block's sum in FP32: an mma truncates its sum, which a long chain would compound.
-    constexpr int BK = 32, AP = 36, BPB = WB == 4 ? 4 * 36 : 2 * 40, KS = K / SPLIT, SLICES = KS / BK;
-    constexpr int WN = 32, MI = WM / 16, NI = WN / 8, WARPS_N = BN / WN, THREADS = (BM / WM) * WARPS_N * 32;
+    // Tiles of both are staged as they lie, rows by 32 columns at a pitch of 40 (floats, or halves for bf16),
+    // in a ring of STAGES; slice i + STAGES - 1 is requested while slice i is multiplied. An mma's thread
+    // holds two of an 8-deep step's columns (t and t + 4), and any two serve if x and w agree: here memory
+    // columns 2t and 2t + 1, so each fragment row is one 64-bit read of x (or FP32 w) and one 32-bit read of
+    // bf16 w (at pitch 40, a warp's reads, rows g and columns 2t, hit distinct banks). A warp's tile is WM x WN:
+    // the wider, the fewer times each x element is split. Each slice's products go into a fresh accumulator,
+    // added to the block's sum in FP32: an mma truncates its sum, which a long chain would compound.
+    constexpr int BK = 32, AP = 40, BPB = WB * 40, KS = K / SPLIT, SLICES = KS / BK;
+    constexpr int MI = WM / 16, NI = WN / 8, WARPS_N = BN / WN, THREADS = (BM / WM) * WARPS_N * 32;
     constexpr int STAGE = BM * AP + BN * BPB / 4;      // floats
     static_assert(BM % WM == 0 && BN % WN == 0 && KS % BK == 0 && STAGES >= 2 && (WB == 4 || WB == 2));
     extern __shared__ __align__(16) float smem[];
@@ -150,9 +156,8 @@ SOURCE = r"""
         __syncthreads();                               // everyone's have; and slice i - 1's buffer is free
         if (i + STAGES - 1 < SLICES) request((i + STAGES - 1) % STAGES, k_begin + (i + STAGES - 1) * BK);
         pd_cp_commit();
-        const float* As = smem + (i % STAGES) * STAGE;
-        const float* Bs = As + BM * AP;                // WB = 4
-        const unsigned short* Bh = reinterpret_cast<const unsigned short*>(Bs);   // WB = 2, 40 a row
+        const float* As = smem + (i % STAGES) * STAGE + (wm + g) * AP + 2 * t;   // this thread's first column
+        const float* Bs = smem + (i % STAGES) * STAGE + BM * AP + (wn + g) * BPB / 4;
         float part[MI][NI][4];
         #pragma unroll
         for (int mi = 0; mi < MI; ++mi)
@@ -163,23 +168,25 @@ SOURCE = r"""
         #pragma unroll
         for (int kk = 0; kk < BK; kk += 8) {
             uint32_t ah[MI][4], al[MI][4], bh[NI][2], bl[NI][2];
-            constexpr int FA[4] = {0, 8 * AP, 4, 8 * AP + 4}, FB[2] = {0, 4};  // a fragment's four, two
             #pragma unroll
-            for (int mi = 0; mi < MI; ++mi) {
-                const int at = (wm + mi * 16 + g) * AP + kk + t;
-                #pragma unroll
-                for (int e = 0; e < 4; ++e) pd_split(As[at + FA[e]], ah[mi][e], al[mi][e]);
+            for (int mi = 0; mi < MI; ++mi) {          // rows g and g + 8: a0 a2, then a1 a3
+                const float2 r0 = *reinterpret_cast<const float2*>(As + mi * 16 * AP + kk);
+                const float2 r8 = *reinterpret_cast<const float2*>(As + (mi * 16 + 8) * AP + kk);
+                pd_split(r0.x, ah[mi][0], al[mi][0]);
+                pd_split(r8.x, ah[mi][1], al[mi][1]);
+                pd_split(r0.y, ah[mi][2], al[mi][2]);
+                pd_split(r8.y, ah[mi][3], al[mi][3]);
             }
             #pragma unroll
             for (int ni = 0; ni < NI; ++ni) {
                 if constexpr (WB == 4) {
-                    const int at = (wn + ni * 8 + g) * AP + kk + t;
-                    #pragma unroll
-                    for (int e = 0; e < 2; ++e) pd_split(Bs[at + FB[e]], bh[ni][e], bl[ni][e]);
+                    const float2 c = *reinterpret_cast<const float2*>(Bs + ni * 8 * AP + 2 * t + kk);
+                    pd_split(c.x, bh[ni][0], bl[ni][0]);
+                    pd_split(c.y, bh[ni][1], bl[ni][1]);
                 } else {                               // bf16 bits are the TF32 value's leading half
-                    const int at = (wn + ni * 8 + g) * 40 + kk + t;
-                    #pragma unroll
-                    for (int e = 0; e < 2; ++e) bh[ni][e] = (uint32_t)Bh[at + FB[e]] << 16;
+                    const uint32_t c = reinterpret_cast<const uint32_t*>(Bs)[ni * 8 * 20 + t + kk / 2];
+                    bh[ni][0] = c << 16;
+                    bh[ni][1] = c & 0xffff0000u;
                 }
             }
             // the small terms first (lo hi, hi lo), then hi hi; each term goes to every tile before the next,
@@ -360,7 +367,7 @@ def _kernel(tiles: Tiles, weight_bytes: int):
     if (tiles, weight_bytes) not in _kernels:
         products = 3 if weight_bytes == 4 else 2
         name = (f"pdlib_gemm_wgmma_{tiles.bm}x{tiles.bn}s{tiles.stages}" if tiles.wgmma
-                else f"pdlib_gemm_tf32x{products}_{tiles.bm}x{tiles.bn}w{tiles.wm}s{tiles.stages}")
+                else f"pdlib_gemm_tf32x{products}_{tiles.bm}x{tiles.bn}w{tiles.wm}x{tiles.wn}s{tiles.stages}")
         _kernels[tiles, weight_bytes] = mx.fast.cuda_kernel(
             name=name, input_names=["x", "w"], output_names=["y"], source=SOURCE_WGMMA if tiles.wgmma else SOURCE,
             header=HEADER_WGMMA if tiles.wgmma else HEADER, shared_memory=tiles.shared_bytes(weight_bytes))
@@ -400,7 +407,7 @@ def tiles(M: int, K: int, N: int, bf16: bool = False) -> bool:
 
 def k_split(M: int, K: int, N: int, sms: int, shape: Tiles = CHUNK_TILES) -> int:
     """Slices of K: doubled while the grid stays within two blocks per SM and each slice keeps min_ks columns
-    and whole 32-deep steps (CHUNK_TILES at M=128: o_proj and down split 8 ways, q|k|v 2, gate|up none)."""
+    and whole 32-deep steps (CHUNK_TILES at M=128: o_proj and down split 8 ways, q|k|v 4, gate|up 2)."""
     blocks, split = -(-M // shape.bm) * (N // shape.bn), 1
     while blocks * split * 2 <= 2 * sms and K % (2 * split * BK) == 0 and K // (2 * split) >= shape.min_ks:
         split *= 2
@@ -423,9 +430,10 @@ def tf32x3_matmul(x: mx.array, w: mx.array, *, shape: Tiles = CHUNK_TILES, split
     if N % shape.bn or K % (split * BK):
         raise ValueError(f"tf32x3_matmul needs N % {shape.bn} == 0 and K % ({BK} * split) == 0, got K={K}, N={N}, "
                          f"split={split}")
+    # the Hopper kernel's tile is 64 rows by one warpgroup
     template = ([("K", K), ("N", N), ("SPLIT", split), ("BN", shape.bn), ("STAGES", shape.stages)] if shape.wgmma
                 else [("K", K), ("N", N), ("SPLIT", split), ("BM", shape.bm), ("BN", shape.bn), ("WM", shape.wm),
-                      ("STAGES", shape.stages), ("WB", wb)])   # the Hopper kernel's tile is 64 rows by one warpgroup
+                      ("WN", shape.wn), ("STAGES", shape.stages), ("WB", wb)])
     (y,) = _kernel(shape, wb)(inputs=[x, w], template=template,
                               grid=(N // shape.bn * shape.threads, -(-M // shape.bm), split),
                               threadgroup=(shape.threads, 1, 1), output_shapes=[(split, M, N)],
