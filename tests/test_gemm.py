@@ -98,7 +98,7 @@ def test_the_split_fills_the_gpu_and_keeps_whole_steps():
     t128 = G.Tiles(128, 128, 64, 3, 128)
     assert G.k_split(128, 1024, 4096, sms, t128) == 8       # 32 tiles -> 256, slices of 128 columns
     assert G.k_split(128, 2048, 1024, sms, t128) == 16      # 8 tiles -> 128 (slices of 128 columns at least)
-    wide = G.Tiles(128, 64, 32, 3, 256, wn=64)                # the chunk's tiles (32 x 64 warps)
+    wide = G.Tiles(64, 128, 32, 3, 256, wn=64)                # the chunk's tiles (2 x 2 warps of 32 x 64)
     assert wide == G.CHUNK_TILES and wide.threads == 128
     assert [G.k_split(128, Kd, N, sms, wide) for Kd, N in [(1024, 4096), (2048, 1024), (1024, 6144), (3072, 1024)]] \
         == [4, 8, 2, 8]                                       # 256, 128, 192 and 128 blocks

@@ -67,9 +67,12 @@ class Tiles(NamedTuple):
 # with three slices in flight (3.78 ms for a chunk step's 28 layers on bf16 weights, against MLX's FP32 4.92
 # ms: notes/gpu.md, v22), issue-bound: per 32-deep slice a warp issued ~6 instructions for each mma, most of
 # them splitting x, which a 32-column warp does for every 32 columns of w. Warps of 32 x 64 split each x
-# element half as often: ~4.2 instructions an mma by the compiled text (v23). Then the wgmma kernel's,
-# PDLIB_PREFILL_GEMM=wgmma: exact, but slower so far (5.67 ms at 128 rows: v22).
-CANDIDATES = (Tiles(128, 64, 32, 3, 256, wn=64), Tiles(64, 128, 32, 3, 256, wn=64), Tiles(64, 64, 32, 3, 256),
+# element half as often: ~4.2 instructions an mma by the compiled text. Four of them on a 64x128 tile run a
+# chunk's 128 rows as fast as on 128x64 (3.55-3.89 against 3.61-3.70 ms) and ragged counts faster (129 rows,
+# a mixed step's: 5.25 against 6.43 ms on FP32 weights; a 128-row tile computes 256 rows there); a whole
+# prompt's 3% slower (54.9 against 53.2 ms; v23). Then the wgmma kernel's, PDLIB_PREFILL_GEMM=wgmma: exact,
+# but slower so far (5.67 ms at 128 rows: v22).
+CANDIDATES = (Tiles(64, 128, 32, 3, 256, wn=64), Tiles(128, 64, 32, 3, 256, wn=64), Tiles(64, 64, 32, 3, 256),
               Tiles(128, 128, 64, 3, 128), Tiles(64, 64, 0, 3, 256, wgmma=True))
 CHUNK_TILES = CANDIDATES[0]
 WGMMA_TILES = CANDIDATES[-1]   # PDLIB_PREFILL_GEMM=wgmma's
