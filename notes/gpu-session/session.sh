@@ -127,9 +127,9 @@
 #                                          eager chunked fifo mixed
 #   bash notes/gpu-session/session.sh zv   one GPU, publishing: the published chunked overlap slo slo-mixed at 15 ms,
 #                                          then bench-step with peers at 4K and 5K
-#   bash notes/gpu-session/session.sh zw   one GPU, the next session's first call (runbook 1, 2): check-kernels, then
-#                                          gemm_splits.py on bf16 weights twice, gemm_phases.py, then gemm_sweep.py
-#                                          at 128 rows with EXPLORE (bf16 runners among them)
+#   bash notes/gpu-session/session.sh zw   one GPU, the next session's first call (runbook 1): check-kernels, then
+#                                          gemm_sweep.py at 32, 64, 129 and 128 rows (the candidates), the chunk
+#                                          and mixed steps' anatomy at 4K twice, and gemm_phases.py
 #   bash notes/gpu-session/session.sh zx   x2, the GEMM's 32 x 64 warps (v23): check-kernels, then a gate at 4,096/64
 #                                          (chunked, mixed) (GPU 0) beside gemm_sweep.py at 128 and 4,096 rows,
 #                                          gemm_phases.py, gemm_splits.py on bf16 weights and the chunk step's
@@ -796,14 +796,14 @@ zv)
 zw)
   export CUDA_VISIBLE_DEVICES=0
   if check_kernels 280; then
+    ROWS="32 64 129 128" EXPLORE=0 timeout 150 python3 notes/gpu-session/gemm_sweep.py > "$LOGS/gemm-sweep.log" 2>&1
+    echo "sweep rc=$? at ${SECONDS}s"; grep -v '^{' "$LOGS/gemm-sweep.log" | tail -n 48
     for i in 1 2; do
-      SHAPES=1 WEIGHTS=bf16 timeout 110 python3 notes/gpu-session/gemm_splits.py > "$LOGS/gemm-splits-$i.log" 2>&1
-      echo "splits $i rc=$? at ${SECONDS}s"; grep -v '^{' "$LOGS/gemm-splits-$i.log" | tail -n 10
+      [ "$(left)" -gt 70 ] && LABEL=tf32x2 timeout 60 python3 notes/gpu-session/chunk_anatomy.py 4096 >> "$LOGS/anatomy.log" 2>&1
     done
-    timeout 60 python3 notes/gpu-session/gemm_phases.py > "$LOGS/gemm-phases.log" 2>&1
-    echo "phases rc=$? at ${SECONDS}s"
-    ROWS=128 timeout $(( $(left) - 5 )) python3 notes/gpu-session/gemm_sweep.py > "$LOGS/gemm-sweep.log" 2>&1
-    echo "sweep rc=$? at ${SECONDS}s"; grep -v '^{' "$LOGS/gemm-sweep.log" | tail -n 40
+    grep "^{" "$LOGS/anatomy.log" | cut -c 1-700
+    [ "$(left)" -gt 40 ] && { timeout $(( $(left) - 5 )) python3 notes/gpu-session/gemm_phases.py > "$LOGS/gemm-phases.log" 2>&1
+      echo "phases rc=$? at ${SECONDS}s"; cut -c 1-400 "$LOGS/gemm-phases.log"; }
   fi
   finish ;;
 zx)
