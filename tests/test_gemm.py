@@ -212,14 +212,12 @@ def test_the_cuda_source_compiles_for_the_h200(K_, N, split, shape, weight):
     by shared memory (228 KB, 1 KB of it reserved per block), and two of the chunk's shape and of the 64-column
     wgmma one."""
     wb = 4 if weight == "f32" else 2
+    values = [dict(G.template(shape, K_, N, split, wb))]
     if shape.wgmma:
-        kernel = Kernel("pdlib_gemm_wgmma", G.SOURCE_WGMMA, [("x", "f32"), ("w", "f32")], [("y", "f32")],
-                        [dict(K=K_, N=N, SPLIT=split, BN=shape.bn, STAGES=shape.stages)])
+        kernel = Kernel("pdlib_gemm_wgmma", G.SOURCE_WGMMA, [("x", "f32"), ("w", "f32")], [("y", "f32")], values)
         log = compile_sm90(STANDINS + G.HEADER_WGMMA + wrapped(kernel, "cuda", G.SOURCE_WGMMA), arch="sm_90a")
     else:
-        kernel = Kernel("pdlib_gemm_tf32x3", G.SOURCE, [("x", "f32"), ("w", weight)], [("y", "f32")],
-                        [dict(K=K_, N=N, SPLIT=split, BM=shape.bm, BN=shape.bn, WM=shape.wm, WN=shape.wn,
-                              STAGES=shape.stages, WB=wb)])
+        kernel = Kernel("pdlib_gemm_tf32x3", G.SOURCE, [("x", "f32"), ("w", weight)], [("y", "f32")], values)
         log = compile_sm90(STANDINS + G.HEADER + wrapped(kernel, "cuda", G.SOURCE))
     regs = int(re.search(r"Used (\d+) registers", log).group(1))
     blocks = 2 if shape == G.CHUNK_TILES or (shape.wgmma and shape.bn == 64) else 1

@@ -80,13 +80,6 @@ KERNELS = {"mma.sync": (G.CHUNK_TILES, G.SOURCE, G.HEADER, MMA_SYNC, 4),
 KINDS = {"q|k|v": (1024, 4096), "o_proj": (2048, 1024), "gate|up": (1024, 6144), "down": (3072, 1024)}
 
 
-def template(shape, K, N, split, wb):
-    if shape.wgmma:
-        return [("K", K), ("N", N), ("SPLIT", split), ("BN", shape.bn), ("STAGES", shape.stages)]
-    return [("K", K), ("N", N), ("SPLIT", split), ("BM", shape.bm), ("BN", shape.bn), ("WM", shape.wm),
-            ("WN", shape.wn), ("STAGES", shape.stages), ("WB", wb)]
-
-
 def compile_only():
     """The instrumented text as MLX wraps it, through NVRTC for sm_90a (tests/kernel_text.py)."""
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests"))
@@ -96,7 +89,7 @@ def compile_only():
     for name, (shape, source, header, plan, wb) in KERNELS.items():
         text = instrumented(source, plan)
         k = Kernel("pdlib_gemm_phases", text, [("x", "f32"), ("w", "f32" if wb == 4 else "bf16")],
-                   [("y", "f32"), ("prof", "u64")], [dict(template(shape, 1024, 4096, 2, wb))])
+                   [("y", "f32"), ("prof", "u64")], [dict(G.template(shape, 1024, 4096, 2, wb))])
         log = compile_sm90(STANDINS + header + STAMP + wrapped(k, "cuda", text), arch="sm_90a")
         print(name, [line for line in log.splitlines() if "Used" in line or "spill" in line][:2])
 
@@ -116,7 +109,7 @@ def run():
             split = G.k_split(128, K, N, cuda_sm_count(), shape)
             runs = []
             for _ in range(7):
-                y, prof = kernel(inputs=[x, w], template=template(shape, K, N, split, wb),
+                y, prof = kernel(inputs=[x, w], template=G.template(shape, K, N, split, wb),
                                  grid=(N // shape.bn * shape.threads, -(-128 // shape.bm), split),
                                  threadgroup=(shape.threads, 1, 1),
                                  output_shapes=[(split, 128, N), (8 * MAX_SLICES + 2,)],

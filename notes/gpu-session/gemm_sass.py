@@ -35,9 +35,8 @@ def nvdisasm() -> str:
 
 def sass(shape: G.Tiles, wb: int, K: int = 1024, N: int = 4096, split: int = 2) -> tuple[int, str]:
     """(registers, SASS) of the kernel at this launch shape and weight width."""
-    inst = dict(K=K, N=N, SPLIT=split, BM=shape.bm, BN=shape.bn, WM=shape.wm, WN=shape.wn, STAGES=shape.stages, WB=wb)
     kernel = Kernel("pdlib_gemm", G.SOURCE, [("x", "f32"), ("w", "f32" if wb == 4 else "bf16")], [("y", "f32")],
-                    [inst])
+                    [dict(G.template(shape, K, N, split, wb))])
     with tempfile.TemporaryDirectory() as d:
         cu, cubin = os.path.join(d, "k.cu"), os.path.join(d, "k.cubin")
         with open(cu, "w") as f:

@@ -29,6 +29,7 @@ EXPLORE = (G.Tiles(128, 64, 32, 4, 256, wn=64), G.Tiles(128, 64, 32, 3, 128, wn=
            G.Tiles(64, 64, 16, 3, 256, wn=64), G.Tiles(128, 128, 32, 3, 256, wn=64), G.Tiles(64, 64, 32, 4, 256),
            G.Tiles(64, 128, 0, 3, 256, wgmma=True))
 
+
 def median_ms(fn):
     return timed(fn, REPS)  # two warm-ups, then the median of REPS calls
 

@@ -417,6 +417,14 @@ def k_split(M: int, K: int, N: int, sms: int, shape: Tiles = CHUNK_TILES) -> int
     return split
 
 
+def template(shape: Tiles, K: int, N: int, split: int, weight_bytes: int) -> list[tuple[str, int]]:
+    """The kernel's compile-time values for a launch (the wgmma kernel's tile is 64 rows by one warpgroup)."""
+    if shape.wgmma:
+        return [("K", K), ("N", N), ("SPLIT", split), ("BN", shape.bn), ("STAGES", shape.stages)]
+    return [("K", K), ("N", N), ("SPLIT", split), ("BM", shape.bm), ("BN", shape.bn), ("WM", shape.wm),
+            ("WN", shape.wn), ("STAGES", shape.stages), ("WB", weight_bytes)]
+
+
 def tf32x3_matmul(x: mx.array, w: mx.array, *, shape: Tiles = CHUNK_TILES, split: int | None = None,
                   poison: bool = False) -> mx.array:
     """x (M, K) @ w.T for w (N, K), FP32 x and output, on tensor cores (module docstring), in `shape`'s tiles.
@@ -433,11 +441,7 @@ def tf32x3_matmul(x: mx.array, w: mx.array, *, shape: Tiles = CHUNK_TILES, split
     if N % shape.bn or K % (split * BK):
         raise ValueError(f"tf32x3_matmul needs N % {shape.bn} == 0 and K % ({BK} * split) == 0, got K={K}, N={N}, "
                          f"split={split}")
-    # the Hopper kernel's tile is 64 rows by one warpgroup
-    template = ([("K", K), ("N", N), ("SPLIT", split), ("BN", shape.bn), ("STAGES", shape.stages)] if shape.wgmma
-                else [("K", K), ("N", N), ("SPLIT", split), ("BM", shape.bm), ("BN", shape.bn), ("WM", shape.wm),
-                      ("WN", shape.wn), ("STAGES", shape.stages), ("WB", wb)])
-    (y,) = _kernel(shape, wb)(inputs=[x, w], template=template,
+    (y,) = _kernel(shape, wb)(inputs=[x, w], template=template(shape, K, N, split, wb),
                               grid=(N // shape.bn * shape.threads, -(-M // shape.bm), split),
                               threadgroup=(shape.threads, 1, 1), output_shapes=[(split, M, N)],
                               output_dtypes=[mx.float32], init_value=float("nan") if poison else None)
