@@ -62,7 +62,9 @@ def gemm_cases():
     rows, ragged row counts, a forced split. `cancelling`: one operand's rows are 1 + u 2^-12 (below TF32's
     10 mantissa bits, u in [0, 1)), the other's +-1 with as many of each sign, so the 2^-12 parts are the
     whole result: "x" puts them in x (the lo*hi products carry them), "w" in w (hi*lo); one TF32 product, or
-    a split missing that term, fails the row."""
+    a split missing that term, fails the row. "x deep": x's rows are 1 + 2^-8 + u 2^-16 and w's +-2^10, so
+    the result (~0.1) lies in x's bits 16-23, which only the third part of the bf16x3 split carries (and
+    TF32's lo)."""
     yield "q|k|v, 128 rows", 128, 1024, 4096, None, None
     yield "o_proj, 128 rows", 128, 2048, 1024, None, None
     yield "gate|up, 4096 rows", 4096, 1024, 6144, None, None
@@ -70,32 +72,34 @@ def gemm_cases():
     yield "17 rows, split 4", 17, 1024, 128, 4, None
     yield "cancelling in x, 200 rows", 200, 256, 128, None, "x"
     yield "cancelling in w, 200 rows", 200, 256, 128, None, "w"
+    yield "cancelling deep in x, 200 rows", 200, 256, 128, None, "x deep"
 
 
-def _cancelling(rows: int, cols: int, depth: int):
-    """(rows, depth) of 1 + u 2^-12, and (cols, depth) of +-1, each row of those half each sign, shuffled."""
-    near_one = 1.0 + mx.random.uniform(shape=(rows, depth)) * 2.0 ** -12
-    signs = mx.concatenate([mx.ones((cols, depth // 2)), -mx.ones((cols, depth // 2))], axis=1)
+def _cancelling(rows: int, cols: int, depth: int, bits: int = 12, scale: float = 1.0, offset: float = 0.0):
+    """(rows, depth) of 1 + offset + u 2^-bits, and (cols, depth) of +-scale, each row of those half each sign,
+    shuffled."""
+    near_one = 1.0 + offset + mx.random.uniform(shape=(rows, depth)) * 2.0 ** -bits
+    signs = mx.concatenate([mx.ones((cols, depth // 2)), -mx.ones((cols, depth // 2))], axis=1) * scale
     order = mx.argsort(mx.random.uniform(shape=(cols, depth)), axis=1)
     return near_one, mx.take_along_axis(signs, order, axis=1)
 
 
 def check_gemm(seed: int, cases=None, shapes=None, weights=("fp32", "bf16")) -> list[dict]:
     """Every case under every launch shape the sweep compares (gemm.CANDIDATES, the engine's CHUNK_TILES among
-    them), or under `shapes`, with FP32 weights and (but not by wgmma) bf16 ones, the decode copies' type:
-    those are exact in TF32, so the kernel skips their lo (gemm_tf32x2's rows; a bf16 w carries no 2^-12
-    parts, so "cancelling in w" is FP32's alone)."""
+    them), or under `shapes`, with FP32 weights (but not by bf16x3) and (but not by wgmma) bf16 ones, the
+    decode copies' type: those are exact in TF32, so the kernel skips their lo (gemm_tf32x2's rows, and
+    gemm_bf16x3's; a bf16 w carries no 2^-12 parts, so "cancelling in w" is FP32's alone)."""
     rows = []
     for shape in shapes or CANDIDATES:
         for weight in weights:
-            if weight == "bf16" and shape.wgmma:
+            if (weight == "bf16" and shape.wgmma) or (weight == "fp32" and shape.bf16x3):
                 continue
             for i, (case, M, Kd, N, split, cancelling) in enumerate(cases or gemm_cases()):
                 if weight == "bf16" and cancelling == "w":
                     continue
                 mx.random.seed(seed * 100 + 80 + i)
-                if cancelling == "x":
-                    x, w = _cancelling(M, N, Kd)
+                if cancelling in ("x", "x deep"):
+                    x, w = _cancelling(M, N, Kd, *((16, 2.0 ** 10, 2.0 ** -8) if cancelling == "x deep" else ()))
                     want = (x - 1.0) @ w.T  # exact: every row of w sums to 0
                 elif cancelling == "w":
                     w, x = _cancelling(N, M, Kd)
@@ -105,7 +109,7 @@ def check_gemm(seed: int, cases=None, shapes=None, weights=("fp32", "bf16")) -> 
                 w = w.astype(mx.bfloat16) if weight == "bf16" else w
                 want = K.tf32x3_ops(x, w) if cancelling is None else want
                 got = K.tf32x3_matmul(x, w, shape=shape, split=split, poison=True)
-                name = "gemm_tf32x2" if weight == "bf16" else "gemm_tf32x3"
+                name = "gemm_bf16x3" if shape.bf16x3 else "gemm_tf32x2" if weight == "bf16" else "gemm_tf32x3"
                 rows += _evaluated([_compare(name, f"{case}, {shape.label}", got.reshape(-1), want.reshape(-1))])
     return rows
 

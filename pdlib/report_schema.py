@@ -17,7 +17,7 @@ A report is one JSON object:
                       "mlx": "0.32.4", "mlx_lm": "..", "python": "3.11.7", "platform": "..",
                       "git_commit": null | "..", "cpu_cores": "16 of 32",
                       "CUDA_VISIBLE_DEVICES": ".." (only when set), "decode": "persistent" | "kernels",
-                      "prefill_matmuls": "tf32x2" | "tf32x3" | "wgmma" | "fp32",
+                      "prefill_matmuls": "tf32x2" | "tf32x3" | "bf16x3" | "wgmma" | "fp32",
                       "prefill_attention": "flash-tf32x3" | "flash" | "ops" (what ran; older reports lack them)},
       "sources": {"pdlib/engine/model.py": "<sha256>", ..., "params_file": null | "<sha256>"},
       "validation": {"<policy>": <validate.ValidationResult.to_dict()>, ...},

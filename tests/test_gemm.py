@@ -1,7 +1,8 @@
 """The 3xTF32 prefill GEMM (pdlib/engine/kernels/gemm.py). On the CPU: its check (kernel_check.check_gemm)
 passes an exact NumPy emulation of the split and fails one TF32 product or a skipped tile, with FP32 weights
-and with bf16 ones (two products); the split rule; the switch; the engine's matmuls go through it when enabled,
-on the bf16 decode copies under tf32x2. The kernel itself runs in check-kernels on a GPU."""
+and with bf16 ones (two products), and passes x in three bf16 parts and fails two (bf16x3); the split rule;
+the switch; the engine's matmuls go through it when enabled, on the bf16 decode copies under tf32x2 and bf16x3.
+The kernels themselves run in check-kernels on a GPU."""
 
 import re
 
@@ -36,6 +37,22 @@ def emulated(x, w, *, drop=(), skip_tile=False, **_):
     return mx.array(y.astype(np.float32))
 
 
+def bf16_parts(a: np.ndarray) -> list[np.ndarray]:
+    """As pd_split3 and its packing: three parts, each the remainder's leading 8 bits (its FP32 bits' upper
+    half: what a bf16 holds), cut off; a = p0 + p1 + p2 when the third remainder fits in 8 bits."""
+    parts, rest = [], a.astype(np.float32)
+    for _ in range(3):
+        parts.append((rest.view(np.uint32) & np.uint32(0xffff0000)).view(np.float32))
+        rest = rest - parts[-1]
+    return parts
+
+
+def emulated_bf16x3(x, w, *, parts=3, **_):
+    """x @ w.T as SOURCE_BF16X3 computes it from x's first `parts` bf16 parts (3: all), the products exact."""
+    xn, wn = np.array(x, np.float32), np.array(w.astype(mx.float32), np.float64)
+    return mx.array(sum(p.astype(np.float64) @ wn.T for p in bf16_parts(xn)[:parts]).astype(np.float32))
+
+
 def small(case):
     """check-kernels' case with its rows, K and N scaled down (so NumPy's float64 runs it in CI's time); the
     cancelling case keeps its shape (its K sets what one TF32 product loses)."""
@@ -43,14 +60,15 @@ def small(case):
     return case if cancelling else (name, min(M, 129), min(Kd, 512), min(N, 256), split, cancelling)
 
 
-def rows_with(monkeypatch, weight="fp32", **kw):
+def rows_with(monkeypatch, weight="fp32", shape=G.CHUNK_TILES, kernel=emulated, **kw):
     seen = []
-    monkeypatch.setattr(K, "tf32x3_matmul", lambda x, w, **k: seen.append(w.dtype) or emulated(x, w, **kw))
-    rows = check_gemm(seed=0, cases=[small(c) for c in gemm_cases()], shapes=[G.CHUNK_TILES], weights=(weight,))
+    monkeypatch.setattr(K, "tf32x3_matmul", lambda x, w, **k: seen.append(w.dtype) or kernel(x, w, **kw))
+    rows = check_gemm(seed=0, cases=[small(c) for c in gemm_cases()], shapes=[shape], weights=(weight,))
     names = [c[0] for c in gemm_cases() if weight == "fp32" or c[5] != "w"]
-    assert [r["case"] for r in rows] == [f"{n}, {G.CHUNK_TILES.label}" for n in names]
+    assert [r["case"] for r in rows] == [f"{n}, {shape.label}" for n in names]
     assert set(seen) == {mx.float32 if weight == "fp32" else mx.bfloat16}
-    assert {r["kernel"] for r in rows} == {"gemm_tf32x3" if weight == "fp32" else "gemm_tf32x2"}
+    name = "gemm_bf16x3" if shape.bf16x3 else "gemm_tf32x3" if weight == "fp32" else "gemm_tf32x2"
+    assert {r["kernel"] for r in rows} == {name}
     return {r["case"].rsplit(", ", 1)[0]: r["passed"] for r in rows}
 
 
@@ -61,7 +79,7 @@ def test_check_kernels_runs_every_case_under_every_candidate_shape(monkeypatch):
     cases = [("tiny", 17, 64, 128, None, None)]
     rows = check_gemm(seed=0, cases=cases)
     assert seen == [(s, dt) for s in G.CANDIDATES for dt in (mx.float32, mx.bfloat16)
-                    if not (s.wgmma and dt == mx.bfloat16)]
+                    if not (s.wgmma and dt == mx.bfloat16) and not (s.bf16x3 and dt == mx.float32)]
     assert all(r["passed"] for r in rows) and G.CHUNK_TILES in G.CANDIDATES
 
 
@@ -71,6 +89,7 @@ def test_the_check_passes_the_split_and_fails_one_tf32_product_or_a_missing_term
     assert not one["cancelling in x, 200 rows"] and not one["cancelling in w, 200 rows"]
     no_lo_hi = rows_with(monkeypatch, drop=("lo hi",))
     assert not no_lo_hi["cancelling in x, 200 rows"] and no_lo_hi["cancelling in w, 200 rows"]
+    assert not no_lo_hi["cancelling deep in x, 200 rows"]
     no_hi_lo = rows_with(monkeypatch, drop=("hi lo",))
     assert no_hi_lo["cancelling in x, 200 rows"] and not no_hi_lo["cancelling in w, 200 rows"]
 
@@ -81,6 +100,19 @@ def test_with_bf16_weights_two_products_pass_and_one_fails(monkeypatch):
     assert all(rows_with(monkeypatch, "bf16").values())
     assert all(rows_with(monkeypatch, "bf16", drop=("hi lo",)).values())
     assert not rows_with(monkeypatch, "bf16", drop=("lo hi",))["cancelling in x, 200 rows"]
+
+
+def test_with_x_in_three_bf16_parts_the_check_passes_and_fails_two(monkeypatch):
+    """bf16x3: x's three bf16 parts are x exactly, so every row passes; without the third (x's bits 16-23)
+    the deep cancelling row fails, and without the second the cancelling one too."""
+    def run(parts):
+        return rows_with(monkeypatch, "bf16", G.BF16X3_TILES, kernel=emulated_bf16x3, parts=parts)
+    assert all(run(3).values())
+    two, one = run(2), run(1)
+    assert not two["cancelling deep in x, 200 rows"] and two["cancelling in x, 200 rows"]
+    assert not one["cancelling in x, 200 rows"] and not one["cancelling deep in x, 200 rows"]
+    xs = (np.random.default_rng(0).standard_normal(1000) * 10.0 ** np.arange(-5, 5).repeat(100)).astype(np.float32)
+    assert np.array_equal(sum(p.astype(np.float64) for p in bf16_parts(xs)), xs.astype(np.float64))  # exact
 
 
 def test_the_check_fails_a_skipped_tile(monkeypatch):
@@ -117,7 +149,7 @@ def test_it_takes_a_chunks_rows_and_leaves_a_decodes_and_on_fp32_weights_a_whole
     assert not G.tiles(15, 1024, 4096, bf16=True) and not G.tiles(4096, 1024, 4000, bf16=True)
 
 
-@pytest.mark.parametrize("choice", ["tf32x2", "tf32x3", "fp32", "wgmma"])
+@pytest.mark.parametrize("choice", ["tf32x2", "tf32x3", "fp32", "wgmma", "bf16x3"])
 @pytest.mark.parametrize("rows", [8, 128, 4096])
 def test_linear_t_picks_the_weight_and_the_kernel(monkeypatch, choice, rows):
     """Which matmul runs for a decode's, a chunk's and a whole prompt's rows under each PDLIB_PREFILL_GEMM: the
@@ -133,7 +165,8 @@ def test_linear_t_picks_the_weight_and_the_kernel(monkeypatch, choice, rows):
     got = G.linear_t(x, w_t, w)
     assert np.allclose(np.array(got), np.array(x @ w_t), rtol=1e-3, atol=1e-3)
     want = {("tf32x2", 128): (mx.bfloat16, G.CHUNK_TILES), ("tf32x2", 4096): (mx.bfloat16, G.CHUNK_TILES),
-            ("tf32x3", 128): (mx.float32, G.CHUNK_TILES), ("wgmma", 128): (mx.float32, G.WGMMA_TILES)}
+            ("tf32x3", 128): (mx.float32, G.CHUNK_TILES), ("wgmma", 128): (mx.float32, G.WGMMA_TILES),
+            ("bf16x3", 128): (mx.bfloat16, G.BF16X3_TILES), ("bf16x3", 4096): (mx.bfloat16, G.BF16X3_TILES)}
     assert seen == ([want[choice, rows]] if (choice, rows) in want else [])
 
 
@@ -149,14 +182,17 @@ def test_the_switch_defaults_to_tensor_cores_on_the_bf16_copies_on_cuda_only(mon
     assert G.enabled() and G.chunk_tiles() == G.CHUNK_TILES and G.bf16_weights()
     monkeypatch.setenv("PDLIB_PREFILL_GEMM", "wgmma")
     assert G.enabled() and G.chunk_tiles() == G.WGMMA_TILES and G.WGMMA_TILES.wgmma
+    monkeypatch.setenv("PDLIB_PREFILL_GEMM", "bf16x3")
+    assert G.enabled() and G.bf16_weights() and G.chunk_tiles() == G.CHUNK_TILES and G.BF16X3_TILES.bf16x3
     monkeypatch.setattr(G, "BACKEND", "cpu")
     assert not G.enabled()
     monkeypatch.setenv("PDLIB_PREFILL_GEMM", "tf32")
-    with pytest.raises(InputError, match="PDLIB_PREFILL_GEMM must be tf32x2 or tf32x3 or fp32 or wgmma, got 'tf32'"):
+    with pytest.raises(InputError,
+                       match="PDLIB_PREFILL_GEMM must be tf32x2 or tf32x3 or fp32 or wgmma or bf16x3, got 'tf32'"):
         G.enabled()
 
 
-@pytest.mark.parametrize("choice, dtype", [("tf32x3", mx.float32), ("tf32x2", mx.bfloat16)])
+@pytest.mark.parametrize("choice, dtype", [("tf32x3", mx.float32), ("tf32x2", mx.bfloat16), ("bf16x3", mx.bfloat16)])
 def test_the_engine_sends_its_chunk_matmuls_through_it(monkeypatch, tiny, choice, dtype):
     """With the kernel enabled (a stand-in on the CPU: the exact emulation), a prompt step of 40 rows runs its
     four matmuls per layer through it, on the weights as loaded (no copy: w_t.T is row-contiguous) or, under
@@ -203,7 +239,8 @@ def test_without_packed_weights_tf32x2_runs_on_the_fp32_ones(monkeypatch, tiny):
 
 @pytest.mark.skipif(NVRTC is None, reason="no NVRTC (the nvidia-cuda-nvrtc wheel, Linux only)")
 @pytest.mark.parametrize("shape, weight", [(s, w) for s in G.CANDIDATES + (G.Tiles(64, 128, 0, 3, 256, wgmma=True),)
-                                           for w in ("f32", "bf16") if not (s.wgmma and w == "bf16")],
+                                           for w in ("f32", "bf16") if not (s.wgmma and w == "bf16")
+                                           and not (s.bf16x3 and w == "f32")],
                          ids=lambda v: v.label if isinstance(v, G.Tiles) else v)
 @pytest.mark.parametrize("K_, N, split", [(1024, 4096, 2), (3072, 1024, 8), (1024, 6144, 1)])
 def test_the_cuda_source_compiles_for_the_h200(K_, N, split, shape, weight):
@@ -217,10 +254,11 @@ def test_the_cuda_source_compiles_for_the_h200(K_, N, split, shape, weight):
         kernel = Kernel("pdlib_gemm_wgmma", G.SOURCE_WGMMA, [("x", "f32"), ("w", "f32")], [("y", "f32")], values)
         log = compile_sm90(STANDINS + G.HEADER_WGMMA + wrapped(kernel, "cuda", G.SOURCE_WGMMA), arch="sm_90a")
     else:
-        kernel = Kernel("pdlib_gemm_tf32x3", G.SOURCE, [("x", "f32"), ("w", weight)], [("y", "f32")], values)
-        log = compile_sm90(STANDINS + G.HEADER + wrapped(kernel, "cuda", G.SOURCE))
+        source = G.SOURCE_BF16X3 if shape.bf16x3 else G.SOURCE
+        kernel = Kernel("pdlib_gemm_tf32x3", source, [("x", "f32"), ("w", weight)], [("y", "f32")], values)
+        log = compile_sm90(STANDINS + G.HEADER + wrapped(kernel, "cuda", source))
     regs = int(re.search(r"Used (\d+) registers", log).group(1))
-    blocks = 2 if shape == G.CHUNK_TILES or (shape.wgmma and shape.bn == 64) else 1
+    blocks = 2 if shape in (G.CHUNK_TILES, G.BF16X3_TILES) or (shape.wgmma and shape.bn == 64) else 1
     assert "0 bytes spill stores, 0 bytes spill loads" in log and blocks * regs * shape.threads <= 65536, log
     assert blocks * (shape.shared_bytes(wb) + 1024) <= 228 * 1024
 
@@ -228,13 +266,15 @@ def test_the_cuda_source_compiles_for_the_h200(K_, N, split, shape, weight):
 def test_a_bad_switch_is_refused_when_the_model_loads(monkeypatch, tiny):
     from pdlib.engine.model import Qwen3
     monkeypatch.setenv("PDLIB_PREFILL_GEMM", "fast")
-    with pytest.raises(InputError, match="PDLIB_PREFILL_GEMM must be tf32x2 or tf32x3 or fp32 or wgmma, got 'fast'"):
+    with pytest.raises(InputError,
+                       match="PDLIB_PREFILL_GEMM must be tf32x2 or tf32x3 or fp32 or wgmma or bf16x3, got 'fast'"):
         Qwen3(tiny, compile_steps=False)
 
 
 @pytest.mark.parametrize("choice, packed, backend, want", [
     ("tf32x2", True, "cuda", "tf32x2"), ("tf32x2", False, "cuda", "tf32x3"), ("tf32x3", True, "cuda", "tf32x3"),
-    ("wgmma", True, "cuda", "wgmma"), ("fp32", True, "cuda", "fp32"), ("tf32x2", True, "cpu", "fp32")])
+    ("wgmma", True, "cuda", "wgmma"), ("fp32", True, "cuda", "fp32"), ("tf32x2", True, "cpu", "fp32"),
+    ("bf16x3", True, "cuda", "bf16x3"), ("bf16x3", False, "cuda", "tf32x3")])
 def test_the_model_says_what_its_prefill_matmuls_run_as(monkeypatch, tiny, choice, packed, backend, want):
     """Reports record it (environment's prefill_matmuls and prefill_attention): the switch as it applies to
     these weights on this backend; on the CPU attention is MLX's ops."""

@@ -4,6 +4,7 @@ slice loop) is counted by opcode. v22's clock said the kernel is issue-bound, so
 figure to cut (notes/gpu.md, v23: 6.2 at 64x64/w32x32 before the k-paired reads, 4.2 at 128x64/w32x64).
 
     python3 notes/gpu-session/gemm_sass.py                      # every mma.sync candidate, bf16 and FP32 w
+                                                                # (bf16x3: bf16 only; HMMA counts either mma)
     python3 notes/gpu-session/gemm_sass.py 128x64/w32x64 --dump  # one shape's SASS too
 
 Needs nvcc (the CUDA toolkit) and nvdisasm (`pip install nvidia-cuda-nvdisasm`, or the toolkit's).
@@ -35,12 +36,13 @@ def nvdisasm() -> str:
 
 def sass(shape: G.Tiles, wb: int, K: int = 1024, N: int = 4096, split: int = 2) -> tuple[int, str]:
     """(registers, SASS) of the kernel at this launch shape and weight width."""
-    kernel = Kernel("pdlib_gemm", G.SOURCE, [("x", "f32"), ("w", "f32" if wb == 4 else "bf16")], [("y", "f32")],
+    source = G.SOURCE_BF16X3 if shape.bf16x3 else G.SOURCE
+    kernel = Kernel("pdlib_gemm", source, [("x", "f32"), ("w", "f32" if wb == 4 else "bf16")], [("y", "f32")],
                     [dict(G.template(shape, K, N, split, wb))])
     with tempfile.TemporaryDirectory() as d:
         cu, cubin = os.path.join(d, "k.cu"), os.path.join(d, "k.cubin")
         with open(cu, "w") as f:
-            f.write(STANDINS + G.HEADER + wrapped(kernel, "cuda", G.SOURCE))
+            f.write(STANDINS + G.HEADER + wrapped(kernel, "cuda", source))
         log = subprocess.run(["nvcc", "-cubin", "-arch=sm_90a", "-std=c++17", "-Xptxas=-v", "-o", cubin, cu],
                              capture_output=True, text=True, check=True).stderr
         text = subprocess.run([nvdisasm(), "-c", cubin], capture_output=True, text=True, check=True).stdout
@@ -68,14 +70,14 @@ def opcodes(loop: list[str]) -> collections.Counter:
 def main(argv: list[str]) -> None:
     wanted = [a for a in argv if not a.startswith("--")]
     shapes = [s for s in G.CANDIDATES if not s.wgmma and (not wanted or any(s.label.startswith(w) for w in wanted))]
-    print(f"{'shape':<26} {'w':<5} {'regs':>4} {'loop':>5} {'mma':>4} {'per mma':>7}  top opcodes")
+    print(f"{'shape':<30} {'w':<5} {'regs':>4} {'loop':>5} {'mma':>4} {'per mma':>7}  top opcodes")
     for shape in shapes:
-        for wb in (2, 4):
+        for wb in (2,) if shape.bf16x3 else (2, 4):
             regs, text = sass(shape, wb)
             ops = opcodes(slice_loop(text))
             total = sum(ops.values())
             top = ", ".join(f"{k} {v}" for k, v in ops.most_common(7))
-            print(f"{shape.label:<26} {'bf16' if wb == 2 else 'fp32':<5} {regs:>4} {total:>5} {ops['HMMA']:>4} "
+            print(f"{shape.label:<30} {'bf16' if wb == 2 else 'fp32':<5} {regs:>4} {total:>5} {ops['HMMA']:>4} "
                   f"{total / ops['HMMA']:>7.2f}  {top}")
             if "--dump" in argv:
                 print("\n".join(slice_loop(text)))

@@ -1,9 +1,10 @@
 """The 3xTF32 GEMM's launch shapes (gemm.CANDIDATES, and at 128 rows the ones in EXPLORE too) against MLX's FP32
 matmul, on the prefill's 28 layers of q|k|v, o_proj, gate|up and down at a chunk's 128 rows, 1,024 and a whole
-prompt's 4,096, each shape on the FP32 weights and (but not wgmma) on their bf16 copies ("bf16": two products,
-half the bytes); the weights are bf16 values, as a model's are. Each runner's products are checked against
-FP32 at the gate's tolerance first, then timed (median ms of the 112 matmuls in one eval, and per kind). One
-JSON line per measurement, a table at the end (the flash kernel: flash_sweep.py).
+prompt's 4,096, each shape on the FP32 weights (but not bf16x3) and (but not wgmma) on their bf16 copies
+("bf16": two products, half the bytes; bf16x3: x in three bf16 parts); the weights are bf16 values, as a
+model's are. Each runner's products are checked against FP32 at the gate's tolerance first, then timed (median
+ms of the 112 matmuls in one eval, and per kind). One JSON line per measurement, a table at the end (the flash
+kernel: flash_sweep.py).
 
     python3 notes/gpu-session/gemm_sweep.py          # EXPLORE=0: gemm.CANDIDATES only; ROWS="128": those rows
 
@@ -47,7 +48,8 @@ for M in map(int, os.environ.get("ROWS", "128 1024 4096").split()):
     flops = 2 * M * LAYERS * sum(kd * n for kd, n in KINDS.values())
     runners = {"mlx fp32": lambda x, w: x @ w.T}
     shapes = G.CANDIDATES + (EXPLORE if M <= G.MAX_ROWS and os.environ.get("EXPLORE") != "0" else ())
-    runners.update({s.label: (lambda s: lambda x, w: G.tf32x3_matmul(x, w, shape=s))(s) for s in shapes})
+    runners.update({s.label: (lambda s: lambda x, w: G.tf32x3_matmul(x, w, shape=s))(s) for s in shapes
+                    if not s.bf16x3})
     runners.update({s.label + " bf16": (lambda s: lambda x, w: G.tf32x3_matmul(x, w, shape=s))(s) for s in shapes
                     if not s.wgmma})
     for name, run in runners.items():
@@ -70,9 +72,9 @@ for M in map(int, os.environ.get("ROWS", "128 1024 4096").split()):
         print(json.dumps(row), flush=True)
         table.append(row)
 
-print(f"\n{'rows':>5} {'shape':<27} {'pass':<5} {'ms (28 layers)':>14} {'TFLOP/s':>8} "
+print(f"\n{'rows':>5} {'shape':<34} {'pass':<5} {'ms (28 layers)':>14} {'TFLOP/s':>8} "
       + " ".join(f"{k:>8}" for k in KINDS))
 for r in table:
-    print(f"{r['rows']:>5} {r['shape']:<27} {str(r['passed']):<5} {r.get('all_ms', float('nan')):>14.2f} "
+    print(f"{r['rows']:>5} {r['shape']:<34} {str(r['passed']):<5} {r.get('all_ms', float('nan')):>14.2f} "
           f"{r.get('tflops', float('nan')):>8.1f} "
           + " ".join(f"{r.get(k + '_ms', float('nan')):>8.2f}" for k in KINDS))

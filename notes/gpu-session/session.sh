@@ -127,9 +127,11 @@
 #                                          eager chunked fifo mixed
 #   bash notes/gpu-session/session.sh zv   one GPU, publishing: the published chunked overlap slo slo-mixed at 15 ms,
 #                                          then bench-step with peers at 4K and 5K
-#   bash notes/gpu-session/session.sh zw   one GPU, the next session's first call (runbook 1): check-kernels, then
-#                                          gemm_sweep.py at 32, 64, 129 and 128 rows (the candidates), the chunk
-#                                          and mixed steps' anatomy at 4K twice, and gemm_phases.py
+#   bash notes/gpu-session/session.sh zw   one GPU, the next session's first call (runbook 1): check-kernels; if
+#                                          every row but the opt-in bf16x3 kernel's passed, gemm_sweep.py at 32,
+#                                          64, 129 and 128 rows (the candidates, bf16x3 among them), a gate at
+#                                          4,096/64 with PDLIB_PREFILL_GEMM=bf16x3 if its rows passed, and the
+#                                          chunk and mixed steps' anatomy at 4K with tf32x2 and bf16x3
 #   bash notes/gpu-session/session.sh zx   x2, the GEMM's 32 x 64 warps (v23): check-kernels, then a gate at 4,096/64
 #                                          (chunked, mixed) (GPU 0) beside gemm_sweep.py at 128 and 4,096 rows,
 #                                          gemm_phases.py, gemm_splits.py on bf16 weights and the chunk step's
@@ -795,79 +797,22 @@ zv)
   finish ;;
 zw)
   export CUDA_VISIBLE_DEVICES=0
-  if check_kernels 280; then
+  check_kernels 300
+  grep "gemm_bf16x3" "$LOGS/ck0.log" | head -n 9
+  if [ -s "$OUT/check-kernels.json" ] && ! grep FAIL "$LOGS/ck0.log" | grep -qv gemm_bf16x3; then
     ROWS="32 64 129 128" EXPLORE=0 timeout 150 python3 notes/gpu-session/gemm_sweep.py > "$LOGS/gemm-sweep.log" 2>&1
-    echo "sweep rc=$? at ${SECONDS}s"; grep -v '^{' "$LOGS/gemm-sweep.log" | tail -n 48
-    for i in 1 2; do
-      [ "$(left)" -gt 70 ] && LABEL=tf32x2 timeout 60 python3 notes/gpu-session/chunk_anatomy.py 4096 >> "$LOGS/anatomy.log" 2>&1
+    echo "sweep rc=$? at ${SECONDS}s"; grep -v '^{' "$LOGS/gemm-sweep.log" | tail -n 52
+    if ! grep -q "gemm_bf16x3.*FAIL" "$LOGS/ck0.log"; then   # the opt-in kernel's rows passed: the gate with it
+      PDLIB_PREFILL_GEMM=bf16x3 timeout 160 python3 -m pdlib run --model synthetic:qwen3-0.6b --prompt-tokens 4096 \
+        --output-tokens 64 --chunk-size 128 --policies chunked mixed --validate-only --quiet > "$LOGS/gate-bf16x3.log" 2>&1
+      echo "gate bf16x3 rc=$? at ${SECONDS}s"; tail -n 4 "$LOGS/gate-bf16x3.log"
+    fi
+    for a in tf32x2 bf16x3; do
+      [ "$(left)" -gt 70 ] && PDLIB_PREFILL_GEMM=$a LABEL=$a timeout 60 python3 notes/gpu-session/chunk_anatomy.py 4096 \
+        >> "$LOGS/anatomy.log" 2>&1
     done
     grep "^{" "$LOGS/anatomy.log" | cut -c 1-700
-    [ "$(left)" -gt 40 ] && { timeout $(( $(left) - 5 )) python3 notes/gpu-session/gemm_phases.py > "$LOGS/gemm-phases.log" 2>&1
-      echo "phases rc=$? at ${SECONDS}s"; cut -c 1-400 "$LOGS/gemm-phases.log"; }
   fi
-  finish ;;
-zx)
-  nvidia-smi -L > "$LOGS/gpus.txt"; nproc >> "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
-  rm -f /root/verdict
-  ( ROWS="128 4096" gpu 1 timeout 200 python3 notes/gpu-session/gemm_sweep.py > "$LOGS/gemm-sweep.log" 2>&1
-    echo "sweep rc=$? at ${SECONDS}s"; grep -v '^{' "$LOGS/gemm-sweep.log" | tail -n 30
-    gpu 1 timeout 60 python3 notes/gpu-session/gemm_phases.py > "$LOGS/gemm-phases.log" 2>&1
-    echo "phases rc=$? at ${SECONDS}s"; cut -c 1-400 "$LOGS/gemm-phases.log"
-    SHAPES=1 WEIGHTS=bf16 gpu 1 timeout 120 python3 notes/gpu-session/gemm_splits.py > "$LOGS/gemm-splits.log" 2>&1
-    echo "splits rc=$? at ${SECONDS}s"; grep -v '^{' "$LOGS/gemm-splits.log" | tail -n 10
-    for i in 1 2; do
-      [ "$(left)" -gt 70 ] && LABEL=tf32x2 gpu 1 timeout 60 python3 notes/gpu-session/chunk_anatomy.py 4096 \
-        >> "$LOGS/anatomy.log" 2>&1
-    done
-    grep "^{" "$LOGS/anatomy.log" | cut -c 1-700 ) > "$LOGS/gpu1.log" 2>&1 &
-  export CUDA_VISIBLE_DEVICES=0; taskset -cp 0-15 $$ > /dev/null
-  check_kernels 300; ck=$?
-  grep "gemm_tf32x2" "$LOGS/ck0.log" | head -n 4
-  gate=1
-  if [ $ck = 0 ]; then
-    timeout 160 python3 -m pdlib run --model synthetic:qwen3-0.6b --prompt-tokens 4096 --output-tokens 64 \
-      --chunk-size 128 --policies chunked mixed --validate-only --quiet > "$LOGS/gate.log" 2>&1
-    echo "gate rc=$? at ${SECONDS}s"; tail -n 4 "$LOGS/gate.log"
-    grep -q "^chunked  *pass" "$LOGS/gate.log" && grep -q "^mixed  *pass" "$LOGS/gate.log" && gate=0
-  fi
-  wait; cat "$LOGS/gpu1.log"
-  if [ $ck = 0 ] && [ $gate = 0 ] && python3 - "$LOGS/gemm-sweep.log" <<'EOF'
-import json, sys
-from pdlib.engine.kernels import gemm as G
-ms = {r["shape"]: r.get("all_ms") for r in map(json.loads, filter(lambda l: l.startswith("{"), open(sys.argv[1])))
-      if r["rows"] == 128}
-new, old = ms.get(G.CHUNK_TILES.label + " bf16"), ms.get("64x64/w32x32/s3/k256 bf16")
-print(f"at 128 rows: the default {G.CHUNK_TILES.label} {new} ms, 64x64/w32x32 {old} ms")
-sys.exit(not (new and old and new < old))
-EOF
-  then echo publish > /root/verdict; fi
-  echo "verdict: $(cat /root/verdict 2>/dev/null || echo 'do not publish')"
-  finish ;;
-zy)
-  grep -q publish /root/verdict 2>/dev/null || { echo "zx's verdict was not publish"; exit 1; }
-  ( gpu 1 timeout -s INT 330 python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
-      --policies chunked overlap slo slo-mixed --tbt-slo-ms 15 --quiet --output "$OUT/report-new.json" \
-      > "$LOGS/report-new.log" 2>&1
-    echo "report-new rc=$? at ${SECONDS}s"; tail -n 30 "$LOGS/report-new.log"
-    for i in 1 2; do
-      [ "$(left)" -gt 80 ] && LABEL=tf32x2 gpu 1 timeout 70 python3 notes/gpu-session/chunk_anatomy.py 4096 \
-        >> "$LOGS/anatomy.log" 2>&1
-    done
-    grep "^{" "$LOGS/anatomy.log" | cut -c 1-700 ) > "$LOGS/gpu1.log" 2>&1 &
-  gpu 0 timeout -s INT 300 python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
-    --policies eager chunked fifo mixed --quiet --output "$OUT/report.json" > "$LOGS/report.log" 2>&1
-  echo "report rc=$? at ${SECONDS}s"; tail -n 25 "$LOGS/report.log"
-  gpu 0 timeout -s INT $(( $(left) - 5 )) python3 -m pdlib bench-step --contexts 4096 5120 \
-    --output "$OUT/bench-step.json" > "$LOGS/bench.log" 2>&1
-  echo "bench rc=$? at ${SECONDS}s"; tail -n 12 "$LOGS/bench.log"
-  wait; cat "$LOGS/gpu1.log"
-  finish ;;
-zz)
-  grep -q publish /root/verdict 2>/dev/null || { echo "zx's verdict was not publish"; exit 1; }
-  PDLIB_DISAGG_WORKER_LOG=$LOGS/worker.log timeout -s KILL $(( $(left) - 10 )) python3 -m pdlib run \
-    --params params/qwen3-0.6b-4096x1024.yaml --policies eager chunked disagg --quiet \
-    --output "$OUT/report-x2.json" > "$LOGS/report-x2.log" 2>&1
-  echo "== report-x2 rc=$? at ${SECONDS}s"; tail -n 8 "$LOGS/report-x2.log"
   finish ;;
 zh)
   gpu 0 timeout $(( $(left) - 5 )) python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1

@@ -100,9 +100,10 @@ class Qwen3:
 
     def _prefill_arithmetic(self, packed: bool) -> dict[str, str]:
         """What the prefill's matmuls and attention run as here, by their switches' names (reports record it):
-        tf32x2 needs the bf16 copies, and without them runs as tf32x3; off CUDA both are MLX's FP32 ops."""
+        tf32x2 and bf16x3 need the bf16 copies, and without them run as tf32x3; off CUDA both are MLX's FP32
+        ops."""
         gemm = K.gemm_choice() if K.gemm_enabled() else "fp32"
-        if gemm == "tf32x2" and not packed:
+        if gemm in ("tf32x2", "bf16x3") and not packed:
             gemm = "tf32x3"
         attention = "flash" if self._flash_arithmetic == "fp32" else "flash-tf32x3"
         if not K.flash_enabled(self.cfg.head_dim):

@@ -15,7 +15,9 @@ are added afterwards in a fixed order. It runs the prefill's matmuls of 16 rows 
 FP32 weights only a chunk's (up to 256 rows): MLX's FP32 matmul was faster on a whole prompt's there (launch
 shapes measured by notes/gpu-session/gemm_sweep.py).
 SOURCE_WGMMA does the same by Hopper's warpgroup mma (PDLIB_PREFILL_GEMM=wgmma, opt-in): each slice is split
-once per block into the hi and lo copies the tensor cores read from shared memory.
+once per block into the hi and lo copies the tensor cores read from shared memory. SOURCE_BF16X3
+(PDLIB_PREFILL_GEMM=bf16x3, opt-in, not yet run on a GPU) splits x instead into three bf16 parts, which hold
+it exactly, and multiplies them by the bf16 weights (mma.m16n8k16): three products per 16 columns of K.
 
     y = tf32x3_matmul(x, w)       # x (M, K) FP32, w (N, K) FP32 or bf16, row-contiguous -> x @ w.T, (M, N) FP32
     K.linear_t(x, w_t, w_bf16)    # this on CUDA unless PDLIB_PREFILL_GEMM=fp32: on w_bf16 (16 rows and more) or
@@ -29,14 +31,15 @@ import mlx.core as mx
 from pdlib.engine.kernels.backend import BACKEND, CUDA_CP_ASYNC, cuda_sm_count, env_choice
 
 BK = 32                  # a slice's depth
-PITCH, WGMMA_PITCH = 40, 36   # a staged row's floats, or halves for bf16 w (the pad spreads a warp's reads)
+PITCH, WGMMA_PITCH, BF16X3_PITCH = 40, 36, 48   # a staged row's floats, or halves for bf16 w (the pad spreads
+                                                # a warp's reads over the banks)
 MIN_ROWS = 16            # fewer rows (the LM head's, a decode's) waste most of a tile: plain FP32 there
 
 
 class Tiles(NamedTuple):
     """A launch shape: the block's tile (bm x bn), a warp's (wm x wn), the ring's slices in flight (stages),
     and the fewest columns of K a split may keep (min_ks). `wgmma`: the Hopper kernel instead (SOURCE_WGMMA:
-    one warpgroup per 64-row tile, bm 64, wm and wn unused)."""
+    one warpgroup per 64-row tile, bm 64, wm and wn unused); `bf16x3`: SOURCE_BF16X3 (bf16 weights only)."""
     bm: int
     bn: int
     wm: int
@@ -44,23 +47,25 @@ class Tiles(NamedTuple):
     min_ks: int
     wgmma: bool = False
     wn: int = 32
+    bf16x3: bool = False
 
     @property
     def threads(self) -> int:
         return 128 if self.wgmma else (self.bm // self.wm) * (self.bn // self.wn) * 32
 
     def shared_bytes(self, weight_bytes: int = 4) -> int:
-        """The ring (x's rows at PITCH floats, w's at PITCH floats or halves), or the wgmma kernel's (rows at
-        WGMMA_PITCH floats) and its hi and lo copies of a slice."""
+        """The ring (x's rows at PITCH floats, w's at PITCH floats or halves; BF16X3_PITCH for that kernel), or
+        the wgmma kernel's (rows at WGMMA_PITCH floats) and its hi and lo copies of a slice."""
         if self.wgmma:
             return self.stages * 4 * (self.bm + self.bn) * WGMMA_PITCH + 8 * (self.bm + self.bn) * BK
-        return self.stages * PITCH * (4 * self.bm + weight_bytes * self.bn)
+        return self.stages * (BF16X3_PITCH if self.bf16x3 else PITCH) * (4 * self.bm + weight_bytes * self.bn)
 
     @property
     def label(self) -> str:
         if self.wgmma:
             return f"wgmma {self.bm}x{self.bn}/s{self.stages}/k{self.min_ks}"
-        return f"{self.bm}x{self.bn}/w{self.wm}x{self.wn}/s{self.stages}/k{self.min_ks}"
+        tile = f"{self.bm}x{self.bn}/w{self.wm}x{self.wn}/s{self.stages}/k{self.min_ks}"
+        return f"bf16x3 {tile}" if self.bf16x3 else tile
 
 
 # the launch shapes check-kernels checks and gemm_sweep.py times. v19-v22 ran 64x64 tiles of four 32x32 warps
@@ -70,11 +75,14 @@ class Tiles(NamedTuple):
 # element half as often: ~4.2 instructions an mma by the compiled text. Four of them on a 64x128 tile run a
 # chunk's 128 rows as fast as on 128x64 (3.55-3.89 against 3.61-3.70 ms) and ragged counts faster (129 rows,
 # a mixed step's: 5.25 against 6.43 ms on FP32 weights; a 128-row tile computes 256 rows there); a whole
-# prompt's 3% slower (54.9 against 53.2 ms; v23). Then the wgmma kernel's, PDLIB_PREFILL_GEMM=wgmma: exact,
-# but slower so far (5.67 ms at 128 rows: v22).
+# prompt's 3% slower (54.9 against 53.2 ms; v23). Then PDLIB_PREFILL_GEMM=bf16x3's, the default's shape
+# (SOURCE_BF16X3, not yet run on a GPU), and the wgmma kernel's, PDLIB_PREFILL_GEMM=wgmma: exact, but slower so
+# far (5.67 ms at 128 rows: v22).
 CANDIDATES = (Tiles(64, 128, 32, 3, 256, wn=64), Tiles(128, 64, 32, 3, 256, wn=64), Tiles(64, 64, 32, 3, 256),
-              Tiles(128, 128, 64, 3, 128), Tiles(64, 64, 0, 3, 256, wgmma=True))
+              Tiles(128, 128, 64, 3, 128), Tiles(64, 128, 32, 3, 256, wn=64, bf16x3=True),
+              Tiles(64, 64, 0, 3, 256, wgmma=True))
 CHUNK_TILES = CANDIDATES[0]
+BF16X3_TILES = CANDIDATES[-2]  # PDLIB_PREFILL_GEMM=bf16x3's
 WGMMA_TILES = CANDIDATES[-1]   # PDLIB_PREFILL_GEMM=wgmma's
 MAX_ROWS = 256           # on FP32 weights more rows (a whole prompt's) run MLX's FP32 matmul, faster there; on
                          # bf16 ones the kernel was faster at every count measured, 512 to 4,096 (v22)
@@ -96,6 +104,32 @@ __device__ __forceinline__ void pd_mma(float* c, const uint32_t* a, const uint32
                  "{%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+// c += a (16x16, row) * b (16x8, col), bf16 pairs in (the lower column in the lower half), FP32 accumulators
+__device__ __forceinline__ void pd_mma16(float* c, const uint32_t* a, const uint32_t* b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+// four FP32 values as three bf16 parts each, x = p0 + p1 + p2 exactly (each part x's leading 8 bits left, cut
+// off: what remains after two has at most 8 significant bits), packed in pairs: p[q][0] holds part q of v.x
+// (low half) and v.y, p[q][1] of v.z and v.w
+__device__ __forceinline__ void pd_split3(float4 v, uint32_t (&p)[3][2]) {
+    float r[4] = {v.x, v.y, v.z, v.w};
+    uint32_t b[3][4];
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        b[0][e] = __float_as_uint(r[e]) & 0xffff0000u;
+        r[e] -= __uint_as_float(b[0][e]);
+        b[1][e] = __float_as_uint(r[e]) & 0xffff0000u;
+        b[2][e] = __float_as_uint(r[e] - __uint_as_float(b[1][e]));
+    }
+    #pragma unroll
+    for (int q = 0; q < 3; ++q) {
+        p[q][0] = __byte_perm(b[q][0], b[q][1], 0x7632);
+        p[q][1] = __byte_perm(b[q][2], b[q][3], 0x7632);
+    }
 }
 // R rows of a 32-deep slice into shared memory, 16 bytes a copy: rows r0 + r (r < R) of src, E-byte elements
 // and K of them a row, from column k0, to dst at PITCH bytes a row; rows at or past `rows` come as zeros
@@ -217,6 +251,112 @@ SOURCE = r"""
                 for (int e = 0; e < 4; ++e) acc[mi][ni][e] += part[mi][ni][e];
     }
     pd_cp_wait<0>();                                   // no copy outlives the block (the tail's are empty)
+
+    float* out = y + (size_t)blockIdx.z * M * N;
+    #pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+        #pragma unroll
+        for (int ni = 0; ni < NI; ++ni) {
+            const int row = m0 + wm + mi * 16 + g, col = n0 + wn + ni * 8 + 2 * t;
+            if (row < M) *reinterpret_cast<float2*>(out + (size_t)row * N + col) =
+                make_float2(acc[mi][ni][0], acc[mi][ni][1]);
+            if (row + 8 < M) *reinterpret_cast<float2*>(out + (size_t)(row + 8) * N + col) =
+                make_float2(acc[mi][ni][2], acc[mi][ni][3]);
+        }
+"""
+
+
+# x as three bf16 parts times the bf16 weights (PDLIB_PREFILL_GEMM=bf16x3, opt-in, not yet run on a GPU): the
+# split is exact, so only the accumulators round; 3 mma per 16 columns of K against tf32x2's 4, and w's
+# fragments are read as they lie (notes/h200-runbook.md)
+SOURCE_BF16X3 = r"""
+    // y[z] = x[:, kz] @ w[:, kz].T as SOURCE's, w bf16, by mma.m16n8k16.bf16: x = p0 + p1 + p2 in bf16 parts
+    // (pd_split3, exact), three products p2 w, p1 w, p0 w into a slice's fresh accumulator. A thread holds
+    // columns 2t, 2t + 1, 2t + 8 and 2t + 9 of a 16-deep step; any four serve if x and w agree, so it takes
+    // memory columns 4t .. 4t + 3: one 128-bit read of x a fragment row (pitch 48 floats: a quarter warp's
+    // reads, rows g and g + 1, hit 32 banks) and one 64-bit read of w's four bf16 (pitch 48 halves).
+    constexpr int BK = 32, AP = 48, BP = 48, KS = K / SPLIT, SLICES = KS / BK;
+    constexpr int MI = WM / 16, NI = WN / 8, WARPS_N = BN / WN, THREADS = (BM / WM) * WARPS_N * 32;
+    constexpr int STAGE = BM * AP + BN * BP / 2;       // floats
+    static_assert(BM % WM == 0 && BN % WN == 0 && KS % BK == 0 && STAGES >= 2);
+    extern __shared__ __align__(16) float smem[];
+    const int M = x_shape[0];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int wm = (warp / WARPS_N) * WM, wn = (warp % WARPS_N) * WN;
+    const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN, k_begin = blockIdx.z * KS;
+
+    auto request = [&](int s, int k0) {               // as SOURCE's
+        float* As = smem + s * STAGE;
+        pd_stage<BM, 4, K, 4 * AP, THREADS>(As, x, m0, M, k0, tid);
+        pd_stage<BN, 2, K, 2 * BP, THREADS>(As + BM * AP, w, n0, N, k0, tid);
+    };
+
+    float acc[MI][NI][4];
+    #pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+        #pragma unroll
+        for (int ni = 0; ni < NI; ++ni)
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.f;
+
+    #pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < SLICES) request(s, k_begin + s * BK);
+        pd_cp_commit();
+    }
+    for (int i = 0; i < SLICES; ++i) {
+        pd_cp_wait<STAGES - 2>();
+        __syncthreads();
+        if (i + STAGES - 1 < SLICES) request((i + STAGES - 1) % STAGES, k_begin + (i + STAGES - 1) * BK);
+        pd_cp_commit();
+        const float* As = smem + (i % STAGES) * STAGE + (wm + g) * AP + 4 * t;
+        const uint2* Bs = reinterpret_cast<const uint2*>(smem + (i % STAGES) * STAGE + BM * AP)
+                          + (wn + g) * BP / 4 + t;             // w row wn + g, halves 4t ..
+        float part[MI][NI][4];
+        #pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+            #pragma unroll
+            for (int ni = 0; ni < NI; ++ni)
+                #pragma unroll
+                for (int e = 0; e < 4; ++e) part[mi][ni][e] = 0.f;
+        #pragma unroll
+        for (int kk = 0; kk < BK; kk += 16) {
+            uint32_t a[MI][3][4], b[NI][2];
+            #pragma unroll
+            for (int mi = 0; mi < MI; ++mi) {          // rows g (a0 a2) and g + 8 (a1 a3), each part
+                uint32_t r0[3][2], r8[3][2];
+                pd_split3(*reinterpret_cast<const float4*>(As + mi * 16 * AP + kk), r0);
+                pd_split3(*reinterpret_cast<const float4*>(As + (mi * 16 + 8) * AP + kk), r8);
+                #pragma unroll
+                for (int q = 0; q < 3; ++q) {
+                    a[mi][q][0] = r0[q][0];
+                    a[mi][q][1] = r8[q][0];
+                    a[mi][q][2] = r0[q][1];
+                    a[mi][q][3] = r8[q][1];
+                }
+            }
+            #pragma unroll
+            for (int ni = 0; ni < NI; ++ni) {          // keys 4t .. 4t + 3 of row g: b0 (2t, 2t + 1), b1 (+ 8)
+                const uint2 c = Bs[ni * 8 * BP / 4 + kk / 4];
+                b[ni][0] = c.x;
+                b[ni][1] = c.y;
+            }
+            // the smallest part first; each goes to every tile before the next (as SOURCE)
+            #pragma unroll
+            for (int q = 2; q >= 0; --q)
+                #pragma unroll
+                for (int mi = 0; mi < MI; ++mi)
+                    #pragma unroll
+                    for (int ni = 0; ni < NI; ++ni) pd_mma16(part[mi][ni], a[mi][q], b[ni]);
+        }
+        #pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+            #pragma unroll
+            for (int ni = 0; ni < NI; ++ni)
+                #pragma unroll
+                for (int e = 0; e < 4; ++e) acc[mi][ni][e] += part[mi][ni][e];
+    }
+    pd_cp_wait<0>();
 
     float* out = y + (size_t)blockIdx.z * M * N;
     #pragma unroll
@@ -368,22 +508,24 @@ def _kernel(tiles: Tiles, weight_bytes: int):
     """One compiled kernel per launch shape and weight type (the ring's dynamic shared memory is fixed at
     creation)."""
     if (tiles, weight_bytes) not in _kernels:
-        products = 3 if weight_bytes == 4 else 2
-        name = (f"pdlib_gemm_wgmma_{tiles.bm}x{tiles.bn}s{tiles.stages}" if tiles.wgmma
-                else f"pdlib_gemm_tf32x{products}_{tiles.bm}x{tiles.bn}w{tiles.wm}x{tiles.wn}s{tiles.stages}")
+        kind = "wgmma" if tiles.wgmma else "bf16x3" if tiles.bf16x3 else f"tf32x{3 if weight_bytes == 4 else 2}"
+        warps = "" if tiles.wgmma else f"w{tiles.wm}x{tiles.wn}"
+        source = SOURCE_WGMMA if tiles.wgmma else SOURCE_BF16X3 if tiles.bf16x3 else SOURCE
         _kernels[tiles, weight_bytes] = mx.fast.cuda_kernel(
-            name=name, input_names=["x", "w"], output_names=["y"], source=SOURCE_WGMMA if tiles.wgmma else SOURCE,
-            header=HEADER_WGMMA if tiles.wgmma else HEADER, shared_memory=tiles.shared_bytes(weight_bytes))
+            name=f"pdlib_gemm_{kind}_{tiles.bm}x{tiles.bn}{warps}s{tiles.stages}", input_names=["x", "w"],
+            output_names=["y"], source=source, header=HEADER_WGMMA if tiles.wgmma else HEADER,
+            shared_memory=tiles.shared_bytes(weight_bytes))
     return _kernels[tiles, weight_bytes]
 
 
-GEMM_ENV, GEMM_CHOICES = "PDLIB_PREFILL_GEMM", ("tf32x2", "tf32x3", "fp32", "wgmma")
+GEMM_ENV, GEMM_CHOICES = "PDLIB_PREFILL_GEMM", ("tf32x2", "tf32x3", "fp32", "wgmma", "bf16x3")
 
 
 def choice() -> str:
     """PDLIB_PREFILL_GEMM: `tf32x2` (the default) runs the prefill's matmuls here on CUDA on the bf16 decode
     copies where the model has them (two products; notes/gpu.md, v22), else as `tf32x3`: a chunk's on the FP32
-    weights; `wgmma` the same by the Hopper kernel (opt-in, slower so far: v21); `fp32` runs MLX's."""
+    weights; `wgmma` the same by the Hopper kernel (opt-in, slower so far: v21); `bf16x3` as tf32x2 with x in
+    three bf16 parts (SOURCE_BF16X3: opt-in, not yet run on a GPU); `fp32` runs MLX's."""
     return env_choice(GEMM_ENV, GEMM_CHOICES)
 
 
@@ -398,8 +540,9 @@ def chunk_tiles() -> Tiles:
 
 
 def bf16_weights() -> bool:
-    """Whether the prefill's matmuls read the bf16 decode copies of the weights (PDLIB_PREFILL_GEMM=tf32x2)."""
-    return choice() == "tf32x2"
+    """Whether the prefill's matmuls read the bf16 decode copies of the weights (PDLIB_PREFILL_GEMM=tf32x2 or
+    bf16x3)."""
+    return choice() in ("tf32x2", "bf16x3")
 
 
 def tiles(M: int, K: int, N: int, bf16: bool = False) -> bool:
@@ -418,26 +561,29 @@ def k_split(M: int, K: int, N: int, sms: int, shape: Tiles = CHUNK_TILES) -> int
 
 
 def template(shape: Tiles, K: int, N: int, split: int, weight_bytes: int) -> list[tuple[str, int]]:
-    """The kernel's compile-time values for a launch (the wgmma kernel's tile is 64 rows by one warpgroup)."""
+    """The kernel's compile-time values for a launch (the wgmma kernel's tile is 64 rows by one warpgroup;
+    SOURCE_BF16X3 takes bf16 weights only)."""
     if shape.wgmma:
         return [("K", K), ("N", N), ("SPLIT", split), ("BN", shape.bn), ("STAGES", shape.stages)]
-    return [("K", K), ("N", N), ("SPLIT", split), ("BM", shape.bm), ("BN", shape.bn), ("WM", shape.wm),
-            ("WN", shape.wn), ("STAGES", shape.stages), ("WB", weight_bytes)]
+    tile = [("K", K), ("N", N), ("SPLIT", split), ("BM", shape.bm), ("BN", shape.bn), ("WM", shape.wm),
+            ("WN", shape.wn), ("STAGES", shape.stages)]
+    return tile if shape.bf16x3 else tile + [("WB", weight_bytes)]
 
 
 def tf32x3_matmul(x: mx.array, w: mx.array, *, shape: Tiles = CHUNK_TILES, split: int | None = None,
                   poison: bool = False) -> mx.array:
     """x (M, K) @ w.T for w (N, K), FP32 x and output, on tensor cores (module docstring), in `shape`'s tiles.
     w FP32 takes the three products; w bf16 (exact in TF32: its lo is zero) two, and half the bytes (not in the
-    wgmma kernel). `split` overrides k_split; `poison` fills the output with NaN first, so a test sees any
-    element the kernel skipped."""
+    wgmma kernel; the only kind the bf16x3 kernel takes). `split` overrides k_split; `poison` fills the output
+    with NaN first, so a test sees any element the kernel skipped."""
     M, K = x.shape
     N = w.shape[0]
     split = k_split(M, K, N, cuda_sm_count(), shape) if split is None else split
     wb = {mx.float32: 4, mx.bfloat16: 2}.get(w.dtype)
-    if x.dtype != mx.float32 or wb is None or (wb == 2 and shape.wgmma) or w.shape[1] != K:
-        raise ValueError(f"tf32x3_matmul takes FP32 x (M, K) and FP32 or (but not by wgmma) bf16 w (N, K), got "
-                         f"{x.dtype} {x.shape}, {w.dtype} {w.shape} ({shape.label})")
+    if (x.dtype != mx.float32 or wb is None or (wb == 2 and shape.wgmma) or (wb == 4 and shape.bf16x3)
+            or w.shape[1] != K):
+        raise ValueError(f"tf32x3_matmul takes FP32 x (M, K) and w (N, K), FP32 (but not by bf16x3) or bf16 (but not"
+                         f" by wgmma), got {x.dtype} {x.shape}, {w.dtype} {w.shape} ({shape.label})")
     if N % shape.bn or K % (split * BK):
         raise ValueError(f"tf32x3_matmul needs N % {shape.bn} == 0 and K % ({BK} * split) == 0, got K={K}, N={N}, "
                          f"split={split}")
@@ -455,7 +601,7 @@ def linear_t(x: mx.array, w_t: mx.array, w: mx.array | None = None) -> mx.array:
     if not enabled() or x.ndim != 2:
         return x @ w_t
     if w is not None and w.dtype == mx.bfloat16 and bf16_weights() and tiles(x.shape[0], *w_t.shape, bf16=True):
-        return tf32x3_matmul(x, w, shape=CHUNK_TILES)
+        return tf32x3_matmul(x, w, shape=BF16X3_TILES if choice() == "bf16x3" else CHUNK_TILES)
     if tiles(x.shape[0], *w_t.shape):
         return tf32x3_matmul(x, w_t.T, shape=chunk_tiles())
     return x @ w_t
