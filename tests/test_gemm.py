@@ -115,6 +115,18 @@ def test_with_x_in_three_bf16_parts_the_check_passes_and_fails_two(monkeypatch):
     assert np.array_equal(sum(p.astype(np.float64) for p in bf16_parts(xs)), xs.astype(np.float64))  # exact
 
 
+def test_the_deep_cancelling_case_cancels_within_each_mma():
+    """Its w's signs balance within every 8 columns (one mma's), so FP32 accumulators never hold the large
+    parts; x - 1 lies in [2^-8, 2^-8 + 2^-16]: its varying bits are x's 16-23."""
+    from pdlib.kernel_check import _cancelling
+    mx.random.seed(3)
+    x, w = _cancelling(40, 128, 256, bits=16, scale=64.0, offset=2.0 ** -8, blocked=True)
+    groups = np.array(w).reshape(128, 32, 8)
+    assert np.all(groups.sum(-1) == 0) and np.all(np.abs(groups) == 64) and len({tuple(g) for g in groups[:, 0]}) > 8
+    d = np.array(x) - 1.0
+    assert d.min() >= 2.0 ** -8 and d.max() <= 2.0 ** -8 + 2.0 ** -16
+
+
 def test_the_check_fails_a_skipped_tile(monkeypatch):
     assert not any(rows_with(monkeypatch, skip_tile=True).values())
     assert not any(rows_with(monkeypatch, "bf16", skip_tile=True).values())
