@@ -131,7 +131,8 @@
 #                                          every row but the opt-in bf16x3 kernel's passed, gemm_sweep.py at 32,
 #                                          64, 129 and 128 rows (the candidates, bf16x3 among them), a gate at
 #                                          4,096/64 with PDLIB_PREFILL_GEMM=bf16x3 if its rows passed, and the
-#                                          chunk and mixed steps' anatomy at 4K with tf32x2 and bf16x3
+#                                          chunk and mixed steps' anatomy at 4K with tf32x2 and bf16x3; leaves
+#                                          "publish" in /root/verdict (for zy, zz) if the defaults' rows passed
 #   bash notes/gpu-session/session.sh zx   x2, the GEMM's 32 x 64 warps (v23): check-kernels, then a gate at 4,096/64
 #                                          (chunked, mixed) (GPU 0) beside gemm_sweep.py at 128 and 4,096 rows,
 #                                          gemm_phases.py, gemm_splits.py on bf16 weights and the chunk step's
@@ -799,7 +800,9 @@ zw)
   export CUDA_VISIBLE_DEVICES=0
   check_kernels 300
   grep "gemm_bf16x3" "$LOGS/ck0.log" | head -n 9
+  rm -f /root/verdict
   if [ -s "$OUT/check-kernels.json" ] && ! grep FAIL "$LOGS/ck0.log" | grep -qv gemm_bf16x3; then
+    echo publish > /root/verdict                    # the defaults' rows passed: zy and zz may follow on x2
     ROWS="32 64 129 128" EXPLORE=0 timeout 150 python3 notes/gpu-session/gemm_sweep.py > "$LOGS/gemm-sweep.log" 2>&1
     echo "sweep rc=$? at ${SECONDS}s"; grep -v '^{' "$LOGS/gemm-sweep.log" | tail -n 52
     if ! grep -q "gemm_bf16x3.*FAIL" "$LOGS/ck0.log"; then   # the opt-in kernel's rows passed: the gate with it
