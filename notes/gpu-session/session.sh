@@ -805,12 +805,14 @@ zw)
     echo publish > /root/verdict                    # the defaults' rows passed: zy and zz may follow on x2
     ROWS="32 64 129 128" EXPLORE=0 timeout 150 python3 notes/gpu-session/gemm_sweep.py > "$LOGS/gemm-sweep.log" 2>&1
     echo "sweep rc=$? at ${SECONDS}s"; grep -v '^{' "$LOGS/gemm-sweep.log" | tail -n 52
+    gemms=tf32x2
     if ! grep -q "gemm_bf16x3.*FAIL" "$LOGS/ck0.log"; then   # the opt-in kernel's rows passed: the gate with it
+      gemms="tf32x2 bf16x3"
       PDLIB_PREFILL_GEMM=bf16x3 timeout 160 python3 -m pdlib run --model synthetic:qwen3-0.6b --prompt-tokens 4096 \
         --output-tokens 64 --chunk-size 128 --policies chunked mixed --validate-only --quiet > "$LOGS/gate-bf16x3.log" 2>&1
       echo "gate bf16x3 rc=$? at ${SECONDS}s"; tail -n 4 "$LOGS/gate-bf16x3.log"
     fi
-    for a in tf32x2 bf16x3; do
+    for a in $gemms; do
       [ "$(left)" -gt 70 ] && PDLIB_PREFILL_GEMM=$a LABEL=$a timeout 60 python3 notes/gpu-session/chunk_anatomy.py 4096 \
         >> "$LOGS/anatomy.log" 2>&1
     done
