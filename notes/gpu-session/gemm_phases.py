@@ -45,7 +45,7 @@ MMA_SYNC = {
         ("                for (int ni = 0; ni < NI; ++ni) pd_mma(part[mi][ni], ah[mi], bh[ni]);\n        }\n",
          "        PD_STAMP(8 * i + 5);\n"),
     ],
-    "end_after": "make_float2(acc[mi][ni][2], acc[mi][ni][3]);\n        }\n",
+    "end_after": "    pd_store(y + (size_t)blockIdx.z * M * N, acc, m0 + wm, n0 + wn, M, N, g, t);\n",
 }
 WGMMA = {
     "names": ["wait", "barrier", "request", "split", "fence+barrier", "wgmma issue", "wgmma wait"],

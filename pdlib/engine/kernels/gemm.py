@@ -131,6 +131,41 @@ __device__ __forceinline__ void pd_split3(float4 v, uint32_t (&p)[3][2]) {
         p[q][1] = __byte_perm(b[q][2], b[q][3], 0x7632);
     }
 }
+// a warp's MI x NI accumulator fragments (16 x 8 each, mma's C layout): zeroed; acc += part
+template <int MI, int NI>
+__device__ __forceinline__ void pd_zero(float (&a)[MI][NI][4]) {
+    #pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+        #pragma unroll
+        for (int ni = 0; ni < NI; ++ni)
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) a[mi][ni][e] = 0.f;
+}
+template <int MI, int NI>
+__device__ __forceinline__ void pd_add(float (&acc)[MI][NI][4], const float (&part)[MI][NI][4]) {
+    #pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+        #pragma unroll
+        for (int ni = 0; ni < NI; ++ni)
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) acc[mi][ni][e] += part[mi][ni][e];
+}
+// the fragments into out (rows of N floats): fragment (mi, ni) at row r0 + 16 mi + g (and + 8), columns
+// c0 + 8 ni + 2t and + 1; rows at or past M are not written
+template <int MI, int NI>
+__device__ __forceinline__ void pd_store(float* out, const float (&acc)[MI][NI][4], int r0, int c0, int M, int N,
+                                         int g, int t) {
+    #pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+        #pragma unroll
+        for (int ni = 0; ni < NI; ++ni) {
+            const int row = r0 + mi * 16 + g, col = c0 + ni * 8 + 2 * t;
+            if (row < M) *reinterpret_cast<float2*>(out + (size_t)row * N + col) =
+                make_float2(acc[mi][ni][0], acc[mi][ni][1]);
+            if (row + 8 < M) *reinterpret_cast<float2*>(out + (size_t)(row + 8) * N + col) =
+                make_float2(acc[mi][ni][2], acc[mi][ni][3]);
+        }
+}
 // R rows of a 32-deep slice into shared memory, 16 bytes a copy: rows r0 + r (r < R) of src, E-byte elements
 // and K of them a row, from column k0, to dst at PITCH bytes a row; rows at or past `rows` come as zeros
 template <int R, int E, int K, int PITCH, int THREADS>
@@ -176,12 +211,7 @@ SOURCE = r"""
     };
 
     float acc[MI][NI][4];
-    #pragma unroll
-    for (int mi = 0; mi < MI; ++mi)
-        #pragma unroll
-        for (int ni = 0; ni < NI; ++ni)
-            #pragma unroll
-            for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.f;
+    pd_zero(acc);
 
     #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {            // one group per slice, empty past the last: the counts stay
@@ -196,12 +226,7 @@ SOURCE = r"""
         const float* As = smem + (i % STAGES) * STAGE + (wm + g) * AP + 2 * t;   // this thread's first column
         const float* Bs = smem + (i % STAGES) * STAGE + BM * AP + (wn + g) * BPB / 4;
         float part[MI][NI][4];
-        #pragma unroll
-        for (int mi = 0; mi < MI; ++mi)
-            #pragma unroll
-            for (int ni = 0; ni < NI; ++ni)
-                #pragma unroll
-                for (int e = 0; e < 4; ++e) part[mi][ni][e] = 0.f;
+        pd_zero(part);
         #pragma unroll
         for (int kk = 0; kk < BK; kk += 8) {
             uint32_t ah[MI][4], al[MI][4], bh[NI][2], bl[NI][2];
@@ -243,26 +268,11 @@ SOURCE = r"""
                 #pragma unroll
                 for (int ni = 0; ni < NI; ++ni) pd_mma(part[mi][ni], ah[mi], bh[ni]);
         }
-        #pragma unroll
-        for (int mi = 0; mi < MI; ++mi)
-            #pragma unroll
-            for (int ni = 0; ni < NI; ++ni)
-                #pragma unroll
-                for (int e = 0; e < 4; ++e) acc[mi][ni][e] += part[mi][ni][e];
+        pd_add(acc, part);
     }
     pd_cp_wait<0>();                                   // no copy outlives the block (the tail's are empty)
 
-    float* out = y + (size_t)blockIdx.z * M * N;
-    #pragma unroll
-    for (int mi = 0; mi < MI; ++mi)
-        #pragma unroll
-        for (int ni = 0; ni < NI; ++ni) {
-            const int row = m0 + wm + mi * 16 + g, col = n0 + wn + ni * 8 + 2 * t;
-            if (row < M) *reinterpret_cast<float2*>(out + (size_t)row * N + col) =
-                make_float2(acc[mi][ni][0], acc[mi][ni][1]);
-            if (row + 8 < M) *reinterpret_cast<float2*>(out + (size_t)(row + 8) * N + col) =
-                make_float2(acc[mi][ni][2], acc[mi][ni][3]);
-        }
+    pd_store(y + (size_t)blockIdx.z * M * N, acc, m0 + wm, n0 + wn, M, N, g, t);
 """
 
 
@@ -292,12 +302,7 @@ SOURCE_BF16X3 = r"""
     };
 
     float acc[MI][NI][4];
-    #pragma unroll
-    for (int mi = 0; mi < MI; ++mi)
-        #pragma unroll
-        for (int ni = 0; ni < NI; ++ni)
-            #pragma unroll
-            for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.f;
+    pd_zero(acc);
 
     #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
@@ -313,12 +318,7 @@ SOURCE_BF16X3 = r"""
         const uint2* Bs = reinterpret_cast<const uint2*>(smem + (i % STAGES) * STAGE + BM * AP)
                           + (wn + g) * BP / 4 + t;             // w row wn + g, halves 4t ..
         float part[MI][NI][4];
-        #pragma unroll
-        for (int mi = 0; mi < MI; ++mi)
-            #pragma unroll
-            for (int ni = 0; ni < NI; ++ni)
-                #pragma unroll
-                for (int e = 0; e < 4; ++e) part[mi][ni][e] = 0.f;
+        pd_zero(part);
         #pragma unroll
         for (int kk = 0; kk < BK; kk += 16) {
             uint32_t a[MI][3][4], b[NI][2];
@@ -349,26 +349,11 @@ SOURCE_BF16X3 = r"""
                     #pragma unroll
                     for (int ni = 0; ni < NI; ++ni) pd_mma16(part[mi][ni], a[mi][q], b[ni]);
         }
-        #pragma unroll
-        for (int mi = 0; mi < MI; ++mi)
-            #pragma unroll
-            for (int ni = 0; ni < NI; ++ni)
-                #pragma unroll
-                for (int e = 0; e < 4; ++e) acc[mi][ni][e] += part[mi][ni][e];
+        pd_add(acc, part);
     }
     pd_cp_wait<0>();
 
-    float* out = y + (size_t)blockIdx.z * M * N;
-    #pragma unroll
-    for (int mi = 0; mi < MI; ++mi)
-        #pragma unroll
-        for (int ni = 0; ni < NI; ++ni) {
-            const int row = m0 + wm + mi * 16 + g, col = n0 + wn + ni * 8 + 2 * t;
-            if (row < M) *reinterpret_cast<float2*>(out + (size_t)row * N + col) =
-                make_float2(acc[mi][ni][0], acc[mi][ni][1]);
-            if (row + 8 < M) *reinterpret_cast<float2*>(out + (size_t)(row + 8) * N + col) =
-                make_float2(acc[mi][ni][2], acc[mi][ni][3]);
-        }
+    pd_store(y + (size_t)blockIdx.z * M * N, acc, m0 + wm, n0 + wn, M, N, g, t);
 """
 
 
