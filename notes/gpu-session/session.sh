@@ -133,15 +133,20 @@
 #                                          4,096/64 with PDLIB_PREFILL_GEMM=bf16x3 if its rows passed, and the
 #                                          chunk and mixed steps' anatomy at 4K with tf32x2 and bf16x3; leaves
 #                                          "publish" in /root/verdict (for zy, zz) if the defaults' rows passed
-#   bash notes/gpu-session/session.sh zx   x2, the GEMM's 32 x 64 warps (v23): check-kernels, then a gate at 4,096/64
-#                                          (chunked, mixed) (GPU 0) beside gemm_sweep.py at 128 and 4,096 rows,
-#                                          gemm_phases.py, gemm_splits.py on bf16 weights and the chunk step's
-#                                          anatomy at 4K (GPU 1); leaves "publish" in /root/verdict if every row
-#                                          and the gate passed and the default shape beat v22's at 128 rows
-#   bash notes/gpu-session/session.sh zy   x2, publishing after zx's verdict: the published eager chunked fifo mixed,
-#                                          then bench-step with peers at 4K and 5K (GPU 0), beside chunked overlap
-#                                          slo slo-mixed at 15 ms, then the chunk and mixed steps' anatomy (GPU 1)
-#   bash notes/gpu-session/session.sh zz   x2, publishing after zx's verdict: the published eager chunked disagg
+#   bash notes/gpu-session/session.sh zc   x2, the K split summed through a cluster (v25): check-kernels, then
+#                                          gemm_sweep.py at 129 and 128 rows and gemm_splits.py on bf16 weights
+#                                          (GPU 0) beside a gate at 4,096/64 (chunked, mixed), the chunk and mixed
+#                                          steps' anatomy at 4K against the tree before (notes/gpu-session/prev/
+#                                          gemm.py, untracked: MLX's sum of the parts) twice each, alternating, and,
+#                                          if bf16x3's rows passed, its gate and anatomy (GPU 1); leaves "publish"
+#                                          in /root/verdict if the defaults' rows and gate passed, and in
+#                                          /root/gemm the prefill GEMM to publish with (gemm_choice.py)
+#   bash notes/gpu-session/session.sh zy   x2, publishing after zc's verdict, with its GEMM: the published eager
+#                                          chunked fifo mixed, then bench-step with peers at 4K and 5K (GPU 0),
+#                                          beside chunked overlap slo slo-mixed at 15 ms, then the chunk and mixed
+#                                          steps' anatomy (GPU 1)
+#   bash notes/gpu-session/session.sh zz   x2, publishing after zc's verdict, with its GEMM: the published eager
+#                                          chunked disagg (both GPUs), then the sweep (GPU 0), tarred
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -819,10 +824,84 @@ zw)
     grep "^{" "$LOGS/anatomy.log" | cut -c 1-700
   fi
   finish ;;
+zc)
+  nvidia-smi -L > "$LOGS/gpus.txt"; nproc >> "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
+  rm -f /root/verdict /root/gemm
+  rm -rf /root/prev && mkdir -p /root/prev && cp -r pdlib notes /root/prev/ \
+    && cp notes/gpu-session/prev/gemm.py /root/prev/pdlib/engine/kernels/gemm.py || exit 1
+  prev() { ( cd /root/prev && PYTHONPATH="/root/prev:${PYTHONPATH#"$PWD:"}" "$@" ); }  # keeps the boot's MLX path
+  gate() {  # $1 PDLIB_PREFILL_GEMM, $2 log: chunked and mixed at 4,096/64 on GPU 1; fails unless both passed
+    PDLIB_PREFILL_GEMM=$1 gpu 1 timeout 170 python3 -m pdlib run --model synthetic:qwen3-0.6b --prompt-tokens 4096 \
+      --output-tokens 64 --chunk-size 128 --policies chunked mixed --validate-only --quiet > "$LOGS/$2" 2>&1
+    echo "gate $1 rc=$? at ${SECONDS}s"; tail -n 4 "$LOGS/$2"
+    grep -q "^chunked  *pass" "$LOGS/$2" && grep -q "^mixed  *pass" "$LOGS/$2"
+  }
+  plain() { "$@"; }
+  bf16x3() { PDLIB_PREFILL_GEMM=bf16x3 "$@"; }
+  anatomy() {  # $1 label, $2 runner (plain, prev, bf16x3): the chunk and mixed steps' anatomy at 4K on GPU 1
+    [ "$(left)" -gt 75 ] && LABEL=$1 $2 gpu 1 timeout 70 python3 "$PWD/notes/gpu-session/chunk_anatomy.py" 4096 \
+      >> "$LOGS/anatomy.log" 2>&1
+  }
+  ( gate tf32x2 gate.log && touch "$LOGS/gate.ok"
+    for i in 1 2; do anatomy tf32x2 plain; anatomy prev prev; done
+    while [ ! -f "$LOGS/ck.done" ] && [ "$(left)" -gt 150 ]; do sleep 2; done
+    if [ -f "$LOGS/ck.done" ] && grep -q "gemm_bf16x3.* pass$" "$LOGS/ck0.log" \
+        && ! grep -q "gemm_bf16x3.*FAIL" "$LOGS/ck0.log" && [ "$(left)" -gt 180 ] && gate bf16x3 gate-bf16x3.log; then
+      touch "$LOGS/gate-bf16x3.ok"
+      for i in 1 2; do anatomy bf16x3 bf16x3; done
+    fi
+    grep "^{" "$LOGS/anatomy.log" | cut -c 1-900 ) > "$LOGS/gpu1.log" 2>&1 &
+  export CUDA_VISIBLE_DEVICES=0; taskset -cp 0-15 $$ > /dev/null
+  check_kernels 300; touch "$LOGS/ck.done"
+  grep -E "gemm_tf32x2.*(128|129) rows, 64x128" "$LOGS/ck0.log" | head -n 4; grep -c "gemm_bf16x3.* pass$" "$LOGS/ck0.log"
+  ROWS="129 128" EXPLORE=0 timeout 160 python3 notes/gpu-session/gemm_sweep.py > "$LOGS/gemm-sweep.log" 2>&1
+  echo "sweep rc=$? at ${SECONDS}s"; grep -v '^{' "$LOGS/gemm-sweep.log" | tail -n 30
+  [ "$(left)" -gt 60 ] && { SHAPES=1 WEIGHTS=bf16 timeout $(( $(left) - 40 )) python3 notes/gpu-session/gemm_splits.py \
+    > "$LOGS/gemm-splits.log" 2>&1; echo "splits rc=$? at ${SECONDS}s"; grep -v '^{' "$LOGS/gemm-splits.log" | tail -n 10; }
+  wait; cat "$LOGS/gpu1.log"
+  if [ -s "$OUT/check-kernels.json" ] && ! grep FAIL "$LOGS/ck0.log" | grep -qv gemm_bf16x3 && [ -f "$LOGS/gate.ok" ]; then
+    echo publish > /root/verdict
+    python3 notes/gpu-session/gemm_choice.py "$LOGS/anatomy.log" "$LOGS/gate-bf16x3.ok" > /root/gemm
+  fi
+  echo "verdict: $(cat /root/verdict 2>/dev/null || echo 'do not publish'), gemm: $(cat /root/gemm 2>/dev/null)"
+  finish ;;
+zy)
+  grep -q publish /root/verdict 2>/dev/null || { echo "zc's verdict was not publish"; exit 1; }
+  export PDLIB_PREFILL_GEMM=$(cat /root/gemm); echo "prefill GEMM: $PDLIB_PREFILL_GEMM"
+  ( gpu 1 timeout -s INT 330 python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+      --policies chunked overlap slo slo-mixed --tbt-slo-ms 15 --quiet --output "$OUT/report-new.json" \
+      > "$LOGS/report-new.log" 2>&1
+    echo "report-new rc=$? at ${SECONDS}s"; tail -n 30 "$LOGS/report-new.log"
+    for i in 1 2; do
+      [ "$(left)" -gt 80 ] && LABEL=$PDLIB_PREFILL_GEMM gpu 1 timeout 70 python3 notes/gpu-session/chunk_anatomy.py 4096 \
+        >> "$LOGS/anatomy.log" 2>&1
+    done
+    grep "^{" "$LOGS/anatomy.log" | cut -c 1-900 ) > "$LOGS/gpu1.log" 2>&1 &
+  gpu 0 timeout -s INT 300 python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+    --policies eager chunked fifo mixed --quiet --output "$OUT/report.json" > "$LOGS/report.log" 2>&1
+  echo "report rc=$? at ${SECONDS}s"; tail -n 25 "$LOGS/report.log"
+  gpu 0 timeout -s INT $(( $(left) - 5 )) python3 -m pdlib bench-step --contexts 4096 5120 \
+    --output "$OUT/bench-step.json" > "$LOGS/bench.log" 2>&1
+  echo "bench rc=$? at ${SECONDS}s"; tail -n 12 "$LOGS/bench.log"
+  wait; cat "$LOGS/gpu1.log"
+  finish ;;
+zz)
+  grep -q publish /root/verdict 2>/dev/null || { echo "zc's verdict was not publish"; exit 1; }
+  export PDLIB_PREFILL_GEMM=$(cat /root/gemm); echo "prefill GEMM: $PDLIB_PREFILL_GEMM"
+  PDLIB_DISAGG_WORKER_LOG=$LOGS/worker.log timeout -s KILL 200 python3 -m pdlib run \
+    --params params/qwen3-0.6b-4096x1024.yaml --policies eager chunked disagg --quiet \
+    --output "$OUT/report-x2.json" > "$LOGS/report-x2.log" 2>&1
+  echo "== report-x2 rc=$? at ${SECONDS}s"; tail -n 8 "$LOGS/report-x2.log"
+  gpu 0 timeout -s INT $(( $(left) - 10 )) python3 -m pdlib sweep --params params/qwen3-0.6b-sweep.yaml \
+    --chunk-sizes 32 64 128 256 512 1024 4096 --policies chunked mixed --tbt-slo-ms 22 \
+    --reference-policies eager fifo overlap slo-chunked slo-mixed --quiet --output "$OUT/sweep" > "$LOGS/sweep.log" 2>&1
+  echo "== sweep rc=$? at ${SECONDS}s"; tail -n 20 "$LOGS/sweep.log"
+  [ -d "$OUT/sweep" ] && tar -C "$OUT" -cf "$OUT/sweep.tar" sweep && rm -r "$OUT/sweep"
+  finish ;;
 zh)
   gpu 0 timeout $(( $(left) - 5 )) python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
   echo "check-kernels rc=$? pass=$(grep -c " pass$" "$LOGS/ck0.log") at ${SECONDS}s"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 8
   grep tf32x3 "$LOGS/ck0.log" | grep flash | head -n 3
   finish ;;
-*) echo "usage: session.sh a|b|...|x" >&2; exit 2 ;;
+*) echo "usage: session.sh CASE (the cases above)" >&2; exit 2 ;;
 esac
