@@ -85,9 +85,9 @@ STANDINS = ("typedef unsigned int uint32_t; typedef int int32_t; typedef unsigne
             "struct Shape { int d[10]; __device__ int operator[](int i) const { return d[i]; } };\n")
 
 
-def compile_sm90(text: str, arch: str = "sm_90", ptx: bool = False) -> str:
-    """ptxas's log for the H200 (`ptx`: the PTX instead); `arch` sm_90a for Hopper-only instructions (wgmma),
-    as MLX 0.32 compiles every custom kernel there (mlx/backend/cuda/jit_module.cpp)."""
+def compile_sm90(text: str, arch: str = "sm_90") -> str:
+    """ptxas's log for the H200; `arch` sm_90a for Hopper-only instructions (wgmma), as MLX 0.32 compiles every
+    custom kernel there (mlx/backend/cuda/jit_module.cpp)."""
     prog = ctypes.c_void_p()
     assert NVRTC.nvrtcCreateProgram(ctypes.byref(prog), text.encode(), b"kernel.cu", 0, None, None) == 0
     opts = [f"--gpu-architecture={arch}".encode(), b"-std=c++17", b"-Xptxas=-v"]
@@ -96,11 +96,6 @@ def compile_sm90(text: str, arch: str = "sm_90", ptx: bool = False) -> str:
     NVRTC.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
     log = ctypes.create_string_buffer(size.value)
     NVRTC.nvrtcGetProgramLog(prog, log)
-    code = None
-    if rc == 0 and ptx:
-        NVRTC.nvrtcGetPTXSize(prog, ctypes.byref(size))
-        code = ctypes.create_string_buffer(size.value)
-        NVRTC.nvrtcGetPTX(prog, code)
     NVRTC.nvrtcDestroyProgram(ctypes.byref(prog))
     assert rc == 0, log.value.decode()
-    return code.value.decode() if ptx else log.value.decode()
+    return log.value.decode()

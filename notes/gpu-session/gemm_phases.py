@@ -45,7 +45,7 @@ MMA_SYNC = {
         ("                for (int ni = 0; ni < NI; ++ni) pd_mma(part[mi][ni], ah[mi], bh[ni]);\n        }\n",
          "        PD_STAMP(8 * i + 5);\n"),
     ],
-    "end_after": "    pd_finish<SPLIT, BM, BN, THREADS>(y, smem, acc, wm, wn, m0, n0, M, N, g, t);\n",
+    "end_after": "    pd_store(y + (size_t)blockIdx.z * M * N, acc, m0 + wm, n0 + wn, M, N, g, t);\n",
 }
 WGMMA = {
     "names": ["wait", "barrier", "request", "split", "fence+barrier", "wgmma issue", "wgmma wait"],
@@ -60,7 +60,7 @@ WGMMA = {
         ("        pd_wgmma_wait0();" + PAD[1:] + "// the copies are read: the next slice may overwrite them\n",
          "        PD_STAMP(8 * i + 7);\n"),
     ],
-    "end_after": "                                      m0, n0, M, N, g, t);\n",
+    "end_after": "make_float2(acc[4 * j + 2], acc[4 * j + 3]);\n    }\n",
 }
 
 
@@ -73,10 +73,10 @@ def instrumented(source: str, plan: dict) -> str:
     return source
 
 
-# name: (launch shape, source, stamps, the weight's bytes an element)
-KERNELS = {"mma.sync": (G.CHUNK_TILES, G.SOURCE, MMA_SYNC, 4),
-           "mma.sync bf16": (G.CHUNK_TILES, G.SOURCE, MMA_SYNC, 2),
-           "wgmma": (G.WGMMA_TILES, G.SOURCE_WGMMA, WGMMA, 4)}
+# name: (launch shape, source, header, stamps, the weight's bytes an element)
+KERNELS = {"mma.sync": (G.CHUNK_TILES, G.SOURCE, G.HEADER, MMA_SYNC, 4),
+           "mma.sync bf16": (G.CHUNK_TILES, G.SOURCE, G.HEADER, MMA_SYNC, 2),
+           "wgmma": (G.WGMMA_TILES, G.SOURCE_WGMMA, G.HEADER_WGMMA, WGMMA, 4)}
 KINDS = {"q|k|v": (1024, 4096), "o_proj": (2048, 1024), "gate|up": (1024, 6144), "down": (3072, 1024)}
 
 
@@ -86,11 +86,11 @@ def compile_only():
     from kernel_text import NVRTC, STANDINS, Kernel, compile_sm90, wrapped
     if NVRTC is None:
         sys.exit("no NVRTC here")
-    for name, (shape, source, plan, wb) in KERNELS.items():
+    for name, (shape, source, header, plan, wb) in KERNELS.items():
         text = instrumented(source, plan)
         k = Kernel("pdlib_gemm_phases", text, [("x", "f32"), ("w", "f32" if wb == 4 else "bf16")],
                    [("y", "f32"), ("prof", "u64")], [dict(G.template(shape, 1024, 4096, 2, wb))])
-        log = compile_sm90(STANDINS + G.kernel_header(shape, 2) + STAMP + wrapped(k, "cuda", text), arch="sm_90a")
+        log = compile_sm90(STANDINS + header + STAMP + wrapped(k, "cuda", text), arch="sm_90a")
         print(name, [line for line in log.splitlines() if "Used" in line or "spill" in line][:2])
 
 
@@ -98,22 +98,21 @@ def run():
     import mlx.core as mx
     from pdlib.engine.kernels.backend import cuda_sm_count
     mx.random.seed(0)
-    for name, (shape, source, plan, wb) in KERNELS.items():
+    for name, (shape, source, header, plan, wb) in KERNELS.items():
+        kernel = mx.fast.cuda_kernel(name=f"pdlib_gemm_phases_{name.replace('.', '_').replace(' ', '_')}",
+                                     input_names=["x", "w"], output_names=["y", "prof"],
+                                     source=instrumented(source, plan), header=header + STAMP,
+                                     shared_memory=shape.shared_bytes(wb))
         for kind, (K, N) in KINDS.items():
             x, w = mx.random.normal((128, K)), mx.random.normal((N, K)) * K ** -0.5
             w = w.astype(mx.bfloat16) if wb == 2 else w
             split = G.k_split(128, K, N, cuda_sm_count(), shape)
-            kernel = mx.fast.cuda_kernel(name=f"pdlib_gemm_phases_{name.replace('.', '_').replace(' ', '_')}_k{split}",
-                                         input_names=["x", "w"], output_names=["y", "prof"],
-                                         source=instrumented(source, plan),
-                                         header=G.kernel_header(shape, split) + STAMP,
-                                         shared_memory=shape.shared_bytes(wb))
             runs = []
             for _ in range(7):
                 y, prof = kernel(inputs=[x, w], template=G.template(shape, K, N, split, wb),
                                  grid=(N // shape.bn * shape.threads, -(-128 // shape.bm), split),
                                  threadgroup=(shape.threads, 1, 1),
-                                 output_shapes=[(128, N), (8 * MAX_SLICES + 2,)],
+                                 output_shapes=[(split, 128, N), (8 * MAX_SLICES + 2,)],
                                  output_dtypes=[mx.float32, mx.uint64], init_value=0)
                 mx.eval(y, prof)
                 runs.append([int(v) for v in prof.tolist()])

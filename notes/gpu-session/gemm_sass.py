@@ -36,13 +36,13 @@ def nvdisasm() -> str:
 
 def sass(shape: G.Tiles, wb: int, K: int = 1024, N: int = 4096, split: int = 2) -> tuple[int, str]:
     """(registers, SASS) of the kernel at this launch shape and weight width."""
-    source = G.source(shape)
+    source = G.SOURCE_BF16X3 if shape.bf16x3 else G.SOURCE
     kernel = Kernel("pdlib_gemm", source, [("x", "f32"), ("w", "f32" if wb == 4 else "bf16")], [("y", "f32")],
                     [dict(G.template(shape, K, N, split, wb))])
     with tempfile.TemporaryDirectory() as d:
         cu, cubin = os.path.join(d, "k.cu"), os.path.join(d, "k.cubin")
         with open(cu, "w") as f:
-            f.write(STANDINS + G.kernel_header(shape, split) + wrapped(kernel, "cuda", source))
+            f.write(STANDINS + G.HEADER + wrapped(kernel, "cuda", source))
         log = subprocess.run(["nvcc", "-cubin", "-arch=sm_90a", "-std=c++17", "-Xptxas=-v", "-o", cubin, cu],
                              capture_output=True, text=True, check=True).stderr
         text = subprocess.run([nvdisasm(), "-c", cubin], capture_output=True, text=True, check=True).stdout

@@ -133,19 +133,20 @@
 #                                          4,096/64 with PDLIB_PREFILL_GEMM=bf16x3 if its rows passed, and the
 #                                          chunk and mixed steps' anatomy at 4K with tf32x2 and bf16x3; leaves
 #                                          "publish" in /root/verdict (for zy, zz) if the defaults' rows passed
-#   bash notes/gpu-session/session.sh zc   x2, the K split summed through a cluster (v25): check-kernels, then
-#                                          gemm_sweep.py at 129 and 128 rows and gemm_splits.py on bf16 weights
-#                                          (GPU 0) beside a gate at 4,096/64 (chunked, mixed), the chunk and mixed
-#                                          steps' anatomy at 4K against the tree before (notes/gpu-session/prev/
-#                                          gemm.py, untracked: MLX's sum of the parts) twice each, alternating, and,
-#                                          if bf16x3's rows passed, its gate and anatomy (GPU 1); leaves "publish"
-#                                          in /root/verdict if the defaults' rows and gate passed, and in
-#                                          /root/gemm the prefill GEMM to publish with (gemm_choice.py)
-#   bash notes/gpu-session/session.sh zy   x2, publishing after zc's verdict, with its GEMM: the published eager
+#   bash notes/gpu-session/session.sh zc   x2, the K split summed through a cluster (v25, 79e86ec, since reverted):
+#                                          check-kernels, gemm_sweep.py at 129 and 128 rows and gemm_splits.py (GPU 0)
+#                                          beside a gate and the chunk step's anatomy against the tree before (GPU 1)
+#   bash notes/gpu-session/session.sh zd   x2, bf16x3 (v24): check-kernels (GPU 0) beside a gate at 4,096/64 (chunked,
+#                                          mixed) with PDLIB_PREFILL_GEMM=bf16x3 and the chunk and mixed steps'
+#                                          anatomy at 4K with tf32x2 and bf16x3, twice each, alternating (GPU 1);
+#                                          leaves "publish" in /root/verdict if every row but bf16x3's passed, and in
+#                                          /root/gemm the prefill GEMM to publish with (gemm_choice.py: bf16x3 if
+#                                          all its rows and its gate passed and its steps were 2% faster)
+#   bash notes/gpu-session/session.sh zy   x2, publishing after zd's verdict, with its GEMM: the published eager
 #                                          chunked fifo mixed, then bench-step with peers at 4K and 5K (GPU 0),
 #                                          beside chunked overlap slo slo-mixed at 15 ms, then the chunk and mixed
 #                                          steps' anatomy (GPU 1)
-#   bash notes/gpu-session/session.sh zz   x2, publishing after zc's verdict, with its GEMM: the published eager
+#   bash notes/gpu-session/session.sh zz   x2, publishing after zd's verdict, with its GEMM: the published eager
 #                                          chunked disagg (both GPUs), then the sweep (GPU 0), tarred
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
@@ -825,48 +826,37 @@ zw)
   fi
   finish ;;
 zc)
+  echo "zc ran the K split summed through a cluster (79e86ec): git show 79e86ec:notes/gpu-session/session.sh"; exit 2 ;;
+zd)
   nvidia-smi -L > "$LOGS/gpus.txt"; nproc >> "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
   rm -f /root/verdict /root/gemm
-  rm -rf /root/prev && mkdir -p /root/prev && cp -r pdlib notes /root/prev/ \
-    && cp notes/gpu-session/prev/gemm.py /root/prev/pdlib/engine/kernels/gemm.py || exit 1
-  prev() { ( cd /root/prev && PYTHONPATH="/root/prev:${PYTHONPATH#"$PWD:"}" "$@" ); }  # keeps the boot's MLX path
-  gate() {  # $1 PDLIB_PREFILL_GEMM, $2 log: chunked and mixed at 4,096/64 on GPU 1; fails unless both passed
-    PDLIB_PREFILL_GEMM=$1 gpu 1 timeout 170 python3 -m pdlib run --model synthetic:qwen3-0.6b --prompt-tokens 4096 \
-      --output-tokens 64 --chunk-size 128 --policies chunked mixed --validate-only --quiet > "$LOGS/$2" 2>&1
-    echo "gate $1 rc=$? at ${SECONDS}s"; tail -n 4 "$LOGS/$2"
-    grep -q "^chunked  *pass" "$LOGS/$2" && grep -q "^mixed  *pass" "$LOGS/$2"
-  }
   plain() { "$@"; }
   bf16x3() { PDLIB_PREFILL_GEMM=bf16x3 "$@"; }
-  anatomy() {  # $1 label, $2 runner (plain, prev, bf16x3): the chunk and mixed steps' anatomy at 4K on GPU 1
-    [ "$(left)" -gt 75 ] && LABEL=$1 $2 gpu 1 timeout 70 python3 "$PWD/notes/gpu-session/chunk_anatomy.py" 4096 \
-      >> "$LOGS/anatomy.log" 2>&1
-  }
-  ( gate tf32x2 gate.log && touch "$LOGS/gate.ok"
-    for i in 1 2; do anatomy tf32x2 plain; anatomy prev prev; done
-    while [ ! -f "$LOGS/ck.done" ] && [ "$(left)" -gt 150 ]; do sleep 2; done
-    if [ -f "$LOGS/ck.done" ] && grep -q "gemm_bf16x3.* pass$" "$LOGS/ck0.log" \
-        && ! grep -q "gemm_bf16x3.*FAIL" "$LOGS/ck0.log" && [ "$(left)" -gt 180 ] && gate bf16x3 gate-bf16x3.log; then
-      touch "$LOGS/gate-bf16x3.ok"
-      for i in 1 2; do anatomy bf16x3 bf16x3; done
-    fi
+  ( bf16x3 gpu 1 timeout 170 python3 -m pdlib run --model synthetic:qwen3-0.6b --prompt-tokens 4096 \
+      --output-tokens 64 --chunk-size 128 --policies chunked mixed --validate-only --quiet > "$LOGS/gate-bf16x3.log" 2>&1
+    echo "gate bf16x3 rc=$? at ${SECONDS}s"; tail -n 4 "$LOGS/gate-bf16x3.log"
+    grep -q "^chunked  *pass" "$LOGS/gate-bf16x3.log" && grep -q "^mixed  *pass" "$LOGS/gate-bf16x3.log" \
+      && touch "$LOGS/gate-bf16x3.ok"
+    for i in 1 2; do
+      for a in plain bf16x3; do
+        [ "$(left)" -gt 75 ] && LABEL=$([ $a = plain ] && echo tf32x2 || echo bf16x3) $a gpu 1 timeout 70 \
+          python3 notes/gpu-session/chunk_anatomy.py 4096 >> "$LOGS/anatomy.log" 2>&1
+      done
+    done
     grep "^{" "$LOGS/anatomy.log" | cut -c 1-900 ) > "$LOGS/gpu1.log" 2>&1 &
   export CUDA_VISIBLE_DEVICES=0; taskset -cp 0-15 $$ > /dev/null
-  check_kernels 300; touch "$LOGS/ck.done"
-  grep -E "gemm_tf32x2.*(128|129) rows, 64x128" "$LOGS/ck0.log" | head -n 4; grep -c "gemm_bf16x3.* pass$" "$LOGS/ck0.log"
-  ROWS="129 128" EXPLORE=0 timeout 160 python3 notes/gpu-session/gemm_sweep.py > "$LOGS/gemm-sweep.log" 2>&1
-  echo "sweep rc=$? at ${SECONDS}s"; grep -v '^{' "$LOGS/gemm-sweep.log" | tail -n 30
-  [ "$(left)" -gt 60 ] && { SHAPES=1 WEIGHTS=bf16 timeout $(( $(left) - 40 )) python3 notes/gpu-session/gemm_splits.py \
-    > "$LOGS/gemm-splits.log" 2>&1; echo "splits rc=$? at ${SECONDS}s"; grep -v '^{' "$LOGS/gemm-splits.log" | tail -n 10; }
+  check_kernels 300
+  echo "bf16x3 rows passed: $(grep -c "gemm_bf16x3.* pass$" "$LOGS/ck0.log")"
   wait; cat "$LOGS/gpu1.log"
-  if [ -s "$OUT/check-kernels.json" ] && ! grep FAIL "$LOGS/ck0.log" | grep -qv gemm_bf16x3 && [ -f "$LOGS/gate.ok" ]; then
+  if [ -s "$OUT/check-kernels.json" ] && ! grep FAIL "$LOGS/ck0.log" | grep -qv gemm_bf16x3; then
     echo publish > /root/verdict
+    grep -q "gemm_bf16x3.*FAIL" "$LOGS/ck0.log" && rm -f "$LOGS/gate-bf16x3.ok"   # its rows must pass too
     python3 notes/gpu-session/gemm_choice.py "$LOGS/anatomy.log" "$LOGS/gate-bf16x3.ok" > /root/gemm
   fi
   echo "verdict: $(cat /root/verdict 2>/dev/null || echo 'do not publish'), gemm: $(cat /root/gemm 2>/dev/null)"
   finish ;;
 zy)
-  grep -q publish /root/verdict 2>/dev/null || { echo "zc's verdict was not publish"; exit 1; }
+  grep -q publish /root/verdict 2>/dev/null || { echo "zd's verdict was not publish"; exit 1; }
   export PDLIB_PREFILL_GEMM=$(cat /root/gemm); echo "prefill GEMM: $PDLIB_PREFILL_GEMM"
   ( gpu 1 timeout -s INT 330 python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
       --policies chunked overlap slo slo-mixed --tbt-slo-ms 15 --quiet --output "$OUT/report-new.json" \
@@ -886,7 +876,7 @@ zy)
   wait; cat "$LOGS/gpu1.log"
   finish ;;
 zz)
-  grep -q publish /root/verdict 2>/dev/null || { echo "zc's verdict was not publish"; exit 1; }
+  grep -q publish /root/verdict 2>/dev/null || { echo "zd's verdict was not publish"; exit 1; }
   export PDLIB_PREFILL_GEMM=$(cat /root/gemm); echo "prefill GEMM: $PDLIB_PREFILL_GEMM"
   PDLIB_DISAGG_WORKER_LOG=$LOGS/worker.log timeout -s KILL 200 python3 -m pdlib run \
     --params params/qwen3-0.6b-4096x1024.yaml --policies eager chunked disagg --quiet \

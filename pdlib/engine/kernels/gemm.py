@@ -10,8 +10,8 @@ in TF32, so its lo is zero: two products, lo*w + hi*w, and half the bytes to rea
 Each block computes a BM x BN tile of y = x @ w.T with warps of WM x WN (mma.m16n8k8), over 32-deep slices of
 x and w that `cp.async` brings into a ring of STAGES buffers in shared memory, STAGES - 1 slices ahead of the
 one being multiplied, so the loads' latency hides behind the tensor cores' work. The operands are split as
-each fragment is read. Where the tiles are too few to fill the GPU, K is split: a tile's blocks, one per
-slice of K, form a cluster and add their sums through each other's shared memory in a fixed order. It runs the prefill's matmuls of 16 rows and more on bf16 weights; on
+each fragment is read. Where the tiles are too few to fill the GPU, K is split and the slices' partial sums
+are added afterwards in a fixed order. It runs the prefill's matmuls of 16 rows and more on bf16 weights; on
 FP32 weights only a chunk's (up to 256 rows): MLX's FP32 matmul was faster on a whole prompt's there (launch
 shapes measured by notes/gpu-session/gemm_sweep.py).
 SOURCE_WGMMA does the same by Hopper's warpgroup mma (PDLIB_PREFILL_GEMM=wgmma, opt-in): each slice is split
@@ -33,7 +33,6 @@ from pdlib.engine.kernels.backend import BACKEND, CUDA_CP_ASYNC, cuda_sm_count, 
 BK = 32                  # a slice's depth
 PITCH, WGMMA_PITCH, BF16X3_PITCH = 40, 36, 48   # a staged row's floats, or halves for bf16 w (the pad spreads
                                                 # a warp's reads over the banks)
-MAX_SPLIT = 8            # a K split's blocks of a tile form one cluster, at most 8 blocks where portable
 MIN_ROWS = 16            # fewer rows (the LM head's, a decode's) waste most of a tile: plain FP32 there
 
 
@@ -56,13 +55,10 @@ class Tiles(NamedTuple):
 
     def shared_bytes(self, weight_bytes: int = 4) -> int:
         """The ring (x's rows at PITCH floats, w's at PITCH floats or halves; BF16X3_PITCH for that kernel), or
-        the wgmma kernel's (rows at WGMMA_PITCH floats) and its hi and lo copies of a slice; at least the tile's
-        sums at BN + 8 floats a row, which a K split stages there for its cluster (pd_finish)."""
+        the wgmma kernel's (rows at WGMMA_PITCH floats) and its hi and lo copies of a slice."""
         if self.wgmma:
-            ring = self.stages * 4 * (self.bm + self.bn) * WGMMA_PITCH + 8 * (self.bm + self.bn) * BK
-        else:
-            ring = self.stages * (BF16X3_PITCH if self.bf16x3 else PITCH) * (4 * self.bm + weight_bytes * self.bn)
-        return max(ring, 4 * self.bm * (self.bn + 8))
+            return self.stages * 4 * (self.bm + self.bn) * WGMMA_PITCH + 8 * (self.bm + self.bn) * BK
+        return self.stages * (BF16X3_PITCH if self.bf16x3 else PITCH) * (4 * self.bm + weight_bytes * self.bn)
 
     @property
     def label(self) -> str:
@@ -170,73 +166,6 @@ __device__ __forceinline__ void pd_store(float* out, const float (&acc)[MI][NI][
                 make_float2(acc[mi][ni][2], acc[mi][ni][3]);
         }
 }
-// this block's cluster (the kernel's __cluster_dims__; a block alone without one): its rank and size; a barrier
-// across it whose arrival releases this block's shared-memory stores and whose wait acquires the others'
-__device__ __forceinline__ uint32_t pd_cluster_rank() {
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-    return r;
-}
-__device__ __forceinline__ uint32_t pd_cluster_size() {
-    uint32_t n;
-    asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(n));
-    return n;
-}
-__device__ __forceinline__ void pd_cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-// four floats at p in the shared memory of the cluster's block `rank` (p: this block's address of the same)
-__device__ __forceinline__ float4 pd_peer4(const float* p, uint32_t rank) {
-    const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(p));
-    uint32_t remote;
-    float4 v;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
-    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(remote) : "memory");
-    return v;
-}
-// a BM x BN tile's sums into y (rows of N floats) at (m0, n0): a warp's MI x NI fragments at (wm, wn) of the
-// tile. K in one slice: stored. In SPLIT slices, the tile's SPLIT blocks are one cluster (the kernel is built
-// with __cluster_dims__(1, 1, SPLIT): gemm.kernel_header): each stages its sums in its own shared memory (the
-// ring's, free once every warp is past it; rows of BN + 8 floats, so a warp's fragment stores take two
-// wavefronts), and rank z adds rows z BM / SPLIT.. of every block's in rank order, the order fixed, into y:
-// no partial outputs, no second kernel. Launched without the cluster, the tile's rows become NaN (a check
-// fails; no block reads memory that is not its cluster's).
-template <int SPLIT, int BM, int BN, int THREADS, int MI, int NI>
-__device__ __forceinline__ void pd_finish(float* y, float* smem, const float (&acc)[MI][NI][4], int wm, int wn,
-                                          int m0, int n0, int M, int N, int g, int t) {
-    if constexpr (SPLIT == 1) {
-        pd_store(y, acc, m0 + wm, n0 + wn, M, N, g, t);
-    } else {
-        constexpr int TP = BN + 8, ROWS = BM / SPLIT, QUADS = ROWS * BN / 4;   // a rank's rows; its float4s
-        static_assert(BM % SPLIT == 0 && SPLIT <= 8 && TP % 4 == 0);
-        const bool formed = pd_cluster_size() == SPLIT;   // the same for every block of the launch
-        const int z = formed ? pd_cluster_rank() : blockIdx.z;
-        if (formed) {
-            __syncthreads();                              // every warp is done with the ring
-            pd_store(smem, acc, wm, wn, BM, TP, g, t);
-            pd_cluster_sync();                            // every block's sums staged, and visible here
-        }
-        for (int i = threadIdx.x; i < QUADS; i += THREADS) {
-            const int r = z * ROWS + i / (BN / 4), c = 4 * (i % (BN / 4));
-            const float nan = __int_as_float(0x7fc00000);
-            float4 s = make_float4(nan, nan, nan, nan);
-            if (formed) {
-                s = pd_peer4(smem + r * TP + c, 0);
-                #pragma unroll
-                for (int p = 1; p < SPLIT; ++p) {
-                    const float4 v = pd_peer4(smem + r * TP + c, p);
-                    s.x += v.x;
-                    s.y += v.y;
-                    s.z += v.z;
-                    s.w += v.w;
-                }
-            }
-            if (m0 + r < M) *reinterpret_cast<float4*>(y + (size_t)(m0 + r) * N + n0 + c) = s;
-        }
-        if (formed) pd_cluster_sync();                    // no block leaves while another reads its memory
-    }
-}
 // R rows of a 32-deep slice into shared memory, 16 bytes a copy: rows r0 + r (r < R) of src, E-byte elements
 // and K of them a row, from column k0, to dst at PITCH bytes a row; rows at or past `rows` come as zeros
 template <int R, int E, int K, int PITCH, int THREADS>
@@ -255,7 +184,7 @@ __device__ __forceinline__ void pd_stage(void* dst, const void* src, int r0, int
 """
 
 SOURCE = r"""
-    // y = x @ w.T, summed over SPLIT slices of K (KS = K / SPLIT columns; slice z = blockIdx.z) by pd_finish; w is
+    // y[z] = x[:, kz] @ w[:, kz].T for K slice z (z = blockIdx.z, SPLIT slices of KS = K / SPLIT columns); w is
     // FP32 (WB = 4) or bf16 (WB = 2: exact in TF32, so its lo is zero and the hi lo product is skipped).
     // Tiles of both are staged as they lie, rows by 32 columns at a pitch of 40 (floats, or halves for bf16),
     // in a ring of STAGES; slice i + STAGES - 1 is requested while slice i is multiplied. An mma's thread
@@ -343,7 +272,7 @@ SOURCE = r"""
     }
     pd_cp_wait<0>();                                   // no copy outlives the block (the tail's are empty)
 
-    pd_finish<SPLIT, BM, BN, THREADS>(y, smem, acc, wm, wn, m0, n0, M, N, g, t);
+    pd_store(y + (size_t)blockIdx.z * M * N, acc, m0 + wm, n0 + wn, M, N, g, t);
 """
 
 
@@ -351,7 +280,7 @@ SOURCE = r"""
 # split is exact, so only the accumulators round; 3 mma per 16 columns of K against tf32x2's 4, and w's
 # fragments are read as they lie (notes/h200-runbook.md)
 SOURCE_BF16X3 = r"""
-    // y = x @ w.T as SOURCE's, w bf16, by mma.m16n8k16.bf16: x = p0 + p1 + p2 in bf16 parts
+    // y[z] = x[:, kz] @ w[:, kz].T as SOURCE's, w bf16, by mma.m16n8k16.bf16: x = p0 + p1 + p2 in bf16 parts
     // (pd_split3, exact), three products p2 w, p1 w, p0 w into a slice's fresh accumulator. A thread holds
     // columns 2t, 2t + 1, 2t + 8 and 2t + 9 of a 16-deep step; any four serve if x and w agree, so it takes
     // memory columns 4t .. 4t + 3: one 128-bit read of x a fragment row (pitch 48 floats: a quarter warp's
@@ -424,7 +353,7 @@ SOURCE_BF16X3 = r"""
     }
     pd_cp_wait<0>();
 
-    pd_finish<SPLIT, BM, BN, THREADS>(y, smem, acc, wm, wn, m0, n0, M, N, g, t);
+    pd_store(y + (size_t)blockIdx.z * M * N, acc, m0 + wm, n0 + wn, M, N, g, t);
 """
 
 
@@ -460,7 +389,7 @@ __device__ __forceinline__ void pd_fence_reg(float& r) { asm volatile("" : "+f"(
 """ + _wgmma_function(64) + _wgmma_function(128)
 
 SOURCE_WGMMA = r"""
-    // y = x @ w.T, K in SPLIT slices, as SOURCE, by one warpgroup per 64 x BN tile (warp w: rows
+    // y[z] = x[:, kz] @ w[:, kz].T for K slice z, as SOURCE, by one warpgroup per 64 x BN tile (warp w: rows
     // 16 w..). Each 32-deep slice arrives by cp.async as it lies (rows of 32, PITCH 36) in a ring of STAGES;
     // then the block splits it once into TF32 hi and lo copies laid out as wgmma reads K-major operands
     // (core matrix (rows 8 q.., columns 4 c..) at (c * R / 8 + q) * 32 words, its row r at 4 (r & 7)), and
@@ -546,40 +475,32 @@ SOURCE_WGMMA = r"""
     }
     pd_cp_wait<0>();
 
-    // accumulator 4 j + e: row 16 warp + g (+ 8 for e >= 2), column 8 j + 2 t + (e & 1): mma's C fragments, one
-    // row of them a warp
-    pd_finish<SPLIT, BM, BN, THREADS>(y, smem, reinterpret_cast<const float(&)[1][BN / 8][4]>(acc), 16 * warp, 0,
-                                      m0, n0, M, N, g, t);
+    // accumulator 4 j + e: row 16 warp + g (+ 8 for e >= 2), column 8 j + 2 t + (e & 1)
+    float* out = y + (size_t)blockIdx.z * M * N;
+    #pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+        const int row = m0 + 16 * warp + g, col = n0 + 8 * j + 2 * t;
+        if (row < M) *reinterpret_cast<float2*>(out + (size_t)row * N + col) = make_float2(acc[4 * j], acc[4 * j + 1]);
+        if (row + 8 < M) *reinterpret_cast<float2*>(out + (size_t)(row + 8) * N + col) =
+            make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+    }
 """
 
 _kernels: dict = {}
 
 
-def source(tiles: Tiles) -> str:
-    return SOURCE_WGMMA if tiles.wgmma else SOURCE_BF16X3 if tiles.bf16x3 else SOURCE
-
-
-def kernel_header(tiles: Tiles, split: int) -> str:
-    """The kernel's header: with K split, the cluster of a tile's `split` blocks that pd_finish sums across,
-    given to the signature MLX writes after it (as backend.cuda_launch_bounds gives its bounds)."""
-    header = HEADER_WGMMA if tiles.wgmma else HEADER
-    if split == 1:
-        return header
-    return header + (f"#undef __global__\n"
-                     f"#define __global__ __attribute__((global)) __cluster_dims__(1, 1, {split})\n")
-
-
-def _kernel(tiles: Tiles, weight_bytes: int, split: int):
-    """One compiled kernel per launch shape, weight type and K split (the ring's dynamic shared memory and
-    the cluster are fixed at creation)."""
-    if (tiles, weight_bytes, split) not in _kernels:
+def _kernel(tiles: Tiles, weight_bytes: int):
+    """One compiled kernel per launch shape and weight type (the ring's dynamic shared memory is fixed at
+    creation)."""
+    if (tiles, weight_bytes) not in _kernels:
         kind = "wgmma" if tiles.wgmma else "bf16x3" if tiles.bf16x3 else f"tf32x{3 if weight_bytes == 4 else 2}"
         warps = "" if tiles.wgmma else f"w{tiles.wm}x{tiles.wn}"
-        _kernels[tiles, weight_bytes, split] = mx.fast.cuda_kernel(
-            name=f"pdlib_gemm_{kind}_{tiles.bm}x{tiles.bn}{warps}s{tiles.stages}k{split}", input_names=["x", "w"],
-            output_names=["y"], source=source(tiles), header=kernel_header(tiles, split),
+        source = SOURCE_WGMMA if tiles.wgmma else SOURCE_BF16X3 if tiles.bf16x3 else SOURCE
+        _kernels[tiles, weight_bytes] = mx.fast.cuda_kernel(
+            name=f"pdlib_gemm_{kind}_{tiles.bm}x{tiles.bn}{warps}s{tiles.stages}", input_names=["x", "w"],
+            output_names=["y"], source=source, header=HEADER_WGMMA if tiles.wgmma else HEADER,
             shared_memory=tiles.shared_bytes(weight_bytes))
-    return _kernels[tiles, weight_bytes, split]
+    return _kernels[tiles, weight_bytes]
 
 
 GEMM_ENV, GEMM_CHOICES = "PDLIB_PREFILL_GEMM", ("tf32x2", "tf32x3", "fp32", "wgmma", "bf16x3")
@@ -616,12 +537,10 @@ def tiles(M: int, K: int, N: int, bf16: bool = False) -> bool:
 
 
 def k_split(M: int, K: int, N: int, sms: int, shape: Tiles = CHUNK_TILES) -> int:
-    """Slices of K: doubled while the grid stays within two blocks per SM, each slice keeps min_ks columns
-    and whole 32-deep steps, and a tile's blocks fit one cluster (CHUNK_TILES at M=128: o_proj and down split
-    8 ways, q|k|v 4, gate|up 2)."""
+    """Slices of K: doubled while the grid stays within two blocks per SM and each slice keeps min_ks columns
+    and whole 32-deep steps (CHUNK_TILES at M=128: o_proj and down split 8 ways, q|k|v 4, gate|up 2)."""
     blocks, split = -(-M // shape.bm) * (N // shape.bn), 1
-    while (2 * split <= MAX_SPLIT and blocks * split * 2 <= 2 * sms and K % (2 * split * BK) == 0
-           and K // (2 * split) >= shape.min_ks):
+    while blocks * split * 2 <= 2 * sms and K % (2 * split * BK) == 0 and K // (2 * split) >= shape.min_ks:
         split *= 2
     return split
 
@@ -650,14 +569,14 @@ def tf32x3_matmul(x: mx.array, w: mx.array, *, shape: Tiles = CHUNK_TILES, split
             or w.shape[1] != K):
         raise ValueError(f"tf32x3_matmul takes FP32 x (M, K) and w (N, K), FP32 (but not by bf16x3) or bf16 (but not"
                          f" by wgmma), got {x.dtype} {x.shape}, {w.dtype} {w.shape} ({shape.label})")
-    if not 1 <= split <= MAX_SPLIT or N % shape.bn or K % (split * BK) or shape.bm % split:
-        raise ValueError(f"tf32x3_matmul needs N % {shape.bn} == 0, K % ({BK} * split) == 0 and a split of 1 to "
-                         f"{MAX_SPLIT} dividing {shape.bm}, got K={K}, N={N}, split={split}")
-    (y,) = _kernel(shape, wb, split)(inputs=[x, w], template=template(shape, K, N, split, wb),
-                                     grid=(N // shape.bn * shape.threads, -(-M // shape.bm), split),
-                                     threadgroup=(shape.threads, 1, 1), output_shapes=[(M, N)],
-                                     output_dtypes=[mx.float32], init_value=float("nan") if poison else None)
-    return y
+    if N % shape.bn or K % (split * BK):
+        raise ValueError(f"tf32x3_matmul needs N % {shape.bn} == 0 and K % ({BK} * split) == 0, got K={K}, N={N}, "
+                         f"split={split}")
+    (y,) = _kernel(shape, wb)(inputs=[x, w], template=template(shape, K, N, split, wb),
+                              grid=(N // shape.bn * shape.threads, -(-M // shape.bm), split),
+                              threadgroup=(shape.threads, 1, 1), output_shapes=[(split, M, N)],
+                              output_dtypes=[mx.float32], init_value=float("nan") if poison else None)
+    return y[0] if split == 1 else y.sum(axis=0)
 
 
 def linear_t(x: mx.array, w_t: mx.array, w: mx.array | None = None) -> mx.array:
