@@ -185,7 +185,7 @@ def test_linear_t_picks_the_weight_and_the_kernel(monkeypatch, choice, rows):
 def test_the_switch_defaults_to_tensor_cores_on_the_bf16_copies_on_cuda_only(monkeypatch):
     monkeypatch.delenv("PDLIB_PREFILL_GEMM", raising=False)
     monkeypatch.setattr(G, "BACKEND", "cuda")
-    assert G.enabled() and G.bf16_weights() and G.chunk_tiles() == G.CHUNK_TILES
+    assert G.choice() == "bf16x3" and G.enabled() and G.bf16_weights() and G.chunk_tiles() == G.CHUNK_TILES
     monkeypatch.setenv("PDLIB_PREFILL_GEMM", "fp32")
     assert not G.enabled()
     monkeypatch.setenv("PDLIB_PREFILL_GEMM", "tf32x3")
@@ -200,7 +200,7 @@ def test_the_switch_defaults_to_tensor_cores_on_the_bf16_copies_on_cuda_only(mon
     assert not G.enabled()
     monkeypatch.setenv("PDLIB_PREFILL_GEMM", "tf32")
     with pytest.raises(InputError,
-                       match="PDLIB_PREFILL_GEMM must be tf32x2 or tf32x3 or fp32 or wgmma or bf16x3, got 'tf32'"):
+                       match="PDLIB_PREFILL_GEMM must be bf16x3 or tf32x2 or tf32x3 or fp32 or wgmma, got 'tf32'"):
         G.enabled()
 
 
@@ -279,7 +279,7 @@ def test_a_bad_switch_is_refused_when_the_model_loads(monkeypatch, tiny):
     from pdlib.engine.model import Qwen3
     monkeypatch.setenv("PDLIB_PREFILL_GEMM", "fast")
     with pytest.raises(InputError,
-                       match="PDLIB_PREFILL_GEMM must be tf32x2 or tf32x3 or fp32 or wgmma or bf16x3, got 'fast'"):
+                       match="PDLIB_PREFILL_GEMM must be bf16x3 or tf32x2 or tf32x3 or fp32 or wgmma, got 'fast'"):
         Qwen3(tiny, compile_steps=False)
 
 

@@ -14,10 +14,11 @@ each fragment is read. Where the tiles are too few to fill the GPU, K is split a
 are added afterwards in a fixed order. It runs the prefill's matmuls of 16 rows and more on bf16 weights; on
 FP32 weights only a chunk's (up to 256 rows): MLX's FP32 matmul was faster on a whole prompt's there (launch
 shapes measured by notes/gpu-session/gemm_sweep.py).
-SOURCE_WGMMA does the same by Hopper's warpgroup mma (PDLIB_PREFILL_GEMM=wgmma, opt-in): each slice is split
-once per block into the hi and lo copies the tensor cores read from shared memory. SOURCE_BF16X3
-(PDLIB_PREFILL_GEMM=bf16x3, opt-in, not yet run on a GPU) splits x instead into three bf16 parts, which hold
-it exactly, and multiplies them by the bf16 weights (mma.m16n8k16): three products per 16 columns of K.
+SOURCE_BF16X3 (PDLIB_PREFILL_GEMM=bf16x3, the default on bf16 weights) splits x instead into three bf16
+parts, which hold it exactly, and multiplies them by the bf16 weights (mma.m16n8k16): three products per 16
+columns of K, against the TF32 split's four. SOURCE_WGMMA does the TF32 split by Hopper's warpgroup mma
+(PDLIB_PREFILL_GEMM=wgmma, opt-in): each slice is split once per block into the hi and lo copies the tensor
+cores read from shared memory.
 
     y = tf32x3_matmul(x, w)       # x (M, K) FP32, w (N, K) FP32 or bf16, row-contiguous -> x @ w.T, (M, N) FP32
     K.linear_t(x, w_t, w_bf16)    # this on CUDA unless PDLIB_PREFILL_GEMM=fp32: on w_bf16 (16 rows and more) or
@@ -75,14 +76,14 @@ class Tiles(NamedTuple):
 # element half as often: ~4.2 instructions an mma by the compiled text. Four of them on a 64x128 tile run a
 # chunk's 128 rows as fast as on 128x64 (3.55-3.89 against 3.61-3.70 ms) and ragged counts faster (129 rows,
 # a mixed step's: 5.25 against 6.43 ms on FP32 weights; a 128-row tile computes 256 rows there); a whole
-# prompt's 3% slower (54.9 against 53.2 ms; v23). Then PDLIB_PREFILL_GEMM=bf16x3's, the default's shape
-# (SOURCE_BF16X3, not yet run on a GPU), and the wgmma kernel's, PDLIB_PREFILL_GEMM=wgmma: exact, but slower so
-# far (5.67 ms at 128 rows: v22).
+# prompt's 3% slower (54.9 against 53.2 ms; v23). Then the default's, bf16x3's, on that tile (SOURCE_BF16X3:
+# 3.18 against 3.41 ms at 128 rows; v25), and the wgmma kernel's, PDLIB_PREFILL_GEMM=wgmma: exact, but slower
+# so far (5.67 ms at 128 rows: v22).
 CANDIDATES = (Tiles(64, 128, 32, 3, 256, wn=64), Tiles(128, 64, 32, 3, 256, wn=64), Tiles(64, 64, 32, 3, 256),
               Tiles(128, 128, 64, 3, 128), Tiles(64, 128, 32, 3, 256, wn=64, bf16x3=True),
               Tiles(64, 64, 0, 3, 256, wgmma=True))
 CHUNK_TILES = CANDIDATES[0]
-BF16X3_TILES = CANDIDATES[-2]  # PDLIB_PREFILL_GEMM=bf16x3's
+BF16X3_TILES = CANDIDATES[-2]  # the default's on bf16 weights (PDLIB_PREFILL_GEMM=bf16x3)
 WGMMA_TILES = CANDIDATES[-1]   # PDLIB_PREFILL_GEMM=wgmma's
 MAX_ROWS = 256           # on FP32 weights more rows (a whole prompt's) run MLX's FP32 matmul, faster there; on
                          # bf16 ones the kernel was faster at every count measured, 512 to 4,096 (v22)
@@ -276,9 +277,9 @@ SOURCE = r"""
 """
 
 
-# x as three bf16 parts times the bf16 weights (PDLIB_PREFILL_GEMM=bf16x3, opt-in, not yet run on a GPU): the
-# split is exact, so only the accumulators round; 3 mma per 16 columns of K against tf32x2's 4, and w's
-# fragments are read as they lie (notes/h200-runbook.md)
+# x as three bf16 parts times the bf16 weights (PDLIB_PREFILL_GEMM=bf16x3, the default): the split is exact,
+# so only the accumulators round; 3 mma per 16 columns of K against tf32x2's 4, and w's fragments are read as
+# they lie (notes/gpu.md, v24 and v25)
 SOURCE_BF16X3 = r"""
     // y[z] = x[:, kz] @ w[:, kz].T as SOURCE's, w bf16, by mma.m16n8k16.bf16: x = p0 + p1 + p2 in bf16 parts
     // (pd_split3, exact), three products p2 w, p1 w, p0 w into a slice's fresh accumulator. A thread holds
@@ -503,14 +504,14 @@ def _kernel(tiles: Tiles, weight_bytes: int):
     return _kernels[tiles, weight_bytes]
 
 
-GEMM_ENV, GEMM_CHOICES = "PDLIB_PREFILL_GEMM", ("tf32x2", "tf32x3", "fp32", "wgmma", "bf16x3")
+GEMM_ENV, GEMM_CHOICES = "PDLIB_PREFILL_GEMM", ("bf16x3", "tf32x2", "tf32x3", "fp32", "wgmma")
 
 
 def choice() -> str:
-    """PDLIB_PREFILL_GEMM: `tf32x2` (the default) runs the prefill's matmuls here on CUDA on the bf16 decode
-    copies where the model has them (two products; notes/gpu.md, v22), else as `tf32x3`: a chunk's on the FP32
-    weights; `wgmma` the same by the Hopper kernel (opt-in, slower so far: v21); `bf16x3` as tf32x2 with x in
-    three bf16 parts (SOURCE_BF16X3: opt-in, not yet run on a GPU); `fp32` runs MLX's."""
+    """PDLIB_PREFILL_GEMM: `bf16x3` (the default) runs the prefill's matmuls here on CUDA on the bf16 decode
+    copies where the model has them, x in three bf16 parts (SOURCE_BF16X3; notes/gpu.md, v25), else as
+    `tf32x3`: a chunk's on the FP32 weights; `tf32x2` as bf16x3 with x in two TF32 parts (SOURCE, two products:
+    v22-v24's default); `wgmma` tf32x3 by the Hopper kernel (opt-in, slower so far: v21); `fp32` runs MLX's."""
     return env_choice(GEMM_ENV, GEMM_CHOICES)
 
 
