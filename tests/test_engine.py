@@ -185,6 +185,11 @@ def test_engine_rejects_bad_steps(tiny):
         engine.prefill_chunk("A", 11)
     with pytest.raises(ValueError, match="no room"):
         engine.add_request("B", list(range(64)))
+    vocab = tiny.config.vocab_size
+    for bad in (vocab, -1):   # one past the embedding table reads past it (a segfault on the CPU, not an error)
+        with pytest.raises(ValueError, match=rf"prompt token id {bad} is outside the model's vocabulary \[0, {vocab}\)"):
+            engine.add_request("C", [1, bad, 2])
+    engine.add_request("C", [0, vocab - 1])
 
 
 def test_validate_policy_runs_the_exact_plan(tiny):

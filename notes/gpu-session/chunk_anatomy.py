@@ -1,12 +1,16 @@
 """Where one 128-token chunk step's time goes (issue 12: is chunked prefill bound by FP32 GEMMs, attention or the
 host?), and a mixed step's (the chunk beside one decode). Run it under different settings (MLX_USE_CUDA_GRAPHS=0,
-PDLIB_PREFILL_ATTENTION) and compare; prints one JSON line of median milliseconds.
+PDLIB_PREFILL_ATTENTION) and compare; prints one JSON line of median milliseconds (PROFILE=1: first, a
+cProfile of the host's building of one chunk step and one mixed step, as # lines).
 
     python3 notes/gpu-session/chunk_anatomy.py [context]
 """
 
+import cProfile
+import io
 import json
 import os
+import pstats
 import statistics
 import sys
 import time
@@ -30,9 +34,9 @@ def median_of(fn):
     return statistics.median(fn() for _ in range(N))
 
 
-model = load_model("synthetic:qwen3-0.6b")
+model = load_model(os.environ.get("MODEL", "synthetic:qwen3-0.6b"))   # MODEL: another, to try it
 engine = Engine(model, capacity=CTX + T + 8)
-engine.add_request("P", [(i * 7919 + 13) % 50000 for i in range(CTX + T + 1)])
+engine.add_request("P", [(i * 7919 + 13) % model.config.vocab_size for i in range(CTX + T + 1)])
 out = {"context": CTX, "rows": T, "label": os.environ.get("LABEL"), "env": {k: os.environ.get(k) for k in ("MLX_USE_CUDA_GRAPHS", "MLX_ENABLE_TF32", "PDLIB_PREFILL_GEMM", "PDLIB_PREFILL_ATTENTION")}}
 
 
@@ -54,7 +58,7 @@ out["chunk_total_ms"] = statistics.median(t for _, t in steps)
 
 # mixed's ragged step: the same chunk beside one decode of a request at CTX (v20: a mixed round cost
 # ~5 ms more than a chunk step and a decode); then that decode alone
-engine.add_request("D", [(i * 104729 + 7) % 50000 for i in range(CTX)])
+engine.add_request("D", [(i * 104729 + 7) % model.config.vocab_size for i in range(CTX)])
 for n in range(0, CTX, 1024):
     engine.prefill_chunk("D", min(1024, CTX - n))
 mx.synchronize()
@@ -81,6 +85,27 @@ def decode_alone():
 steps = [mixed_step() for _ in range(6)][1:]   # D's cache has room for CTX + T + 8 tokens
 out["mixed_host_ms"] = statistics.median(h for h, _ in steps)
 out["mixed_total_ms"] = statistics.median(t for _, t in steps)
+
+
+def host_profile(label, build):
+    """PROFILE=1: where the host's time building one step goes (cProfile, the step's graph built and handed
+    to the device, not waited for); the 14 functions with the most time of their own, on stdout as # lines."""
+    engine.reset("P", logical=True)
+    engine.prefill_chunk("P", CTX)
+    mx.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    build()
+    prof.disable()
+    mx.synchronize()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(14)
+    print("\n".join(f"# {label}: {line}" for line in text.getvalue().splitlines() if line.strip()), flush=True)
+
+
+if os.environ.get("PROFILE"):   # after the timed steps, which it would slow; D decodes at most twice more
+    host_profile("chunk", lambda: engine.prefill_chunk("P", T))
+    host_profile("mixed", lambda: engine.batch([("P", T), ("D", None)]))
 out["decode_alone_ms"] = statistics.median(decode_alone() for _ in range(8))
 
 layers = engine.model.layers

@@ -59,7 +59,11 @@ class Engine:
         self.requests: dict[str, Request] = {}
 
     def add_request(self, name: str, prompt_ids) -> None:
-        prompt = mx.array(list(prompt_ids), dtype=mx.int32)
+        ids, vocab = list(prompt_ids), self.model.cfg.vocab_size
+        if ids and not 0 <= min(ids) <= max(ids) < vocab:   # an id past the table reads past the embedding
+            bad = next(i for i in ids if not 0 <= i < vocab)
+            raise ValueError(f"prompt token id {bad} is outside the model's vocabulary [0, {vocab})")
+        prompt = mx.array(ids, dtype=mx.int32)
         if prompt.size >= self.capacity:
             raise ValueError(f"prompt of {prompt.size} tokens leaves no room in a cache of {self.capacity}")
         self.requests[name] = Request(prompt, self.model.new_cache(self.capacity))
