@@ -59,7 +59,7 @@ class Engine:
         self.requests: dict[str, Request] = {}
 
     def add_request(self, name: str, prompt_ids) -> None:
-        ids, vocab = list(prompt_ids), self.model.cfg.vocab_size
+        ids, vocab = [int(i) for i in prompt_ids], self.model.cfg.vocab_size
         if ids and not 0 <= min(ids) <= max(ids) < vocab:   # an id past the table reads past the embedding
             bad = next(i for i in ids if not 0 <= i < vocab)
             raise ValueError(f"prompt token id {bad} is outside the model's vocabulary [0, {vocab})")
