@@ -1,7 +1,7 @@
 """Where one 128-token chunk step's time goes (issue 12: is chunked prefill bound by FP32 GEMMs, attention or the
 host?), and a mixed step's (the chunk beside one decode). Run it under different settings (MLX_USE_CUDA_GRAPHS=0,
 PDLIB_PREFILL_ATTENTION) and compare; prints one JSON line of median milliseconds (PROFILE=1: first, a
-cProfile of the host's building of one chunk step and one mixed step, as # lines).
+cProfile of the call that builds and issues one chunk step and one mixed step, as # lines).
 
     python3 notes/gpu-session/chunk_anatomy.py [context]
 """
@@ -88,8 +88,9 @@ out["mixed_total_ms"] = statistics.median(t for _, t in steps)
 
 
 def host_profile(label, build):
-    """PROFILE=1: where the host's time building one step goes (cProfile, the step's graph built and handed
-    to the device, not waited for); the 14 functions with the most time of their own, on stdout as # lines."""
+    """PROFILE=1: where the call that builds and issues one step spends its time (cProfile; issuing past MLX's
+    command buffers in flight waits for the device, which shows as async_eval's own time); the 14 functions
+    with the most time of their own, on stdout as # lines."""
     engine.reset("P", logical=True)
     engine.prefill_chunk("P", CTX)
     mx.synchronize()
@@ -103,7 +104,7 @@ def host_profile(label, build):
     print("\n".join(f"# {label}: {line}" for line in text.getvalue().splitlines() if line.strip()), flush=True)
 
 
-if os.environ.get("PROFILE"):   # after the timed steps, which it would slow; D decodes at most twice more
+if os.environ.get("PROFILE"):   # after the timed steps, which it would slow; D decodes once more
     host_profile("chunk", lambda: engine.prefill_chunk("P", T))
     host_profile("mixed", lambda: engine.batch([("P", T), ("D", None)]))
 out["decode_alone_ms"] = statistics.median(decode_alone() for _ in range(8))

@@ -1,4 +1,4 @@
-"""The prefill GEMM to publish with, from session.sh zc's anatomy runs: bf16x3 if its gate passed (the marker
+"""The prefill GEMM to publish with, from session.sh zd's anatomy runs: bf16x3 if its gate passed (the marker
 file exists) and its chunk and mixed steps together ran at least 2% faster (medians) than tf32x2's, else tf32x2.
 
     python3 notes/gpu-session/gemm_choice.py anatomy.log gate-bf16x3.ok > /root/gemm

@@ -1,4 +1,4 @@
-"""The prefill's matmuls in FP32 accuracy on tensor cores, by the 3xTF32 split (CUDA only).
+"""The prefill's matmuls in FP32 accuracy on tensor cores, by splitting the operands (CUDA only).
 
 A TF32 product keeps 10 of FP32's 23 mantissa bits. Splitting each operand x = hi + lo, both TF32 (hi is x
 rounded to TF32, lo the rounded remainder), and summing the three products that matter, lo*hi + hi*lo +
@@ -77,7 +77,7 @@ class Tiles(NamedTuple):
 # chunk's 128 rows as fast as on 128x64 (3.55-3.89 against 3.61-3.70 ms) and ragged counts faster (129 rows,
 # a mixed step's: 5.25 against 6.43 ms on FP32 weights; a 128-row tile computes 256 rows there); a whole
 # prompt's 3% slower (54.9 against 53.2 ms; v23). Then the default's, bf16x3's, on that tile (SOURCE_BF16X3:
-# 3.18 against 3.41 ms at 128 rows; v25), and the wgmma kernel's, PDLIB_PREFILL_GEMM=wgmma: exact, but slower
+# 3.18 against 3.41 ms at 128 rows; v24's outcome), and the wgmma kernel's, PDLIB_PREFILL_GEMM=wgmma: exact, but slower
 # so far (5.67 ms at 128 rows: v22).
 CANDIDATES = (Tiles(64, 128, 32, 3, 256, wn=64), Tiles(128, 64, 32, 3, 256, wn=64), Tiles(64, 64, 32, 3, 256),
               Tiles(128, 128, 64, 3, 128), Tiles(64, 128, 32, 3, 256, wn=64, bf16x3=True),
@@ -509,7 +509,7 @@ GEMM_ENV, GEMM_CHOICES = "PDLIB_PREFILL_GEMM", ("bf16x3", "tf32x2", "tf32x3", "f
 
 def choice() -> str:
     """PDLIB_PREFILL_GEMM: `bf16x3` (the default) runs the prefill's matmuls here on CUDA on the bf16 decode
-    copies where the model has them, x in three bf16 parts (SOURCE_BF16X3; notes/gpu.md, v25), else as
+    copies where the model has them, x in three bf16 parts (SOURCE_BF16X3; notes/gpu.md, v24), else as
     `tf32x3`: a chunk's on the FP32 weights; `tf32x2` as bf16x3 with x in two TF32 parts (SOURCE, two products:
     v22-v24's default); `wgmma` tf32x3 by the Hopper kernel (opt-in, slower so far: v21); `fp32` runs MLX's."""
     return env_choice(GEMM_ENV, GEMM_CHOICES)
