@@ -5,10 +5,13 @@ without pytest, by `python -m pdlib check-kernels`.
     rows = check_kernels(seed=0)      # [{"kernel", "case", "max_abs", "worst_ratio", "passed"}, ...]
 """
 
+import os
+
 import mlx.core as mx
 
 from pdlib.config import preset
 from pdlib.engine import kernels as K
+from pdlib.engine.kernels import gemm as G
 from pdlib.engine.kernels.flash_prefill import ROW_TILES
 from pdlib.engine.kernels.gemm import CANDIDATES
 from pdlib.errors import InputError
@@ -122,6 +125,41 @@ def check_gemm(seed: int, cases=None, shapes=None, weights=("fp32", "bf16")) -> 
                 got = K.tf32x3_matmul(x, w, shape=shape, split=split, poison=True)
                 name = "gemm_bf16x3" if shape.bf16x3 else "gemm_tf32x2" if weight == "bf16" else "gemm_tf32x3"
                 rows += _evaluated([_compare(name, f"{case}, {shape.label}", got.reshape(-1), want.reshape(-1))])
+    return rows
+
+
+def epilogue_cases():
+    """(case, M, K, N, epilogue): the layer's matmuls with what follows them, at the row counts whose K splits
+    the sum kernel carries (o_proj's and down's residual, gate|up's SwiGLU) and one whose split is 1 (ops)."""
+    yield "o_proj + residual, 128 rows", 128, 2048, 1024, "add"
+    yield "gate|up, SwiGLU, 128 rows", 128, 1024, 6144, "swiglu"
+    yield "down + residual, 129 rows", 129, 3072, 1024, "add"
+    yield "q|k|v, 128 rows", 128, 1024, 4096, None
+    yield "gate|up, SwiGLU, 4096 rows", 4096, 1024, 6144, "swiglu"
+
+
+def check_gemm_epilogue(seed: int, shapes=None) -> list[dict]:
+    """The matmul and its epilogue against MLX's FP32 ops, on bf16 weights, under the default's shape and
+    tf32x2's (CHUNK_TILES), with each PDLIB_PREFILL_GEMM_SUM: a K split's sum and the epilogue by MLX's ops
+    (gemm_epilogue rows) and by gemm.summed's one kernel (gemm_sum_fused)."""
+    rows, before = [], os.environ.get(G.SUM_ENV)
+    try:
+        for how in G.SUM_CHOICES:
+            os.environ[G.SUM_ENV] = how
+            for shape in shapes or (G.BF16X3_TILES, G.CHUNK_TILES):
+                for i, (case, M, Kd, N, epi) in enumerate(epilogue_cases()):
+                    mx.random.seed(seed * 100 + 90 + i)
+                    x, w = mx.random.normal((M, Kd)) * 3.0, _bf16((N, Kd), Kd ** -0.5)
+                    kw = {"add": mx.random.normal((M, N)) * 2.0} if epi == "add" else {"swiglu": epi == "swiglu"}
+                    got = K.tf32x3_matmul(x, w, shape=shape, poison=True, **kw)
+                    want = G.epilogue_ops(K.tf32x3_ops(x, w), **kw)
+                    name = "gemm_sum_fused" if how == "fused" else "gemm_epilogue"
+                    rows += _evaluated([_compare(name, f"{case}, {shape.label}", got.reshape(-1), want.reshape(-1))])
+    finally:   # the switch as it was
+        if before is None:
+            os.environ.pop(G.SUM_ENV, None)
+        else:
+            os.environ[G.SUM_ENV] = before
     return rows
 
 
@@ -389,7 +427,8 @@ def check_persistent_decode(seed: int) -> list[dict]:
 def check_kernels(*, seed: int = 0) -> list[dict]:
     if K.BACKEND == "cpu":
         raise InputError("no GPU backend: the kernels exist only on CUDA or Metal; the CPU runs the ops twins")
-    cuda = check_gemm(seed) + check_flash_attention(seed) if K.BACKEND == "cuda" else []  # CUDA's alone
+    cuda = (check_gemm(seed) + check_gemm_epilogue(seed) + check_flash_attention(seed)
+            if K.BACKEND == "cuda" else [])  # CUDA's alone
     return (check_gemv(seed) + cuda + check_decode_attention(seed) + check_kv_store(seed) + check_kv_install(seed)
             + check_write_chain(seed) + check_persistent_decode(seed))
 

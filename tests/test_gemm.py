@@ -4,6 +4,7 @@ and with bf16 ones (two products), and passes x in three bf16 parts and fails tw
 the switch; the engine's matmuls go through it when enabled, on the bf16 decode copies under tf32x2 and bf16x3.
 The kernels themselves run in check-kernels on a GPU."""
 
+import os
 import re
 
 import numpy as np
@@ -170,7 +171,8 @@ def test_linear_t_picks_the_weight_and_the_kernel(monkeypatch, choice, rows):
     seen = []
     monkeypatch.setenv("PDLIB_PREFILL_GEMM", choice)
     monkeypatch.setattr(G, "BACKEND", "cuda")
-    monkeypatch.setattr(G, "tf32x3_matmul", lambda x, w, *, shape: seen.append((w.dtype, shape)) or emulated(x, w))
+    monkeypatch.setattr(G, "tf32x3_matmul", lambda x, w, *, shape, **kw: seen.append((w.dtype, shape))
+                        or G.epilogue_ops(emulated(x, w), **kw))
     mx.random.seed(0)
     w = (mx.random.normal((128, 64)) * 0.1).astype(mx.bfloat16)
     x, w_t = mx.random.normal((rows, 64)), w.astype(mx.float32).T
@@ -213,9 +215,9 @@ def test_the_engine_sends_its_chunk_matmuls_through_it(monkeypatch, tiny, choice
     from pdlib.engine.model import Qwen3, Segment
     calls = []
 
-    def standin(x, w, **kw):
+    def standin(x, w, *, shape, **epilogue):
         calls.append((x.shape[0], w.shape, w.dtype))
-        return emulated(x, w)
+        return G.epilogue_ops(emulated(x, w), **epilogue)
     q = Qwen3(tiny, compile_steps=False)
     prompt = mx.arange(3, 43, dtype=mx.int32)
     (plain,) = q.step([Segment(q.new_cache(64), prompt, start=0, emits=True)])
@@ -243,10 +245,104 @@ def test_without_packed_weights_tf32x2_runs_on_the_fp32_ones(monkeypatch, tiny):
     q = Qwen3(tiny, compile_steps=False, lossless_decode_weights=False, decode="kernels")
     monkeypatch.setenv("PDLIB_PREFILL_GEMM", "tf32x2")
     monkeypatch.setattr(G, "enabled", lambda: True)
-    monkeypatch.setattr(G, "tf32x3_matmul", lambda x, w, **kw: seen.append(w.dtype) or emulated(x, w))
+    monkeypatch.setattr(G, "tf32x3_matmul", lambda x, w, *, shape, **kw: seen.append(w.dtype)
+                        or G.epilogue_ops(emulated(x, w), **kw))
     monkeypatch.setattr(G, "tiles", lambda M, Kd, N, bf16=False: M >= G.MIN_ROWS)
     q.step([Segment(q.new_cache(64), mx.arange(3, 43, dtype=mx.int32), start=0, emits=True)])
     assert seen and set(seen) == {mx.float32}
+
+
+def test_the_layers_epilogue_on_mlx_ops_is_the_expression_it_replaced():
+    """Off the kernel (the CPU, a decode's rows), linear_t's add and swiglu are the model's former ops, bit for
+    bit: h + x @ w_t, and g * sigmoid(g) * u of the halves."""
+    mx.random.seed(3)
+    x, w_t, h = mx.random.normal((5, 64)), mx.random.normal((64, 96)), mx.random.normal((5, 96))
+    y = x @ w_t
+    assert mx.array_equal(G.linear_t(x, w_t, add=h), h + y)
+    g, u = y[:, :48], y[:, 48:]
+    assert mx.array_equal(G.linear_t(x, w_t, swiglu=True), g * mx.sigmoid(g) * u)
+    assert mx.array_equal(G.linear_t(x, w_t), y)
+
+
+def test_the_epilogue_check_passes_the_layers_ops_and_fails_a_dropped_epilogue(monkeypatch):
+    """check-kernels' gemm_epilogue rows (small shapes here): an exact stand-in that applies the epilogue
+    passes every row; one that drops the residual fails the residual rows, one that drops SwiGLU's silu the
+    SwiGLU rows."""
+    from pdlib.kernel_check import check_gemm_epilogue, epilogue_cases
+    cases = [(c, min(M, 65), min(Kd, 256), min(N, 256), e) for c, M, Kd, N, e in epilogue_cases()]
+    monkeypatch.setattr("pdlib.kernel_check.epilogue_cases", lambda: iter(cases))
+
+    def rows(fault=None):
+        def standin(x, w, *, shape, poison, add=None, swiglu=False):
+            y = emulated(x, w)
+            if fault == "residual":
+                add = None
+            if fault == "silu" and swiglu:
+                return y[:, : y.shape[1] // 2] * y[:, y.shape[1] // 2:]
+            return G.epilogue_ops(y, add=add, swiglu=swiglu)
+        monkeypatch.setattr(K, "tf32x3_matmul", standin)
+        return {(r["kernel"], r["case"].rsplit(", ", 1)[0]): r["passed"]
+                for r in check_gemm_epilogue(0, shapes=[G.CHUNK_TILES])}
+    kinds = ("gemm_epilogue", "gemm_sum_fused")   # each PDLIB_PREFILL_GEMM_SUM
+    assert all(rows().values()) and list(rows()) == [(k, c[0]) for k in kinds for c in cases]
+    dropped = rows("residual")
+    assert [key for key, ok in dropped.items() if not ok] == [(k, c) for k in kinds for c, *_, e in cases if e == "add"]
+    no_silu = rows("silu")
+    assert [key for key, ok in no_silu.items() if not ok] == [(k, c) for k in kinds for c, *_, e in cases
+                                                             if e == "swiglu"]
+    assert G.SUM_ENV not in os.environ   # the check puts the switch back as it was
+
+
+@pytest.mark.parametrize("how", ["ops", "fused"])
+def test_a_k_split_is_summed_and_finished_as_the_switch_says(monkeypatch, how):
+    """PDLIB_PREFILL_GEMM_SUM: a split's parts go to summed's one kernel under `fused`, else to MLX's sum and
+    ops; one slice never needs a sum. The kernel here is a stand-in that returns the exact parts."""
+    monkeypatch.setenv(G.SUM_ENV, how)
+    spied = []
+    monkeypatch.setattr(G, "summed", lambda parts, **kw: spied.append((parts.shape, kw))
+                        or G.epilogue_ops(parts.sum(axis=0), add=kw["add"], swiglu=kw["swiglu"]))
+
+    def kernel(inputs, template, output_shapes, **_):
+        x, w = inputs
+        split = dict(template)["SPLIT"]
+        ks = x.shape[1] // split
+        return [mx.stack([x[:, z * ks:(z + 1) * ks] @ w[:, z * ks:(z + 1) * ks].astype(mx.float32).T
+                          for z in range(split)])]
+    monkeypatch.setattr(G, "_kernel", lambda shape, wb: kernel)
+    mx.random.seed(5)
+    x, w, h = mx.random.normal((64, 512)), mx.random.normal((256, 512)).astype(mx.bfloat16), mx.random.normal((64, 256))
+    want = h + x @ w.astype(mx.float32).T
+    for split in (1, 4):
+        got = G.tf32x3_matmul(x, w, split=split, add=h)
+        assert np.allclose(np.array(got), np.array(want), rtol=1e-4, atol=1e-4)
+    assert [s for s, _ in spied] == ([(4, 64, 256)] if how == "fused" else [])
+    assert G.tf32x3_matmul(x, w, split=4, swiglu=True).shape == (64, 128)
+
+
+def test_a_bad_sum_switch_is_refused_when_the_model_loads(monkeypatch, tiny):
+    from pdlib.engine.model import Qwen3
+    monkeypatch.setenv(G.SUM_ENV, "kernel")
+    with pytest.raises(InputError, match="PDLIB_PREFILL_GEMM_SUM must be ops or fused, got 'kernel'"):
+        Qwen3(tiny, compile_steps=False)
+
+
+@pytest.mark.skipif(NVRTC is None, reason="no NVRTC (the nvidia-cuda-nvrtc wheel, Linux only)")
+@pytest.mark.parametrize("epilogue, split", [("none", 4), ("add", 8), ("swiglu", 2), ("add", 2)])
+def test_the_sum_kernel_compiles_for_the_h200(epilogue, split):
+    source = G.sum_source(epilogue)
+    inputs = [("parts", "f32")] + ([("add", "f32")] if epilogue == "add" else [])
+    values = {"SPLIT": split, "OUT_DIV": 2 if epilogue == "swiglu" else 1}
+    kernel = Kernel("pdlib_gemm_sum", source, inputs, [("out", "f32")], [values])
+    log = compile_sm90(STANDINS + wrapped(kernel, "cuda", source))
+    assert "@EPILOGUE@" not in source and "0 bytes spill stores" in log, log
+
+
+def test_summed_refuses_an_add_of_the_wrong_shape_or_both_epilogues():
+    parts = mx.zeros((2, 4, 8))
+    with pytest.raises(ValueError, match=r"summed's add must be FP32 \(4, 8\), got mlx.core.float32 \(4, 4\)"):
+        G.summed(parts, add=mx.zeros((4, 4)))
+    with pytest.raises(ValueError, match="add or swiglu, not both"):
+        G.summed(parts, add=mx.zeros((4, 8)), swiglu=True)
 
 
 @pytest.mark.skipif(NVRTC is None, reason="no NVRTC (the nvidia-cuda-nvrtc wheel, Linux only)")

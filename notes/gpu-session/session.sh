@@ -142,6 +142,11 @@
 #                                          leaves "publish" in /root/verdict if every row but bf16x3's passed, and in
 #                                          /root/gemm the prefill GEMM to publish with (gemm_choice.py: bf16x3 if
 #                                          all its rows and its gate passed and its steps were 2% faster)
+#   bash notes/gpu-session/session.sh ze   one GPU, the fused split sum (v26, PDLIB_PREFILL_GEMM_SUM=fused, never run):
+#                                          check-kernels (its gemm_sum_fused rows); if they and every other row
+#                                          passed, a gate at 4,096/64 (chunked, mixed) with it, then the chunk and
+#                                          mixed steps' anatomy at 4K with PDLIB_PREFILL_GEMM_SUM ops and fused,
+#                                          three times each, alternating, the first of each with PROFILE=1
 #   bash notes/gpu-session/session.sh zy   x2, publishing after zd's verdict, with its GEMM: the published eager
 #                                          chunked fifo mixed, then bench-step with peers at 4K and 5K (GPU 0),
 #                                          beside chunked overlap slo slo-mixed at 15 ms, then the chunk and mixed
@@ -854,6 +859,22 @@ zd)
     python3 notes/gpu-session/gemm_choice.py "$LOGS/anatomy.log" "$LOGS/gate-bf16x3.ok" > /root/gemm
   fi
   echo "verdict: $(cat /root/verdict 2>/dev/null || echo 'do not publish'), gemm: $(cat /root/gemm 2>/dev/null)"
+  finish ;;
+ze)
+  export CUDA_VISIBLE_DEVICES=0
+  check_kernels 300; grep -c "gemm_sum_fused.* pass$" "$LOGS/ck0.log"
+  if [ -s "$OUT/check-kernels.json" ] && ! grep -q FAIL "$LOGS/ck0.log"; then
+    PDLIB_PREFILL_GEMM_SUM=fused timeout 170 python3 -m pdlib run --model synthetic:qwen3-0.6b --prompt-tokens 4096 \
+      --output-tokens 64 --chunk-size 128 --policies chunked mixed --validate-only --quiet > "$LOGS/gate-fused.log" 2>&1
+    echo "gate fused rc=$? at ${SECONDS}s"; tail -n 4 "$LOGS/gate-fused.log"
+    for i in 1 2 3; do
+      for how in ops fused; do
+        [ "$(left)" -gt 75 ] && PROFILE=$([ $i = 1 ] && echo 1) PDLIB_PREFILL_GEMM_SUM=$how LABEL=$how timeout 70 \
+          python3 notes/gpu-session/chunk_anatomy.py 4096 >> "$LOGS/anatomy.log" 2>&1
+      done
+    done
+    grep "^{" "$LOGS/anatomy.log" | cut -c 1-900
+  fi
   finish ;;
 zy)
   grep -q publish /root/verdict 2>/dev/null || { echo "zd's verdict was not publish"; exit 1; }

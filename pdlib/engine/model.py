@@ -80,7 +80,8 @@ class Qwen3:
         self._compile_steps, self._attention = compile_steps, {}
         runs_here = persistent.available(cfg, packed=lossless_decode_weights)
         self.decode_mode = decode_mode(decode) or ("persistent" if runs_here else "kernels")
-        K.flash_enabled(cfg.head_dim), K.gemm_enabled()  # a bad PDLIB_PREFILL_* is refused here, not at a prefill
+        # a bad PDLIB_PREFILL_* is refused here, not at a prefill
+        K.flash_enabled(cfg.head_dim), K.gemm_enabled(), K.gemm_sum_choice()
         self._flash_arithmetic = K.flash_arithmetic()
         self.prefill_arithmetic = self._prefill_arithmetic(lossless_decode_weights)
         # one barrier buffer per cache (decodes of two requests may overlap), gone with its cache
@@ -171,10 +172,9 @@ class Qwen3:
     def _out_mlp(self, h, o, wo, post_norm, w_gate_up, w_down):
         """Residual stream after attention output o (Hq, T, Dh) and the MLP (weights in pairs, as _qkv's)."""
         c = self.cfg
-        h = h + K.linear_t(o.swapaxes(0, 1).reshape(-1, c.num_attention_heads * c.head_dim), *wo)
-        gu = K.linear_t(mx.fast.rms_norm(h, post_norm, c.rms_norm_eps), *w_gate_up)
-        g, u = gu[:, : c.intermediate_size], gu[:, c.intermediate_size:]
-        return h + K.linear_t(g * mx.sigmoid(g) * u, *w_down)
+        h = K.linear_t(o.swapaxes(0, 1).reshape(-1, c.num_attention_heads * c.head_dim), *wo, add=h)
+        a = K.linear_t(mx.fast.rms_norm(h, post_norm, c.rms_norm_eps), *w_gate_up, swiglu=True)   # silu(g) * u
+        return K.linear_t(a, *w_down, add=h)
 
     def prefill(self, cache: KVCache, tokens: mx.array, *, start: int, last: bool, prune: bool = True):
         """Run prompt tokens (T,) at positions start .. start+T-1, writing their K/V into the cache. Returns the

@@ -20,6 +20,7 @@ from pdlib.engine.kernels.flash_prefill import flash_attention, flash_attention_
 from pdlib.engine.kernels.gemm import choice as gemm_choice
 from pdlib.engine.kernels.gemm import enabled as gemm_enabled
 from pdlib.engine.kernels.gemm import linear_t, tf32x3_matmul, tf32x3_ops
+from pdlib.engine.kernels.gemm import sum_choice as gemm_sum_choice
 from pdlib.engine.kernels.gemv import gemv, gemv_kernel, gemv_ops, linear
 from pdlib.engine.kernels.kv_store import install_kv, install_kv_kernel, store_kv, store_kv_kernel, store_kv_ops
 from pdlib.engine.kernels.rmsnorm import rms_norm
@@ -28,6 +29,7 @@ from pdlib.engine.kernels.rope import rope_inv_freq, rope_ops, rope_rotate, rope
 __all__ = ["BACKEND", "attention_ops", "attention_rows", "causal_mask", "query_rows", "decode_attention",
            "decode_attention_kernel", "decode_attention_ops", "DecodeWeights", "decode_persistent",
            "decode_persistent_ops", "flash_arithmetic", "flash_attention", "flash_attention_ops", "flash_enabled",
-           "gemm_choice", "gemm_enabled", "gemv", "gemv_kernel", "gemv_ops", "linear", "linear_t", "tf32x3_matmul",
-           "tf32x3_ops", "new_fence", "read_after", "rms_norm", "rope_inv_freq", "rope_ops", "rope_rotate", "rope_tables",
-           "store_kv", "store_kv_kernel", "store_kv_ops", "stores_kv_in_place", "install_kv", "install_kv_kernel"]
+           "gemm_choice", "gemm_enabled", "gemm_sum_choice", "gemv", "gemv_kernel", "gemv_ops", "linear", "linear_t",
+           "tf32x3_matmul", "tf32x3_ops", "new_fence", "read_after", "rms_norm", "rope_inv_freq", "rope_ops",
+           "rope_rotate", "rope_tables", "store_kv", "store_kv_kernel", "store_kv_ops", "stores_kv_in_place",
+           "install_kv", "install_kv_kernel"]

@@ -23,6 +23,7 @@ cores read from shared memory.
     y = tf32x3_matmul(x, w)       # x (M, K) FP32, w (N, K) FP32 or bf16, row-contiguous -> x @ w.T, (M, N) FP32
     K.linear_t(x, w_t, w_bf16)    # this on CUDA unless PDLIB_PREFILL_GEMM=fp32: on w_bf16 (16 rows and more) or
                                   # on w_t.T, the weight as loaded (a chunk's rows); else x @ w_t
+    K.linear_t(x, w_t, w_bf16, add=h)        # h + x @ w_t; swiglu=True: silu(g) * u of its halves [g | u]
 """
 
 from typing import NamedTuple
@@ -557,11 +558,11 @@ def template(shape: Tiles, K: int, N: int, split: int, weight_bytes: int) -> lis
 
 
 def tf32x3_matmul(x: mx.array, w: mx.array, *, shape: Tiles = CHUNK_TILES, split: int | None = None,
-                  poison: bool = False) -> mx.array:
-    """x (M, K) @ w.T for w (N, K), FP32 x and output, on tensor cores (module docstring), in `shape`'s tiles.
-    w FP32 takes the three products; w bf16 (exact in TF32: its lo is zero) two, and half the bytes (not in the
-    wgmma kernel; the only kind the bf16x3 kernel takes). `split` overrides k_split; `poison` fills the output
-    with NaN first, so a test sees any element the kernel skipped."""
+                  poison: bool = False, add: mx.array | None = None, swiglu: bool = False) -> mx.array:
+    """x (M, K) @ w.T for w (N, K), FP32 x and output, on tensor cores (module docstring), in `shape`'s tiles,
+    then `add` + it or its SwiGLU (epilogue_ops). w FP32 takes the three products; w bf16 (exact in TF32: its lo
+    is zero) two, and half the bytes (not in the wgmma kernel; the only kind the bf16x3 kernel takes). `split`
+    overrides k_split; `poison` fills the outputs with NaN first, so a test sees any element a kernel skipped."""
     M, K = x.shape
     N = w.shape[0]
     split = k_split(M, K, N, cuda_sm_count(), shape) if split is None else split
@@ -577,20 +578,118 @@ def tf32x3_matmul(x: mx.array, w: mx.array, *, shape: Tiles = CHUNK_TILES, split
                               grid=(N // shape.bn * shape.threads, -(-M // shape.bm), split),
                               threadgroup=(shape.threads, 1, 1), output_shapes=[(split, M, N)],
                               output_dtypes=[mx.float32], init_value=float("nan") if poison else None)
-    return y[0] if split == 1 else y.sum(axis=0)
+    if split == 1:
+        return epilogue_ops(y[0], add=add, swiglu=swiglu)
+    if sum_choice() == "fused":
+        return summed(y, add=add, swiglu=swiglu, poison=poison)
+    return epilogue_ops(y.sum(axis=0), add=add, swiglu=swiglu)
 
 
-def linear_t(x: mx.array, w_t: mx.array, w: mx.array | None = None) -> mx.array:
+SUM_ENV, SUM_CHOICES = "PDLIB_PREFILL_GEMM_SUM", ("ops", "fused")
+
+
+def sum_choice() -> str:
+    """PDLIB_PREFILL_GEMM_SUM: how a K split's parts are summed and the layer's epilogue applied: `ops` (the
+    default) by MLX's sum and ops; `fused` by one kernel (summed; opt-in until check-kernels and the gate have
+    passed it on a GPU: notes/gpu.md, v26)."""
+    return env_choice(SUM_ENV, SUM_CHOICES)
+
+
+def epilogue_ops(y: mx.array, *, add: mx.array | None = None, swiglu: bool = False) -> mx.array:
+    """What follows a matmul in a layer, as MLX's ops: silu(g) * u of y's halves [g | u] (gate|up's SwiGLU),
+    then `add` + it (a residual)."""
+    if swiglu:
+        g, u = y[:, : y.shape[1] // 2], y[:, y.shape[1] // 2:]
+        y = g * mx.sigmoid(g) * u
+    return y if add is None else add + y
+
+
+# A K split's partial outputs summed in z order, and what follows the matmul in the layer, in one pass: o_proj's
+# and down's residual add, gate|up's SwiGLU (PDLIB_PREFILL_GEMM_SUM=fused, opt-in, not yet run on a GPU). MLX's
+# ops run the sum and the epilogue as separate kernels (notes/h200-runbook.md: the chunk step's small kernels).
+SUM_SOURCE = r"""
+    // out (M, NO) = the sum, then the epilogue (SUM_EPILOGUES); sum = parts[0] + parts[1] + ... (parts (SPLIT,
+    // M, N), in that order); NO = N, or N / 2 under SwiGLU; a thread takes four columns
+    const int M = parts_shape[1], N = parts_shape[2], NO = N / OUT_DIV;
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)M * NO / 4) return;
+    const size_t r = 4 * i / NO, c = 4 * i % NO;
+    auto sum = [&](size_t col) {
+        float4 s = *reinterpret_cast<const float4*>(parts + r * N + col);
+        #pragma unroll
+        for (int z = 1; z < SPLIT; ++z) {
+            const float4 v = *reinterpret_cast<const float4*>(parts + ((size_t)z * M + r) * N + col);
+            s.x += v.x;
+            s.y += v.y;
+            s.z += v.z;
+            s.w += v.w;
+        }
+        return s;
+    };
+    float4 s = sum(c);
+@EPILOGUE@
+    *reinterpret_cast<float4*>(out + r * NO + c) = s;
+"""
+# the epilogue, by kind: none, `add` + the sum (the residual), silu(g) * u of the sum's halves [g | u]
+SUM_EPILOGUES = {
+    "none": "",
+    "add": """    const float4 a = *reinterpret_cast<const float4*>(add + r * N + c);
+    s = make_float4(a.x + s.x, a.y + s.y, a.z + s.z, a.w + s.w);
+""",
+    "swiglu": """    const float4 u = sum(c + NO);
+    auto silu_times = [](float g, float v) { return g * (1.f / (1.f + expf(-g))) * v; };
+    s = make_float4(silu_times(s.x, u.x), silu_times(s.y, u.y), silu_times(s.z, u.z), silu_times(s.w, u.w));
+""",
+}
+
+
+def sum_source(epilogue: str) -> str:
+    """SUM_SOURCE with one of SUM_EPILOGUES."""
+    return SUM_SOURCE.replace("@EPILOGUE@\n", SUM_EPILOGUES[epilogue])
+
+
+SUM_THREADS = 256
+_sums: dict = {}
+
+
+def summed(parts: mx.array, *, add: mx.array | None = None, swiglu: bool = False, poison: bool = False) -> mx.array:
+    """parts (S, M, N) summed over S in order, then epilogue_ops' `add` or `swiglu`, by one kernel (SUM_SOURCE).
+    `add` is (M, N) FP32; under `swiglu` the output is (M, N / 2). `poison` as tf32x3_matmul's."""
+    S, M, N = parts.shape
+    if swiglu and add is not None:
+        raise ValueError("summed takes add or swiglu, not both")
+    if add is not None and (add.shape != (M, N) or add.dtype != mx.float32):
+        raise ValueError(f"summed's add must be FP32 ({M}, {N}), got {add.dtype} {add.shape}")
+    epilogue = "swiglu" if swiglu else "add" if add is not None else "none"
+    if epilogue not in _sums:
+        _sums[epilogue] = mx.fast.cuda_kernel(
+            name=f"pdlib_gemm_sum_{epilogue}", input_names=["parts"] + ["add"] * (epilogue == "add"),
+            output_names=["out"], source=sum_source(epilogue))
+    NO = N // 2 if swiglu else N
+    quads = M * NO // 4
+    (out,) = _sums[epilogue](inputs=[parts] + ([add] if add is not None else []),
+                             template=[("SPLIT", S), ("OUT_DIV", 2 if swiglu else 1)],
+                             grid=(-(-quads // SUM_THREADS) * SUM_THREADS, 1, 1), threadgroup=(SUM_THREADS, 1, 1),
+                             output_shapes=[(M, NO)], output_dtypes=[mx.float32],
+                             init_value=float("nan") if poison else None)
+    return out
+
+
+def linear_t(x: mx.array, w_t: mx.array, w: mx.array | None = None, *, add: mx.array | None = None,
+             swiglu: bool = False) -> mx.array:
     """x: (M, D) @ w_t with w_t: (D, N), the weight's transposed view made once at load (prefill): a step
-    then holds no transpose per matmul. On tensor cores when enabled() and the shapes tile, from `w`, the same
-    weight as (N, D) bf16 (the decode copy), where given and bf16_weights(), else from w_t."""
+    then holds no transpose per matmul; then `add` + it or its SwiGLU (epilogue_ops). On tensor cores when
+    enabled() and the shapes tile, from `w`, the same weight as (N, D) bf16 (the decode copy), where given and
+    bf16_weights(), else from w_t (under PDLIB_PREFILL_GEMM_SUM=fused a K split's sum carries the epilogue:
+    summed)."""
+    epilogue = {"add": add, "swiglu": swiglu}
     if not enabled() or x.ndim != 2:
-        return x @ w_t
+        return epilogue_ops(x @ w_t, **epilogue)
     if w is not None and w.dtype == mx.bfloat16 and bf16_weights() and tiles(x.shape[0], *w_t.shape, bf16=True):
-        return tf32x3_matmul(x, w, shape=BF16X3_TILES if choice() == "bf16x3" else CHUNK_TILES)
+        return tf32x3_matmul(x, w, shape=BF16X3_TILES if choice() == "bf16x3" else CHUNK_TILES, **epilogue)
     if tiles(x.shape[0], *w_t.shape):
-        return tf32x3_matmul(x, w_t.T, shape=chunk_tiles())
-    return x @ w_t
+        return tf32x3_matmul(x, w_t.T, shape=chunk_tiles(), **epilogue)
+    return epilogue_ops(x @ w_t, **epilogue)
 
 
 def tf32x3_ops(x: mx.array, w: mx.array, **_) -> mx.array:
