@@ -269,6 +269,7 @@ def test_the_epilogue_check_passes_the_layers_ops_and_fails_a_dropped_epilogue(m
     passes every row; one that drops the residual fails the residual rows, one that drops SwiGLU's silu the
     SwiGLU rows."""
     from pdlib.kernel_check import check_gemm_epilogue, epilogue_cases
+    monkeypatch.delenv(G.SUM_ENV, raising=False)
     cases = [(c, min(M, 65), min(Kd, 256), min(N, 256), e) for c, M, Kd, N, e in epilogue_cases()]
     monkeypatch.setattr("pdlib.kernel_check.epilogue_cases", lambda: iter(cases))
 
@@ -316,7 +317,10 @@ def test_a_k_split_is_summed_and_finished_as_the_switch_says(monkeypatch, how):
         got = G.tf32x3_matmul(x, w, split=split, add=h)
         assert np.allclose(np.array(got), np.array(want), rtol=1e-4, atol=1e-4)
     assert [s for s, _ in spied] == ([(4, 64, 256)] if how == "fused" else [])
-    assert G.tf32x3_matmul(x, w, split=4, swiglu=True).shape == (64, 128)
+    y = x @ w.astype(mx.float32).T
+    g, u = y[:, :128], y[:, 128:]
+    got = G.tf32x3_matmul(x, w, split=4, swiglu=True)
+    assert got.shape == (64, 128) and np.allclose(np.array(got), np.array(g * mx.sigmoid(g) * u), rtol=1e-3, atol=1e-3)
 
 
 def test_a_bad_sum_switch_is_refused_when_the_model_loads(monkeypatch, tiny):
@@ -337,12 +341,18 @@ def test_the_sum_kernel_compiles_for_the_h200(epilogue, split):
     assert "@EPILOGUE@" not in source and "0 bytes spill stores" in log, log
 
 
-def test_summed_refuses_an_add_of_the_wrong_shape_or_both_epilogues():
+def test_summed_refuses_what_its_kernel_cannot_take():
     parts = mx.zeros((2, 4, 8))
     with pytest.raises(ValueError, match=r"summed's add must be FP32 \(4, 8\), got mlx.core.float32 \(4, 4\)"):
         G.summed(parts, add=mx.zeros((4, 4)))
     with pytest.raises(ValueError, match="add or swiglu, not both"):
         G.summed(parts, add=mx.zeros((4, 8)), swiglu=True)
+    with pytest.raises(ValueError, match=r"FP32 parts of 4k columns, got mlx.core.float32 \(2, 4, 6\)"):
+        G.summed(mx.zeros((2, 4, 6)))
+    with pytest.raises(ValueError, match=r"FP32 parts of 8k columns, got mlx.core.float32 \(2, 4, 12\)"):
+        G.summed(mx.zeros((2, 4, 12)), swiglu=True)
+    with pytest.raises(ValueError, match=r"4k columns, got mlx.core.bfloat16"):
+        G.summed(parts.astype(mx.bfloat16))
 
 
 @pytest.mark.skipif(NVRTC is None, reason="no NVRTC (the nvidia-cuda-nvrtc wheel, Linux only)")

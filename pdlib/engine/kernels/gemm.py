@@ -658,6 +658,9 @@ def summed(parts: mx.array, *, add: mx.array | None = None, swiglu: bool = False
     S, M, N = parts.shape
     if swiglu and add is not None:
         raise ValueError("summed takes add or swiglu, not both")
+    if parts.dtype != mx.float32 or N % (8 if swiglu else 4):   # a thread's four columns, of each half
+        raise ValueError(f"summed takes FP32 parts of {'8' if swiglu else '4'}k columns, got {parts.dtype} "
+                         f"{parts.shape}")
     if add is not None and (add.shape != (M, N) or add.dtype != mx.float32):
         raise ValueError(f"summed's add must be FP32 ({M}, {N}), got {add.dtype} {add.shape}")
     epilogue = "swiglu" if swiglu else "add" if add is not None else "none"
