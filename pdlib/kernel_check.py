@@ -5,8 +5,6 @@ without pytest, by `python -m pdlib check-kernels`.
     rows = check_kernels(seed=0)      # [{"kernel", "case", "max_abs", "worst_ratio", "passed"}, ...]
 """
 
-import os
-
 import mlx.core as mx
 
 from pdlib.config import preset
@@ -140,26 +138,19 @@ def epilogue_cases():
 
 def check_gemm_epilogue(seed: int, shapes=None) -> list[dict]:
     """The matmul and its epilogue against MLX's FP32 ops, on bf16 weights, under the default's shape and
-    tf32x2's (CHUNK_TILES), with each PDLIB_PREFILL_GEMM_SUM: a K split's sum and the epilogue by MLX's ops
-    (gemm_epilogue rows) and by gemm.summed's one kernel (gemm_sum_fused)."""
-    rows, before = [], os.environ.get(G.SUM_ENV)
-    try:
-        for how in G.SUM_CHOICES:
-            os.environ[G.SUM_ENV] = how
-            for shape in shapes or (G.BF16X3_TILES, G.CHUNK_TILES):
-                for i, (case, M, Kd, N, epi) in enumerate(epilogue_cases()):
-                    mx.random.seed(seed * 100 + 90 + i)
-                    x, w = mx.random.normal((M, Kd)) * 3.0, _bf16((N, Kd), Kd ** -0.5)
-                    kw = {"add": mx.random.normal((M, N)) * 2.0} if epi == "add" else {"swiglu": epi == "swiglu"}
-                    got = K.tf32x3_matmul(x, w, shape=shape, poison=True, **kw)
-                    want = G.epilogue_ops(K.tf32x3_ops(x, w), **kw)
-                    name = "gemm_sum_fused" if how == "fused" else "gemm_epilogue"
-                    rows += _evaluated([_compare(name, f"{case}, {shape.label}", got.reshape(-1), want.reshape(-1))])
-    finally:   # the switch as it was
-        if before is None:
-            os.environ.pop(G.SUM_ENV, None)
-        else:
-            os.environ[G.SUM_ENV] = before
+    tf32x2's (CHUNK_TILES), a K split's sum and the epilogue by MLX's ops (gemm_epilogue rows) and by
+    gemm.summed's one kernel (gemm_sum_fused: PDLIB_PREFILL_GEMM_SUM=fused)."""
+    rows = []
+    for fused in (False, True):
+        for shape in shapes or (G.BF16X3_TILES, G.CHUNK_TILES):
+            for i, (case, M, Kd, N, epi) in enumerate(epilogue_cases()):
+                mx.random.seed(seed * 100 + 90 + i)
+                x, w = mx.random.normal((M, Kd)) * 3.0, _bf16((N, Kd), Kd ** -0.5)
+                kw = {"add": mx.random.normal((M, N)) * 2.0} if epi == "add" else {"swiglu": epi == "swiglu"}
+                got = K.tf32x3_matmul(x, w, shape=shape, poison=True, fused=fused, **kw)
+                want = G.epilogue_ops(K.tf32x3_ops(x, w), **kw)
+                name = "gemm_sum_fused" if fused else "gemm_epilogue"
+                rows += _evaluated([_compare(name, f"{case}, {shape.label}", got.reshape(-1), want.reshape(-1))])
     return rows
 
 

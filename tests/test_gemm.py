@@ -273,8 +273,11 @@ def test_the_epilogue_check_passes_the_layers_ops_and_fails_a_dropped_epilogue(m
     cases = [(c, min(M, 65), min(Kd, 256), min(N, 256), e) for c, M, Kd, N, e in epilogue_cases()]
     monkeypatch.setattr("pdlib.kernel_check.epilogue_cases", lambda: iter(cases))
 
+    asked = []
+
     def rows(fault=None):
-        def standin(x, w, *, shape, poison, add=None, swiglu=False):
+        def standin(x, w, *, shape, poison, fused, add=None, swiglu=False):
+            asked.append(fused)
             y = emulated(x, w)
             if fault == "residual":
                 add = None
@@ -286,12 +289,13 @@ def test_the_epilogue_check_passes_the_layers_ops_and_fails_a_dropped_epilogue(m
                 for r in check_gemm_epilogue(0, shapes=[G.CHUNK_TILES])}
     kinds = ("gemm_epilogue", "gemm_sum_fused")   # each PDLIB_PREFILL_GEMM_SUM
     assert all(rows().values()) and list(rows()) == [(k, c[0]) for k in kinds for c in cases]
+    assert asked[: 2 * len(cases)] == [False] * len(cases) + [True] * len(cases)   # the check asks for each
     dropped = rows("residual")
     assert [key for key, ok in dropped.items() if not ok] == [(k, c) for k in kinds for c, *_, e in cases if e == "add"]
     no_silu = rows("silu")
     assert [key for key, ok in no_silu.items() if not ok] == [(k, c) for k in kinds for c, *_, e in cases
                                                              if e == "swiglu"]
-    assert G.SUM_ENV not in os.environ   # the check puts the switch back as it was
+    assert G.SUM_ENV not in os.environ   # the check passes the choice, leaving the switch alone
 
 
 @pytest.mark.parametrize("how", ["ops", "fused"])
@@ -317,6 +321,9 @@ def test_a_k_split_is_summed_and_finished_as_the_switch_says(monkeypatch, how):
         got = G.tf32x3_matmul(x, w, split=split, add=h)
         assert np.allclose(np.array(got), np.array(want), rtol=1e-4, atol=1e-4)
     assert [s for s, _ in spied] == ([(4, 64, 256)] if how == "fused" else [])
+    spied.clear()   # an explicit choice overrides the switch
+    G.tf32x3_matmul(x, w, split=4, add=h, fused=how != "fused")
+    assert [s for s, _ in spied] == ([] if how == "fused" else [(4, 64, 256)])
     y = x @ w.astype(mx.float32).T
     g, u = y[:, :128], y[:, 128:]
     got = G.tf32x3_matmul(x, w, split=4, swiglu=True)

@@ -78,8 +78,8 @@ class Tiles(NamedTuple):
 # chunk's 128 rows as fast as on 128x64 (3.55-3.89 against 3.61-3.70 ms) and ragged counts faster (129 rows,
 # a mixed step's: 5.25 against 6.43 ms on FP32 weights; a 128-row tile computes 256 rows there); a whole
 # prompt's 3% slower (54.9 against 53.2 ms; v23). Then the default's, bf16x3's, on that tile (SOURCE_BF16X3:
-# 3.18 against 3.41 ms at 128 rows; v24's outcome), and the wgmma kernel's, PDLIB_PREFILL_GEMM=wgmma: exact, but slower
-# so far (5.67 ms at 128 rows: v22).
+# 3.18 against 3.41 ms at 128 rows; v24's outcome), and the wgmma kernel's, PDLIB_PREFILL_GEMM=wgmma: exact,
+# but slower so far (5.67 ms at 128 rows: v22).
 CANDIDATES = (Tiles(64, 128, 32, 3, 256, wn=64), Tiles(128, 64, 32, 3, 256, wn=64), Tiles(64, 64, 32, 3, 256),
               Tiles(128, 128, 64, 3, 128), Tiles(64, 128, 32, 3, 256, wn=64, bf16x3=True),
               Tiles(64, 64, 0, 3, 256, wgmma=True))
@@ -558,11 +558,13 @@ def template(shape: Tiles, K: int, N: int, split: int, weight_bytes: int) -> lis
 
 
 def tf32x3_matmul(x: mx.array, w: mx.array, *, shape: Tiles = CHUNK_TILES, split: int | None = None,
-                  poison: bool = False, add: mx.array | None = None, swiglu: bool = False) -> mx.array:
+                  poison: bool = False, add: mx.array | None = None, swiglu: bool = False,
+                  fused: bool | None = None) -> mx.array:
     """x (M, K) @ w.T for w (N, K), FP32 x and output, on tensor cores (module docstring), in `shape`'s tiles,
     then `add` + it or its SwiGLU (epilogue_ops). w FP32 takes the three products; w bf16 (exact in TF32: its lo
     is zero) two, and half the bytes (not in the wgmma kernel; the only kind the bf16x3 kernel takes). `split`
-    overrides k_split; `poison` fills the outputs with NaN first, so a test sees any element a kernel skipped."""
+    overrides k_split; `poison` fills the outputs with NaN first, so a test sees any element a kernel skipped;
+    `fused` whether a K split's sum and the epilogue run as one kernel (summed), None: PDLIB_PREFILL_GEMM_SUM."""
     M, K = x.shape
     N = w.shape[0]
     split = k_split(M, K, N, cuda_sm_count(), shape) if split is None else split
@@ -578,11 +580,9 @@ def tf32x3_matmul(x: mx.array, w: mx.array, *, shape: Tiles = CHUNK_TILES, split
                               grid=(N // shape.bn * shape.threads, -(-M // shape.bm), split),
                               threadgroup=(shape.threads, 1, 1), output_shapes=[(split, M, N)],
                               output_dtypes=[mx.float32], init_value=float("nan") if poison else None)
-    if split == 1:
-        return epilogue_ops(y[0], add=add, swiglu=swiglu)
-    if sum_choice() == "fused":
+    if split > 1 and (sum_choice() == "fused" if fused is None else fused):
         return summed(y, add=add, swiglu=swiglu, poison=poison)
-    return epilogue_ops(y.sum(axis=0), add=add, swiglu=swiglu)
+    return epilogue_ops(y[0] if split == 1 else y.sum(axis=0), add=add, swiglu=swiglu)
 
 
 SUM_ENV, SUM_CHOICES = "PDLIB_PREFILL_GEMM_SUM", ("ops", "fused")
@@ -656,11 +656,11 @@ def summed(parts: mx.array, *, add: mx.array | None = None, swiglu: bool = False
     """parts (S, M, N) summed over S in order, then epilogue_ops' `add` or `swiglu`, by one kernel (SUM_SOURCE).
     `add` is (M, N) FP32; under `swiglu` the output is (M, N / 2). `poison` as tf32x3_matmul's."""
     S, M, N = parts.shape
+    halves = 2 if swiglu else 1   # the output's columns are N / halves
     if swiglu and add is not None:
         raise ValueError("summed takes add or swiglu, not both")
-    if parts.dtype != mx.float32 or N % (8 if swiglu else 4):   # a thread's four columns, of each half
-        raise ValueError(f"summed takes FP32 parts of {'8' if swiglu else '4'}k columns, got {parts.dtype} "
-                         f"{parts.shape}")
+    if parts.dtype != mx.float32 or N % (4 * halves):   # a thread's four columns, of each half
+        raise ValueError(f"summed takes FP32 parts of {4 * halves}k columns, got {parts.dtype} {parts.shape}")
     if add is not None and (add.shape != (M, N) or add.dtype != mx.float32):
         raise ValueError(f"summed's add must be FP32 ({M}, {N}), got {add.dtype} {add.shape}")
     epilogue = "swiglu" if swiglu else "add" if add is not None else "none"
@@ -668,12 +668,11 @@ def summed(parts: mx.array, *, add: mx.array | None = None, swiglu: bool = False
         _sums[epilogue] = mx.fast.cuda_kernel(
             name=f"pdlib_gemm_sum_{epilogue}", input_names=["parts"] + ["add"] * (epilogue == "add"),
             output_names=["out"], source=sum_source(epilogue))
-    NO = N // 2 if swiglu else N
-    quads = M * NO // 4
+    quads = M * N // halves // 4
     (out,) = _sums[epilogue](inputs=[parts] + ([add] if add is not None else []),
-                             template=[("SPLIT", S), ("OUT_DIV", 2 if swiglu else 1)],
+                             template=[("SPLIT", S), ("OUT_DIV", halves)],
                              grid=(-(-quads // SUM_THREADS) * SUM_THREADS, 1, 1), threadgroup=(SUM_THREADS, 1, 1),
-                             output_shapes=[(M, NO)], output_dtypes=[mx.float32],
+                             output_shapes=[(M, N // halves)], output_dtypes=[mx.float32],
                              init_value=float("nan") if poison else None)
     return out
 
