@@ -169,6 +169,39 @@ if K.BACKEND == "cuda":  # the flash kernel on caches as they lie (capacity past
     # a whole prompt of CTX + T rows: causal, so half the square's FLOPs
     out["flash_whole_prompt_28_layers_ms"] = median_of(lambda: flash(wq, wpos))
     out["flash_whole_tflops"] = 2 * 16 * (CTX + T) ** 2 * 128 / out["flash_whole_prompt_28_layers_ms"] / 1e9 * len(layers)
+if K.BACKEND == "cuda":  # a mixed step's decode row: one query row over D's cache
+    one, at = q[:, :1], mx.array([CTX], dtype=mx.int32)
+    mx.eval(one, at)
+    out["flash_one_row_28_layers_ms"] = median_of(lambda: flash(one, at))
+
+# the step's two compiled pieces around attention (each with its GEMMs), for a chunk (RoPE by mx.fast.rope from
+# the first position) and for a mixed step's 129 rows (RoPE by tables: the rows' positions are scattered)
+M, D = engine.model, model.config.hidden_size
+h_rows = {n: mx.random.normal((n, D)) for n in (T, T + 1)}
+o_rows = {n: mx.random.normal((model.config.num_attention_heads, n, model.config.head_dim)) for n in (T, T + 1)}
+tables = K.rope_tables(mx.concatenate([mx.arange(CTX, CTX + T, dtype=mx.int32), mx.array([CTX], dtype=mx.int32)]),
+                       M.inv_freq)
+first = mx.array(CTX, dtype=mx.int32)
+mx.eval(h_rows, o_rows, tables, first)
+
+
+def qkv(n, *rope):
+    t0 = time.perf_counter_ns()
+    mx.eval([M._p_qkv(h_rows[n], L.in_norm, (L.t["wqkv"], L.d_qkv), L.t["qk_norm"], *rope) for L in layers])
+    return ms(t0)
+
+
+def out_mlp(n):
+    t0 = time.perf_counter_ns()
+    mx.eval([M._p_out_mlp(h_rows[n], o_rows[n], (L.t["wo"], L.d_o), L.post_norm, (L.t["w_gate_up"], L.d_gate_up),
+                          (L.t["w_down"], L.d_down)) for L in layers])
+    return ms(t0)
+
+
+out["qkv_28_layers_ms"] = median_of(lambda: qkv(T, first))
+out["qkv_ragged_129_rows_28_layers_ms"] = median_of(lambda: qkv(T + 1, *tables))
+out["out_mlp_28_layers_ms"] = median_of(lambda: out_mlp(T))
+out["out_mlp_129_rows_28_layers_ms"] = median_of(lambda: out_mlp(T + 1))
 tiny = mx.zeros((4,))
 mx.eval(tiny)
 
