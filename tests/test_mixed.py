@@ -6,7 +6,7 @@ import pytest
 
 from pdlib.__main__ import main
 from pdlib.config import RunParams
-from pdlib.engine.cache import KVCache
+from pdlib.engine import kernels as K
 from pdlib.engine.model import Qwen3
 from pdlib.experiment import Experiment
 from pdlib.scheduler import Batch
@@ -42,15 +42,23 @@ def fails(exp):
 def test_a_decode_row_attending_the_other_requests_cache_is_caught(tiny, monkeypatch):
     exp = experiment(tiny, 16)
     a, b = (exp.engine.requests[r].cache for r in "AB")
-    real = KVCache.store
+    real_step, real_attention, ragged = Qwen3.step, K.decode_attention, []
 
-    def store(self, layer, k, v, *, positions, start):
-        keys, values = real(self, layer, k, v, positions=positions, start=start)
-        if self is a and k.shape[1] == 1:   # A's decode row inside a mixed step reads B's cache instead
-            keys, values = b.read(layer, 0, start + 1)
-        return keys, values
+    def step(self, segments, **kw):   # the ragged steps (decode steps do not pass through here)
+        ragged.append(len(segments) > 1)
+        try:
+            return real_step(self, segments, **kw)
+        finally:
+            ragged.pop()
 
-    monkeypatch.setattr(KVCache, "store", store)
+    def decode_attention(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, written, **kw):
+        if ragged and ragged[-1] and any(k_cache is x for x in a.k):   # A's decode row reads B's cache instead
+            i = next(i for i, x in enumerate(a.k) if x is k_cache)
+            k_cache, v_cache = b.k[i], b.v[i]
+        return real_attention(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, written, **kw)
+
+    monkeypatch.setattr(Qwen3, "step", step)
+    monkeypatch.setattr(K, "decode_attention", decode_attention)
     # layer 0 stores A's own k/v (right); its attention output is wrong, so layer 1's new slot is
     assert f"decode_kv check, request A, position {PROMPT}, layer 1" in fails(exp)
 

@@ -173,6 +173,18 @@ if K.BACKEND == "cuda":  # a mixed step's decode row: one query row over D's cac
     one, at = q[:, :1], mx.array([CTX], dtype=mx.int32)
     mx.eval(one, at)
     out["flash_one_row_28_layers_ms"] = median_of(lambda: flash(one, at))
+    c = model.config   # what a mixed step runs for that row instead (v27): decode attention from the raw q|k|v row
+    raw, L0 = mx.random.normal(((c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim,)), layers[0]
+    mx.eval(raw)
+
+    def decode_rows():
+        t0 = time.perf_counter_ns()
+        mx.eval([K.decode_attention(raw, L0.q_norm, L0.k_norm, engine.model.inv_freq, at, k, v, fence,
+                                    heads=c.num_attention_heads, kv_heads=c.num_key_value_heads,
+                                    eps=c.rms_norm_eps)[0] for k, v in caches])
+        return ms(t0)
+
+    out["decode_attention_one_row_28_layers_ms"] = median_of(decode_rows)
 
 # the step's two compiled pieces around attention (each with its GEMMs), for a chunk (RoPE by mx.fast.rope from
 # the first position) and for a mixed step's 129 rows (RoPE by tables: the rows' positions are scattered)

@@ -145,7 +145,8 @@ class Qwen3:
     # positions, so it rotates by tables made once per step.
 
     def _qkv(self, h, in_norm, wqkv, qk_norm, *rope):
-        """h: (T, D) -> q (Hq, T, Dh) and k (Hkv, T, Dh), each after its norm and RoPE, and v (Hkv, T, Dh).
+        """h: (T, D) -> q (Hq, T, Dh) and k (Hkv, T, Dh), each after its norm and RoPE, v (Hkv, T, Dh), and the
+        projection as it came, (T, Hq + 2 Hkv, Dh): a decode's row attends from that (`stages`).
         The q and k heads are normed as one array (every head of the projection, contiguous; v's norms go
         unused), then scaled by qk_norm (Hq + Hkv, Dh): column slices would need a copy before a fused norm.
         `rope`: the first row's position, 0-d, when the rows' positions run on from it, else cos, sin tables.
@@ -159,8 +160,8 @@ class Qwen3:
         if len(rope) == 1:
             turn = partial(mx.fast.rope, dims=c.head_dim, traditional=False, base=c.rope_theta, scale=1.0,
                            offset=rope[0])
-            return turn(q), turn(k), v
-        return K.rope_rotate(q, *rope), K.rope_rotate(k, *rope), v
+            return turn(q), turn(k), v, heads
+        return K.rope_rotate(q, *rope), K.rope_rotate(k, *rope), v, heads
 
     def _attention_for(self, rows: int):
         """attention_rows for `rows` query rows, compiled shapeless: one graph for every cache length."""
@@ -186,6 +187,11 @@ class Qwen3:
         several of those for different caches. The projections and the MLP run over all rows at once (every
         row rides on one read of the weights); attention runs per segment over its own cache. Returns, per
         segment, the logits (V,) of its last row when it `emits`, else None.
+
+        A segment of one row (a decode beside a prompt chunk) attends as a decode step does: its raw q|k|v row
+        goes to decode_attention, which norms it, rotates it, stores its K/V and attends split over the keys.
+        The flash kernel would pad that row to a block of query rows: on the H200 28 such launches at 4K took
+        ~2 ms, a fifth of a chunk step (notes/gpu.md, v27).
 
         Final-layer pruning: the last layer's output only matters for emitting rows, so the rows of a chunk
         that does not finish its prompt stop after storing their K/V there."""
@@ -229,17 +235,26 @@ class Qwen3:
 
         n_layers, pruned = len(self.layers), False
         for i, L in enumerate(self.layers):
-            q, k, v = self._p_qkv(h, L.in_norm, (L.t["wqkv"], L.d_qkv), L.t["qk_norm"], *rope)
-            if flash:  # attention reads the caches in place: only the new rows are written
-                for s, a, b in zip(segments, offsets, offsets[1:]):
+            q, k, v, raw = self._p_qkv(h, L.in_norm, (L.t["wqkv"], L.d_qkv), L.t["qk_norm"], *rope)
+            solo, kv = {}, {}   # one-row segments' attention outputs; the others' keys and values (without flash)
+            for j, (s, a, b) in enumerate(zip(segments, offsets, offsets[1:])):
+                if b - a == 1:
+                    solo[j], k1, v1, s.cache.written = K.decode_attention(
+                        raw[a].reshape(-1), L.q_norm, L.k_norm, self.inv_freq, positions[a:b], s.cache.k[i],
+                        s.cache.v[i], s.cache.written, heads=c.num_attention_heads, kv_heads=c.num_key_value_heads,
+                        eps=c.rms_norm_eps)
+                    if k1 is not None:   # the ops twin hands the row's K/V back to be stored
+                        s.cache.write(i, k1[:, None], v1[:, None], positions=positions[a:b], start=s.start)
+                elif flash:   # attention reads the caches in place: only the new rows are written
                     s.cache.write(i, k[:, a:b], v[:, a:b], positions=positions[a:b], start=s.start)
-            else:
-                kv = [s.cache.store(i, k[:, a:b], v[:, a:b], positions=positions[a:b], start=s.start)
-                      for s, a, b in zip(segments, offsets, offsets[1:])]
+                else:
+                    kv[j] = s.cache.store(i, k[:, a:b], v[:, a:b], positions=positions[a:b], start=s.start)
 
             def attend(j: int, qr: mx.array, last: bool) -> mx.array:
                 """Segment j's query rows qr (all of them, or only its `last`) over its cache."""
                 s, a, b = segments[j], offsets[j], offsets[j + 1]
+                if j in solo:
+                    return solo[j].reshape(c.num_attention_heads, 1, c.head_dim)
                 if flash:
                     at = positions[b - 1: b] if last else positions[a:b]
                     return K.flash_attention(qr, s.cache.k[i], s.cache.v[i], at, s.cache.written, scale=self.scale,

@@ -585,13 +585,13 @@ def tf32x3_matmul(x: mx.array, w: mx.array, *, shape: Tiles = CHUNK_TILES, split
     return epilogue_ops(y[0] if split == 1 else y.sum(axis=0), add=add, swiglu=swiglu)
 
 
-SUM_ENV, SUM_CHOICES = "PDLIB_PREFILL_GEMM_SUM", ("ops", "fused")
+SUM_ENV, SUM_CHOICES = "PDLIB_PREFILL_GEMM_SUM", ("fused", "ops")
 
 
 def sum_choice() -> str:
-    """PDLIB_PREFILL_GEMM_SUM: how a K split's parts are summed and the layer's epilogue applied: `ops` (the
-    default) by MLX's sum and ops; `fused` by one kernel (summed; opt-in until check-kernels and the gate have
-    passed it on a GPU: notes/gpu.md, v26)."""
+    """PDLIB_PREFILL_GEMM_SUM: how a K split's parts are summed and the layer's epilogue applied: `fused` (the
+    default) by one kernel (summed; on the H200 a 128-row chunk step at 4K took ~0.5 ms less: notes/gpu.md,
+    v26); `ops` by MLX's sum and ops."""
     return env_choice(SUM_ENV, SUM_CHOICES)
 
 
@@ -605,8 +605,8 @@ def epilogue_ops(y: mx.array, *, add: mx.array | None = None, swiglu: bool = Fal
 
 
 # A K split's partial outputs summed in z order, and what follows the matmul in the layer, in one pass: o_proj's
-# and down's residual add, gate|up's SwiGLU (PDLIB_PREFILL_GEMM_SUM=fused, opt-in, not yet run on a GPU). MLX's
-# ops run the sum and the epilogue as separate kernels (notes/h200-runbook.md: the chunk step's small kernels).
+# and down's residual add, gate|up's SwiGLU (PDLIB_PREFILL_GEMM_SUM=fused, the default). MLX's ops would run the
+# sum and the epilogue as separate kernels, each a small launch of a chunk step (notes/gpu.md, v26).
 SUM_SOURCE = r"""
     // out (M, NO) = the sum, then the epilogue (SUM_EPILOGUES); sum = parts[0] + parts[1] + ... (parts (SPLIT,
     // M, N), in that order); NO = N, or N / 2 under SwiGLU; a thread takes four columns
@@ -682,8 +682,8 @@ def linear_t(x: mx.array, w_t: mx.array, w: mx.array | None = None, *, add: mx.a
     """x: (M, D) @ w_t with w_t: (D, N), the weight's transposed view made once at load (prefill): a step
     then holds no transpose per matmul; then `add` + it or its SwiGLU (epilogue_ops). On tensor cores when
     enabled() and the shapes tile, from `w`, the same weight as (N, D) bf16 (the decode copy), where given and
-    bf16_weights(), else from w_t (under PDLIB_PREFILL_GEMM_SUM=fused a K split's sum carries the epilogue:
-    summed)."""
+    bf16_weights(), else from w_t (a K split's sum carries the epilogue, summed, unless
+    PDLIB_PREFILL_GEMM_SUM=ops)."""
     epilogue = {"add": add, "swiglu": swiglu}
     if not enabled() or x.ndim != 2:
         return epilogue_ops(x @ w_t, **epilogue)
