@@ -302,6 +302,37 @@ def check_kv_install(seed: int) -> list[dict]:
     return rows
 
 
+def qk_rope_cases():
+    """(rows, first position, capacity): a chunk at the start, a chunk at 4K, a ragged chunk mid-tile and one
+    ending at the cache's last slot."""
+    return [(128, 0, 640), (128, 3968, 4224), (37, 100, 640), (17, 623, 640)]
+
+
+def check_qk_rope_store(seed: int) -> list[dict]:
+    """q against the twin, and the whole caches after the in-place store (the new slots hold the twin's
+    rotated k and v, every other slot is as it was), read through the fence in the kernel's own graph."""
+    rows = []
+    Hq, Hkv, Dh = 16, 8, 128
+    inv_freq = K.rope_inv_freq(Dh, base=1e6)
+    for i, (T, start, cap) in enumerate(qk_rope_cases()):
+        mx.random.seed(seed * 100 + 40 + i)
+        raw = mx.random.normal((T, Hq + 2 * Hkv, Dh)) * 2.0
+        qn, kn = 1.0 + 0.1 * mx.random.normal((Dh,)), 1.0 + 0.1 * mx.random.normal((Dh,))
+        kc, vc = mx.random.normal((Hkv, cap, Dh)), mx.random.normal((Hkv, cap, Dh))
+        positions, fence = mx.arange(start, start + T, dtype=mx.int32), K.new_fence() + i
+        kw = dict(heads=Hq, kv_heads=Hkv, eps=1e-6, start=start)
+        want = K.qk_rope_store_ops(raw, qn, kn, inv_freq, positions, kc, vc, fence, **kw)
+        mx.eval(want, kc, vc, fence)
+        q, kc2, vc2, written = K.qk_rope_store_kernel(raw, qn, kn, inv_freq, positions, kc, vc, fence, poison=True,
+                                                      **kw)
+        case = f"{T} rows at {start}"
+        rows += _evaluated([_compare("qk_rope_store/q", case, q, want[0]),
+                            _compare("qk_rope_store/k cache", case, K.read_after(kc2, written), want[1]),
+                            _compare("qk_rope_store/v cache", case, K.read_after(vc2, written), want[2]),
+                            _fence_row("qk_rope_store/fence", case, written, fence)])
+    return rows
+
+
 def check_write_chain(seed: int) -> list[dict]:
     """Three in-place writers of one cache in one graph (a 100-slot chunk, a 28-slot chunk, then a decode at
     128 that reads all of them) and a fenced read after: each writer must wait for the one before through
@@ -421,7 +452,7 @@ def check_kernels(*, seed: int = 0) -> list[dict]:
     cuda = (check_gemm(seed) + check_gemm_epilogue(seed) + check_flash_attention(seed)
             if K.BACKEND == "cuda" else [])  # CUDA's alone
     return (check_gemv(seed) + cuda + check_decode_attention(seed) + check_kv_store(seed) + check_kv_install(seed)
-            + check_write_chain(seed) + check_persistent_decode(seed))
+            + check_qk_rope_store(seed) + check_write_chain(seed) + check_persistent_decode(seed))
 
 
 def format_rows(rows: list[dict]) -> str:

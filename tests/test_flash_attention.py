@@ -140,11 +140,14 @@ def test_the_switch(monkeypatch):
     assert F.enabled(128) == (K.BACKEND == "cuda") and F.arithmetic() == "fp32"
 
 
-def test_the_engine_attends_through_it_and_writes_only_the_new_rows(monkeypatch, tiny):
+@pytest.mark.parametrize("qk", ["ops", "qk_rope_store"])
+def test_the_engine_attends_through_it_and_writes_only_the_new_rows(monkeypatch, tiny, qk):
     """With the kernel enabled (a stand-in on the CPU: the emulation), a prompt in two chunks and then a ragged
-    step (a decode row beside another request's chunk) attend through it, one call per segment and layer,
-    the pruned last layer with the emitting rows alone; the caches' prefixes are never handed out (store is
-    not called); the logits equal the ops path's within the gate's tolerance."""
+    step (a decode row beside another request's chunk) attend through it, one call per chunk segment and layer,
+    the pruned last layer with the emitting rows alone; the decode row attends by decode_attention instead;
+    the caches' prefixes are never handed out (store is not called); the logits equal the ops path's within
+    the gate's tolerance. `qk`: a chunk's q/k norms, RoPE and K/V store by MLX's ops or by qk_rope_store (its
+    twin here), one call per chunk segment and layer."""
     from pdlib.engine.model import Qwen3, Segment
     from pdlib.engine.cache import KVCache
     q = Qwen3(tiny, compile_steps=False)
@@ -162,14 +165,25 @@ def test_the_engine_attends_through_it_and_writes_only_the_new_rows(monkeypatch,
 
     monkeypatch.setenv(F.ENV, "ops")
     plain = run()
-    calls = []
+    calls, decodes, stores = [], [], []
 
     def standin(qr, kc, vc, positions, written, **kw):
         calls.append((qr.shape[1], kw["length"], np.array(positions).tolist()))
         assert kc.shape[1] == 160  # the whole cache, as it lies
         return emulated(qr, kc, vc, positions, written, **kw)
+
+    def decode_attention(qkv, q_norm, k_norm, inv_freq, pos, *args, **kw):
+        decodes.append(np.array(pos).tolist())
+        return K.decode_attention_ops(qkv, q_norm, k_norm, inv_freq, pos, *args, **kw) + (args[-1],)
+
+    def qk_rope_store(raw, *args, **kw):
+        stores.append((raw.shape[0], kw["start"]))
+        return K.qk_rope_store_ops(raw, *args, **kw)
     monkeypatch.setattr(K, "flash_enabled", lambda head_dim: True)
     monkeypatch.setattr(K, "flash_attention", standin)
+    monkeypatch.setattr(K, "decode_attention", decode_attention)
+    monkeypatch.setattr(K, "qk_rope_enabled", lambda head_dim: qk == "qk_rope_store")
+    monkeypatch.setattr(K, "qk_rope_store", qk_rope_store)
     monkeypatch.setattr(KVCache, "store", lambda *a, **k: pytest.fail("the prefix was handed out"))
     got = run()
     assert len(got) == len(plain) == 3
@@ -180,10 +194,12 @@ def test_the_engine_attends_through_it_and_writes_only_the_new_rows(monkeypatch,
     chunk2 = calls[layers - 1: 2 * layers - 1]
     assert chunk2[:-1] == [(36, 100, list(range(64, 100)))] * (layers - 1) and chunk2[-1] == (1, 100, [99])
     assert calls[2 * layers - 1: 3 * layers - 2] == [(20, 20, list(range(20)))] * (layers - 1)  # b's first chunk
-    assert len(calls) == 5 * layers - 2
-    ragged = calls[-2 * layers:]
-    assert ragged[:2] == [(1, 101, [100]), (17, 37, list(range(20, 37)))]
-    assert ragged[-2:] == [(1, 101, [100]), (1, 37, [36])]
+    assert len(calls) == 4 * layers - 2   # the ragged step: b's chunk only
+    assert calls[-layers:] == [(17, 37, list(range(20, 37)))] * (layers - 1) + [(1, 37, [36])]
+    assert decodes == [[100]] * layers   # a's decode row, every layer
+    # every chunk segment stores its rows in every layer, the pruned last one included
+    want = [(64, 0)] * layers + [(36, 64)] * layers + [(20, 0)] * layers + [(17, 20)] * layers
+    assert stores == (want if qk == "qk_rope_store" else [])
 
 
 @pytest.mark.skipif(NVRTC is None, reason="no NVRTC (the nvidia-cuda-nvrtc wheel, Linux only)")

@@ -76,12 +76,12 @@ class Qwen3:
         # Static shapes (the cache capacity) and a position input: every decode step replays one graph.
         self._step = mx.compile(self.decode_step) if compile_steps else self.decode_step
         wrap = mx.compile if compile_steps else (lambda f: f)
-        self._p_qkv, self._p_out_mlp = wrap(self._qkv), wrap(self._out_mlp)
+        self._p_qkv, self._p_proj, self._p_out_mlp = wrap(self._qkv), wrap(self._proj), wrap(self._out_mlp)
         self._compile_steps, self._attention = compile_steps, {}
         runs_here = persistent.available(cfg, packed=lossless_decode_weights)
         self.decode_mode = decode_mode(decode) or ("persistent" if runs_here else "kernels")
         # a bad PDLIB_PREFILL_* is refused here, not at a prefill
-        K.flash_enabled(cfg.head_dim), K.gemm_enabled(), K.gemm_sum_choice()
+        K.flash_enabled(cfg.head_dim), K.gemm_enabled(), K.gemm_sum_choice(), K.qk_rope_enabled(cfg.head_dim)
         self._flash_arithmetic = K.flash_arithmetic()
         self.prefill_arithmetic = self._prefill_arithmetic(lossless_decode_weights)
         # one barrier buffer per cache (decodes of two requests may overlap), gone with its cache
@@ -144,6 +144,12 @@ class Qwen3:
     # reference's own: its positions run on from the step's first); a ragged step's rows are at scattered
     # positions, so it rotates by tables made once per step.
 
+    def _proj(self, h, in_norm, wqkv):
+        """h: (T, D) -> its normed q|k|v projection (T, Hq + 2 Hkv, Dh), as the GEMM leaves it."""
+        c = self.cfg
+        H = c.num_attention_heads + 2 * c.num_key_value_heads
+        return K.linear_t(mx.fast.rms_norm(h, in_norm, c.rms_norm_eps), *wqkv).reshape(h.shape[0], H, c.head_dim)
+
     def _qkv(self, h, in_norm, wqkv, qk_norm, *rope):
         """h: (T, D) -> q (Hq, T, Dh) and k (Hkv, T, Dh), each after its norm and RoPE, v (Hkv, T, Dh), and the
         projection as it came, (T, Hq + 2 Hkv, Dh): a decode's row attends from that (`stages`).
@@ -152,9 +158,9 @@ class Qwen3:
         `rope`: the first row's position, 0-d, when the rows' positions run on from it, else cos, sin tables.
         mx.fast.rope reads an offset of shape (n,) as one per leading index (per head here) on CUDA and Metal.
         Each weight comes as a pair (transposed FP32 view, decode copy): K.linear_t picks."""
-        c, T = self.cfg, h.shape[0]
+        c = self.cfg
         Hq, Hkv = c.num_attention_heads, c.num_key_value_heads
-        heads = K.linear_t(mx.fast.rms_norm(h, in_norm, c.rms_norm_eps), *wqkv).reshape(T, Hq + 2 * Hkv, c.head_dim)
+        heads = self._proj(h, in_norm, wqkv)
         qk = mx.fast.rms_norm(heads, None, c.rms_norm_eps)[:, : Hq + Hkv] * qk_norm
         q, k, v = qk[:, :Hq].swapaxes(0, 1), qk[:, Hq:].swapaxes(0, 1), heads[:, Hq + Hkv:].swapaxes(0, 1)
         if len(rope) == 1:
@@ -218,43 +224,56 @@ class Qwen3:
         for s in segments:
             offsets.append(offsets[-1] + s.size)
         positions = self._positions(segments)
-        # one request's rows run on from its first position; a ragged step's need tables
-        rope = (positions[0],) if len(segments) == 1 else K.rope_tables(positions, self.inv_freq)
+        flash = K.flash_enabled(c.head_dim)
+        # with flash, a chunk's norms, RoPE and K/V store are one kernel (qk_rope_store) where it runs; else one
+        # request's rows rotate from its first position, and a ragged step's by tables
+        fused = flash and K.qk_rope_enabled(c.head_dim)
+        rope = None if fused else (positions[0],) if len(segments) == 1 else K.rope_tables(positions, self.inv_freq)
         tokens = [s.tokens for s in segments]
         h = self.embed[tokens[0] if len(tokens) == 1 else mx.concatenate([t.astype(mx.int32) for t in tokens])]
-        flash = K.flash_enabled(c.head_dim)
         if not flash:
             masks = [K.causal_mask(positions[a:b], s.start + s.size) for s, a, b in zip(segments, offsets, offsets[1:])]
             rep = c.num_attention_heads // c.num_key_value_heads
             mask_rows = [K.query_rows(m, rep) for m in masks]
         emitting = [j for j, s in enumerate(segments) if s.emits]
 
-        def last_rows(a: mx.array, axis: int = 0) -> mx.array:  # the emitting segments' last rows, by slices
-            pieces = [a[(slice(None),) * axis + (slice(offsets[j + 1] - 1, offsets[j + 1]),)] for j in emitting]
-            return pieces[0] if len(pieces) == 1 else mx.concatenate(pieces, axis=axis)
+        def last_rows(a: mx.array) -> mx.array:  # the emitting segments' last rows, by slices
+            pieces = [a[offsets[j + 1] - 1: offsets[j + 1]] for j in emitting]
+            return pieces[0] if len(pieces) == 1 else mx.concatenate(pieces)
 
         n_layers, pruned = len(self.layers), False
+        heads = dict(heads=c.num_attention_heads, kv_heads=c.num_key_value_heads, eps=c.rms_norm_eps)
         for i, L in enumerate(self.layers):
-            q, k, v, raw = self._p_qkv(h, L.in_norm, (L.t["wqkv"], L.d_qkv), L.t["qk_norm"], *rope)
-            solo, kv = {}, {}   # one-row segments' attention outputs; the others' keys and values (without flash)
+            if fused:
+                raw = self._p_proj(h, L.in_norm, (L.t["wqkv"], L.d_qkv))
+            else:
+                q, k, v, raw = self._p_qkv(h, L.in_norm, (L.t["wqkv"], L.d_qkv), L.t["qk_norm"], *rope)
+            qs, solo, kv = {}, {}, {}   # per segment: query rows; a one-row one's attention output; keys, values
             for j, (s, a, b) in enumerate(zip(segments, offsets, offsets[1:])):
+                at = positions[a:b]
                 if b - a == 1:
                     solo[j], k1, v1, s.cache.written = K.decode_attention(
-                        raw[a].reshape(-1), L.q_norm, L.k_norm, self.inv_freq, positions[a:b], s.cache.k[i],
-                        s.cache.v[i], s.cache.written, heads=c.num_attention_heads, kv_heads=c.num_key_value_heads,
-                        eps=c.rms_norm_eps)
+                        raw[a].reshape(-1), L.q_norm, L.k_norm, self.inv_freq, at, s.cache.k[i], s.cache.v[i],
+                        s.cache.written, **heads)
                     if k1 is not None:   # the ops twin hands the row's K/V back to be stored
-                        s.cache.write(i, k1[:, None], v1[:, None], positions=positions[a:b], start=s.start)
+                        s.cache.write(i, k1[:, None], v1[:, None], positions=at, start=s.start)
+                elif fused:
+                    qs[j], s.cache.k[i], s.cache.v[i], s.cache.written = K.qk_rope_store(
+                        raw[a:b], L.q_norm, L.k_norm, self.inv_freq, at, s.cache.k[i], s.cache.v[i],
+                        s.cache.written, start=s.start, **heads)
                 elif flash:   # attention reads the caches in place: only the new rows are written
-                    s.cache.write(i, k[:, a:b], v[:, a:b], positions=positions[a:b], start=s.start)
+                    qs[j] = q[:, a:b]
+                    s.cache.write(i, k[:, a:b], v[:, a:b], positions=at, start=s.start)
                 else:
-                    kv[j] = s.cache.store(i, k[:, a:b], v[:, a:b], positions=positions[a:b], start=s.start)
+                    qs[j] = q[:, a:b]
+                    kv[j] = s.cache.store(i, k[:, a:b], v[:, a:b], positions=at, start=s.start)
 
-            def attend(j: int, qr: mx.array, last: bool) -> mx.array:
-                """Segment j's query rows qr (all of them, or only its `last`) over its cache."""
+            def attend(j: int, last: bool) -> mx.array:
+                """Segment j's query rows (all of them, or only its `last`) over its cache."""
                 s, a, b = segments[j], offsets[j], offsets[j + 1]
                 if j in solo:
                     return solo[j].reshape(c.num_attention_heads, 1, c.head_dim)
+                qr = qs[j][:, -1:] if last else qs[j]
                 if flash:
                     at = positions[b - 1: b] if last else positions[a:b]
                     return K.flash_attention(qr, s.cache.k[i], s.cache.v[i], at, s.cache.written, scale=self.scale,
@@ -262,15 +281,12 @@ class Qwen3:
                 m = K.query_rows(masks[j][-1:], rep) if last else mask_rows[j]
                 return self._attention_for(qr.shape[1])(qr, *kv[j], mask_rows=m)
 
-            # per segment going on: its query rows [a, b) in q and h, its index, whether they are only its last
-            rows = [(a, b, j, False) for j, (a, b) in enumerate(zip(offsets, offsets[1:]))]
-            if prune and i == n_layers - 1:
+            last = prune and i == n_layers - 1   # only the emitting segments' last rows go on
+            if last:
                 if not emitting:
                     break
-                h, q = last_rows(h), last_rows(q, axis=1)
-                rows = [(r, r + 1, j, True) for r, j in enumerate(emitting)]
-                pruned = True
-            o = [attend(j, q[:, a:b], last) for a, b, j, last in rows]
+                h, pruned = last_rows(h), True
+            o = [attend(j, last) for j in (emitting if last else range(len(segments)))]
             o = o[0] if len(o) == 1 else mx.concatenate(o, axis=1)
             h = self._p_out_mlp(h, o, (L.t["wo"], L.d_o), L.post_norm, (L.t["w_gate_up"], L.d_gate_up),
                                 (L.t["w_down"], L.d_down))
