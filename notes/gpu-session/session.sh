@@ -153,6 +153,15 @@
 #                                          steps' anatomy (GPU 1)
 #   bash notes/gpu-session/session.sh zz   x2, publishing after zd's verdict, with its GEMM: the published eager
 #                                          chunked disagg (both GPUs), then the sweep (GPU 0), tarred
+#   bash notes/gpu-session/session.sh v27a x2, the fourteenth session's first call: check-kernels with qk_rope_store's
+#                                          rows (GPU 1) beside a gate at 4,096/64 (chunked, mixed) and the chunk
+#                                          and mixed steps' anatomy at 4K with PDLIB_PREFILL_QK ops and kernel,
+#                                          three times each, alternating (GPU 0); leaves "publish" in
+#                                          /root/verdict if every row but qk_rope_store's passed and the gate
+#                                          passed, and in /root/qk the setting to publish with (step_choice.py)
+#   bash notes/gpu-session/session.sh v27b x2, after v27a's verdict: zy (both published single-GPU reports,
+#                                          bench-step with peers, the anatomy twice)
+#   bash notes/gpu-session/session.sh v27c x2, after v27a's verdict: zz (eager chunked disagg, then the sweep)
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -899,6 +908,67 @@ zy)
 zz)
   grep -q publish /root/verdict 2>/dev/null || { echo "zd's verdict was not publish"; exit 1; }
   export PDLIB_PREFILL_GEMM=$(cat /root/gemm); echo "prefill GEMM: $PDLIB_PREFILL_GEMM"
+  PDLIB_DISAGG_WORKER_LOG=$LOGS/worker.log timeout -s KILL 200 python3 -m pdlib run \
+    --params params/qwen3-0.6b-4096x1024.yaml --policies eager chunked disagg --quiet \
+    --output "$OUT/report-x2.json" > "$LOGS/report-x2.log" 2>&1
+  echo "== report-x2 rc=$? at ${SECONDS}s"; tail -n 8 "$LOGS/report-x2.log"
+  gpu 0 timeout -s INT $(( $(left) - 10 )) python3 -m pdlib sweep --params params/qwen3-0.6b-sweep.yaml \
+    --chunk-sizes 32 64 128 256 512 1024 4096 --policies chunked mixed --tbt-slo-ms 22 \
+    --reference-policies eager fifo overlap slo-chunked slo-mixed --quiet --output "$OUT/sweep" > "$LOGS/sweep.log" 2>&1
+  echo "== sweep rc=$? at ${SECONDS}s"; tail -n 20 "$LOGS/sweep.log"
+  [ -d "$OUT/sweep" ] && tar -C "$OUT" -cf "$OUT/sweep.tar" sweep && rm -r "$OUT/sweep"
+  finish ;;
+v27a)
+  nvidia-smi -L > "$LOGS/gpus.txt"; nproc >> "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
+  rm -f /root/verdict /root/qk
+  ( export CUDA_VISIBLE_DEVICES=1; taskset -cp 16-31 $BASHPID > /dev/null
+    check_kernels 300; echo "qk_rope_store rows passed: $(grep -c "qk_rope_store.* pass$" "$LOGS/ck0.log")"
+    [ -s "$OUT/check-kernels.json" ] && ! grep -v "^qk_rope_store" "$LOGS/ck0.log" | grep -q FAIL \
+      && touch "$LOGS/ck.ok"
+    grep -q "^qk_rope_store.*FAIL" "$LOGS/ck0.log" || touch "$LOGS/qk-rows.ok" ) > "$LOGS/gpu1.log" 2>&1 &
+  gpu 0 timeout 170 python3 -m pdlib run --model synthetic:qwen3-0.6b --prompt-tokens 4096 --output-tokens 64 \
+    --chunk-size 128 --policies chunked mixed --validate-only --quiet > "$LOGS/gate.log" 2>&1
+  echo "gate rc=$? at ${SECONDS}s"; tail -n 4 "$LOGS/gate.log"
+  grep -q "^chunked  *pass" "$LOGS/gate.log" && grep -q "^mixed  *pass" "$LOGS/gate.log" && touch "$LOGS/gate.ok"
+  for i in 1 2 3; do
+    for how in ops kernel; do
+      [ "$(left)" -gt 60 ] && PDLIB_PREFILL_QK=$how LABEL=$how gpu 0 timeout 60 \
+        python3 notes/gpu-session/chunk_anatomy.py 4096 >> "$LOGS/anatomy.log" 2>&1
+    done
+  done
+  grep "^{" "$LOGS/anatomy.log" | cut -c 1-1200
+  wait; cat "$LOGS/gpu1.log"
+  [ -e "$LOGS/qk-rows.ok" ] && [ -e "$LOGS/gate.ok" ] && touch "$LOGS/qk.ok"
+  # publish if every other row passed, and so did the gate (run with the kernel: excused if its rows failed)
+  if [ -e "$LOGS/ck.ok" ] && { [ -e "$LOGS/gate.ok" ] || [ ! -e "$LOGS/qk-rows.ok" ]; }; then
+    echo publish > /root/verdict
+    python3 notes/gpu-session/step_choice.py "$LOGS/anatomy.log" "$LOGS/qk.ok" ops kernel > /root/qk
+  fi
+  echo "verdict: $(cat /root/verdict 2>/dev/null || echo 'do not publish'), PDLIB_PREFILL_QK: $(cat /root/qk 2>/dev/null)"
+  finish ;;
+v27b)
+  grep -q publish /root/verdict 2>/dev/null || { echo "v27a's verdict was not publish"; exit 1; }
+  export PDLIB_PREFILL_QK=$(cat /root/qk); echo "PDLIB_PREFILL_QK: $PDLIB_PREFILL_QK"
+  ( gpu 1 timeout -s INT 330 python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+      --policies chunked overlap slo slo-mixed --tbt-slo-ms 15 --quiet --output "$OUT/report-new.json" \
+      > "$LOGS/report-new.log" 2>&1
+    echo "report-new rc=$? at ${SECONDS}s"; tail -n 30 "$LOGS/report-new.log"
+    for i in 1 2; do
+      [ "$(left)" -gt 70 ] && LABEL=$PDLIB_PREFILL_QK gpu 1 timeout 60 python3 notes/gpu-session/chunk_anatomy.py 4096 \
+        >> "$LOGS/anatomy.log" 2>&1
+    done
+    grep "^{" "$LOGS/anatomy.log" | cut -c 1-1200 ) > "$LOGS/gpu1.log" 2>&1 &
+  gpu 0 timeout -s INT 300 python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+    --policies eager chunked fifo mixed --quiet --output "$OUT/report.json" > "$LOGS/report.log" 2>&1
+  echo "report rc=$? at ${SECONDS}s"; tail -n 25 "$LOGS/report.log"
+  gpu 0 timeout -s INT $(( $(left) - 5 )) python3 -m pdlib bench-step --contexts 4096 5120 \
+    --output "$OUT/bench-step.json" > "$LOGS/bench.log" 2>&1
+  echo "bench rc=$? at ${SECONDS}s"; tail -n 12 "$LOGS/bench.log"
+  wait; cat "$LOGS/gpu1.log"
+  finish ;;
+v27c)
+  grep -q publish /root/verdict 2>/dev/null || { echo "v27a's verdict was not publish"; exit 1; }
+  export PDLIB_PREFILL_QK=$(cat /root/qk); echo "PDLIB_PREFILL_QK: $PDLIB_PREFILL_QK"
   PDLIB_DISAGG_WORKER_LOG=$LOGS/worker.log timeout -s KILL 200 python3 -m pdlib run \
     --params params/qwen3-0.6b-4096x1024.yaml --policies eager chunked disagg --quiet \
     --output "$OUT/report-x2.json" > "$LOGS/report-x2.log" 2>&1
