@@ -932,7 +932,7 @@ v27a)
   grep -q "^chunked  *pass" "$LOGS/gate.log" && grep -q "^mixed  *pass" "$LOGS/gate.log" && touch "$LOGS/gate.ok"
   for i in 1 2 3; do
     for how in ops kernel; do
-      [ "$(left)" -gt 60 ] && PDLIB_PREFILL_QK=$how LABEL=$how gpu 0 timeout 60 \
+      [ "$(left)" -gt 60 ] && PDLIB_PREFILL_QK=$how LABEL=$how gpu 0 timeout 100 \
         python3 notes/gpu-session/chunk_anatomy.py 4096 >> "$LOGS/anatomy.log" 2>&1
     done
   done
@@ -954,7 +954,7 @@ v27b)
       > "$LOGS/report-new.log" 2>&1
     echo "report-new rc=$? at ${SECONDS}s"; tail -n 30 "$LOGS/report-new.log"
     for i in 1 2; do
-      [ "$(left)" -gt 70 ] && LABEL=$PDLIB_PREFILL_QK gpu 1 timeout 60 python3 notes/gpu-session/chunk_anatomy.py 4096 \
+      [ "$(left)" -gt 70 ] && LABEL=$PDLIB_PREFILL_QK gpu 1 timeout 100 python3 notes/gpu-session/chunk_anatomy.py 4096 \
         >> "$LOGS/anatomy.log" 2>&1
     done
     grep "^{" "$LOGS/anatomy.log" | cut -c 1-1200 ) > "$LOGS/gpu1.log" 2>&1 &
