@@ -162,6 +162,9 @@
 #   bash notes/gpu-session/session.sh v27b x2, after v27a's verdict: zy (both published single-GPU reports,
 #                                          bench-step with peers, the anatomy twice)
 #   bash notes/gpu-session/session.sh v27c x2, after v27a's verdict: zz (eager chunked disagg, then the sweep)
+#   bash notes/gpu-session/session.sh v28a x2, the next session's first call (not yet run): check-kernels (GPU 1)
+#                                          beside the chunk and mixed steps' anatomy at 4K with PDLIB_PREFILL_QK
+#                                          ops and kernel, three times each, alternating (GPU 0): v27a's A/B
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -978,6 +981,19 @@ v27c)
     --reference-policies eager fifo overlap slo-chunked slo-mixed --quiet --output "$OUT/sweep" > "$LOGS/sweep.log" 2>&1
   echo "== sweep rc=$? at ${SECONDS}s"; tail -n 20 "$LOGS/sweep.log"
   [ -d "$OUT/sweep" ] && tar -C "$OUT" -cf "$OUT/sweep.tar" sweep && rm -r "$OUT/sweep"
+  finish ;;
+v28a)
+  nvidia-smi -L > "$LOGS/gpus.txt"; nproc >> "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
+  ( export CUDA_VISIBLE_DEVICES=1; taskset -cp 16-31 $BASHPID > /dev/null; check_kernels 300 ) > "$LOGS/gpu1.log" 2>&1 &
+  for i in 1 2 3; do
+    for how in ops kernel; do
+      [ "$(left)" -gt 100 ] && PDLIB_PREFILL_QK=$how LABEL=$how gpu 0 timeout 100 \
+        python3 notes/gpu-session/chunk_anatomy.py 4096 >> "$LOGS/anatomy.log" 2>&1
+    done
+  done
+  grep "^{" "$LOGS/anatomy.log" | cut -c 1-1200
+  python3 notes/gpu-session/step_choice.py "$LOGS/anatomy.log" /dev/null ops kernel
+  wait; cat "$LOGS/gpu1.log"
   finish ;;
 zh)
   gpu 0 timeout $(( $(left) - 5 )) python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
