@@ -303,20 +303,22 @@ def check_kv_install(seed: int) -> list[dict]:
 
 
 def qk_rope_cases():
-    """(rows, first position, capacity): a chunk at the start, a chunk at 4K, a ragged chunk mid-tile and one
-    ending at the cache's last slot."""
-    return [(128, 0, 640), (128, 3968, 4224), (37, 100, 640), (17, 623, 640)]
+    """(rows, first position, capacity, q heads, KV heads, scale): Qwen3-0.6B's heads in a chunk at the start, one
+    at 4K, a ragged chunk mid-tile and one ending at the cache's last slot; then 6 + 2 heads, whose grid ends
+    mid-block (its last warps start past the rows), with values near zero, where the norm's eps counts."""
+    return [(128, 0, 640, 16, 8, 2.0), (128, 3968, 4224, 16, 8, 2.0), (37, 100, 640, 16, 8, 2.0),
+            (17, 623, 640, 16, 8, 2.0), (37, 100, 640, 6, 2, 1e-4)]
 
 
 def check_qk_rope_store(seed: int) -> list[dict]:
     """q against the twin, and the whole caches after the in-place store (the new slots hold the twin's
     rotated k and v, every other slot is as it was), read through the fence in the kernel's own graph."""
     rows = []
-    Hq, Hkv, Dh = 16, 8, 128
+    Dh = 128
     inv_freq = K.rope_inv_freq(Dh, base=1e6)
-    for i, (T, start, cap) in enumerate(qk_rope_cases()):
+    for i, (T, start, cap, Hq, Hkv, scale) in enumerate(qk_rope_cases()):
         mx.random.seed(seed * 100 + 40 + i)
-        raw = mx.random.normal((T, Hq + 2 * Hkv, Dh)) * 2.0
+        raw = mx.random.normal((T, Hq + 2 * Hkv, Dh)) * scale
         qn, kn = 1.0 + 0.1 * mx.random.normal((Dh,)), 1.0 + 0.1 * mx.random.normal((Dh,))
         kc, vc = mx.random.normal((Hkv, cap, Dh)), mx.random.normal((Hkv, cap, Dh))
         positions, fence = mx.arange(start, start + T, dtype=mx.int32), K.new_fence() + i
@@ -325,7 +327,7 @@ def check_qk_rope_store(seed: int) -> list[dict]:
         mx.eval(want, kc, vc, fence)
         q, kc2, vc2, written = K.qk_rope_store_kernel(raw, qn, kn, inv_freq, positions, kc, vc, fence, poison=True,
                                                       **kw)
-        case = f"{T} rows at {start}"
+        case = f"{T} rows at {start}" + ("" if Hq == 16 else f", {Hq} + {Hkv} heads of {scale:g}")
         rows += _evaluated([_compare("qk_rope_store/q", case, q, want[0]),
                             _compare("qk_rope_store/k cache", case, K.read_after(kc2, written), want[1]),
                             _compare("qk_rope_store/v cache", case, K.read_after(vc2, written), want[2]),

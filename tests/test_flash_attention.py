@@ -185,6 +185,9 @@ def test_the_engine_attends_through_it_and_writes_only_the_new_rows(monkeypatch,
     monkeypatch.setattr(K, "qk_rope_enabled", lambda head_dim: qk == "qk_rope_store")
     monkeypatch.setattr(K, "qk_rope_store", qk_rope_store)
     monkeypatch.setattr(KVCache, "store", lambda *a, **k: pytest.fail("the prefix was handed out"))
+    writes, write = [], KVCache.write
+    monkeypatch.setattr(KVCache, "write", lambda self, i, k, v, **kw: writes.append(k.shape[1]) or write(self, i, k, v,
+                                                                                                           **kw))
     got = run()
     assert len(got) == len(plain) == 3
     for g, p in zip(got, plain):
@@ -200,6 +203,9 @@ def test_the_engine_attends_through_it_and_writes_only_the_new_rows(monkeypatch,
     # every chunk segment stores its rows in every layer, the pruned last one included
     want = [(64, 0)] * layers + [(36, 64)] * layers + [(20, 0)] * layers + [(17, 20)] * layers
     assert stores == (want if qk == "qk_rope_store" else [])
+    # each segment's rows are written once a layer: the decode row's by write (its ops twin hands them back);
+    # the chunks' by qk_rope_store, or else by write
+    assert sorted(writes) == sorted([1] * layers + ([] if qk == "qk_rope_store" else [n for n, _ in want]))
 
 
 @pytest.mark.skipif(NVRTC is None, reason="no NVRTC (the nvidia-cuda-nvrtc wheel, Linux only)")

@@ -185,6 +185,17 @@ if K.BACKEND == "cuda":  # a mixed step's decode row: one query row over D's cac
         return ms(t0)
 
     out["decode_attention_one_row_28_layers_ms"] = median_of(decode_rows)
+    raw_rows = mx.random.normal((T, c.num_attention_heads + 2 * c.num_key_value_heads, c.head_dim))
+    mx.eval(raw_rows)
+
+    def qk_rope():   # a chunk's q/k norms, RoPE and K/V store as one kernel (v27), on its own
+        t0 = time.perf_counter_ns()
+        mx.eval([K.qk_rope_store_kernel(raw_rows, L0.q_norm, L0.k_norm, engine.model.inv_freq, positions, k, v,
+                                        fence, heads=c.num_attention_heads, kv_heads=c.num_key_value_heads,
+                                        eps=c.rms_norm_eps)[::3] for k, v in caches])
+        return ms(t0)
+
+    out["qk_rope_store_28_layers_ms"] = median_of(qk_rope)
 
 # the step's two compiled pieces around attention (each with its GEMMs), for a chunk (RoPE by mx.fast.rope from
 # the first position) and for a mixed step's 129 rows (RoPE by tables: the rows' positions are scattered)

@@ -142,7 +142,9 @@ class Qwen3:
     # Python, the weights' transposes are made once at load, each RMSNorm is MLX's fused one (one node, where
     # the ops' square, mean and scale are four), and so is RoPE in a step of one request (mx.fast.rope, the
     # reference's own: its positions run on from the step's first); a ragged step's rows are at scattered
-    # positions, so it rotates by tables made once per step.
+    # positions, so it rotates by tables made once per step. Where flash runs, what lies between the q|k|v
+    # GEMM and attention (q/k norms, RoPE, the K/V store) is one kernel per segment instead (kernels/qk_rope.py),
+    # and a decode's row goes to decode attention (`step`).
 
     def _proj(self, h, in_norm, wqkv):
         """h: (T, D) -> its normed q|k|v projection (T, Hq + 2 Hkv, Dh), as the GEMM leaves it."""
@@ -242,7 +244,7 @@ class Qwen3:
             return pieces[0] if len(pieces) == 1 else mx.concatenate(pieces)
 
         n_layers, pruned = len(self.layers), False
-        heads = dict(heads=c.num_attention_heads, kv_heads=c.num_key_value_heads, eps=c.rms_norm_eps)
+        shape = dict(heads=c.num_attention_heads, kv_heads=c.num_key_value_heads, eps=c.rms_norm_eps)
         for i, L in enumerate(self.layers):
             if fused:
                 raw = self._p_proj(h, L.in_norm, (L.t["wqkv"], L.d_qkv))
@@ -252,15 +254,15 @@ class Qwen3:
             for j, (s, a, b) in enumerate(zip(segments, offsets, offsets[1:])):
                 at = positions[a:b]
                 if b - a == 1:
-                    solo[j], k1, v1, s.cache.written = K.decode_attention(
-                        raw[a].reshape(-1), L.q_norm, L.k_norm, self.inv_freq, at, s.cache.k[i], s.cache.v[i],
-                        s.cache.written, **heads)
+                    solo[j], k1, v1, s.cache.written = K.decode_attention(   # raw[a] would gather a copy
+                        raw[a:b].reshape(-1), L.q_norm, L.k_norm, self.inv_freq, at, s.cache.k[i], s.cache.v[i],
+                        s.cache.written, **shape)
                     if k1 is not None:   # the ops twin hands the row's K/V back to be stored
                         s.cache.write(i, k1[:, None], v1[:, None], positions=at, start=s.start)
                 elif fused:
                     qs[j], s.cache.k[i], s.cache.v[i], s.cache.written = K.qk_rope_store(
                         raw[a:b], L.q_norm, L.k_norm, self.inv_freq, at, s.cache.k[i], s.cache.v[i],
-                        s.cache.written, start=s.start, **heads)
+                        s.cache.written, start=s.start, **shape)
                 elif flash:   # attention reads the caches in place: only the new rows are written
                     qs[j] = q[:, a:b]
                     s.cache.write(i, k[:, a:b], v[:, a:b], positions=at, start=s.start)
