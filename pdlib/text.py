@@ -32,7 +32,9 @@ def run_line(report: dict) -> str:
     made_by = "" if not tokenizers else " (byte ids, no tokenizer)" if tokenizers == ["bytes"] else \
         f" (tokenizer {', '.join(tokenizers)})"
     env = report["environment"]
-    prefill = (f" (prefill matmuls {env['prefill_matmuls']}, attention {env['prefill_attention']})"
+    sums = f", split sums {env['prefill_split_sums']}" if "prefill_split_sums" in env else ""
+    qk = f", q/k {env['prefill_qk']}" if "prefill_qk" in env else ""
+    prefill = (f" (prefill matmuls {env['prefill_matmuls']}{sums}, attention {env['prefill_attention']}{qk})"
                if "prefill_matmuls" in env else "")
     return (f"model {model['spec']} ({model['source']}{fallback}), backend {env['backend']}{prefill}; "
             f"prompts {params['prompt_tokens']} tokens{made_by}, {params['output_tokens']} outputs, "

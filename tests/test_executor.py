@@ -185,3 +185,6 @@ def test_a_report_says_what_the_prefill_ran_as():
               "environment": {"backend": "cuda", "prefill_matmuls": "tf32x2", "prefill_attention": "flash-tf32x3"},
               "params": {**RunParams().to_dict(), "prompt_tokens": 40, "output_tokens": 6, "chunk_size": 16}}
     assert "backend cuda (prefill matmuls tf32x2, attention flash-tf32x3); prompts 40 tokens" in run_line(report)
+    report["environment"].update(prefill_split_sums="fused", prefill_qk="kernel")   # newer reports say these too
+    assert ("backend cuda (prefill matmuls tf32x2, split sums fused, attention flash-tf32x3, q/k kernel); prompts 40"
+            in run_line(report))

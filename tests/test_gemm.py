@@ -400,11 +400,24 @@ def test_a_bad_switch_is_refused_when_the_model_loads(monkeypatch, tiny):
     ("tf32x2", True, "cuda", "tf32x2"), ("tf32x2", False, "cuda", "tf32x3"), ("tf32x3", True, "cuda", "tf32x3"),
     ("wgmma", True, "cuda", "wgmma"), ("fp32", True, "cuda", "fp32"), ("tf32x2", True, "cpu", "fp32"),
     ("bf16x3", True, "cuda", "bf16x3"), ("bf16x3", False, "cuda", "tf32x3")])
-def test_the_model_says_what_its_prefill_matmuls_run_as(monkeypatch, tiny, choice, packed, backend, want):
-    """Reports record it (environment's prefill_matmuls and prefill_attention): the switch as it applies to
-    these weights on this backend; on the CPU attention is MLX's ops."""
+@pytest.mark.parametrize("sums", ["fused", "ops"])
+def test_the_model_says_what_its_prefill_matmuls_run_as(monkeypatch, tiny, choice, packed, backend, want, sums):
+    """Reports record it (environment's prefill_matmuls, prefill_split_sums where the matmul kernels run, and
+    prefill_attention): the switches as they apply to these weights on this backend; on the CPU attention is
+    MLX's ops (so prefill_qk is absent)."""
     from pdlib.engine.model import Qwen3
     monkeypatch.setenv("PDLIB_PREFILL_GEMM", choice)
+    monkeypatch.setenv(G.SUM_ENV, sums)
     monkeypatch.setattr(G, "BACKEND", backend)
     q = Qwen3(tiny, compile_steps=False, lossless_decode_weights=packed, decode="kernels")
-    assert q.prefill_arithmetic == {"prefill_matmuls": want, "prefill_attention": "ops"}
+    split = {} if want == "fp32" else {"prefill_split_sums": sums}
+    assert q.prefill_arithmetic == {"prefill_matmuls": want, "prefill_attention": "ops", **split}
+
+
+@pytest.mark.parametrize("qk", ["kernel", "ops"])
+def test_the_model_says_whether_a_chunks_q_and_k_run_as_one_kernel(monkeypatch, tiny, qk):
+    from pdlib.engine.model import Qwen3
+    monkeypatch.setattr(K, "flash_enabled", lambda head_dim: True)
+    monkeypatch.setattr(K, "qk_rope_enabled", lambda head_dim: qk == "kernel")
+    q = Qwen3(tiny, compile_steps=False, decode="kernels")
+    assert q.prefill_arithmetic["prefill_qk"] == qk and q.prefill_arithmetic["prefill_attention"] == "flash-tf32x3"

@@ -102,14 +102,20 @@ class Qwen3:
     def _prefill_arithmetic(self, packed: bool) -> dict[str, str]:
         """What the prefill's matmuls and attention run as here, by their switches' names (reports record it):
         tf32x2 and bf16x3 need the bf16 copies, and without them run as tf32x3; off CUDA both are MLX's FP32
-        ops."""
+        ops. With the matmul kernels, how a K split is summed (and the residual add or SwiGLU after it); with
+        flash, whether a chunk's q/k norms, RoPE and K/V store are one kernel."""
         gemm = K.gemm_choice() if K.gemm_enabled() else "fp32"
         if gemm in ("tf32x2", "bf16x3") and not packed:
             gemm = "tf32x3"
         attention = "flash" if self._flash_arithmetic == "fp32" else "flash-tf32x3"
         if not K.flash_enabled(self.cfg.head_dim):
             attention = "ops"
-        return {"prefill_matmuls": gemm, "prefill_attention": attention}
+        out = {"prefill_matmuls": gemm, "prefill_attention": attention}
+        if gemm != "fp32":
+            out["prefill_split_sums"] = K.gemm_sum_choice()
+        if attention != "ops":
+            out["prefill_qk"] = "kernel" if K.qk_rope_enabled(self.cfg.head_dim) else "ops"
+        return out
 
     def stacked_decode_weights(self) -> "persistent.DecodeWeights":
         """The decode weights with the layers stacked per kind, for the persistent kernel (and its twin)."""
