@@ -7,6 +7,7 @@ import pytest
 from pdlib.config import RunParams
 from pdlib.engine import Engine
 from pdlib.engine import model as model_module
+from pdlib.errors import InputError
 from pdlib.experiment import Experiment
 from pdlib.reference import Reference
 from pdlib.validate import ReferenceTrace, validate_policy
@@ -249,3 +250,35 @@ def test_a_step_builds_the_rope_tables_once_and_transposes_no_weight(tiny, tmp_p
     assert nodes["Cos"] == nodes["Sin"] == 1 and nodes["Matmul"] == 8 * layers + 1
     # the only transposes left are the attention's keys and the heads' swaps, none on a weight
     assert nodes["Transpose"] <= 7 * layers
+
+
+def test_a_step_dispatched_a_layer_at_a_time_is_the_same_step(tiny, monkeypatch):
+    """PDLIB_STEP_DISPATCH=layers starts each layer of a step with a prompt chunk as soon as it is built (one
+    async_eval per layer, the pruned last one included); the outputs and the caches are the step's bit for
+    bit, for a chunk alone and a ragged step; the gate passes; a bad value is refused when the engine is made."""
+    def run():
+        engine = Engine(tiny, capacity=96)
+        engine.add_request("A", list(range(3, 43)))
+        engine.add_request("B", list(range(50, 80)))
+        outs = [engine.prefill_chunk("A", 24), engine.prefill_chunk("A", 16)]
+        outs += engine.batch([("A", None), ("B", 30)]) + engine.batch([("A", None), ("B", None)])
+        caches = [engine.kv(r, 0, engine.requests[r].length) for r in "AB"]
+        return [np.array(o.logits) for o in outs if o is not None], [np.array(c) for c in caches]
+
+    calls, real = [], mx.async_eval
+    monkeypatch.setattr(mx, "async_eval", lambda *a: calls.append(len(a)) or real(*a))
+    monkeypatch.delenv("PDLIB_STEP_DISPATCH", raising=False)
+    step, by_step = run(), len(calls)
+    monkeypatch.setenv("PDLIB_STEP_DISPATCH", "layers")
+    layers, by_layer = run(), len(calls) - by_step
+    assert all((x == y).all() for x, y in zip(step[0] + step[1], layers[0] + layers[1]))
+    assert len(step[0]) == len(layers[0]) == 5
+    n = tiny.config.num_hidden_layers
+    # a dispatch per layer of the 3 steps with a chunk; the first chunk's pruned last layer only stores its
+    # K/V, which _finish starts as before
+    assert by_layer - by_step == 3 * n - 1
+    results = experiment(tiny).validate()
+    assert all(r.passed for r in results.values())
+    monkeypatch.setenv("PDLIB_STEP_DISPATCH", "graph")
+    with pytest.raises(InputError, match="PDLIB_STEP_DISPATCH must be step or layers, got 'graph'"):
+        Engine(tiny, capacity=96)

@@ -162,9 +162,11 @@
 #   bash notes/gpu-session/session.sh v27b x2, after v27a's verdict: zy (both published single-GPU reports,
 #                                          bench-step with peers, the anatomy twice)
 #   bash notes/gpu-session/session.sh v27c x2, after v27a's verdict: zz (eager chunked disagg, then the sweep)
-#   bash notes/gpu-session/session.sh v28a x2, the next session's first call (not yet run): check-kernels (GPU 1)
-#                                          beside the chunk and mixed steps' anatomy at 4K with PDLIB_PREFILL_QK
-#                                          ops and kernel, three times each, alternating (GPU 0): v27a's A/B
+#   bash notes/gpu-session/session.sh v28a x2, the next session's first call (not yet run): check-kernels, then a
+#                                          gate at 4,096/64 (chunked, mixed) with PDLIB_STEP_DISPATCH=layers (GPU 1)
+#                                          beside the chunk and mixed steps' anatomy at 4K: PDLIB_PREFILL_QK=ops,
+#                                          the defaults, and PDLIB_STEP_DISPATCH=layers, twice each, alternating
+#                                          (GPU 0): v27a's A/B and v28's
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -984,15 +986,22 @@ v27c)
   finish ;;
 v28a)
   nvidia-smi -L > "$LOGS/gpus.txt"; nproc >> "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
-  ( export CUDA_VISIBLE_DEVICES=1; taskset -cp 16-31 $BASHPID > /dev/null; check_kernels 300 ) > "$LOGS/gpu1.log" 2>&1 &
-  for i in 1 2 3; do
-    for how in ops kernel; do
-      [ "$(left)" -gt 100 ] && PDLIB_PREFILL_QK=$how LABEL=$how gpu 0 timeout 100 \
-        python3 notes/gpu-session/chunk_anatomy.py 4096 >> "$LOGS/anatomy.log" 2>&1
+  ( export CUDA_VISIBLE_DEVICES=1; taskset -cp 16-31 $BASHPID > /dev/null; check_kernels 300
+    PDLIB_STEP_DISPATCH=layers timeout 150 python3 -m pdlib run --model synthetic:qwen3-0.6b --prompt-tokens 4096 \
+      --output-tokens 64 --chunk-size 128 --policies chunked mixed --validate-only --quiet > "$LOGS/gate.log" 2>&1
+    echo "gate (layers) rc=$? at ${SECONDS}s"; tail -n 4 "$LOGS/gate.log" ) > "$LOGS/gpu1.log" 2>&1 &
+  qk_ops() { PDLIB_PREFILL_QK=ops "$@"; }
+  defaults() { "$@"; }
+  layers() { PDLIB_STEP_DISPATCH=layers "$@"; }
+  for i in 1 2; do
+    for how in qk_ops defaults layers; do
+      [ "$(left)" -gt 100 ] && LABEL=$how $how gpu 0 timeout 100 python3 notes/gpu-session/chunk_anatomy.py 4096 \
+        >> "$LOGS/anatomy.log" 2>&1
     done
   done
-  grep "^{" "$LOGS/anatomy.log" | cut -c 1-1200
-  python3 notes/gpu-session/step_choice.py "$LOGS/anatomy.log" /dev/null ops kernel
+  grep "^{" "$LOGS/anatomy.log" | cut -c 1-1400
+  python3 notes/gpu-session/step_choice.py "$LOGS/anatomy.log" /dev/null qk_ops defaults
+  python3 notes/gpu-session/step_choice.py "$LOGS/anatomy.log" /dev/null defaults layers
   wait; cat "$LOGS/gpu1.log"
   finish ;;
 zh)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 
 from pdlib.engine.cache import KVCache
+from pdlib.engine.kernels.backend import env_choice
 from pdlib.engine.kernels.persistent_decode import check_token
 from pdlib.engine.model import Qwen3, Segment
 from pdlib.weights import LoadedModel
@@ -49,9 +50,17 @@ class Request:
         return min(self.cache.length, self.prompt.size)
 
 
+# PDLIB_STEP_DISPATCH: how a step with a prompt chunk reaches the device. `step` (the default) builds every
+# layer's graph, then starts it; `layers` starts each layer as soon as it is built (as prefill_stages does), so
+# the device need not wait for the host's ~2 ms of building a 28-layer step (opt-in until measured on a GPU:
+# notes/gpu.md, v28). The same arithmetic either way.
+DISPATCH_ENV, DISPATCH_CHOICES = "PDLIB_STEP_DISPATCH", ("step", "layers")
+
+
 class Engine:
     def __init__(self, model: LoadedModel, *, capacity: int, lossless_decode_weights: bool = True,
                  prune_final_layer: bool = True, compile_steps: bool = True, decode: str | None = None):
+        self.dispatch = env_choice(DISPATCH_ENV, DISPATCH_CHOICES)   # a bad value is refused here
         self.model = Qwen3(model, lossless_decode_weights=lossless_decode_weights, compile_steps=compile_steps,
                            decode=decode)
         self.capacity = capacity
@@ -89,7 +98,14 @@ class Engine:
             return [self.decode(name) for name, _ in parts]
         segments = [self._segment(name, n) for name, n in parts]
         reqs = [self.requests[name] for name, _ in parts]
-        return self._finish(reqs, self.model.step(segments, prune=self.prune_final_layer))
+        if self.dispatch == "step":
+            return self._finish(reqs, self.model.step(segments, prune=self.prune_final_layer))
+        stages = self.model.stages(segments, prune=self.prune_final_layer)
+        while True:
+            try:
+                mx.async_eval(next(stages))   # this layer starts while the host builds the next
+            except StopIteration as done:
+                return self._finish(reqs, done.value)
 
     def prefill_stages(self, name: str, n: int):
         """prefill_chunk(name, n) one layer at a time: each next() builds one more layer, starts it on the
