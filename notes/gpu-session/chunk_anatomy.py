@@ -37,7 +37,9 @@ def median_of(fn):
 model = load_model(os.environ.get("MODEL", "synthetic:qwen3-0.6b"))   # MODEL: another, to try it
 engine = Engine(model, capacity=CTX + T + 8)
 engine.add_request("P", [(i * 7919 + 13) % model.config.vocab_size for i in range(CTX + T + 1)])
-out = {"context": CTX, "rows": T, "label": os.environ.get("LABEL"), "env": {k: os.environ.get(k) for k in ("MLX_USE_CUDA_GRAPHS", "MLX_ENABLE_TF32", "PDLIB_PREFILL_GEMM", "PDLIB_PREFILL_GEMM_SUM", "PDLIB_PREFILL_QK", "PDLIB_PREFILL_ATTENTION", "PDLIB_STEP_DISPATCH")}}
+SWITCHES = ("MLX_USE_CUDA_GRAPHS", "MLX_ENABLE_TF32", "PDLIB_PREFILL_GEMM", "PDLIB_PREFILL_GEMM_SUM",
+            "PDLIB_PREFILL_QK", "PDLIB_PREFILL_ATTENTION", "PDLIB_STEP_DISPATCH")
+out = {"context": CTX, "rows": T, "label": os.environ.get("LABEL"), "env": {k: os.environ.get(k) for k in SWITCHES}}
 
 
 def chunk_step():

@@ -5,10 +5,11 @@ at each row's position, q laid out per head for attention, and k and v stored in
                                                  written, start=start, heads=Hq, kv_heads=Hkv, eps=eps)
 
 raw: (T, Hq + 2 Hkv, Dh), the projection as the GEMM left it; positions: (T,) int32, the rows' positions
-start.. (the kernel reads them; the twin stores at the host's `start`); q: (Hq, T, Dh), normed and rotated. MLX's ops take six kernels for this (the norm, its weights, two RoPEs, the
-copy of v into (Hkv, T, Dh), the store), each a small launch of a chunk step. The kernel writes the cache in
-place, as kv_store.py's install does, and outputs the next fence (fence.py); the ops twin stores functionally
-and returns the fence as it came.
+start.. (the kernel reads them; the twin stores at the host's `start`); q: (Hq, T, Dh), normed and rotated.
+MLX's ops take six kernels for this (the norm, its weights, two RoPEs, the copy of v into (Hkv, T, Dh), the
+store), each a small launch of a chunk step. The kernel writes the cache in place, as kv_store.py's install
+does, and outputs the next fence (fence.py); the ops twin stores functionally and returns the fence as it
+came.
 """
 
 import mlx.core as mx
