@@ -105,7 +105,7 @@ class Qwen3:
         ops. With the matmul kernels, how a K split is summed (and the residual add or SwiGLU after it); with
         flash, whether a chunk's q/k norms, RoPE and K/V store are one kernel."""
         gemm = K.gemm_choice() if K.gemm_enabled() else "fp32"
-        if gemm in ("tf32x2", "bf16x3") and not packed:
+        if gemm != "fp32" and K.gemm_bf16_weights() and not packed:
             gemm = "tf32x3"
         attention = "flash" if self._flash_arithmetic == "fp32" else "flash-tf32x3"
         if not K.flash_enabled(self.cfg.head_dim):

@@ -17,6 +17,7 @@ from pdlib.engine.kernels.fence import new_fence, read_after
 from pdlib.engine.kernels.flash_prefill import arithmetic as flash_arithmetic
 from pdlib.engine.kernels.flash_prefill import enabled as flash_enabled
 from pdlib.engine.kernels.flash_prefill import flash_attention, flash_attention_ops
+from pdlib.engine.kernels.gemm import bf16_weights as gemm_bf16_weights
 from pdlib.engine.kernels.gemm import choice as gemm_choice
 from pdlib.engine.kernels.gemm import enabled as gemm_enabled
 from pdlib.engine.kernels.gemm import linear_t, tf32x3_matmul, tf32x3_ops
@@ -31,8 +32,8 @@ from pdlib.engine.kernels.rope import rope_inv_freq, rope_ops, rope_rotate, rope
 __all__ = ["BACKEND", "attention_ops", "attention_rows", "causal_mask", "query_rows", "decode_attention",
            "decode_attention_kernel", "decode_attention_ops", "DecodeWeights", "decode_persistent",
            "decode_persistent_ops", "flash_arithmetic", "flash_attention", "flash_attention_ops", "flash_enabled",
-           "gemm_choice", "gemm_enabled", "gemm_sum_choice", "gemv", "gemv_kernel", "gemv_ops", "linear", "linear_t",
-           "tf32x3_matmul", "tf32x3_ops", "new_fence", "read_after", "rms_norm", "rope_inv_freq", "rope_ops",
-           "rope_rotate", "rope_tables", "store_kv", "store_kv_kernel", "store_kv_ops", "stores_kv_in_place",
-           "install_kv", "install_kv_kernel", "qk_rope_enabled", "qk_rope_store", "qk_rope_store_kernel",
-           "qk_rope_store_ops"]
+           "gemm_bf16_weights", "gemm_choice", "gemm_enabled", "gemm_sum_choice", "gemv", "gemv_kernel", "gemv_ops",
+           "linear", "linear_t", "tf32x3_matmul", "tf32x3_ops", "new_fence", "read_after", "rms_norm", "rope_inv_freq",
+           "rope_ops", "rope_rotate", "rope_tables", "store_kv", "store_kv_kernel", "store_kv_ops",
+           "stores_kv_in_place", "install_kv", "install_kv_kernel", "qk_rope_enabled", "qk_rope_store",
+           "qk_rope_store_kernel", "qk_rope_store_ops"]
