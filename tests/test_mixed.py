@@ -59,7 +59,8 @@ def test_a_decode_row_attending_the_other_requests_cache_is_caught(tiny, monkeyp
 
     monkeypatch.setattr(Qwen3, "step", step)
     monkeypatch.setattr(K, "decode_attention", decode_attention)
-    # layer 0 stores A's own k/v (right); its attention output is wrong, so layer 1's new slot is
+    # layer 0 stores A's own k/v (right: on the CPU the ops twin hands the row back to A's cache); its attention
+    # output is wrong, so layer 1's new slot is
     assert f"decode_kv check, request A, position {PROMPT}, layer 1" in fails(exp)
 
 
