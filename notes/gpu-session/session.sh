@@ -185,6 +185,39 @@ check_kernels() {
   echo "check-kernels rc=$? pass=$(grep -c " pass$" "$LOGS/ck0.log") at ${SECONDS}s"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 6
   ! grep -q FAIL "$LOGS/ck0.log"
 }
+# Republishing on x2 (zy, v27b): chunked overlap slo slo-mixed at 15 ms, then the chunk and mixed steps' anatomy
+# twice, labelled $1, each under a $2-second limit while more than $3 s are left (GPU 1), beside the published
+# eager chunked fifo mixed, then bench-step with peers at 4K and 5K (GPU 0)
+publish_single() {
+  ( gpu 1 timeout -s INT 330 python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+      --policies chunked overlap slo slo-mixed --tbt-slo-ms 15 --quiet --output "$OUT/report-new.json" \
+      > "$LOGS/report-new.log" 2>&1
+    echo "report-new rc=$? at ${SECONDS}s"; tail -n 30 "$LOGS/report-new.log"
+    for i in 1 2; do
+      [ "$(left)" -gt "$3" ] && LABEL=$1 gpu 1 timeout "$2" python3 notes/gpu-session/chunk_anatomy.py 4096 \
+        >> "$LOGS/anatomy.log" 2>&1
+    done
+    grep "^{" "$LOGS/anatomy.log" | cut -c 1-1200 ) > "$LOGS/gpu1.log" 2>&1 &
+  gpu 0 timeout -s INT 300 python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+    --policies eager chunked fifo mixed --quiet --output "$OUT/report.json" > "$LOGS/report.log" 2>&1
+  echo "report rc=$? at ${SECONDS}s"; tail -n 25 "$LOGS/report.log"
+  gpu 0 timeout -s INT $(( $(left) - 5 )) python3 -m pdlib bench-step --contexts 4096 5120 \
+    --output "$OUT/bench-step.json" > "$LOGS/bench.log" 2>&1
+  echo "bench rc=$? at ${SECONDS}s"; tail -n 12 "$LOGS/bench.log"
+  wait; cat "$LOGS/gpu1.log"
+}
+# Republishing on x2 (zz, v27c): the published eager chunked disagg (both GPUs), then the sweep (GPU 0), tarred
+publish_x2() {
+  PDLIB_DISAGG_WORKER_LOG=$LOGS/worker.log timeout -s KILL 200 python3 -m pdlib run \
+    --params params/qwen3-0.6b-4096x1024.yaml --policies eager chunked disagg --quiet \
+    --output "$OUT/report-x2.json" > "$LOGS/report-x2.log" 2>&1
+  echo "== report-x2 rc=$? at ${SECONDS}s"; tail -n 8 "$LOGS/report-x2.log"
+  gpu 0 timeout -s INT $(( $(left) - 10 )) python3 -m pdlib sweep --params params/qwen3-0.6b-sweep.yaml \
+    --chunk-sizes 32 64 128 256 512 1024 4096 --policies chunked mixed --tbt-slo-ms 22 \
+    --reference-policies eager fifo overlap slo-chunked slo-mixed --quiet --output "$OUT/sweep" > "$LOGS/sweep.log" 2>&1
+  echo "== sweep rc=$? at ${SECONDS}s"; tail -n 20 "$LOGS/sweep.log"
+  [ -d "$OUT/sweep" ] && tar -C "$OUT" -cf "$OUT/sweep.tar" sweep && rm -r "$OUT/sweep"
+}
 # NCCL between the two GPUs, then disagg at 512 tokens under a $1-second limit; returns the disagg smoke's rc
 disagg_smokes() {
   for r in 1 0; do
@@ -893,36 +926,11 @@ ze)
 zy)
   grep -q publish /root/verdict 2>/dev/null || { echo "zd's verdict was not publish"; exit 1; }
   export PDLIB_PREFILL_GEMM=$(cat /root/gemm); echo "prefill GEMM: $PDLIB_PREFILL_GEMM"
-  ( gpu 1 timeout -s INT 330 python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
-      --policies chunked overlap slo slo-mixed --tbt-slo-ms 15 --quiet --output "$OUT/report-new.json" \
-      > "$LOGS/report-new.log" 2>&1
-    echo "report-new rc=$? at ${SECONDS}s"; tail -n 30 "$LOGS/report-new.log"
-    for i in 1 2; do
-      [ "$(left)" -gt 80 ] && LABEL=$PDLIB_PREFILL_GEMM gpu 1 timeout 70 python3 notes/gpu-session/chunk_anatomy.py 4096 \
-        >> "$LOGS/anatomy.log" 2>&1
-    done
-    grep "^{" "$LOGS/anatomy.log" | cut -c 1-900 ) > "$LOGS/gpu1.log" 2>&1 &
-  gpu 0 timeout -s INT 300 python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
-    --policies eager chunked fifo mixed --quiet --output "$OUT/report.json" > "$LOGS/report.log" 2>&1
-  echo "report rc=$? at ${SECONDS}s"; tail -n 25 "$LOGS/report.log"
-  gpu 0 timeout -s INT $(( $(left) - 5 )) python3 -m pdlib bench-step --contexts 4096 5120 \
-    --output "$OUT/bench-step.json" > "$LOGS/bench.log" 2>&1
-  echo "bench rc=$? at ${SECONDS}s"; tail -n 12 "$LOGS/bench.log"
-  wait; cat "$LOGS/gpu1.log"
-  finish ;;
+  publish_single "$PDLIB_PREFILL_GEMM" 70 80; finish ;;
 zz)
   grep -q publish /root/verdict 2>/dev/null || { echo "zd's verdict was not publish"; exit 1; }
   export PDLIB_PREFILL_GEMM=$(cat /root/gemm); echo "prefill GEMM: $PDLIB_PREFILL_GEMM"
-  PDLIB_DISAGG_WORKER_LOG=$LOGS/worker.log timeout -s KILL 200 python3 -m pdlib run \
-    --params params/qwen3-0.6b-4096x1024.yaml --policies eager chunked disagg --quiet \
-    --output "$OUT/report-x2.json" > "$LOGS/report-x2.log" 2>&1
-  echo "== report-x2 rc=$? at ${SECONDS}s"; tail -n 8 "$LOGS/report-x2.log"
-  gpu 0 timeout -s INT $(( $(left) - 10 )) python3 -m pdlib sweep --params params/qwen3-0.6b-sweep.yaml \
-    --chunk-sizes 32 64 128 256 512 1024 4096 --policies chunked mixed --tbt-slo-ms 22 \
-    --reference-policies eager fifo overlap slo-chunked slo-mixed --quiet --output "$OUT/sweep" > "$LOGS/sweep.log" 2>&1
-  echo "== sweep rc=$? at ${SECONDS}s"; tail -n 20 "$LOGS/sweep.log"
-  [ -d "$OUT/sweep" ] && tar -C "$OUT" -cf "$OUT/sweep.tar" sweep && rm -r "$OUT/sweep"
-  finish ;;
+  publish_x2; finish ;;
 v27a)
   nvidia-smi -L > "$LOGS/gpus.txt"; nproc >> "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
   rm -f /root/verdict /root/qk
@@ -954,36 +962,11 @@ v27a)
 v27b)
   grep -q publish /root/verdict 2>/dev/null || { echo "v27a's verdict was not publish"; exit 1; }
   export PDLIB_PREFILL_QK=$(cat /root/qk); echo "PDLIB_PREFILL_QK: $PDLIB_PREFILL_QK"
-  ( gpu 1 timeout -s INT 330 python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
-      --policies chunked overlap slo slo-mixed --tbt-slo-ms 15 --quiet --output "$OUT/report-new.json" \
-      > "$LOGS/report-new.log" 2>&1
-    echo "report-new rc=$? at ${SECONDS}s"; tail -n 30 "$LOGS/report-new.log"
-    for i in 1 2; do
-      [ "$(left)" -gt 70 ] && LABEL=$PDLIB_PREFILL_QK gpu 1 timeout 100 python3 notes/gpu-session/chunk_anatomy.py 4096 \
-        >> "$LOGS/anatomy.log" 2>&1
-    done
-    grep "^{" "$LOGS/anatomy.log" | cut -c 1-1200 ) > "$LOGS/gpu1.log" 2>&1 &
-  gpu 0 timeout -s INT 300 python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
-    --policies eager chunked fifo mixed --quiet --output "$OUT/report.json" > "$LOGS/report.log" 2>&1
-  echo "report rc=$? at ${SECONDS}s"; tail -n 25 "$LOGS/report.log"
-  gpu 0 timeout -s INT $(( $(left) - 5 )) python3 -m pdlib bench-step --contexts 4096 5120 \
-    --output "$OUT/bench-step.json" > "$LOGS/bench.log" 2>&1
-  echo "bench rc=$? at ${SECONDS}s"; tail -n 12 "$LOGS/bench.log"
-  wait; cat "$LOGS/gpu1.log"
-  finish ;;
+  publish_single "$PDLIB_PREFILL_QK" 100 70; finish ;;
 v27c)
   grep -q publish /root/verdict 2>/dev/null || { echo "v27a's verdict was not publish"; exit 1; }
   export PDLIB_PREFILL_QK=$(cat /root/qk); echo "PDLIB_PREFILL_QK: $PDLIB_PREFILL_QK"
-  PDLIB_DISAGG_WORKER_LOG=$LOGS/worker.log timeout -s KILL 200 python3 -m pdlib run \
-    --params params/qwen3-0.6b-4096x1024.yaml --policies eager chunked disagg --quiet \
-    --output "$OUT/report-x2.json" > "$LOGS/report-x2.log" 2>&1
-  echo "== report-x2 rc=$? at ${SECONDS}s"; tail -n 8 "$LOGS/report-x2.log"
-  gpu 0 timeout -s INT $(( $(left) - 10 )) python3 -m pdlib sweep --params params/qwen3-0.6b-sweep.yaml \
-    --chunk-sizes 32 64 128 256 512 1024 4096 --policies chunked mixed --tbt-slo-ms 22 \
-    --reference-policies eager fifo overlap slo-chunked slo-mixed --quiet --output "$OUT/sweep" > "$LOGS/sweep.log" 2>&1
-  echo "== sweep rc=$? at ${SECONDS}s"; tail -n 20 "$LOGS/sweep.log"
-  [ -d "$OUT/sweep" ] && tar -C "$OUT" -cf "$OUT/sweep.tar" sweep && rm -r "$OUT/sweep"
-  finish ;;
+  publish_x2; finish ;;
 v28a)
   nvidia-smi -L > "$LOGS/gpus.txt"; nproc >> "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
   ( export CUDA_VISIBLE_DEVICES=1; taskset -cp 16-31 $BASHPID > /dev/null; check_kernels 300

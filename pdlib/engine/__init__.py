@@ -100,12 +100,12 @@ class Engine:
         reqs = [self.requests[name] for name, _ in parts]
         if self.dispatch == "step":
             return self._finish(reqs, self.model.step(segments, prune=self.prune_final_layer))
-        stages = self.model.stages(segments, prune=self.prune_final_layer)
+        layers = self._layer_by_layer(reqs, segments)   # each layer starts while the host builds the next
         while True:
             try:
-                mx.async_eval(next(stages))   # this layer starts while the host builds the next
+                next(layers)
             except StopIteration as done:
-                return self._finish(reqs, done.value)
+                return done.value
 
     def prefill_stages(self, name: str, n: int):
         """prefill_chunk(name, n) one layer at a time: each next() builds one more layer, starts it on the
@@ -113,15 +113,19 @@ class Engine:
         (or None). A long prompt dispatched as one graph holds the host while MLX keeps at most 10 command
         buffers in flight (notes/gpu.md, v8); a layer at a time, it does not, and other work (A's decodes,
         overlap) can be issued between the layers."""
-        r = self.requests[name]
-        stages = self.model.stages([self._segment(name, n)], prune=self.prune_final_layer)
+        return (yield from self._layer_by_layer([self.requests[name]], [self._segment(name, n)]))[0]
+
+    def _layer_by_layer(self, reqs: list[Request], segments: list[Segment]):
+        """The step over `segments`, each layer started on the device as soon as it is built; yields its arrays
+        (to wait on: the layer is done when they are) and returns the step's outputs."""
+        stages = self.model.stages(segments, prune=self.prune_final_layer)
         while True:
             try:
                 arrays = next(stages)
             except StopIteration as done:
-                return self._finish([r], done.value)[0]
+                return self._finish(reqs, done.value)
             mx.async_eval(arrays)
-            yield arrays  # to wait on: the layer is done when they are
+            yield arrays
 
     def _segment(self, name: str, n: int | None) -> Segment:
         r = self.requests[name]
