@@ -78,6 +78,7 @@ def bench_pdlib(model: LoadedModel, *, contexts, tokens: int, warmup: int, prefi
     steps = 2 * (warmup + tokens + 2)  # every context's decodes, observed, then pipelined
     engine = Engine(model, capacity=max(max(contexts) + steps, prefill_tokens), decode=decode)
     out = {"decode": engine.model.decode_mode, **engine.model.prefill_arithmetic,
+           "step_dispatch": engine.dispatch,
            "decode_ms_median": {}, "decode_ms_all": {}, "decode_pipelined_ms_median": {}}
     for ctx in contexts:
         engine.add_request("X", _prompt(cfg, ctx))

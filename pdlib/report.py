@@ -159,7 +159,7 @@ def build_report(*, params: dict, model: dict, prompts: dict, backend: str, vali
     env = environment(backend)
     if decode is not None:  # the decode path the engine took (Qwen3.decode_mode)
         env["decode"] = decode
-    env.update(prefill or {})  # what the prefill's matmuls and attention ran as (Qwen3.prefill_arithmetic)
+    env.update(prefill or {})  # what the prefill ran as (Qwen3.prefill_arithmetic) and how it was dispatched
     if workers:  # a disagg run's two workers
         env["workers"] = workers
     report = {"schema": SCHEMA,

@@ -20,7 +20,9 @@ A report is one JSON object:
                       "prefill_matmuls": "tf32x2" | "tf32x3" | "bf16x3" | "wgmma" | "fp32",
                       "prefill_attention": "flash-tf32x3" | "flash" | "ops" (what ran; older reports lack them),
                       "prefill_split_sums": "fused" | "ops" (with the matmul kernels),
-                      "prefill_qk": "kernel" | "ops" (with flash; both newer than the fourteenth session's reports)},
+                      "prefill_qk": "kernel" | "ops" (with flash; both newer than the fourteenth session's reports),
+                      "step_dispatch": "layers" | "step" (how a step with a prompt chunk was dispatched:
+                                       engine.DISPATCH_ENV; newer than the fifteenth session's reports)},
       "sources": {"pdlib/engine/model.py": "<sha256>", ..., "params_file": null | "<sha256>"},
       "validation": {"<policy>": <validate.ValidationResult.to_dict()>, ...},
       "reference_tokens": {"A": [..output ids..], "B": [..]},

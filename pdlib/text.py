@@ -34,7 +34,8 @@ def run_line(report: dict) -> str:
     env = report["environment"]
     sums = f", split sums {env['prefill_split_sums']}" if "prefill_split_sums" in env else ""
     qk = f", q/k {env['prefill_qk']}" if "prefill_qk" in env else ""
-    prefill = (f" (prefill matmuls {env['prefill_matmuls']}{sums}, attention {env['prefill_attention']}{qk})"
+    dispatch = f", steps by {env['step_dispatch']}" if "step_dispatch" in env else ""
+    prefill = (f" (prefill matmuls {env['prefill_matmuls']}{sums}, attention {env['prefill_attention']}{qk}{dispatch})"
                if "prefill_matmuls" in env else "")
     return (f"model {model['spec']} ({model['source']}{fallback}), backend {env['backend']}{prefill}; "
             f"prompts {params['prompt_tokens']} tokens{made_by}, {params['output_tokens']} outputs, "

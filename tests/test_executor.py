@@ -87,16 +87,16 @@ def test_a_batch_step_is_validated_and_recorded(tiny, batched):
 def test_a_fault_inside_a_batch_is_caught(tiny, batched, monkeypatch):
     """B's chunk beside A's decode: a shifted token in the chunk fails prefix_kv, naming B."""
     from pdlib.engine.model import Qwen3
-    real = Qwen3.step
+    real = Qwen3.stages   # a step's layers, however it is dispatched (Qwen3.step runs them too)
 
-    def step(self, segments, *, prune=True):
+    def stages(self, segments, *, prune=True):
         for s in segments:
             if s.start == CHUNK and s.cache is exp.engine.requests["B"].cache:
                 s.tokens = s.tokens[::-1]
-        return real(self, segments, prune=prune)
+        return (yield from real(self, segments, prune=prune))
 
     exp = experiment(tiny, (batched,))
-    monkeypatch.setattr(Qwen3, "step", step)
+    monkeypatch.setattr(Qwen3, "stages", stages)
     with pytest.raises(ValidationError, match="prefix_kv check, request B"):
         exp.validate()
 
@@ -188,3 +188,5 @@ def test_a_report_says_what_the_prefill_ran_as():
     report["environment"].update(prefill_split_sums="fused", prefill_qk="kernel")   # newer reports say these too
     assert ("backend cuda (prefill matmuls tf32x2, split sums fused, attention flash-tf32x3, q/k kernel); prompts 40"
             in run_line(report))
+    report["environment"]["step_dispatch"] = "layers"   # and newer still, how a step with a chunk was dispatched
+    assert "attention flash-tf32x3, q/k kernel, steps by layers); prompts 40" in run_line(report)

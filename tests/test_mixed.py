@@ -42,12 +42,12 @@ def fails(exp):
 def test_a_decode_row_attending_the_other_requests_cache_is_caught(tiny, monkeypatch):
     exp = experiment(tiny, 16)
     a, b = (exp.engine.requests[r].cache for r in "AB")
-    real_step, real_attention, ragged = Qwen3.step, K.decode_attention, []
+    real_stages, real_attention, ragged = Qwen3.stages, K.decode_attention, []
 
-    def step(self, segments, **kw):   # the ragged steps (decode steps do not pass through here)
+    def stages(self, segments, **kw):   # the ragged steps' layers (decode steps do not pass through here)
         ragged.append(len(segments) > 1)
         try:
-            return real_step(self, segments, **kw)
+            return (yield from real_stages(self, segments, **kw))
         finally:
             ragged.pop()
 
@@ -57,7 +57,7 @@ def test_a_decode_row_attending_the_other_requests_cache_is_caught(tiny, monkeyp
             k_cache, v_cache = b.k[i], b.v[i]
         return real_attention(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, written, **kw)
 
-    monkeypatch.setattr(Qwen3, "step", step)
+    monkeypatch.setattr(Qwen3, "stages", stages)
     monkeypatch.setattr(K, "decode_attention", decode_attention)
     # layer 0 stores A's own k/v (right: on the CPU the ops twin hands the row back to A's cache); its attention
     # output is wrong, so layer 1's new slot is
