@@ -10,15 +10,18 @@ for step: `scheduler.follow`; `disagg`, whose interleaving depends on timing, pe
 A run: reset A; run A's set-up steps; at t0 (the first step after A's set-up prefill) reset B; then every
 step. A step is one engine call (a Batch's parts run as one ragged step); then the host observes each
 output's token id (`.item()`) and reads the clock right after it. The step ends with its last token or,
-when a part yields none, with a device sync, so its time is its work's. Hooks see each step after it ran:
-its parts' results and the clock readings.
+when a part yields none, when the host has waited for that part's own arrays (its cache's K/V and write
+fence), so its time is its work's. Hooks see each step after it ran: its parts' results and the clock
+readings.
 
 Pipelined decodes (`pipeline=True`, RunParams.pipeline_decodes): a step of decodes only is issued before the
-tokens of the step before it, if that was of decodes only too, are observed; each decode's input token is on
-the device already, so the host's launch work overlaps the device's (as mlx-lm's `generate` and vLLM's async
-scheduling run). A step with a prompt chunk is never issued before the tokens before it are observed, so a
-chunk's long dispatch never delays one. Hooks still see every step once, in order, after its tokens are
-observed; a pipelined step's t_start then falls before the previous step's t_end.
+step before it is observed, whatever that step was; each decode's input token is on the device already, so
+the host's launch work overlaps the device's (as mlx-lm's `generate` and vLLM's async scheduling run), and
+after a prompt chunk A's decode is queued behind the chunk instead of launched once the host has seen the
+chunk end. A step with a prompt chunk is never issued before the tokens before it are observed, so a chunk's
+long dispatch never delays one. Hooks still see every step once, in order, after its tokens are observed; a
+pipelined step's t_start then falls before the previous step's t_end, and the previous step's t_end (its
+last token, or its arrays seen done) comes after the host's work to issue the pipelined one.
 
 B's prefill elsewhere: a step source may carry a `remote` (`RemoteSteps`): disagg's prefill worker
 (pdlib/disagg/remote.py) or overlap's second stream (pdlib/overlap.py). Then at t0, right after B's reset,
@@ -46,6 +49,7 @@ class WorkResult:
     start: int                  # cache positions the part wrote: [start, stop)
     stop: int
     output: Output | None       # the output it yielded, if any (decodes, and a prompt's last chunk)
+    done: tuple = ()            # without an output: the arrays that are ready when the part's work is done
     token: int | None = None    # the token id as the host observed it
     t_emit: int | None = None   # perf_counter_ns right after the host observed it
     remote: dict | None = None  # a remote prefill's record: site, t_dispatch, t_ready, t_start, t_end (ns), ...
@@ -89,7 +93,9 @@ def _issue(engine: Engine, step: Step) -> list[WorkResult]:
         outs = [engine.decode(step.req)]
     else:
         outs = engine.batch([(w.req, w.n if isinstance(w, Prefill) else None) for w in step.work])
-    return [WorkResult(w, a, engine.requests[w.req].length, o) for w, a, o in zip(step.work, starts, outs)]
+    caches = [engine.requests[w.req].cache for w in step.work]
+    return [WorkResult(w, a, c.length, o, done=() if o is not None else (c.k, c.v, c.written))
+            for w, a, c, o in zip(step.work, starts, caches, outs)]
 
 
 def _decodes_only(step: Step) -> bool:
@@ -111,8 +117,9 @@ def execute(engine: Engine, steps: Iterable[Step], *, logical_reset: bool, hooks
                 r.t_emit = now()
         if all(r.output is not None for r in results):
             t_end = results[-1].t_emit  # the step ends when its last token is observed
-        else:
-            mx.synchronize()  # a chunk's K/V are written (a token may not have waited for them): the step ends
+        else:  # a chunk's K/V are written (a token may not have waited for them): the step ends. Its own
+            # arrays, not the stream: a pipelined decode may be queued behind it
+            mx.eval([r.done for r in results if r.output is None])
             t_end = now()
         for h in hooks:
             h.on_step(index, step, results, t_start, t_end, timed=was_timed)
@@ -142,7 +149,7 @@ def execute(engine: Engine, steps: Iterable[Step], *, logical_reset: bool, hooks
         if pending is not None:
             observe(*pending)  # the step before, while this one is queued behind it on the device
         pending = (i, step, results, t_start, timed)
-        if not overlaps:
+        if not pipeline:
             observe(*pending)
             pending = None
     if pending is not None:

@@ -141,9 +141,10 @@ class _Clock(pdlib.executor.Hook):
 
 @pytest.mark.parametrize("policy", ["eager", "chunked", "fifo", "mixed"])
 def test_pipelined_decodes_issue_a_decode_step_before_the_one_before_is_observed(tiny, monkeypatch, policy):
-    """With pipeline on, a step of decodes following a step of decodes is issued before that step's tokens are
-    observed (its t_start precedes their t_end), and no other step is; the parts issued, the hooks' order and
-    the tokens are those of the plan. With it off, every step starts after the one before ended."""
+    """With pipeline on, a timed step of decodes is issued before the step before it is observed (its t_start
+    precedes that step's t_end), whatever that step was (a chunk's too: A's decode is queued behind it), and
+    no other step is; the parts issued, the hooks' order and the tokens are those of the plan. With it off,
+    every step starts after the one before ended."""
     exp = experiment(tiny, (policy,))
     log = spy_issues(monkeypatch)
     runs = {}
@@ -155,10 +156,39 @@ def test_pipelined_decodes_issue_a_decode_step_before_the_one_before_is_observed
     (issued, plain), (issued_piped, piped) = runs[False], runs[True]
     assert issued == issued_piped and [s[0] for s in piped] == list(range(len(exp.plan(policy))))
     assert all(b[2] >= a[3] for a, b in zip(plain, plain[1:]))
-    overlapped = [b[1] and a[1] and a[4] for a, b in zip(piped, piped[1:])]
+    overlapped = [b[1] and a[4] for a, b in zip(piped, piped[1:])]
     assert any(overlapped)
+    assert any(o and not a[1] for a, o in zip(piped, overlapped))   # a decode queued behind a prompt chunk
     for (a, b), o in zip(zip(piped, piped[1:]), overlapped):
         assert (b[2] < a[3]) == o, (a, b)
+
+
+@pytest.mark.parametrize("policy", ["chunked", "mixed"])
+def test_a_chunk_ends_when_its_own_arrays_are_done_not_the_stream(tiny, monkeypatch, policy):
+    """A step with a chunk and no token is observed by waiting on its cache's arrays: a stream sync would also
+    wait for A's decode queued behind it, and charge that decode to the chunk. After t0 the executor never
+    syncs the stream; each chunk that yields no token is waited for once, by its own cache's fence."""
+    exp = experiment(tiny, (policy,))
+    b = exp.engine.requests["B"]
+    syncs, waits, real_eval = [], [], pdlib.executor.mx.eval
+
+    def wait(*arrays):
+        waits.append(any(x is b.cache.written for x in _flat(arrays)))   # B's fence as the chunk left it
+        return real_eval(*arrays)
+
+    class T0(pdlib.executor.Hook):
+        def on_t0(self, t0, t_reset_end):
+            monkeypatch.setattr(pdlib.executor.mx, "synchronize", lambda *a: syncs.append(a))
+            monkeypatch.setattr(pdlib.executor.mx, "eval", wait)
+
+    pdlib.executor.execute(exp.engine, exp.walk(policy), logical_reset=True, hooks=[T0()], pipeline=True)
+    silent_chunks = PROMPT // CHUNK - (PROMPT % CHUNK == 0)   # the last chunk yields B's first token
+    assert syncs == [] and waits == [True] * silent_chunks
+
+
+def _flat(xs):
+    for x in xs:
+        yield from _flat(x) if isinstance(x, (list, tuple)) else (x,)
 
 
 def test_a_pipelined_trial_decodes_the_validated_tokens(tiny):

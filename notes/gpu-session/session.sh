@@ -162,11 +162,16 @@
 #   bash notes/gpu-session/session.sh v27b x2, after v27a's verdict: zy (both published single-GPU reports,
 #                                          bench-step with peers, the anatomy twice)
 #   bash notes/gpu-session/session.sh v27c x2, after v27a's verdict: zz (eager chunked disagg, then the sweep)
-#   bash notes/gpu-session/session.sh v28a x2, the next session's first call (not yet run): check-kernels, then a
+#   bash notes/gpu-session/session.sh v28a x2, the fifteenth session's first call: check-kernels, then a
 #                                          gate at 4,096/64 (chunked, mixed) with PDLIB_STEP_DISPATCH=layers (GPU 1)
 #                                          beside the chunk and mixed steps' anatomy at 4K: PDLIB_PREFILL_QK=ops,
 #                                          the defaults, and PDLIB_STEP_DISPATCH=layers, twice each, alternating
 #                                          (GPU 0): v27a's A/B and v28's
+#   bash notes/gpu-session/session.sh v29a x2, one fresh machine: check-kernels, then the gate at 4,096/64 (eager
+#                                          chunked fifo mixed) on the tree with A's decode queued behind a chunk
+#                                          (GPU 1), beside round_order.py (a chunked round's two orders,
+#                                          alternating) and the published eager chunked fifo mixed on that tree
+#                                          (GPU 0)
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -985,6 +990,19 @@ v28a)
   grep "^{" "$LOGS/anatomy.log" | cut -c 1-1400
   python3 notes/gpu-session/step_choice.py "$LOGS/anatomy.log" /dev/null qk_ops defaults
   python3 notes/gpu-session/step_choice.py "$LOGS/anatomy.log" /dev/null defaults layers
+  wait; cat "$LOGS/gpu1.log"
+  finish ;;
+v29a)
+  nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
+  ( export CUDA_VISIBLE_DEVICES=1; taskset -cp 16-31 $BASHPID > /dev/null; check_kernels 300
+    timeout 150 python3 -m pdlib run --model synthetic:qwen3-0.6b --prompt-tokens 4096 --output-tokens 64 \
+      --chunk-size 128 --policies eager chunked fifo mixed --validate-only --quiet > "$LOGS/gate.log" 2>&1
+    echo "gate rc=$? at ${SECONDS}s"; tail -n 6 "$LOGS/gate.log" ) > "$LOGS/gpu1.log" 2>&1 &
+  gpu 0 timeout 120 python3 notes/gpu-session/round_order.py 6 > "$LOGS/round_order.log" 2>&1
+  echo "round_order rc=$? at ${SECONDS}s"; tail -n 2 "$LOGS/round_order.log"
+  gpu 0 timeout -s INT $(( $(left) - 10 )) python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+    --policies eager chunked fifo mixed --quiet --output "$OUT/report.json" > "$LOGS/report.log" 2>&1
+  echo "report rc=$? at ${SECONDS}s"; tail -n 25 "$LOGS/report.log"
   wait; cat "$LOGS/gpu1.log"
   finish ;;
 zh)
