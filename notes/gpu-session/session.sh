@@ -172,6 +172,9 @@
 #                                          (GPU 1), beside round_order.py (a chunked round's two orders,
 #                                          alternating) and the published eager chunked fifo mixed on that tree
 #                                          (GPU 0)
+#   bash notes/gpu-session/session.sh v29b one H200, v29a in a row when no x2 host is lent: check-kernels,
+#                                          round_order.py, then the published eager chunked fifo mixed (its gate
+#                                          first, as every run's)
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -1004,6 +1007,15 @@ v29a)
     --policies eager chunked fifo mixed --quiet --output "$OUT/report.json" > "$LOGS/report.log" 2>&1
   echo "report rc=$? at ${SECONDS}s"; tail -n 25 "$LOGS/report.log"
   wait; cat "$LOGS/gpu1.log"
+  finish ;;
+v29b)
+  nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
+  check_kernels 300 || { finish; exit 1; }
+  timeout 100 python3 notes/gpu-session/round_order.py 6 > "$LOGS/round_order.log" 2>&1
+  echo "round_order rc=$? at ${SECONDS}s"; tail -n 2 "$LOGS/round_order.log"
+  timeout -s INT $(( $(left) - 10 )) python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+    --policies eager chunked fifo mixed --quiet --output "$OUT/report.json" > "$LOGS/report.log" 2>&1
+  echo "report rc=$? at ${SECONDS}s"; tail -n 25 "$LOGS/report.log"
   finish ;;
 zh)
   gpu 0 timeout $(( $(left) - 5 )) python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
