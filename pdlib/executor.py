@@ -94,7 +94,8 @@ def _issue(engine: Engine, step: Step) -> list[WorkResult]:
     else:
         outs = engine.batch([(w.req, w.n if isinstance(w, Prefill) else None) for w in step.work])
     caches = [engine.requests[w.req].cache for w in step.work]
-    return [WorkResult(w, a, c.length, o, done=() if o is not None else (c.k, c.v, c.written))
+    # the layers' arrays as this step left them: the cache's lists change in place with later steps
+    return [WorkResult(w, a, c.length, o, done=() if o is not None else (*c.k, *c.v, c.written))
             for w, a, c, o in zip(step.work, starts, caches, outs)]
 
 
