@@ -284,3 +284,20 @@ def test_a_step_dispatched_a_layer_at_a_time_is_the_same_step(tiny, monkeypatch)
     monkeypatch.setenv("PDLIB_STEP_DISPATCH", "graph")
     with pytest.raises(InputError, match="PDLIB_STEP_DISPATCH must be layers or step, got 'graph'"):
         Engine(tiny, capacity=96)
+
+
+@pytest.mark.parametrize("emits", [False, True])
+def test_a_silent_steps_last_stage_starts_only_its_cache_writes(tiny, emits):
+    """Unpruned (prune=False), a chunk that emits nothing still stores its last layer's K/V, but that layer's
+    output feeds nothing: the last stage yields only the caches' arrays, so a step dispatched a layer at a time
+    starts no work that the executor does not wait on when it observes the chunk (and `step`, which never
+    evaluates that output, does the same work). A chunk that emits yields the output too."""
+    from pdlib.engine.model import Segment
+    engine = Engine(tiny, capacity=64)
+    engine.add_request("A", list(range(3, 43)))
+    cache = engine.requests["A"].cache
+    stages = engine.model.stages([Segment(cache, engine.requests["A"].prompt[:40], start=0, emits=emits)],
+                                 prune=False)
+    *_, last = stages
+    ours = {id(x) for x in (*cache.k, *cache.v, cache.written)}
+    assert all(id(x) in ours for x in last) is not emits

@@ -169,13 +169,14 @@ def test_pipelined_decodes_issue_a_decode_step_before_the_one_before_is_observed
 def test_a_chunk_ends_when_its_own_arrays_are_done_not_the_stream(tiny, monkeypatch, policy):
     """A step with a chunk and no token is observed by waiting on its cache's arrays: a stream sync would also
     wait for A's decode queued behind it, and charge that decode to the chunk. After t0 the executor never
-    syncs the stream; each chunk that yields no token is waited for once, by its own cache's fence."""
+    syncs the stream; each chunk that yields no token is waited for once, by exactly B's cache's arrays (its
+    layers' K, V and its fence), none of A's."""
     exp = experiment(tiny, (policy,))
-    b = exp.engine.requests["B"]
+    b = exp.engine.requests["B"].cache
     syncs, waits, real_eval = [], [], pdlib.executor.mx.eval
 
-    def wait(*arrays):
-        waits.append(any(x is b.cache.written for x in _flat(arrays)))   # B's fence as the chunk left it
+    def wait(*arrays):   # B's cache is as the chunk left it: nothing of B's is issued before the chunk is seen
+        waits.append(sorted(map(id, _flat(arrays))) == sorted(map(id, (*b.k, *b.v, b.written))))
         return real_eval(*arrays)
 
     class T0(pdlib.executor.Hook):

@@ -298,7 +298,9 @@ class Qwen3:
             o = o[0] if len(o) == 1 else mx.concatenate(o, axis=1)
             h = self._p_out_mlp(h, o, (L.t["wo"], L.d_o), L.post_norm, (L.t["w_gate_up"], L.d_gate_up),
                                 (L.t["w_down"], L.d_down))
-            yield [h, *(a for s in segments for a in (s.cache.k[i], s.cache.v[i], s.cache.written))]
+            # a silent step's last h (kept by prune=False) feeds nothing: not started, as `step` never evaluates it
+            used = [h] if emitting or i < n_layers - 1 else []
+            yield [*used, *(a for s in segments for a in (s.cache.k[i], s.cache.v[i], s.cache.written))]
         for s in segments:
             s.cache.advance(s.size)
         if not emitting:
