@@ -1,5 +1,7 @@
 """Where the persistent decode kernel's time goes (issue 12): ms per token with the token observed on the host
-(and how much of it the host spends before the device starts: `dispatch_ms`, until decode() returns) and
+(and how much of it the host spends before the device starts: `dispatch_ms`, until decode() returns; then,
+in a loop of its own, that time split into dispatch, the wait for the stream, and the token's read, to say
+where observed's ~0.5 ms over pipelined goes: v29 took only ~0.07 ms of it by queueing the launch) and
 pipelined (no host sync, the device's own pace), and one step's phase timeline from block 0's clocks
 (P.launch(stamps=True)), medians over layers 1-27 in µs, the launch of median length of five. One JSON line
 each; then the timeline alone for each other attention load-group size given.
@@ -43,6 +45,23 @@ def observed(n=40):
     return {"observed_ms": statistics.median(times[5:]), "dispatch_ms": statistics.median(dispatch[5:])}
 
 
+def observed_split(n=40):
+    """Medians (ms): decode() returning, then mx.synchronize(), then .item() on the finished token."""
+    parts = []
+    for _ in range(n):
+        t0 = time.perf_counter_ns()
+        out = engine.decode("X")
+        t1 = time.perf_counter_ns()
+        mx.synchronize()
+        t2 = time.perf_counter_ns()
+        check_token(out.token.item())
+        t3 = time.perf_counter_ns()
+        parts.append(((t1 - t0) / 1e6, (t2 - t1) / 1e6, (t3 - t2) / 1e6, (t3 - t0) / 1e6))
+    parts = parts[5:]
+    return {f"split_{k}_ms": statistics.median(p[i] for p in parts)
+            for i, k in enumerate(("dispatch", "wait", "read", "total"))}
+
+
 def pipelined(n=40):
     engine.decode("X").token.item()
     t0 = time.perf_counter_ns()
@@ -80,7 +99,7 @@ nb = P.sm_count()
 head = {"context": CTX, "blocks": nb, "MLX_USE_CUDA_GRAPHS": os.environ.get("MLX_USE_CUDA_GRAPHS"),
         "fold": P.folded()}
 try:
-    row = {**head, **observed(), "pipelined_ms": pipelined(), **steady(lambda: timeline(nb))}
+    row = {**head, **observed(), **observed_split(), "pipelined_ms": pipelined(), **steady(lambda: timeline(nb))}
 except Exception as e:
     row = {**head, "error": f"{type(e).__name__}: {e}"}
 print(json.dumps(row), flush=True)
