@@ -138,18 +138,24 @@ def epilogue_cases():
 
 def check_gemm_epilogue(seed: int, shapes=None) -> list[dict]:
     """The matmul and its epilogue against MLX's FP32 ops, on bf16 weights, under the default's shape and
-    tf32x2's (CHUNK_TILES), a K split's sum and the epilogue by MLX's ops (gemm_epilogue rows) and by
-    gemm.summed's one kernel (gemm_sum_fused: PDLIB_PREFILL_GEMM_SUM=fused)."""
+    tf32x2's (CHUNK_TILES), a K split's sum and the epilogue by MLX's ops (gemm_epilogue rows), by gemm.summed's
+    one kernel (gemm_sum_fused: PDLIB_PREFILL_GEMM_SUM=fused) and, for a residual add, with the RMSNorm after it
+    in that kernel too (gemm_sum_norm: fused-norm; the residual and the normed rows, side by side)."""
     rows = []
-    for fused in (False, True):
+    for sums, name in (("ops", "gemm_epilogue"), ("fused", "gemm_sum_fused"), ("fused-norm", "gemm_sum_norm")):
         for shape in shapes or (G.BF16X3_TILES, G.CHUNK_TILES):
             for i, (case, M, Kd, N, epi) in enumerate(epilogue_cases()):
+                if sums == "fused-norm" and epi != "add":
+                    continue
                 mx.random.seed(seed * 100 + 90 + i)
                 x, w = mx.random.normal((M, Kd)) * 3.0, _bf16((N, Kd), Kd ** -0.5)
                 kw = {"add": mx.random.normal((M, N)) * 2.0} if epi == "add" else {"swiglu": epi == "swiglu"}
-                got = K.tf32x3_matmul(x, w, shape=shape, poison=True, fused=fused, **kw)
+                if sums == "fused-norm":   # a norm weight near 1, as a model's, and Qwen3's eps
+                    kw["norm"] = (1.0 + 0.5 * mx.random.normal((N,)), 1e-6)
+                got = K.tf32x3_matmul(x, w, shape=shape, poison=True, sums=sums, **kw)
                 want = G.epilogue_ops(K.tf32x3_ops(x, w), **kw)
-                name = "gemm_sum_fused" if fused else "gemm_epilogue"
+                if "norm" in kw:   # (residual, normed) pairs
+                    got, want = mx.concatenate(got, axis=1), mx.concatenate(want, axis=1)
                 rows += _evaluated([_compare(name, f"{case}, {shape.label}", got.reshape(-1), want.reshape(-1))])
     return rows
 

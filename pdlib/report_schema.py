@@ -19,7 +19,7 @@ A report is one JSON object:
                       "CUDA_VISIBLE_DEVICES": ".." (only when set), "decode": "persistent" | "kernels",
                       "prefill_matmuls": "tf32x2" | "tf32x3" | "bf16x3" | "wgmma" | "fp32",
                       "prefill_attention": "flash-tf32x3" | "flash" | "ops" (what ran; older reports lack them),
-                      "prefill_split_sums": "fused" | "ops" (with the matmul kernels),
+                      "prefill_split_sums": "fused" | "ops" | "fused-norm" (with the matmul kernels),
                       "prefill_qk": "kernel" | "ops" (with flash; both newer than the fourteenth session's reports),
                       "step_dispatch": "layers" | "step" (how a step with a prompt chunk was dispatched:
                                        engine.DISPATCH_ENV; newer than the fifteenth session's reports)},

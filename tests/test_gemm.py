@@ -15,6 +15,7 @@ import mlx.core as mx
 from kernel_text import NVRTC, STANDINS, Kernel, compile_sm90, wrapped
 from pdlib.engine import kernels as K
 from pdlib.engine.kernels import gemm as G
+from pdlib.engine.kernels.backend import float_bits
 from pdlib.errors import InputError
 from pdlib.kernel_check import check_gemm, gemm_cases
 
@@ -237,6 +238,34 @@ def test_the_engine_sends_its_chunk_matmuls_through_it(monkeypatch, tiny, choice
     assert not calls
 
 
+@pytest.mark.parametrize("fault", [None, "scaled"])
+def test_each_residual_add_carries_the_norm_after_it(monkeypatch, tiny, fault):
+    """A layer's o_proj hands back the residual and its post-norm, its down the residual and the next layer's
+    in-norm (the last layer's: the final norm), with the model's eps, so under PDLIB_PREFILL_GEMM_SUM=
+    fused-norm one kernel can apply them; the logits equal the plain path's. A norm applied with the wrong
+    weight (scaled by 1.5, where the kernel would misread it) moves them past the gate's tolerance."""
+    from pdlib.engine.model import Qwen3, Segment
+    norms = []
+
+    def standin(x, w, *, shape, norm=None, **epilogue):
+        if norm is not None:
+            norms.append(norm)
+            norm = (norm[0] * 1.5, norm[1]) if fault else norm
+        return G.epilogue_ops(emulated(x, w), norm=norm, **epilogue)
+    q = Qwen3(tiny, compile_steps=False)
+    prompt = mx.arange(3, 43, dtype=mx.int32)
+    (plain,) = q.step([Segment(q.new_cache(64), prompt, start=0, emits=True)], prune=False)
+    monkeypatch.setattr(G, "enabled", lambda: True)
+    monkeypatch.setattr(G, "tf32x3_matmul", standin)
+    monkeypatch.setattr(G, "tiles", lambda M, Kd, N, bf16=False: M >= G.MIN_ROWS)
+    (got,) = q.step([Segment(q.new_cache(64), prompt, start=0, emits=True)], prune=False)
+    L, eps = q.layers, tiny.config.rms_norm_eps
+    want = [w for i, layer in enumerate(L) for w in (layer.post_norm, L[i + 1].in_norm if i + 1 < len(L) else q.norm)]
+    assert len(norms) == len(want) and all(a is b and e == eps for (a, e), b in zip(norms, want))
+    close = np.allclose(np.array(got), np.array(plain), rtol=1e-3, atol=1e-3)
+    assert close == (fault is None)
+
+
 def test_without_packed_weights_tf32x2_runs_on_the_fp32_ones(monkeypatch, tiny):
     """lossless_decode_weights=False leaves the decode copies FP32: tf32x2 then multiplies the FP32 weights by
     all three products (a bf16 copy is the only kind whose lo may be dropped)."""
@@ -253,8 +282,8 @@ def test_without_packed_weights_tf32x2_runs_on_the_fp32_ones(monkeypatch, tiny):
 
 
 def test_the_layers_epilogue_on_mlx_ops_is_the_expression_it_replaced():
-    """Off the kernel (the CPU, a decode's rows), linear_t's add and swiglu are the model's former ops, bit for
-    bit: h + x @ w_t, and g * sigmoid(g) * u of the halves."""
+    """Off the kernel (the CPU, a decode's rows), linear_t's add, swiglu and norm are the model's former ops, bit
+    for bit: h + x @ w_t, g * sigmoid(g) * u of the halves, and MLX's RMSNorm of the residual."""
     mx.random.seed(3)
     x, w_t, h = mx.random.normal((5, 64)), mx.random.normal((64, 96)), mx.random.normal((5, 96))
     y = x @ w_t
@@ -262,6 +291,9 @@ def test_the_layers_epilogue_on_mlx_ops_is_the_expression_it_replaced():
     g, u = y[:, :48], y[:, 48:]
     assert mx.array_equal(G.linear_t(x, w_t, swiglu=True), g * mx.sigmoid(g) * u)
     assert mx.array_equal(G.linear_t(x, w_t), y)
+    norm = (mx.random.normal((96,)), 1e-6)   # the residual and its RMSNorm, as the layer ran them apart
+    got_h, got_n = G.linear_t(x, w_t, add=h, norm=norm)
+    assert mx.array_equal(got_h, h + y) and mx.array_equal(got_n, mx.fast.rms_norm(h + y, *norm))
 
 
 def test_the_epilogue_check_passes_the_layers_ops_and_fails_a_dropped_epilogue(monkeypatch):
@@ -276,36 +308,43 @@ def test_the_epilogue_check_passes_the_layers_ops_and_fails_a_dropped_epilogue(m
     asked = []
 
     def rows(fault=None):
-        def standin(x, w, *, shape, poison, fused, add=None, swiglu=False):
-            asked.append(fused)
+        def standin(x, w, *, shape, poison, sums, add=None, swiglu=False, norm=None):
+            asked.append(sums)
             y = emulated(x, w)
             if fault == "residual":
                 add = None
             if fault == "silu" and swiglu:
                 return y[:, : y.shape[1] // 2] * y[:, y.shape[1] // 2:]
-            return G.epilogue_ops(y, add=add, swiglu=swiglu)
+            if fault == "norm weight" and norm is not None:
+                norm = (mx.ones_like(norm[0]), norm[1])
+            return G.epilogue_ops(y, add=add, swiglu=swiglu, norm=norm)
         monkeypatch.setattr(K, "tf32x3_matmul", standin)
         return {(r["kernel"], r["case"].rsplit(", ", 1)[0]): r["passed"]
                 for r in check_gemm_epilogue(0, shapes=[G.CHUNK_TILES])}
-    kinds = ("gemm_epilogue", "gemm_sum_fused")   # each PDLIB_PREFILL_GEMM_SUM
-    assert all(rows().values()) and list(rows()) == [(k, c[0]) for k in kinds for c in cases]
-    assert asked[: 2 * len(cases)] == [False] * len(cases) + [True] * len(cases)   # the check asks for each
+    kinds = ("gemm_epilogue", "gemm_sum_fused")   # PDLIB_PREFILL_GEMM_SUM=ops and fused: every case
+    normed = [c for c, *_, e in cases if e == "add"]   # fused-norm: the residual adds'
+    every = [(k, c[0]) for k in kinds for c in cases] + [("gemm_sum_norm", c) for c in normed]
+    assert all(rows().values()) and list(rows()) == every
+    assert asked[: len(every)] == ["ops"] * len(cases) + ["fused"] * len(cases) + ["fused-norm"] * len(normed)
     dropped = rows("residual")
-    assert [key for key, ok in dropped.items() if not ok] == [(k, c) for k in kinds for c, *_, e in cases if e == "add"]
+    assert [key for key, ok in dropped.items() if not ok] == [(k, c) for k, c in every if c in normed]
     no_silu = rows("silu")
     assert [key for key, ok in no_silu.items() if not ok] == [(k, c) for k in kinds for c, *_, e in cases
                                                              if e == "swiglu"]
+    no_weight = rows("norm weight")
+    assert [key for key, ok in no_weight.items() if not ok] == [("gemm_sum_norm", c) for c in normed]
     assert G.SUM_ENV not in os.environ   # the check passes the choice, leaving the switch alone
 
 
-@pytest.mark.parametrize("how", ["ops", "fused"])
+@pytest.mark.parametrize("how", ["ops", "fused", "fused-norm"])
 def test_a_k_split_is_summed_and_finished_as_the_switch_says(monkeypatch, how):
-    """PDLIB_PREFILL_GEMM_SUM: a split's parts go to summed's one kernel under `fused`, else to MLX's sum and
-    ops; one slice never needs a sum. The kernel here is a stand-in that returns the exact parts."""
+    """PDLIB_PREFILL_GEMM_SUM: a split's parts go to summed's one kernel under `fused` and `fused-norm`, else to
+    MLX's sum and ops; one slice never needs a sum; a residual's RMSNorm rides in that kernel under `fused-norm`
+    only. The kernel here is a stand-in that returns the exact parts."""
     monkeypatch.setenv(G.SUM_ENV, how)
     spied = []
-    monkeypatch.setattr(G, "summed", lambda parts, **kw: spied.append((parts.shape, kw))
-                        or G.epilogue_ops(parts.sum(axis=0), add=kw["add"], swiglu=kw["swiglu"]))
+    monkeypatch.setattr(G, "summed", lambda parts, *, poison, **kw: spied.append((parts.shape, kw))
+                        or G.epilogue_ops(parts.sum(axis=0), **kw))
 
     def kernel(inputs, template, output_shapes, **_):
         x, w = inputs
@@ -320,10 +359,19 @@ def test_a_k_split_is_summed_and_finished_as_the_switch_says(monkeypatch, how):
     for split in (1, 4):
         got = G.tf32x3_matmul(x, w, split=split, add=h)
         assert np.allclose(np.array(got), np.array(want), rtol=1e-4, atol=1e-4)
-    assert [s for s, _ in spied] == ([(4, 64, 256)] if how == "fused" else [])
+    assert [s for s, _ in spied] == ([] if how == "ops" else [(4, 64, 256)])
     spied.clear()   # an explicit choice overrides the switch
-    G.tf32x3_matmul(x, w, split=4, add=h, fused=how != "fused")
-    assert [s for s, _ in spied] == ([] if how == "fused" else [(4, 64, 256)])
+    G.tf32x3_matmul(x, w, split=4, add=h, sums="ops" if how != "ops" else "fused")
+    assert [s for s, _ in spied] == ([] if how != "ops" else [(4, 64, 256)])
+    spied.clear()   # the norm after the residual: the pair (h, its RMSNorm) whoever applies it
+    norm = (mx.random.normal((256,)) + 1.0, 1e-6)
+    for split in (1, 4):
+        got_h, got_n = G.tf32x3_matmul(x, w, split=split, add=h, norm=norm)
+        assert np.allclose(np.array(got_h), np.array(want), rtol=1e-4, atol=1e-4)
+        assert np.allclose(np.array(got_n), np.array(mx.fast.rms_norm(want, *norm)), rtol=1e-4, atol=1e-4)
+    assert [kw.get("norm") is not None for _, kw in spied] == {"ops": [], "fused": [False], "fused-norm": [True]}[how]
+    with pytest.raises(ValueError, match="norm follows a residual add: pass add too"):
+        G.tf32x3_matmul(x, w, split=4, norm=norm)
     y = x @ w.astype(mx.float32).T
     g, u = y[:, :128], y[:, 128:]
     got = G.tf32x3_matmul(x, w, split=4, swiglu=True)
@@ -333,17 +381,20 @@ def test_a_k_split_is_summed_and_finished_as_the_switch_says(monkeypatch, how):
 def test_a_bad_sum_switch_is_refused_when_the_model_loads(monkeypatch, tiny):
     from pdlib.engine.model import Qwen3
     monkeypatch.setenv(G.SUM_ENV, "kernel")
-    with pytest.raises(InputError, match="PDLIB_PREFILL_GEMM_SUM must be fused or ops, got 'kernel'"):
+    with pytest.raises(InputError, match="PDLIB_PREFILL_GEMM_SUM must be fused or ops or fused-norm, got 'kernel'"):
         Qwen3(tiny, compile_steps=False)
 
 
 @pytest.mark.skipif(NVRTC is None, reason="no NVRTC (the nvidia-cuda-nvrtc wheel, Linux only)")
-@pytest.mark.parametrize("epilogue, split", [("none", 4), ("add", 8), ("swiglu", 2), ("add", 2)])
+@pytest.mark.parametrize("epilogue, split", [("none", 4), ("add", 8), ("swiglu", 2), ("add", 2), ("norm", 8),
+                                             ("norm", 2)])
 def test_the_sum_kernel_compiles_for_the_h200(epilogue, split):
     source = G.sum_source(epilogue)
-    inputs = [("parts", "f32")] + ([("add", "f32")] if epilogue == "add" else [])
-    values = {"SPLIT": split, "OUT_DIV": 2 if epilogue == "swiglu" else 1}
-    kernel = Kernel("pdlib_gemm_sum", source, inputs, [("out", "f32")], [values])
+    norm = epilogue == "norm"
+    inputs = [("parts", "f32")] + ([("add", "f32")] if epilogue in ("add", "norm") else []) + [("weight", "f32")] * norm
+    values = {"SPLIT": split, **({"SUM_THREADS": G.SUM_THREADS, "EPS_BITS": float_bits(1e-6)} if norm else
+                                 {"OUT_DIV": 2 if epilogue == "swiglu" else 1})}
+    kernel = Kernel("pdlib_gemm_sum", source, inputs, [("out", "f32")] + [("normed", "f32")] * norm, [values])
     log = compile_sm90(STANDINS + wrapped(kernel, "cuda", source))
     assert "@EPILOGUE@" not in source and "0 bytes spill stores" in log, log
 
@@ -360,6 +411,10 @@ def test_summed_refuses_what_its_kernel_cannot_take():
         G.summed(mx.zeros((2, 4, 12)), swiglu=True)
     with pytest.raises(ValueError, match=r"4k columns, got mlx.core.bfloat16"):
         G.summed(parts.astype(mx.bfloat16))
+    with pytest.raises(ValueError, match="summed's norm follows a residual add: pass add too"):
+        G.summed(parts, norm=(mx.ones((8,)), 1e-6))
+    with pytest.raises(ValueError, match=r"norm weight must be FP32 \(8,\), got mlx.core.float32 \(4,\)"):
+        G.summed(parts, add=mx.zeros((4, 8)), norm=(mx.ones((4,)), 1e-6))
 
 
 @pytest.mark.skipif(NVRTC is None, reason="no NVRTC (the nvidia-cuda-nvrtc wheel, Linux only)")

@@ -37,7 +37,8 @@ def test_the_twin_is_the_models_ops_path(tiny):
     kc, vc = mx.random.normal((c.num_key_value_heads, cap, c.head_dim)), mx.random.normal((c.num_key_value_heads, cap,
                                                                                            c.head_dim))
     wqkv = (L.t["wqkv"], L.d_qkv)
-    q, k, v, raw = model._qkv(h, L.in_norm, wqkv, L.t["qk_norm"], mx.array(start, mx.int32))
+    x = mx.fast.rms_norm(h, L.in_norm, c.rms_norm_eps)   # the layer's normed input
+    q, k, v, raw = model._qkv(x, wqkv, L.t["qk_norm"], mx.array(start, mx.int32))
     got = K.qk_rope_store_ops(raw, L.q_norm, L.k_norm, model.inv_freq, mx.arange(start, start + 24, dtype=mx.int32),
                               kc, vc, K.new_fence(), start=start, heads=c.num_attention_heads,
                               kv_heads=c.num_key_value_heads, eps=c.rms_norm_eps)

@@ -199,8 +199,9 @@ if K.BACKEND == "cuda":  # a mixed step's decode row: one query row over D's cac
 
     out["qk_rope_store_28_layers_ms"] = median_of(qk_rope)
 
-# the step's two compiled pieces around attention (each with its GEMMs), for a chunk (RoPE by mx.fast.rope from
-# the first position) and for a mixed step's 129 rows (RoPE by tables: the rows' positions are scattered)
+# the step's two compiled pieces around attention (each with its GEMMs; since v30 the in-norm is the piece
+# after attention's, as the norm after its last residual add), for a chunk (RoPE by mx.fast.rope from the
+# first position) and for a mixed step's 129 rows (RoPE by tables: the rows' positions are scattered)
 M, D = engine.model, model.config.hidden_size
 h_rows = {n: mx.random.normal((n, D)) for n in (T, T + 1)}
 o_rows = {n: mx.random.normal((model.config.num_attention_heads, n, model.config.head_dim)) for n in (T, T + 1)}
@@ -212,14 +213,14 @@ mx.eval(h_rows, o_rows, tables, first)
 
 def qkv(n, *rope):
     t0 = time.perf_counter_ns()
-    mx.eval([M._p_qkv(h_rows[n], L.in_norm, (L.t["wqkv"], L.d_qkv), L.t["qk_norm"], *rope) for L in layers])
+    mx.eval([M._p_qkv(h_rows[n], (L.t["wqkv"], L.d_qkv), L.t["qk_norm"], *rope) for L in layers])   # x normed
     return ms(t0)
 
 
 def out_mlp(n):
     t0 = time.perf_counter_ns()
     mx.eval([M._p_out_mlp(h_rows[n], o_rows[n], (L.t["wo"], L.d_o), L.post_norm, (L.t["w_gate_up"], L.d_gate_up),
-                          (L.t["w_down"], L.d_down)) for L in layers])
+                          (L.t["w_down"], L.d_down), L.in_norm) for L in layers])   # + the next in-norm
     return ms(t0)
 
 

@@ -175,6 +175,17 @@
 #   bash notes/gpu-session/session.sh v29b one H200, v29a in a row when no x2 host is lent: check-kernels,
 #                                          round_order.py, then the published eager chunked fifo mixed (its gate
 #                                          first, as every run's)
+#   bash notes/gpu-session/session.sh v30a x2, the sixteenth session's first call: check-kernels (its gemm_sum_norm
+#                                          rows), then a gate at 4,096/64 (chunked, mixed) with
+#                                          PDLIB_PREFILL_GEMM_SUM=fused-norm (GPU 1), beside the chunk and mixed
+#                                          steps' anatomy at 4K, fused and fused-norm, twice each, alternating, then
+#                                          token_wait.py --engine and persistent_profile.py 4096 (GPU 0); writes
+#                                          /root/sums (step_choice.py: fused-norm if its rows, the gate and the
+#                                          steps said so) for a republish (v27b/v27c with PDLIB_PREFILL_GEMM_SUM)
+#   bash notes/gpu-session/session.sh v30b one H200, v30a's first half: check-kernels, the gate with fused-norm, and
+#                                          the anatomy once each way
+#   bash notes/gpu-session/session.sh v30c one H200, v30a's second half (within 30 s of v30b): the anatomy once
+#                                          more each way, /root/sums, token_wait.py --engine, persistent_profile.py
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -239,6 +250,41 @@ disagg_smokes() {
     > "$LOGS/disagg-smoke.log" 2>&1
   local rc=$?; echo "disagg smoke rc=$rc at ${SECONDS}s"; tail -n 25 "$LOGS/disagg-smoke.log"
   return $rc
+}
+
+# v30: the gate at 4,096/64 (chunked, mixed) with the norm in the split sum; marks gate-norm.ok if it passed
+gate_norm() {
+  PDLIB_PREFILL_GEMM_SUM=fused-norm timeout 150 python3 -m pdlib run --model synthetic:qwen3-0.6b \
+    --prompt-tokens 4096 --output-tokens 64 --chunk-size 128 --policies chunked mixed --validate-only --quiet \
+    > "$LOGS/gate.log" 2>&1 && touch "$LOGS/gate-norm.ok"
+  echo "gate (fused-norm) at ${SECONDS}s: $(ls "$LOGS"/gate-norm.ok 2>/dev/null || echo failed)"; tail -n 4 "$LOGS/gate.log"
+}
+# v30: the chunk and mixed steps' anatomy at 4K, split sums fused then fused-norm, $1 times each, on $2 ("gpu 0" or
+# nothing)
+anatomy_norm() {
+  fused() { PDLIB_PREFILL_GEMM_SUM=fused "$@"; }
+  fused_norm() { PDLIB_PREFILL_GEMM_SUM=fused-norm "$@"; }
+  for i in $(seq "$1"); do
+    for how in fused fused_norm; do
+      [ "$(left)" -gt 100 ] && LABEL=${how/_/-} $how $2 timeout 100 python3 notes/gpu-session/chunk_anatomy.py 4096 \
+        >> "$LOGS/anatomy.log" 2>&1
+    done
+  done
+  grep "^{" "$LOGS/anatomy.log" | cut -c 1-1400
+}
+# v30: fused-norm if its check-kernels rows passed (every row), the gate with it passed and its steps were faster
+sums_verdict() {
+  grep -q "gemm_sum_norm" "$LOGS/ck0.log" && ! grep -q FAIL "$LOGS/ck0.log" && [ -e "$LOGS/gate-norm.ok" ] \
+    && touch "$LOGS/norm.ok"
+  python3 notes/gpu-session/step_choice.py "$LOGS/anatomy.log" "$LOGS/norm.ok" fused fused-norm > /root/sums
+  echo "PDLIB_PREFILL_GEMM_SUM to publish with: $(cat /root/sums)"
+}
+# v30: where observed decode's time goes after the kernel (token_wait.py), and the profile's split of it
+token_probes() {
+  $1 timeout 150 python3 notes/gpu-session/token_wait.py 4096 --engine > "$LOGS/token_wait.log" 2>&1
+  echo "token_wait rc=$? at ${SECONDS}s"; grep '"summary"\|"D"' "$LOGS/token_wait.log" | cut -c 1-2000
+  $1 timeout 120 python3 notes/gpu-session/persistent_profile.py 4096 > "$LOGS/profile.log" 2>&1
+  echo "profile rc=$? at ${SECONDS}s"; grep "^{" "$LOGS/profile.log" | cut -c 1-1500
 }
 
 case "$1" in
@@ -1016,6 +1062,27 @@ v29b)
   timeout -s INT $(( $(left) - 10 )) python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
     --policies eager chunked fifo mixed --quiet --output "$OUT/report.json" > "$LOGS/report.log" 2>&1
   echo "report rc=$? at ${SECONDS}s"; tail -n 25 "$LOGS/report.log"
+  finish ;;
+v30a)
+  nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
+  ( export CUDA_VISIBLE_DEVICES=1; taskset -cp 16-31 $BASHPID > /dev/null; check_kernels 300; gate_norm ) \
+    > "$LOGS/gpu1.log" 2>&1 &
+  anatomy_norm 2 "gpu 0"
+  token_probes "gpu 0"
+  wait; cat "$LOGS/gpu1.log"
+  sums_verdict
+  finish ;;
+v30b)
+  nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
+  check_kernels 300; gate_norm
+  anatomy_norm 1 ""
+  cp "$LOGS/anatomy.log" "$LOGS/ck0.log" "$LOGS/gate-norm.ok" /root/ 2>/dev/null
+  finish ;;
+v30c)
+  cp /root/anatomy.log /root/ck0.log /root/gate-norm.ok "$LOGS/" 2>/dev/null
+  anatomy_norm 1 ""
+  sums_verdict
+  token_probes ""
   finish ;;
 zh)
   gpu 0 timeout $(( $(left) - 5 )) python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1

@@ -152,15 +152,15 @@ class Qwen3:
     # GEMM and attention (q/k norms, RoPE, the K/V store) is one kernel per segment instead (kernels/qk_rope.py),
     # and a decode's row goes to decode attention (`step`).
 
-    def _proj(self, h, in_norm, wqkv):
-        """h: (T, D) -> its normed q|k|v projection (T, Hq + 2 Hkv, Dh), as the GEMM leaves it."""
+    def _proj(self, x, wqkv):
+        """x: (T, D), the layer's normed input -> its q|k|v projection (T, Hq + 2 Hkv, Dh), as the GEMM leaves it."""
         c = self.cfg
         H = c.num_attention_heads + 2 * c.num_key_value_heads
-        return K.linear_t(mx.fast.rms_norm(h, in_norm, c.rms_norm_eps), *wqkv).reshape(h.shape[0], H, c.head_dim)
+        return K.linear_t(x, *wqkv).reshape(x.shape[0], H, c.head_dim)
 
-    def _qkv(self, h, in_norm, wqkv, qk_norm, *rope):
-        """h: (T, D) -> q (Hq, T, Dh) and k (Hkv, T, Dh), each after its norm and RoPE, v (Hkv, T, Dh), and the
-        projection as it came, (T, Hq + 2 Hkv, Dh): a decode's row attends from that (`stages`).
+    def _qkv(self, x, wqkv, qk_norm, *rope):
+        """x: (T, D), the layer's normed input -> q (Hq, T, Dh) and k (Hkv, T, Dh), each after its norm and RoPE,
+        v (Hkv, T, Dh), and the projection as it came, (T, Hq + 2 Hkv, Dh): a decode's row attends from that.
         The q and k heads are normed as one array (every head of the projection, contiguous; v's norms go
         unused), then scaled by qk_norm (Hq + Hkv, Dh): column slices would need a copy before a fused norm.
         `rope`: the first row's position, 0-d, when the rows' positions run on from it, else cos, sin tables.
@@ -168,7 +168,7 @@ class Qwen3:
         Each weight comes as a pair (transposed FP32 view, decode copy): K.linear_t picks."""
         c = self.cfg
         Hq, Hkv = c.num_attention_heads, c.num_key_value_heads
-        heads = self._proj(h, in_norm, wqkv)
+        heads = self._proj(x, wqkv)
         qk = mx.fast.rms_norm(heads, None, c.rms_norm_eps)[:, : Hq + Hkv] * qk_norm
         q, k, v = qk[:, :Hq].swapaxes(0, 1), qk[:, Hq:].swapaxes(0, 1), heads[:, Hq + Hkv:].swapaxes(0, 1)
         if len(rope) == 1:
@@ -184,12 +184,16 @@ class Qwen3:
             self._attention[rows] = mx.compile(fn, shapeless=True) if self._compile_steps else fn
         return self._attention[rows]
 
-    def _out_mlp(self, h, o, wo, post_norm, w_gate_up, w_down):
-        """Residual stream after attention output o (Hq, T, Dh) and the MLP (weights in pairs, as _qkv's)."""
+    def _out_mlp(self, h, o, wo, post_norm, w_gate_up, w_down, next_norm):
+        """Residual stream after attention output o (Hq, T, Dh) and the MLP (weights in pairs, as _qkv's), and
+        its RMSNorm by `next_norm` (the next layer's in-norm, or the final norm): each norm follows a residual
+        add, so a K split's sum may apply it (PDLIB_PREFILL_GEMM_SUM=fused-norm)."""
         c = self.cfg
-        h = K.linear_t(o.swapaxes(0, 1).reshape(-1, c.num_attention_heads * c.head_dim), *wo, add=h)
-        a = K.linear_t(mx.fast.rms_norm(h, post_norm, c.rms_norm_eps), *w_gate_up, swiglu=True)   # silu(g) * u
-        return K.linear_t(a, *w_down, add=h)
+        eps = c.rms_norm_eps
+        h, x = K.linear_t(o.swapaxes(0, 1).reshape(-1, c.num_attention_heads * c.head_dim), *wo, add=h,
+                          norm=(post_norm, eps))
+        a = K.linear_t(x, *w_gate_up, swiglu=True)   # silu(g) * u
+        return K.linear_t(a, *w_down, add=h, norm=(next_norm, eps))
 
     def prefill(self, cache: KVCache, tokens: mx.array, *, start: int, last: bool, prune: bool = True):
         """Run prompt tokens (T,) at positions start .. start+T-1, writing their K/V into the cache. Returns the
@@ -239,6 +243,7 @@ class Qwen3:
         rope = None if fused else (positions[0],) if len(segments) == 1 else K.rope_tables(positions, self.inv_freq)
         tokens = [s.tokens for s in segments]
         h = self.embed[tokens[0] if len(tokens) == 1 else mx.concatenate([t.astype(mx.int32) for t in tokens])]
+        x = mx.fast.rms_norm(h, self.layers[0].in_norm, c.rms_norm_eps)   # each layer's normed input (_out_mlp)
         if not flash:
             masks = [K.causal_mask(positions[a:b], s.start + s.size) for s, a, b in zip(segments, offsets, offsets[1:])]
             rep = c.num_attention_heads // c.num_key_value_heads
@@ -253,9 +258,9 @@ class Qwen3:
         shape = dict(heads=c.num_attention_heads, kv_heads=c.num_key_value_heads, eps=c.rms_norm_eps)
         for i, L in enumerate(self.layers):
             if fused:
-                raw = self._p_proj(h, L.in_norm, (L.t["wqkv"], L.d_qkv))
+                raw = self._p_proj(x, (L.t["wqkv"], L.d_qkv))
             else:
-                q, k, v, raw = self._p_qkv(h, L.in_norm, (L.t["wqkv"], L.d_qkv), L.t["qk_norm"], *rope)
+                q, k, v, raw = self._p_qkv(x, (L.t["wqkv"], L.d_qkv), L.t["qk_norm"], *rope)
             qs, solo, kv = {}, {}, {}   # per segment: query rows; a one-row one's attention output; keys, values
             for j, (s, a, b) in enumerate(zip(segments, offsets, offsets[1:])):
                 at = positions[a:b]
@@ -296,18 +301,18 @@ class Qwen3:
                 h, pruned = last_rows(h), True
             o = [attend(j, last) for j in (emitting if last else range(len(segments)))]
             o = o[0] if len(o) == 1 else mx.concatenate(o, axis=1)
-            h = self._p_out_mlp(h, o, (L.t["wo"], L.d_o), L.post_norm, (L.t["w_gate_up"], L.d_gate_up),
-                                (L.t["w_down"], L.d_down))
-            # a silent step's last h (kept by prune=False) feeds nothing: not started, as `step` never evaluates it
-            used = [h] if emitting or i < n_layers - 1 else []
+            next_norm = self.layers[i + 1].in_norm if i < n_layers - 1 else self.norm
+            h, x = self._p_out_mlp(h, o, (L.t["wo"], L.d_o), L.post_norm, (L.t["w_gate_up"], L.d_gate_up),
+                                   (L.t["w_down"], L.d_down), next_norm)
+            # the last layer's x is the final norm's: only an emitting step reads it, and a silent step's (kept by
+            # prune=False) feeds nothing, not started, as `step` never evaluates it
+            used = [h, x] if i < n_layers - 1 else [x] if emitting else []
             yield [*used, *(a for s in segments for a in (s.cache.k[i], s.cache.v[i], s.cache.written))]
         for s in segments:
             s.cache.advance(s.size)
         if not emitting:
             return [None] * len(segments)
-        if not pruned:
-            h = last_rows(h)
-        logits = K.linear_t(mx.fast.rms_norm(h, self.norm, c.rms_norm_eps), self.lm_head_t)   # (emitting, V)
+        logits = K.linear_t(x if pruned else last_rows(x), self.lm_head_t)   # (emitting, V); x: the final norm's
         out = [None] * len(segments)
         for r, j in enumerate(emitting):
             out[j] = logits[r]

@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 import mlx.core as mx
 
-from pdlib.engine.kernels.backend import BACKEND, CUDA_CP_ASYNC, cuda_sm_count, env_choice
+from pdlib.engine.kernels.backend import BACKEND, CUDA_CP_ASYNC, cuda_sm_count, env_choice, float_bits
 
 BK = 32                  # a slice's depth
 PITCH, WGMMA_PITCH, BF16X3_PITCH = 40, 36, 48   # a staged row's floats, or halves for bf16 w (the pad spreads
@@ -559,15 +559,19 @@ def template(shape: Tiles, K: int, N: int, split: int, weight_bytes: int) -> lis
 
 def tf32x3_matmul(x: mx.array, w: mx.array, *, shape: Tiles = CHUNK_TILES, split: int | None = None,
                   poison: bool = False, add: mx.array | None = None, swiglu: bool = False,
-                  fused: bool | None = None) -> mx.array:
+                  norm: tuple[mx.array, float] | None = None, sums: str | None = None):
     """x (M, K) @ w.T for w (N, K), FP32 x and output, on tensor cores (module docstring), in `shape`'s tiles,
-    then `add` + it or its SwiGLU (epilogue_ops). w FP32 takes the three products; w bf16 (exact in TF32: its lo
-    is zero) two, and half the bytes (not in the wgmma kernel; the only kind the bf16x3 kernel takes). `split`
-    overrides k_split; `poison` fills the outputs with NaN first, so a test sees any element a kernel skipped;
-    `fused` whether a K split's sum and the epilogue run as one kernel (summed), None: PDLIB_PREFILL_GEMM_SUM."""
+    then `add` + it or its SwiGLU (epilogue_ops); with `norm` (weight, eps) and `add`, the pair (h, RMSNorm of
+    h). w FP32 takes the three products; w bf16 (exact in TF32: its lo is zero) two, and half the bytes (not in
+    the wgmma kernel; the only kind the bf16x3 kernel takes). `split` overrides k_split; `poison` fills the
+    outputs with NaN first, so a test sees any element a kernel skipped; `sums` how a K split is summed and
+    finished (SUM_CHOICES), None: PDLIB_PREFILL_GEMM_SUM."""
     M, K = x.shape
     N = w.shape[0]
+    if norm is not None and add is None:
+        raise ValueError("tf32x3_matmul's norm follows a residual add: pass add too")
     split = k_split(M, K, N, cuda_sm_count(), shape) if split is None else split
+    sums = sum_choice() if sums is None else sums
     wb = {mx.float32: 4, mx.bfloat16: 2}.get(w.dtype)
     if (x.dtype != mx.float32 or wb is None or (wb == 2 and shape.wgmma) or (wb == 4 and shape.bf16x3)
             or w.shape[1] != K):
@@ -580,28 +584,40 @@ def tf32x3_matmul(x: mx.array, w: mx.array, *, shape: Tiles = CHUNK_TILES, split
                               grid=(N // shape.bn * shape.threads, -(-M // shape.bm), split),
                               threadgroup=(shape.threads, 1, 1), output_shapes=[(split, M, N)],
                               output_dtypes=[mx.float32], init_value=float("nan") if poison else None)
-    if split > 1 and (sum_choice() == "fused" if fused is None else fused):
-        return summed(y, add=add, swiglu=swiglu, poison=poison)
-    return epilogue_ops(y[0] if split == 1 else y.sum(axis=0), add=add, swiglu=swiglu)
+    if split > 1 and sums == "fused-norm" and norm is not None:
+        return summed(y, add=add, norm=norm, poison=poison)
+    if split > 1 and sums != "ops":
+        out = summed(y, add=add, swiglu=swiglu, poison=poison)
+        return out if norm is None else (out, norm_ops(out, norm))
+    return epilogue_ops(y[0] if split == 1 else y.sum(axis=0), add=add, swiglu=swiglu, norm=norm)
 
 
-SUM_ENV, SUM_CHOICES = "PDLIB_PREFILL_GEMM_SUM", ("fused", "ops")
+SUM_ENV, SUM_CHOICES = "PDLIB_PREFILL_GEMM_SUM", ("fused", "ops", "fused-norm")
 
 
 def sum_choice() -> str:
     """PDLIB_PREFILL_GEMM_SUM: how a K split's parts are summed and the layer's epilogue applied: `fused` (the
     default) by one kernel (summed; on the H200 a 128-row chunk step at 4K took ~0.5 ms less: notes/gpu.md,
-    v26); `ops` by MLX's sum and ops."""
+    v26); `ops` by MLX's sum and ops; `fused-norm` as `fused`, and where a residual add is followed by an
+    RMSNorm (o_proj's by the post-norm, down's by the next layer's in-norm) the same kernel applies it too:
+    two launches fewer per layer (v30, opt-in until measured)."""
     return env_choice(SUM_ENV, SUM_CHOICES)
 
 
-def epilogue_ops(y: mx.array, *, add: mx.array | None = None, swiglu: bool = False) -> mx.array:
+def norm_ops(h: mx.array, norm: tuple[mx.array, float]) -> mx.array:
+    """The RMSNorm after a residual add, as the model ran it before it could ride in the sum: MLX's fused one."""
+    return mx.fast.rms_norm(h, *norm)
+
+
+def epilogue_ops(y: mx.array, *, add: mx.array | None = None, swiglu: bool = False,
+                 norm: tuple[mx.array, float] | None = None):
     """What follows a matmul in a layer, as MLX's ops: silu(g) * u of y's halves [g | u] (gate|up's SwiGLU),
-    then `add` + it (a residual)."""
+    then `add` + it (a residual); with `norm` (weight, eps), the pair (that, its RMSNorm: norm_ops)."""
     if swiglu:
         g, u = y[:, : y.shape[1] // 2], y[:, y.shape[1] // 2:]
         y = g * mx.sigmoid(g) * u
-    return y if add is None else add + y
+    y = y if add is None else add + y
+    return y if norm is None else (y, norm_ops(y, norm))
 
 
 # A K split's partial outputs summed in z order, and what follows the matmul in the layer, in one pass: o_proj's
@@ -644,53 +660,111 @@ SUM_EPILOGUES = {
 
 
 def sum_source(epilogue: str) -> str:
-    """SUM_SOURCE with one of SUM_EPILOGUES."""
-    return SUM_SOURCE.replace("@EPILOGUE@\n", SUM_EPILOGUES[epilogue])
+    """SUM_SOURCE with one of SUM_EPILOGUES; `norm`: SUM_NORM_SOURCE."""
+    return SUM_NORM_SOURCE if epilogue == "norm" else SUM_SOURCE.replace("@EPILOGUE@\n", SUM_EPILOGUES[epilogue])
+
+
+# The residual add and the RMSNorm after it (PDLIB_PREFILL_GEMM_SUM=fused-norm): a row's sum of squares needs all
+# its columns, so a block takes a row, and the block's partial sums are added in a fixed order (the same values
+# every run).
+SUM_NORM_SOURCE = r"""
+    // out (M, N) = add + the sum of parts (SPLIT, M, N) in z order; normed (M, N) = out * rsqrt(mean(out^2) + eps)
+    // * weight (N,): block r takes row r, a thread four columns at a time
+    const int N = parts_shape[2];
+    const size_t M = parts_shape[1], r = blockIdx.x;
+    const int tid = threadIdx.x;
+    float ss = 0.f;
+    for (int c = 4 * tid; c < N; c += 4 * SUM_THREADS) {
+        float4 s = *reinterpret_cast<const float4*>(parts + r * N + c);
+        #pragma unroll
+        for (int z = 1; z < SPLIT; ++z) {
+            const float4 v = *reinterpret_cast<const float4*>(parts + ((size_t)z * M + r) * N + c);
+            s.x += v.x;
+            s.y += v.y;
+            s.z += v.z;
+            s.w += v.w;
+        }
+        const float4 a = *reinterpret_cast<const float4*>(add + r * N + c);
+        s = make_float4(a.x + s.x, a.y + s.y, a.z + s.z, a.w + s.w);
+        *reinterpret_cast<float4*>(out + r * N + c) = s;
+        ss += s.x * s.x + s.y * s.y + s.z * s.z + s.w * s.w;
+    }
+    __shared__ float warp_ss[SUM_THREADS / 32];
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if ((tid & 31) == 0) warp_ss[tid >> 5] = ss;
+    __syncthreads();
+    float total = 0.f;
+    #pragma unroll
+    for (int i = 0; i < SUM_THREADS / 32; ++i) total += warp_ss[i];
+    const float inv = rsqrtf(total / N + __int_as_float(EPS_BITS));
+    for (int c = 4 * tid; c < N; c += 4 * SUM_THREADS) {   // this thread's own stores, read back
+        const float4 h = *reinterpret_cast<const float4*>(out + r * N + c);
+        const float4 g = *reinterpret_cast<const float4*>(weight + c);
+        *reinterpret_cast<float4*>(normed + r * N + c) =
+            make_float4(h.x * inv * g.x, h.y * inv * g.y, h.z * inv * g.z, h.w * inv * g.w);
+    }
+"""
 
 
 SUM_THREADS = 256
 _sums: dict = {}
 
 
-def summed(parts: mx.array, *, add: mx.array | None = None, swiglu: bool = False, poison: bool = False) -> mx.array:
+def summed(parts: mx.array, *, add: mx.array | None = None, swiglu: bool = False,
+           norm: tuple[mx.array, float] | None = None, poison: bool = False):
     """parts (S, M, N) summed over S in order, then epilogue_ops' `add` or `swiglu`, by one kernel (SUM_SOURCE).
-    `add` is (M, N) FP32; under `swiglu` the output is (M, N / 2). `poison` as tf32x3_matmul's."""
+    `add` is (M, N) FP32; under `swiglu` the output is (M, N / 2). With `norm` (weight (N,), eps) and `add`, the
+    pair (h, norm_ops(h, norm)) for h = add + the sum, still one kernel (SUM_NORM_SOURCE). `poison` as
+    tf32x3_matmul's."""
     S, M, N = parts.shape
     halves = 2 if swiglu else 1   # the output's columns are N / halves
     if swiglu and add is not None:
         raise ValueError("summed takes add or swiglu, not both")
+    if norm is not None and add is None:
+        raise ValueError("summed's norm follows a residual add: pass add too")
     if parts.dtype != mx.float32 or N % (4 * halves):   # a thread's four columns, of each half
         raise ValueError(f"summed takes FP32 parts of {4 * halves}k columns, got {parts.dtype} {parts.shape}")
     if add is not None and (add.shape != (M, N) or add.dtype != mx.float32):
         raise ValueError(f"summed's add must be FP32 ({M}, {N}), got {add.dtype} {add.shape}")
-    epilogue = "swiglu" if swiglu else "add" if add is not None else "none"
+    if norm is not None and (norm[0].shape != (N,) or norm[0].dtype != mx.float32):
+        raise ValueError(f"summed's norm weight must be FP32 ({N},), got {norm[0].dtype} {norm[0].shape}")
+    epilogue = "norm" if norm is not None else "swiglu" if swiglu else "add" if add is not None else "none"
     if epilogue not in _sums:
         _sums[epilogue] = mx.fast.cuda_kernel(
-            name=f"pdlib_gemm_sum_{epilogue}", input_names=["parts"] + ["add"] * (epilogue == "add"),
-            output_names=["out"], source=sum_source(epilogue))
+            name=f"pdlib_gemm_sum_{epilogue}",
+            input_names=["parts"] + ["add"] * (add is not None) + ["weight"] * (norm is not None),
+            output_names=["out"] + ["normed"] * (norm is not None), source=sum_source(epilogue))
+    inputs = [parts] + ([add] if add is not None else []) + ([norm[0]] if norm is not None else [])
+    nan = float("nan") if poison else None
+    if norm is not None:   # a block per row
+        return tuple(_sums[epilogue](
+            inputs=inputs, template=[("SPLIT", S), ("SUM_THREADS", SUM_THREADS), ("EPS_BITS", float_bits(norm[1]))],
+            grid=(M * SUM_THREADS, 1, 1), threadgroup=(SUM_THREADS, 1, 1), output_shapes=[(M, N), (M, N)],
+            output_dtypes=[mx.float32, mx.float32], init_value=nan))
     quads = M * N // halves // 4
-    (out,) = _sums[epilogue](inputs=[parts] + ([add] if add is not None else []),
-                             template=[("SPLIT", S), ("OUT_DIV", halves)],
+    (out,) = _sums[epilogue](inputs=inputs, template=[("SPLIT", S), ("OUT_DIV", halves)],
                              grid=(-(-quads // SUM_THREADS) * SUM_THREADS, 1, 1), threadgroup=(SUM_THREADS, 1, 1),
-                             output_shapes=[(M, N // halves)], output_dtypes=[mx.float32],
-                             init_value=float("nan") if poison else None)
+                             output_shapes=[(M, N // halves)], output_dtypes=[mx.float32], init_value=nan)
     return out
 
 
 def linear_t(x: mx.array, w_t: mx.array, w: mx.array | None = None, *, add: mx.array | None = None,
-             swiglu: bool = False) -> mx.array:
+             swiglu: bool = False, norm: tuple[mx.array, float] | None = None):
     """x: (M, D) @ w_t with w_t: (D, N), the weight's transposed view made once at load (prefill): a step
-    then holds no transpose per matmul; then `add` + it or its SwiGLU (epilogue_ops). On tensor cores when
+    then holds no transpose per matmul; then `add` + it or its SwiGLU (epilogue_ops); with `norm` (weight,
+    eps) and `add`, the pair (h, norm_ops(h, norm)): the residual and its RMSNorm. On tensor cores when
     enabled() and the shapes tile, from `w`, the same weight as (N, D) bf16 (the decode copy), where given and
     bf16_weights(), else from w_t (a K split's sum carries the epilogue, summed, unless
-    PDLIB_PREFILL_GEMM_SUM=ops)."""
-    epilogue = {"add": add, "swiglu": swiglu}
-    if not enabled() or x.ndim != 2:
-        return epilogue_ops(x @ w_t, **epilogue)
-    if w is not None and w.dtype == mx.bfloat16 and bf16_weights() and tiles(x.shape[0], *w_t.shape, bf16=True):
-        return tf32x3_matmul(x, w, shape=BF16X3_TILES if choice() == "bf16x3" else CHUNK_TILES, **epilogue)
-    if tiles(x.shape[0], *w_t.shape):
-        return tf32x3_matmul(x, w_t.T, shape=chunk_tiles(), **epilogue)
+    PDLIB_PREFILL_GEMM_SUM=ops; and the norm under fused-norm)."""
+    if norm is not None and add is None:
+        raise ValueError("linear_t's norm follows a residual add: pass add too")
+    epilogue = {"add": add, "swiglu": swiglu, "norm": norm}
+    if enabled() and x.ndim == 2:
+        if w is not None and w.dtype == mx.bfloat16 and bf16_weights() and tiles(x.shape[0], *w_t.shape, bf16=True):
+            return tf32x3_matmul(x, w, shape=BF16X3_TILES if choice() == "bf16x3" else CHUNK_TILES, **epilogue)
+        if tiles(x.shape[0], *w_t.shape):
+            return tf32x3_matmul(x, w_t.T, shape=chunk_tiles(), **epilogue)
     return epilogue_ops(x @ w_t, **epilogue)
 
 
