@@ -278,6 +278,8 @@ sums_verdict() {
     && touch "$LOGS/norm.ok"
   python3 notes/gpu-session/step_choice.py "$LOGS/anatomy.log" "$LOGS/norm.ok" fused fused-norm > /root/sums
   echo "PDLIB_PREFILL_GEMM_SUM to publish with: $(cat /root/sums)"
+  # v27b and v27c republish with it (and the default q/k kernel) once every other row passed too
+  grep -v "gemm_sum_norm" "$LOGS/ck0.log" | grep -q FAIL || { echo publish > /root/verdict; echo kernel > /root/qk; }
 }
 # v30: where observed decode's time goes after the kernel (token_wait.py), and the profile's split of it
 token_probes() {
@@ -1014,12 +1016,14 @@ v27a)
   echo "verdict: $(cat /root/verdict 2>/dev/null || echo 'do not publish'), PDLIB_PREFILL_QK: $(cat /root/qk 2>/dev/null)"
   finish ;;
 v27b)
-  grep -q publish /root/verdict 2>/dev/null || { echo "v27a's verdict was not publish"; exit 1; }
+  grep -q publish /root/verdict 2>/dev/null || { echo "v27a's (or v30's) verdict was not publish"; exit 1; }
   export PDLIB_PREFILL_QK=$(cat /root/qk); echo "PDLIB_PREFILL_QK: $PDLIB_PREFILL_QK"
+  [ -s /root/sums ] && export PDLIB_PREFILL_GEMM_SUM=$(cat /root/sums) && echo "PDLIB_PREFILL_GEMM_SUM: $(cat /root/sums)"
   publish_single "$PDLIB_PREFILL_QK" 100 70; finish ;;
 v27c)
-  grep -q publish /root/verdict 2>/dev/null || { echo "v27a's verdict was not publish"; exit 1; }
+  grep -q publish /root/verdict 2>/dev/null || { echo "v27a's (or v30's) verdict was not publish"; exit 1; }
   export PDLIB_PREFILL_QK=$(cat /root/qk); echo "PDLIB_PREFILL_QK: $PDLIB_PREFILL_QK"
+  [ -s /root/sums ] && export PDLIB_PREFILL_GEMM_SUM=$(cat /root/sums) && echo "PDLIB_PREFILL_GEMM_SUM: $(cat /root/sums)"
   publish_x2; finish ;;
 v28a)
   nvidia-smi -L > "$LOGS/gpus.txt"; nproc >> "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
