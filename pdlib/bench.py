@@ -22,7 +22,7 @@ from mlx_lm.models.cache import KVCache as LmCache
 
 from pdlib.bench_result import SCHEMA
 from pdlib.config import decode_mode
-from pdlib.engine import Engine, check_token
+from pdlib.engine import Engine, Output, check_token
 from pdlib.engine.kernels import BACKEND, persistent_decode
 from pdlib.reference import Reference
 from pdlib.report import environment
@@ -59,16 +59,17 @@ def _prompt(cfg, n: int) -> list[int]:
     return [(i * 7919 + 13) % min(cfg.vocab_size, 50000) for i in range(n)]
 
 
-def _pipelined(step, first, n: int, warmup: int) -> list[float]:
+def _pipelined(step, first, n: int, warmup: int, observe=lambda token: token.item()) -> list[float]:
     """ms between consecutive host observations of n tokens, each observed after the next step is issued:
-    `first` is the step whose token comes first, step(token) issues the next from the last (on the device)."""
+    `first` is the step whose token comes first, step(token) issues the next from the last (on the device);
+    `observe` reads a step's token on the host."""
     seen, token = [], first
     for _ in range(warmup + n + 1):
         following = step(token)
-        check_token(token.item())
+        check_token(observe(token))
         seen.append(time.perf_counter_ns())
         token = following
-    token.item()
+    observe(token)
     return [(b - a) / 1e6 for a, b in zip(seen[warmup:], seen[warmup + 1:])]
 
 
@@ -78,7 +79,7 @@ def bench_pdlib(model: LoadedModel, *, contexts, tokens: int, warmup: int, prefi
     steps = 2 * (warmup + tokens + 2)  # every context's decodes, observed, then pipelined
     engine = Engine(model, capacity=max(max(contexts) + steps, prefill_tokens), decode=decode)
     out = {"decode": engine.model.decode_mode, **engine.model.prefill_arithmetic,
-           "step_dispatch": engine.dispatch,
+           "step_dispatch": engine.dispatch, "token_read": engine.model.token_read,
            "decode_ms_median": {}, "decode_ms_all": {}, "decode_pipelined_ms_median": {}}
     for ctx in contexts:
         engine.add_request("X", _prompt(cfg, ctx))
@@ -87,12 +88,12 @@ def bench_pdlib(model: LoadedModel, *, contexts, tokens: int, warmup: int, prefi
         times = []
         for i in range(warmup + tokens):
             t0 = time.perf_counter_ns()
-            check_token(engine.decode("X").token.item())
+            check_token(engine.decode("X").observe())
             if i >= warmup:
                 times.append(_ms(t0))
         out["decode_ms_median"][str(ctx)] = statistics.median(times)
         out["decode_ms_all"][str(ctx)] = times
-        piped = _pipelined(lambda _: engine.decode("X").token, engine.decode("X").token, tokens, warmup)
+        piped = _pipelined(lambda _: engine.decode("X"), engine.decode("X"), tokens, warmup, Output.observe)
         out["decode_pipelined_ms_median"][str(ctx)] = statistics.median(piped)
     engine.add_request("P", _prompt(cfg, prefill_tokens))
 

@@ -9,10 +9,10 @@ for step: `scheduler.follow`; `disagg`, whose interleaving depends on timing, pe
 
 A run: reset A; run A's set-up steps; at t0 (the first step after A's set-up prefill) reset B; then every
 step. A step is one engine call (a Batch's parts run as one ragged step); then the host observes each
-output's token id (`.item()`) and reads the clock right after it. The step ends with its last token or,
-when a part yields none, when the host has waited for that part's own arrays (its cache's K/V and write
-fence), so its time is its work's. Hooks see each step after it ran: its parts' results and the clock
-readings.
+output's token id (`Output.observe`: `.item()`, or the kernel's mailbox) and reads the clock right after it.
+The step ends with its last token or, when a part yields none, when the host has waited for that part's own
+arrays (its cache's K/V and write fence), so its time is its work's. Hooks see each step after it ran: its
+parts' results and the clock readings.
 
 Pipelined decodes (`pipeline=True`, RunParams.pipeline_decodes): a step of decodes only is issued before the
 step before it is observed, whatever that step was; each decode's input token is on the device already, so
@@ -114,7 +114,7 @@ def execute(engine: Engine, steps: Iterable[Step], *, logical_reset: bool, hooks
     def observe(index: int, step: Step, results: list[WorkResult], t_start: int, was_timed: bool) -> None:
         for r in results:
             if r.output is not None:
-                r.token = check_token(r.output.token.item())
+                r.token = check_token(r.output.observe())
                 r.t_emit = now()
         if all(r.output is not None for r in results):
             t_end = results[-1].t_emit  # the step ends when its last token is observed

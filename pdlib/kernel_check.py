@@ -6,6 +6,7 @@ without pytest, by `python -m pdlib check-kernels`.
 """
 
 import mlx.core as mx
+import numpy as np
 
 from pdlib.config import preset
 from pdlib.engine import kernels as K
@@ -423,11 +424,12 @@ def check_persistent_decode(seed: int) -> list[dict]:
     if not P.available(preset("qwen3-0.6b"), packed=True):
         return []
 
-    def tiny_step(sync, blocks, fold):
-        _, tok, *_ = K.decode_persistent(mx.array(5, mx.uint32), mx.array([0], mx.int32),
-                                         _random_decode_weights(1, 256, 2, 1, 128, 512, 1024), mx.zeros((1, 1, 8, 128)),
-                                         mx.zeros((1, 1, 8, 128)), K.new_fence(), sync, heads=2, kv_heads=1, eps=1e-6,
-                                         blocks=blocks, fold=fold)
+    def tiny_step(sync, blocks, fold, pos=0, mailbox=None):
+        cache = mx.zeros((1, 1, 32, 128))
+        _, tok, *_ = K.decode_persistent(mx.array(5, mx.uint32), mx.array([pos], mx.int32),
+                                         _random_decode_weights(1, 256, 2, 1, 128, 512, 1024), cache, cache + 0.0,
+                                         K.new_fence(), sync, heads=2, kv_heads=1, eps=1e-6, blocks=blocks, fold=fold,
+                                         mailbox=mailbox)
         mx.eval(tok)  # the sync buffer is written in place, not an output: read it only after the kernel ran
         return tok
 
@@ -451,7 +453,34 @@ def check_persistent_decode(seed: int) -> list[dict]:
         rows += _evaluated([_compare("persistent/barrier timeout", f"{too_many} blocks, then 2" + folded,
                                      mx.stack([first, sync[P.SY_ERR], again]).astype(mx.float32),
                                      mx.array([P.ERROR_TOKEN, 1, P.ERROR_TOKEN]).astype(mx.float32))])
-    return rows
+    return rows + check_persistent_mailbox(tiny_step, too_many)
+
+
+def check_persistent_mailbox(tiny_step, too_many: int) -> list[dict]:
+    """PDLIB_TOKEN_READ=mailbox: steps at positions 0, 1 and 17 (17 reuses 1's slot) each leave their token and
+    position + 1 in their slot of the request's area, as the kernel's token says, and nothing else in the
+    region changes; a step that fails (a grid too large, on its own buffer) leaves its slot empty, so the
+    host's wait times out and `.item()` reports the error. `tiny_step(sync, blocks, fold, **launch)` runs one
+    step (check_persistent_decode's)."""
+    M = K.mailbox
+    region = M.MailboxRegion.pinned()
+    box, other = region.take(), region.take()
+    sync, got, want = K.persistent_decode.new_sync(box.area), [], []
+    for pos in (0, 1, 17):
+        box.clear(pos)
+        tok = tiny_step(sync, 2, False, pos=pos, mailbox=region)
+        seen = box.wait(pos, timeout_ns=2_000_000_000)
+        slot = 2 * (pos % M.SLOTS)
+        got += [-1 if seen is None else seen, int(box.words[slot])]
+        want += [tok.item(), pos + 1]
+    untouched = np.delete(region.words, [box.area * 2 * M.SLOTS + i for i in (0, 1, 2, 3)])
+    failed = K.persistent_decode.new_sync(other.area)
+    other.clear(0)
+    tiny_step(failed, too_many, False, pos=0, mailbox=region)
+    got += [int(np.count_nonzero(untouched)), -1 if other.wait(0, timeout_ns=50_000_000) is None else 1]
+    want += [0, -1]
+    return _evaluated([_compare("persistent/mailbox", "3 steps, then a failed one", mx.array(got, mx.float32),
+                                mx.array(want, mx.float32))])
 
 
 def check_kernels(*, seed: int = 0) -> list[dict]:

@@ -141,7 +141,8 @@ def environment(backend: str) -> dict:
 # which of a shared host's runs side by side this was.
 RECORDED_ENV = ("MLX_MAX_OPS_PER_BUFFER", "MLX_MAX_MB_PER_BUFFER", "MLX_USE_CUDA_GRAPHS", "CUDA_VISIBLE_DEVICES",
                 "PDLIB_DECODE", "PDLIB_PERSISTENT_FOLD", "PDLIB_PERSISTENT_BLOCKS", "PDLIB_PREFILL_GEMM",
-                "PDLIB_PREFILL_GEMM_SUM", "PDLIB_PREFILL_QK", "PDLIB_PREFILL_ATTENTION", "PDLIB_STEP_DISPATCH")
+                "PDLIB_PREFILL_GEMM_SUM", "PDLIB_PREFILL_QK", "PDLIB_PREFILL_ATTENTION", "PDLIB_STEP_DISPATCH",
+                "PDLIB_TOKEN_READ")
 
 
 def _cores() -> str:
@@ -159,7 +160,7 @@ def build_report(*, params: dict, model: dict, prompts: dict, backend: str, vali
     env = environment(backend)
     if decode is not None:  # the decode path the engine took (Qwen3.decode_mode)
         env["decode"] = decode
-    env.update(prefill or {})  # what the prefill ran as (Qwen3.prefill_arithmetic) and how it was dispatched
+    env.update(prefill or {})  # what the prefill ran as (Qwen3.prefill_arithmetic), its dispatch, the token read
     if workers:  # a disagg run's two workers
         env["workers"] = workers
     report = {"schema": SCHEMA,

@@ -22,7 +22,9 @@ A report is one JSON object:
                       "prefill_split_sums": "fused" | "ops" | "fused-norm" (with the matmul kernels),
                       "prefill_qk": "kernel" | "ops" (with flash; both newer than the fourteenth session's reports),
                       "step_dispatch": "layers" | "step" (how a step with a prompt chunk was dispatched:
-                                       engine.DISPATCH_ENV; newer than the fifteenth session's reports)},
+                                       engine.DISPATCH_ENV; newer than the fifteenth session's reports),
+                      "token_read": "item" | "mailbox" (how the host read a decode's token: PDLIB_TOKEN_READ;
+                                    newer than the sixteenth session's reports)},
       "sources": {"pdlib/engine/model.py": "<sha256>", ..., "params_file": null | "<sha256>"},
       "validation": {"<policy>": <validate.ValidationResult.to_dict()>, ...},
       "reference_tokens": {"A": [..output ids..], "B": [..]},

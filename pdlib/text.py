@@ -37,7 +37,8 @@ def run_line(report: dict) -> str:
     dispatch = f", steps by {env['step_dispatch']}" if "step_dispatch" in env else ""
     prefill = (f" (prefill matmuls {env['prefill_matmuls']}{sums}, attention {env['prefill_attention']}{qk}{dispatch})"
                if "prefill_matmuls" in env else "")
-    return (f"model {model['spec']} ({model['source']}{fallback}), backend {env['backend']}{prefill}; "
+    mailbox = ", tokens read from the kernel's mailbox" if env.get("token_read") == "mailbox" else ""
+    return (f"model {model['spec']} ({model['source']}{fallback}), backend {env['backend']}{prefill}{mailbox}; "
             f"prompts {params['prompt_tokens']} tokens{made_by}, {params['output_tokens']} outputs, "
             f"chunk {params['chunk_size']}" + ("; decodes pipelined" if params.get("pipeline_decodes") else ""))
 

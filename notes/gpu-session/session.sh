@@ -179,13 +179,15 @@
 #                                          rows), then a gate at 4,096/64 (chunked, mixed) with
 #                                          PDLIB_PREFILL_GEMM_SUM=fused-norm (GPU 1), beside the chunk and mixed
 #                                          steps' anatomy at 4K, fused and fused-norm, twice each, alternating, then
-#                                          token_wait.py --engine and persistent_profile.py 4096 (GPU 0); writes
+#                                          token_wait.py --engine and persistent_profile.py 4096 (GPU 0), and
+#                                          bench-step's decodes read by .item() and from the mailbox (GPU 1); writes
 #                                          /root/sums (step_choice.py: fused-norm if its rows, the gate and the
 #                                          steps said so) for a republish (v27b/v27c with PDLIB_PREFILL_GEMM_SUM)
 #   bash notes/gpu-session/session.sh v30b one H200, v30a's first half: check-kernels, the gate with fused-norm, and
 #                                          the anatomy once each way
 #   bash notes/gpu-session/session.sh v30c one H200, v30a's second half (within 30 s of v30b): the anatomy once
-#                                          more each way, /root/sums, token_wait.py --engine, persistent_profile.py
+#                                          more each way, /root/sums, token_wait.py --engine, persistent_profile.py,
+#                                          bench-step's decodes by .item() and from the mailbox
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -252,12 +254,23 @@ disagg_smokes() {
   return $rc
 }
 
-# v30: the gate at 4,096/64 (chunked, mixed) with the norm in the split sum; marks gate-norm.ok if it passed
+# v30: the gate at 4,096/64 (chunked, mixed) with the norm in the split sum and the tokens read from the mailbox
+# (a token check failing is the mailbox's, a logits or K/V check the norm's); marks gate-norm.ok if it passed
 gate_norm() {
-  PDLIB_PREFILL_GEMM_SUM=fused-norm timeout 150 python3 -m pdlib run --model synthetic:qwen3-0.6b \
-    --prompt-tokens 4096 --output-tokens 64 --chunk-size 128 --policies chunked mixed --validate-only --quiet \
-    > "$LOGS/gate.log" 2>&1 && touch "$LOGS/gate-norm.ok"
-  echo "gate (fused-norm) at ${SECONDS}s: $(ls "$LOGS"/gate-norm.ok 2>/dev/null || echo failed)"; tail -n 4 "$LOGS/gate.log"
+  PDLIB_PREFILL_GEMM_SUM=fused-norm PDLIB_TOKEN_READ=mailbox timeout 150 python3 -m pdlib run \
+    --model synthetic:qwen3-0.6b --prompt-tokens 4096 --output-tokens 64 --chunk-size 128 --policies chunked mixed \
+    --validate-only --quiet > "$LOGS/gate.log" 2>&1 && touch "$LOGS/gate-norm.ok"
+  echo "gate (fused-norm, mailbox) at ${SECONDS}s: $(ls "$LOGS"/gate-norm.ok 2>/dev/null || echo failed)"
+  tail -n 4 "$LOGS/gate.log"
+}
+# v30: bench-step without transformers at 4K and 5K, tokens read by .item() then from the mailbox (prefill short:
+# not the question here), $1 prefixing each run ("gpu 1" or nothing)
+bench_token_read() {
+  for how in item mailbox; do
+    [ "$(left)" -gt 90 ] && PDLIB_TOKEN_READ=$how $1 timeout 90 python3 -m pdlib bench-step --no-peers \
+      --contexts 4096 5120 --prefill-tokens 512 --output "$LOGS/bench-$how.json" > "$LOGS/bench-$how.log" 2>&1
+    echo "bench-step ($how) rc=$? at ${SECONDS}s"; grep -i "decode" "$LOGS/bench-$how.log" | head -n 6
+  done
 }
 # v30: the chunk and mixed steps' anatomy at 4K, split sums fused then fused-norm, $1 times each, on $2 ("gpu 0" or
 # nothing)
@@ -1069,8 +1082,8 @@ v29b)
   finish ;;
 v30a)
   nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
-  ( export CUDA_VISIBLE_DEVICES=1; taskset -cp 16-31 $BASHPID > /dev/null; check_kernels 300; gate_norm ) \
-    > "$LOGS/gpu1.log" 2>&1 &
+  ( export CUDA_VISIBLE_DEVICES=1; taskset -cp 16-31 $BASHPID > /dev/null; check_kernels 300; gate_norm
+    bench_token_read "" ) > "$LOGS/gpu1.log" 2>&1 &
   anatomy_norm 2 "gpu 0"
   token_probes "gpu 0"
   wait; cat "$LOGS/gpu1.log"
@@ -1087,6 +1100,7 @@ v30c)
   anatomy_norm 1 ""
   sums_verdict
   token_probes ""
+  bench_token_read ""
   finish ;;
 zh)
   gpu 0 timeout $(( $(left) - 5 )) python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1

@@ -6,7 +6,7 @@
     out = engine.prefill_chunk("A", 64)     # None until the chunk that finishes the prompt
     out = engine.decode("A")                # Output(logits, token); token stays on the device
     outs = engine.batch([("A", None), ("B", 64)])   # one step: A's decode beside B's next chunk
-    int(out.token)                          # the host observes it
+    out.observe()                           # the host observes it (int)
 
 The engine keeps each request's next input token itself, so a step needs only the request's name. A request's
 progress has one owner, its cache (`length`); how much of the prompt is prefilled follows from it.
@@ -23,6 +23,7 @@ import mlx.core as mx
 
 from pdlib.engine.cache import KVCache
 from pdlib.engine.kernels.backend import env_choice
+from pdlib.engine.kernels.mailbox import TokenMailbox
 from pdlib.engine.kernels.persistent_decode import check_token
 from pdlib.engine.model import Qwen3, Segment
 from pdlib.weights import LoadedModel
@@ -32,6 +33,17 @@ from pdlib.weights import LoadedModel
 class Output:
     logits: mx.array    # (V,) FP32, on the device
     token: mx.array     # greedy pick, scalar uint32, on the device
+    mailbox: TokenMailbox | None = None   # where the kernel also leaves the token (PDLIB_TOKEN_READ=mailbox)
+    position: int = 0   # the token's slot there: its position
+
+    def observe(self) -> int:
+        """The token id on the host: polled from the mailbox where the kernel writes one, else (or if none came
+        within its timeout: a failed step writes none) by MLX's `.item()`."""
+        if self.mailbox is not None:
+            token = self.mailbox.wait(self.position)
+            if token is not None:
+                return token
+        return self.token.item()
 
 
 @dataclass
@@ -148,8 +160,11 @@ class Engine:
         r = self.requests[name]
         if r.next_token is None:
             raise ValueError(f"decode of {name} before its prompt is prefilled")
+        position = r.cache.length
         logits, token = self.model.decode(r.cache, r.next_token)
-        return self._emit(r, logits, token)
+        out = self._emit(r, logits, token)
+        out.mailbox, out.position = self.model.mailbox(r.cache), position
+        return out
 
     def install(self, name: str, kv: mx.array, logits: mx.array, token: mx.array) -> Output:
         """A prompt prefilled elsewhere (disagg): kv (L, 2, Hkv, T, Dh) goes into the request's cache after

@@ -86,6 +86,8 @@ class Qwen3:
         self.prefill_arithmetic = self._prefill_arithmetic(lossless_decode_weights)
         # one barrier buffer per cache (decodes of two requests may overlap), gone with its cache
         self.decode_weights, self._syncs = None, weakref.WeakKeyDictionary()
+        # PDLIB_TOKEN_READ=mailbox: the kernel also leaves each token where the host polls (kernels/mailbox.py)
+        self.token_read, self._region, self._boxes = K.token_read_choice(), None, weakref.WeakKeyDictionary()
         if self.decode_mode == "persistent":
             if not runs_here:
                 raise InputError(f"PDLIB_DECODE=persistent: the persistent decode kernel needs CUDA, head_dim 128, "
@@ -98,6 +100,9 @@ class Qwen3:
             self.decode_weights = self.stacked_decode_weights()
             mx.eval(self.decode_weights)
             self.share_decode_weights()
+        elif self.token_read == "mailbox":
+            raise InputError(f"PDLIB_TOKEN_READ=mailbox: only the persistent decode kernel writes a mailbox (CUDA); "
+                             f"here decode is {self.decode_mode!r} (PDLIB_TOKEN_READ=item runs everywhere)")
 
     def _prefill_arithmetic(self, packed: bool) -> dict[str, str]:
         """What the prefill's matmuls and attention run as here, by their switches' names (reports record it):
@@ -353,6 +358,19 @@ class Qwen3:
         logits = K.gemv(h, self.d_lm_head, norm=self.norm, eps=eps)
         return logits, mx.argmax(logits), pos + 1, ks, vs, written
 
+    def mailbox(self, cache: KVCache) -> "K.TokenMailbox | None":
+        """Where the persistent kernel leaves this cache's decoded tokens for the host (PDLIB_TOKEN_READ=mailbox;
+        slot by position), once it has decoded; else None."""
+        return self._boxes.get(cache)
+
+    def _new_mailbox(self, cache: KVCache) -> "K.TokenMailbox":
+        """An area of the process's mailbox region for the cache, given back when the cache goes."""
+        if self._region is None:
+            self._region = K.MailboxRegion.pinned()
+        box = self._boxes[cache] = self._region.take()
+        weakref.finalize(cache, self._region.give_back, box.area)
+        return box
+
     def decode(self, cache: KVCache, token: mx.array) -> tuple[mx.array, mx.array]:
         """Run the (compiled) step at the cache's next position; returns the logits (V,) and the greedy token.
         The position lives on the device and the step advances it there (KVCache.position says why)."""
@@ -360,11 +378,16 @@ class Qwen3:
             raise RuntimeError(f"KV cache overflow: position {cache.length} >= capacity {cache.capacity}")
         if self.decode_weights is not None:
             if cache not in self._syncs:
-                self._syncs[cache] = persistent.new_sync()
+                box = self._new_mailbox(cache) if self.token_read == "mailbox" else None
+                self._syncs[cache] = persistent.new_sync(box.area if box is not None else 0)
+            box = self._boxes.get(cache)
+            if box is not None:
+                box.clear(cache.length)
             c = self.cfg
             logits, token, next_pos, ks, vs, written = persistent.decode_persistent(
                 token, cache.position(), self.decode_weights, cache.k_all, cache.v_all, cache.written,
-                self._syncs[cache], heads=c.num_attention_heads, kv_heads=c.num_key_value_heads, eps=c.rms_norm_eps)
+                self._syncs[cache], heads=c.num_attention_heads, kv_heads=c.num_key_value_heads, eps=c.rms_norm_eps,
+                mailbox=self._region if box is not None else None)
         else:
             logits, token, next_pos, ks, vs, written = self._step(token, cache.position(), cache.k, cache.v,
                                                                   cache.written)
