@@ -424,12 +424,11 @@ def check_persistent_decode(seed: int) -> list[dict]:
     if not P.available(preset("qwen3-0.6b"), packed=True):
         return []
 
-    def tiny_step(sync, blocks, fold, pos=0, mailbox=None):
+    def tiny_step(sync, blocks, fold, pos=0):
         cache = mx.zeros((1, 1, 32, 128))
         _, tok, *_ = K.decode_persistent(mx.array(5, mx.uint32), mx.array([pos], mx.int32),
                                          _random_decode_weights(1, 256, 2, 1, 128, 512, 1024), cache, cache + 0.0,
-                                         K.new_fence(), sync, heads=2, kv_heads=1, eps=1e-6, blocks=blocks, fold=fold,
-                                         mailbox=mailbox)
+                                         K.new_fence(), sync, heads=2, kv_heads=1, eps=1e-6, blocks=blocks, fold=fold)
         mx.eval(tok)  # the sync buffer is written in place, not an output: read it only after the kernel ran
         return tok
 
@@ -457,28 +456,29 @@ def check_persistent_decode(seed: int) -> list[dict]:
 
 
 def check_persistent_mailbox(tiny_step, too_many: int) -> list[dict]:
-    """PDLIB_TOKEN_READ=mailbox: steps at positions 0, 1 and 17 (17 reuses 1's slot) each leave their token and
-    position + 1 in their slot of the request's area, as the kernel's token says, and nothing else in the
-    region changes; a step that fails (a grid too large, on its own buffer) leaves its slot empty, so the
-    host's wait times out and `.item()` reports the error. `tiny_step(sync, blocks, fold, **launch)` runs one
-    step (check_persistent_decode's)."""
+    """PDLIB_TOKEN_READ=mailbox: steps at positions 0, 1 and 17 (17 reuses 1's slot) on a sync buffer naming a
+    mailbox area each leave position + 1 and the kernel's token in their slot, and nothing else in the region
+    changes; a step that fails (a grid too large, on its own buffer and area) leaves its slot empty, so the
+    host's wait times out and `.item()` reports the error. `tiny_step(sync, blocks, fold, pos)` runs one step
+    (check_persistent_decode's) and returns its token, evaluated."""
     M = K.mailbox
-    region = M.MailboxRegion.pinned()
+    region = M.region()
     box, other = region.take(), region.take()
-    sync, got, want = K.persistent_decode.new_sync(box.area), [], []
+    sync, got, want = K.persistent_decode.new_sync(box.address), [], []
     for pos in (0, 1, 17):
         box.clear(pos)
-        tok = tiny_step(sync, 2, False, pos=pos, mailbox=region)
+        tok = tiny_step(sync, 2, False, pos=pos)
         seen = box.wait(pos, timeout_ns=2_000_000_000)
-        slot = 2 * (pos % M.SLOTS)
-        got += [-1 if seen is None else seen, int(box.words[slot])]
+        got += [-1 if seen is None else seen, int(box.words[pos % M.SLOTS]) >> 32]
         want += [tok.item(), pos + 1]
-    untouched = np.delete(region.words, [box.area * 2 * M.SLOTS + i for i in (0, 1, 2, 3)])
-    failed = K.persistent_decode.new_sync(other.area)
+    mine = (box.address - region.address) // 8
+    untouched = np.delete(region.words, [mine, mine + 1])
     other.clear(0)
-    tiny_step(failed, too_many, False, pos=0, mailbox=region)
+    tiny_step(K.persistent_decode.new_sync(other.address), too_many, False, pos=0)
     got += [int(np.count_nonzero(untouched)), -1 if other.wait(0, timeout_ns=50_000_000) is None else 1]
     want += [0, -1]
+    region.give_back(box)
+    region.give_back(other)
     return _evaluated([_compare("persistent/mailbox", "3 steps, then a failed one", mx.array(got, mx.float32),
                                 mx.array(want, mx.float32))])
 

@@ -51,7 +51,7 @@ def profile_step(model_spec: str = "synthetic:qwen3-0.6b", *, context: int = 409
 
     def full(sync=True):
         out = engine.decode("X")
-        return out.token.item() if sync else out.token
+        return out.observe() if sync else out.token
     rows["engine.decode, token observed"] = timed(full, steps)
     rows["engine.decode, pipelined (no host sync)"] = timed(full, steps, sync_each=False)
 

@@ -154,7 +154,7 @@ def calibrate(engine: Engine, *, prompt_tokens: int, ceiling: int, logical_reset
                 points.append((n, done, ms))
             done, k = done + n, k + 1
         for _ in range(decodes):
-            ms = _timed(lambda: engine.decode("B").token.item())
+            ms = _timed(lambda: engine.decode("B").observe())
             if p == passes - 1:
                 decode.append(ms)
     engine.reset("B", logical=logical_reset)

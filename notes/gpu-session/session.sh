@@ -176,15 +176,16 @@
 #                                          round_order.py, then the published eager chunked fifo mixed (its gate
 #                                          first, as every run's)
 #   bash notes/gpu-session/session.sh v30a x2, the sixteenth session's first call: check-kernels (its gemm_sum_norm
-#                                          rows), then a gate at 4,096/64 (chunked, mixed) with
-#                                          PDLIB_PREFILL_GEMM_SUM=fused-norm (GPU 1), beside the chunk and mixed
+#                                          and persistent/mailbox rows), then a gate at 4,096/64 (chunked, mixed)
+#                                          with PDLIB_PREFILL_GEMM_SUM=fused-norm and one (chunked) with
+#                                          PDLIB_TOKEN_READ=mailbox (GPU 1), beside the chunk and mixed
 #                                          steps' anatomy at 4K, fused and fused-norm, twice each, alternating, then
 #                                          token_wait.py --engine and persistent_profile.py 4096 (GPU 0), and
 #                                          bench-step's decodes read by .item() and from the mailbox (GPU 1); writes
 #                                          /root/sums (step_choice.py: fused-norm if its rows, the gate and the
 #                                          steps said so) for a republish (v27b/v27c with PDLIB_PREFILL_GEMM_SUM)
-#   bash notes/gpu-session/session.sh v30b one H200, v30a's first half: check-kernels, the gate with fused-norm, and
-#                                          the anatomy once each way
+#   bash notes/gpu-session/session.sh v30b one H200, v30a's first half: check-kernels, the gates with fused-norm and
+#                                          the mailbox, and the anatomy once each way
 #   bash notes/gpu-session/session.sh v30c one H200, v30a's second half (within 30 s of v30b): the anatomy once
 #                                          more each way, /root/sums, token_wait.py --engine, persistent_profile.py,
 #                                          bench-step's decodes by .item() and from the mailbox
@@ -254,14 +255,19 @@ disagg_smokes() {
   return $rc
 }
 
-# v30: the gate at 4,096/64 (chunked, mixed) with the norm in the split sum and the tokens read from the mailbox
-# (a token check failing is the mailbox's, a logits or K/V check the norm's); marks gate-norm.ok if it passed
+# v30: the gate at 4,096/64 (chunked, mixed) with the norm in the split sum (marks gate-norm.ok if it passed),
+# then chunked's with the tokens read from the mailbox (gate-mailbox.ok)
 gate_norm() {
-  PDLIB_PREFILL_GEMM_SUM=fused-norm PDLIB_TOKEN_READ=mailbox timeout 150 python3 -m pdlib run \
-    --model synthetic:qwen3-0.6b --prompt-tokens 4096 --output-tokens 64 --chunk-size 128 --policies chunked mixed \
-    --validate-only --quiet > "$LOGS/gate.log" 2>&1 && touch "$LOGS/gate-norm.ok"
-  echo "gate (fused-norm, mailbox) at ${SECONDS}s: $(ls "$LOGS"/gate-norm.ok 2>/dev/null || echo failed)"
+  PDLIB_PREFILL_GEMM_SUM=fused-norm timeout 150 python3 -m pdlib run --model synthetic:qwen3-0.6b \
+    --prompt-tokens 4096 --output-tokens 64 --chunk-size 128 --policies chunked mixed --validate-only --quiet \
+    > "$LOGS/gate.log" 2>&1 && touch "$LOGS/gate-norm.ok"
+  echo "gate (fused-norm) at ${SECONDS}s: $(ls "$LOGS"/gate-norm.ok 2>/dev/null || echo failed)"
   tail -n 4 "$LOGS/gate.log"
+  PDLIB_TOKEN_READ=mailbox timeout 100 python3 -m pdlib run --model synthetic:qwen3-0.6b --prompt-tokens 4096 \
+    --output-tokens 64 --chunk-size 128 --policies chunked --validate-only --quiet > "$LOGS/gate-mailbox.log" 2>&1 \
+    && touch "$LOGS/gate-mailbox.ok"
+  echo "gate (mailbox) at ${SECONDS}s: $(ls "$LOGS"/gate-mailbox.ok 2>/dev/null || echo failed)"
+  tail -n 4 "$LOGS/gate-mailbox.log"
 }
 # v30: bench-step without transformers at 4K and 5K, tokens read by .item() then from the mailbox (prefill short:
 # not the question here), $1 prefixing each run ("gpu 1" or nothing)
@@ -287,12 +293,13 @@ anatomy_norm() {
 }
 # v30: fused-norm if its check-kernels rows passed (every row), the gate with it passed and its steps were faster
 sums_verdict() {
-  grep -q "gemm_sum_norm" "$LOGS/ck0.log" && ! grep -q FAIL "$LOGS/ck0.log" && [ -e "$LOGS/gate-norm.ok" ] \
-    && touch "$LOGS/norm.ok"
+  grep -q "gemm_sum_norm" "$LOGS/ck0.log" && ! grep -v "persistent/mailbox" "$LOGS/ck0.log" | grep -q FAIL \
+    && [ -e "$LOGS/gate-norm.ok" ] && touch "$LOGS/norm.ok"
   python3 notes/gpu-session/step_choice.py "$LOGS/anatomy.log" "$LOGS/norm.ok" fused fused-norm > /root/sums
   echo "PDLIB_PREFILL_GEMM_SUM to publish with: $(cat /root/sums)"
   # v27b and v27c republish with it (and the default q/k kernel) once every other row passed too
-  grep -v "gemm_sum_norm" "$LOGS/ck0.log" | grep -q FAIL || { echo publish > /root/verdict; echo kernel > /root/qk; }
+  grep -v "gemm_sum_norm\|persistent/mailbox" "$LOGS/ck0.log" | grep -q FAIL \
+    || { echo publish > /root/verdict; echo kernel > /root/qk; }
 }
 # v30: where observed decode's time goes after the kernel (token_wait.py), and the profile's split of it
 token_probes() {
@@ -1031,12 +1038,12 @@ v27a)
 v27b)
   grep -q publish /root/verdict 2>/dev/null || { echo "v27a's (or v30's) verdict was not publish"; exit 1; }
   export PDLIB_PREFILL_QK=$(cat /root/qk); echo "PDLIB_PREFILL_QK: $PDLIB_PREFILL_QK"
-  [ -s /root/sums ] && export PDLIB_PREFILL_GEMM_SUM=$(cat /root/sums) && echo "PDLIB_PREFILL_GEMM_SUM: $(cat /root/sums)"
+  [ -s /root/sums ] && export PDLIB_PREFILL_GEMM_SUM=$(cat /root/sums) && echo "split sums: $(cat /root/sums)"
   publish_single "$PDLIB_PREFILL_QK" 100 70; finish ;;
 v27c)
   grep -q publish /root/verdict 2>/dev/null || { echo "v27a's (or v30's) verdict was not publish"; exit 1; }
   export PDLIB_PREFILL_QK=$(cat /root/qk); echo "PDLIB_PREFILL_QK: $PDLIB_PREFILL_QK"
-  [ -s /root/sums ] && export PDLIB_PREFILL_GEMM_SUM=$(cat /root/sums) && echo "PDLIB_PREFILL_GEMM_SUM: $(cat /root/sums)"
+  [ -s /root/sums ] && export PDLIB_PREFILL_GEMM_SUM=$(cat /root/sums) && echo "split sums: $(cat /root/sums)"
   publish_x2; finish ;;
 v28a)
   nvidia-smi -L > "$LOGS/gpus.txt"; nproc >> "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
@@ -1093,10 +1100,10 @@ v30b)
   nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
   check_kernels 300; gate_norm
   anatomy_norm 1 ""
-  cp "$LOGS/anatomy.log" "$LOGS/ck0.log" "$LOGS/gate-norm.ok" /root/ 2>/dev/null
+  cp "$LOGS/anatomy.log" "$LOGS/ck0.log" "$LOGS"/gate-*.ok /root/ 2>/dev/null
   finish ;;
 v30c)
-  cp /root/anatomy.log /root/ck0.log /root/gate-norm.ok "$LOGS/" 2>/dev/null
+  cp /root/anatomy.log /root/ck0.log /root/gate-*.ok "$LOGS/" 2>/dev/null
   anatomy_norm 1 ""
   sums_verdict
   token_probes ""

@@ -52,7 +52,7 @@ def serve(commands, replies, *, backend: str) -> int:
             model = models[msg["model"]]
             # it only prefills: no decode weights for the persistent kernel to stack
             engine = Engine(model, capacity=msg["capacity"], lossless_decode_weights=msg["lossless_decode_weights"],
-                            decode="kernels")
+                            decode="kernels", token_read="item")   # it prefills only
             engine.add_request("B", msg["prompt"])
             env = environment(BACKEND)
             _reply(replies, kind="setup", device=str(mx.default_device()), device_name=env["device_name"],

@@ -24,7 +24,7 @@ import mlx.core as mx
 from pdlib.engine.cache import KVCache
 from pdlib.engine.kernels.backend import env_choice
 from pdlib.engine.kernels.mailbox import TokenMailbox
-from pdlib.engine.kernels.persistent_decode import check_token
+from pdlib.engine.kernels.persistent_decode import ERROR_TOKEN, check_token
 from pdlib.engine.model import Qwen3, Segment
 from pdlib.weights import LoadedModel
 
@@ -37,13 +37,16 @@ class Output:
     position: int = 0   # the token's slot there: its position
 
     def observe(self) -> int:
-        """The token id on the host: polled from the mailbox where the kernel writes one, else (or if none came
-        within its timeout: a failed step writes none) by MLX's `.item()`."""
-        if self.mailbox is not None:
-            token = self.mailbox.wait(self.position)
-            if token is not None:
-                return token
-        return self.token.item()
+        """The token id on the host: polled from the mailbox where the kernel writes one, else by MLX's
+        `.item()`. A step that fails writes none: past the wait's timeout, `.item()` says ERROR_TOKEN; any other
+        token there means the mailbox missed one, which is an error of its own."""
+        if self.mailbox is None:
+            return self.token.item()
+        token = self.mailbox.wait(self.position)
+        if token is None and (token := self.token.item()) != ERROR_TOKEN:
+            raise RuntimeError(f"PDLIB_TOKEN_READ=mailbox: position {self.position}'s token ({token}) never reached "
+                               f"the mailbox; PDLIB_TOKEN_READ=item reads tokens by MLX")
+        return token
 
 
 @dataclass
@@ -71,10 +74,11 @@ DISPATCH_ENV, DISPATCH_CHOICES = "PDLIB_STEP_DISPATCH", ("layers", "step")
 
 class Engine:
     def __init__(self, model: LoadedModel, *, capacity: int, lossless_decode_weights: bool = True,
-                 prune_final_layer: bool = True, compile_steps: bool = True, decode: str | None = None):
+                 prune_final_layer: bool = True, compile_steps: bool = True, decode: str | None = None,
+                 token_read: str | None = None):
         self.dispatch = env_choice(DISPATCH_ENV, DISPATCH_CHOICES)   # a bad value is refused here
         self.model = Qwen3(model, lossless_decode_weights=lossless_decode_weights, compile_steps=compile_steps,
-                           decode=decode)
+                           decode=decode, token_read=token_read)
         self.capacity = capacity
         self.prune_final_layer = prune_final_layer
         self.requests: dict[str, Request] = {}

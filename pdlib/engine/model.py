@@ -47,7 +47,7 @@ class Segment:
 
 class Qwen3:
     def __init__(self, model: LoadedModel, *, lossless_decode_weights: bool = True, compile_steps: bool = True,
-                 decode: str | None = None):
+                 decode: str | None = None, token_read: str | None = None):
         self.cfg = cfg = model.config
         w = model.weights
         self.embed = w["model.embed_tokens.weight"]
@@ -86,8 +86,10 @@ class Qwen3:
         self.prefill_arithmetic = self._prefill_arithmetic(lossless_decode_weights)
         # one barrier buffer per cache (decodes of two requests may overlap), gone with its cache
         self.decode_weights, self._syncs = None, weakref.WeakKeyDictionary()
-        # PDLIB_TOKEN_READ=mailbox: the kernel also leaves each token where the host polls (kernels/mailbox.py)
-        self.token_read, self._region, self._boxes = K.token_read_choice(), None, weakref.WeakKeyDictionary()
+        # mailbox: the kernel also leaves each token where the host polls (kernels/mailbox.py); None:
+        # PDLIB_TOKEN_READ's
+        self.token_read = token_read or K.token_read_choice()
+        self._boxes = weakref.WeakKeyDictionary()
         if self.decode_mode == "persistent":
             if not runs_here:
                 raise InputError(f"PDLIB_DECODE=persistent: the persistent decode kernel needs CUDA, head_dim 128, "
@@ -364,11 +366,11 @@ class Qwen3:
         return self._boxes.get(cache)
 
     def _new_mailbox(self, cache: KVCache) -> "K.TokenMailbox":
-        """An area of the process's mailbox region for the cache, given back when the cache goes."""
-        if self._region is None:
-            self._region = K.MailboxRegion.pinned()
-        box = self._boxes[cache] = self._region.take()
-        weakref.finalize(cache, self._region.give_back, box.area)
+        """An area of the process's mailbox region for the cache, given back when the cache goes (its steps'
+        tokens were all observed by then)."""
+        region = K.mailbox_region()
+        box = self._boxes[cache] = region.take()
+        weakref.finalize(cache, region.give_back, box)
         return box
 
     def decode(self, cache: KVCache, token: mx.array) -> tuple[mx.array, mx.array]:
@@ -379,15 +381,14 @@ class Qwen3:
         if self.decode_weights is not None:
             if cache not in self._syncs:
                 box = self._new_mailbox(cache) if self.token_read == "mailbox" else None
-                self._syncs[cache] = persistent.new_sync(box.area if box is not None else 0)
+                self._syncs[cache] = persistent.new_sync(box.address if box is not None else 0)
             box = self._boxes.get(cache)
             if box is not None:
                 box.clear(cache.length)
             c = self.cfg
             logits, token, next_pos, ks, vs, written = persistent.decode_persistent(
                 token, cache.position(), self.decode_weights, cache.k_all, cache.v_all, cache.written,
-                self._syncs[cache], heads=c.num_attention_heads, kv_heads=c.num_key_value_heads, eps=c.rms_norm_eps,
-                mailbox=self._region if box is not None else None)
+                self._syncs[cache], heads=c.num_attention_heads, kv_heads=c.num_key_value_heads, eps=c.rms_norm_eps)
         else:
             logits, token, next_pos, ks, vs, written = self._step(token, cache.position(), cache.k, cache.v,
                                                                   cache.written)

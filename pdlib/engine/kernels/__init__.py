@@ -25,6 +25,7 @@ from pdlib.engine.kernels.gemm import sum_choice as gemm_sum_choice
 from pdlib.engine.kernels.gemv import gemv, gemv_kernel, gemv_ops, linear
 from pdlib.engine.kernels.kv_store import install_kv, install_kv_kernel, store_kv, store_kv_kernel, store_kv_ops
 from pdlib.engine.kernels.mailbox import MailboxRegion, TokenMailbox
+from pdlib.engine.kernels.mailbox import region as mailbox_region
 from pdlib.engine.kernels.mailbox import choice as token_read_choice
 from pdlib.engine.kernels.qk_rope import enabled as qk_rope_enabled
 from pdlib.engine.kernels.qk_rope import qk_rope_store, qk_rope_store_kernel, qk_rope_store_ops
@@ -38,4 +39,5 @@ __all__ = ["BACKEND", "attention_ops", "attention_rows", "causal_mask", "query_r
            "linear", "linear_t", "tf32x3_matmul", "tf32x3_ops", "new_fence", "read_after", "rms_norm", "rope_inv_freq",
            "rope_ops", "rope_rotate", "rope_tables", "store_kv", "store_kv_kernel", "store_kv_ops",
            "stores_kv_in_place", "install_kv", "install_kv_kernel", "qk_rope_enabled", "qk_rope_store",
-           "qk_rope_store_kernel", "qk_rope_store_ops", "MailboxRegion", "TokenMailbox", "token_read_choice"]
+           "qk_rope_store_kernel", "qk_rope_store_ops", "MailboxRegion", "TokenMailbox", "mailbox_region",
+           "token_read_choice"]

@@ -559,7 +559,7 @@ def template(shape: Tiles, K: int, N: int, split: int, weight_bytes: int) -> lis
 
 def tf32x3_matmul(x: mx.array, w: mx.array, *, shape: Tiles = CHUNK_TILES, split: int | None = None,
                   poison: bool = False, add: mx.array | None = None, swiglu: bool = False,
-                  norm: tuple[mx.array, float] | None = None, sums: str | None = None):
+                  norm: tuple[mx.array, float] | None = None, sums: str | None = None) -> "mx.array | Normed":
     """x (M, K) @ w.T for w (N, K), FP32 x and output, on tensor cores (module docstring), in `shape`'s tiles,
     then `add` + it or its SwiGLU (epilogue_ops); with `norm` (weight, eps) and `add`, the pair (h, RMSNorm of
     h). w FP32 takes the three products; w bf16 (exact in TF32: its lo is zero) two, and half the bytes (not in
@@ -593,6 +593,7 @@ def tf32x3_matmul(x: mx.array, w: mx.array, *, shape: Tiles = CHUNK_TILES, split
 
 
 SUM_ENV, SUM_CHOICES = "PDLIB_PREFILL_GEMM_SUM", ("fused", "ops", "fused-norm")
+Normed = tuple[mx.array, mx.array]   # (h, its RMSNorm): what a matmul returns with `norm`
 
 
 def sum_choice() -> str:
@@ -610,7 +611,7 @@ def norm_ops(h: mx.array, norm: tuple[mx.array, float]) -> mx.array:
 
 
 def epilogue_ops(y: mx.array, *, add: mx.array | None = None, swiglu: bool = False,
-                 norm: tuple[mx.array, float] | None = None):
+                 norm: tuple[mx.array, float] | None = None) -> "mx.array | Normed":
     """What follows a matmul in a layer, as MLX's ops: silu(g) * u of y's halves [g | u] (gate|up's SwiGLU),
     then `add` + it (a residual); with `norm` (weight, eps), the pair (that, its RMSNorm: norm_ops)."""
     if swiglu:
@@ -712,11 +713,12 @@ _sums: dict = {}
 
 
 def summed(parts: mx.array, *, add: mx.array | None = None, swiglu: bool = False,
-           norm: tuple[mx.array, float] | None = None, poison: bool = False):
+           norm: tuple[mx.array, float] | None = None, poison: bool = False) -> "mx.array | Normed":
     """parts (S, M, N) summed over S in order, then epilogue_ops' `add` or `swiglu`, by one kernel (SUM_SOURCE).
     `add` is (M, N) FP32; under `swiglu` the output is (M, N / 2). With `norm` (weight (N,), eps) and `add`, the
     pair (h, norm_ops(h, norm)) for h = add + the sum, still one kernel (SUM_NORM_SOURCE). `poison` as
-    tf32x3_matmul's."""
+    tf32x3_matmul's. The kernels read and write four floats at a time: parts, add and the norm weight are
+    row-contiguous arrays of 4k columns (MLX copies any other into that layout), so 16-byte aligned."""
     S, M, N = parts.shape
     halves = 2 if swiglu else 1   # the output's columns are N / halves
     if swiglu and add is not None:
@@ -750,7 +752,7 @@ def summed(parts: mx.array, *, add: mx.array | None = None, swiglu: bool = False
 
 
 def linear_t(x: mx.array, w_t: mx.array, w: mx.array | None = None, *, add: mx.array | None = None,
-             swiglu: bool = False, norm: tuple[mx.array, float] | None = None):
+             swiglu: bool = False, norm: tuple[mx.array, float] | None = None) -> "mx.array | Normed":
     """x: (M, D) @ w_t with w_t: (D, N), the weight's transposed view made once at load (prefill): a step
     then holds no transpose per matmul; then `add` + it or its SwiGLU (epilogue_ops); with `norm` (weight,
     eps) and `add`, the pair (h, norm_ops(h, norm)): the residual and its RMSNorm. On tensor cores when

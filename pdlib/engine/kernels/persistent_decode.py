@@ -35,7 +35,9 @@ which `check_token` turns into a clear error on the host (the flag stays set, so
 rather than run on a broken barrier). Data that other blocks wrote in this launch is read with __ldcg (L2,
 never a stale L1 line) and written with __stcg. The barrier is a flag per block in the sync buffer (a few
 words and MAX_BLOCKS flags, ~17 KB): no block waits on a contended counter (MLX keeps arrays of 8 bytes or
-less in managed memory, where one barrier costs ~0.7 ms: MEASURED.md).
+less in managed memory, where one barrier costs ~0.7 ms: MEASURED.md). With PDLIB_TOKEN_READ=mailbox the
+last block also leaves the token in pinned host memory, where the host polls for it (mailbox.py; the sync
+buffer holds the address).
 Metal has no co-residency guarantee, so there the per-operation kernels stay.
 """
 
@@ -110,9 +112,11 @@ __device__ __forceinline__ unsigned long long now_ns() {
 __device__ __forceinline__ float lo(unsigned u) { return __uint_as_float(u << 16); }
 __device__ __forceinline__ float hi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
 
-// sync buffer words, each group on its own 128-byte line; from SY_FLAGS, one word per block; SY_BOX:
-// the request's token mailbox area (mailbox.py), set when the buffer is made, only read
+// sync buffer words, each group on its own 128-byte line; from SY_FLAGS, one word per block; SY_BOX and the
+// word after it: the device address of the request's token mailbox area (mailbox.py), 0 for none, set when the
+// buffer is made, only read
 enum { SY_BOX = 0, SY_EPOCH = 32, SY_ERR = 64, SY_DONE = 96, SY_HEAD = 128, SY_FLAGS = 256 };
+constexpr int MBOX_SLOTS = 16;  // mailbox.SLOTS
 
 // Wait at a grid-wide barrier of nb co-resident blocks; false (in every thread) when this or another block
 // gave up waiting. Each block has its own flag word and raises it to `epoch` (the barriers this buffer has
@@ -731,15 +735,11 @@ BODY = r"""
         const unsigned token = besti < V ? (unsigned)besti : 0xffffffffu;
         tok_out[0] = token;
         tok_out[1] = 0u;
-        const unsigned area = __ldcg(sy + pdp::SY_BOX);
-        if ((MBOX_HI != 0 || MBOX_LO != 0) && area < MBOX_AREAS) {  // the host polls for it (mailbox.py): the
-            volatile unsigned* box = reinterpret_cast<volatile unsigned*>(  // token, then its sequence
-                ((unsigned long long)MBOX_HI << 31) | (unsigned long long)MBOX_LO)
-                + 2 * (area * MBOX_SLOTS + P % MBOX_SLOTS);
-            box[1] = token;
-            __threadfence_system();
-            box[0] = (unsigned)P + 1u;
-        }
+        const unsigned long long box = (unsigned long long)__ldcg(sy + pdp::SY_BOX)
+                                       | (unsigned long long)__ldcg(sy + pdp::SY_BOX + 1) << 32;
+        if (box != 0)  // the host polls for it (mailbox.py): position + 1 and the token, in one 64-bit store
+            reinterpret_cast<volatile unsigned long long*>(box)[P % pdp::MBOX_SLOTS] =
+                (unsigned long long)(P + 1) << 32 | token;
         atomicExch(sy + pdp::SY_DONE, 0u);
         atomicExch(sy + pdp::SY_EPOCH, epoch);  // every block read base long before: it passed every barrier
     }
@@ -774,13 +774,14 @@ def sm_count() -> int:
     return cuda_sm_count()
 
 
-def new_sync(mailbox_area: int = 0) -> mx.array:
+def new_sync(mailbox: int = 0) -> mx.array:
     """A barrier's sync buffer: zeros, SYNC_WORDS words, reused by every step that is given it (its barrier count
-    and block flags only grow), but for SY_BOX: the request's area of the token mailbox (mailbox.py), which a
-    launch with one writes. One per request: two decodes that could run at once must not share one."""
+    and block flags only grow), but for SY_BOX and the word after it: `mailbox`, the device address of the
+    request's token mailbox area (mailbox.py), where each step's last block also leaves the token; 0 for none.
+    One per request: two decodes that could run at once must not share one."""
     s = mx.zeros((SYNC_WORDS,), mx.uint32)
-    if mailbox_area:
-        s = mx.concatenate([mx.array([mailbox_area], mx.uint32), s[1:]])
+    if mailbox:
+        s = mx.concatenate([mx.array([mailbox & 0xFFFFFFFF, mailbox >> 32], mx.uint32), s[2:]])
     mx.eval(s)
     return s
 
@@ -849,7 +850,7 @@ def barriers_per_layer(fold: bool) -> int:
 
 def launch(token, pos, dw: DecodeWeights, k_all, v_all, written, sync, *, heads: int, kv_heads: int,
            eps: float, poison: bool = False, blocks: int | None = None, stamps: bool = False,
-           kv_group: int = KV_GROUP, fold: bool | None = None, mailbox=None) -> list:
+           kv_group: int = KV_GROUP, fold: bool | None = None) -> list:
     """The kernel's outputs: [logits, tok_out (token, error flag, 0, 0), pos_out (pos + 1, 0, 0, 0), scratch
     (scratch_layout), stamps, the fence advanced]. k_all, v_all: the caches (L, Hkv, cap, Dh), written in
     place. `poison` fills the outputs with NaN first (a skipped element shows); `blocks` defaults to the SM
@@ -857,8 +858,8 @@ def launch(token, pos, dw: DecodeWeights, k_all, v_all, written, sync, *, heads:
     the LM head's start and end, the kernel's start, then the same 10 L + 3 as SM clock cycles; otherwise two
     unused words (16 bytes: not managed memory); with o_proj folded, its phase's start and end are one instant.
     `kv_group`: keys per warp in each stage of attention's ring (KV_STAGES stages in flight). `fold`: o_proj
-    folded into attention (`folded`). One sync buffer may see either. `mailbox` (mailbox.MailboxRegion): the
-    last block also writes the token into the area the sync buffer names, where the host polls for it."""
+    folded into attention (`folded`). One sync buffer may see either; where it names a token mailbox area
+    (new_sync), the last block also leaves the token there."""
     layers, _, cap, dh = k_all.shape
     V, D = dw.embed.shape
     F = dw.down.shape[2]
@@ -880,15 +881,11 @@ def launch(token, pos, dw: DecodeWeights, k_all, v_all, written, sync, *, heads:
         template=[("D", D), ("HQ", heads), ("HKV", kv_heads), ("DH", dh), ("FF", F), ("NL", layers), ("V", V),
                   ("CAP", cap), ("NB", nb), ("S", splits), ("BLOCK", BLOCK), ("EPS_BITS", float_bits(eps)),
                   ("SCALE_BITS", float_bits(dh ** -0.5)), ("SPIN", SPIN_CYCLES), ("STAMPS", stamps),
-                  ("KVG", kv_group), ("NST", KV_STAGES), ("FOLD", fold),
-                  *(mailbox.template() if mailbox is not None else NO_MAILBOX)],
+                  ("KVG", kv_group), ("NST", KV_STAGES), ("FOLD", fold)],
         grid=(nb * BLOCK, 1, 1), threadgroup=(BLOCK, 1, 1),
         output_shapes=[(V,), (4,), (4,), (size,), (2 * (10 * layers + 3) if stamps else 2,), written.shape],
         output_dtypes=[mx.float32, mx.uint32, mx.int32, mx.float32, mx.uint64, written.dtype],
         init_value=float("nan") if poison else None)
-
-
-NO_MAILBOX = [("MBOX_HI", 0), ("MBOX_LO", 0), ("MBOX_AREAS", 0), ("MBOX_SLOTS", 1)]
 
 
 def decode_persistent(token, pos, dw: DecodeWeights, k_all, v_all, written, sync, **kw):
