@@ -737,9 +737,11 @@ BODY = r"""
         tok_out[1] = 0u;
         const unsigned long long box = (unsigned long long)__ldcg(sy + pdp::SY_BOX)
                                        | (unsigned long long)__ldcg(sy + pdp::SY_BOX + 1) << 32;
-        if (box != 0)  // the host polls for it (mailbox.py): position + 1 and the token, in one 64-bit store
+        if (box != 0) {  // the host polls for it (mailbox.py): position + 1 and the token, in one 64-bit store
             reinterpret_cast<volatile unsigned long long*>(box)[P % pdp::MBOX_SLOTS] =
                 (unsigned long long)(P + 1) << 32 | token;
+            __threadfence_system();  // out to the host now, not whenever the write drains
+        }
         atomicExch(sy + pdp::SY_DONE, 0u);
         atomicExch(sy + pdp::SY_EPOCH, epoch);  // every block read base long before: it passed every barrier
     }
