@@ -3,7 +3,7 @@
     python -m pdlib validate --model synthetic:tiny --prompt-tokens 300 --output-tokens 40 --chunk-size 64 \\
         --policies eager chunked fifo
     python -m pdlib run --params params/smoke-cpu.yaml --output /tmp/report.json
-    python -m pdlib notebooks --params params/smoke-cpu.yaml      # run + analyze + figures -> outputs/smoke-cpu/
+    python -m pdlib notebooks --params params/smoke-cpu.yaml      # run + analyze + figures -> outputs/local/smoke-cpu/
     python -m pdlib render outputs/smoke-cpu/report.json --out /tmp/figs   # tables and figures, no rerun
     python -m pdlib notebooks --report gpu-report.json --out outputs/x      # render a report made elsewhere
     python -m pdlib sweep --params params/smoke-cpu.yaml --chunk-sizes 8 16 32 64 --policies chunked --output /tmp/s
@@ -266,15 +266,16 @@ def main(argv=None) -> int:
     source.add_argument("--params", help="YAML file with RunParams keys: run the trials")
     source.add_argument("--report", help="report.json from `run` (e.g. on another machine): render it, run nothing")
     source.add_argument("--sweep", help="a folder written by `sweep`: notebook 04 only (the chunk-size frontier)")
-    n.add_argument("--out", help="output folder (default outputs/<params stem>; required with --report and --sweep; "
-                                 "-2, -3, ... if it holds files)")
+    n.add_argument("--out", help="output folder (default outputs/local/<params stem>; required with --report and "
+                                 "--sweep; -2, -3, ... if it holds files)")
     n.add_argument("--quiet", action="store_true", help="no progress bar")
     n.set_defaults(func=cmd_notebooks)
     s = sub.add_parser("sweep", help="one validated, timed run per (policy, chunk size), one report each, an index")
     _run_options(s)
     s.add_argument("--chunk-sizes", type=int, nargs="+", required=True, help="each swept policy runs at each")
     s.add_argument("--reference-policies", nargs="*",
-                   help="run once at the params' chunk_size (default: eager fifo, those registered and not swept)")
+                   help="run once at the params' chunk_size (default: eager fifo overlap slo-chunked slo-mixed, those "
+                        "registered and not swept)")
     s.add_argument("--trials", type=int)
     s.add_argument("--warmups", type=int)
     s.add_argument("--output", required=True, help="folder for the reports and index.json; must be new or empty")
