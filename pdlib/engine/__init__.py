@@ -25,7 +25,7 @@ from pdlib.engine.cache import KVCache
 from pdlib.engine.kernels.backend import env_choice
 from pdlib.engine.kernels.mailbox import TokenMailbox
 from pdlib.engine.kernels.persistent_decode import ERROR_TOKEN, check_token
-from pdlib.engine.model import Qwen3, Segment
+from pdlib.engine.model import Qwen3, Segment, drain
 from pdlib.weights import LoadedModel
 
 
@@ -116,12 +116,7 @@ class Engine:
         reqs = [self.requests[name] for name, _ in parts]
         if self.dispatch == "step":
             return self._finish(reqs, self.model.step(segments, prune=self.prune_final_layer))
-        layers = self._layer_by_layer(reqs, segments)   # each layer starts while the host builds the next
-        while True:
-            try:
-                next(layers)
-            except StopIteration as done:
-                return done.value
+        return drain(self._layer_by_layer(reqs, segments))   # each layer starts while the host builds the next
 
     def prefill_stages(self, name: str, n: int):
         """prefill_chunk(name, n) one layer at a time: each next() builds one more layer, starts it on the

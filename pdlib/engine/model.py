@@ -45,6 +45,16 @@ class Segment:
         return self.tokens.shape[0]
 
 
+def drain(stages):
+    """Run a generator of a step's layers (`Qwen3.stages`, `Engine._layer_by_layer`) to its end; its return
+    value."""
+    while True:
+        try:
+            next(stages)
+        except StopIteration as done:
+            return done.value
+
+
 class Qwen3:
     def __init__(self, model: LoadedModel, *, lossless_decode_weights: bool = True, compile_steps: bool = True,
                  decode: str | None = None, token_read: str | None = None):
@@ -220,12 +230,7 @@ class Qwen3:
 
         Final-layer pruning: the last layer's output only matters for emitting rows, so the rows of a chunk
         that does not finish its prompt stop after storing their K/V there."""
-        stages = self.stages(segments, prune=prune)
-        while True:
-            try:
-                next(stages)
-            except StopIteration as done:
-                return done.value
+        return drain(self.stages(segments, prune=prune))
 
     def stages(self, segments: list["Segment"], *, prune: bool = True):
         """`step` one layer at a time: each next() builds one more layer's graph and yields the arrays that

@@ -624,14 +624,8 @@ def epilogue_ops(y: mx.array, *, add: mx.array | None = None, swiglu: bool = Fal
 # A K split's partial outputs summed in z order, and what follows the matmul in the layer, in one pass: o_proj's
 # and down's residual add, gate|up's SwiGLU (PDLIB_PREFILL_GEMM_SUM=fused, the default). MLX's ops would run the
 # sum and the epilogue as separate kernels, each a small launch of a chunk step (notes/gpu.md, v26).
-SUM_SOURCE = r"""
-    // out (M, NO) = the sum, then the epilogue (SUM_EPILOGUES); sum = parts[0] + parts[1] + ... (parts (SPLIT,
-    // M, N), in that order); NO = N, or N / 2 under SwiGLU; a thread takes four columns
-    const int M = parts_shape[1], N = parts_shape[2], NO = N / OUT_DIV;
-    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)M * NO / 4) return;
-    const size_t r = 4 * i / NO, c = 4 * i % NO;
-    auto sum = [&](size_t col) {
+# Row r's four columns from col on, summed over a split's parts (SPLIT, M, N) in z order: both sum kernels'.
+SUM_OF_PARTS = r"""    auto sum = [&](size_t col) {
         float4 s = *reinterpret_cast<const float4*>(parts + r * N + col);
         #pragma unroll
         for (int z = 1; z < SPLIT; ++z) {
@@ -643,7 +637,15 @@ SUM_SOURCE = r"""
         }
         return s;
     };
-    float4 s = sum(c);
+"""
+SUM_SOURCE = r"""
+    // out (M, NO) = the sum, then the epilogue (SUM_EPILOGUES); sum = parts[0] + parts[1] + ... (parts (SPLIT,
+    // M, N), in that order); NO = N, or N / 2 under SwiGLU; a thread takes four columns
+    const int M = parts_shape[1], N = parts_shape[2], NO = N / OUT_DIV;
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)M * NO / 4) return;
+    const size_t r = 4 * i / NO, c = 4 * i % NO;
+""" + SUM_OF_PARTS + r"""    float4 s = sum(c);
 @EPILOGUE@
     *reinterpret_cast<float4*>(out + r * NO + c) = s;
 """
@@ -671,20 +673,12 @@ def sum_source(epilogue: str) -> str:
 SUM_NORM_SOURCE = r"""
     // out (M, N) = add + the sum of parts (SPLIT, M, N) in z order; normed (M, N) = out * rsqrt(mean(out^2) + eps)
     // * weight (N,): block r takes row r, a thread four columns at a time
-    const int N = parts_shape[2];
-    const size_t M = parts_shape[1], r = blockIdx.x;
+    const int M = parts_shape[1], N = parts_shape[2];
+    const size_t r = blockIdx.x;
     const int tid = threadIdx.x;
-    float ss = 0.f;
+""" + SUM_OF_PARTS + r"""    float ss = 0.f;
     for (int c = 4 * tid; c < N; c += 4 * SUM_THREADS) {
-        float4 s = *reinterpret_cast<const float4*>(parts + r * N + c);
-        #pragma unroll
-        for (int z = 1; z < SPLIT; ++z) {
-            const float4 v = *reinterpret_cast<const float4*>(parts + ((size_t)z * M + r) * N + c);
-            s.x += v.x;
-            s.y += v.y;
-            s.z += v.z;
-            s.w += v.w;
-        }
+        float4 s = sum(c);
         const float4 a = *reinterpret_cast<const float4*>(add + r * N + c);
         s = make_float4(a.x + s.x, a.y + s.y, a.z + s.z, a.w + s.w);
         *reinterpret_cast<float4*>(out + r * N + c) = s;
