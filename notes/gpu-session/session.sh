@@ -188,7 +188,10 @@
 #                                          the mailbox, and the anatomy once each way
 #   bash notes/gpu-session/session.sh v30c one H200, v30a's second half (within 30 s of v30b): the anatomy once
 #                                          more each way, /root/sums, token_wait.py --engine, persistent_profile.py,
-#                                          bench-step's decodes by .item() and from the mailbox
+#                                          bench-step's decodes by .item() and from the mailbox first, then
+#                                          /root/token_read (the mailbox if it passed and was >= 2% faster)
+#   bash notes/gpu-session/session.sh v30d one H200, after v30c: the published eager chunked fifo mixed and
+#                                          bench-step with peers, with v30's choices (/root/sums, /root/token_read)
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -277,6 +280,19 @@ bench_token_read() {
       --contexts 4096 5120 --prefill-tokens 512 --output "$LOGS/bench-$how.json" > "$LOGS/bench-$how.log" 2>&1
     echo "bench-step ($how) rc=$? at ${SECONDS}s"; grep -i "decode" "$LOGS/bench-$how.log" | head -n 6
   done
+}
+# v30: the mailbox (into /root/token_read) if its check-kernels row passed, the gate through it passed and
+# bench-step's observed decode at 5K read from it was at least 2% faster than by .item()
+token_verdict() {
+  grep -q "persistent/mailbox.* pass$" "$LOGS/ck0.log" && [ -e "$LOGS/gate-mailbox.ok" ] \
+    && python3 - "$LOGS" <<'PY' > /root/token_read
+import json, sys
+ms = {how: json.load(open(f"{sys.argv[1]}/bench-{how}.json"))["engines"]["pdlib"]["decode_ms_median"]["5120"]
+      for how in ("item", "mailbox")}
+print("mailbox" if ms["mailbox"] < 0.98 * ms["item"] else "item")
+print(ms, file=sys.stderr)
+PY
+  echo "PDLIB_TOKEN_READ to publish with: $(cat /root/token_read 2>/dev/null || echo item)"
 }
 # v30: the chunk and mixed steps' anatomy at 4K, split sums fused then fused-norm, $1 times each, on $2 ("gpu 0" or
 # nothing)
@@ -1104,10 +1120,22 @@ v30b)
   finish ;;
 v30c)
   cp /root/anatomy.log /root/ck0.log /root/gate-*.ok "$LOGS/" 2>/dev/null
+  bench_token_read ""
+  token_verdict
   anatomy_norm 1 ""
   sums_verdict
   token_probes ""
-  bench_token_read ""
+  finish ;;
+v30d)
+  [ -s /root/sums ] && export PDLIB_PREFILL_GEMM_SUM=$(cat /root/sums)
+  [ -s /root/token_read ] && export PDLIB_TOKEN_READ=$(cat /root/token_read)
+  echo "split sums: ${PDLIB_PREFILL_GEMM_SUM:-default}, token read: ${PDLIB_TOKEN_READ:-default}"
+  timeout -s INT $(( $(left) - 130 )) python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+    --policies eager chunked fifo mixed --quiet --output "$OUT/report.json" > "$LOGS/report.log" 2>&1
+  echo "report rc=$? at ${SECONDS}s"; tail -n 25 "$LOGS/report.log"
+  timeout -s INT $(( $(left) - 5 )) python3 -m pdlib bench-step --contexts 4096 5120 \
+    --output "$OUT/bench-step.json" > "$LOGS/bench.log" 2>&1
+  echo "bench rc=$? at ${SECONDS}s"; tail -n 12 "$LOGS/bench.log"
   finish ;;
 zh)
   gpu 0 timeout $(( $(left) - 5 )) python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
