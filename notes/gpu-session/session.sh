@@ -190,6 +190,8 @@
 #                                          more each way, /root/sums, token_wait.py --engine, persistent_profile.py,
 #                                          bench-step's decodes by .item() and from the mailbox first, then
 #                                          /root/token_read (the mailbox if it passed and was >= 2% faster)
+#   bash notes/gpu-session/session.sh v30e one H200, a fresh machine after v30c: its fused-norm verdict, then
+#                                          bench-step's decodes by .item() and from the mailbox, then v30d
 #   bash notes/gpu-session/session.sh v30d one H200, after v30c: the published eager chunked fifo mixed and
 #                                          bench-step with peers, with v30's choices (/root/sums, /root/token_read)
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
@@ -1126,6 +1128,13 @@ v30c)
   sums_verdict
   token_probes ""
   finish ;;
+v30e)
+  # a fresh machine after v30c: its verdict on the split sums, v30b's check-kernels rows and gate marks
+  echo fused-norm > /root/sums
+  cp notes/h200-persistent/v15/v30b/logs/ck0.log notes/h200-persistent/v15/v30b/logs/gate-*.ok "$LOGS/"
+  bench_token_read ""
+  token_verdict
+  ;&
 v30d)
   [ -s /root/sums ] && export PDLIB_PREFILL_GEMM_SUM=$(cat /root/sums)
   [ -s /root/token_read ] && export PDLIB_TOKEN_READ=$(cat /root/token_read)
