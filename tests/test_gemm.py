@@ -381,8 +381,10 @@ def test_a_k_split_is_summed_and_finished_as_the_switch_says(monkeypatch, how):
 def test_a_bad_sum_switch_is_refused_when_the_model_loads(monkeypatch, tiny):
     from pdlib.engine.model import Qwen3
     monkeypatch.setenv(G.SUM_ENV, "kernel")
-    with pytest.raises(InputError, match="PDLIB_PREFILL_GEMM_SUM must be fused or ops or fused-norm, got 'kernel'"):
+    with pytest.raises(InputError, match="PDLIB_PREFILL_GEMM_SUM must be fused-norm or fused or ops, got 'kernel'"):
         Qwen3(tiny, compile_steps=False)
+    monkeypatch.delenv(G.SUM_ENV)
+    assert G.sum_choice() == "fused-norm"   # the default (v30)
 
 
 @pytest.mark.skipif(NVRTC is None, reason="no NVRTC (the nvidia-cuda-nvrtc wheel, Linux only)")

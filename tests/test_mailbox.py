@@ -8,11 +8,13 @@ mailbox row fails each fault planted in it. The kernel's write compiles for sm_9
 and runs in check-kernels on a GPU."""
 
 import gc
+import weakref
 
 import mlx.core as mx
 import numpy as np
 import pytest
 
+from pdlib.bench import bench_step
 from pdlib.config import RunParams
 from pdlib.engine import Engine
 from pdlib.engine import kernels as K
@@ -59,6 +61,21 @@ def test_the_region_hands_out_areas_at_their_addresses_and_takes_them_back():
     assert again.address == boxes[3].address and not again.words.any() and not region.free
 
 
+def test_a_full_region_first_collects_the_caches_only_a_cycle_still_holds():
+    region, Cache = fake_region(), type("Cache", (), {})
+    gc.disable()
+    try:
+        for _ in range(M.AREAS):
+            cache = Cache()
+            cache.me = cache   # gone only when the collector runs
+            weakref.finalize(cache, region.give_back, region.take())
+        del cache
+        assert not region.free
+        assert region.take().address == BASE and len(region.free) == M.AREAS - 1
+    finally:
+        gc.enable()
+
+
 def test_a_sync_buffer_carries_its_areas_address_and_the_kernel_its_slots():
     sync = P.new_sync(BASE + 8 * M.SLOTS * 5)
     assert (sync[P.SY_BOX + 1].item() << 32 | sync[P.SY_BOX].item()) == BASE + 8 * M.SLOTS * 5
@@ -75,6 +92,12 @@ def test_the_switch(monkeypatch, tiny):
                                          "mailbox .* here decode is 'kernels'"):
         Engine(tiny, capacity=32, decode="kernels")
     assert Engine(tiny, capacity=32, decode="kernels", token_read="item").model.token_read == "item"   # disagg's
+    monkeypatch.delenv(M.ENV)   # unset: the mailbox wherever the persistent kernel decodes, else .item()
+    assert Engine(tiny, capacity=32, decode="kernels").model.token_read == "item"
+    monkeypatch.setattr(P, "available", lambda cfg, **kw: True)
+    assert Engine(tiny, capacity=32, decode="persistent").model.token_read == "mailbox"
+    monkeypatch.setenv(M.ENV, "item")
+    assert Engine(tiny, capacity=32, decode="persistent").model.token_read == "item"
 
 
 PROMPT, OUTPUTS, CHUNK = 40, 8, 16
@@ -132,6 +155,16 @@ def test_a_wrong_token_fails_the_gate_and_a_missing_one_is_an_error(tiny, mailbo
     fault["kind"] = "silent"
     with pytest.raises(RuntimeError, match=r"position \d+'s token \(\d+\) never reached the mailbox"):
         exp.validate(["chunked"])
+
+
+def test_bench_step_reads_the_persistent_kernels_tokens_from_the_mailbox_and_the_per_op_kernels_by_item(
+        tiny, mailbox_engine):
+    fault, seen, region = mailbox_engine
+    result = bench_step(tiny, peers=False, log=lambda *a: None, contexts=(32,), tokens=3, warmup=1,
+                        prefill_tokens=40, chunk=16, repeats=1)
+    engines = result["engines"]
+    assert engines["pdlib"]["token_read"] == "mailbox" and engines["pdlib-kernels"]["token_read"] == "item"
+    assert len(seen) >= 2 * (1 + 3) and None not in seen   # the observed then the pipelined decodes
 
 
 def test_an_area_goes_back_when_its_cache_goes(tiny, mailbox_engine):

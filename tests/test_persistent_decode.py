@@ -170,6 +170,7 @@ def test_the_engine_runs_the_persistent_step(monkeypatch, tiny):
         return logits, tok, next_pos, [], [], written + 1
     monkeypatch.setattr(P, "available", lambda cfg, **kw: True)
     monkeypatch.setattr(P, "decode_persistent", kernel_like)
+    monkeypatch.setenv("PDLIB_TOKEN_READ", "item")   # the mailbox's own tests are test_mailbox's
     prompt = list(range(3, 20))
     outs, fences = {}, {}
     for mode in ("persistent", "kernels"):

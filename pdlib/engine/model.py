@@ -97,8 +97,9 @@ class Qwen3:
         # one barrier buffer per cache (decodes of two requests may overlap), gone with its cache
         self.decode_weights, self._syncs = None, weakref.WeakKeyDictionary()
         # mailbox: the kernel also leaves each token where the host polls (kernels/mailbox.py); None:
-        # PDLIB_TOKEN_READ's
-        self.token_read = token_read or K.token_read_choice()
+        # PDLIB_TOKEN_READ's, else the mailbox wherever the persistent kernel decodes
+        self.token_read = (token_read or K.token_read_choice()
+                           or ("mailbox" if self.decode_mode == "persistent" else "item"))
         self._boxes = weakref.WeakKeyDictionary()
         if self.decode_mode == "persistent":
             if not runs_here:

@@ -592,16 +592,16 @@ def tf32x3_matmul(x: mx.array, w: mx.array, *, shape: Tiles = CHUNK_TILES, split
     return epilogue_ops(y[0] if split == 1 else y.sum(axis=0), add=add, swiglu=swiglu, norm=norm)
 
 
-SUM_ENV, SUM_CHOICES = "PDLIB_PREFILL_GEMM_SUM", ("fused", "ops", "fused-norm")
+SUM_ENV, SUM_CHOICES = "PDLIB_PREFILL_GEMM_SUM", ("fused-norm", "fused", "ops")
 Normed = tuple[mx.array, mx.array]   # (h, its RMSNorm): what a matmul returns with `norm`
 
 
 def sum_choice() -> str:
-    """PDLIB_PREFILL_GEMM_SUM: how a K split's parts are summed and the layer's epilogue applied: `fused` (the
-    default) by one kernel (summed; on the H200 a 128-row chunk step at 4K took ~0.5 ms less: notes/gpu.md,
-    v26); `ops` by MLX's sum and ops; `fused-norm` as `fused`, and where a residual add is followed by an
-    RMSNorm (o_proj's by the post-norm, down's by the next layer's in-norm) the same kernel applies it too:
-    two launches fewer per layer (v30, opt-in until measured)."""
+    """PDLIB_PREFILL_GEMM_SUM: how a K split's parts are summed and the layer's epilogue applied: `fused-norm`
+    (the default) by one kernel (summed), which, where a residual add is followed by an RMSNorm (o_proj's by
+    the post-norm, down's by the next layer's in-norm or the final norm), applies that too: two launches fewer
+    per layer (on the H200 a 128-row chunk step at 4K took 0.2-0.3 ms less: notes/gpu.md, v30); `fused` the
+    same kernel without the norm (a 4K chunk step ~0.5 ms faster than `ops`: v26); `ops` MLX's sum and ops."""
     return env_choice(SUM_ENV, SUM_CHOICES)
 
 

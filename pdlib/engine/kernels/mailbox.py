@@ -1,4 +1,4 @@
-"""Where the persistent decode kernel leaves its token for the host to poll (CUDA, opt-in: PDLIB_TOKEN_READ).
+"""Where the persistent decode kernel leaves its token for the host to poll (CUDA; PDLIB_TOKEN_READ).
 
 MLX's `.item()` waits on an event made with cudaEventBlockingSync, so the host thread sleeps through the
 kernel and wakes on the GPU's completion interrupt (mlx/backend/cuda/event.cu), then a gather copies the token
@@ -20,6 +20,7 @@ A step that fails before its token (a barrier's timeout, a bad input) writes not
 
 import ctypes
 import functools
+import gc
 import os
 import time
 
@@ -28,16 +29,17 @@ import numpy as np
 from pdlib.engine.kernels.backend import env_choice
 
 SLOTS = 16                   # positions an area holds (the kernel's pdp::MBOX_SLOTS)
-AREAS = 8                    # requests one region serves at once
+AREAS = 64                   # requests one region serves at once (8 KiB pinned)
 TIMEOUT_NS = 5_000_000_000   # past the kernel's own ~1 s barrier timeout
 SPIN_NS = 20_000             # spin this long holding the GIL, then yield it between reads
 ENV, CHOICES = "PDLIB_TOKEN_READ", ("item", "mailbox")
 
 
-def choice() -> str:
-    """PDLIB_TOKEN_READ: `item` (the default) reads a decode's token by MLX's `.item()`; `mailbox` polls the
-    slot the persistent kernel writes (notes/gpu.md, v30; CUDA only)."""
-    return env_choice(ENV, CHOICES)
+def choice() -> str | None:
+    """PDLIB_TOKEN_READ: `mailbox` polls the slot the persistent kernel writes (CUDA only; the default where
+    that kernel decodes: on the H200 an observed decode at 5K took 1.45 ms against 1.82 by `.item()`,
+    notes/gpu.md, v30); `item` reads a decode's token by MLX's `.item()` (the default elsewhere). None: unset."""
+    return env_choice(ENV, CHOICES) if os.environ.get(ENV) else None
 
 
 class TokenMailbox:
@@ -105,7 +107,10 @@ class MailboxRegion:
         return cls(words, device.value)
 
     def take(self) -> TokenMailbox:
-        """A free area, emptied (`give_back` returns it: Qwen3 does when the request's cache goes)."""
+        """A free area, emptied (`give_back` returns it: Qwen3 does when the request's cache goes, so caches
+        only a cycle still holds are collected first)."""
+        if not self.free:
+            gc.collect()
         if not self.free:
             raise RuntimeError(f"PDLIB_TOKEN_READ=mailbox: more than {AREAS} requests decode at once")
         area = self.free.pop(0)
