@@ -194,6 +194,12 @@
 #                                          bench-step's decodes by .item() and from the mailbox, then v30d
 #   bash notes/gpu-session/session.sh v30d one H200, after v30c: the published eager chunked fifo mixed and
 #                                          bench-step with peers, with v30's choices (/root/sums, /root/token_read)
+#   bash notes/gpu-session/session.sh v31a x2, the eighteenth session's first call: check-kernels (GPU 1) beside
+#                                          the gate at 4,096/64 for every single-GPU policy with the new
+#                                          defaults (fused-norm, the mailbox; GPU 0); writes the publish
+#                                          verdict, after which v27b and v27c republish everything
+#   bash notes/gpu-session/session.sh v31b one H200: v31a in a row; then v31c (the two single-GPU reports) and
+#                                          v31d (bench-step with peers, then the sweep), each within 30 s
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -282,6 +288,19 @@ bench_token_read() {
       --contexts 4096 5120 --prefill-tokens 512 --output "$LOGS/bench-$how.json" > "$LOGS/bench-$how.log" 2>&1
     echo "bench-step ($how) rc=$? at ${SECONDS}s"; grep -i "decode" "$LOGS/bench-$how.log" | head -n 6
   done
+}
+# v31: the gate at 4,096/64 for every single-GPU policy with this tree's defaults (the mailbox has not yet run
+# under overlap's second stream or slo's chunk rule), $1 prefixing it ("gpu 0" or nothing); marks gate.ok
+gate_all() {
+  $1 timeout 280 python3 -m pdlib run --model synthetic:qwen3-0.6b --prompt-tokens 4096 --output-tokens 64 \
+    --chunk-size 128 --policies eager chunked fifo mixed overlap slo slo-mixed --tbt-slo-ms 15 --validate-only \
+    --quiet > "$LOGS/gate.log" 2>&1 && touch "$LOGS/gate.ok"
+  echo "gate rc=$? at ${SECONDS}s"; tail -n 10 "$LOGS/gate.log"
+}
+# v31: publish (v27b, v27c, v31c, v31d read it) if every check-kernels row and every policy's gate passed
+verdict_all() {
+  [ -e "$LOGS/ck.ok" ] && [ -e "$LOGS/gate.ok" ] && { echo publish > /root/verdict; echo kernel > /root/qk; }
+  echo "verdict: $(cat /root/verdict 2>/dev/null || echo 'do not publish')"
 }
 # v30: the mailbox (into /root/token_read) if its check-kernels row passed, the gate through it passed and
 # bench-step's observed decode at 5K read from it was at least 2% faster than by .item()
@@ -1145,6 +1164,41 @@ v30d)
   timeout -s INT $(( $(left) - 5 )) python3 -m pdlib bench-step --contexts 4096 5120 \
     --output "$OUT/bench-step.json" > "$LOGS/bench.log" 2>&1
   echo "bench rc=$? at ${SECONDS}s"; tail -n 12 "$LOGS/bench.log"
+  finish ;;
+v31a)
+  nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
+  ( export CUDA_VISIBLE_DEVICES=1; taskset -cp 16-31 $BASHPID > /dev/null; check_kernels 300 && touch "$LOGS/ck.ok"
+  ) > "$LOGS/gpu1.log" 2>&1 &
+  gate_all "gpu 0"
+  wait; cat "$LOGS/gpu1.log"
+  verdict_all
+  finish ;;
+v31b)
+  nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
+  check_kernels 300 && touch "$LOGS/ck.ok"
+  gate_all ""
+  verdict_all
+  finish ;;
+v31c)
+  grep -q publish /root/verdict 2>/dev/null || { echo "v31b's verdict was not publish"; exit 1; }
+  timeout -s INT 220 python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+    --policies eager chunked fifo mixed --quiet --output "$OUT/report.json" > "$LOGS/report.log" 2>&1
+  echo "report rc=$? at ${SECONDS}s"; tail -n 25 "$LOGS/report.log"
+  timeout -s INT 240 python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+    --policies chunked overlap slo slo-mixed --tbt-slo-ms 15 --quiet --output "$OUT/report-new.json" \
+    > "$LOGS/report-new.log" 2>&1
+  echo "report-new rc=$? at ${SECONDS}s"; tail -n 30 "$LOGS/report-new.log"
+  finish ;;
+v31d)
+  grep -q publish /root/verdict 2>/dev/null || { echo "v31b's verdict was not publish"; exit 1; }
+  timeout -s INT 220 python3 -m pdlib bench-step --contexts 4096 5120 --output "$OUT/bench-step.json" \
+    > "$LOGS/bench.log" 2>&1
+  echo "bench rc=$? at ${SECONDS}s"; tail -n 12 "$LOGS/bench.log"
+  timeout -s INT $(( $(left) - 10 )) python3 -m pdlib sweep --params params/qwen3-0.6b-sweep.yaml \
+    --chunk-sizes 32 64 128 256 512 1024 4096 --policies chunked mixed --tbt-slo-ms 22 \
+    --reference-policies eager fifo overlap slo-chunked slo-mixed --quiet --output "$OUT/sweep" > "$LOGS/sweep.log" 2>&1
+  echo "== sweep rc=$? at ${SECONDS}s"; tail -n 20 "$LOGS/sweep.log"
+  [ -d "$OUT/sweep" ] && tar -C "$OUT" -cf "$OUT/sweep.tar" sweep && rm -r "$OUT/sweep"
   finish ;;
 zh)
   gpu 0 timeout $(( $(left) - 5 )) python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
