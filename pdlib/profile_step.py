@@ -142,7 +142,8 @@ def profile_step(model_spec: str = "synthetic:qwen3-0.6b", *, context: int = 409
         return nk[0, 0, 0].item() if sync else nk
     rows["slice_update of one layer's K (not donatable: copies)"] = timed(slice_upd, 10)
 
-    return {"context": ctx, "rows_ms": rows, "device": mx.device_info()}
+    return {"context": ctx, "decode": m.decode_mode, "token_read": m.token_read, "rows_ms": rows,
+            "device": mx.device_info()}
 
 
 def format_rows(result: dict) -> str:

@@ -71,7 +71,7 @@ def test_a_full_region_first_collects_the_caches_only_a_cycle_still_holds():
             weakref.finalize(cache, region.give_back, region.take())
         del cache
         assert not region.free
-        assert region.take().address == BASE and len(region.free) == M.AREAS - 1
+        assert region.take() is not None and len(region.free) == M.AREAS - 1
     finally:
         gc.enable()
 
@@ -95,9 +95,27 @@ def test_the_switch(monkeypatch, tiny):
     monkeypatch.delenv(M.ENV)   # unset: the mailbox wherever the persistent kernel decodes, else .item()
     assert Engine(tiny, capacity=32, decode="kernels").model.token_read == "item"
     monkeypatch.setattr(P, "available", lambda cfg, **kw: True)
+    monkeypatch.setattr(K, "mailbox_region", fake_region)
+    assert Engine(tiny, capacity=32, decode="persistent").model.token_read == "mailbox"
+    monkeypatch.setenv(M.ENV, "")   # empty: unset
     assert Engine(tiny, capacity=32, decode="persistent").model.token_read == "mailbox"
     monkeypatch.setenv(M.ENV, "item")
     assert Engine(tiny, capacity=32, decode="persistent").model.token_read == "item"
+
+
+def test_memory_that_cannot_be_pinned_is_an_error_if_asked_for_and_item_if_only_the_default(monkeypatch, tiny,
+                                                                                               capsys):
+    def unpinnable():
+        raise RuntimeError("PDLIB_TOKEN_READ=mailbox: cuMemHostAlloc failed (CUDA error 2); PDLIB_TOKEN_READ=item "
+                           "reads tokens by MLX")
+    monkeypatch.setattr(P, "available", lambda cfg, **kw: True)
+    monkeypatch.setattr(K, "mailbox_region", unpinnable)
+    monkeypatch.delenv(M.ENV, raising=False)
+    assert Engine(tiny, capacity=32, decode="persistent").model.token_read == "item"
+    assert "warning: PDLIB_TOKEN_READ=mailbox: cuMemHostAlloc failed" in capsys.readouterr().err
+    monkeypatch.setenv(M.ENV, "mailbox")
+    with pytest.raises(InputError, match="cuMemHostAlloc failed"):
+        Engine(tiny, capacity=32, decode="persistent")
 
 
 PROMPT, OUTPUTS, CHUNK = 40, 8, 16

@@ -196,8 +196,9 @@
 #                                          bench-step with peers, with v30's choices (/root/sums, /root/token_read)
 #   bash notes/gpu-session/session.sh v31a x2, the eighteenth session's first call: check-kernels (GPU 1) beside
 #                                          the gate at 4,096/64 for every single-GPU policy with the new
-#                                          defaults (fused-norm, the mailbox; GPU 0); writes the publish
-#                                          verdict, after which v27b and v27c republish everything
+#                                          defaults (fused-norm, the mailbox; GPU 0), then disagg's gate (both);
+#                                          writes the publish verdict, after which v27b and v27c republish
+#                                          everything
 #   bash notes/gpu-session/session.sh v31b one H200: v31a in a row; then v31c (the two single-GPU reports) and
 #                                          v31d (bench-step with peers, then the sweep), each within 30 s
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
@@ -292,19 +293,39 @@ bench_token_read() {
 # v31: the gate at 4,096/64 for every single-GPU policy with this tree's defaults (the mailbox has not yet run
 # under overlap's second stream or slo's chunk rule), $1 prefixing it ("gpu 0" or nothing); marks gate.ok
 gate_all() {
-  $1 timeout 280 python3 -m pdlib run --model synthetic:qwen3-0.6b --prompt-tokens 4096 --output-tokens 64 \
+  local limit=$(( $(left) - 15 )); [ $limit -gt 280 ] && limit=280
+  $1 timeout $limit python3 -m pdlib run --model synthetic:qwen3-0.6b --prompt-tokens 4096 --output-tokens 64 \
     --chunk-size 128 --policies eager chunked fifo mixed overlap slo slo-mixed --tbt-slo-ms 15 --validate-only \
     --quiet > "$LOGS/gate.log" 2>&1 && touch "$LOGS/gate.ok"
   echo "gate rc=$? at ${SECONDS}s"; tail -n 10 "$LOGS/gate.log"
 }
+# v31: check-kernels under a $1-second limit; marks ck.ok only if it ran to its end (rc 0, its JSON written)
+# with no row failed and the mailbox's row among those passed
+check_kernels_all() {
+  rm -f /root/verdict /root/qk
+  timeout "$1" python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
+  local rc=$?; echo "check-kernels rc=$rc pass=$(grep -c " pass$" "$LOGS/ck0.log") at ${SECONDS}s"
+  grep -v " pass$" "$LOGS/ck0.log" | tail -n 6
+  [ $rc = 0 ] && [ -s "$OUT/check-kernels.json" ] && ! grep -q FAIL "$LOGS/ck0.log" \
+    && grep -q "^persistent/mailbox.* pass$" "$LOGS/ck0.log" && touch "$LOGS/ck.ok"
+}
+# v31 (x2): disagg's gate at 4,096/64 (its decodes, in this process, read from the mailbox); marks disagg.ok
+gate_disagg() {
+  PDLIB_DISAGG_WORKER_LOG=$LOGS/worker-gate.log timeout -s KILL 200 python3 -m pdlib run --model synthetic:qwen3-0.6b \
+    --prompt-tokens 4096 --output-tokens 64 --chunk-size 128 --policies chunked disagg --validate-only --quiet \
+    > "$LOGS/gate-disagg.log" 2>&1 && touch "$LOGS/disagg.ok"
+  echo "gate (disagg) rc=$? at ${SECONDS}s"; tail -n 4 "$LOGS/gate-disagg.log"
+}
 # v31: publish (v27b, v27c, v31c, v31d read it) if every check-kernels row and every policy's gate passed
 verdict_all() {
-  [ -e "$LOGS/ck.ok" ] && [ -e "$LOGS/gate.ok" ] && { echo publish > /root/verdict; echo kernel > /root/qk; }
+  [ -e "$LOGS/ck.ok" ] && [ -e "$LOGS/gate.ok" ] && { [ "$1" != x2 ] || [ -e "$LOGS/disagg.ok" ]; } \
+    && { echo publish > /root/verdict; echo kernel > /root/qk; }
   echo "verdict: $(cat /root/verdict 2>/dev/null || echo 'do not publish')"
 }
 # v30: the mailbox (into /root/token_read) if its check-kernels row passed, the gate through it passed and
 # bench-step's observed decode at 5K read from it was at least 2% faster than by .item()
 token_verdict() {
+  rm -f /root/token_read
   grep -q "persistent/mailbox.* pass$" "$LOGS/ck0.log" && [ -e "$LOGS/gate-mailbox.ok" ] \
     && python3 - "$LOGS" <<'PY' > /root/token_read
 import json, sys
@@ -313,7 +334,8 @@ ms = {how: json.load(open(f"{sys.argv[1]}/bench-{how}.json"))["engines"]["pdlib"
 print("mailbox" if ms["mailbox"] < 0.98 * ms["item"] else "item")
 print(ms, file=sys.stderr)
 PY
-  echo "PDLIB_TOKEN_READ to publish with: $(cat /root/token_read 2>/dev/null || echo item)"
+  [ -s /root/token_read ] || echo item > /root/token_read
+  echo "PDLIB_TOKEN_READ to publish with: $(cat /root/token_read)"
 }
 # v30: the chunk and mixed steps' anatomy at 4K, split sums fused then fused-norm, $1 times each, on $2 ("gpu 0" or
 # nothing)
@@ -1155,9 +1177,9 @@ v30e)
   token_verdict
   ;&
 v30d)
-  [ -s /root/sums ] && export PDLIB_PREFILL_GEMM_SUM=$(cat /root/sums)
-  [ -s /root/token_read ] && export PDLIB_TOKEN_READ=$(cat /root/token_read)
-  echo "split sums: ${PDLIB_PREFILL_GEMM_SUM:-default}, token read: ${PDLIB_TOKEN_READ:-default}"
+  export PDLIB_PREFILL_GEMM_SUM=$(cat /root/sums 2>/dev/null || echo fused)
+  export PDLIB_TOKEN_READ=$(cat /root/token_read 2>/dev/null || echo item)
+  echo "split sums: $PDLIB_PREFILL_GEMM_SUM, token read: $PDLIB_TOKEN_READ"
   timeout -s INT $(( $(left) - 130 )) python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
     --policies eager chunked fifo mixed --quiet --output "$OUT/report.json" > "$LOGS/report.log" 2>&1
   echo "report rc=$? at ${SECONDS}s"; tail -n 25 "$LOGS/report.log"
@@ -1167,17 +1189,18 @@ v30d)
   finish ;;
 v31a)
   nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
-  ( export CUDA_VISIBLE_DEVICES=1; taskset -cp 16-31 $BASHPID > /dev/null; check_kernels 300 && touch "$LOGS/ck.ok"
-  ) > "$LOGS/gpu1.log" 2>&1 &
+  rm -f /root/verdict /root/qk
+  ( export CUDA_VISIBLE_DEVICES=1; taskset -cp 16-31 $BASHPID > /dev/null; check_kernels_all 300 ) > "$LOGS/gpu1.log" 2>&1 &
   gate_all "gpu 0"
   wait; cat "$LOGS/gpu1.log"
-  verdict_all
+  gate_disagg
+  verdict_all x2
   finish ;;
 v31b)
   nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
-  check_kernels 300 && touch "$LOGS/ck.ok"
+  check_kernels_all 300
   gate_all ""
-  verdict_all
+  verdict_all one
   finish ;;
 v31c)
   grep -q publish /root/verdict 2>/dev/null || { echo "v31b's verdict was not publish"; exit 1; }

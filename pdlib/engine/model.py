@@ -5,6 +5,7 @@ token decode step (bf16-packed weights, FP32 accumulation): on CUDA one persiste
 Shapes: D hidden, T tokens in the step, Dh head dim.
 """
 
+import sys
 import weakref
 from dataclasses import dataclass
 from functools import partial
@@ -98,8 +99,8 @@ class Qwen3:
         self.decode_weights, self._syncs = None, weakref.WeakKeyDictionary()
         # mailbox: the kernel also leaves each token where the host polls (kernels/mailbox.py); None:
         # PDLIB_TOKEN_READ's, else the mailbox wherever the persistent kernel decodes
-        self.token_read = (token_read or K.token_read_choice()
-                           or ("mailbox" if self.decode_mode == "persistent" else "item"))
+        chosen = token_read or K.token_read_choice()
+        self.token_read = chosen or ("mailbox" if self.decode_mode == "persistent" else "item")
         self._boxes = weakref.WeakKeyDictionary()
         if self.decode_mode == "persistent":
             if not runs_here:
@@ -113,9 +114,23 @@ class Qwen3:
             self.decode_weights = self.stacked_decode_weights()
             mx.eval(self.decode_weights)
             self.share_decode_weights()
+            if self.token_read == "mailbox":
+                self._pin_mailbox(chosen is not None)
         elif self.token_read == "mailbox":
             raise InputError(f"PDLIB_TOKEN_READ=mailbox: only the persistent decode kernel writes a mailbox (CUDA); "
                              f"here decode is {self.decode_mode!r} (PDLIB_TOKEN_READ=item runs everywhere)")
+
+    def _pin_mailbox(self, asked: bool) -> None:
+        """The process's mailbox region, pinned now rather than at the first decode. If it cannot be: an error
+        where PDLIB_TOKEN_READ (or the caller) asked for the mailbox; where it was only the default, `.item()`,
+        with a warning on stderr (reports record which ran)."""
+        try:
+            K.mailbox_region()
+        except RuntimeError as e:
+            if asked:
+                raise InputError(str(e)) from e
+            print(f"warning: {e}; reading tokens by .item()", file=sys.stderr)
+            self.token_read = "item"
 
     def _prefill_arithmetic(self, packed: bool) -> dict[str, str]:
         """What the prefill's matmuls and attention run as here, by their switches' names (reports record it):

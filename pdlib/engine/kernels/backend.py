@@ -119,9 +119,9 @@ def kernel_or_none(name: str, inputs: list[str], outputs: list[str], *, source: 
 
 
 def env_choice(name: str, choices: tuple[str, ...]) -> str:
-    """The environment's setting of a kernel switch, the first of `choices` when unset; any other value is a
-    clear error naming the accepted ones."""
-    value = os.environ.get(name, choices[0])
+    """The environment's setting of a kernel switch, the first of `choices` when unset or empty; any other value
+    is a clear error naming the accepted ones."""
+    value = os.environ.get(name) or choices[0]
     if value not in choices:
         from pdlib.errors import InputError
         raise InputError(f"{name} must be {' or '.join(choices)}, got {value!r}")

@@ -622,7 +622,8 @@ def epilogue_ops(y: mx.array, *, add: mx.array | None = None, swiglu: bool = Fal
 
 
 # A K split's partial outputs summed in z order, and what follows the matmul in the layer, in one pass: o_proj's
-# and down's residual add, gate|up's SwiGLU (PDLIB_PREFILL_GEMM_SUM=fused, the default). MLX's ops would run the
+# and down's residual add, gate|up's SwiGLU (PDLIB_PREFILL_GEMM_SUM=fused; fused-norm, the default, also the norm
+# after a residual: SUM_NORM_SOURCE). MLX's ops would run the
 # sum and the epilogue as separate kernels, each a small launch of a chunk step (notes/gpu.md, v26).
 # Row r's four columns from col on, summed over a split's parts (SPLIT, M, N) in z order: both sum kernels'.
 SUM_OF_PARTS = r"""    auto sum = [&](size_t col) {

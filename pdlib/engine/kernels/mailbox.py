@@ -85,7 +85,11 @@ class MailboxRegion:
     def pinned(cls) -> "MailboxRegion":
         """Page-locked host memory the GPU writes directly (cuMemHostAlloc, PORTABLE | DEVICEMAP), kept for the
         process's life, on device 0's primary context (MLX's)."""
-        cuda = ctypes.CDLL("libcuda.so.1")
+        try:
+            cuda = ctypes.CDLL("libcuda.so.1")
+        except OSError as e:
+            raise RuntimeError(f"PDLIB_TOKEN_READ=mailbox: no CUDA driver to pin its memory ({e}); "
+                               f"PDLIB_TOKEN_READ=item reads tokens by MLX") from e
         host, device, ctx, dev = ctypes.c_void_p(), ctypes.c_uint64(), ctypes.c_void_p(), ctypes.c_int()
 
         def check(name: str, rc: int) -> None:
