@@ -80,9 +80,7 @@ def bench_pdlib(model: LoadedModel, *, contexts, tokens: int, warmup: int, prefi
     # the per-operation kernels write no mailbox: beside the persistent kernel they are read by .item()
     engine = Engine(model, capacity=max(max(contexts) + steps, prefill_tokens), decode=decode,
                     token_read="item" if decode == "kernels" else None)
-    out = {"decode": engine.model.decode_mode, **engine.model.prefill_arithmetic,
-           "step_dispatch": engine.dispatch, "token_read": engine.model.token_read,
-           "decode_ms_median": {}, "decode_ms_all": {}, "decode_pipelined_ms_median": {}}
+    out = {**engine.settings, "decode_ms_median": {}, "decode_ms_all": {}, "decode_pipelined_ms_median": {}}
     for ctx in contexts:
         engine.add_request("X", _prompt(cfg, ctx))
         engine.reset("X", logical=True)

@@ -160,7 +160,7 @@ def build_report(*, params: dict, model: dict, prompts: dict, backend: str, vali
     env = environment(backend)
     if decode is not None:  # the decode path the engine took (Qwen3.decode_mode)
         env["decode"] = decode
-    env.update(prefill or {})  # what the prefill ran as (Qwen3.prefill_arithmetic), its dispatch, the token read
+    env.update(prefill or {})  # what the engine ran as (Engine.settings: decode, prefill arithmetic, token read)
     if workers:  # a disagg run's two workers
         env["workers"] = workers
     report = {"schema": SCHEMA,

@@ -212,11 +212,12 @@ mkdir -p "$LOGS"
 left() { echo $(( ${DEADLINE:-575} - SECONDS )); }
 gpu() { local g=$1; shift; CUDA_VISIBLE_DEVICES=$g taskset -c $([ "$g" = 0 ] && echo 0-15 || echo 16-31) "$@"; }
 finish() { tar -C "$OUT" -cf "$OUT/logs.tar" logs && rm -r "$LOGS"; ls -la "$OUT"; }
-# check-kernels (one GPU) under a $1-second limit, into $OUT: its rc, the rows passed and the lines that did
-# not; fails if a row failed (a run cut short by the limit does not)
+# check-kernels (one GPU) under a $1-second limit, into $OUT: its rc (also in CK_RC), the rows passed and the
+# lines that did not; fails if a row failed (a run cut short by the limit does not)
 check_kernels() {
   timeout "$1" python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
-  echo "check-kernels rc=$? pass=$(grep -c " pass$" "$LOGS/ck0.log") at ${SECONDS}s"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 6
+  CK_RC=$?
+  echo "check-kernels rc=$CK_RC pass=$(grep -c " pass$" "$LOGS/ck0.log") at ${SECONDS}s"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 6
   ! grep -q FAIL "$LOGS/ck0.log"
 }
 # Republishing on x2 (zy, v27b): chunked overlap slo slo-mixed at 15 ms, then the chunk and mixed steps' anatomy
@@ -303,10 +304,7 @@ gate_all() {
 # with no row failed and the mailbox's row among those passed
 check_kernels_all() {
   rm -f /root/verdict /root/qk
-  timeout "$1" python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
-  local rc=$?; echo "check-kernels rc=$rc pass=$(grep -c " pass$" "$LOGS/ck0.log") at ${SECONDS}s"
-  grep -v " pass$" "$LOGS/ck0.log" | tail -n 6
-  [ $rc = 0 ] && [ -s "$OUT/check-kernels.json" ] && ! grep -q FAIL "$LOGS/ck0.log" \
+  check_kernels "$1" && [ $CK_RC = 0 ] && [ -s "$OUT/check-kernels.json" ] \
     && grep -q "^persistent/mailbox.* pass$" "$LOGS/ck0.log" && touch "$LOGS/ck.ok"
 }
 # v31 (x2): disagg's gate at 4,096/64 (its decodes, in this process, read from the mailbox); marks disagg.ok
@@ -1189,7 +1187,6 @@ v30d)
   finish ;;
 v31a)
   nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
-  rm -f /root/verdict /root/qk
   ( export CUDA_VISIBLE_DEVICES=1; taskset -cp 16-31 $BASHPID > /dev/null; check_kernels_all 300 ) > "$LOGS/gpu1.log" 2>&1 &
   gate_all "gpu 0"
   wait; cat "$LOGS/gpu1.log"

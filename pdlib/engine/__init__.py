@@ -118,6 +118,14 @@ class Engine:
             return self._finish(reqs, self.model.step(segments, prune=self.prune_final_layer))
         return drain(self._layer_by_layer(reqs, segments))   # each layer starts while the host builds the next
 
+    @property
+    def settings(self) -> dict[str, str]:
+        """What this engine runs as, by its switches' names: the decode path, the prefill's arithmetic, the step
+        dispatch and how tokens are read (reports and bench-step record it)."""
+        m = self.model
+        return {"decode": m.decode_mode, **m.prefill_arithmetic, "step_dispatch": self.dispatch,
+                "token_read": m.token_read}
+
     def prefill_stages(self, name: str, n: int):
         """prefill_chunk(name, n) one layer at a time: each next() builds one more layer, starts it on the
         device and yields its arrays (evaluating them waits for that layer); the generator returns the Output
