@@ -169,7 +169,7 @@ def cmd_notebooks(args) -> int:
 
 def cmd_check_kernels(args) -> int:
     from pdlib.kernel_check import check_kernels, format_rows
-    rows = check_kernels(seed=args.seed)
+    rows = check_kernels(seed=args.seed, progress=True)
     print(format_rows(rows))
     if args.output:
         from pdlib.engine.kernels import BACKEND

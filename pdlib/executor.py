@@ -11,7 +11,9 @@ A run: reset A; run A's set-up steps; at t0 (the first step after A's set-up pre
 step. A step is one engine call (a Batch's parts run as one ragged step); then the host observes each
 output's token id (`Output.observe`: `.item()`, or the kernel's mailbox) and reads the clock right after it.
 The step ends with its last token or, when a part yields none, when the host has waited for that part's own
-arrays (its cache's K/V and write fence), so its time is its work's. Hooks see each step after it ran: its
+arrays (its cache's K/V and write fence), so its time is its work's. The clock is also read when the engine
+call returns (`WorkResult.t_issued`): the host's part of a step ends there, so a step whose time went to
+building it tells itself apart from one that waited on the device. Hooks see each step after it ran: its
 parts' results and the clock readings.
 
 Pipelined decodes (`pipeline=True`, RunParams.pipeline_decodes): a step of decodes only is issued before the
@@ -52,6 +54,7 @@ class WorkResult:
     done: tuple = ()            # without an output: the arrays that are ready when the part's work is done
     token: int | None = None    # the token id as the host observed it
     t_emit: int | None = None   # perf_counter_ns right after the host observed it
+    t_issued: int | None = None  # perf_counter_ns when the engine call that ran the step returned
     remote: dict | None = None  # a remote prefill's record: site, t_dispatch, t_ready, t_start, t_end (ns), ...
 
 
@@ -145,6 +148,9 @@ def execute(engine: Engine, steps: Iterable[Step], *, logical_reset: bool, hooks
                 h.on_t0(t, t_reset)
         t_start = now()
         results = _receive(engine, step, remote) if remote_step else _issue(engine, step)
+        t_issued = now()
+        for r in results:
+            r.t_issued = t_issued
         if timed and remote is not None and not remote_step:
             remote.advance()  # the remote prefill's next piece, dispatched while this step runs
         if pending is not None:

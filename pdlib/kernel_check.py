@@ -5,8 +5,11 @@ without pytest, by `python -m pdlib check-kernels`.
     rows = check_kernels(seed=0)      # [{"kernel", "case", "max_abs", "worst_ratio", "passed"}, ...]
 """
 
+import sys
+
 import mlx.core as mx
 import numpy as np
+from tqdm import tqdm
 
 from pdlib.config import preset
 from pdlib.engine import kernels as K
@@ -483,13 +486,20 @@ def check_persistent_mailbox(tiny_step, too_many: int) -> list[dict]:
                                 mx.array(want, mx.float32))])
 
 
-def check_kernels(*, seed: int = 0) -> list[dict]:
+def check_kernels(*, seed: int = 0, progress: bool = False) -> list[dict]:
+    """Every kernel's rows, in one fixed order. `progress`: a bar on stderr, one step per kernel family (a fresh
+    GPU machine compiles each family's kernels on first use, minutes in all, so a cut run says where it was)."""
     if K.BACKEND == "cpu":
         raise InputError("no GPU backend: the kernels exist only on CUDA or Metal; the CPU runs the ops twins")
-    cuda = (check_gemm(seed) + check_gemm_epilogue(seed) + check_flash_attention(seed)
-            if K.BACKEND == "cuda" else [])  # CUDA's alone
-    return (check_gemv(seed) + cuda + check_decode_attention(seed) + check_kv_store(seed) + check_kv_install(seed)
-            + check_qk_rope_store(seed) + check_write_chain(seed) + check_persistent_decode(seed))
+    cuda = [check_gemm, check_gemm_epilogue, check_flash_attention] if K.BACKEND == "cuda" else []  # CUDA's alone
+    families = [check_gemv, *cuda, check_decode_attention, check_kv_store, check_kv_install, check_qk_rope_store,
+                check_write_chain, check_persistent_decode]
+    rows = []
+    with tqdm(families, desc="check-kernels", unit="family", file=sys.stderr, disable=not progress) as bar:
+        for check in bar:
+            bar.set_postfix_str(f"{check.__name__.removeprefix('check_')}, {len(rows)} rows so far")
+            rows += check(seed)
+    return rows
 
 
 def format_rows(rows: list[dict]) -> str:

@@ -202,6 +202,24 @@ def slo_table(report: dict) -> pd.DataFrame:
     return pd.DataFrame(slo_summary(report))
 
 
+def step_table(times: pd.DataFrame) -> pd.DataFrame:
+    """analysis.step_times as one row per policy and trial: each kind of step's count and median time, split
+    into the host's building and issuing it and the wait after ("-" where the report has no issue times)."""
+    def ms(v) -> str:
+        return "-" if pd.isna(v) else _round(v)
+
+    rows = {}
+    for (policy, trial), sub in times.groupby(["policy", "trial"], sort=False):
+        row = {}
+        for _, r in sub.iterrows():
+            row[f"{r['kind']} steps"] = r["steps"]
+            row[f"{r['kind']} ms"] = ms(r["dur_ms"])
+            row[f"{r['kind']}: host"] = ms(r["issue_ms"])
+            row[f"{r['kind']}: wait"] = ms(r["wait_ms"])
+        rows[f"{policy} trial {trial}"] = row
+    return pd.DataFrame.from_dict(rows, orient="index").fillna("-")
+
+
 def remote_table(remote: pd.DataFrame) -> pd.DataFrame:
     """analysis.remote_frame per policy: medians with [min, max] over trials (transfer columns for disagg)."""
     def cell(v: pd.Series, fmt) -> str:

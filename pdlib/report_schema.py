@@ -41,7 +41,10 @@ A report is one JSON object:
                       "start": int, "stop": int,   # prefill: prompt positions [start, stop);
                                                    # decode: cache position written, stop = start + 1;
                                                    # reset: 0, 0
-                      "t_start_ns": int, "t_end_ns": int}, ...]}   # ns since t0, in order
+                      "t_start_ns": int, "t_end_ns": int,     # ns since t0, in order
+                      "t_issued_ns": int}, ...]}   # when the host had issued the step (its engine call
+                                                   # returned); t_start <= t_issued <= t_end. Absent in
+                                                   # reports before 2026-12-01 and on remote events
       ]
     }
 

@@ -223,3 +223,29 @@ def test_a_report_says_what_the_prefill_ran_as():
             in run_line(report))
     report["environment"]["step_dispatch"] = "layers"   # and newer still, how a step with a chunk was dispatched
     assert "attention flash-tf32x3, q/k kernel, steps by layers); prompts 40" in run_line(report)
+
+
+def test_a_step_records_when_the_host_had_issued_it(tiny, monkeypatch):
+    """Every step's t_issued_ns lies within it; a host slowed by 30 ms while building prompt steps shows in
+    their issue time, and the decodes' do not move."""
+    import time
+    exp = experiment(tiny, ("chunked",))
+    tokens = exp.validate()["chunked"].tokens
+    real = pdlib.executor._issue
+
+    def slow_host(engine, step):
+        out = real(engine, step)
+        if any(isinstance(w, Prefill) for w in step.work):
+            time.sleep(0.03)
+        return out
+
+    monkeypatch.setattr(pdlib.executor, "_issue", slow_host)
+    run = run_once(exp.engine, "chunked", steps=exp.walk("chunked"), logical_reset=True)
+    check_tokens(run, tokens, what="trial")
+    timed = [e for e in run.events if e["kind"] != "reset"]
+    assert all(e["t_start_ns"] <= e["t_issued_ns"] <= e["t_end_ns"] for e in timed)
+    chunks = [e for e in timed if e["kind"] == "prefill"]
+    decodes = [e for e in timed if e["kind"] == "decode"]
+    assert len(chunks) == math.ceil(PROMPT / CHUNK) and decodes
+    assert all(e["t_issued_ns"] - e["t_start_ns"] >= 30_000_000 for e in chunks)
+    assert all(e["t_issued_ns"] - e["t_start_ns"] < 30_000_000 for e in decodes)

@@ -33,6 +33,24 @@ def test_check_kernels_refuses_on_the_cpu():
         check_kernels()
 
 
+@pytest.mark.parametrize("backend, families", [
+    ("cuda", ["gemv", "gemm", "gemm_epilogue", "flash_attention", "decode_attention", "kv_store", "kv_install",
+              "qk_rope_store", "write_chain", "persistent_decode"]),
+    ("metal", ["gemv", "decode_attention", "kv_store", "kv_install", "qk_rope_store", "write_chain",
+               "persistent_decode"])])
+def test_check_kernels_runs_each_family_once_in_order_with_a_bar_on_stderr(monkeypatch, capsys, backend, families):
+    import pdlib.kernel_check as KC
+    monkeypatch.setattr(K, "BACKEND", backend)
+    for name in families + ["gemm", "gemm_epilogue", "flash_attention"]:
+        monkeypatch.setattr(KC, f"check_{name}", lambda seed, name=name: [{"kernel": name, "seed": seed}])
+    rows = KC.check_kernels(seed=3, progress=True)
+    assert [r["kernel"] for r in rows] == families and {r["seed"] for r in rows} == {3}
+    out, err = capsys.readouterr()
+    assert not out and f"{len(families)}/{len(families)}" in err and "check-kernels" in err
+    KC.check_kernels(seed=3)
+    assert capsys.readouterr() == ("", "")  # no bar unless asked (the tests, the library)
+
+
 @pytest.mark.parametrize("op", ["gemv", "decode_attention", "store_kv"])
 def test_each_ops_twin_takes_its_kernels_arguments(op):
     """So a caller (the dispatcher, kernel_check) can hand both the same arguments."""

@@ -201,6 +201,16 @@
 #                                          everything
 #   bash notes/gpu-session/session.sh v31b one H200: v31a in a row; then v31c (the two single-GPU reports) and
 #                                          v31d (bench-step with peers, then the sweep), each within 30 s
+#   bash notes/gpu-session/session.sh v32a one H200, the nineteenth session's first call on a fresh machine:
+#                                          check-kernels alone (a fresh machine compiles every kernel first:
+#                                          v31b's 300 s were not enough), its mark kept in /root/ck.ok
+#   bash notes/gpu-session/session.sh v32b one H200: the gate for every single-GPU policy, the verdict, then
+#                                          eager chunked fifo mixed (reports now time each step's host issue)
+#   bash notes/gpu-session/session.sh v32c one H200: chunked overlap slo slo-mixed, then bench-step with peers
+#   bash notes/gpu-session/session.sh v32d one H200: the sweep
+#   bash notes/gpu-session/session.sh v32x x2: check-kernels (GPU 1, 540 s) beside the gate for every
+#                                          single-GPU policy (GPU 0), the verdict; then v27b and v27c (disagg's
+#                                          report runs its own gate before any timing)
 # Every step runs under a deadline inside the call's 600 s; logs come back tarred (8 files per call at most).
 set -u
 source .device/boot/boot.sh || exit 1
@@ -1219,6 +1229,46 @@ v31d)
     --reference-policies eager fifo overlap slo-chunked slo-mixed --quiet --output "$OUT/sweep" > "$LOGS/sweep.log" 2>&1
   echo "== sweep rc=$? at ${SECONDS}s"; tail -n 20 "$LOGS/sweep.log"
   [ -d "$OUT/sweep" ] && tar -C "$OUT" -cf "$OUT/sweep.tar" sweep && rm -r "$OUT/sweep"
+  finish ;;
+v32a)
+  nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"; rm -f /root/ck.ok
+  check_kernels_all $(( $(left) - 10 )) && cp "$LOGS/ck.ok" /root/ck.ok
+  echo "check-kernels: $(ls /root/ck.ok 2>/dev/null || echo 'not passed')"
+  finish ;;
+v32b)
+  cp /root/ck.ok "$LOGS/" 2>/dev/null
+  gate_all ""
+  verdict_all one
+  if grep -q publish /root/verdict 2>/dev/null; then
+    timeout -s INT $(( $(left) - 5 )) python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+      --policies eager chunked fifo mixed --quiet --output "$OUT/report.json" > "$LOGS/report.log" 2>&1
+    echo "report rc=$? at ${SECONDS}s"; tail -n 25 "$LOGS/report.log"
+  fi
+  finish ;;
+v32c)
+  grep -q publish /root/verdict 2>/dev/null || { echo "v32b's verdict was not publish"; exit 1; }
+  timeout -s INT 240 python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+    --policies chunked overlap slo slo-mixed --tbt-slo-ms 15 --quiet --output "$OUT/report-new.json" \
+    > "$LOGS/report-new.log" 2>&1
+  echo "report-new rc=$? at ${SECONDS}s"; tail -n 30 "$LOGS/report-new.log"
+  timeout -s INT $(( $(left) - 5 )) python3 -m pdlib bench-step --contexts 4096 5120 --output "$OUT/bench-step.json" \
+    > "$LOGS/bench.log" 2>&1
+  echo "bench rc=$? at ${SECONDS}s"; tail -n 12 "$LOGS/bench.log"
+  finish ;;
+v32d)
+  grep -q publish /root/verdict 2>/dev/null || { echo "v32b's verdict was not publish"; exit 1; }
+  timeout -s INT $(( $(left) - 10 )) python3 -m pdlib sweep --params params/qwen3-0.6b-sweep.yaml \
+    --chunk-sizes 32 64 128 256 512 1024 4096 --policies chunked mixed --tbt-slo-ms 22 \
+    --reference-policies eager fifo overlap slo-chunked slo-mixed --quiet --output "$OUT/sweep" > "$LOGS/sweep.log" 2>&1
+  echo "== sweep rc=$? at ${SECONDS}s"; tail -n 20 "$LOGS/sweep.log"
+  [ -d "$OUT/sweep" ] && tar -C "$OUT" -cf "$OUT/sweep.tar" sweep && rm -r "$OUT/sweep"
+  finish ;;
+v32x)
+  nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
+  ( export CUDA_VISIBLE_DEVICES=1; taskset -cp 16-31 $BASHPID > /dev/null; check_kernels_all 540 ) > "$LOGS/gpu1.log" 2>&1 &
+  gate_all "gpu 0"
+  wait; cat "$LOGS/gpu1.log"
+  verdict_all one
   finish ;;
 zh)
   gpu 0 timeout $(( $(left) - 5 )) python3 -m pdlib check-kernels --output "$OUT/check-kernels.json" > "$LOGS/ck0.log" 2>&1
