@@ -4,7 +4,7 @@
     report = an.load_report("outputs/smoke-cpu/report.json")    # InputError (one line) if malformed
     tokens = an.tokens_frame(report)       # one row per timed output token: emit_ms, gap_ms
     events = an.events_frame(report)       # one row per scheduling event
-    steps = an.step_times(an.steps_frame(report))  # per trial: the host's part of a step and the device's
+    steps = an.step_times(an.steps_frame(report))  # per trial: a step's time, the host's part, the wait
     metrics = an.metrics_frame(report, stall_threshold_ms=100.0)  # one row per (policy, trial)
     summary = an.summary_frame(metrics)    # median / min / max / n per policy and metric
     per_trial, ratios = an.paired_ratios(metrics, numerator="eager", denominator="chunked")
@@ -31,6 +31,7 @@ MIN_BOOT_TRIALS = 5  # fewer paired trials make a bootstrap CI of the median mea
 TRIAL_KEYS = ("policy", "trial", "makespan_ns", "requests", "events")
 REQUEST_KEYS = ("output_ids", "timed_from", "emit_ns")
 EVENT_KEYS = ("kind", "req", "start", "stop", "t_start_ns", "t_end_ns")
+STEP_STAMPS = ("t_start_ns", "t_issued_ns", "t_wait_ns", "t_end_ns")  # a step's clock readings, in order
 
 
 # ---- loading and checking ---------------------------------------------------------------------------
@@ -99,11 +100,12 @@ def _check_trial(trial, where):
         _require(ev["kind"] in EVENT_KINDS and ev["req"] in REQUESTS,
                  f"{where} events[{j}]: kind {ev['kind']!r} / req {ev['req']!r} not in "
                  f"{EVENT_KINDS} / {REQUESTS}")
-        if "t_issued_ns" in ev:
-            t = ev["t_issued_ns"]
-            _require(isinstance(t, int) and ev["t_start_ns"] <= t <= ev["t_end_ns"],
-                     f"{where} events[{j}]: t_issued_ns {t!r} is not an integer in [t_start_ns, t_end_ns] = "
-                     f"[{ev['t_start_ns']}, {ev['t_end_ns']}]")
+        stamps = [k for k in STEP_STAMPS if k in ev]
+        if len(stamps) > 2:  # a step's inner clock readings, where recorded
+            times = [ev[k] for k in stamps]
+            _require(all(isinstance(t, int) for t in times) and times == sorted(times),
+                     f"{where} events[{j}]: {', '.join(stamps)} must be integers in that order, got "
+                     f"{', '.join(map(repr, times))}")
 
 
 def _check_request(req, where):
@@ -164,23 +166,21 @@ def slo_frame(report: dict) -> pd.DataFrame:
 
 
 def events_frame(report: dict) -> pd.DataFrame:
-    """One row per scheduling event: policy, trial, kind, req, start, stop, t_start_ms, t_end_ms, dur_ms, and
-    issue_ms (from the step's start until the host had issued it; NaN where the report has no t_issued_ns)."""
+    """One row per scheduling event: policy, trial, kind, req, start, stop, t_start_ms, t_end_ms, dur_ms."""
     rows = [(t["policy"], t["trial"], e["kind"], e["req"], e["start"], e["stop"], e["t_start_ns"],
-             e["t_end_ns"], e.get("t_issued_ns", np.nan)) for t in _trials(report) for e in t["events"]]
-    df = pd.DataFrame(rows, columns=["policy", "trial", "kind", "req", "start", "stop", "t0", "t1", "ti"])
-    t0, t1, ti = df.pop("t0"), df.pop("t1"), df.pop("ti").astype(float)
-    df["t_start_ms"], df["t_end_ms"] = t0 / NS_PER_MS, t1 / NS_PER_MS
+             e["t_end_ns"]) for t in _trials(report) for e in t["events"]]
+    df = pd.DataFrame(rows, columns=["policy", "trial", "kind", "req", "start", "stop", "t0", "t1"])
+    df["t_start_ms"], df["t_end_ms"] = df.pop("t0") / NS_PER_MS, df.pop("t1") / NS_PER_MS
     df["dur_ms"] = df["t_end_ms"] - df["t_start_ms"]
-    df["issue_ms"] = (ti - t0) / NS_PER_MS
     return df
 
 
 def steps_frame(report: dict) -> pd.DataFrame:
-    """One row per step run here (the parts of a step share its clock readings; B's prefill run elsewhere is
-    left out): policy, trial, kind ("prompt" if it carried a prompt chunk, else "decode"), rows, t_start_ms,
-    dur_ms, issue_ms (the host building and issuing it) and wait_ms (the rest: the device, and for a pipelined
-    decode the step queued before it)."""
+    """One row per step run here (its parts share its clock readings; B's prefill run elsewhere is left out):
+    policy, trial, kind ("prompt" if it carried a prompt chunk, else "decode"), rows, t_start_ms, dur_ms, and
+    where the time went: issue_ms (the host building and issuing it), between_ms (until the host began waiting
+    for it: in a pipelined run, issuing the next step and waiting for the one before) and wait_ms (the host
+    waiting for its outputs: the device). NaN for those three in reports that predate the readings."""
     rows = []
     for t in _trials(report):
         steps = {}
@@ -188,22 +188,21 @@ def steps_frame(report: dict) -> pd.DataFrame:
             if e["kind"] in ("prefill", "decode") and not e.get("remote"):
                 steps.setdefault((e["t_start_ns"], e["t_end_ns"]), []).append(e)
         for (t0, t1), parts in steps.items():
-            issued = parts[0].get("t_issued_ns", np.nan)
+            ti, tw = (parts[0].get(k, np.nan) for k in ("t_issued_ns", "t_wait_ns"))
             rows.append((t["policy"], t["trial"], "prompt" if any(e["kind"] == "prefill" for e in parts) else
                          "decode", sum(e["stop"] - e["start"] for e in parts), t0 / NS_PER_MS,
-                         (t1 - t0) / NS_PER_MS, (issued - t0) / NS_PER_MS))
-    df = pd.DataFrame(rows, columns=["policy", "trial", "kind", "rows", "t_start_ms", "dur_ms", "issue_ms"])
-    df["wait_ms"] = df["dur_ms"] - df["issue_ms"]
-    return df
+                         (t1 - t0) / NS_PER_MS, (ti - t0) / NS_PER_MS, (tw - ti) / NS_PER_MS, (t1 - tw) / NS_PER_MS))
+    return pd.DataFrame(rows, columns=["policy", "trial", "kind", "rows", "t_start_ms", "dur_ms", "issue_ms",
+                                       "between_ms", "wait_ms"])
 
 
 def step_times(steps: pd.DataFrame) -> pd.DataFrame:
-    """Per policy, trial and kind of step: how many, and the medians of dur_ms, issue_ms and wait_ms. A trial
-    whose steps took longer because the host built them slower shows it in issue_ms; one that waited longer
-    on the device, in wait_ms."""
+    """Per policy, trial and kind of step: how many, and the medians of dur_ms, issue_ms, between_ms and
+    wait_ms (each its own median: they need not add up). A trial whose steps took longer because the host was
+    slower shows it in issue_ms; one whose device was slower, in wait_ms."""
     out = steps.groupby(["policy", "trial", "kind"], sort=False).agg(
         steps=("dur_ms", "size"), dur_ms=("dur_ms", "median"), issue_ms=("issue_ms", "median"),
-        wait_ms=("wait_ms", "median")).reset_index()
+        between_ms=("between_ms", "median"), wait_ms=("wait_ms", "median")).reset_index()
     out["p"], out["k"] = pd.factorize(out["policy"])[0], out["kind"].map({"prompt": 0, "decode": 1})
     return out.sort_values(["p", "trial", "k"], kind="stable").drop(columns=["p", "k"]).reset_index(drop=True)
 

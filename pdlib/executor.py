@@ -12,9 +12,10 @@ step. A step is one engine call (a Batch's parts run as one ragged step); then t
 output's token id (`Output.observe`: `.item()`, or the kernel's mailbox) and reads the clock right after it.
 The step ends with its last token or, when a part yields none, when the host has waited for that part's own
 arrays (its cache's K/V and write fence), so its time is its work's. The clock is also read when the engine
-call returns (`WorkResult.t_issued`): the host's part of a step ends there, so a step whose time went to
-building it tells itself apart from one that waited on the device. Hooks see each step after it ran: its
-parts' results and the clock readings.
+call returns (`WorkResult.t_issued`: the host has built and issued the step) and when the host starts waiting
+for the step (`t_wait`), so a step whose time went to the host tells itself apart from one that waited on the
+device; in between, a pipelined run issues the next step (and waits for the one before). Hooks see each step
+after it ran: its parts' results and the clock readings.
 
 Pipelined decodes (`pipeline=True`, RunParams.pipeline_decodes): a step of decodes only is issued before the
 step before it is observed, whatever that step was; each decode's input token is on the device already, so
@@ -55,6 +56,7 @@ class WorkResult:
     token: int | None = None    # the token id as the host observed it
     t_emit: int | None = None   # perf_counter_ns right after the host observed it
     t_issued: int | None = None  # perf_counter_ns when the engine call that ran the step returned
+    t_wait: int | None = None    # perf_counter_ns when the host began waiting for the step's outputs
     remote: dict | None = None  # a remote prefill's record: site, t_dispatch, t_ready, t_start, t_end (ns), ...
 
 
@@ -115,7 +117,9 @@ def execute(engine: Engine, steps: Iterable[Step], *, logical_reset: bool, hooks
     pending = None  # a step issued whose tokens are not observed yet: (index, step, results, t_start, timed)
 
     def observe(index: int, step: Step, results: list[WorkResult], t_start: int, was_timed: bool) -> None:
+        t_wait = now()
         for r in results:
+            r.t_wait = t_wait
             if r.output is not None:
                 r.token = check_token(r.output.observe())
                 r.t_emit = now()

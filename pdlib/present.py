@@ -203,21 +203,12 @@ def slo_table(report: dict) -> pd.DataFrame:
 
 
 def step_table(times: pd.DataFrame) -> pd.DataFrame:
-    """analysis.step_times as one row per policy and trial: each kind of step's count and median time, split
-    into the host's building and issuing it and the wait after ("-" where the report has no issue times)."""
-    def ms(v) -> str:
-        return "-" if pd.isna(v) else _round(v)
-
-    rows = {}
-    for (policy, trial), sub in times.groupby(["policy", "trial"], sort=False):
-        row = {}
-        for _, r in sub.iterrows():
-            row[f"{r['kind']} steps"] = r["steps"]
-            row[f"{r['kind']} ms"] = ms(r["dur_ms"])
-            row[f"{r['kind']}: host"] = ms(r["issue_ms"])
-            row[f"{r['kind']}: wait"] = ms(r["wait_ms"])
-        rows[f"{policy} trial {trial}"] = row
-    return pd.DataFrame.from_dict(rows, orient="index").fillna("-")
+    """analysis.step_times for reading: per policy, trial and kind of step, how many and the medians in ms
+    ("-" where the report predates the host's clock readings inside a step)."""
+    return pd.DataFrame({"policy": times["policy"], "trial": times["trial"].astype(str), "steps": times["kind"],
+                         "n": times["steps"].astype(int).astype(str), "ms": times["dur_ms"].map(_round),
+                         "host issuing": times["issue_ms"].map(_round), "between": times["between_ms"].map(_round),
+                         "waiting": times["wait_ms"].map(_round)})
 
 
 def remote_table(remote: pd.DataFrame) -> pd.DataFrame:

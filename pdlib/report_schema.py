@@ -42,9 +42,10 @@ A report is one JSON object:
                                                    # decode: cache position written, stop = start + 1;
                                                    # reset: 0, 0
                       "t_start_ns": int, "t_end_ns": int,     # ns since t0, in order
-                      "t_issued_ns": int}, ...]}   # when the host had issued the step (its engine call
-                                                   # returned); t_start <= t_issued <= t_end. Absent in
-                                                   # reports before 2026-12-01 and on remote events
+                      "t_issued_ns": int,   # the host had issued the step (its engine call returned)
+                      "t_wait_ns": int}, ...]}   # the host began waiting for its outputs; t_start <=
+                                                 # t_issued <= t_wait <= t_end. Both absent in older
+                                                 # reports and on reset, transfer and remote events
       ]
     }
 

@@ -88,14 +88,18 @@ def test_duplicate_trial():
         an.check_report(report)
 
 
-@pytest.mark.parametrize("issued", [-1, "late", 10 ** 15, 1.5])
-def test_an_issue_time_outside_its_step_is_refused(issued):
+@pytest.mark.parametrize("issued, wait", [(-1, 0), ("late", 0), (10 ** 15, 10 ** 15), (1.5, 2), (2, 1)])
+def test_a_steps_clock_readings_out_of_order_are_refused(issued, wait):
+    """t_start <= t_issued <= t_wait <= t_end, all integers (offsets from t_start here)."""
     report = make_report()
     step = next(e for e in report["trials"][0]["events"] if e["kind"] == "prefill")
-    step["t_issued_ns"] = step["t_start_ns"] + issued if isinstance(issued, int) and issued < 0 else issued
-    with pytest.raises(InputError, match=r"events\[\d+\]: t_issued_ns .* is not an integer in "
-                                         r"\[t_start_ns, t_end_ns\]"):
+    step["t_issued_ns"] = step["t_start_ns"] + issued if not isinstance(issued, str) else issued
+    step["t_wait_ns"] = step["t_start_ns"] + wait
+    with pytest.raises(InputError, match=r"events\[\d+\]: t_start_ns, t_issued_ns, t_wait_ns, t_end_ns must be "
+                                         r"integers in that order, got"):
         an.check_report(report)
+    step["t_issued_ns"], step["t_wait_ns"] = step["t_start_ns"], step["t_end_ns"]
+    an.check_report(report)  # at the ends is in order
 
 
 # ---- frames -----------------------------------------------------------------------------------------
@@ -112,53 +116,61 @@ def test_tokens_frame_indexes_and_gaps():
 def test_events_frame():
     ev = an.events_frame(make_report(policies=("eager",), prompt_tokens=256, chunk_size=64))
     assert list(ev.columns) == ["policy", "trial", "kind", "req", "start", "stop", "t_start_ms",
-                                "t_end_ms", "dur_ms", "issue_ms"]
+                                "t_end_ms", "dur_ms"]
     assert ev.iloc[0][["kind", "req", "t_start_ms"]].tolist() == ["reset", "B", 0.0]
     assert (ev.kind == "prefill").sum() == 4 and (ev.kind == "decode").sum() == 4 + 4
     assert np.allclose(ev.dur_ms, ev.t_end_ms - ev.t_start_ms)
-    assert ev.issue_ms.isna().all()  # this report predates issue times
 
 
-def _with_issue_times(report, host_share):
-    """Every step's t_issued_ns at host_share(policy, trial, event) of the way from its start to its end."""
+def _with_readings(report, split):
+    """Every step's t_issued_ns and t_wait_ns at the fractions split(policy, trial, event) = (issued, wait)
+    of the way from its start to its end."""
     for t in report["trials"]:
         for e in t["events"]:
             if e["kind"] != "reset":
-                share = host_share(t["policy"], t["trial"], e)
-                e["t_issued_ns"] = e["t_start_ns"] + round(share * (e["t_end_ns"] - e["t_start_ns"]))
+                span = e["t_end_ns"] - e["t_start_ns"]
+                issued, wait = split(t["policy"], t["trial"], e)
+                e["t_issued_ns"], e["t_wait_ns"] = (e["t_start_ns"] + round(f * span) for f in (issued, wait))
     return report
 
 
-def test_steps_split_into_the_host_and_the_wait():
+def test_steps_split_into_the_host_the_steps_between_and_the_wait():
     """A trial whose prompt steps went to the host shows it under issue_ms, one whose device was slow under
-    wait_ms; a step's parts (A's decode beside B's chunk) count once, as a prompt step."""
+    wait_ms; a step's parts (A's decode beside B's chunk, listed first as a mixed step lists them) count once,
+    as a prompt step."""
     report = make_report(policies=("chunked",), trials=2, prompt_tokens=256, chunk_size=64)
-    report = _with_issue_times(report, lambda p, trial, e: (0.9 if trial == 1 else 0.1)
-                               if e["kind"] == "prefill" else 0.5)
+    report = _with_readings(report, lambda p, trial, e: ((0.8, 0.9) if trial == 1 else (0.1, 0.2))
+                            if e["kind"] == "prefill" else (0.5, 0.75))
     events = report["trials"][0]["events"]
     chunk = next(e for e in events if e["kind"] == "prefill")
-    events.append(dict(kind="decode", req="A", start=999, stop=1000, t_start_ns=chunk["t_start_ns"],
-                       t_issued_ns=chunk["t_issued_ns"], t_end_ns=chunk["t_end_ns"]))
-    events.sort(key=lambda e: e["t_start_ns"])
+    events.insert(events.index(chunk), {**chunk, "kind": "decode", "req": "A", "start": 999, "stop": 1000})
     steps = an.steps_frame(report)
     assert len(steps) == 2 * (4 + 4 + 4) and steps.loc[steps.kind == "prompt", "rows"].tolist()[0] == 64 + 1
-    assert np.allclose(steps.issue_ms + steps.wait_ms, steps.dur_ms)
+    assert np.allclose(steps.issue_ms + steps.between_ms + steps.wait_ms, steps.dur_ms)
     times = an.step_times(steps).set_index(["trial", "kind"])
     assert times["steps"].tolist() == [4, 8, 4, 8] and times.index.tolist() == [
         (1, "prompt"), (1, "decode"), (2, "prompt"), (2, "decode")]
     slow_host, slow_device = times.loc[(1, "prompt")], times.loc[(2, "prompt")]
-    assert slow_host.issue_ms == pytest.approx(0.9 * slow_host.dur_ms, rel=1e-3)
-    assert slow_device.wait_ms == pytest.approx(0.9 * slow_device.dur_ms, rel=1e-3)
-    assert times.loc[(1, "decode")].issue_ms == pytest.approx(0.25)  # decodes 0.5 ms, half of it issuing
+    assert slow_host.issue_ms == pytest.approx(0.8 * slow_host.dur_ms, rel=1e-3)
+    assert slow_device.wait_ms == pytest.approx(0.8 * slow_device.dur_ms, rel=1e-3)
+    decode = times.loc[(1, "decode")]  # decodes of 0.5 ms: 0.25 issuing, 0.125 between, 0.125 waiting
+    assert [decode.issue_ms, decode.between_ms, decode.wait_ms] == pytest.approx([0.25, 0.125, 0.125])
 
 
-def test_step_table_says_dash_without_issue_times():
+def test_step_table_reads_whole_counts_in_a_fixed_order_and_dashes_without_readings():
+    """overlap runs B's prompt elsewhere, so its trials have decode steps only: the counts stay integers and
+    the columns stay put."""
     from pdlib import present
-    plain = present.step_table(an.step_times(an.steps_frame(make_report(policies=("eager",)))))
-    assert plain.loc["eager trial 1", "prompt: host"] == "-" and plain.loc["eager trial 1", "decode steps"] == 8
-    timed = make_report(policies=("eager",))
-    timed = present.step_table(an.step_times(an.steps_frame(_with_issue_times(timed, lambda *_: 0.5))))
-    assert timed.loc["eager trial 1", "decode: host"] == "0.25"
+    report = make_report(policies=("overlap", "eager"))
+    for t in report["trials"]:
+        if t["policy"] == "overlap":
+            t["events"] = [e for e in t["events"] if e["kind"] != "prefill"]
+    plain = present.step_table(an.step_times(an.steps_frame(report)))
+    assert list(plain.columns) == ["policy", "trial", "steps", "n", "ms", "host issuing", "between", "waiting"]
+    assert plain.values.tolist()[:2] == [["overlap", "1", "decode", "8", "0.5", "-", "-", "-"],
+                                         ["eager", "1", "prompt", "4", "600", "-", "-", "-"]]
+    timed = present.step_table(an.step_times(an.steps_frame(_with_readings(report, lambda *_: (0.5, 0.75)))))
+    assert timed.values.tolist()[0][5:] == ["0.25", "0.125", "0.125"]
 
 
 def test_rows_follow_declared_policy_order():

@@ -225,27 +225,34 @@ def test_a_report_says_what_the_prefill_ran_as():
     assert "attention flash-tf32x3, q/k kernel, steps by layers); prompts 40" in run_line(report)
 
 
-def test_a_step_records_when_the_host_had_issued_it(tiny, monkeypatch):
-    """Every step's t_issued_ns lies within it; a host slowed by 30 ms while building prompt steps shows in
-    their issue time, and the decodes' do not move."""
+@pytest.mark.parametrize("pipeline", [False, True])
+def test_a_step_records_when_the_host_had_issued_it_and_began_waiting(tiny, monkeypatch, pipeline):
+    """t_start <= t_issued <= t_wait <= t_end in every step. A host slowed by 30 ms while building prompt steps
+    shows in their issue time, and a token that takes 30 ms to arrive in its step's wait, each nowhere else."""
     import time
     exp = experiment(tiny, ("chunked",))
     tokens = exp.validate()["chunked"].tokens
-    real = pdlib.executor._issue
+    real_issue, real_check = pdlib.executor._issue, pdlib.executor.check_token
 
     def slow_host(engine, step):
-        out = real(engine, step)
+        out = real_issue(engine, step)
         if any(isinstance(w, Prefill) for w in step.work):
             time.sleep(0.03)
         return out
 
+    def slow_token(token):
+        time.sleep(0.03)
+        return real_check(token)
+
     monkeypatch.setattr(pdlib.executor, "_issue", slow_host)
-    run = run_once(exp.engine, "chunked", steps=exp.walk("chunked"), logical_reset=True)
+    monkeypatch.setattr(pdlib.executor, "check_token", slow_token)
+    run = run_once(exp.engine, "chunked", steps=exp.walk("chunked"), logical_reset=True, pipeline=pipeline)
     check_tokens(run, tokens, what="trial")
     timed = [e for e in run.events if e["kind"] != "reset"]
-    assert all(e["t_start_ns"] <= e["t_issued_ns"] <= e["t_end_ns"] for e in timed)
-    chunks = [e for e in timed if e["kind"] == "prefill"]
+    assert all(e["t_start_ns"] <= e["t_issued_ns"] <= e["t_wait_ns"] <= e["t_end_ns"] for e in timed)
+    chunks = [e for e in timed if e["kind"] == "prefill" and e["stop"] < PROMPT]  # B's last chunk yields a token
     decodes = [e for e in timed if e["kind"] == "decode"]
-    assert len(chunks) == math.ceil(PROMPT / CHUNK) and decodes
-    assert all(e["t_issued_ns"] - e["t_start_ns"] >= 30_000_000 for e in chunks)
-    assert all(e["t_issued_ns"] - e["t_start_ns"] < 30_000_000 for e in decodes)
+    assert len(chunks) == math.ceil(PROMPT / CHUNK) - 1 and decodes
+    ms30 = 30_000_000
+    assert all(e["t_issued_ns"] - e["t_start_ns"] >= ms30 > e["t_end_ns"] - e["t_wait_ns"] for e in chunks)
+    assert all(e["t_issued_ns"] - e["t_start_ns"] < ms30 <= e["t_end_ns"] - e["t_wait_ns"] for e in decodes)

@@ -1236,7 +1236,7 @@ v32a)
   echo "check-kernels: $(ls /root/ck.ok 2>/dev/null || echo 'not passed')"
   finish ;;
 v32b)
-  cp /root/ck.ok "$LOGS/" 2>/dev/null
+  rm -f /root/verdict; cp /root/ck.ok "$LOGS/" 2>/dev/null
   gate_all ""
   verdict_all one
   if grep -q publish /root/verdict 2>/dev/null; then
@@ -1265,7 +1265,8 @@ v32d)
   finish ;;
 v32x)
   nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
-  ( export CUDA_VISIBLE_DEVICES=1; taskset -cp 16-31 $BASHPID > /dev/null; check_kernels_all 540 ) > "$LOGS/gpu1.log" 2>&1 &
+  ( export CUDA_VISIBLE_DEVICES=1; taskset -cp 16-31 $BASHPID > /dev/null; check_kernels_all 540 ) \
+    > "$LOGS/gpu1.log" 2>&1 &
   gate_all "gpu 0"
   wait; cat "$LOGS/gpu1.log"
   verdict_all one
