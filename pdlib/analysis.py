@@ -179,8 +179,9 @@ def steps_frame(report: dict) -> pd.DataFrame:
     """One row per step run here (its parts share its clock readings; B's prefill run elsewhere is left out):
     policy, trial, kind ("prompt" if it carried a prompt chunk, else "decode"), rows, t_start_ms, dur_ms, and
     where the time went: issue_ms (the host building and issuing it), between_ms (until the host began waiting
-    for it: in a pipelined run, issuing the next step and waiting for the one before) and wait_ms (the host
-    waiting for its outputs: the device). NaN for those three in reports that predate the readings."""
+    for it: in a pipelined run, issuing the next step and waiting for the one before; under overlap, also
+    dispatching B's next layer) and wait_ms (the host waiting for its outputs: the device). NaN for those
+    three in reports that predate the readings."""
     rows = []
     for t in _trials(report):
         steps = {}
