@@ -177,7 +177,8 @@ def events_frame(report: dict) -> pd.DataFrame:
 
 def steps_frame(report: dict) -> pd.DataFrame:
     """One row per step run here (its parts share its clock readings; B's prefill run elsewhere is left out):
-    policy, trial, kind ("prompt" if it carried a prompt chunk, else "decode"), rows, t_start_ms, dur_ms, and
+    policy, trial, kind ("prompt" if it carried a prompt chunk, else "decode"), rows, prompt_start (the chunk's
+    first prompt position; NaN for decodes), t_start_ms, dur_ms, and
     where the time went: issue_ms (the host building and issuing it), between_ms (until the host began waiting
     for it: in a pipelined run, issuing the next step and waiting for the one before; under overlap, also
     dispatching B's next layer) and wait_ms (the host waiting for its outputs: the device). NaN for those
@@ -190,11 +191,12 @@ def steps_frame(report: dict) -> pd.DataFrame:
                 steps.setdefault((e["t_start_ns"], e["t_end_ns"]), []).append(e)
         for (t0, t1), parts in steps.items():
             ti, tw = (parts[0].get(k, np.nan) for k in ("t_issued_ns", "t_wait_ns"))
-            rows.append((t["policy"], t["trial"], "prompt" if any(e["kind"] == "prefill" for e in parts) else
-                         "decode", sum(e["stop"] - e["start"] for e in parts), t0 / NS_PER_MS,
-                         (t1 - t0) / NS_PER_MS, (ti - t0) / NS_PER_MS, (tw - ti) / NS_PER_MS, (t1 - tw) / NS_PER_MS))
-    return pd.DataFrame(rows, columns=["policy", "trial", "kind", "rows", "t_start_ms", "dur_ms", "issue_ms",
-                                       "between_ms", "wait_ms"])
+            chunk = next((e["start"] for e in parts if e["kind"] == "prefill"), np.nan)
+            rows.append((t["policy"], t["trial"], "decode" if np.isnan(chunk) else "prompt",
+                         sum(e["stop"] - e["start"] for e in parts), chunk, t0 / NS_PER_MS, (t1 - t0) / NS_PER_MS,
+                         (ti - t0) / NS_PER_MS, (tw - ti) / NS_PER_MS, (t1 - tw) / NS_PER_MS))
+    return pd.DataFrame(rows, columns=["policy", "trial", "kind", "rows", "prompt_start", "t_start_ms", "dur_ms",
+                                       "issue_ms", "between_ms", "wait_ms"])
 
 
 def step_times(steps: pd.DataFrame) -> pd.DataFrame:

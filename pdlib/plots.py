@@ -164,6 +164,29 @@ def slo_chart(frame: pd.DataFrame, *, tbt_slo_ms: float) -> alt.FacetChart:
                                     f"coloured by whether it stayed under the {tbt_slo_ms:.3g} ms target."))
 
 
+def step_chart(steps: pd.DataFrame) -> alt.FacetChart | None:
+    """Each prompt-chunk step's time (analysis.steps_frame) against B's prompt position it started at (the
+    context its attention reads), one row per policy, one colour per trial: a trial whose steps ran slower
+    stands apart. None when no prompt step ran here."""
+    d = steps[steps["kind"] == "prompt"]
+    if d.empty:
+        return None
+    policies = _policies(d)
+    d = d[["policy", "trial", "rows", "prompt_start", "dur_ms", "issue_ms", "between_ms", "wait_ms"]]
+    ms = [alt.Tooltip(f"{c}:Q", format=".3~g", title=t) for c, t in
+          (("dur_ms", "step ms"), ("issue_ms", "host issuing"), ("between_ms", "between"), ("wait_ms", "waiting"))]
+    dots = alt.Chart(_inline(d.astype({"trial": str}))).mark_circle(size=30, opacity=0.7).encode(
+        x=alt.X("prompt_start:Q", title="B's prompt position the chunk starts at"),
+        y=alt.Y("dur_ms:Q", title="step time (ms)", scale=alt.Scale(zero=True)),
+        color=alt.Color("trial:N", title="trial"), tooltip=["trial:N", "prompt_start:Q", "rows:Q", *ms])
+    return (dots.properties(width=520, height=140)
+            .facet(row=alt.Row("policy:N", sort=policies, title=None))
+            .properties(title="Each prompt-chunk step's time, per trial",
+                        description=f"Per policy ({', '.join(policies)}): one dot per step that carried a prompt "
+                                    f"chunk, its time against the prompt position it starts at, coloured by "
+                                    f"trial."))
+
+
 def _log_span(d: pd.DataFrame, col: str) -> alt.Scale:
     """A log scale just around the data and its whiskers (a "nice" log domain pads to whole decades)."""
     v = d[[col, f"{col}_lo", f"{col}_hi"]].to_numpy(float)

@@ -146,6 +146,8 @@ def test_steps_split_into_the_host_the_steps_between_and_the_wait():
     events.insert(events.index(chunk), {**chunk, "kind": "decode", "req": "A", "start": 999, "stop": 1000})
     steps = an.steps_frame(report)
     assert len(steps) == 2 * (4 + 4 + 4) and steps.loc[steps.kind == "prompt", "rows"].tolist()[0] == 64 + 1
+    assert steps.loc[steps.kind == "prompt", "prompt_start"].tolist()[:4] == [0, 64, 128, 192]
+    assert steps.loc[steps.kind == "decode", "prompt_start"].isna().all()
     assert np.allclose(steps.issue_ms + steps.between_ms + steps.wait_ms, steps.dur_ms)
     times = an.step_times(steps).set_index(["trial", "kind"])
     assert times["steps"].tolist() == [4, 8, 4, 8] and times.index.tolist() == [

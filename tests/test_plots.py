@@ -133,3 +133,20 @@ def test_render_all_refuses_any_existing_table(report, tmp_path):
     with pytest.raises(InputError, match=r"summary\.md already exists"):
         plots.render_all(report, tmp_path)
     assert [p.name for p in tmp_path.iterdir()] == ["summary.md"]
+
+
+def test_step_chart_shows_each_prompt_step_per_trial(report):
+    steps = an.steps_frame(report)
+    d = plots.step_chart(steps).to_dict()
+    assert d["facet"]["row"]["field"] == "policy" and d["facet"]["row"]["sort"] == ["eager", "chunked"]
+    enc = d["spec"]["encoding"]
+    assert (enc["x"]["field"], enc["y"]["field"], enc["color"]["field"]) == ("prompt_start", "dur_ms", "trial")
+    data = rows(d)
+    assert len(data) == (steps.kind == "prompt").sum() == 2 * 2 * 4  # policies x trials x chunks
+    assert sorted(set(data.prompt_start)) == [0, 64, 128, 192]
+    assert "one dot per step that carried a prompt chunk" in d["description"]
+
+
+def test_step_chart_without_prompt_steps_is_none(report):
+    steps = an.steps_frame(report)
+    assert plots.step_chart(steps[steps.kind == "decode"]) is None
