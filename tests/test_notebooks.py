@@ -134,7 +134,9 @@ def test_html_has_one_parameters_cell_is_offline_and_shows_the_charts_with_alt_t
     for img in imgs:
         assert 'src="data:image/png;base64,' in img and re.search(r'alt="[^"]{40,}"', img), img[:200]
     page = (out / "02_analyze_gaps.html").read_text()
-    assert len(re.findall(r"<img[^>]*alt=", page)) == 2  # headline and timeline inline
+    alts = re.findall(r'<img[^>]*alt="([^"]*)"', page)
+    assert len(alts) == 3  # headline, timeline and the prompt steps' times inline
+    assert any("one dot per step that carried a prompt chunk" in a for a in alts)
     assert "Provenance:" in page and "synthetic" in page and "PosixPath" not in page
 
 
