@@ -230,25 +230,43 @@ check_kernels() {
   echo "check-kernels rc=$CK_RC pass=$(grep -c " pass$" "$LOGS/ck0.log") at ${SECONDS}s"; grep -v " pass$" "$LOGS/ck0.log" | tail -n 6
   ! grep -q FAIL "$LOGS/ck0.log"
 }
+# The published runs, each under a $1-second limit, $2 prefixing it ("gpu 0", or nothing): eager chunked fifo
+# mixed; chunked overlap slo slo-mixed at 15 ms; bench-step with peers at 4K and 5K; the sweep (tarred)
+report_main() {
+  $2 timeout -s INT "$1" python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+    --policies eager chunked fifo mixed --quiet --output "$OUT/report.json" > "$LOGS/report.log" 2>&1
+  echo "report rc=$? at ${SECONDS}s"; tail -n 25 "$LOGS/report.log"
+}
+report_new() {
+  $2 timeout -s INT "$1" python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+    --policies chunked overlap slo slo-mixed --tbt-slo-ms 15 --quiet --output "$OUT/report-new.json" \
+    > "$LOGS/report-new.log" 2>&1
+  echo "report-new rc=$? at ${SECONDS}s"; tail -n 30 "$LOGS/report-new.log"
+}
+bench_peers() {
+  $2 timeout -s INT "$1" python3 -m pdlib bench-step --contexts 4096 5120 --output "$OUT/bench-step.json" \
+    > "$LOGS/bench.log" 2>&1
+  echo "bench rc=$? at ${SECONDS}s"; tail -n 12 "$LOGS/bench.log"
+}
+sweep_all() {
+  $2 timeout -s INT "$1" python3 -m pdlib sweep --params params/qwen3-0.6b-sweep.yaml \
+    --chunk-sizes 32 64 128 256 512 1024 4096 --policies chunked mixed --tbt-slo-ms 22 \
+    --reference-policies eager fifo overlap slo-chunked slo-mixed --quiet --output "$OUT/sweep" > "$LOGS/sweep.log" 2>&1
+  echo "== sweep rc=$? at ${SECONDS}s"; tail -n 20 "$LOGS/sweep.log"
+  [ -d "$OUT/sweep" ] && tar -C "$OUT" -cf "$OUT/sweep.tar" sweep && rm -r "$OUT/sweep"
+}
 # Republishing on x2 (zy, v27b): chunked overlap slo slo-mixed at 15 ms, then the chunk and mixed steps' anatomy
 # twice, labelled $1, each under a $2-second limit while more than $3 s are left (GPU 1), beside the published
 # eager chunked fifo mixed, then bench-step with peers at 4K and 5K (GPU 0)
 publish_single() {
-  ( gpu 1 timeout -s INT 330 python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
-      --policies chunked overlap slo slo-mixed --tbt-slo-ms 15 --quiet --output "$OUT/report-new.json" \
-      > "$LOGS/report-new.log" 2>&1
-    echo "report-new rc=$? at ${SECONDS}s"; tail -n 30 "$LOGS/report-new.log"
+  ( report_new 330 "gpu 1"
     for i in 1 2; do
       [ "$(left)" -gt "$3" ] && LABEL=$1 gpu 1 timeout "$2" python3 notes/gpu-session/chunk_anatomy.py 4096 \
         >> "$LOGS/anatomy.log" 2>&1
     done
     grep "^{" "$LOGS/anatomy.log" | cut -c 1-1200 ) > "$LOGS/gpu1.log" 2>&1 &
-  gpu 0 timeout -s INT 300 python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
-    --policies eager chunked fifo mixed --quiet --output "$OUT/report.json" > "$LOGS/report.log" 2>&1
-  echo "report rc=$? at ${SECONDS}s"; tail -n 25 "$LOGS/report.log"
-  gpu 0 timeout -s INT $(( $(left) - 5 )) python3 -m pdlib bench-step --contexts 4096 5120 \
-    --output "$OUT/bench-step.json" > "$LOGS/bench.log" 2>&1
-  echo "bench rc=$? at ${SECONDS}s"; tail -n 12 "$LOGS/bench.log"
+  report_main 300 "gpu 0"
+  bench_peers $(( $(left) - 5 )) "gpu 0"
   wait; cat "$LOGS/gpu1.log"
 }
 # Republishing on x2 (zz, v27c): the published eager chunked disagg (both GPUs), then the sweep (GPU 0), tarred
@@ -257,11 +275,7 @@ publish_x2() {
     --params params/qwen3-0.6b-4096x1024.yaml --policies eager chunked disagg --quiet \
     --output "$OUT/report-x2.json" > "$LOGS/report-x2.log" 2>&1
   echo "== report-x2 rc=$? at ${SECONDS}s"; tail -n 8 "$LOGS/report-x2.log"
-  gpu 0 timeout -s INT $(( $(left) - 10 )) python3 -m pdlib sweep --params params/qwen3-0.6b-sweep.yaml \
-    --chunk-sizes 32 64 128 256 512 1024 4096 --policies chunked mixed --tbt-slo-ms 22 \
-    --reference-policies eager fifo overlap slo-chunked slo-mixed --quiet --output "$OUT/sweep" > "$LOGS/sweep.log" 2>&1
-  echo "== sweep rc=$? at ${SECONDS}s"; tail -n 20 "$LOGS/sweep.log"
-  [ -d "$OUT/sweep" ] && tar -C "$OUT" -cf "$OUT/sweep.tar" sweep && rm -r "$OUT/sweep"
+  sweep_all $(( $(left) - 10 )) "gpu 0"
 }
 # NCCL between the two GPUs, then disagg at 512 tokens under a $1-second limit; returns the disagg smoke's rc
 disagg_smokes() {
@@ -1211,24 +1225,13 @@ v31b)
   finish ;;
 v31c)
   grep -q publish /root/verdict 2>/dev/null || { echo "v31b's verdict was not publish"; exit 1; }
-  timeout -s INT 220 python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
-    --policies eager chunked fifo mixed --quiet --output "$OUT/report.json" > "$LOGS/report.log" 2>&1
-  echo "report rc=$? at ${SECONDS}s"; tail -n 25 "$LOGS/report.log"
-  timeout -s INT 240 python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
-    --policies chunked overlap slo slo-mixed --tbt-slo-ms 15 --quiet --output "$OUT/report-new.json" \
-    > "$LOGS/report-new.log" 2>&1
-  echo "report-new rc=$? at ${SECONDS}s"; tail -n 30 "$LOGS/report-new.log"
+  report_main 220 ""
+  report_new 240 ""
   finish ;;
 v31d)
   grep -q publish /root/verdict 2>/dev/null || { echo "v31b's verdict was not publish"; exit 1; }
-  timeout -s INT 220 python3 -m pdlib bench-step --contexts 4096 5120 --output "$OUT/bench-step.json" \
-    > "$LOGS/bench.log" 2>&1
-  echo "bench rc=$? at ${SECONDS}s"; tail -n 12 "$LOGS/bench.log"
-  timeout -s INT $(( $(left) - 10 )) python3 -m pdlib sweep --params params/qwen3-0.6b-sweep.yaml \
-    --chunk-sizes 32 64 128 256 512 1024 4096 --policies chunked mixed --tbt-slo-ms 22 \
-    --reference-policies eager fifo overlap slo-chunked slo-mixed --quiet --output "$OUT/sweep" > "$LOGS/sweep.log" 2>&1
-  echo "== sweep rc=$? at ${SECONDS}s"; tail -n 20 "$LOGS/sweep.log"
-  [ -d "$OUT/sweep" ] && tar -C "$OUT" -cf "$OUT/sweep.tar" sweep && rm -r "$OUT/sweep"
+  bench_peers 220 ""
+  sweep_all $(( $(left) - 10 )) ""
   finish ;;
 v32a)
   nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"; rm -f /root/ck.ok
@@ -1239,29 +1242,16 @@ v32b)
   rm -f /root/verdict; cp /root/ck.ok "$LOGS/" 2>/dev/null
   gate_all ""
   verdict_all one
-  if grep -q publish /root/verdict 2>/dev/null; then
-    timeout -s INT $(( $(left) - 5 )) python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
-      --policies eager chunked fifo mixed --quiet --output "$OUT/report.json" > "$LOGS/report.log" 2>&1
-    echo "report rc=$? at ${SECONDS}s"; tail -n 25 "$LOGS/report.log"
-  fi
+  grep -q publish /root/verdict 2>/dev/null && report_main $(( $(left) - 5 )) ""
   finish ;;
 v32c)
   grep -q publish /root/verdict 2>/dev/null || { echo "v32b's verdict was not publish"; exit 1; }
-  timeout -s INT 240 python3 -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
-    --policies chunked overlap slo slo-mixed --tbt-slo-ms 15 --quiet --output "$OUT/report-new.json" \
-    > "$LOGS/report-new.log" 2>&1
-  echo "report-new rc=$? at ${SECONDS}s"; tail -n 30 "$LOGS/report-new.log"
-  timeout -s INT $(( $(left) - 5 )) python3 -m pdlib bench-step --contexts 4096 5120 --output "$OUT/bench-step.json" \
-    > "$LOGS/bench.log" 2>&1
-  echo "bench rc=$? at ${SECONDS}s"; tail -n 12 "$LOGS/bench.log"
+  report_new 240 ""
+  bench_peers $(( $(left) - 5 )) ""
   finish ;;
 v32d)
   grep -q publish /root/verdict 2>/dev/null || { echo "v32b's verdict was not publish"; exit 1; }
-  timeout -s INT $(( $(left) - 10 )) python3 -m pdlib sweep --params params/qwen3-0.6b-sweep.yaml \
-    --chunk-sizes 32 64 128 256 512 1024 4096 --policies chunked mixed --tbt-slo-ms 22 \
-    --reference-policies eager fifo overlap slo-chunked slo-mixed --quiet --output "$OUT/sweep" > "$LOGS/sweep.log" 2>&1
-  echo "== sweep rc=$? at ${SECONDS}s"; tail -n 20 "$LOGS/sweep.log"
-  [ -d "$OUT/sweep" ] && tar -C "$OUT" -cf "$OUT/sweep.tar" sweep && rm -r "$OUT/sweep"
+  sweep_all $(( $(left) - 10 )) ""
   finish ;;
 v32x)
   nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
