@@ -132,13 +132,16 @@ def persistent_text(consts: dict) -> str:
 @pytest.mark.skipif(NVRTC is None, reason="no NVRTC (the nvidia-cuda-nvrtc wheel, Linux only)")
 @pytest.mark.parametrize("shape", ["qwen3-0.6b", "check-kernels timeout case", "qwen3-0.6b, stamps on",
                                    "qwen3-0.6b, 2 keys per warp and stage", "qwen3-0.6b, o_proj folded",
-                                   "check-kernels timeout case, o_proj folded"])
+                                   "check-kernels timeout case, o_proj folded"]
+                         + [f"qwen3-0.6b, L2 {mode}" for mode in P.L2_MODES]
+                         + [f"check-kernels timeout case, o_proj folded, L2 {m}" for m in ("off", "kv-spread-ef")])
 def test_the_cuda_source_compiles_for_the_h200(shape):
     c = (dict(D=1024, HQ=16, HKV=8, DH=128, FF=3072, NL=28, V=151936, CAP=5248, NB=132, S=16)
          if shape.startswith("qwen3") else dict(D=256, HQ=2, HKV=1, DH=128, FF=512, NL=1, V=1024, CAP=8, NB=2112, S=2112))
     c.update(BLOCK=P.BLOCK, EPS_BITS=P.float_bits(1e-6), SCALE_BITS=P.float_bits(128 ** -0.5), SPIN=P.SPIN_CYCLES,
              STAMPS=int(shape.endswith("stamps on")), KVG=2 if shape.endswith("stage") else P.KV_GROUP,
-             NST=P.KV_STAGES, FOLD=int(shape.endswith("folded")))
+             NST=P.KV_STAGES, FOLD=int("folded" in shape),
+             L2=P.L2_MODES[shape.split("L2 ")[1] if "L2 " in shape else P.L2_DEFAULT])
     log = compile_sm90(persistent_text(c))
     regs, smem = re.search(r"entry function '[^']*pdlib_decode_persistent.*?Used (\d+) registers.*?(\d+) bytes smem",
                            log, re.S).groups()
@@ -225,3 +228,21 @@ def test_the_scratch_layout_is_the_kernels():
     order = [names[n] for n in declared if n in names]
     layout = P.scratch_layout(D=8, heads=4, kv_heads=2, dh=4, F=12, splits=3, blocks=5)
     assert order == list(layout) and sorted(v[0] for v in layout.values()) == [v[0] for v in layout.values()]
+
+
+def test_the_l2_switch(monkeypatch):
+    """What is sent into L2 ahead: the default unless PDLIB_PERSISTENT_L2 or `l2` names a mode; a bad name is
+    refused by name, with the modes that would be accepted, before any kernel is built (so on the CPU too)."""
+    monkeypatch.delenv(P.L2_ENV, raising=False)
+    assert P.l2_mode() == P.L2_DEFAULT and P.l2_mode("off") == "off"
+    monkeypatch.setenv(P.L2_ENV, "kv")
+    assert P.l2_mode() == "kv" and P.l2_mode("kv-last-ef") == "kv-last-ef"
+    monkeypatch.setenv(P.L2_ENV, "all")
+    with pytest.raises(InputError, match="PDLIB_PERSISTENT_L2='all': expected one of off, kv, kv-ef"):
+        P.l2_mode()
+    from types import SimpleNamespace
+    dw = SimpleNamespace(embed=SimpleNamespace(shape=(151936, 1024)), down=SimpleNamespace(shape=(28, 1024, 3072)))
+    with pytest.raises(InputError, match="PDLIB_PERSISTENT_L2='all'"):
+        P.launch(None, None, dw, SimpleNamespace(shape=(28, 8, 4160, 128)), None, None, None, heads=16, kv_heads=8,
+                 eps=1e-6, fold=False)
+    assert list(P.L2_MODES.values()) == list(range(len(P.L2_MODES)))  # BODY's L2 numbers them in this order

@@ -54,6 +54,9 @@ from pdlib.errors import InputError
 
 BLOCK = 256
 FOLD_ENV = "PDLIB_PERSISTENT_FOLD"  # "1": o_proj folded into attention (four phases a layer; measured slower)
+L2_ENV = "PDLIB_PERSISTENT_L2"  # what is sent into L2 ahead of use (l2_mode)
+L2_MODES = {"off": 0, "kv": 1, "kv-ef": 2, "kv-spread-ef": 3, "kv-last-ef": 4}  # BODY's L2
+L2_DEFAULT = "kv-ef"
 MAX_BLOCKS = 4096  # the sync buffer's block flags
 SY_BOX, SY_EPOCH, SY_ERR, SY_HEAD, SY_FLAGS = 0, 32, 64, 128, 256  # the sync buffer's words (HEADER's enum)
 SYNC_WORDS = SY_FLAGS + MAX_BLOCKS
@@ -184,12 +187,13 @@ __device__ __forceinline__ void stage(float4* xs4, const float* x, const float* 
 }
 
 // A warp's R rows of a bf16 matrix with K columns (M = 2: rows r and r + N, a gate|up pair), held in
-// registers: each lane has its 16-byte pieces (8 weights) of each row.
+// registers: each lane has its 16-byte pieces (8 weights) of each row. EF: read evict-first (ld.global.cs),
+// weights being read once per token, so that they do not push out of L2 the keys and values sent there ahead.
 template <int K, int M, int R>
 struct Rows {
     static constexpr int K8 = K / 8, PER = (K8 + 31) / 32;
     uint4 q[R][M][PER];
-    __device__ __forceinline__ void load(const uint4* W, int N, int row0, int lane) {
+    __device__ __forceinline__ void load(const uint4* W, int N, int row0, int lane, bool ef = false) {
         #pragma unroll
         for (int r = 0; r < R; ++r)
             #pragma unroll
@@ -197,23 +201,47 @@ struct Rows {
                 #pragma unroll
                 for (int p = 0; p < PER; ++p) {
                     const int row = row0 + r, c = lane + 32 * p;
-                    if (row < N && (K8 % 32 == 0 || c < K8)) q[r][m][p] = W[(size_t)(row + m * N) * K8 + c];
+                    if (row < N && (K8 % 32 == 0 || c < K8)) {
+                        const uint4* w = W + (size_t)(row + m * N) * K8 + c;
+                        q[r][m][p] = ef ? __ldcs(w) : *w;
+                    }
                 }
     }
 };
+
+// Keys [j0, j1) of KV head h, their K rows and V rows, sent from memory into L2 a layer ahead of their
+// attention (cp.async.bulk.prefetch: no destination, nothing to wait for), part `part` of `parts`, in
+// chunks of CHUNK keys spread over the block's threads. LAST: marked evict-last in L2.
+template <int DH, int CAP, int CHUNK, int BLOCK, bool LAST>
+__device__ __forceinline__ void kv_to_l2(const float* kc, const float* vc, int h, int j0, int j1, int part,
+                                         int parts) {
+    const int n = (j1 - j0 + CHUNK - 1) / CHUNK, c0 = part * n / parts, c1 = (part + 1) * n / parts;
+    unsigned long long policy = 0;
+    if (LAST) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+    for (int c = 2 * c0 + threadIdx.x; c < 2 * c1; c += BLOCK) {
+        const int a = j0 + (c >> 1) * CHUNK;
+        const float* src = ((c & 1) ? vc : kc) + ((size_t)h * CAP + a) * DH;
+        const unsigned bytes = (unsigned)min(CHUNK, j1 - a) * DH * 4;
+        if (LAST)
+            asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;"
+                         :: "l"(src), "r"(bytes), "l"(policy) : "memory");
+        else
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(src), "r"(bytes) : "memory");
+    }
+}
 
 // y = W x over the warp's rows row0, row0 + STRIDE, ... < N (R per pass); g already holds the first pass
 // (loaded before the barrier), each pass requests the next before reducing its own (with one pass, as most
 // phases have, nothing is copied). epi(row, y[, y of row + N]) runs in lane r for the pass's row r.
 template <int K, int M, int R, int N, int STRIDE, class Epi>
 __device__ __forceinline__ void gemv(Rows<K, M, R>& g, const uint4* W, int row0, int lane, const float4* xs4,
-                                     Epi epi) {
+                                     Epi epi, bool ef = false) {
     constexpr int K8 = K / 8, PER = (K8 + 31) / 32;
     for (; row0 < N; row0 += STRIDE) {
         Rows<K, M, R> cur;
         if (N > STRIDE) {
             cur = g;
-            if (row0 + STRIDE < N) g.load(W, N, row0 + STRIDE, lane);
+            if (row0 + STRIDE < N) g.load(W, N, row0 + STRIDE, lane, ef);
         }
         const Rows<K, M, R>& use = N > STRIDE ? cur : g;
         float acc[R][M];
@@ -625,15 +653,29 @@ BODY = r"""
     };
     constexpr int KS = WARPS * KVG;  // keys per stage of the attention ring
 
+    // L2 (l2_modes): each block's next attention item, keys and values, sent into L2 a layer ahead: all at once
+    // after this layer's attention, or (L2 == 3) in four parts, after attention, o_proj, gate_up and down; from
+    // L2 == 2 on, weights are read evict-first; L2 == 4 marks the keys and values evict-last
+    constexpr bool EF = L2 >= 2;
+    constexpr int PARTS = L2 == 3 ? 4 : 1;
+    auto ahead = [&](int la, int part) {
+        if (L2 == 0 || part >= PARTS || la >= NL || b >= HKV * S) return;
+        int start, stop;
+        keys_of(b, start, stop);
+        const size_t at = (size_t)la * HKV * CAP * DH;
+        pdp::kv_to_l2<DH, CAP, 32, BLOCK, L2 == 4>(kc + at, vc + at, b / S, start, min(stop, P), part, PARTS);
+    };
+
     pdp::Rows<D, 1, 2> gq, gl;
-    gq.load(WQKV, NQKV, gw * 2, lane);
+    gq.load(WQKV, NQKV, gw * 2, lane, EF);
+    for (int part = 0; part < PARTS; ++part) ahead(0, part);
     for (int l = 0; l < NL; ++l) {
         const float* hin = l == 0 ? x0 : H;
         // 1: RMSNorm + q|k|v
         PDP_STAMP(l * 10)
         pdp::stage<D, BLOCK, true>(xs4, hin, in_norm + l * D, eps, red);
         pdp::gemv<D, 1, 2, NQKV, TW * 2>(gq, WQKV + (size_t)l * NQKV * (D / 8), gw * 2, lane, xs4,
-                  [&](int row, float a, float) { __stcg(QKV + row, a); });
+                  [&](int row, float a, float) { __stcg(QKV + row, a); }, EF);
         float* KL = const_cast<float*>(kc) + (size_t)l * HKV * CAP * DH;
         float* VL = const_cast<float*>(vc) + (size_t)l * HKV * CAP * DH;
         if (b < HKV * S) {  // this block's first attention item: its keys start arriving during the barrier
@@ -658,24 +700,27 @@ BODY = r"""
                     sy + pdp::SY_HEAD, PM, PL, PO, WO + (size_t)l * D * (NO / 8), HP, O, sy + pdp::SY_ERR, SPIN))
                 break;  // the barrier below ends the step
         }
+        ahead(l + 1, 0);
         pdp::Rows<D, 2, 1> gg;
         if constexpr (FOLD) {  // o_proj is done (in parts): no phase 3
-            gg.load(WGU + (size_t)l * 2 * FF * (D / 8), FF, gw, lane);
+            gg.load(WGU + (size_t)l * 2 * FF * (D / 8), FF, gw, lane, EF);
+            ahead(l + 1, 1);
             PDP_STAMP(l * 10 + 3)
             if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
             PDP_STAMP(l * 10 + 4)
             PDP_STAMP(l * 10 + 5)
         } else {
             pdp::Rows<NO, 1, 1> go;
-            go.load(WO + (size_t)l * D * (NO / 8), D, gw, lane);
+            go.load(WO + (size_t)l * D * (NO / 8), D, gw, lane, EF);
             PDP_STAMP(l * 10 + 3)
             if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
             // 3: o_proj + residual
             PDP_STAMP(l * 10 + 4)
             pdp::stage<NO, BLOCK, false>(xs4, O, nullptr, 0.f, red);
             pdp::gemv<NO, 1, 1, D, TW>(go, WO + (size_t)l * D * (NO / 8), gw, lane, xs4,
-                      [&](int row, float a, float) { __stcg(H + row, __ldcg(hin + row) + a); });
-            gg.load(WGU + (size_t)l * 2 * FF * (D / 8), FF, gw, lane);
+                      [&](int row, float a, float) { __stcg(H + row, __ldcg(hin + row) + a); }, EF);
+            gg.load(WGU + (size_t)l * 2 * FF * (D / 8), FF, gw, lane, EF);
+            ahead(l + 1, 1);
             PDP_STAMP(l * 10 + 5)
             if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
         }
@@ -684,30 +729,32 @@ BODY = r"""
         if constexpr (FOLD) pdp::stage_sum<D, BLOCK, HKV>(xs4, hin, HP, H2, b, NB, post_norm + l * D, eps, red);
         else pdp::stage<D, BLOCK, true>(xs4, H, post_norm + l * D, eps, red);
         pdp::gemv<D, 2, 1, FF, TW>(gg, WGU + (size_t)l * 2 * FF * (D / 8), gw, lane, xs4,
-                  [&](int row, float g, float u) { __stcg(ACT + row, g / (1.f + expf(-g)) * u); });
+                  [&](int row, float g, float u) { __stcg(ACT + row, g / (1.f + expf(-g)) * u); }, EF);
         pdp::Rows<FF, 1, 1> gd;
-        gd.load(WD + (size_t)l * D * (FF / 8), D, gw, lane);
+        gd.load(WD + (size_t)l * D * (FF / 8), D, gw, lane, EF);
+        ahead(l + 1, 2);
         PDP_STAMP(l * 10 + 7)
         if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
         // 5: down + residual
         PDP_STAMP(l * 10 + 8)
         pdp::stage<FF, BLOCK, false>(xs4, ACT, nullptr, 0.f, red);
         pdp::gemv<FF, 1, 1, D, TW>(gd, WD + (size_t)l * D * (FF / 8), gw, lane, xs4,
-                  [&](int row, float a, float) { __stcg(H + row, __ldcg((FOLD ? H2 : H) + row) + a); });
-        if (l + 1 < NL) gq.load(WQKV + (size_t)(l + 1) * NQKV * (D / 8), NQKV, gw * 2, lane);
+                  [&](int row, float a, float) { __stcg(H + row, __ldcg((FOLD ? H2 : H) + row) + a); }, EF);
+        if (l + 1 < NL) gq.load(WQKV + (size_t)(l + 1) * NQKV * (D / 8), NQKV, gw * 2, lane, EF);
+        ahead(l + 1, 3);
         PDP_STAMP(l * 10 + 9)
         if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
     }
     // final RMSNorm + LM head, each warp keeping its best row (the first of equal maxima, as argmax does)
     PDP_STAMP(NL * 10)
-    gl.load(LM, V, gw * 2, lane);
+    gl.load(LM, V, gw * 2, lane, EF);
     pdp::stage<D, BLOCK, true>(xs4, H, fnorm, eps, red);
     float best = -INFINITY;
     int besti = 0x7fffffff;
     pdp::gemv<D, 1, 2, V, TW * 2>(gl, LM, gw * 2, lane, xs4, [&](int row, float a, float) {
         logits[row] = a;
         if (a > best || (a == best && row < besti)) { best = a; besti = row; }
-    });
+    }, EF);
     for (int o = 16; o > 0; o >>= 1) {
         const float ov = __shfl_xor_sync(0xffffffffu, best, o);
         const int oi = __shfl_xor_sync(0xffffffffu, besti, o);
@@ -845,6 +892,19 @@ def folded(fold: bool | None = None) -> bool:
     return value == "1"
 
 
+def l2_mode(mode: str | None = None) -> str:
+    """What the kernel sends into L2 ahead of use: `mode`, or PDLIB_PERSISTENT_L2, else L2_DEFAULT.
+    "off": nothing; "kv": each block's next attention item, keys and values, a layer ahead (all at once, after
+    this layer's attention), so that attention reads them from L2 and their bytes stream while the weights'
+    phases wait at barriers; "kv-ef": the same, weights read evict-first (read once per token, they should not
+    push the keys out); "kv-spread-ef": the keys in four parts, after attention, o_proj, gate_up and down;
+    "kv-last-ef": the keys marked evict-last. Hints only: the arithmetic is the same in every mode."""
+    value = mode if mode is not None else os.environ.get(L2_ENV, L2_DEFAULT)
+    if value not in L2_MODES:
+        raise InputError(f"{L2_ENV}={value!r}: expected one of {', '.join(L2_MODES)}")
+    return value
+
+
 def barriers_per_layer(fold: bool) -> int:
     """Grid barriers per layer: one after each phase (four with o_proj folded into attention, else five)."""
     return 4 if fold else 5
@@ -852,7 +912,7 @@ def barriers_per_layer(fold: bool) -> int:
 
 def launch(token, pos, dw: DecodeWeights, k_all, v_all, written, sync, *, heads: int, kv_heads: int,
            eps: float, poison: bool = False, blocks: int | None = None, stamps: bool = False,
-           kv_group: int = KV_GROUP, fold: bool | None = None) -> list:
+           kv_group: int = KV_GROUP, fold: bool | None = None, l2: str | None = None) -> list:
     """The kernel's outputs: [logits, tok_out (token, error flag, 0, 0), pos_out (pos + 1, 0, 0, 0), scratch
     (scratch_layout), stamps, the fence advanced]. k_all, v_all: the caches (L, Hkv, cap, Dh), written in
     place. `poison` fills the outputs with NaN first (a skipped element shows); `blocks` defaults to the SM
@@ -861,11 +921,12 @@ def launch(token, pos, dw: DecodeWeights, k_all, v_all, written, sync, *, heads:
     unused words (16 bytes: not managed memory); with o_proj folded, its phase's start and end are one instant.
     `kv_group`: keys per warp in each stage of attention's ring (KV_STAGES stages in flight). `fold`: o_proj
     folded into attention (`folded`). One sync buffer may see either; where it names a token mailbox area
-    (new_sync), the last block also leaves the token there."""
+    (new_sync), the last block also leaves the token there. `l2`: what is sent into L2 ahead (`l2_mode`)."""
     layers, _, cap, dh = k_all.shape
     V, D = dw.embed.shape
     F = dw.down.shape[2]
     fold = folded(fold)
+    l2_mode(l2)  # a bad name is refused before any kernel is built
     static = static_shared_bytes(D=D, F=F, dh=dh, heads=heads, kv_heads=kv_heads, fold=fold)
     if not fits(static, dh, kv_group):
         most = (SM_SHARED_LIMIT - static) // ring_bytes(dh, 1)
@@ -883,7 +944,7 @@ def launch(token, pos, dw: DecodeWeights, k_all, v_all, written, sync, *, heads:
         template=[("D", D), ("HQ", heads), ("HKV", kv_heads), ("DH", dh), ("FF", F), ("NL", layers), ("V", V),
                   ("CAP", cap), ("NB", nb), ("S", splits), ("BLOCK", BLOCK), ("EPS_BITS", float_bits(eps)),
                   ("SCALE_BITS", float_bits(dh ** -0.5)), ("SPIN", SPIN_CYCLES), ("STAMPS", stamps),
-                  ("KVG", kv_group), ("NST", KV_STAGES), ("FOLD", fold)],
+                  ("KVG", kv_group), ("NST", KV_STAGES), ("FOLD", fold), ("L2", L2_MODES[l2_mode(l2)])],
         grid=(nb * BLOCK, 1, 1), threadgroup=(BLOCK, 1, 1),
         output_shapes=[(V,), (4,), (4,), (size,), (2 * (10 * layers + 3) if stamps else 2,), written.shape],
         output_dtypes=[mx.float32, mx.uint32, mx.int32, mx.float32, mx.uint64, written.dtype],
