@@ -215,7 +215,7 @@ struct Rows {
 template <int DH, int CAP, int CHUNK, int BLOCK, bool LAST>
 __device__ __forceinline__ void kv_to_l2(const float* kc, const float* vc, int h, int j0, int j1, int part,
                                          int parts) {
-    const int n = (j1 - j0 + CHUNK - 1) / CHUNK, c0 = part * n / parts, c1 = (part + 1) * n / parts;
+    const int n = max(0, (j1 - j0 + CHUNK - 1) / CHUNK), c0 = part * n / parts, c1 = (part + 1) * n / parts;
     unsigned long long policy = 0;
     if (LAST) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
     for (int c = 2 * c0 + threadIdx.x; c < 2 * c1; c += BLOCK) {
