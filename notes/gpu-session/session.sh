@@ -208,14 +208,14 @@
 #                                          eager chunked fifo mixed (reports now time each step's host issue)
 #   bash notes/gpu-session/session.sh v32c one H200: chunked overlap slo slo-mixed, then bench-step with peers
 #   bash notes/gpu-session/session.sh v32d one H200: the sweep
-#   bash notes/gpu-session/session.sh v33a one H200, the twentieth session's first call: check-kernels alone
-#                                          (the default now sends keys into L2 ahead: kv-ef), its mark in
-#                                          /root/ck.ok; then, with over 200 s left, the L2 modes' A/B (l2_ab.py)
-#   bash notes/gpu-session/session.sh v33b one H200: the A/B (unless v33a ran it), the mode to publish with
-#                                          (/root/l2mode: the fastest pipelined decode at 5K, all its logits
-#                                          equal to off's), the gate for every single-GPU policy with it, the
-#                                          verdict, then bench-step with peers
-#   bash notes/gpu-session/session.sh v33c one H200: eager chunked fifo mixed, then chunked overlap slo slo-mixed,
+#   bash notes/gpu-session/session.sh v34a one H200, a fresh machine: check-kernels alone (the grid barrier's
+#                                          default is now acq-rel), its mark in /root/ck.ok; then, with over
+#                                          200 s left, the barrier modes' A/B (persistent_ab.py barrier)
+#   bash notes/gpu-session/session.sh v34b one H200: the A/B (unless v34a ran it), the mode to publish with
+#                                          (/root/barmode: the fastest pipelined decode at 5K, its logits equal
+#                                          to sc's bit for bit, if 1% under sc's), the gate for every
+#                                          single-GPU policy with it, the verdict, then bench-step with peers
+#   bash notes/gpu-session/session.sh v34c one H200: eager chunked fifo mixed, then chunked overlap slo slo-mixed,
 #                                          with that mode
 #   bash notes/gpu-session/session.sh v32x x2: check-kernels (GPU 1, 540 s) beside the gate for every
 #                                          single-GPU policy (GPU 0), the verdict; then v27b and v27c (disagg's
@@ -340,30 +340,31 @@ check_kernels_all() {
   check_kernels "$1" && [ $CK_RC = 0 ] && [ -s "$OUT/check-kernels.json" ] \
     && grep -q "^persistent/mailbox.* pass$" "$LOGS/ck0.log" && touch "$LOGS/ck.ok"
 }
-# v33: every L2 mode against off at 4K and 5K, two rounds, under a $1-second limit (marks /root/l2ab.done)
-l2_ab() {
-  timeout "$1" python3 notes/gpu-session/l2_ab.py 2 > "$LOGS/l2_ab.log" 2>&1
-  echo "l2_ab rc=$? at ${SECONDS}s"; grep -v "^{" "$LOGS/l2_ab.log" | tail -n 14
-  cp "$LOGS/l2_ab.log" /root/l2_ab.log && touch /root/l2ab.done
+# v34: the grid barrier's modes, sc (first) and acq-rel, at 4K and 5K, two rounds, under a $1-second limit
+# (marks /root/ab.done; v33 ran the L2 modes this way)
+barrier_ab() {
+  timeout "$1" python3 notes/gpu-session/persistent_ab.py barrier 2 sc acq-rel > "$LOGS/barrier_ab.log" 2>&1
+  echo "barrier_ab rc=$? at ${SECONDS}s"; grep -v "^{" "$LOGS/barrier_ab.log" | tail -n 8
+  cp "$LOGS/barrier_ab.log" /root/ab.log && touch /root/ab.done
 }
-# v33: the mode to publish with, into /root/l2mode: the lowest median pipelined decode at 5K among the modes
-# whose every row ran and matched off bit for bit, if at least 1% under off's; else off
-l2_verdict() {
-  python3 - /root/l2_ab.log <<'PY' > /root/l2mode
+# v34: the mode to publish with, into /root/barmode: the lowest median pipelined decode at 5K among the modes
+# whose every row ran and matched the first mode (sc) bit for bit, if at least 1% under sc's; else sc
+barrier_verdict() {
+  python3 - /root/ab.log <<'PY' > /root/barmode
 import json, statistics, sys
 rows = [json.loads(x) for x in open(sys.argv[1]) if x.startswith("{")]
 ok, ms = {}, {}
 for r in rows:
-    ok[r["mode"]] = ok.get(r["mode"], True) and "error" not in r and r.get("same_as_off") is True
+    ok[r["mode"]] = ok.get(r["mode"], True) and "error" not in r and r.get("same_as_first") is True
     if r.get("context") == 5120 and "pipelined_ms" in r:
         ms.setdefault(r["mode"], []).append(r["pipelined_ms"])
 med = {m: statistics.median(v) for m, v in ms.items() if ok.get(m)}
-best = min(med, key=med.get) if med else "off"
-print(best if "off" in med and med[best] < 0.99 * med["off"] else "off")
+best = min(med, key=med.get) if med else "sc"
+print(best if "sc" in med and med[best] < 0.99 * med["sc"] else "sc")
 print(med, file=sys.stderr)
 PY
-  [ -s /root/l2mode ] || echo off > /root/l2mode
-  echo "PDLIB_PERSISTENT_L2 to publish with: $(cat /root/l2mode)"
+  [ -s /root/barmode ] || echo sc > /root/barmode
+  echo "PDLIB_PERSISTENT_BARRIER to publish with: $(cat /root/barmode)"
 }
 # v31 (x2): disagg's gate at 4,096/64 (its decodes, in this process, read from the mailbox); marks disagg.ok
 gate_disagg() {
@@ -1287,24 +1288,24 @@ v32d)
   grep -q publish /root/verdict 2>/dev/null || { echo "v32b's verdict was not publish"; exit 1; }
   sweep_all $(( $(left) - 10 )) ""
   finish ;;
-v33a)
-  nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"; rm -f /root/ck.ok /root/l2ab.done /root/l2mode
+v34a)
+  nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"; rm -f /root/ck.ok /root/ab.done /root/barmode
   check_kernels_all $(( $(left) - 10 )) && cp "$LOGS/ck.ok" /root/ck.ok
   echo "check-kernels: $(ls /root/ck.ok 2>/dev/null || echo 'not passed')"
-  [ "$(left)" -gt 200 ] && l2_ab $(( $(left) - 10 ))
+  [ "$(left)" -gt 200 ] && barrier_ab $(( $(left) - 10 ))
   finish ;;
-v33b)
+v34b)
   rm -f /root/verdict; cp /root/ck.ok "$LOGS/" 2>/dev/null
-  [ -e /root/l2ab.done ] || l2_ab 280
-  l2_verdict
-  export PDLIB_PERSISTENT_L2=$(head -n 1 /root/l2mode)
+  [ -e /root/ab.done ] || barrier_ab 280
+  barrier_verdict
+  export PDLIB_PERSISTENT_BARRIER=$(head -n 1 /root/barmode)
   gate_all ""
   verdict_all one
   grep -q publish /root/verdict 2>/dev/null && bench_peers $(( $(left) - 5 )) ""
   finish ;;
-v33c)
-  grep -q publish /root/verdict 2>/dev/null || { echo "v33b's verdict was not publish"; exit 1; }
-  export PDLIB_PERSISTENT_L2=$(head -n 1 /root/l2mode)
+v34c)
+  grep -q publish /root/verdict 2>/dev/null || { echo "v34b's verdict was not publish"; exit 1; }
+  export PDLIB_PERSISTENT_BARRIER=$(head -n 1 /root/barmode)
   report_main 250 ""
   report_new $(( $(left) - 5 )) ""
   finish ;;

@@ -54,9 +54,9 @@ from pdlib.errors import InputError
 
 BLOCK = 256
 FOLD_ENV = "PDLIB_PERSISTENT_FOLD"  # "1": o_proj folded into attention (four phases a layer; measured slower)
-L2_ENV = "PDLIB_PERSISTENT_L2"  # what is sent into L2 ahead of use (l2_mode)
-L2_MODES = {"off": 0, "kv": 1, "kv-ef": 2, "kv-spread-ef": 3, "kv-last-ef": 4}  # BODY's L2
-L2_DEFAULT = "kv-ef"
+BARRIER_ENV = "PDLIB_PERSISTENT_BARRIER"  # the grid barrier's fences (barrier_mode)
+BARRIER_MODES = {"sc": 0, "acq-rel": 1}  # BODY's BAR
+BARRIER_DEFAULT = "acq-rel"
 MAX_BLOCKS = 4096  # the sync buffer's block flags
 SY_BOX, SY_EPOCH, SY_ERR, SY_HEAD, SY_FLAGS = 0, 32, 64, 128, 256  # the sync buffer's words (HEADER's enum)
 SYNC_WORDS = SY_FLAGS + MAX_BLOCKS
@@ -125,7 +125,12 @@ constexpr int MBOX_SLOTS = 16;  // mailbox.SLOTS
 // gave up waiting. Each block has its own flag word and raises it to `epoch` (the barriers this buffer has
 // seen, this one included); one warp per block waits until every flag is at epoch or past it. No word is
 // contended and nothing is reset: a flag only grows, so a block already at the next barrier still counts
-// for this one, and the buffer is reusable as it stands.
+// for this one, and the buffer is reusable as it stands. BAR 1 ("acq-rel"): the flag raised after a
+// fence.acq_rel (the block's writes, ordered before by __syncthreads, released with it, as CUTLASS's grid
+// barrier does) and acquired by one after the wait, and the error word read beside the flags, so each poll
+// is one round trip to L2; BAR 0 ("sc"): __threadfence (fence.sc) on both sides, the error word read after
+// the flags' vote.
+template <int BAR>
 __device__ __noinline__ bool grid_sync(unsigned* sy, unsigned nb, unsigned epoch, long long spin) {
     __shared__ int ok;
     __syncthreads();
@@ -135,13 +140,18 @@ __device__ __noinline__ bool grid_sync(unsigned* sy, unsigned nb, unsigned epoch
         volatile unsigned* flags = sy + SY_FLAGS;
         bool good = __shfl_sync(0xffffffffu, *err == 0u ? 1 : 0, 0) != 0;  // one decision for the warp
         if (good) {
-            if (lane == 0) { __threadfence(); flags[blockIdx.x] = epoch; }  // this block's writes, then its flag
+            if (lane == 0) {  // this block's writes, then its flag
+                if (BAR == 1) asm volatile("fence.acq_rel.gpu;" ::: "memory");
+                else __threadfence();
+                flags[blockIdx.x] = epoch;
+            }
             const long long t0 = clock64();
             while (true) {
                 bool up = true;
                 for (unsigned i = lane; i < nb; i += 32) up &= (int)(flags[i] - epoch) >= 0;
+                const unsigned e = BAR == 1 ? *err : 0u;  // in flight with the flags' loads
                 if (__all_sync(0xffffffffu, up)) break;
-                int stop = *err != 0u ? 1 : clock64() - t0 > spin ? 2 : 0;
+                int stop = (BAR == 1 ? e : *err) != 0u ? 1 : clock64() - t0 > spin ? 2 : 0;
                 stop = __shfl_sync(0xffffffffu, stop, 0);
                 if (stop) {
                     if (stop == 2 && lane == 0) atomicExch(sy + SY_ERR, 1u);
@@ -149,7 +159,9 @@ __device__ __noinline__ bool grid_sync(unsigned* sy, unsigned nb, unsigned epoch
                     break;
                 }
             }
-            __threadfence();  // every other block's writes before this block reads them
+            // every other block's writes before this block reads them
+            if (BAR == 1) asm volatile("fence.acq_rel.gpu;" ::: "memory");
+            else __threadfence();
         }
         if (lane == 0) ok = good;
     }
@@ -187,13 +199,12 @@ __device__ __forceinline__ void stage(float4* xs4, const float* x, const float* 
 }
 
 // A warp's R rows of a bf16 matrix with K columns (M = 2: rows r and r + N, a gate|up pair), held in
-// registers: each lane has its 16-byte pieces (8 weights) of each row. EF: read evict-first (ld.global.cs),
-// weights being read once per token, so that they do not push out of L2 the keys and values sent there ahead.
+// registers: each lane has its 16-byte pieces (8 weights) of each row.
 template <int K, int M, int R>
 struct Rows {
     static constexpr int K8 = K / 8, PER = (K8 + 31) / 32;
     uint4 q[R][M][PER];
-    __device__ __forceinline__ void load(const uint4* W, int N, int row0, int lane, bool ef = false) {
+    __device__ __forceinline__ void load(const uint4* W, int N, int row0, int lane) {
         #pragma unroll
         for (int r = 0; r < R; ++r)
             #pragma unroll
@@ -201,47 +212,23 @@ struct Rows {
                 #pragma unroll
                 for (int p = 0; p < PER; ++p) {
                     const int row = row0 + r, c = lane + 32 * p;
-                    if (row < N && (K8 % 32 == 0 || c < K8)) {
-                        const uint4* w = W + (size_t)(row + m * N) * K8 + c;
-                        q[r][m][p] = ef ? __ldcs(w) : *w;
-                    }
+                    if (row < N && (K8 % 32 == 0 || c < K8)) q[r][m][p] = W[(size_t)(row + m * N) * K8 + c];
                 }
     }
 };
-
-// Keys [j0, j1) of KV head h, their K rows and V rows, sent from memory into L2 a layer ahead of their
-// attention (cp.async.bulk.prefetch: no destination, nothing to wait for), part `part` of `parts`, in
-// chunks of CHUNK keys spread over the block's threads. LAST: marked evict-last in L2.
-template <int DH, int CAP, int CHUNK, int BLOCK, bool LAST>
-__device__ __forceinline__ void kv_to_l2(const float* kc, const float* vc, int h, int j0, int j1, int part,
-                                         int parts) {
-    const int n = max(0, (j1 - j0 + CHUNK - 1) / CHUNK), c0 = part * n / parts, c1 = (part + 1) * n / parts;
-    unsigned long long policy = 0;
-    if (LAST) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
-    for (int c = 2 * c0 + threadIdx.x; c < 2 * c1; c += BLOCK) {
-        const int a = j0 + (c >> 1) * CHUNK;
-        const float* src = ((c & 1) ? vc : kc) + ((size_t)h * CAP + a) * DH;
-        const unsigned bytes = (unsigned)min(CHUNK, j1 - a) * DH * 4;
-        if (LAST)
-            asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;"
-                         :: "l"(src), "r"(bytes), "l"(policy) : "memory");
-        else
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(src), "r"(bytes) : "memory");
-    }
-}
 
 // y = W x over the warp's rows row0, row0 + STRIDE, ... < N (R per pass); g already holds the first pass
 // (loaded before the barrier), each pass requests the next before reducing its own (with one pass, as most
 // phases have, nothing is copied). epi(row, y[, y of row + N]) runs in lane r for the pass's row r.
 template <int K, int M, int R, int N, int STRIDE, class Epi>
 __device__ __forceinline__ void gemv(Rows<K, M, R>& g, const uint4* W, int row0, int lane, const float4* xs4,
-                                     Epi epi, bool ef = false) {
+                                     Epi epi) {
     constexpr int K8 = K / 8, PER = (K8 + 31) / 32;
     for (; row0 < N; row0 += STRIDE) {
         Rows<K, M, R> cur;
         if (N > STRIDE) {
             cur = g;
-            if (row0 + STRIDE < N) g.load(W, N, row0 + STRIDE, lane, ef);
+            if (row0 + STRIDE < N) g.load(W, N, row0 + STRIDE, lane);
         }
         const Rows<K, M, R>& use = N > STRIDE ? cur : g;
         float acc[R][M];
@@ -653,29 +640,15 @@ BODY = r"""
     };
     constexpr int KS = WARPS * KVG;  // keys per stage of the attention ring
 
-    // L2 (l2_modes): each block's next attention item, keys and values, sent into L2 a layer ahead: all at once
-    // after this layer's attention, or (L2 == 3) in four parts, after attention, o_proj, gate_up and down; from
-    // L2 == 2 on, weights are read evict-first; L2 == 4 marks the keys and values evict-last
-    constexpr bool EF = L2 >= 2;
-    constexpr int PARTS = L2 == 3 ? 4 : 1;
-    auto ahead = [&](int la, int part) {
-        if (L2 == 0 || part >= PARTS || la >= NL || b >= HKV * S) return;
-        int start, stop;
-        keys_of(b, start, stop);
-        const size_t at = (size_t)la * HKV * CAP * DH;
-        pdp::kv_to_l2<DH, CAP, 32, BLOCK, L2 == 4>(kc + at, vc + at, b / S, start, min(stop, P), part, PARTS);
-    };
-
     pdp::Rows<D, 1, 2> gq, gl;
-    gq.load(WQKV, NQKV, gw * 2, lane, EF);
-    for (int part = 0; part < PARTS; ++part) ahead(0, part);
+    gq.load(WQKV, NQKV, gw * 2, lane);
     for (int l = 0; l < NL; ++l) {
         const float* hin = l == 0 ? x0 : H;
         // 1: RMSNorm + q|k|v
         PDP_STAMP(l * 10)
         pdp::stage<D, BLOCK, true>(xs4, hin, in_norm + l * D, eps, red);
         pdp::gemv<D, 1, 2, NQKV, TW * 2>(gq, WQKV + (size_t)l * NQKV * (D / 8), gw * 2, lane, xs4,
-                  [&](int row, float a, float) { __stcg(QKV + row, a); }, EF);
+                  [&](int row, float a, float) { __stcg(QKV + row, a); });
         float* KL = const_cast<float*>(kc) + (size_t)l * HKV * CAP * DH;
         float* VL = const_cast<float*>(vc) + (size_t)l * HKV * CAP * DH;
         if (b < HKV * S) {  // this block's first attention item: its keys start arriving during the barrier
@@ -684,7 +657,7 @@ BODY = r"""
             pdp::ring_prefetch<DH, CAP, KS, NST>(ring, KL, VL, b / S, start, stop, P);
         }
         PDP_STAMP(l * 10 + 1)
-        if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) {  // no block leaves with bytes still landing in its shared memory
+        if (!pdp::grid_sync<BAR>(sy, NB, ++epoch, SPIN)) {  // no block leaves with bytes still landing in its shared memory
             while (ring.used != ring.issued) pdp::ring_wait<DH, KS, NST>(ring, sy + pdp::SY_ERR, SPIN);
             return;
         }
@@ -700,61 +673,56 @@ BODY = r"""
                     sy + pdp::SY_HEAD, PM, PL, PO, WO + (size_t)l * D * (NO / 8), HP, O, sy + pdp::SY_ERR, SPIN))
                 break;  // the barrier below ends the step
         }
-        ahead(l + 1, 0);
         pdp::Rows<D, 2, 1> gg;
         if constexpr (FOLD) {  // o_proj is done (in parts): no phase 3
-            gg.load(WGU + (size_t)l * 2 * FF * (D / 8), FF, gw, lane, EF);
-            ahead(l + 1, 1);
+            gg.load(WGU + (size_t)l * 2 * FF * (D / 8), FF, gw, lane);
             PDP_STAMP(l * 10 + 3)
-            if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
+            if (!pdp::grid_sync<BAR>(sy, NB, ++epoch, SPIN)) return;
             PDP_STAMP(l * 10 + 4)
             PDP_STAMP(l * 10 + 5)
         } else {
             pdp::Rows<NO, 1, 1> go;
-            go.load(WO + (size_t)l * D * (NO / 8), D, gw, lane, EF);
+            go.load(WO + (size_t)l * D * (NO / 8), D, gw, lane);
             PDP_STAMP(l * 10 + 3)
-            if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
+            if (!pdp::grid_sync<BAR>(sy, NB, ++epoch, SPIN)) return;
             // 3: o_proj + residual
             PDP_STAMP(l * 10 + 4)
             pdp::stage<NO, BLOCK, false>(xs4, O, nullptr, 0.f, red);
             pdp::gemv<NO, 1, 1, D, TW>(go, WO + (size_t)l * D * (NO / 8), gw, lane, xs4,
-                      [&](int row, float a, float) { __stcg(H + row, __ldcg(hin + row) + a); }, EF);
-            gg.load(WGU + (size_t)l * 2 * FF * (D / 8), FF, gw, lane, EF);
-            ahead(l + 1, 1);
+                      [&](int row, float a, float) { __stcg(H + row, __ldcg(hin + row) + a); });
+            gg.load(WGU + (size_t)l * 2 * FF * (D / 8), FF, gw, lane);
             PDP_STAMP(l * 10 + 5)
-            if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
+            if (!pdp::grid_sync<BAR>(sy, NB, ++epoch, SPIN)) return;
         }
         // 4: RMSNorm + gate|up + SwiGLU (FOLD: h is the layer's input plus each head's part of o_proj)
         PDP_STAMP(l * 10 + 6)
         if constexpr (FOLD) pdp::stage_sum<D, BLOCK, HKV>(xs4, hin, HP, H2, b, NB, post_norm + l * D, eps, red);
         else pdp::stage<D, BLOCK, true>(xs4, H, post_norm + l * D, eps, red);
         pdp::gemv<D, 2, 1, FF, TW>(gg, WGU + (size_t)l * 2 * FF * (D / 8), gw, lane, xs4,
-                  [&](int row, float g, float u) { __stcg(ACT + row, g / (1.f + expf(-g)) * u); }, EF);
+                  [&](int row, float g, float u) { __stcg(ACT + row, g / (1.f + expf(-g)) * u); });
         pdp::Rows<FF, 1, 1> gd;
-        gd.load(WD + (size_t)l * D * (FF / 8), D, gw, lane, EF);
-        ahead(l + 1, 2);
+        gd.load(WD + (size_t)l * D * (FF / 8), D, gw, lane);
         PDP_STAMP(l * 10 + 7)
-        if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
+        if (!pdp::grid_sync<BAR>(sy, NB, ++epoch, SPIN)) return;
         // 5: down + residual
         PDP_STAMP(l * 10 + 8)
         pdp::stage<FF, BLOCK, false>(xs4, ACT, nullptr, 0.f, red);
         pdp::gemv<FF, 1, 1, D, TW>(gd, WD + (size_t)l * D * (FF / 8), gw, lane, xs4,
-                  [&](int row, float a, float) { __stcg(H + row, __ldcg((FOLD ? H2 : H) + row) + a); }, EF);
-        if (l + 1 < NL) gq.load(WQKV + (size_t)(l + 1) * NQKV * (D / 8), NQKV, gw * 2, lane, EF);
-        ahead(l + 1, 3);
+                  [&](int row, float a, float) { __stcg(H + row, __ldcg((FOLD ? H2 : H) + row) + a); });
+        if (l + 1 < NL) gq.load(WQKV + (size_t)(l + 1) * NQKV * (D / 8), NQKV, gw * 2, lane);
         PDP_STAMP(l * 10 + 9)
-        if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
+        if (!pdp::grid_sync<BAR>(sy, NB, ++epoch, SPIN)) return;
     }
     // final RMSNorm + LM head, each warp keeping its best row (the first of equal maxima, as argmax does)
     PDP_STAMP(NL * 10)
-    gl.load(LM, V, gw * 2, lane, EF);
+    gl.load(LM, V, gw * 2, lane);
     pdp::stage<D, BLOCK, true>(xs4, H, fnorm, eps, red);
     float best = -INFINITY;
     int besti = 0x7fffffff;
     pdp::gemv<D, 1, 2, V, TW * 2>(gl, LM, gw * 2, lane, xs4, [&](int row, float a, float) {
         logits[row] = a;
         if (a > best || (a == best && row < besti)) { best = a; besti = row; }
-    }, EF);
+    });
     for (int o = 16; o > 0; o >>= 1) {
         const float ov = __shfl_xor_sync(0xffffffffu, best, o);
         const int oi = __shfl_xor_sync(0xffffffffu, besti, o);
@@ -892,16 +860,14 @@ def folded(fold: bool | None = None) -> bool:
     return value == "1"
 
 
-def l2_mode(mode: str | None = None) -> str:
-    """What the kernel sends into L2 ahead of use: `mode`, or PDLIB_PERSISTENT_L2, else L2_DEFAULT.
-    "off": nothing; "kv": each block's next attention item, keys and values, a layer ahead (all at once, after
-    this layer's attention), so that attention reads them from L2 and their bytes stream while the weights'
-    phases wait at barriers; "kv-ef": the same, weights read evict-first (read once per token, they should not
-    push the keys out); "kv-spread-ef": the keys in four parts, after attention, o_proj, gate_up and down;
-    "kv-last-ef": the keys marked evict-last. Hints only: the arithmetic is the same in every mode."""
-    value = mode if mode is not None else os.environ.get(L2_ENV, L2_DEFAULT)
-    if value not in L2_MODES:
-        raise InputError(f"{L2_ENV}={value!r}: expected one of {', '.join(L2_MODES)}")
+def barrier_mode(mode: str | None = None) -> str:
+    """The grid barrier's fences: `mode`, or PDLIB_PERSISTENT_BARRIER, else BARRIER_DEFAULT. "acq-rel": a block
+    raises its flag after fence.acq_rel and acquires the others' writes with one after its wait, and reads
+    the error word in the same round trip as the flags; "sc": __threadfence (fence.sc) on both sides and the
+    error word read after the flags' vote (the barrier v4-v31 measured)."""
+    value = mode if mode is not None else os.environ.get(BARRIER_ENV, BARRIER_DEFAULT)
+    if value not in BARRIER_MODES:
+        raise InputError(f"{BARRIER_ENV}={value!r}: expected one of {', '.join(BARRIER_MODES)}")
     return value
 
 
@@ -912,7 +878,7 @@ def barriers_per_layer(fold: bool) -> int:
 
 def launch(token, pos, dw: DecodeWeights, k_all, v_all, written, sync, *, heads: int, kv_heads: int,
            eps: float, poison: bool = False, blocks: int | None = None, stamps: bool = False,
-           kv_group: int = KV_GROUP, fold: bool | None = None, l2: str | None = None) -> list:
+           kv_group: int = KV_GROUP, fold: bool | None = None, barrier: str | None = None) -> list:
     """The kernel's outputs: [logits, tok_out (token, error flag, 0, 0), pos_out (pos + 1, 0, 0, 0), scratch
     (scratch_layout), stamps, the fence advanced]. k_all, v_all: the caches (L, Hkv, cap, Dh), written in
     place. `poison` fills the outputs with NaN first (a skipped element shows); `blocks` defaults to the SM
@@ -921,12 +887,13 @@ def launch(token, pos, dw: DecodeWeights, k_all, v_all, written, sync, *, heads:
     unused words (16 bytes: not managed memory); with o_proj folded, its phase's start and end are one instant.
     `kv_group`: keys per warp in each stage of attention's ring (KV_STAGES stages in flight). `fold`: o_proj
     folded into attention (`folded`). One sync buffer may see either; where it names a token mailbox area
-    (new_sync), the last block also leaves the token there. `l2`: what is sent into L2 ahead (`l2_mode`)."""
+    (new_sync), the last block also leaves the token there. `barrier`: the grid barrier's fences
+    (`barrier_mode`)."""
     layers, _, cap, dh = k_all.shape
     V, D = dw.embed.shape
     F = dw.down.shape[2]
     fold = folded(fold)
-    l2_mode(l2)  # a bad name is refused before any kernel is built
+    barrier = barrier_mode(barrier)  # a bad name is refused before any kernel is built
     static = static_shared_bytes(D=D, F=F, dh=dh, heads=heads, kv_heads=kv_heads, fold=fold)
     if not fits(static, dh, kv_group):
         most = (SM_SHARED_LIMIT - static) // ring_bytes(dh, 1)
@@ -944,7 +911,7 @@ def launch(token, pos, dw: DecodeWeights, k_all, v_all, written, sync, *, heads:
         template=[("D", D), ("HQ", heads), ("HKV", kv_heads), ("DH", dh), ("FF", F), ("NL", layers), ("V", V),
                   ("CAP", cap), ("NB", nb), ("S", splits), ("BLOCK", BLOCK), ("EPS_BITS", float_bits(eps)),
                   ("SCALE_BITS", float_bits(dh ** -0.5)), ("SPIN", SPIN_CYCLES), ("STAMPS", stamps),
-                  ("KVG", kv_group), ("NST", KV_STAGES), ("FOLD", fold), ("L2", L2_MODES[l2_mode(l2)])],
+                  ("KVG", kv_group), ("NST", KV_STAGES), ("FOLD", fold), ("BAR", BARRIER_MODES[barrier])],
         grid=(nb * BLOCK, 1, 1), threadgroup=(BLOCK, 1, 1),
         output_shapes=[(V,), (4,), (4,), (size,), (2 * (10 * layers + 3) if stamps else 2,), written.shape],
         output_dtypes=[mx.float32, mx.uint32, mx.int32, mx.float32, mx.uint64, written.dtype],

@@ -1,13 +1,13 @@
-"""What sending each block's next attention item into L2 a layer ahead does to the persistent decode kernel
-(issue 12, v33: `persistent_decode.l2_mode`), every mode against "off" at 4K and 5K context, in alternating
-rounds on one engine. Per mode and round: the kernel's own time and phases (block 0's clocks, the launch of
-median length of five, stamps on), the device's pace with launches queued back to back (each takes the
-fence the one before returned, as decode does; stamps off), and the token observed on the host after each
-launch. Every launch is at the same position (its new K/V slot rewritten with the same values), so every
-mode sees the same cache; each mode's logits, token and written slots must equal "off"'s bit for bit (the
-modes are hints to the memory system, not arithmetic). One JSON line per mode and round, then medians.
+"""A persistent decode kernel switch's modes against each other (issue 12), at 4K and 5K context, in
+alternating rounds on one engine: `barrier` (persistent_decode.barrier_mode; v34) or `fold`. Per mode and
+round: the kernel's own time and phases (block 0's clocks, the launch of median length of five, stamps on),
+the device's pace with launches queued back to back (each takes the fence the one before returned, as decode
+does; stamps off), and the token observed on the host after each launch. Every launch is at the same position
+(its new K/V slot rewritten with the same values), so every mode sees the same cache; each mode's logits,
+token and written slots must equal the first mode's bit for bit (fold changes the sums' order: there they
+need not). One JSON line per mode and round, then medians. v33 ran it for the L2 modes (tree 3036335).
 
-    python3 notes/gpu-session/l2_ab.py [rounds [mode ...]]
+    python3 notes/gpu-session/persistent_ab.py knob rounds mode [mode ...]     e.g. barrier 2 sc acq-rel
 """
 
 import json
@@ -21,8 +21,9 @@ from pdlib.engine import Engine, check_token
 from pdlib.engine.kernels import persistent_decode as P
 from pdlib.weights import load_model
 
-ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 2
-MODES = sys.argv[2:] or list(P.L2_MODES)
+KNOB, ROUNDS, MODES = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+if KNOB == "fold":
+    MODES = [m == "1" for m in MODES]
 PHASES = ["norm+qkv", "barrier1", "attention", "barrier2", "o_proj", "barrier3", "norm+gate_up", "barrier4",
           "down", "barrier5"]
 model = load_model("synthetic:qwen3-0.6b")
@@ -36,7 +37,7 @@ kw = dict(heads=cfg.num_attention_heads, kv_heads=cfg.num_key_value_heads, eps=c
 def launch(mode, sync, written, stamps=False):
     c = req.cache
     return P.launch(req.next_token, c.position(), q.decode_weights, c.k_all, c.v_all, written, sync,
-                    stamps=stamps, l2=mode, **kw)
+                    stamps=stamps, **{KNOB: mode}, **kw)
 
 
 def timeline(mode):
@@ -96,11 +97,11 @@ for ctx in (4096, 5120):
                 row, outs = sorted(runs, key=lambda r: r[0]["kernel_us"])[2]
                 got = (outs[0], outs[1][:2], slots())
                 mx.eval(got)
-                if ref is None and mode == "off":
+                if ref is None and mode == MODES[0]:
                     ref = got
                 same = None if ref is None else all(mx.array_equal(a, b).item() for a, b in zip(got, ref))
                 row = {"context": ctx, "mode": mode, "round": rnd, **row, "pipelined_ms": pipelined(mode),
-                       "observed_ms": observed(mode), "token": outs[1][0].item(), "same_as_off": same}
+                       "observed_ms": observed(mode), "token": outs[1][0].item(), "same_as_first": same}
             except Exception as e:  # noqa: BLE001 (the next mode still runs)
                 row = {"context": ctx, "mode": mode, "round": rnd, "error": f"{type(e).__name__}: {e}"}
             rows.append(row)
@@ -118,4 +119,4 @@ for ctx in (4096, 5120):
         print(f"{ctx:>7} {mode:>13} {med(lambda r: r['kernel_us']):9.1f} {med(lambda r: r['layer_us']):8.2f} "
               f"{med(lambda r: r['phases_us']['attention']):7.2f} {med(lambda r: r['phases_us']['barrier2']):6.2f} "
               f"{med(lambda r: r['pipelined_ms']):8.3f} {med(lambda r: r['observed_ms']):8.3f}  "
-              f"{all(r['same_as_off'] for r in mine)}", flush=True)
+              f"{all(r['same_as_first'] for r in mine)}", flush=True)
