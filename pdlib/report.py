@@ -140,9 +140,9 @@ def environment(backend: str) -> dict:
 # a big graph holds the host (notes/gpu.md, v8); the GPU a process was given (and its cores, `_cores`) say
 # which of a shared host's runs side by side this was.
 RECORDED_ENV = ("MLX_MAX_OPS_PER_BUFFER", "MLX_MAX_MB_PER_BUFFER", "MLX_USE_CUDA_GRAPHS", "CUDA_VISIBLE_DEVICES",
-                "PDLIB_DECODE", "PDLIB_PERSISTENT_FOLD", "PDLIB_PERSISTENT_BARRIER", "PDLIB_PERSISTENT_BLOCKS",
-                "PDLIB_PREFILL_GEMM", "PDLIB_PREFILL_GEMM_SUM", "PDLIB_PREFILL_QK", "PDLIB_PREFILL_ATTENTION",
-                "PDLIB_STEP_DISPATCH", "PDLIB_TOKEN_READ")
+                "PDLIB_DECODE", "PDLIB_PERSISTENT_FOLD", "PDLIB_PERSISTENT_BLOCKS", "PDLIB_PREFILL_GEMM",
+                "PDLIB_PREFILL_GEMM_SUM", "PDLIB_PREFILL_QK", "PDLIB_PREFILL_ATTENTION", "PDLIB_STEP_DISPATCH",
+                "PDLIB_TOKEN_READ")
 
 
 def _cores() -> str:

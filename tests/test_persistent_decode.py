@@ -132,16 +132,13 @@ def persistent_text(consts: dict) -> str:
 @pytest.mark.skipif(NVRTC is None, reason="no NVRTC (the nvidia-cuda-nvrtc wheel, Linux only)")
 @pytest.mark.parametrize("shape", ["qwen3-0.6b", "check-kernels timeout case", "qwen3-0.6b, stamps on",
                                    "qwen3-0.6b, 2 keys per warp and stage", "qwen3-0.6b, o_proj folded",
-                                   "check-kernels timeout case, o_proj folded"]
-                         + [f"qwen3-0.6b, barrier {m}" for m in P.BARRIER_MODES]
-                         + [f"check-kernels timeout case, o_proj folded, barrier {m}" for m in P.BARRIER_MODES])
+                                   "check-kernels timeout case, o_proj folded"])
 def test_the_cuda_source_compiles_for_the_h200(shape):
     c = (dict(D=1024, HQ=16, HKV=8, DH=128, FF=3072, NL=28, V=151936, CAP=5248, NB=132, S=16)
          if shape.startswith("qwen3") else dict(D=256, HQ=2, HKV=1, DH=128, FF=512, NL=1, V=1024, CAP=8, NB=2112, S=2112))
     c.update(BLOCK=P.BLOCK, EPS_BITS=P.float_bits(1e-6), SCALE_BITS=P.float_bits(128 ** -0.5), SPIN=P.SPIN_CYCLES,
              STAMPS=int(shape.endswith("stamps on")), KVG=2 if shape.endswith("stage") else P.KV_GROUP,
-             NST=P.KV_STAGES, FOLD=int("folded" in shape),
-             BAR=P.BARRIER_MODES[shape.split("barrier ")[1] if "barrier " in shape else P.BARRIER_DEFAULT])
+             NST=P.KV_STAGES, FOLD=int(shape.endswith("folded")))
     log = compile_sm90(persistent_text(c))
     regs, smem = re.search(r"entry function '[^']*pdlib_decode_persistent.*?Used (\d+) registers.*?(\d+) bytes smem",
                            log, re.S).groups()
@@ -228,30 +225,3 @@ def test_the_scratch_layout_is_the_kernels():
     order = [names[n] for n in declared if n in names]
     layout = P.scratch_layout(D=8, heads=4, kv_heads=2, dh=4, F=12, splits=3, blocks=5)
     assert order == list(layout) and sorted(v[0] for v in layout.values()) == [v[0] for v in layout.values()]
-
-
-def test_the_barrier_switch(monkeypatch):
-    """The grid barrier's fences: the default unless PDLIB_PERSISTENT_BARRIER or `barrier` names a mode; a bad
-    name is refused by name, with the modes that would be accepted, before any kernel is built (so on the CPU)."""
-    from types import SimpleNamespace
-    monkeypatch.delenv(P.BARRIER_ENV, raising=False)
-    assert P.barrier_mode() == P.BARRIER_DEFAULT == "acq-rel" and P.barrier_mode("sc") == "sc"
-    monkeypatch.setenv(P.BARRIER_ENV, "sc")
-    assert P.barrier_mode() == "sc" and P.barrier_mode("acq-rel") == "acq-rel"
-    monkeypatch.setenv(P.BARRIER_ENV, "fast")
-    with pytest.raises(InputError, match="PDLIB_PERSISTENT_BARRIER='fast': expected one of sc, acq-rel"):
-        P.barrier_mode()
-    dw = SimpleNamespace(embed=SimpleNamespace(shape=(151936, 1024)), down=SimpleNamespace(shape=(28, 1024, 3072)))
-    with pytest.raises(InputError, match="PDLIB_PERSISTENT_BARRIER='fast'"):
-        P.launch(None, None, dw, SimpleNamespace(shape=(28, 8, 4160, 128)), None, None, None, heads=16, kv_heads=8,
-                 eps=1e-6, fold=False)
-
-
-def test_the_barrier_modes_differ_only_in_their_fences_and_the_error_words_read():
-    """BODY's BAR: "acq-rel" swaps both of the barrier's __threadfence calls for fence.acq_rel.gpu and reads the
-    error word in the flags' round trip; nothing else in the kernel depends on it (the A/B's bit-for-bit check
-    on the GPU, notes/gpu-session/persistent_ab.py, holds the rest)."""
-    barrier = P.HEADER[P.HEADER.index("// Wait at a grid-wide barrier"):P.HEADER.index("// The staged vector")]
-    assert barrier.count('asm volatile("fence.acq_rel.gpu;"') == 2 and barrier.count("__threadfence()") == 2
-    assert "BAR" not in P.HEADER.replace(barrier, "") and P.BODY.count("grid_sync<BAR>") == P.BODY.count("grid_sync") == 6
-    assert list(P.BARRIER_MODES.values()) == [0, 1]

@@ -1,13 +1,15 @@
-"""A persistent decode kernel switch's modes against each other (issue 12), at 4K and 5K context, in
-alternating rounds on one engine: `barrier` (persistent_decode.barrier_mode; v34) or `fold`. Per mode and
-round: the kernel's own time and phases (block 0's clocks, the launch of median length of five, stamps on),
-the device's pace with launches queued back to back (each takes the fence the one before returned, as decode
-does; stamps off), and the token observed on the host after each launch. Every launch is at the same position
-(its new K/V slot rewritten with the same values), so every mode sees the same cache; each mode's logits,
-token and written slots must equal the first mode's bit for bit (fold changes the sums' order: there they
-need not). One JSON line per mode and round, then medians. v33 ran it for the L2 modes (tree 3036335).
+"""A persistent decode kernel switch's settings against each other (issue 12), at 4K and 5K context, in
+alternating rounds on one engine: `fold` (0 or 1) or `kv_group` (keys per warp and stage), as `launch` takes
+them. Per setting and round: the kernel's own time and phases (block 0's clocks, the launch of median length
+of five, stamps on), the device's pace with launches queued back to back (each takes the fence the one before
+returned, as decode does; stamps off), and the token observed on the host after each launch. Every launch is
+at the same position (its new K/V slot rewritten with the same values), so every setting sees the same cache;
+each setting's logits, token and written slots are compared with the first's bit for bit (`same_as_first`:
+settings that only move bytes must match; fold changes the sums' order and need not). One JSON line per
+setting and round, then medians. v33 and v34 ran it for two switches since taken out again (L2 look-ahead at
+3036335, the barrier's fences at eb3f405; notes/gpu.md, v33-v34).
 
-    python3 notes/gpu-session/persistent_ab.py knob rounds mode [mode ...]     e.g. barrier 2 sc acq-rel
+    python3 notes/gpu-session/persistent_ab.py knob rounds setting [setting ...]     e.g. kv_group 2 4 2
 """
 
 import json
@@ -22,8 +24,7 @@ from pdlib.engine.kernels import persistent_decode as P
 from pdlib.weights import load_model
 
 KNOB, ROUNDS, MODES = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-if KNOB == "fold":
-    MODES = [m == "1" for m in MODES]
+MODES = [m == "1" for m in MODES] if KNOB == "fold" else [int(m) for m in MODES]
 PHASES = ["norm+qkv", "barrier1", "attention", "barrier2", "o_proj", "barrier3", "norm+gate_up", "barrier4",
           "down", "barrier5"]
 model = load_model("synthetic:qwen3-0.6b")

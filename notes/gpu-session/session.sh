@@ -208,15 +208,11 @@
 #                                          eager chunked fifo mixed (reports now time each step's host issue)
 #   bash notes/gpu-session/session.sh v32c one H200: chunked overlap slo slo-mixed, then bench-step with peers
 #   bash notes/gpu-session/session.sh v32d one H200: the sweep
-#   bash notes/gpu-session/session.sh v34a one H200, a fresh machine: check-kernels alone (the grid barrier's
-#                                          default is now acq-rel), its mark in /root/ck.ok; then, with over
-#                                          200 s left, the barrier modes' A/B (persistent_ab.py barrier)
-#   bash notes/gpu-session/session.sh v34b one H200: the A/B (unless v34a ran it), the mode to publish with
-#                                          (/root/barmode: the fastest pipelined decode at 5K, its logits equal
-#                                          to sc's bit for bit, if 1% under sc's), the gate for every
-#                                          single-GPU policy with it, the verdict, then bench-step with peers
-#   bash notes/gpu-session/session.sh v34c one H200: eager chunked fifo mixed, then chunked overlap slo slo-mixed,
-#                                          with that mode
+#   bash notes/gpu-session/session.sh v35a one H200, a fresh machine: check-kernels, then the gate for every
+#                                          single-GPU policy and the verdict (v33 and v34 ran the L2 and barrier
+#                                          A/Bs, since taken out: the kernels are v31's)
+#   bash notes/gpu-session/session.sh v35b one H200: eager chunked fifo mixed, then chunked overlap slo slo-mixed
+#                                          (their steps' issue and wait times; bench-step stays v31's)
 #   bash notes/gpu-session/session.sh v32x x2: check-kernels (GPU 1, 540 s) beside the gate for every
 #                                          single-GPU policy (GPU 0), the verdict; then v27b and v27c (disagg's
 #                                          report runs its own gate before any timing)
@@ -339,32 +335,6 @@ check_kernels_all() {
   rm -f /root/verdict /root/qk
   check_kernels "$1" && [ $CK_RC = 0 ] && [ -s "$OUT/check-kernels.json" ] \
     && grep -q "^persistent/mailbox.* pass$" "$LOGS/ck0.log" && touch "$LOGS/ck.ok"
-}
-# v34: the grid barrier's modes, sc (first) and acq-rel, at 4K and 5K, two rounds, under a $1-second limit
-# (marks /root/ab.done; v33 ran the L2 modes this way)
-barrier_ab() {
-  timeout "$1" python3 notes/gpu-session/persistent_ab.py barrier 2 sc acq-rel > "$LOGS/barrier_ab.log" 2>&1
-  echo "barrier_ab rc=$? at ${SECONDS}s"; grep -v "^{" "$LOGS/barrier_ab.log" | tail -n 8
-  cp "$LOGS/barrier_ab.log" /root/ab.log && touch /root/ab.done
-}
-# v34: the mode to publish with, into /root/barmode: the lowest median pipelined decode at 5K among the modes
-# whose every row ran and matched the first mode (sc) bit for bit, if at least 1% under sc's; else sc
-barrier_verdict() {
-  python3 - /root/ab.log <<'PY' > /root/barmode
-import json, statistics, sys
-rows = [json.loads(x) for x in open(sys.argv[1]) if x.startswith("{")]
-ok, ms = {}, {}
-for r in rows:
-    ok[r["mode"]] = ok.get(r["mode"], True) and "error" not in r and r.get("same_as_first") is True
-    if r.get("context") == 5120 and "pipelined_ms" in r:
-        ms.setdefault(r["mode"], []).append(r["pipelined_ms"])
-med = {m: statistics.median(v) for m, v in ms.items() if ok.get(m)}
-best = min(med, key=med.get) if med else "sc"
-print(best if "sc" in med and med[best] < 0.99 * med["sc"] else "sc")
-print(med, file=sys.stderr)
-PY
-  [ -s /root/barmode ] || echo sc > /root/barmode
-  echo "PDLIB_PERSISTENT_BARRIER to publish with: $(cat /root/barmode)"
 }
 # v31 (x2): disagg's gate at 4,096/64 (its decodes, in this process, read from the mailbox); marks disagg.ok
 gate_disagg() {
@@ -1288,24 +1258,15 @@ v32d)
   grep -q publish /root/verdict 2>/dev/null || { echo "v32b's verdict was not publish"; exit 1; }
   sweep_all $(( $(left) - 10 )) ""
   finish ;;
-v34a)
-  nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"; rm -f /root/ck.ok /root/ab.done /root/barmode
-  check_kernels_all $(( $(left) - 10 )) && cp "$LOGS/ck.ok" /root/ck.ok
+v35a)
+  nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"; rm -f /root/ck.ok
+  check_kernels_all 420 && cp "$LOGS/ck.ok" /root/ck.ok
   echo "check-kernels: $(ls /root/ck.ok 2>/dev/null || echo 'not passed')"
-  [ "$(left)" -gt 200 ] && barrier_ab $(( $(left) - 10 ))
-  finish ;;
-v34b)
-  rm -f /root/verdict; cp /root/ck.ok "$LOGS/" 2>/dev/null
-  [ -e /root/ab.done ] || barrier_ab 280
-  barrier_verdict
-  export PDLIB_PERSISTENT_BARRIER=$(head -n 1 /root/barmode)
   gate_all ""
   verdict_all one
-  grep -q publish /root/verdict 2>/dev/null && bench_peers $(( $(left) - 5 )) ""
   finish ;;
-v34c)
-  grep -q publish /root/verdict 2>/dev/null || { echo "v34b's verdict was not publish"; exit 1; }
-  export PDLIB_PERSISTENT_BARRIER=$(head -n 1 /root/barmode)
+v35b)
+  grep -q publish /root/verdict 2>/dev/null || { echo "v35a's verdict was not publish"; exit 1; }
   report_main 250 ""
   report_new $(( $(left) - 5 )) ""
   finish ;;

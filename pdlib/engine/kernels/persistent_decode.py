@@ -54,9 +54,6 @@ from pdlib.errors import InputError
 
 BLOCK = 256
 FOLD_ENV = "PDLIB_PERSISTENT_FOLD"  # "1": o_proj folded into attention (four phases a layer; measured slower)
-BARRIER_ENV = "PDLIB_PERSISTENT_BARRIER"  # the grid barrier's fences (barrier_mode)
-BARRIER_MODES = {"sc": 0, "acq-rel": 1}  # BODY's BAR
-BARRIER_DEFAULT = "acq-rel"
 MAX_BLOCKS = 4096  # the sync buffer's block flags
 SY_BOX, SY_EPOCH, SY_ERR, SY_HEAD, SY_FLAGS = 0, 32, 64, 128, 256  # the sync buffer's words (HEADER's enum)
 SYNC_WORDS = SY_FLAGS + MAX_BLOCKS
@@ -125,12 +122,7 @@ constexpr int MBOX_SLOTS = 16;  // mailbox.SLOTS
 // gave up waiting. Each block has its own flag word and raises it to `epoch` (the barriers this buffer has
 // seen, this one included); one warp per block waits until every flag is at epoch or past it. No word is
 // contended and nothing is reset: a flag only grows, so a block already at the next barrier still counts
-// for this one, and the buffer is reusable as it stands. BAR 1 ("acq-rel"): the flag raised after a
-// fence.acq_rel (the block's writes, ordered before by __syncthreads, released with it, as CUTLASS's grid
-// barrier does) and acquired by one after the wait, and the error word read beside the flags, so each poll
-// is one round trip to L2; BAR 0 ("sc"): __threadfence (fence.sc) on both sides, the error word read after
-// the flags' vote.
-template <int BAR>
+// for this one, and the buffer is reusable as it stands.
 __device__ __noinline__ bool grid_sync(unsigned* sy, unsigned nb, unsigned epoch, long long spin) {
     __shared__ int ok;
     __syncthreads();
@@ -140,18 +132,13 @@ __device__ __noinline__ bool grid_sync(unsigned* sy, unsigned nb, unsigned epoch
         volatile unsigned* flags = sy + SY_FLAGS;
         bool good = __shfl_sync(0xffffffffu, *err == 0u ? 1 : 0, 0) != 0;  // one decision for the warp
         if (good) {
-            if (lane == 0) {  // this block's writes, then its flag
-                if (BAR == 1) asm volatile("fence.acq_rel.gpu;" ::: "memory");
-                else __threadfence();
-                flags[blockIdx.x] = epoch;
-            }
+            if (lane == 0) { __threadfence(); flags[blockIdx.x] = epoch; }  // this block's writes, then its flag
             const long long t0 = clock64();
             while (true) {
                 bool up = true;
                 for (unsigned i = lane; i < nb; i += 32) up &= (int)(flags[i] - epoch) >= 0;
-                const unsigned e = BAR == 1 ? *err : 0u;  // in flight with the flags' loads
                 if (__all_sync(0xffffffffu, up)) break;
-                int stop = (BAR == 1 ? e : *err) != 0u ? 1 : clock64() - t0 > spin ? 2 : 0;
+                int stop = *err != 0u ? 1 : clock64() - t0 > spin ? 2 : 0;
                 stop = __shfl_sync(0xffffffffu, stop, 0);
                 if (stop) {
                     if (stop == 2 && lane == 0) atomicExch(sy + SY_ERR, 1u);
@@ -159,9 +146,7 @@ __device__ __noinline__ bool grid_sync(unsigned* sy, unsigned nb, unsigned epoch
                     break;
                 }
             }
-            // every other block's writes before this block reads them
-            if (BAR == 1) asm volatile("fence.acq_rel.gpu;" ::: "memory");
-            else __threadfence();
+            __threadfence();  // every other block's writes before this block reads them
         }
         if (lane == 0) ok = good;
     }
@@ -657,7 +642,7 @@ BODY = r"""
             pdp::ring_prefetch<DH, CAP, KS, NST>(ring, KL, VL, b / S, start, stop, P);
         }
         PDP_STAMP(l * 10 + 1)
-        if (!pdp::grid_sync<BAR>(sy, NB, ++epoch, SPIN)) {  // no block leaves with bytes still landing in its shared memory
+        if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) {  // no block leaves with bytes still landing in its shared memory
             while (ring.used != ring.issued) pdp::ring_wait<DH, KS, NST>(ring, sy + pdp::SY_ERR, SPIN);
             return;
         }
@@ -677,14 +662,14 @@ BODY = r"""
         if constexpr (FOLD) {  // o_proj is done (in parts): no phase 3
             gg.load(WGU + (size_t)l * 2 * FF * (D / 8), FF, gw, lane);
             PDP_STAMP(l * 10 + 3)
-            if (!pdp::grid_sync<BAR>(sy, NB, ++epoch, SPIN)) return;
+            if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
             PDP_STAMP(l * 10 + 4)
             PDP_STAMP(l * 10 + 5)
         } else {
             pdp::Rows<NO, 1, 1> go;
             go.load(WO + (size_t)l * D * (NO / 8), D, gw, lane);
             PDP_STAMP(l * 10 + 3)
-            if (!pdp::grid_sync<BAR>(sy, NB, ++epoch, SPIN)) return;
+            if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
             // 3: o_proj + residual
             PDP_STAMP(l * 10 + 4)
             pdp::stage<NO, BLOCK, false>(xs4, O, nullptr, 0.f, red);
@@ -692,7 +677,7 @@ BODY = r"""
                       [&](int row, float a, float) { __stcg(H + row, __ldcg(hin + row) + a); });
             gg.load(WGU + (size_t)l * 2 * FF * (D / 8), FF, gw, lane);
             PDP_STAMP(l * 10 + 5)
-            if (!pdp::grid_sync<BAR>(sy, NB, ++epoch, SPIN)) return;
+            if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
         }
         // 4: RMSNorm + gate|up + SwiGLU (FOLD: h is the layer's input plus each head's part of o_proj)
         PDP_STAMP(l * 10 + 6)
@@ -703,7 +688,7 @@ BODY = r"""
         pdp::Rows<FF, 1, 1> gd;
         gd.load(WD + (size_t)l * D * (FF / 8), D, gw, lane);
         PDP_STAMP(l * 10 + 7)
-        if (!pdp::grid_sync<BAR>(sy, NB, ++epoch, SPIN)) return;
+        if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
         // 5: down + residual
         PDP_STAMP(l * 10 + 8)
         pdp::stage<FF, BLOCK, false>(xs4, ACT, nullptr, 0.f, red);
@@ -711,7 +696,7 @@ BODY = r"""
                   [&](int row, float a, float) { __stcg(H + row, __ldcg((FOLD ? H2 : H) + row) + a); });
         if (l + 1 < NL) gq.load(WQKV + (size_t)(l + 1) * NQKV * (D / 8), NQKV, gw * 2, lane);
         PDP_STAMP(l * 10 + 9)
-        if (!pdp::grid_sync<BAR>(sy, NB, ++epoch, SPIN)) return;
+        if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
     }
     // final RMSNorm + LM head, each warp keeping its best row (the first of equal maxima, as argmax does)
     PDP_STAMP(NL * 10)
@@ -860,17 +845,6 @@ def folded(fold: bool | None = None) -> bool:
     return value == "1"
 
 
-def barrier_mode(mode: str | None = None) -> str:
-    """The grid barrier's fences: `mode`, or PDLIB_PERSISTENT_BARRIER, else BARRIER_DEFAULT. "acq-rel": a block
-    raises its flag after fence.acq_rel and acquires the others' writes with one after its wait, and reads
-    the error word in the same round trip as the flags; "sc": __threadfence (fence.sc) on both sides and the
-    error word read after the flags' vote (the barrier v4-v31 measured)."""
-    value = mode if mode is not None else os.environ.get(BARRIER_ENV, BARRIER_DEFAULT)
-    if value not in BARRIER_MODES:
-        raise InputError(f"{BARRIER_ENV}={value!r}: expected one of {', '.join(BARRIER_MODES)}")
-    return value
-
-
 def barriers_per_layer(fold: bool) -> int:
     """Grid barriers per layer: one after each phase (four with o_proj folded into attention, else five)."""
     return 4 if fold else 5
@@ -878,7 +852,7 @@ def barriers_per_layer(fold: bool) -> int:
 
 def launch(token, pos, dw: DecodeWeights, k_all, v_all, written, sync, *, heads: int, kv_heads: int,
            eps: float, poison: bool = False, blocks: int | None = None, stamps: bool = False,
-           kv_group: int = KV_GROUP, fold: bool | None = None, barrier: str | None = None) -> list:
+           kv_group: int = KV_GROUP, fold: bool | None = None) -> list:
     """The kernel's outputs: [logits, tok_out (token, error flag, 0, 0), pos_out (pos + 1, 0, 0, 0), scratch
     (scratch_layout), stamps, the fence advanced]. k_all, v_all: the caches (L, Hkv, cap, Dh), written in
     place. `poison` fills the outputs with NaN first (a skipped element shows); `blocks` defaults to the SM
@@ -887,13 +861,11 @@ def launch(token, pos, dw: DecodeWeights, k_all, v_all, written, sync, *, heads:
     unused words (16 bytes: not managed memory); with o_proj folded, its phase's start and end are one instant.
     `kv_group`: keys per warp in each stage of attention's ring (KV_STAGES stages in flight). `fold`: o_proj
     folded into attention (`folded`). One sync buffer may see either; where it names a token mailbox area
-    (new_sync), the last block also leaves the token there. `barrier`: the grid barrier's fences
-    (`barrier_mode`)."""
+    (new_sync), the last block also leaves the token there."""
     layers, _, cap, dh = k_all.shape
     V, D = dw.embed.shape
     F = dw.down.shape[2]
     fold = folded(fold)
-    barrier = barrier_mode(barrier)  # a bad name is refused before any kernel is built
     static = static_shared_bytes(D=D, F=F, dh=dh, heads=heads, kv_heads=kv_heads, fold=fold)
     if not fits(static, dh, kv_group):
         most = (SM_SHARED_LIMIT - static) // ring_bytes(dh, 1)
@@ -911,7 +883,7 @@ def launch(token, pos, dw: DecodeWeights, k_all, v_all, written, sync, *, heads:
         template=[("D", D), ("HQ", heads), ("HKV", kv_heads), ("DH", dh), ("FF", F), ("NL", layers), ("V", V),
                   ("CAP", cap), ("NB", nb), ("S", splits), ("BLOCK", BLOCK), ("EPS_BITS", float_bits(eps)),
                   ("SCALE_BITS", float_bits(dh ** -0.5)), ("SPIN", SPIN_CYCLES), ("STAMPS", stamps),
-                  ("KVG", kv_group), ("NST", KV_STAGES), ("FOLD", fold), ("BAR", BARRIER_MODES[barrier])],
+                  ("KVG", kv_group), ("NST", KV_STAGES), ("FOLD", fold)],
         grid=(nb * BLOCK, 1, 1), threadgroup=(BLOCK, 1, 1),
         output_shapes=[(V,), (4,), (4,), (size,), (2 * (10 * layers + 3) if stamps else 2,), written.shape],
         output_dtypes=[mx.float32, mx.uint32, mx.int32, mx.float32, mx.uint64, written.dtype],
