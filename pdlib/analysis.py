@@ -106,6 +106,11 @@ def _check_trial(trial, where):
             _require(all(isinstance(t, int) for t in times) and times == sorted(times),
                      f"{where} events[{j}]: {', '.join(stamps)} must be integers in that order, got "
                      f"{', '.join(map(repr, times))}")
+        if "cpu_issue_ns" in ev:  # the host thread's CPU time while issuing the step: a part of that span
+            cpu, span = ev["cpu_issue_ns"], ev.get("t_issued_ns", 0) - ev["t_start_ns"]
+            _require("t_issued_ns" in ev and isinstance(cpu, int) and 0 <= cpu <= span,
+                     f"{where} events[{j}]: cpu_issue_ns {cpu!r} must be an integer from 0 to t_issued_ns - "
+                     f"t_start_ns ({span if 't_issued_ns' in ev else 'no t_issued_ns'})")
 
 
 def _check_request(req, where):
@@ -181,8 +186,11 @@ def steps_frame(report: dict) -> pd.DataFrame:
     first prompt position; NaN for decodes), t_start_ms, dur_ms, and
     where the time went: issue_ms (the host building and issuing it), between_ms (until the host began waiting
     for it: in a pipelined run, issuing the next step and waiting for the one before; under overlap, also
-    dispatching B's next layer) and wait_ms (the host waiting for its outputs: the device). NaN for those
-    three in reports that predate the readings."""
+    dispatching B's next layer) and wait_ms (the host waiting for its outputs: the device). issue_ms includes
+    any wait MLX imposes inside the call while more than ten command buffers are in flight, so a device that
+    falls behind lengthens it too; a wait_ms near zero is what says the host was the critical path. Of
+    issue_ms, issue_cpu_ms is the host thread's CPU time: the rest it was not running (held by MLX, or another
+    thread or process ran). NaN for these in reports that predate the readings."""
     rows = []
     for t in _trials(report):
         steps = {}
@@ -190,22 +198,23 @@ def steps_frame(report: dict) -> pd.DataFrame:
             if e["kind"] in ("prefill", "decode") and not e.get("remote"):
                 steps.setdefault((e["t_start_ns"], e["t_end_ns"]), []).append(e)
         for (t0, t1), parts in steps.items():
-            ti, tw = (parts[0].get(k, np.nan) for k in ("t_issued_ns", "t_wait_ns"))
+            ti, tw, cpu = (parts[0].get(k, np.nan) for k in ("t_issued_ns", "t_wait_ns", "cpu_issue_ns"))
             chunk = next((e["start"] for e in parts if e["kind"] == "prefill"), np.nan)
             rows.append((t["policy"], t["trial"], "decode" if np.isnan(chunk) else "prompt",
                          sum(e["stop"] - e["start"] for e in parts), chunk, t0 / NS_PER_MS, (t1 - t0) / NS_PER_MS,
-                         (ti - t0) / NS_PER_MS, (tw - ti) / NS_PER_MS, (t1 - tw) / NS_PER_MS))
+                         (ti - t0) / NS_PER_MS, cpu / NS_PER_MS, (tw - ti) / NS_PER_MS, (t1 - tw) / NS_PER_MS))
     return pd.DataFrame(rows, columns=["policy", "trial", "kind", "rows", "prompt_start", "t_start_ms", "dur_ms",
-                                       "issue_ms", "between_ms", "wait_ms"])
+                                       "issue_ms", "issue_cpu_ms", "between_ms", "wait_ms"])
 
 
 def step_times(steps: pd.DataFrame) -> pd.DataFrame:
-    """Per policy, trial and kind of step: how many, and the medians of dur_ms, issue_ms, between_ms and
-    wait_ms (each its own median: they need not add up). A trial whose steps took longer because the host was
-    slower shows it in issue_ms; one whose device was slower, in wait_ms."""
+    """Per policy, trial and kind of step: how many, and the medians of dur_ms, issue_ms, issue_cpu_ms,
+    between_ms and wait_ms (each its own median: they need not add up). Steps whose wait_ms is near zero were bound by the
+    host (the device had caught up when the host finished issuing them); a large wait_ms, by the device."""
     out = steps.groupby(["policy", "trial", "kind"], sort=False).agg(
         steps=("dur_ms", "size"), dur_ms=("dur_ms", "median"), issue_ms=("issue_ms", "median"),
-        between_ms=("between_ms", "median"), wait_ms=("wait_ms", "median")).reset_index()
+        issue_cpu_ms=("issue_cpu_ms", "median"), between_ms=("between_ms", "median"),
+        wait_ms=("wait_ms", "median")).reset_index()
     out["p"], out["k"] = pd.factorize(out["policy"])[0], out["kind"].map({"prompt": 0, "decode": 1})
     return out.sort_values(["p", "trial", "k"], kind="stable").drop(columns=["p", "k"]).reset_index(drop=True)
 

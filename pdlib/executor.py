@@ -14,7 +14,9 @@ The step ends with its last token or, when a part yields none, when the host has
 arrays (its cache's K/V and write fence), so its time is its work's. The clock is also read when the engine
 call returns (`WorkResult.t_issued`: the host has built and issued the step) and when the host starts waiting
 for the step (`t_wait`), so a step whose time went to the host tells itself apart from one that waited on the
-device; in between, a pipelined run issues the next step (and waits for the one before). Hooks see each step
+device; in between, a pipelined run issues the next step (and waits for the one before). The host thread's
+CPU time during the engine call is kept too (`cpu_issue`): the rest of that call the thread was not running
+(MLX held it while too many command buffers were in flight, or the OS ran something else). Hooks see each step
 after it ran: its parts' results and the clock readings.
 
 Pipelined decodes (`pipeline=True`, RunParams.pipeline_decodes): a step of decodes only is issued before the
@@ -44,6 +46,7 @@ from pdlib.engine import Engine, Output, check_token
 from pdlib.scheduler import Decode, Prefill, Step, Work, is_setup
 
 now = time.perf_counter_ns
+cpu_now = time.thread_time_ns   # this thread's CPU time
 
 
 @dataclass
@@ -57,6 +60,7 @@ class WorkResult:
     t_emit: int | None = None   # perf_counter_ns right after the host observed it
     t_issued: int | None = None  # perf_counter_ns when the engine call that ran the step returned
     t_wait: int | None = None    # perf_counter_ns when the host began waiting for the step's outputs
+    cpu_issue: int | None = None  # ns of this thread's CPU time inside the engine call (of t_issued - t_start)
     remote: dict | None = None  # a remote prefill's record: site, t_dispatch, t_ready, t_start, t_end (ns), ...
 
 
@@ -151,10 +155,12 @@ def execute(engine: Engine, steps: Iterable[Step], *, logical_reset: bool, hooks
             for h in hooks:
                 h.on_t0(t, t_reset)
         t_start = now()
+        cpu_start = cpu_now()
         results = _receive(engine, step, remote) if remote_step else _issue(engine, step)
+        cpu_issue = cpu_now() - cpu_start
         t_issued = now()
         for r in results:
-            r.t_issued = t_issued
+            r.t_issued, r.cpu_issue = t_issued, cpu_issue
         if timed and remote is not None and not remote_step:
             remote.advance()  # the remote prefill's next piece, dispatched while this step runs
         if pending is not None:

@@ -43,9 +43,11 @@ A report is one JSON object:
                                                    # reset: 0, 0
                       "t_start_ns": int, "t_end_ns": int,     # ns since t0, in order
                       "t_issued_ns": int,   # the host had issued the step (its engine call returned)
-                      "t_wait_ns": int}, ...]}   # the host began waiting for its outputs; t_start <=
-                                                 # t_issued <= t_wait <= t_end. Both absent in older
-                                                 # reports and on reset, transfer and remote events
+                      "t_wait_ns": int,     # the host began waiting for its outputs; t_start <=
+                                            # t_issued <= t_wait <= t_end. Both absent in older
+                                            # reports and on reset, transfer and remote events
+                      "cpu_issue_ns": int}, ...]}   # of t_issued - t_start, the host thread's CPU time
+                                                    # (absent where t_issued_ns is, and in older reports)
       ]
     }
 

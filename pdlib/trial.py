@@ -73,7 +73,7 @@ class Recorder(Hook):
                 self.events.append({"kind": "prefill" if isinstance(r.work, Prefill) else "decode", "req": req,
                                     "start": r.start, "stop": r.stop, "t_start_ns": t_start - self.t0,
                                     "t_issued_ns": r.t_issued - self.t0, "t_wait_ns": r.t_wait - self.t0,
-                                    "t_end_ns": t_end - self.t0})
+                                    "t_end_ns": t_end - self.t0, "cpu_issue_ns": r.cpu_issue})
 
     def record(self, policy: str) -> RunRecord:
         makespan = max(self.emits["A"][-1] if self.emits["A"] else 0, self.emits["B"][-1])

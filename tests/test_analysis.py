@@ -102,6 +102,24 @@ def test_a_steps_clock_readings_out_of_order_are_refused(issued, wait):
     an.check_report(report)  # at the ends is in order
 
 
+@pytest.mark.parametrize("cpu", [-1, 1.5, "busy", 10 ** 9, None])
+def test_a_steps_cpu_time_beyond_its_issue_span_is_refused(cpu):
+    """cpu_issue_ns is the host thread's CPU time inside the span t_start..t_issued: an integer in [0, span];
+    it needs t_issued_ns beside it."""
+    report = make_report()
+    step = next(e for e in report["trials"][0]["events"] if e["kind"] == "prefill")
+    step["t_issued_ns"], step["t_wait_ns"] = step["t_start_ns"] + 1000, step["t_start_ns"] + 2000
+    step["cpu_issue_ns"] = 1000
+    an.check_report(report)  # all of the span on the CPU is possible
+    if cpu is None:
+        del step["t_issued_ns"], step["t_wait_ns"]
+    else:
+        step["cpu_issue_ns"] = cpu
+    with pytest.raises(InputError, match=r"events\[\d+\]: cpu_issue_ns .* must be an integer from 0 to "
+                                         r"t_issued_ns - t_start_ns"):
+        an.check_report(report)
+
+
 # ---- frames -----------------------------------------------------------------------------------------
 def test_tokens_frame_indexes_and_gaps():
     tok = an.tokens_frame(make_report(policies=("eager",)))
@@ -122,15 +140,16 @@ def test_events_frame():
     assert np.allclose(ev.dur_ms, ev.t_end_ms - ev.t_start_ms)
 
 
-def _with_readings(report, split):
+def _with_readings(report, split, cpu=0.5):
     """Every step's t_issued_ns and t_wait_ns at the fractions split(policy, trial, event) = (issued, wait)
-    of the way from its start to its end."""
+    of the way from its start to its end, and a `cpu` share of its issuing on the CPU."""
     for t in report["trials"]:
         for e in t["events"]:
             if e["kind"] != "reset":
                 span = e["t_end_ns"] - e["t_start_ns"]
                 issued, wait = split(t["policy"], t["trial"], e)
                 e["t_issued_ns"], e["t_wait_ns"] = (e["t_start_ns"] + round(f * span) for f in (issued, wait))
+                e["cpu_issue_ns"] = round(cpu * (e["t_issued_ns"] - e["t_start_ns"]))
     return report
 
 
@@ -157,6 +176,8 @@ def test_steps_split_into_the_host_the_steps_between_and_the_wait():
     assert slow_device.wait_ms == pytest.approx(0.8 * slow_device.dur_ms, rel=1e-3)
     decode = times.loc[(1, "decode")]  # decodes of 0.5 ms: 0.25 issuing, 0.125 between, 0.125 waiting
     assert [decode.issue_ms, decode.between_ms, decode.wait_ms] == pytest.approx([0.25, 0.125, 0.125])
+    assert np.allclose(steps.issue_cpu_ms, 0.5 * steps.issue_ms, atol=1e-6)  # half of each step's issuing
+    assert times["issue_cpu_ms"].tolist() == pytest.approx((0.5 * times["issue_ms"]).tolist(), rel=1e-3)
 
 
 def test_step_table_reads_whole_counts_in_a_fixed_order_and_dashes_without_readings():
@@ -168,11 +189,12 @@ def test_step_table_reads_whole_counts_in_a_fixed_order_and_dashes_without_readi
         if t["policy"] == "overlap":
             t["events"] = [e for e in t["events"] if e["kind"] != "prefill"]
     plain = present.step_table(an.step_times(an.steps_frame(report)))
-    assert list(plain.columns) == ["policy", "trial", "steps", "n", "ms", "host issuing", "between", "waiting"]
-    assert plain.values.tolist()[:2] == [["overlap", "1", "decode", "8", "0.5", "-", "-", "-"],
-                                         ["eager", "1", "prompt", "4", "600", "-", "-", "-"]]
-    timed = present.step_table(an.step_times(an.steps_frame(_with_readings(report, lambda *_: (0.5, 0.75)))))
-    assert timed.values.tolist()[0][5:] == ["0.25", "0.125", "0.125"]
+    assert list(plain.columns) == ["policy", "trial", "steps", "n", "ms", "host issuing", "of it on the CPU",
+                                   "between", "waiting"]
+    assert plain.values.tolist()[:2] == [["overlap", "1", "decode", "8", "0.5", "-", "-", "-", "-"],
+                                         ["eager", "1", "prompt", "4", "600", "-", "-", "-", "-"]]
+    timed = present.step_table(an.step_times(an.steps_frame(_with_readings(report, lambda *_: (0.5, 0.75), 0.4))))
+    assert timed.values.tolist()[0][5:] == ["0.25", "0.1", "0.125", "0.125"]
 
 
 def test_rows_follow_declared_policy_order():

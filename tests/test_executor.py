@@ -256,3 +256,39 @@ def test_a_step_records_when_the_host_had_issued_it_and_began_waiting(tiny, monk
     ms30 = 30_000_000
     assert all(e["t_issued_ns"] - e["t_start_ns"] >= ms30 > e["t_end_ns"] - e["t_wait_ns"] for e in chunks)
     assert all(e["t_issued_ns"] - e["t_start_ns"] < ms30 <= e["t_end_ns"] - e["t_wait_ns"] for e in decodes)
+    # the host slept through its 30 ms: not on the CPU
+    assert all(0 <= e["cpu_issue_ns"] < ms30 for e in chunks)
+
+
+def test_a_steps_cpu_time_is_the_host_threads_own(tiny, monkeypatch):
+    """cpu_issue_ns: the host thread's CPU time while it issued the step. A host that computes for 30 ms of its
+    own CPU time while building each prompt step shows it there; one that sleeps 30 ms (as it does while MLX
+    holds it for the device) does not; both show in the issue span."""
+    import time
+    exp = experiment(tiny, ("chunked",))
+    exp.validate()
+    real_issue = pdlib.executor._issue
+
+    def host(burn: bool):
+        def issue(engine, step):
+            out = real_issue(engine, step)
+            if any(isinstance(w, Prefill) for w in step.work):
+                if burn:
+                    c0 = time.thread_time_ns()
+                    while time.thread_time_ns() - c0 < 30_000_000:
+                        pass
+                else:
+                    time.sleep(0.03)
+            return out
+        return issue
+
+    ms30, spans = 30_000_000, {}
+    for burn in (True, False):
+        monkeypatch.setattr(pdlib.executor, "_issue", host(burn))
+        run = run_once(exp.engine, "chunked", steps=exp.walk("chunked"), logical_reset=True)
+        chunks = [e for e in run.events if e["kind"] == "prefill"]
+        assert all(e["t_issued_ns"] - e["t_start_ns"] >= ms30 for e in chunks)
+        spans[burn] = [e["cpu_issue_ns"] for e in chunks]
+        assert all(0 <= e["cpu_issue_ns"] <= e["t_issued_ns"] - e["t_start_ns"] for e in run.events
+                   if e["kind"] != "reset")
+    assert all(c >= ms30 for c in spans[True]) and all(c < ms30 for c in spans[False])
