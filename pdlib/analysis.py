@@ -107,10 +107,12 @@ def _check_trial(trial, where):
                      f"{where} events[{j}]: {', '.join(stamps)} must be integers in that order, got "
                      f"{', '.join(map(repr, times))}")
         if "cpu_issue_ns" in ev:  # the host thread's CPU time while issuing the step: a part of that span
-            cpu, span = ev["cpu_issue_ns"], ev.get("t_issued_ns", 0) - ev["t_start_ns"]
-            _require("t_issued_ns" in ev and isinstance(cpu, int) and 0 <= cpu <= span,
+            cpu = ev["cpu_issue_ns"]
+            _require("t_issued_ns" in ev, f"{where} events[{j}]: cpu_issue_ns without t_issued_ns")
+            span = ev["t_issued_ns"] - ev["t_start_ns"]
+            _require(isinstance(cpu, int) and not isinstance(cpu, bool) and 0 <= cpu <= span,
                      f"{where} events[{j}]: cpu_issue_ns {cpu!r} must be an integer from 0 to t_issued_ns - "
-                     f"t_start_ns ({span if 't_issued_ns' in ev else 'no t_issued_ns'})")
+                     f"t_start_ns ({span})")
 
 
 def _check_request(req, where):
@@ -188,9 +190,10 @@ def steps_frame(report: dict) -> pd.DataFrame:
     for it: in a pipelined run, issuing the next step and waiting for the one before; under overlap, also
     dispatching B's next layer) and wait_ms (the host waiting for its outputs: the device). issue_ms includes
     any wait MLX imposes inside the call while more than ten command buffers are in flight, so a device that
-    falls behind lengthens it too; a wait_ms near zero is what says the host was the critical path. Of
-    issue_ms, issue_cpu_ms is the host thread's CPU time: the rest it was not running (held by MLX, or another
-    thread or process ran). NaN for these in reports that predate the readings."""
+    falls behind lengthens it too; a wait_ms near zero says the device had finished the step by the time the
+    host began waiting for it. Of issue_ms, issue_cpu_ms is the host thread's CPU time: the rest it waited
+    (for MLX, the GIL or a blocking call) or another thread or process ran. NaN for these in reports that
+    predate the readings."""
     rows = []
     for t in _trials(report):
         steps = {}
@@ -209,8 +212,9 @@ def steps_frame(report: dict) -> pd.DataFrame:
 
 def step_times(steps: pd.DataFrame) -> pd.DataFrame:
     """Per policy, trial and kind of step: how many, and the medians of dur_ms, issue_ms, issue_cpu_ms,
-    between_ms and wait_ms (each its own median: they need not add up). Steps whose wait_ms is near zero were bound by the
-    host (the device had caught up when the host finished issuing them); a large wait_ms, by the device."""
+    between_ms and wait_ms (each its own median: they need not add up). Steps whose wait_ms is near zero were
+    bound by the host (the device had finished them by the time the host began waiting); a large wait_ms, by
+    the device."""
     out = steps.groupby(["policy", "trial", "kind"], sort=False).agg(
         steps=("dur_ms", "size"), dur_ms=("dur_ms", "median"), issue_ms=("issue_ms", "median"),
         issue_cpu_ms=("issue_cpu_ms", "median"), between_ms=("between_ms", "median"),

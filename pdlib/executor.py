@@ -16,7 +16,8 @@ call returns (`WorkResult.t_issued`: the host has built and issued the step) and
 for the step (`t_wait`), so a step whose time went to the host tells itself apart from one that waited on the
 device; in between, a pipelined run issues the next step (and waits for the one before). The host thread's
 CPU time during the engine call is kept too (`cpu_issue`): the rest of that call the thread was not running
-(MLX held it while too many command buffers were in flight, or the OS ran something else). Hooks see each step
+(it waited: for MLX, which holds it while more than ten command buffers are in flight, for the GIL or a
+blocking call; or the OS ran something else). Hooks see each step
 after it ran: its parts' results and the clock readings.
 
 Pipelined decodes (`pipeline=True`, RunParams.pipeline_decodes): a step of decodes only is issued before the
@@ -159,6 +160,7 @@ def execute(engine: Engine, steps: Iterable[Step], *, logical_reset: bool, hooks
         results = _receive(engine, step, remote) if remote_step else _issue(engine, step)
         cpu_issue = cpu_now() - cpu_start
         t_issued = now()
+        cpu_issue = min(cpu_issue, t_issued - t_start)  # two clocks: the wall one may be slewed a few µs
         for r in results:
             r.t_issued, r.cpu_issue = t_issued, cpu_issue
         if timed and remote is not None and not remote_step:

@@ -47,7 +47,8 @@ A report is one JSON object:
                                             # t_issued <= t_wait <= t_end. Both absent in older
                                             # reports and on reset, transfer and remote events
                       "cpu_issue_ns": int}, ...]}   # of t_issued - t_start, the host thread's CPU time
-                                                    # (absent where t_issued_ns is, and in older reports)
+                                                    # (absent where t_issued_ns is absent, and in older
+                                                    # reports)
       ]
     }
 

@@ -260,35 +260,50 @@ def test_a_step_records_when_the_host_had_issued_it_and_began_waiting(tiny, monk
     assert all(0 <= e["cpu_issue_ns"] < ms30 for e in chunks)
 
 
-def test_a_steps_cpu_time_is_the_host_threads_own(tiny, monkeypatch):
+def _burn(ns: int) -> None:
+    """Compute until this thread has had `ns` of CPU time."""
+    import time
+    c0 = time.thread_time_ns()
+    while time.thread_time_ns() - c0 < ns:
+        pass
+
+
+@pytest.mark.parametrize("pipeline", [False, True])
+def test_a_steps_cpu_time_is_the_host_threads_own(tiny, monkeypatch, pipeline):
     """cpu_issue_ns: the host thread's CPU time while it issued the step. A host that computes for 30 ms of its
     own CPU time while building each prompt step shows it there; one that sleeps 30 ms (as it does while MLX
-    holds it for the device) does not; both show in the issue span."""
+    holds it for the device) does not, nor one that waits 30 ms for another thread's computing (the process's
+    CPU time would count that); all three show in the issue span."""
+    import threading
     import time
     exp = experiment(tiny, ("chunked",))
     exp.validate()
     real_issue = pdlib.executor._issue
+    ms30 = 30_000_000
 
-    def host(burn: bool):
+    def other_thread_burns():
+        worker = threading.Thread(target=_burn, args=(ms30,))
+        worker.start()
+        worker.join()
+
+    hosts = {"burns": lambda: _burn(ms30), "sleeps": lambda: time.sleep(0.03), "waits": other_thread_burns}
+
+    def host(delay):
         def issue(engine, step):
             out = real_issue(engine, step)
             if any(isinstance(w, Prefill) for w in step.work):
-                if burn:
-                    c0 = time.thread_time_ns()
-                    while time.thread_time_ns() - c0 < 30_000_000:
-                        pass
-                else:
-                    time.sleep(0.03)
+                delay()
             return out
         return issue
 
-    ms30, spans = 30_000_000, {}
-    for burn in (True, False):
-        monkeypatch.setattr(pdlib.executor, "_issue", host(burn))
-        run = run_once(exp.engine, "chunked", steps=exp.walk("chunked"), logical_reset=True)
+    cpu = {}
+    for name, delay in hosts.items():
+        monkeypatch.setattr(pdlib.executor, "_issue", host(delay))
+        run = run_once(exp.engine, "chunked", steps=exp.walk("chunked"), logical_reset=True, pipeline=pipeline)
         chunks = [e for e in run.events if e["kind"] == "prefill"]
         assert all(e["t_issued_ns"] - e["t_start_ns"] >= ms30 for e in chunks)
-        spans[burn] = [e["cpu_issue_ns"] for e in chunks]
+        cpu[name] = [e["cpu_issue_ns"] for e in chunks]
         assert all(0 <= e["cpu_issue_ns"] <= e["t_issued_ns"] - e["t_start_ns"] for e in run.events
                    if e["kind"] != "reset")
-    assert all(c >= ms30 for c in spans[True]) and all(c < ms30 for c in spans[False])
+    assert all(c >= ms30 for c in cpu["burns"])
+    assert all(c < ms30 for c in cpu["sleeps"]) and all(c < ms30 for c in cpu["waits"])
