@@ -210,7 +210,8 @@
 #   bash notes/gpu-session/session.sh v32d one H200: the sweep
 #   bash notes/gpu-session/session.sh v35a one H200, a fresh machine: check-kernels, then the gate for every
 #                                          single-GPU policy and the verdict (v33 and v34 ran the L2 and barrier
-#                                          A/Bs, since taken out: the kernels are v31's)
+#                                          A/Bs, since taken out: the kernels are v31's), then where a chunk
+#                                          step's host time goes (host_split.py, chunk_anatomy.py PROFILE=1)
 #   bash notes/gpu-session/session.sh v35b one H200: eager chunked fifo mixed, then chunked overlap slo slo-mixed
 #                                          (their steps' issue and wait times; bench-step stays v31's)
 #   bash notes/gpu-session/session.sh v32x x2: check-kernels (GPU 1, 540 s) beside the gate for every
@@ -335,6 +336,16 @@ check_kernels_all() {
   rm -f /root/verdict /root/qk
   check_kernels "$1" && [ $CK_RC = 0 ] && [ -s "$OUT/check-kernels.json" ] \
     && grep -q "^persistent/mailbox.* pass$" "$LOGS/ck0.log" && touch "$LOGS/ck.ok"
+}
+# v35: where a chunk step's host time goes at 4K (host_split.py: per layer, building its graph against MLX's
+# async_eval, wall and CPU), then chunk_anatomy.py with its cProfile of one chunk and one mixed step, each while
+# time is left
+host_costs() {
+  [ "$(left)" -gt 70 ] && timeout 90 python3 notes/gpu-session/host_split.py 4096 > "$LOGS/host_split.log" 2>&1
+  echo "host_split rc=$? at ${SECONDS}s"; grep "^{" "$LOGS/host_split.log" | cut -c 1-700
+  [ "$(left)" -gt 80 ] && PROFILE=1 timeout $(( $(left) - 5 )) python3 notes/gpu-session/chunk_anatomy.py 4096 \
+    > "$LOGS/anatomy.log" 2>&1
+  echo "anatomy rc=$? at ${SECONDS}s"; grep "^{" "$LOGS/anatomy.log" | cut -c 1-900
 }
 # v31 (x2): disagg's gate at 4,096/64 (its decodes, in this process, read from the mailbox); marks disagg.ok
 gate_disagg() {
@@ -1264,6 +1275,7 @@ v35a)
   echo "check-kernels: $(ls /root/ck.ok 2>/dev/null || echo 'not passed')"
   gate_all ""
   verdict_all one
+  host_costs
   finish ;;
 v35b)
   grep -q publish /root/verdict 2>/dev/null || { echo "v35a's verdict was not publish"; exit 1; }
