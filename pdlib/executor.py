@@ -17,8 +17,8 @@ for the step (`t_wait`), so a step whose time went to the host tells itself apar
 device; in between, a pipelined run issues the next step (and waits for the one before). The host thread's
 CPU time during the engine call is kept too (`cpu_issue`): the rest of that call the thread was not running
 (it waited: for MLX, which holds it while more than ten command buffers are in flight, for the GIL or a
-blocking call; or the OS ran something else). Hooks see each step
-after it ran: its parts' results and the clock readings.
+blocking call; or the OS ran something else). Hooks see each step after it ran: its parts' results and the
+clock readings.
 
 Pipelined decodes (`pipeline=True`, RunParams.pipeline_decodes): a step of decodes only is issued before the
 step before it is observed, whatever that step was; each decode's input token is on the device already, so
@@ -158,9 +158,8 @@ def execute(engine: Engine, steps: Iterable[Step], *, logical_reset: bool, hooks
         t_start = now()
         cpu_start = cpu_now()
         results = _receive(engine, step, remote) if remote_step else _issue(engine, step)
-        cpu_issue = cpu_now() - cpu_start
-        t_issued = now()
-        cpu_issue = min(cpu_issue, t_issued - t_start)  # two clocks: the wall one may be slewed a few µs
+        cpu_end, t_issued = cpu_now(), now()
+        cpu_issue = min(cpu_end - cpu_start, t_issued - t_start)  # two clocks: the wall one may be slewed a few µs
         for r in results:
             r.t_issued, r.cpu_issue = t_issued, cpu_issue
         if timed and remote is not None and not remote_step:
