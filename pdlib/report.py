@@ -156,11 +156,9 @@ def _cores() -> str:
 
 def build_report(*, params: dict, model: dict, prompts: dict, backend: str, validation: dict,
                  reference_tokens: dict, trials: list, params_file=None, slo: dict | None = None,
-                 workers: dict | None = None, decode: str | None = None, prefill: dict | None = None) -> dict:
+                 workers: dict | None = None, settings: dict | None = None) -> dict:
     env = environment(backend)
-    if decode is not None:  # the decode path the engine took (Qwen3.decode_mode)
-        env["decode"] = decode
-    env.update(prefill or {})  # what the engine ran as (Engine.settings: decode, prefill arithmetic, token read)
+    env.update(settings or {})  # what the engine ran as (Engine.settings: decode, prefill arithmetic, token read)
     if workers:  # a disagg run's two workers
         env["workers"] = workers
     report = {"schema": SCHEMA,

@@ -57,7 +57,7 @@ def run_experiment(params: RunParams, *, output=None, params_file=None, validate
     report = build_report(params=params.to_dict(), model=d["model"], prompts=d["prompts"], backend=d["backend"],
                           validation={p: v.to_dict() for p, v in validation.items()},
                           reference_tokens=reference, trials=trials, params_file=params_file,
-                          slo=exp.slo_details(), workers=exp.workers(), prefill=exp.engine.settings)
+                          slo=exp.slo_details(), workers=exp.workers(), settings=exp.engine.settings)
     if out:
         write_report(out, report)
     return report

@@ -106,7 +106,7 @@ def test_the_report_records_the_decode_path(monkeypatch):
     monkeypatch.setenv("PDLIB_DECODE", "kernels")
     assert environment("cpu")["PDLIB_DECODE"] == "kernels"
     kw = dict(params={}, model={}, prompts={}, backend="cpu", validation={}, reference_tokens={}, trials=[])
-    assert build_report(**kw, decode="persistent")["environment"]["decode"] == "persistent"
+    assert build_report(**kw, settings={"decode": "persistent"})["environment"]["decode"] == "persistent"
     assert "decode" not in build_report(**kw)["environment"]
 
 
