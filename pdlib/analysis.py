@@ -32,6 +32,9 @@ TRIAL_KEYS = ("policy", "trial", "makespan_ns", "requests", "events")
 REQUEST_KEYS = ("output_ids", "timed_from", "emit_ns")
 EVENT_KEYS = ("kind", "req", "start", "stop", "t_start_ns", "t_end_ns")
 STEP_STAMPS = ("t_start_ns", "t_issued_ns", "t_wait_ns", "t_end_ns")  # a step's clock readings, in order
+# steps_frame's parts of a step's time, by column, with the name tables and charts give each
+STEP_PARTS = {"issue_ms": "host issuing", "issue_cpu_ms": "of it on the CPU", "between_ms": "between",
+              "wait_ms": "waiting"}
 
 
 # ---- loading and checking ---------------------------------------------------------------------------
@@ -207,7 +210,7 @@ def steps_frame(report: dict) -> pd.DataFrame:
                          sum(e["stop"] - e["start"] for e in parts), chunk, t0 / NS_PER_MS, (t1 - t0) / NS_PER_MS,
                          (ti - t0) / NS_PER_MS, cpu / NS_PER_MS, (tw - ti) / NS_PER_MS, (t1 - tw) / NS_PER_MS))
     return pd.DataFrame(rows, columns=["policy", "trial", "kind", "rows", "prompt_start", "t_start_ms", "dur_ms",
-                                       "issue_ms", "issue_cpu_ms", "between_ms", "wait_ms"])
+                                       *STEP_PARTS])
 
 
 def step_times(steps: pd.DataFrame) -> pd.DataFrame:
@@ -216,9 +219,7 @@ def step_times(steps: pd.DataFrame) -> pd.DataFrame:
     bound by the host (the device had finished them by the time the host began waiting); a large wait_ms, by
     the device."""
     out = steps.groupby(["policy", "trial", "kind"], sort=False).agg(
-        steps=("dur_ms", "size"), dur_ms=("dur_ms", "median"), issue_ms=("issue_ms", "median"),
-        issue_cpu_ms=("issue_cpu_ms", "median"), between_ms=("between_ms", "median"),
-        wait_ms=("wait_ms", "median")).reset_index()
+        steps=("dur_ms", "size"), **{c: (c, "median") for c in ("dur_ms", *STEP_PARTS)}).reset_index()
     out["p"], out["k"] = pd.factorize(out["policy"])[0], out["kind"].map({"prompt": 0, "decode": 1})
     return out.sort_values(["p", "trial", "k"], kind="stable").drop(columns=["p", "k"]).reset_index(drop=True)
 

@@ -172,10 +172,8 @@ def step_chart(steps: pd.DataFrame) -> alt.FacetChart | None:
     if d.empty:
         return None
     policies = _policies(d)
-    d = d[["policy", "trial", "rows", "prompt_start", "dur_ms", "issue_ms", "issue_cpu_ms", "between_ms", "wait_ms"]]
-    ms = [alt.Tooltip(f"{c}:Q", format=".3~g", title=t) for c, t in
-          (("dur_ms", "step ms"), ("issue_ms", "host issuing"), ("issue_cpu_ms", "of it on the CPU"),
-           ("between_ms", "between"), ("wait_ms", "waiting"))]
+    d = d[["policy", "trial", "rows", "prompt_start", "dur_ms", *an.STEP_PARTS]]
+    ms = [alt.Tooltip(f"{c}:Q", format=".3~g", title=t) for c, t in {"dur_ms": "step ms", **an.STEP_PARTS}.items()]
     dots = alt.Chart(_inline(d.astype({"trial": str}))).mark_circle(size=30, opacity=0.7).encode(
         x=alt.X("prompt_start:Q", title="B's prompt position the chunk starts at"),
         y=alt.Y("dur_ms:Q", title="step time (ms)", scale=alt.Scale(zero=True)),

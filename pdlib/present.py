@@ -207,9 +207,7 @@ def step_table(times: pd.DataFrame) -> pd.DataFrame:
     ("-" where the report predates the host's clock readings inside a step)."""
     return pd.DataFrame({"policy": times["policy"], "trial": times["trial"].astype(str), "steps": times["kind"],
                          "n": times["steps"].astype(int).astype(str), "ms": times["dur_ms"].map(_round),
-                         "host issuing": times["issue_ms"].map(_round),
-                         "of it on the CPU": times["issue_cpu_ms"].map(_round),
-                         "between": times["between_ms"].map(_round), "waiting": times["wait_ms"].map(_round)})
+                         **{name: times[c].map(_round) for c, name in an.STEP_PARTS.items()}})
 
 
 def remote_table(remote: pd.DataFrame) -> pd.DataFrame:
