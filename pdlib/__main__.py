@@ -46,6 +46,10 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    help="issue a step of decodes before the tokens of the one before it are observed, so the "
                         "host's launch overlaps the device's work (the default; --no-pipeline-decodes "
                         "observes each step first)")
+    p.add_argument("--poll-during-chunks", action=argparse.BooleanOptionalAction, default=None,
+                   help="with pipelined decodes, issue a prompt chunk before the decodes ahead of it are observed "
+                        "and look for their tokens between its layers, where the kernel's mailbox lets the host "
+                        "look without waiting (the default; --no-poll-during-chunks observes them first)")
     p.add_argument("--quiet", action="store_true")
 
 
@@ -53,7 +57,7 @@ def _params(args):
     from pdlib.config import RunParams
     keys = ("model", "prompt_tokens", "output_tokens", "chunk_size", "policies", "trials", "warmups",
             "logical_cache_reset", "lossless_decode_weights", "validation_checkpoint_every", "tbt_slo_ms",
-            "pipeline_decodes")
+            "pipeline_decodes", "poll_during_chunks")
     given = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
     return RunParams.from_yaml(args.params, **given) if args.params else RunParams(**given)
 

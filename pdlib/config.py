@@ -148,6 +148,7 @@ class RunParams:
     stall_threshold_ms: float = 100.0
     tbt_slo_ms: float | None = None     # A's gap target for the slo policies; None: 5x decode (pdlib/slo.py)
     pipeline_decodes: bool = True       # issue a step of decodes before the one before it is observed (executor.py)
+    poll_during_chunks: bool = True     # with them, issue a prompt chunk at once and poll the decodes ahead (ditto)
 
     def __post_init__(self):
         if isinstance(self.policies, str):
@@ -158,7 +159,7 @@ class RunParams:
             _check_int(name, getattr(self, name), 1)
         _check_int("output_tokens", self.output_tokens, 2)  # A's first output is untimed: it needs a second
         _check_int("warmups", self.warmups, 0)
-        for name in ("logical_cache_reset", "lossless_decode_weights", "pipeline_decodes"):
+        for name in ("logical_cache_reset", "lossless_decode_weights", "pipeline_decodes", "poll_during_chunks"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if not isinstance(self.model, str) or not self.model:

@@ -24,10 +24,15 @@ Pipelined decodes (`pipeline=True`, RunParams.pipeline_decodes): a step of decod
 step before it is observed, whatever that step was; each decode's input token is on the device already, so
 the host's launch work overlaps the device's (as mlx-lm's `generate` and vLLM's async scheduling run), and
 after a prompt chunk A's decode is queued behind the chunk instead of launched once the host has seen the
-chunk end. A step with a prompt chunk is never issued before the tokens before it are observed, so a chunk's
-long dispatch never delays one. Hooks still see every step once, in order, after its tokens are observed; a
-pipelined step's t_start then falls before the previous step's t_end, and the previous step's t_end (its
-last token, or its arrays seen done) comes after the host's work to issue the pipelined one.
+chunk end. Hooks still see every step once, in order, after its tokens are observed; a pipelined step's
+t_start then falls before the previous step's t_end, and the previous step's t_end (its last token, or its
+arrays seen done) comes after the host's work to issue the pipelined one. A step with a prompt chunk is issued
+after the tokens before it are observed, so a chunk's long dispatch never delays one; with `poll=True`
+(RunParams.poll_during_chunks) and decodes ahead whose tokens can be looked at without waiting (`Output.peek`:
+the persistent kernel's mailbox), it is issued at once instead, and the host looks for those tokens after
+starting each of its layers (`Engine.batch`'s `between`) and observes them when it finds them, or when the
+chunk is issued: the host builds the chunk while the device decodes, and a token waits for at most one
+layer's build (a token's t_emit is when the host found it; its step's t_wait when the host first looked).
 
 B's prefill elsewhere: a step source may carry a `remote` (`RemoteSteps`): disagg's prefill worker
 (pdlib/disagg/remote.py) or overlap's second stream (pdlib/overlap.py). Then at t0, right after B's reset,
@@ -95,14 +100,14 @@ def _receive(engine: Engine, step: Prefill, remote) -> list[WorkResult]:
     return [WorkResult(step, stop - step.n, stop, out, remote=record)]
 
 
-def _issue(engine: Engine, step: Step) -> list[WorkResult]:
+def _issue(engine: Engine, step: Step, between=None) -> list[WorkResult]:
     """Run one step on the engine: a Batch as one engine step (its rows share the weight reads), a single
-    decode on the engine's decode path."""
+    decode on the engine's decode path. `between`: Engine.batch's."""
     starts = [engine.requests[w.req].length for w in step.work]
     if isinstance(step, Decode):
         outs = [engine.decode(step.req)]
     else:
-        outs = engine.batch([(w.req, w.n if isinstance(w, Prefill) else None) for w in step.work])
+        outs = engine.batch([(w.req, w.n if isinstance(w, Prefill) else None) for w in step.work], between=between)
     caches = [engine.requests[w.req].cache for w in step.work]
     # the layers' arrays as this step left them: the cache's lists change in place with later steps
     return [WorkResult(w, a, c.length, o, done=() if o is not None else (*c.k, *c.v, c.written))
@@ -113,20 +118,33 @@ def _decodes_only(step: Step) -> bool:
     return all(isinstance(w, Decode) for w in step.work)
 
 
+def _pollable(step: Step, results: list[WorkResult]) -> bool:
+    """Decodes only, every token of which can be looked at without waiting (Output.peek)."""
+    return _decodes_only(step) and all(r.output is not None and r.output.mailbox is not None for r in results)
+
+
 def execute(engine: Engine, steps: Iterable[Step], *, logical_reset: bool, hooks: list[Hook] = (),
-            pipeline: bool = False) -> None:
+            pipeline: bool = False, poll: bool = False) -> None:
     """`steps`: a plan, or a policy deciding live (`scheduler.follow`), whose decisions then fall between
-    steps, inside the timed run. `pipeline`: pipelined decodes (above)."""
+    steps, inside the timed run. `pipeline`: pipelined decodes; `poll`: with them, a prompt chunk issued
+    while the decodes ahead are polled (above)."""
     timed = False
     remote = getattr(steps, "remote", None)  # where B's prefill runs, if not in the steps (RemoteSteps)
     pending = None  # a step issued whose tokens are not observed yet: (index, step, results, t_start, timed)
 
-    def observe(index: int, step: Step, results: list[WorkResult], t_start: int, was_timed: bool) -> None:
+    def observe(index: int, step: Step, results: list[WorkResult], t_start: int, was_timed: bool, *,
+                peek: bool = False) -> bool:
+        """Observe a step's tokens, then its hooks run; with `peek`, only if they are on the host already
+        (those found are kept): whether the step was observed."""
         t_wait = now()
         for r in results:
-            r.t_wait = t_wait
-            if r.output is not None:
-                r.token = check_token(r.output.observe())
+            if r.t_wait is None:
+                r.t_wait = t_wait
+            if r.output is not None and r.token is None:
+                token = r.output.peek() if peek else r.output.observe()
+                if token is None:
+                    return False
+                r.token = check_token(token)
                 r.t_emit = now()
         if all(r.output is not None for r in results):
             t_end = results[-1].t_emit  # the step ends when its last token is observed
@@ -136,14 +154,22 @@ def execute(engine: Engine, steps: Iterable[Step], *, logical_reset: bool, hooks
             t_end = now()
         for h in hooks:
             h.on_step(index, step, results, t_start, t_end, timed=was_timed)
+        return True
 
     engine.reset("A", logical=logical_reset)
     for i, step in enumerate(steps):
         remote_step = isinstance(step, Prefill) and step.remote
         overlaps = pipeline and _decodes_only(step)
-        if pending is not None and (not overlaps or not timed and not is_setup(step)):
+        polls = (poll and pending is not None and timed and not remote_step and not _decodes_only(step)
+                 and _pollable(pending[1], pending[2]))
+        if pending is not None and not polls and (not overlaps or not timed and not is_setup(step)):
             observe(*pending)
             pending = None
+        seen = False   # the decodes ahead were observed while this step was issued (polls)
+
+        def look() -> None:
+            nonlocal seen
+            seen = seen or observe(*pending, peek=True)
         if not timed and not is_setup(step):
             timed = True
             mx.synchronize()  # nothing of the set-up may run into the timed part
@@ -157,14 +183,14 @@ def execute(engine: Engine, steps: Iterable[Step], *, logical_reset: bool, hooks
                 h.on_t0(t, t_reset)
         t_start = now()
         cpu_start = cpu_now()
-        results = _receive(engine, step, remote) if remote_step else _issue(engine, step)
+        results = _receive(engine, step, remote) if remote_step else _issue(engine, step, look if polls else None)
         cpu_end, t_issued = cpu_now(), now()
         cpu_issue = min(cpu_end - cpu_start, t_issued - t_start)  # two clocks: the wall one may be slewed a few µs
         for r in results:
             r.t_issued, r.cpu_issue = t_issued, cpu_issue
         if timed and remote is not None and not remote_step:
             remote.advance()  # the remote prefill's next piece, dispatched while this step runs
-        if pending is not None:
+        if pending is not None and not seen:
             observe(*pending)  # the step before, while this one is queued behind it on the device
         pending = (i, step, results, t_start, timed)
         if not pipeline:

@@ -112,7 +112,7 @@ class Experiment:
             last = max(i for i, s in enumerate(steps) if any(isinstance(w, Prefill) and w.req == "B" for w in s.work))
             for _ in range(2):  # the first run compiles the mode's step shapes (mixed steps are new here)
                 run = run_once(self.engine, q, steps=steps[:last + 1], logical_reset=p.logical_cache_reset,
-                               pipeline=p.pipeline_decodes)
+                               pipeline=p.pipeline_decodes, poll=p.poll_during_chunks)
             rows = slo_chunks({"slo": {"tbt_slo_ms": math.inf, "chunks": {q: self._chunks(q, steps, cost)}},
                                "trials": [run.to_trial(trial=0, position=0)]})
             # not the first chunk: its gap holds B's reset at t0 (in a mixed step, A's token comes after it)
@@ -157,7 +157,7 @@ class Experiment:
         return {policy: validate_policy(policy, engine=self.engine, traces=self.traces, steps=self._gate_steps(policy),
                                         output_tokens=p.output_tokens, checkpoint_every=p.validation_checkpoint_every,
                                         logical_reset=p.logical_cache_reset, on_step=on_step,
-                                        pipeline=p.pipeline_decodes)
+                                        pipeline=p.pipeline_decodes, poll=p.poll_during_chunks)
                 for policy in (policies or p.policies)}
 
     def _gate_steps(self, policy: str):

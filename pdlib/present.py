@@ -37,8 +37,8 @@ def report_params(report: dict, *, where: str = "report") -> RunParams:
     unknown = sorted(set(params) - {f.name for f in fields(RunParams)})
     if unknown:
         raise InputError(f"{where}: params has unknown key(s) {', '.join(unknown)}")
-    try:  # a report from before pipelined decodes were recorded ran them observed one at a time
-        return RunParams(**{"pipeline_decodes": False, **params})
+    try:  # a report from before pipelined decodes (or polling in chunks) were recorded ran without them
+        return RunParams(**{"pipeline_decodes": False, "poll_during_chunks": False, **params})
     except InputError as e:
         raise InputError(f"{where}: params: {e}") from None
 

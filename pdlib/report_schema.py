@@ -7,7 +7,7 @@ A report is one JSON object:
       "created_utc": "2026-11-29T10:00:00Z",
       "params": {model, prompt_tokens, output_tokens, chunk_size, policies: [..], trials, warmups,
                  logical_cache_reset, lossless_decode_weights, validation_checkpoint_every,
-                 stall_threshold_ms, tbt_slo_ms, pipeline_decodes},
+                 stall_threshold_ms, tbt_slo_ms, pipeline_decodes, poll_during_chunks},
                                                    # exactly config.RunParams.to_dict(); the weights'
                                                    # seed is in "model"
       "model": {"spec": "synthetic:tiny@0", "source": "synthetic" | "checkpoint", "preset": "tiny",

@@ -53,7 +53,8 @@ def run_experiment(params: RunParams, *, output=None, params_file=None, validate
             walks = {p: partial(exp.walk, p) for p in params.policies}
             trials = run_trials(exp.engine, walks=walks, trials=params.trials, warmups=params.warmups,
                                 logical_reset=params.logical_cache_reset, reference_tokens=reference,
-                                on_run=progress.update, pipeline=params.pipeline_decodes)
+                                on_run=progress.update, pipeline=params.pipeline_decodes,
+                                poll=params.poll_during_chunks)
     report = build_report(params=params.to_dict(), model=d["model"], prompts=d["prompts"], backend=d["backend"],
                           validation={p: v.to_dict() for p, v in validation.items()},
                           reference_tokens=reference, trials=trials, params_file=params_file,

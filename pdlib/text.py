@@ -25,7 +25,8 @@ def text_table(head, rows, *, right_from: int | None = None) -> str:
 def run_line(report: dict) -> str:
     """The first line a run prints: model and its weights' source, backend (and what the prefill's matmuls and
     attention ran as, where the report says), sizes, what made the prompts, and whether decodes were
-    pipelined. Needs the report's model, environment.backend and params (prompts optional)."""
+    pipelined (and polled while a chunk was issued: only where tokens came by the mailbox). Needs the report's
+    model, environment.backend and params (prompts optional)."""
     model, params = report["model"], report["params"]
     fallback = f", {model['fallback_from']}" if model.get("fallback_from") else ""
     tokenizers = sorted({p["tokenizer"] for p in (report.get("prompts") or {}).values()})
@@ -37,10 +38,13 @@ def run_line(report: dict) -> str:
     dispatch = f", steps by {env['step_dispatch']}" if "step_dispatch" in env else ""
     prefill = (f" (prefill matmuls {env['prefill_matmuls']}{sums}, attention {env['prefill_attention']}{qk}{dispatch})"
                if "prefill_matmuls" in env else "")
-    mailbox = ", tokens read from the kernel's mailbox" if env.get("token_read") == "mailbox" else ""
+    by_mailbox = env.get("token_read") == "mailbox"
+    mailbox = ", tokens read from the kernel's mailbox" if by_mailbox else ""
+    piped = "" if not params.get("pipeline_decodes") else "; decodes pipelined" + (
+        ", polled during chunks" if by_mailbox and params.get("poll_during_chunks") else "")
     return (f"model {model['spec']} ({model['source']}{fallback}), backend {env['backend']}{prefill}{mailbox}; "
             f"prompts {params['prompt_tokens']} tokens{made_by}, {params['output_tokens']} outputs, "
-            f"chunk {params['chunk_size']}" + ("; decodes pipelined" if params.get("pipeline_decodes") else ""))
+            f"chunk {params['chunk_size']}{piped}")
 
 
 def validation_table(validation: dict) -> str:

@@ -81,11 +81,11 @@ class Recorder(Hook):
 
 
 def run_once(engine: Engine, policy: str, *, steps: Iterable[Step], logical_reset: bool,
-             pipeline: bool = False) -> RunRecord:
+             pipeline: bool = False, poll: bool = False) -> RunRecord:
     """One timed run of `policy`: `steps` is its step source (Experiment.walk), or a plan; `pipeline`:
-    pipelined decodes (executor.py)."""
+    pipelined decodes, `poll`: chunks issued while they are polled (executor.py)."""
     recorder = Recorder()
-    execute(engine, steps, logical_reset=logical_reset, hooks=[recorder], pipeline=pipeline)
+    execute(engine, steps, logical_reset=logical_reset, hooks=[recorder], pipeline=pipeline, poll=poll)
     return recorder.record(policy)
 
 
@@ -107,20 +107,22 @@ def trial_orders(policies: list[str], trials: int) -> list[list[str]]:
 
 def run_trials(engine: Engine, *, walks: dict[str, Callable[[], Iterable[Step]]], trials: int, warmups: int,
                logical_reset: bool, reference_tokens: dict, on_run: Callable[[], None] | None = None,
-               pipeline: bool = False) -> list[dict]:
+               pipeline: bool = False, poll: bool = False) -> list[dict]:
     """Warmups (untimed, checked), then paired timed trials of every policy in `walks` (in its order; each
     maps to a fresh step source per run); returns report trial records."""
     policies = list(walks)
     for policy in policies:
         for w in range(warmups):
-            run = run_once(engine, policy, steps=walks[policy](), logical_reset=logical_reset, pipeline=pipeline)
+            run = run_once(engine, policy, steps=walks[policy](), logical_reset=logical_reset, pipeline=pipeline,
+                           poll=poll)
             check_tokens(run, reference_tokens, what=f"warmup {w + 1}")
             if on_run:
                 on_run()
     records = []
     for t, order in enumerate(trial_orders(policies, trials), start=1):
         for position, policy in enumerate(order):
-            run = run_once(engine, policy, steps=walks[policy](), logical_reset=logical_reset, pipeline=pipeline)
+            run = run_once(engine, policy, steps=walks[policy](), logical_reset=logical_reset, pipeline=pipeline,
+                           poll=poll)
             check_tokens(run, reference_tokens, what=f"trial {t}")
             records.append(run.to_trial(trial=t, position=position))
             if on_run:

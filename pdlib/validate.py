@@ -260,13 +260,13 @@ class Gate(Hook):
 
 def validate_policy(policy: str, *, engine: Engine, traces: dict[str, ReferenceTrace], steps: list[Step],
                     output_tokens: int, checkpoint_every: int = 64, logical_reset: bool = True,
-                    on_step=None, pipeline: bool = False) -> ValidationResult:
+                    on_step=None, pipeline: bool = False, poll: bool = False) -> ValidationResult:
     """Run `policy`'s plan `steps` through the executor (A's set-up prefill, B's reset at t0, then the
     policy's steps: exactly what a trial runs) and check each one. For `disagg`, `steps` is the live
     mechanism itself (Experiment.walk), held to the plan per request (pdlib/disagg/remote.py says why)."""
     result = ValidationResult(policy)
     gate = Gate(engine, traces, result, checkpoint_every=checkpoint_every, on_step=on_step)
-    execute(engine, steps, logical_reset=logical_reset, hooks=[gate], pipeline=pipeline)
+    execute(engine, steps, logical_reset=logical_reset, hooks=[gate], pipeline=pipeline, poll=poll)
     gate.finish()
     result.tokens = {r: traces[r].tokens[:output_tokens] for r in ("A", "B")}
     result.passed = True

@@ -43,9 +43,9 @@ def spy_issues(monkeypatch) -> list:
     """Log every step the executor issues to the engine: its parts as (request, kind, cache length before)."""
     log, real = [], pdlib.executor._issue
 
-    def issue(engine, step):
+    def issue(engine, step, *between):
         log.append(tuple((w.req, type(w).__name__, engine.requests[w.req].length) for w in step.work))
-        return real(engine, step)
+        return real(engine, step, *between)
 
     monkeypatch.setattr(pdlib.executor, "_issue", issue)
     return log
@@ -210,6 +210,10 @@ def test_a_report_says_when_decodes_were_pipelined():
     assert run_line(report).endswith("chunk 16")
     report["params"]["pipeline_decodes"] = True
     assert run_line(report).endswith("chunk 16; decodes pipelined")
+    report["params"]["poll_during_chunks"] = True   # polling needs the mailbox: without it the line says nothing
+    assert run_line(report).endswith("chunk 16; decodes pipelined")
+    report["environment"]["token_read"] = "mailbox"
+    assert run_line(report).endswith("chunk 16; decodes pipelined, polled during chunks")
 
 
 def test_a_report_says_what_the_prefill_ran_as():
@@ -234,8 +238,8 @@ def test_a_step_records_when_the_host_had_issued_it_and_began_waiting(tiny, monk
     tokens = exp.validate()["chunked"].tokens
     real_issue, real_check = pdlib.executor._issue, pdlib.executor.check_token
 
-    def slow_host(engine, step):
-        out = real_issue(engine, step)
+    def slow_host(engine, step, *between):
+        out = real_issue(engine, step, *between)
         if any(isinstance(w, Prefill) for w in step.work):
             time.sleep(0.03)
         return out
@@ -289,8 +293,8 @@ def test_a_steps_cpu_time_is_the_host_threads_own(tiny, monkeypatch, pipeline):
     hosts = {"burns": lambda: _burn(ms30), "sleeps": lambda: time.sleep(0.03), "waits": other_thread_burns}
 
     def host(delay):
-        def issue(engine, step):
-            out = real_issue(engine, step)
+        def issue(engine, step, *between):
+            out = real_issue(engine, step, *between)
             if any(isinstance(w, Prefill) for w in step.work):
                 delay()
             return out

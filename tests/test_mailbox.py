@@ -8,6 +8,7 @@ mailbox row fails each fault planted in it. The kernel's write compiles for sm_9
 and runs in check-kernels on a GPU."""
 
 import gc
+import math
 import weakref
 
 import mlx.core as mx
@@ -22,6 +23,8 @@ from pdlib.engine.kernels import mailbox as M
 from pdlib.engine.kernels import persistent_decode as P
 from pdlib.errors import InputError
 from pdlib.experiment import Experiment
+from pdlib.scheduler import is_setup
+from pdlib.trial import check_tokens, run_once
 from pdlib.validate import ValidationError
 
 BASE = 0x7F3A_5C00_1000   # a device address, as cuMemHostGetDevicePointer gives one
@@ -128,8 +131,10 @@ def mailbox_engine(monkeypatch):
     """The persistent path on the CPU with PDLIB_TOKEN_READ=mailbox: a region in plain memory, and a stand-in
     kernel: the ops twin's step (its new K/V rows stored by the cache), then, as the kernel's last block does,
     position + 1 and the token into slot pos % SLOTS of the area whose address the sync buffer holds. `fault`
-    changes what it writes. Returns the fault setter, the tokens each wait returned, and the region."""
-    fault, seen, region = {"kind": None}, [], fake_region()
+    changes what it writes ("late": the word lands at the host's second look after the launch, or its
+    fault["looks"]th, as a device still busy would leave it). Returns the fault setter, the tokens each wait returned or a look found
+    (`peek`), and the region."""
+    fault, seen, region, late = {"kind": None}, [], fake_region(), []
     monkeypatch.setenv(M.ENV, "mailbox")
     monkeypatch.setattr(M, "TIMEOUT_NS", 20_000_000)
     monkeypatch.setattr(P, "available", lambda cfg, **kw: True)
@@ -139,12 +144,36 @@ def mailbox_engine(monkeypatch):
         out = K.decode_persistent_ops(token, pos, dw, k_all, v_all, written, **kw)
         address, p, tok = sync[P.SY_BOX + 1].item() << 32 | sync[P.SY_BOX].item(), pos.item(), out[1].item()
         if address and fault["kind"] != "silent":
-            region.words[(address - region.address) // 8 + p % M.SLOTS] = word(p, tok + (fault["kind"] == "wrong"))
+            slot, value = (address - region.address) // 8 + p % M.SLOTS, word(p, tok + (fault["kind"] == "wrong"))
+            if fault["kind"] == "late":
+                late.append([fault.get("looks", 2), slot, value])
+            else:
+                region.words[slot] = value
         return (*out[:5], written + 1)
+
+    def land():   # a late word lands at its second look
+        for w in list(late):
+            w[0] -= 1
+            if w[0] == 0:
+                region.words[w[1]] = w[2]
+                late.remove(w)
     monkeypatch.setattr(P, "decode_persistent", kernel_like)
-    real_wait = M.TokenMailbox.wait
-    monkeypatch.setattr(M.TokenMailbox, "wait", lambda self, pos, **kw: seen.append(real_wait(self, pos, **kw))
-                        or seen[-1])
+    real_wait, real_peek = M.TokenMailbox.wait, M.TokenMailbox.peek
+
+    def wait(self, pos, **kw):
+        while late:
+            land()
+        seen.append(real_wait(self, pos, **kw))
+        return seen[-1]
+
+    def peek(self, pos):
+        land()
+        token = real_peek(self, pos)
+        if token is not None:
+            seen.append(token)
+        return token
+    monkeypatch.setattr(M.TokenMailbox, "wait", wait)
+    monkeypatch.setattr(M.TokenMailbox, "peek", peek)
     return fault, seen, region
 
 
@@ -166,15 +195,46 @@ def test_the_executor_takes_the_mailboxs_tokens_and_the_gate_passes(tiny, mailbo
     assert len({b.address for b in boxes}) == 2 and len(region.free) == M.AREAS - 2
 
 
-def test_a_wrong_token_fails_the_gate_and_a_missing_one_is_an_error(tiny, mailbox_engine):
+@pytest.mark.parametrize("pipeline", [False, True], ids=["observed", "pipelined-polled"])
+def test_a_wrong_token_fails_the_gate_and_a_missing_one_is_an_error(tiny, mailbox_engine, pipeline):
     fault, seen, region = mailbox_engine
-    exp = experiment(tiny, ("chunked",))
+    exp = experiment(tiny, ("chunked",), pipeline)
     fault["kind"] = "wrong"
     with pytest.raises(ValidationError, match="token check, request A"):
         exp.validate(["chunked"])
     fault["kind"] = "silent"
     with pytest.raises(RuntimeError, match=r"position \d+'s token \(\d+\) never reached the mailbox"):
         exp.validate(["chunked"])
+
+
+@pytest.mark.parametrize("looks", [2, 9], ids=["found-between-layers", "found-after"])
+def test_a_chunk_is_issued_while_the_decodes_ahead_are_polled(tiny, mailbox_engine, looks):
+    """Pipelined and polled (RunParams.poll_during_chunks): a prompt chunk after a decode is issued before that
+    decode's token is on the host, and the host finds the token between the chunk's layers when it lands
+    there (the tiny model's chunk has two: its last layer is pruned), or else waits for it once the chunk is
+    issued. Either way the gate passes, a trial's tokens are the validated ones and the hooks see the plan's
+    steps in order. Without polling, every chunk starts after the decode before it ended."""
+    fault, seen, region = mailbox_engine
+    fault.update(kind="late", looks=looks)
+    exp = experiment(tiny, ("chunked",), pipeline=True)
+    assert exp.params.poll_during_chunks
+    tokens = exp.validate()["chunked"].tokens
+    for poll in (False, True):
+        run = run_once(exp.engine, "chunked", steps=exp.walk("chunked"), logical_reset=True, pipeline=True, poll=poll)
+        check_tokens(run, tokens, what=f"poll={poll}")
+        steps = [e for e in run.events if e["kind"] != "reset"]
+        assert [e["kind"] for e in steps] == [type(w).__name__.lower() for s in exp.plan("chunked") if not is_setup(s)
+                                              for w in s.work]
+        pairs = [(a, b) for a, b in zip(steps, steps[1:]) if a["kind"] == "decode" and b["kind"] == "prefill"]
+        assert len(pairs) == math.ceil(PROMPT / CHUNK)   # A's decode before each chunk
+        for a, b in pairs:
+            if not poll:
+                assert a["t_end_ns"] <= b["t_start_ns"]
+            elif looks == 2:   # found at the chunk's second layer boundary, before it was issued
+                assert b["t_start_ns"] < a["t_end_ns"] < b["t_issued_ns"]
+            else:
+                assert b["t_start_ns"] < b["t_issued_ns"] <= a["t_end_ns"]
+            assert a["t_issued_ns"] <= a["t_wait_ns"] <= a["t_end_ns"]
 
 
 def test_bench_step_reads_the_persistent_kernels_tokens_from_the_mailbox_and_the_per_op_kernels_by_item(

@@ -113,3 +113,7 @@ def test_a_report_from_before_pipelining_was_recorded_reads_as_unpipelined():
     del params["pipeline_decodes"]
     assert report_params({"params": params}).pipeline_decodes is False
     assert report_params({"params": {**params, "pipeline_decodes": True}}).pipeline_decodes is True
+    # nor had reports before polling during chunks
+    del params["poll_during_chunks"]
+    assert report_params({"params": params}).poll_during_chunks is False
+    assert report_params({"params": {**params, "poll_during_chunks": True}}).poll_during_chunks is True

@@ -214,6 +214,9 @@
 #                                          step's host time goes (host_split.py, chunk_anatomy.py PROFILE=1)
 #   bash notes/gpu-session/session.sh v35b one H200: eager chunked fifo mixed, then chunked overlap slo slo-mixed
 #                                          (their steps' issue and wait times; bench-step stays v31's)
+#   bash notes/gpu-session/session.sh v36  one H200, after v35a: both published reports with prompt chunks issued
+#                                          while the decodes ahead are polled, then chunked alone without and
+#                                          with polling (3 trials each), while time is left
 #   bash notes/gpu-session/session.sh v32x x2: check-kernels (GPU 1, 540 s) beside the gate for every
 #                                          single-GPU policy (GPU 0), the verdict; then v27b and v27c (disagg's
 #                                          report runs its own gate before any timing)
@@ -1281,6 +1284,17 @@ v35b)
   grep -q publish /root/verdict 2>/dev/null || { echo "v35a's verdict was not publish"; exit 1; }
   report_main 250 ""
   report_new $(( $(left) - 5 )) ""
+  finish ;;
+v36)
+  grep -q publish /root/verdict 2>/dev/null || { echo "v35a's verdict was not publish"; exit 1; }
+  report_main 250 ""
+  report_new 250 ""
+  for poll in no-poll-during-chunks poll-during-chunks; do   # the same machine's A/B, chunked alone
+    [ "$(left)" -gt 45 ] && timeout -s INT $(( $(left) - 5 )) python3 -m pdlib run \
+      --params params/qwen3-0.6b-4096x1024.yaml --policies chunked --trials 3 --warmups 1 --$poll --quiet \
+      --output "$OUT/ab-$poll.json" > "$LOGS/ab-$poll.log" 2>&1
+    echo "ab $poll rc=$? at ${SECONDS}s"; tail -n 6 "$LOGS/ab-$poll.log"
+  done
   finish ;;
 v32x)
   nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"

@@ -48,6 +48,11 @@ class Output:
                                f"the mailbox; PDLIB_TOKEN_READ=item reads tokens by MLX")
         return token
 
+    def peek(self) -> int | None:
+        """The token id if it is on the host already (in the mailbox), else None, without waiting; always None
+        without a mailbox (`.item()` cannot look without waiting). `observe` still reads it, and checks it."""
+        return None if self.mailbox is None else self.mailbox.peek(self.position)
+
 
 @dataclass
 class Request:
@@ -102,12 +107,14 @@ class Engine:
     def prefill_chunk(self, name: str, n: int) -> Output | None:
         return self.batch([(name, n)])[0]
 
-    def batch(self, parts: list[tuple[str, int | None]]) -> list[Output | None]:
+    def batch(self, parts: list[tuple[str, int | None]], *, between=None) -> list[Output | None]:
         """One engine step over several requests: (name, n) prefills the next n prompt tokens, (name, None)
         decodes one token; at most one part per request. With a prompt chunk, the rows share the weight reads
         (Qwen3.step). Decodes alone run back to back on the compiled decode path instead: on the H200 a
         2-row ragged step took 17-31 ms against ~2.8 ms per decode (notes/gpu.md). Returns each part's
-        output: a decode's, or the first output of the chunk that finishes a prompt."""
+        output: a decode's, or the first output of the chunk that finishes a prompt. `between()` is called
+        after each layer of a step with a prompt chunk is started (layer dispatch; never with PDLIB_STEP_DISPATCH
+        =step): the executor looks there for the tokens of the step ahead."""
         if len({name for name, _ in parts}) < len(parts):
             raise ValueError(f"a step holds at most one part per request, got {parts}")
         if all(n is None for _, n in parts):
@@ -116,7 +123,15 @@ class Engine:
         reqs = [self.requests[name] for name, _ in parts]
         if self.dispatch == "step":
             return self._finish(reqs, self.model.step(segments, prune=self.prune_final_layer))
-        return drain(self._layer_by_layer(reqs, segments))   # each layer starts while the host builds the next
+        layers = self._layer_by_layer(reqs, segments)   # each layer starts while the host builds the next
+        if between is None:
+            return drain(layers)
+        while True:
+            try:
+                next(layers)
+            except StopIteration as done:
+                return done.value
+            between()
 
     @property
     def settings(self) -> dict[str, str]:

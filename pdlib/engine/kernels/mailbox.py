@@ -42,6 +42,12 @@ def choice() -> str | None:
     return env_choice(ENV, CHOICES) if os.environ.get(ENV) else None
 
 
+def _token(words: np.ndarray, pos: int) -> int | None:
+    """pos's token if its slot holds pos + 1 in its high half, else None."""
+    word = int(words[pos % SLOTS])
+    return word & 0xFFFFFFFF if word >> 32 == pos + 1 else None
+
+
 class TokenMailbox:
     """One request's area: SLOTS words of (position + 1) << 32 | token, as the host sees them, at `address` as
     the device does."""
@@ -56,16 +62,18 @@ class TokenMailbox:
         logical reset) was observed before this launch was issued, so it writes nothing after this."""
         self.words[pos % SLOTS] = 0
 
+    def peek(self, pos: int) -> int | None:
+        """Position pos's token if its slot holds pos + 1 in its high half now, else None."""
+        return _token(self.words, pos)
+
     def wait(self, pos: int, timeout_ns: int | None = None) -> int | None:
-        """Position pos's token once its slot holds pos + 1 in its high half; None after `timeout_ns`
-        (TIMEOUT_NS). Spins, yielding the GIL after SPIN_NS (another thread, overlap's, may need it)."""
-        want, slot, words = pos + 1, pos % SLOTS, self.words
+        """Position pos's token once `peek` finds it; None after `timeout_ns` (TIMEOUT_NS). Spins, yielding the
+        GIL after SPIN_NS (another thread, overlap's, may need it)."""
         start = time.perf_counter_ns()
         deadline = start + (TIMEOUT_NS if timeout_ns is None else timeout_ns)
         while True:
-            word = int(words[slot])
-            if word >> 32 == want:
-                return word & 0xFFFFFFFF
+            if (token := _token(self.words, pos)) is not None:
+                return token
             now = time.perf_counter_ns()
             if now > deadline:
                 return None
