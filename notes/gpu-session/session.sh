@@ -217,6 +217,9 @@
 #   bash notes/gpu-session/session.sh v36  one H200, after v35a: both published reports with prompt chunks issued
 #                                          while the decodes ahead are polled, then chunked alone without and
 #                                          with polling (3 trials each), while time is left
+#   bash notes/gpu-session/session.sh v36a one H200, a fresh machine: check-kernels, then, if it passed, the
+#                                          published eager chunked fifo mixed (polling) and v36's A/B
+#   bash notes/gpu-session/session.sh v36b one H200, after v36a: chunked overlap slo slo-mixed at 15 ms
 #   bash notes/gpu-session/session.sh v32x x2: check-kernels (GPU 1, 540 s) beside the gate for every
 #                                          single-GPU policy (GPU 0), the verdict; then v27b and v27c (disagg's
 #                                          report runs its own gate before any timing)
@@ -339,6 +342,16 @@ check_kernels_all() {
   rm -f /root/verdict /root/qk
   check_kernels "$1" && [ $CK_RC = 0 ] && [ -s "$OUT/check-kernels.json" ] \
     && grep -q "^persistent/mailbox.* pass$" "$LOGS/ck0.log" && touch "$LOGS/ck.ok"
+}
+# v36: chunked alone, 3 trials, without then with prompt chunks issued while the decodes ahead are polled, each
+# while time is left
+poll_ab() {
+  for poll in no-poll-during-chunks poll-during-chunks; do
+    [ "$(left)" -gt 45 ] && timeout -s INT $(( $(left) - 5 )) python3 -m pdlib run \
+      --params params/qwen3-0.6b-4096x1024.yaml --policies chunked --trials 3 --warmups 1 --$poll --quiet \
+      --output "$OUT/ab-$poll.json" > "$LOGS/ab-$poll.log" 2>&1
+    echo "ab $poll rc=$? at ${SECONDS}s"; tail -n 6 "$LOGS/ab-$poll.log"
+  done
 }
 # v35: where a chunk step's host time goes at 4K (host_split.py: per layer, building its graph against MLX's
 # async_eval, wall and CPU), then chunk_anatomy.py with its cProfile of one chunk and one mixed step, each while
@@ -1289,12 +1302,17 @@ v36)
   grep -q publish /root/verdict 2>/dev/null || { echo "v35a's verdict was not publish"; exit 1; }
   report_main 250 ""
   report_new 250 ""
-  for poll in no-poll-during-chunks poll-during-chunks; do   # the same machine's A/B, chunked alone
-    [ "$(left)" -gt 45 ] && timeout -s INT $(( $(left) - 5 )) python3 -m pdlib run \
-      --params params/qwen3-0.6b-4096x1024.yaml --policies chunked --trials 3 --warmups 1 --$poll --quiet \
-      --output "$OUT/ab-$poll.json" > "$LOGS/ab-$poll.log" 2>&1
-    echo "ab $poll rc=$? at ${SECONDS}s"; tail -n 6 "$LOGS/ab-$poll.log"
-  done
+  poll_ab
+  finish ;;
+v36a)
+  nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
+  check_kernels_all 420 && echo publish > /root/verdict
+  echo "verdict: $(cat /root/verdict 2>/dev/null || echo 'do not publish')"
+  grep -q publish /root/verdict 2>/dev/null && report_main 250 "" && poll_ab
+  finish ;;
+v36b)
+  grep -q publish /root/verdict 2>/dev/null || { echo "v36a's verdict was not publish"; exit 1; }
+  report_new $(( $(left) - 5 )) ""
   finish ;;
 v32x)
   nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
