@@ -195,8 +195,10 @@ def steps_frame(report: dict) -> pd.DataFrame:
     any wait MLX imposes inside the call while more than ten command buffers are in flight, so a device that
     falls behind lengthens it too; a wait_ms near zero says the device had finished the step by the time the
     host began waiting for it. Of issue_ms, issue_cpu_ms is the host thread's CPU time: the rest it waited
-    (for MLX, the GIL or a blocking call) or another thread or process ran. NaN for these in reports that
-    predate the readings."""
+    (for MLX, the GIL or a blocking call) or another thread or process ran. With polling during chunks
+    (RunParams.poll_during_chunks), a decode step ahead of a chunk is waited for from the host's first look for
+    its token, between the chunk's layers, to the look that found it: its wait_ms also holds the chunk's
+    building in between (the device's part at most). NaN for these in reports that predate the readings."""
     rows = []
     for t in _trials(report):
         steps = {}

@@ -170,6 +170,7 @@ def execute(engine: Engine, steps: Iterable[Step], *, logical_reset: bool, hooks
         def look() -> None:
             nonlocal seen
             seen = seen or observe(*pending, peek=True)
+
         if not timed and not is_setup(step):
             timed = True
             mx.synchronize()  # nothing of the set-up may run into the timed part

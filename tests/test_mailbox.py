@@ -132,8 +132,8 @@ def mailbox_engine(monkeypatch):
     kernel: the ops twin's step (its new K/V rows stored by the cache), then, as the kernel's last block does,
     position + 1 and the token into slot pos % SLOTS of the area whose address the sync buffer holds. `fault`
     changes what it writes ("late": the word lands at the host's second look after the launch, or its
-    fault["looks"]th, as a device still busy would leave it). Returns the fault setter, the tokens each wait returned or a look found
-    (`peek`), and the region."""
+    fault["looks"]th, as a device still busy would leave it). Returns the fault setter, the tokens each wait
+    returned or a look (`peek`) found, and the region."""
     fault, seen, region, late = {"kind": None}, [], fake_region(), []
     monkeypatch.setenv(M.ENV, "mailbox")
     monkeypatch.setattr(M, "TIMEOUT_NS", 20_000_000)

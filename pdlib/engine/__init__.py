@@ -50,7 +50,7 @@ class Output:
 
     def peek(self) -> int | None:
         """The token id if it is on the host already (in the mailbox), else None, without waiting; always None
-        without a mailbox (`.item()` cannot look without waiting). `observe` still reads it, and checks it."""
+        without a mailbox (`.item()` cannot look without waiting)."""
         return None if self.mailbox is None else self.mailbox.peek(self.position)
 
 
