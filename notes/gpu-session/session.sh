@@ -220,6 +220,11 @@
 #   bash notes/gpu-session/session.sh v36a one H200, a fresh machine: check-kernels, then, if it passed, the
 #                                          published eager chunked fifo mixed (polling) and v36's A/B
 #   bash notes/gpu-session/session.sh v36b one H200, after v36a: chunked overlap slo slo-mixed at 15 ms
+#   bash notes/gpu-session/session.sh v37a one H200, a fresh machine: check-kernels, then chunked alone (3 trials
+#                                          each): without polling, with it, with it and the main thread alone on
+#                                          core 2 (pinned_run.py), without it again
+#   bash notes/gpu-session/session.sh v37b after v37a: mixed unpinned and pinned, chunked pinned and unpinned,
+#                                          then host_split.py
 #   bash notes/gpu-session/session.sh v32x x2: check-kernels (GPU 1, 540 s) beside the gate for every
 #                                          single-GPU policy (GPU 0), the verdict; then v27b and v27c (disagg's
 #                                          report runs its own gate before any timing)
@@ -352,6 +357,17 @@ poll_ab() {
       --output "$OUT/ab-$poll.json" > "$LOGS/ab-$poll.log" 2>&1
     echo "ab $poll rc=$? at ${SECONDS}s"; tail -n 6 "$LOGS/ab-$poll.log"
   done
+}
+# v37: one short published-shape run labelled $1 (3 trials, 1 warmup; the rest: pdlib run's flags, e.g. the
+# policies), while time is left; with PIN=CORE through pinned_run.py (the main thread alone on CORE)
+short_run() {
+  local label=$1; shift
+  local cmd=(python3 -m pdlib)
+  [ -n "${PIN:-}" ] && cmd=(python3 notes/gpu-session/pinned_run.py "$PIN")
+  [ "$(left)" -gt 45 ] && timeout -s INT $(( $(left) - 5 )) "${cmd[@]}" run --params params/qwen3-0.6b-4096x1024.yaml \
+    --trials 3 --warmups 1 --quiet --output "$OUT/$label.json" "$@" > "$LOGS/$label.log" 2>&1
+  echo "$label rc=$? at ${SECONDS}s"; grep -A 5 "^policy  *trials" "$LOGS/$label.log" | tail -n 4
+  grep -c "^pinned_run: thread" "$LOGS/$label.log" | sed 's/^/  threads listed: /'
 }
 # v35: where a chunk step's host time goes at 4K (host_split.py: per layer, building its graph against MLX's
 # async_eval, wall and CPU), then chunk_anatomy.py with its cProfile of one chunk and one mixed step, each while
@@ -1313,6 +1329,26 @@ v36a)
 v36b)
   grep -q publish /root/verdict 2>/dev/null || { echo "v36a's verdict was not publish"; exit 1; }
   report_new $(( $(left) - 5 )) ""
+  finish ;;
+v37a)
+  nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"; lscpu > "$LOGS/lscpu.txt" 2>&1
+  check_kernels_all 420 && echo publish > /root/verdict
+  echo "verdict: $(cat /root/verdict 2>/dev/null || echo 'do not publish')"
+  if grep -q publish /root/verdict 2>/dev/null; then
+    short_run chunked-nopoll --policies chunked --no-poll-during-chunks
+    short_run chunked-poll --policies chunked
+    PIN=2 short_run chunked-poll-pinned --policies chunked
+    short_run chunked-nopoll-2 --policies chunked --no-poll-during-chunks
+  fi
+  finish ;;
+v37b)
+  grep -q publish /root/verdict 2>/dev/null || { echo "v37a's verdict was not publish"; exit 1; }
+  short_run mixed --policies mixed
+  PIN=2 short_run mixed-pinned --policies mixed
+  PIN=2 short_run chunked-poll-pinned-2 --policies chunked
+  short_run chunked-poll-2 --policies chunked
+  [ "$(left)" -gt 70 ] && timeout 90 python3 notes/gpu-session/host_split.py 4096 > "$LOGS/host_split.log" 2>&1
+  echo "host_split rc=$? at ${SECONDS}s"; grep "^{" "$LOGS/host_split.log" | cut -c 1-400
   finish ;;
 v32x)
   nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
