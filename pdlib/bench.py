@@ -95,6 +95,10 @@ def bench_pdlib(model: LoadedModel, *, contexts, tokens: int, warmup: int, prefi
         out["decode_ms_all"][str(ctx)] = times
         piped = _pipelined(lambda _: engine.decode("X"), engine.decode("X"), tokens, warmup, Output.observe)
         out["decode_pipelined_ms_median"][str(ctx)] = statistics.median(piped)
+        if engine.model.pairs:
+            out.setdefault("pair_step_ms_median", {})[str(ctx)], \
+                out.setdefault("pair_step_pipelined_ms_median", {})[str(ctx)] = _pair_steps(engine, cfg, ctx, tokens,
+                                                                                           warmup)
     engine.add_request("P", _prompt(cfg, prefill_tokens))
 
     def prefill(n, synced=False):
@@ -108,6 +112,29 @@ def bench_pdlib(model: LoadedModel, *, contexts, tokens: int, warmup: int, prefi
         return _ms(t0) / 1e3
 
     return {**out, **_prefills(prefill, prefill_tokens=prefill_tokens, chunk=chunk, repeats=repeats)}
+
+
+def _pair_steps(engine: Engine, cfg, ctx: int, tokens: int, warmup: int) -> tuple[float, float]:
+    """Median ms of a step that decodes two requests at context ctx in one launch (Engine.batch of two decodes,
+    as mixed's rounds after B's first token run): both tokens observed after each step, then pipelined."""
+    for name in ("X2", "Y2"):
+        engine.add_request(name, _prompt(cfg, ctx))
+        engine.reset(name, logical=True)
+        engine.prefill_chunk(name, ctx).token.item()
+    pair = [("X2", None), ("Y2", None)]
+    times = []
+    for i in range(warmup + tokens):
+        t0 = time.perf_counter_ns()
+        for o in engine.batch(pair):
+            check_token(o.observe())
+        if i >= warmup:
+            times.append(_ms(t0))
+
+    def observe(outs):  # the step's tokens: the first checked here, the second by _pipelined
+        check_token(outs[0].observe())
+        return outs[1].observe()
+    piped = _pipelined(lambda _: engine.batch(pair), engine.batch(pair), tokens, warmup, observe)
+    return statistics.median(times), statistics.median(piped)
 
 
 def _prefills(prefill, *, prefill_tokens: int, chunk: int, repeats: int) -> dict:

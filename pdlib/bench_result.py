@@ -5,6 +5,8 @@ from pdlib.errors import InputError
 
 SCHEMA = "pdlib.bench-step/1"
 DECODES = {"observed": "decode_ms_median", "pipelined": "decode_pipelined_ms_median"}  # transformers': observed
+# two requests decoded in one launch (pdlib alone, where it pairs decodes): per step of two tokens
+PAIRS = {"pair_step_ms_median": "pair step ms", "pair_step_pipelined_ms_median": "pair pipelined ms"}
 PREFILLS = {"prefill_whole_s": "whole prompt", "prefill_chunked_s": "{chunk}-token chunks",
             "prefill_chunked_synced_s": "{chunk}-token chunks, each synced"}  # formatted with the run's chunk
 
@@ -45,6 +47,11 @@ def format_table(result: dict) -> str:
         for ctx, f in floors.items():
             p = e["pdlib"][key][ctx]
             lines.append(row(f"{label} @ {ctx}", key, ctx) + f" {f['bytes'] / p / 1e6:11.0f} {f['floor_ms']:8.3f}ms")
+    for key, how in PAIRS.items():  # pdlib's alone: two requests' decodes in one launch, per step of two tokens
+        for ctx in floors:
+            if ctx in e["pdlib"].get(key, {}):
+                lines.append(row(f"{how} @ {ctx}", key, ctx)
+                             + f"  ({e['pdlib'][key][ctx] / 2:.4g} ms a token)")
     for key in PREFILLS:
         if all(key in e[n] for n in e):
             lines.append(row(key.replace("_s", " s").replace("prefill_", "prefill "), key))

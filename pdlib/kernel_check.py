@@ -415,6 +415,81 @@ def _persistent_case(seed: int, *, L: int, pos: int, cap: int, sync: mx.array, b
     return _evaluated(case_rows)
 
 
+def _persistent_pair_case(seed: int, *, L: int, positions: tuple[int, int], cap: int, sync: mx.array,
+                          blocks: int | None = None) -> list:
+    """Two requests' decode steps in one launch (decode_persistent_pair) against each one's ops twin, as
+    `_persistent_case` checks one: per request the logits, the token, pos + 1, every layer's new K and V slot,
+    every other slot of both caches as it was, each fence advanced once. The two caches hold different
+    contents and the requests different tokens and positions, so a request that read the other's shows."""
+    D, Hq, Hkv, Dh, F, V = 1024, 16, 8, 128, 3072, 151936
+    kw = dict(heads=Hq, kv_heads=Hkv, eps=1e-6)
+    mx.random.seed(seed)
+    dw = _random_decode_weights(L, D, Hq, Hkv, Dh, F, V)
+    reqs, before = [], []
+    for q, pos in enumerate(positions):
+        live = (mx.arange(cap) < pos)[None, :, None]
+        kc = mx.where(live, mx.random.normal((L, Hkv, cap, Dh)), 1e4)
+        vc = mx.where(live, mx.random.normal((L, Hkv, cap, Dh)), 1e4)
+        token, p = mx.array((pos * 37 + 11 * q) % V, mx.uint32), mx.array([pos], mx.int32)
+        reqs.append((token, p, kc, vc, K.new_fence() + (seed + q) % 7))
+        before.append((kc + 0.0, vc + 0.0))
+    want = K.decode_persistent_pair_ops(*reqs, dw, **kw)
+    mx.eval(dw, want, reqs, before)
+    got = K.decode_persistent_pair(*reqs, dw, sync, poison=True, blocks=blocks, **kw)
+    rows = []
+    for q, ((_, p, kc, vc, fence), (kc0, vc0), w, (logits, tok, next_pos, written)) in enumerate(
+            zip(reqs, before, want, got)):
+        case = (f"pair {positions[0]}+{positions[1]}, {'AB'[q]}, {L} layers" + (f", {blocks} blocks" if blocks else ""))
+        rows += [_compare("persistent/logits", case, logits, w[0]),
+                 _compare("persistent/token", case, w[0][tok.astype(mx.int32)], mx.max(w[0])),
+                 _compare("persistent/pos", case, next_pos.astype(mx.float32), (p + 1).astype(mx.float32)),
+                 _fence_row("persistent/fence", case, written, fence)]
+        for part, caches, old, new in (("k", kc, kc0, w[3]), ("v", vc, vc0, w[4])):
+            after = K.read_after(caches, written)
+            rows += _slot_rows(f"persistent/{part}", case, [after[j] for j in range(L)], [old[j] for j in range(L)],
+                               [n[:, 0] for n in new], positions[q])
+    return _evaluated(rows)
+
+
+def check_persistent_pairs(seed: int, tiny_pair, too_many: int) -> list[dict]:
+    """Two requests a launch: 28 layers with the positions far apart and swapped about (0 and 4,095, then 639
+    and the cache's last slot) on one pair's sync buffer (afterwards its barrier count and every block's flag at
+    2 steps' barriers, each (request, head)'s count at 2 steps' items: the pair's splits are half as many); a
+    grid of 6 blocks (several items a block); a grid too large to be resident gives both requests ERROR_TOKEN
+    and flags the buffer; and with a mailbox each, each request's token in its own area's slot."""
+    P = K.persistent_decode
+    rows, cap, L, Hkv, nb = [], 4096 + 64, 28, 8, P.sm_count()
+    sync = P.new_sync()
+    for i, positions in enumerate([(0, 4095), (639, cap - 1)]):
+        rows += _persistent_pair_case(seed * 100 + 70 + i, L=L, positions=positions, cap=cap, sync=sync)
+    barriers, items = 2 * P.barriers_per_layer(False) * L, 2 * max(1, nb // (2 * Hkv)) * L
+    want = (mx.zeros(sync.shape).at[P.SY_EPOCH].add(barriers).at[P.SY_FLAGS: P.SY_FLAGS + nb].add(barriers)
+            .at[P.SY_HEAD: P.SY_HEAD + 2 * Hkv].add(items))
+    rows += _evaluated([_compare("persistent/sync buffer", "pair, after 2 steps", sync.astype(mx.float32), want)])
+    rows += _persistent_pair_case(seed * 100 + 80, L=2, positions=(639, 100), cap=640, sync=P.new_sync(), blocks=6)
+    sync = P.new_sync()
+    toks = tiny_pair(sync, too_many, (0, 3))
+    rows += _evaluated([_compare("persistent/barrier timeout", f"pair, {too_many} blocks",
+                                 mx.stack([*toks, sync[P.SY_ERR]]).astype(mx.float32),
+                                 mx.array([P.ERROR_TOKEN, P.ERROR_TOKEN, 1]).astype(mx.float32))])
+    M = K.mailbox
+    region = M.region()
+    boxes = [region.take(), region.take()]
+    sync, got, want = P.new_sync(*(b.address for b in boxes)), [], []
+    for positions in ((0, 5), (1, 21)):   # 21 reuses 5's slot
+        for box, pos in zip(boxes, positions):
+            box.clear(pos)
+        toks = tiny_pair(sync, 2, positions)
+        for box, pos, tok in zip(boxes, positions, toks):
+            seen = box.wait(pos, timeout_ns=2_000_000_000)
+            got += [-1 if seen is None else seen, int(box.words[pos % M.SLOTS]) >> 32]
+            want += [tok.item(), pos + 1]
+    for box in boxes:
+        region.give_back(box)
+    return rows + _evaluated([_compare("persistent/mailbox", "pair, 2 steps", mx.array(got, mx.float32),
+                                       mx.array(want, mx.float32))])
+
+
 def check_persistent_decode(seed: int) -> list[dict]:
     """The persistent decode kernel (`_persistent_case`), as it runs and with o_proj folded into attention,
     each: 28 layers at positions 0, 639, 4,095 and the cache's last slot, one sync buffer reused by all of
@@ -455,7 +530,17 @@ def check_persistent_decode(seed: int) -> list[dict]:
         rows += _evaluated([_compare("persistent/barrier timeout", f"{too_many} blocks, then 2" + folded,
                                      mx.stack([first, sync[P.SY_ERR], again]).astype(mx.float32),
                                      mx.array([P.ERROR_TOKEN, 1, P.ERROR_TOKEN]).astype(mx.float32))])
-    return rows + check_persistent_mailbox(tiny_step, too_many)
+    def tiny_pair(sync, blocks, positions):
+        dw = _random_decode_weights(1, 256, 2, 1, 128, 512, 1024)
+        caches = [mx.zeros((1, 1, 32, 128)) for _ in positions]
+        reqs = [(mx.array(5 + q, mx.uint32), mx.array([pos], mx.int32), c, c + 0.0, K.new_fence())
+                for q, (pos, c) in enumerate(zip(positions, caches))]
+        out = K.decode_persistent_pair(*reqs, dw, sync, heads=2, kv_heads=1, eps=1e-6, blocks=blocks)
+        toks = [o[1] for o in out]
+        mx.eval(toks)  # the sync buffer is written in place: read it only after the kernel ran
+        return toks
+
+    return rows + check_persistent_mailbox(tiny_step, too_many) + check_persistent_pairs(seed, tiny_pair, too_many)
 
 
 def check_persistent_mailbox(tiny_step, too_many: int) -> list[dict]:

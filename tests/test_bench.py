@@ -54,6 +54,10 @@ def test_the_table_shows_each_peer_as_a_ratio_to_pdlib(tiny):
     result["engines"]["pdlib"] = {**e, "decode_pipelined_ms_median": {"32": 1.0}}
     piped = format_table(result).splitlines()[2]
     assert piped.startswith("decode pipelined ms @ 32") and piped.split()[6:8] == ["-", "-"] and " 2000 " in piped
+    # two requests' decodes in one launch: pdlib's alone, per step and per token
+    result["engines"]["pdlib"]["pair_step_pipelined_ms_median"] = {"32": 3.0}
+    pair = [line for line in format_table(result).splitlines() if line.startswith("pair")]
+    assert len(pair) == 1 and pair[0].startswith("pair pipelined ms @ 32") and "(1.5 ms a token)" in pair[0]
 
 
 def test_a_peer_that_fails_is_recorded_and_the_rest_kept(tiny, monkeypatch):

@@ -120,25 +120,33 @@ def test_a_failed_step_is_an_error_not_a_token():
 
 INPUT_TYPES = ["u32", "i32", "f32"] + ["bf16"] * 5 + ["f32"] * 6 + ["u32", "f32", "f32", "u32"]
 OUTPUT_TYPES = ["f32", "u32", "i32", "f32", "u64", "u32"]
+PAIR_INPUT_TYPES, PAIR_OUTPUT_TYPES = ["u32", "i32", "f32", "f32", "u32"], ["u32"]
 
 
 def persistent_text(consts: dict) -> str:
-    """The kernel for one set of template values, as MLX wraps it (kernel_text.wrapped), after its header."""
-    kernel = Kernel("pdlib_decode_persistent", P.BODY, list(zip(P.INPUTS, INPUT_TYPES, strict=True)),
-                    list(zip(P.OUTPUTS, OUTPUT_TYPES, strict=True)), [consts])
-    return STANDINS + P.HEADER + wrapped(kernel, "cuda", P.BODY)
+    """The kernel for one set of template values, as MLX wraps it (kernel_text.wrapped), after its header: NR 2
+    is the pair's kernel, with the second request's buffers."""
+    pair = consts["NR"] == 2
+    inputs = list(zip(P.INPUTS + P.PAIR_INPUTS * pair, INPUT_TYPES + PAIR_INPUT_TYPES * pair, strict=True))
+    outputs = list(zip(P.OUTPUTS + P.PAIR_OUTPUTS * pair, OUTPUT_TYPES + PAIR_OUTPUT_TYPES * pair, strict=True))
+    source = P.source(consts["NR"])
+    kernel = Kernel("pdlib_decode_persistent" + "_pair" * pair, source, inputs, outputs, [consts])
+    return STANDINS + P.HEADER + wrapped(kernel, "cuda", source)
 
 
 @pytest.mark.skipif(NVRTC is None, reason="no NVRTC (the nvidia-cuda-nvrtc wheel, Linux only)")
 @pytest.mark.parametrize("shape", ["qwen3-0.6b", "check-kernels timeout case", "qwen3-0.6b, stamps on",
                                    "qwen3-0.6b, 2 keys per warp and stage", "qwen3-0.6b, o_proj folded",
-                                   "check-kernels timeout case, o_proj folded"])
+                                   "check-kernels timeout case, o_proj folded", "qwen3-0.6b, a pair",
+                                   "check-kernels timeout case, a pair"])
 def test_the_cuda_source_compiles_for_the_h200(shape):
-    c = (dict(D=1024, HQ=16, HKV=8, DH=128, FF=3072, NL=28, V=151936, CAP=5248, NB=132, S=16)
-         if shape.startswith("qwen3") else dict(D=256, HQ=2, HKV=1, DH=128, FF=512, NL=1, V=1024, CAP=8, NB=2112, S=2112))
+    nr = 2 if shape.endswith("a pair") else 1
+    c = (dict(D=1024, HQ=16, HKV=8, DH=128, FF=3072, NL=28, V=151936, CAP=5248, NB=132, S=16 // nr)
+         if shape.startswith("qwen3") else dict(D=256, HQ=2, HKV=1, DH=128, FF=512, NL=1, V=1024, CAP=8, NB=2112,
+                                                S=2112 // nr))
     c.update(BLOCK=P.BLOCK, EPS_BITS=P.float_bits(1e-6), SCALE_BITS=P.float_bits(128 ** -0.5), SPIN=P.SPIN_CYCLES,
              STAMPS=int(shape.endswith("stamps on")), KVG=2 if shape.endswith("stage") else P.KV_GROUP,
-             NST=P.KV_STAGES, FOLD=int(shape.endswith("folded")))
+             NST=P.KV_STAGES, FOLD=int(shape.endswith("folded")), NR=nr)
     log = compile_sm90(persistent_text(c))
     regs, smem = re.search(r"entry function '[^']*pdlib_decode_persistent.*?Used (\d+) registers.*?(\d+) bytes smem",
                            log, re.S).groups()
@@ -147,7 +155,7 @@ def test_the_cuda_source_compiles_for_the_h200(shape):
     # and `available` must know what it declares: its estimate is the compiler's count or a little over
     cfg = replace(preset("qwen3-0.6b"), hidden_size=c["D"], intermediate_size=c["FF"], num_attention_heads=c["HQ"],
                   num_key_value_heads=c["HKV"])
-    assert int(smem) <= P.shared_bytes(cfg, fold=bool(c["FOLD"])) <= int(smem) + 128
+    assert int(smem) <= P.shared_bytes(cfg, fold=bool(c["FOLD"]), requests=nr) <= int(smem) + 128
 
 
 def test_the_engine_runs_the_persistent_step(monkeypatch, tiny):
@@ -217,11 +225,96 @@ def test_the_fold_switch(monkeypatch):
 
 
 def test_the_scratch_layout_is_the_kernels():
-    """scratch_layout (what persistent_debug reads) names BODY's work arrays in the order BODY lays them out."""
+    """scratch_layout (what persistent_debug reads) names BODY's work arrays in the order BODY lays them out, and
+    scratch_size leaves each request's arrays at a multiple of 4 floats (float4 reads), as BODY's SCR does."""
     import re
     names = {"H": "h", "QKV": "qkv", "O": "o", "ACT": "act", "H2": "h_mid", "HP": "head_parts", "PM": "m",
              "PL": "l", "PO": "partial_o", "CV": "block_best", "CI": "block_index"}
-    declared = re.findall(r"^\s*(?:float|int)\* (\w+) = (?:scratch|reinterpret_cast<int\*>\()?", P.BODY, re.M)
-    order = [names[n] for n in declared if n in names]
+    declared = re.findall(r"\bOFF_(\w+) = ", P.BODY)
+    order = [names[n] for n in declared]
     layout = P.scratch_layout(D=8, heads=4, kv_heads=2, dh=4, F=12, splits=3, blocks=5)
     assert order == list(layout) and sorted(v[0] for v in layout.values()) == [v[0] for v in layout.values()]
+    end = sum(layout["block_index"])
+    assert "SCR = (OFF_CI + NB + 3) / 4 * 4" in P.BODY
+    assert P.scratch_size(2, D=8, heads=4, kv_heads=2, dh=4, F=12, splits=3, blocks=5) == 2 * ((end + 3) // 4 * 4)
+
+
+def test_two_decodes_of_one_step_share_one_launch(monkeypatch, tiny):
+    """A step of two decodes (a Batch, as mixed's rounds after B's first token) runs as one pair launch where the
+    model pairs decodes, with a stand-in that keeps the pair kernel's contract (the ops twin per request, the new
+    slots stored into each request's cache, each fence advanced): the same logits and tokens as the per-operation
+    path's decodes one by one, both caches one position on, one sync buffer for the pair, reused, naming no
+    mailbox under PDLIB_TOKEN_READ=item."""
+    syncs, caches = [], {}
+
+    def pair_like(first, second, dw, sync, **kw):
+        syncs.append(sync)
+        out = []
+        for name, (token, pos, k_all, v_all, written) in zip("AB", (first, second)):
+            cache = caches["persistent"][name]
+            assert k_all.shape == cache.shape
+            logits, tok, next_pos, ks, vs, _ = K.decode_persistent_ops(token, pos, dw, k_all, v_all, written, **kw)
+            for i in range(len(ks)):
+                cache.k[i] = mx.slice_update(cache.k[i], ks[i], pos, axes=(1,))
+                cache.v[i] = mx.slice_update(cache.v[i], vs[i], pos, axes=(1,))
+            out.append((logits, tok, next_pos, written + 1))
+        return out
+    monkeypatch.setattr(P, "available", lambda cfg, **kw: True)
+    monkeypatch.setattr(P, "decode_persistent_pair", pair_like)
+    monkeypatch.setenv("PDLIB_TOKEN_READ", "item")
+    monkeypatch.delenv("PDLIB_PAIR_DECODE", raising=False)
+    outs = {}
+    for mode in ("persistent", "kernels"):
+        e = Engine(tiny, capacity=48, decode=mode)
+        assert e.settings["pair_decode"] == ("pair" if mode == "persistent" else "each")
+        for name, prompt in (("A", list(range(3, 20))), ("B", list(range(40, 47)))):
+            e.add_request(name, prompt)
+            e.reset(name, logical=True)
+            e.prefill_chunk(name, len(prompt))
+        caches[mode] = {name: e.requests[name].cache for name in "AB"}
+        outs[mode] = [o for _ in range(3) for o in e.batch([("A", None), ("B", None)])]
+        assert [caches[mode][n].length for n in "AB"] == [20, 10]
+    for a, b in zip(outs["persistent"], outs["kernels"], strict=True):
+        assert mx.array_equal(a.logits, b.logits).item() and a.token.item() == b.token.item()
+    assert len(syncs) == 3 and all(s is syncs[0] for s in syncs) and syncs[0][:4].tolist() == [0, 0, 0, 0]
+
+
+def test_the_pair_switch(monkeypatch, tiny):
+    """PDLIB_PAIR_DECODE=each decodes a step's two requests one launch each; a bad value is refused by name; a
+    pair needs the persistent kernel (elsewhere decode_pair refuses) and two caches."""
+    monkeypatch.setattr(P, "available", lambda cfg, **kw: True)
+    monkeypatch.setenv("PDLIB_TOKEN_READ", "item")
+    monkeypatch.setenv("PDLIB_PAIR_DECODE", "each")
+    assert not Qwen3(tiny, decode="persistent").pairs
+    monkeypatch.setenv("PDLIB_PAIR_DECODE", "both")
+    with pytest.raises(InputError, match="PDLIB_PAIR_DECODE must be pair or each, got 'both'"):
+        Qwen3(tiny, decode="persistent")
+    monkeypatch.delenv("PDLIB_PAIR_DECODE")
+    model = Qwen3(tiny, decode="kernels")
+    cache = model.new_cache(8)
+    with pytest.raises(ValueError, match="need the persistent kernel"):
+        model.decode_pair([cache, model.new_cache(8)], [mx.array(1), mx.array(2)])
+    model = Qwen3(tiny, decode="persistent")
+    with pytest.raises(ValueError, match="need two caches"):
+        model.decode_pair([cache, cache], [mx.array(1), mx.array(2)])
+
+
+def test_a_pairs_sync_buffer_names_both_mailboxes():
+    """new_sync(a, b): request q's mailbox address in words SY_BOX + 2 q (low word first), every other word zero;
+    more than two is refused."""
+    a, b = 0x1234_5678_9ABC_DEF0, 0x0000_7F00_0000_0040
+    s = P.new_sync(a, b).tolist()
+    assert s[:4] == [a & 0xFFFFFFFF, a >> 32, b & 0xFFFFFFFF, b >> 32] and not any(s[4:])
+    assert P.new_sync(a).tolist()[:4] == [a & 0xFFFFFFFF, a >> 32, 0, 0] and not any(P.new_sync().tolist())
+    with pytest.raises(ValueError, match="3 mailboxes"):
+        P.new_sync(1, 2, 3)
+
+
+def test_a_pair_fits_where_its_staged_vectors_do():
+    """The pair's kernel stages two vectors a phase: Qwen3-0.6B's fit one block's static shared memory beside the
+    ring, -1.7B's do not (it keeps one launch per request), and a pair never folds o_proj."""
+    small = preset("qwen3-0.6b")
+    large = replace(small, hidden_size=2048, intermediate_size=6144)  # Qwen3-1.7B's widths
+    fits = lambda cfg, n: P.fits(P.shared_bytes(cfg, requests=n), cfg.head_dim)  # noqa: E731
+    assert fits(small, 1) and fits(small, 2) and fits(large, 1) and not fits(large, 2)
+    assert P.shared_bytes(small, fold=True, requests=2) == P.shared_bytes(small, fold=False, requests=2)

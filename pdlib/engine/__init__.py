@@ -110,14 +110,17 @@ class Engine:
     def batch(self, parts: list[tuple[str, int | None]], *, between=None) -> list[Output | None]:
         """One engine step over several requests: (name, n) prefills the next n prompt tokens, (name, None)
         decodes one token; at most one part per request. With a prompt chunk, the rows share the weight reads
-        (Qwen3.step). Decodes alone run back to back on the compiled decode path instead: on the H200 a
-        2-row ragged step took 17-31 ms against ~2.8 ms per decode (notes/gpu.md). Returns each part's
+        (Qwen3.step). Decodes alone run on the decode path instead (on the H200 a 2-row ragged step took 17-31 ms
+        against ~2.8 ms per decode, notes/gpu.md): two of them in one persistent launch where the model pairs
+        decodes (Qwen3.pairs), else back to back. Returns each part's
         output: a decode's, or the first output of the chunk that finishes a prompt. `between()` is called
         after each layer of a step with a prompt chunk is started (layer dispatch; never with PDLIB_STEP_DISPATCH
         =step): the executor looks there for the tokens of the step ahead."""
         if len({name for name, _ in parts}) < len(parts):
             raise ValueError(f"a step holds at most one part per request, got {parts}")
         if all(n is None for _, n in parts):
+            if len(parts) == 2 and self.model.pairs:
+                return self._decode_pair([name for name, _ in parts])
             return [self.decode(name) for name, _ in parts]
         segments = [self._segment(name, n) for name, n in parts]
         reqs = [self.requests[name] for name, _ in parts]
@@ -139,7 +142,7 @@ class Engine:
         dispatch and how tokens are read (reports and bench-step record it)."""
         m = self.model
         return {"decode": m.decode_mode, **m.prefill_arithmetic, "step_dispatch": self.dispatch,
-                "token_read": m.token_read}
+                "token_read": m.token_read, "pair_decode": "pair" if m.pairs else "each"}
 
     def prefill_stages(self, name: str, n: int):
         """prefill_chunk(name, n) one layer at a time: each next() builds one more layer, starts it on the
@@ -187,6 +190,19 @@ class Engine:
         out = self._emit(r, logits, token)
         out.mailbox, out.position = self.model.mailbox(r.cache), position
         return out
+
+    def _decode_pair(self, names: list[str]) -> list[Output]:
+        """Two requests' decodes as one launch (Qwen3.decode_pair): each one's Output, as `decode` gives it."""
+        reqs = [self.requests[name] for name in names]
+        for name, r in zip(names, reqs):
+            if r.next_token is None:
+                raise ValueError(f"decode of {name} before its prompt is prefilled")
+        positions = [r.cache.length for r in reqs]
+        pairs = self.model.decode_pair([r.cache for r in reqs], [r.next_token for r in reqs])
+        outs = [self._emit(r, logits, token) for r, (logits, token) in zip(reqs, pairs)]
+        for out, r, position in zip(outs, reqs, positions):
+            out.mailbox, out.position = self.model.mailbox(r.cache), position
+        return outs
 
     def install(self, name: str, kv: mx.array, logits: mx.array, token: mx.array) -> Output:
         """A prompt prefilled elsewhere (disagg): kv (L, 2, Hkv, T, Dh) goes into the request's cache after

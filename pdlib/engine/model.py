@@ -16,8 +16,13 @@ from pdlib.config import decode_mode
 from pdlib.engine import kernels as K
 from pdlib.engine.cache import KVCache
 from pdlib.engine.kernels import persistent_decode as persistent
+from pdlib.engine.kernels.backend import env_choice
 from pdlib.errors import InputError
 from pdlib.weights import LoadedModel, layer_names, pack_bf16
+
+# PDLIB_PAIR_DECODE: `pair` decodes two requests' tokens of one step in one persistent launch (each weight read
+# once for both, the grid barriers paid once); `each` launches one per request, one after the other
+PAIR_ENV, PAIR_CHOICES = "PDLIB_PAIR_DECODE", ("pair", "each")
 
 
 @dataclass
@@ -102,6 +107,12 @@ class Qwen3:
         chosen = token_read or K.token_read_choice()
         self.token_read = chosen or ("mailbox" if self.decode_mode == "persistent" else "item")
         self._boxes = weakref.WeakKeyDictionary()
+        # two requests' decodes in one step (a Batch of decodes, as mixed's rounds after B's first token): one
+        # persistent launch for both where it fits (PDLIB_PAIR_DECODE=pair, the default there), else one each
+        asked = env_choice(PAIR_ENV, PAIR_CHOICES)   # a bad value is refused here
+        self.pairs = (asked == "pair" and self.decode_mode == "persistent"
+                      and persistent.available(cfg, packed=lossless_decode_weights, requests=2))
+        self._pair_syncs = weakref.WeakKeyDictionary()   # first cache -> {second cache: the pair's sync buffer}
         if self.decode_mode == "persistent":
             if not runs_here:
                 raise InputError(f"PDLIB_DECODE=persistent: the persistent decode kernel needs CUDA, head_dim 128, "
@@ -397,15 +408,11 @@ class Qwen3:
     def decode(self, cache: KVCache, token: mx.array) -> tuple[mx.array, mx.array]:
         """Run the (compiled) step at the cache's next position; returns the logits (V,) and the greedy token.
         The position lives on the device and the step advances it there (KVCache.position says why)."""
-        if cache.length >= cache.capacity:
-            raise RuntimeError(f"KV cache overflow: position {cache.length} >= capacity {cache.capacity}")
+        self._check_room(cache)
         if self.decode_weights is not None:
             if cache not in self._syncs:
-                box = self._new_mailbox(cache) if self.token_read == "mailbox" else None
-                self._syncs[cache] = persistent.new_sync(box.address if box is not None else 0)
-            box = self._boxes.get(cache)
-            if box is not None:
-                box.clear(cache.length)
+                self._syncs[cache] = persistent.new_sync(self._box_address(cache))
+            self._clear_box(cache)
             c = self.cfg
             logits, token, next_pos, ks, vs, written = persistent.decode_persistent(
                 token, cache.position(), self.decode_weights, cache.k_all, cache.v_all, cache.written,
@@ -415,3 +422,44 @@ class Qwen3:
                                                                   cache.written)
         cache.store_decoded(ks, vs, written, next_pos=next_pos)
         return logits, token
+
+    def decode_pair(self, caches: list[KVCache], tokens: list[mx.array]) -> list[tuple[mx.array, mx.array]]:
+        """Two requests' decode steps (`decode` each) in one persistent launch (`pairs` says where it runs): the
+        logits and greedy token of each, in order."""
+        if not self.pairs:
+            raise ValueError("two decodes in one launch need the persistent kernel and PDLIB_PAIR_DECODE=pair")
+        first, second = caches
+        if first is second:
+            raise ValueError("a pair's two decodes need two caches")
+        for cache in caches:
+            self._check_room(cache)
+        pairs = self._pair_syncs.setdefault(first, weakref.WeakKeyDictionary())
+        if second not in pairs:   # the pair's own barrier buffer, naming both mailboxes
+            pairs[second] = persistent.new_sync(self._box_address(first), self._box_address(second))
+        for cache in caches:
+            self._clear_box(cache)
+        c = self.cfg
+        outs = persistent.decode_persistent_pair(
+            *[(t, x.position(), x.k_all, x.v_all, x.written) for t, x in zip(tokens, caches, strict=True)],
+            self.decode_weights, pairs[second], heads=c.num_attention_heads, kv_heads=c.num_key_value_heads,
+            eps=c.rms_norm_eps)
+        for cache, (_, _, next_pos, written) in zip(caches, outs):
+            cache.store_decoded([], [], written, next_pos=next_pos)
+        return [(logits, token) for logits, token, _, _ in outs]
+
+    @staticmethod
+    def _check_room(cache: KVCache) -> None:
+        if cache.length >= cache.capacity:
+            raise RuntimeError(f"KV cache overflow: position {cache.length} >= capacity {cache.capacity}")
+
+    def _box_address(self, cache: KVCache) -> int:
+        """The device address of the cache's token mailbox area (made at its first decode), or 0 without one."""
+        if self.token_read != "mailbox":
+            return 0
+        box = self._boxes.get(cache)
+        return (self._new_mailbox(cache) if box is None else box).address
+
+    def _clear_box(self, cache: KVCache) -> None:
+        box = self._boxes.get(cache)
+        if box is not None:
+            box.clear(cache.length)

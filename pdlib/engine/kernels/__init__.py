@@ -11,8 +11,8 @@ from pdlib.engine.kernels.attention import attention_ops, attention_rows, causal
 from pdlib.engine.kernels.backend import BACKEND
 from pdlib.engine.kernels.decode_attention import (decode_attention, decode_attention_kernel, decode_attention_ops,
                                                    stores_kv_in_place)
-from pdlib.engine.kernels.persistent_decode import (DecodeWeights, decode_persistent,
-                                                     decode_persistent_ops)
+from pdlib.engine.kernels.persistent_decode import (DecodeWeights, decode_persistent, decode_persistent_ops,
+                                                     decode_persistent_pair, decode_persistent_pair_ops)
 from pdlib.engine.kernels.fence import new_fence, read_after
 from pdlib.engine.kernels.flash_prefill import arithmetic as flash_arithmetic
 from pdlib.engine.kernels.flash_prefill import enabled as flash_enabled
@@ -34,7 +34,8 @@ from pdlib.engine.kernels.rope import rope_inv_freq, rope_ops, rope_rotate, rope
 
 __all__ = ["BACKEND", "attention_ops", "attention_rows", "causal_mask", "query_rows", "decode_attention",
            "decode_attention_kernel", "decode_attention_ops", "DecodeWeights", "decode_persistent",
-           "decode_persistent_ops", "flash_arithmetic", "flash_attention", "flash_attention_ops", "flash_enabled",
+           "decode_persistent_ops", "decode_persistent_pair", "decode_persistent_pair_ops", "flash_arithmetic",
+           "flash_attention", "flash_attention_ops", "flash_enabled",
            "gemm_bf16_weights", "gemm_choice", "gemm_enabled", "gemm_sum_choice", "gemv", "gemv_kernel", "gemv_ops",
            "linear", "linear_t", "tf32x3_matmul", "tf32x3_ops", "new_fence", "read_after", "rms_norm", "rope_inv_freq",
            "rope_ops", "rope_rotate", "rope_tables", "store_kv", "store_kv_kernel", "store_kv_ops",

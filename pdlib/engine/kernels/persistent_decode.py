@@ -112,9 +112,9 @@ __device__ __forceinline__ unsigned long long now_ns() {
 __device__ __forceinline__ float lo(unsigned u) { return __uint_as_float(u << 16); }
 __device__ __forceinline__ float hi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
 
-// sync buffer words, each group on its own 128-byte line; from SY_FLAGS, one word per block; SY_BOX and the
-// word after it: the device address of the request's token mailbox area (mailbox.py), 0 for none, set when the
-// buffer is made, only read
+// sync buffer words, each group on its own 128-byte line; from SY_FLAGS, one word per block; from SY_HEAD, one
+// count per (request, KV head); SY_BOX + 2 q and the word after it: the device address of request q's token
+// mailbox area (mailbox.py), 0 for none, set when the buffer is made, only read
 enum { SY_BOX = 0, SY_EPOCH = 32, SY_ERR = 64, SY_DONE = 96, SY_HEAD = 128, SY_FLAGS = 256 };
 constexpr int MBOX_SLOTS = 16;  // mailbox.SLOTS
 
@@ -170,16 +170,38 @@ __device__ __forceinline__ void normalize(float4* xs4, float ss, const float* nw
     for (int i = t; i < K; i += BLOCK) xs[i] = xs[i] * inv * nw[i];
 }
 
-// x (K floats, written by other blocks: read through L2) into shared memory, RMSNormed by nw when NORM
-template <int K, int BLOCK, bool NORM>
-__device__ __forceinline__ void stage(float4* xs4, const float* x, const float* nw, float eps, float* red) {
-    float ss = 0.f;
-    for (int i = threadIdx.x; i < K / 4; i += BLOCK) {
-        const float4 v = __ldcg(reinterpret_cast<const float4*>(x) + i);
-        xs4[i] = v;
-        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+// NR vectors x[q] (K floats each, written by other blocks: read through L2) into shared memory, vector q at
+// xs4 + q XS4, each RMSNormed by nw when NORM (red: NR WARPS floats)
+template <int K, int BLOCK, bool NORM, int NR = 1, int XS4 = 0>
+__device__ __forceinline__ void stage(float4* xs4, const float* const* x, const float* nw, float eps, float* red) {
+    constexpr int WARPS = BLOCK / 32;
+    float ss[NR];
+    #pragma unroll
+    for (int q = 0; q < NR; ++q) {
+        ss[q] = 0.f;
+        for (int i = threadIdx.x; i < K / 4; i += BLOCK) {
+            const float4 v = __ldcg(reinterpret_cast<const float4*>(x[q]) + i);
+            xs4[q * XS4 + i] = v;
+            ss[q] += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+        }
     }
-    if (NORM) normalize<K, BLOCK>(xs4, ss, nw, eps, red);
+    if (NORM) {
+        const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+        #pragma unroll
+        for (int q = 0; q < NR; ++q) {
+            for (int o = 16; o > 0; o >>= 1) ss[q] += __shfl_xor_sync(0xffffffffu, ss[q], o);
+            if (lane == 0) red[q * WARPS + warp] = ss[q];
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int q = 0; q < NR; ++q) {
+            float tot = 0.f;
+            for (int w = 0; w < WARPS; ++w) tot += red[q * WARPS + w];
+            const float inv = rsqrtf(tot / K + eps);
+            float* xs = reinterpret_cast<float*>(xs4 + q * XS4);
+            for (int i = t; i < K; i += BLOCK) xs[i] = xs[i] * inv * nw[i];
+        }
+    }
     __syncthreads();
 }
 
@@ -202,10 +224,11 @@ struct Rows {
     }
 };
 
-// y = W x over the warp's rows row0, row0 + STRIDE, ... < N (R per pass); g already holds the first pass
-// (loaded before the barrier), each pass requests the next before reducing its own (with one pass, as most
-// phases have, nothing is copied). epi(row, y[, y of row + N]) runs in lane r for the pass's row r.
-template <int K, int M, int R, int N, int STRIDE, class Epi>
+// y_q = W x_q for each of NR staged vectors (x_q at xs4 + q XS4) over the warp's rows row0, row0 + STRIDE, ...
+// < N (R per pass): each weight is read once for every vector. g already holds the first pass (loaded before
+// the barrier), each pass requests the next before reducing its own (with one pass, as most phases have,
+// nothing is copied). epi(q, row, y[, y of row + N]) runs in lane r for the pass's row r.
+template <int K, int M, int R, int N, int STRIDE, int NR, int XS4, class Epi>
 __device__ __forceinline__ void gemv(Rows<K, M, R>& g, const uint4* W, int row0, int lane, const float4* xs4,
                                      Epi epi) {
     constexpr int K8 = K / 8, PER = (K8 + 31) / 32;
@@ -216,28 +239,39 @@ __device__ __forceinline__ void gemv(Rows<K, M, R>& g, const uint4* W, int row0,
             if (row0 + STRIDE < N) g.load(W, N, row0 + STRIDE, lane);
         }
         const Rows<K, M, R>& use = N > STRIDE ? cur : g;
-        float acc[R][M];
+        float acc[NR][R][M];
         #pragma unroll
         for (int r = 0; r < R; ++r)
             #pragma unroll
             for (int m = 0; m < M; ++m) {
-                float a = 0.f;
+                float a[NR];
+                #pragma unroll
+                for (int q = 0; q < NR; ++q) a[q] = 0.f;
                 #pragma unroll
                 for (int p = 0; p < PER; ++p) {
                     const int c = lane + 32 * p;
                     if (K8 % 32 == 0 || c < K8) {
                         const uint4 u = use.q[r][m][p];
-                        const float4 x0 = xs4[2 * c], x1 = xs4[2 * c + 1];
-                        a += lo(u.x) * x0.x + hi(u.x) * x0.y + lo(u.y) * x0.z + hi(u.y) * x0.w
-                           + lo(u.z) * x1.x + hi(u.z) * x1.y + lo(u.w) * x1.z + hi(u.w) * x1.w;
+                        #pragma unroll
+                        for (int q = 0; q < NR; ++q) {
+                            const float4 x0 = xs4[q * XS4 + 2 * c], x1 = xs4[q * XS4 + 2 * c + 1];
+                            a[q] += lo(u.x) * x0.x + hi(u.x) * x0.y + lo(u.y) * x0.z + hi(u.y) * x0.w
+                                  + lo(u.z) * x1.x + hi(u.z) * x1.y + lo(u.w) * x1.z + hi(u.w) * x1.w;
+                        }
                     }
                 }
-                for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
-                acc[r][m] = a;
+                #pragma unroll
+                for (int q = 0; q < NR; ++q) {
+                    for (int o = 16; o > 0; o >>= 1) a[q] += __shfl_xor_sync(0xffffffffu, a[q], o);
+                    acc[q][r][m] = a[q];
+                }
             }
         #pragma unroll
         for (int r = 0; r < R; ++r)
-            if (lane == r && row0 + r < N) epi(row0 + r, acc[r][0], acc[r][M - 1]);
+            if (lane == r && row0 + r < N) {
+                #pragma unroll
+                for (int q = 0; q < NR; ++q) epi(q, row0 + r, acc[q][r][0], acc[q][r][M - 1]);
+            }
     }
 }
 
@@ -566,45 +600,58 @@ __device__ __forceinline__ void stage_sum(float4* xs4, const float* base, const 
 """
 
 BODY = r"""
+    // NR requests decode in this launch (PDP_REQS lists each one's buffers: the kernel's own, then the pair's)
     constexpr int WARPS = BLOCK / 32, NQKV = (HQ + 2 * HKV) * DH, NO = HQ * DH;
     constexpr int TW = NB * WARPS;  // warps in the grid
+    constexpr int ITEMS = NR * HKV * S;  // attention items: (request, KV head, split)
+    static_assert(NR == 1 || !FOLD, "o_proj folded into attention decodes one request a launch");
     // an item may wait for its head's other items (fold): they must be other blocks' first items, or none
-    static_assert(S == 1 || HKV * S <= NB, "attention items beyond one per block with S > 1");
-    static_assert(HKV <= pdp::SY_FLAGS - pdp::SY_HEAD, "the heads' counts overrun the block flags");
-    constexpr int XS = (FF > NO ? FF : NO) > D ? (FF > NO ? FF : NO) : D;
-    __shared__ float4 xs4[XS / 4];
-    __shared__ float red[WARPS];
-    __shared__ float bv[WARPS];
-    __shared__ int bi[WARPS];
+    static_assert(S == 1 || ITEMS <= NB, "attention items beyond one per block with S > 1");
+    static_assert(NR * HKV <= pdp::SY_FLAGS - pdp::SY_HEAD, "the heads' counts overrun the block flags");
+    constexpr int XS = (FF > NO ? FF : NO) > D ? (FF > NO ? FF : NO) : D, XS4 = XS / 4;
+    // each request's work arrays in scratch, in this order (scratch_layout), the next request's SCR floats on
+    constexpr int OFF_H = 0, OFF_QKV = OFF_H + D, OFF_O = OFF_QKV + NQKV, OFF_ACT = OFF_O + NO;
+    constexpr int OFF_H2 = OFF_ACT + FF;  // FOLD: h after attention, while H still holds the layer's input
+    constexpr int OFF_HP = OFF_H2 + D;    // FOLD: each KV head's part of o_proj, (HKV, D)
+    constexpr int OFF_PM = OFF_HP + HKV * D, OFF_PL = OFF_PM + HQ * S, OFF_PO = OFF_PL + HQ * S;
+    constexpr int OFF_CV = OFF_PO + HQ * S * DH, OFF_CI = OFF_CV + NB, SCR = (OFF_CI + NB + 3) / 4 * 4;
+    __shared__ float4 xs4[NR * XS4];
+    __shared__ float red[NR * WARPS];
+    __shared__ float bv[NR][WARPS];
+    __shared__ int bi[NR][WARPS];
     __shared__ int last;
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5, b = blockIdx.x, gw = b * WARPS + warp;
-    const int P = pos[0];
-    const unsigned tk = (unsigned)tok[0];
+    const uint32_t* const toks[NR] = {PDP_REQS(tok, tok1)};
+    const int32_t* const poss[NR] = {PDP_REQS(pos, pos1)};
+    const float* const kcs[NR] = {PDP_REQS(kc, kc1)};
+    const float* const vcs[NR] = {PDP_REQS(vc, vc1)};
+    const uint32_t* const fins[NR] = {PDP_REQS(fin, fin1)};
+    uint32_t* const fouts[NR] = {PDP_REQS(fout, fout1)};
+    int P[NR];
+    unsigned tk[NR];
+    #pragma unroll
+    for (int q = 0; q < NR; ++q) { P[q] = poss[q][0]; tk[q] = (unsigned)toks[q][0]; }
     const float eps = __int_as_float(EPS_BITS), scale = __int_as_float(SCALE_BITS);
     unsigned* sy = const_cast<unsigned*>(sync_buf);
-    float* H = scratch;
-    float* QKV = H + D;
-    float* O = QKV + NQKV;
-    float* ACT = O + NO;
-    float* H2 = ACT + FF;  // FOLD: h after attention, while H still holds the layer's input
-    float* HP = H2 + D;    // FOLD: each KV head's part of o_proj, (HKV, D)
-    float* PM = HP + HKV * D;
-    float* PL = PM + HQ * S;
-    float* PO = PL + HQ * S;
-    float* CV = PO + HQ * S * DH;
-    int* CI = reinterpret_cast<int*>(CV + NB);
-    if (b == 0 && t < 4) {  // the outputs a failed step leaves: ERROR_TOKEN, and the fence advanced
-        tok_out[t] = t == 0 ? 0xffffffffu : t == 1 ? 1u : 0u;
-        pos_out[t] = t == 0 ? P + 1 : 0;
-        fout[t] = t == 0 ? fin[0] + 1u : 0u;
+    auto at = [&](int q, int off) { return scratch + (size_t)q * SCR + off; };
+    float* H = at(0, OFF_H);
+    float* H2 = at(0, OFF_H2);
+    float* HP = at(0, OFF_HP);
+    if (b == 0 && t < 4 * NR) {  // the outputs a failed step leaves: ERROR_TOKEN, and the fences advanced
+        const int q = t / 4, w = t % 4;
+        tok_out[t] = w == 0 ? 0xffffffffu : w == 1 ? 1u : 0u;
+        pos_out[t] = w == 0 ? P[q] + 1 : 0;
+        fouts[q][w] = w == 0 ? fins[q][0] + 1u : 0u;
     }
-    if (tk >= (unsigned)V || P < 0 || P >= CAP) return;
+    #pragma unroll
+    for (int q = 0; q < NR; ++q)
+        if (tk[q] >= (unsigned)V || P[q] < 0 || P[q] >= CAP) return;
     // the barriers this buffer saw before this step (the last block of the step before wrote it)
     const unsigned base = __ldcg(sy + pdp::SY_EPOCH);
     unsigned epoch = base;
-    // each head's count before this step (read before the first barrier; items count in after it)
-    __shared__ unsigned cbase[HKV];
-    if (t < HKV) cbase[t] = __ldcg(sy + pdp::SY_HEAD + t);
+    // each (request, head)'s count before this step (read before the first barrier; items count in after it)
+    __shared__ unsigned cbase[NR * HKV];
+    if (t < NR * HKV) cbase[t] = __ldcg(sy + pdp::SY_HEAD + t);
     __shared__ unsigned long long ring_bar[NST];
     pdp::ring_init(ring_bar, NST);
     pdp::Ring ring{ring_bar, 0u, 0u};
@@ -616,30 +663,36 @@ BODY = r"""
     const uint4* WGU = reinterpret_cast<const uint4*>(wgu);
     const uint4* WD = reinterpret_cast<const uint4*>(wdown);
     const uint4* LM = reinterpret_cast<const uint4*>(lm);
-    const float* x0 = embed + (size_t)tk * D;
-    // attention splits: item (h, s) takes keys [s * CH, (s + 1) * CH) of P + 1 (CH rounded up to 2 KVG keys)
-    const int CH = (((P + 1) + S - 1) / S + 2 * KVG - 1) / (2 * KVG) * (2 * KVG);
+    // attention splits: item (q, h, s) takes keys [s * CH, (s + 1) * CH) of P + 1 (CH rounded up to 2 KVG keys)
+    int CH[NR];
+    #pragma unroll
+    for (int q = 0; q < NR; ++q) CH[q] = (((P[q] + 1) + S - 1) / S + 2 * KVG - 1) / (2 * KVG) * (2 * KVG);
     auto keys_of = [&](int item, int& start, int& stop) {
-        start = item % S * CH;
-        stop = max(start, min(start + CH, P + 1));
+        const int q = item / (HKV * S);
+        start = item % S * CH[q];
+        stop = max(start, min(start + CH[q], P[q] + 1));
     };
     constexpr int KS = WARPS * KVG;  // keys per stage of the attention ring
+    const float* in[NR];  // the vectors a phase stages, one per request
 
     pdp::Rows<D, 1, 2> gq, gl;
     gq.load(WQKV, NQKV, gw * 2, lane);
     for (int l = 0; l < NL; ++l) {
-        const float* hin = l == 0 ? x0 : H;
+        // the layer's input: the token's embedding, then h
+        auto hin = [&](int q) { return l == 0 ? embed + (size_t)tk[q] * D : at(q, OFF_H); };
         // 1: RMSNorm + q|k|v
         PDP_STAMP(l * 10)
-        pdp::stage<D, BLOCK, true>(xs4, hin, in_norm + l * D, eps, red);
-        pdp::gemv<D, 1, 2, NQKV, TW * 2>(gq, WQKV + (size_t)l * NQKV * (D / 8), gw * 2, lane, xs4,
-                  [&](int row, float a, float) { __stcg(QKV + row, a); });
-        float* KL = const_cast<float*>(kc) + (size_t)l * HKV * CAP * DH;
-        float* VL = const_cast<float*>(vc) + (size_t)l * HKV * CAP * DH;
-        if (b < HKV * S) {  // this block's first attention item: its keys start arriving during the barrier
+        for (int q = 0; q < NR; ++q) in[q] = hin(q);
+        pdp::stage<D, BLOCK, true, NR, XS4>(xs4, in, in_norm + l * D, eps, red);
+        pdp::gemv<D, 1, 2, NQKV, TW * 2, NR, XS4>(gq, WQKV + (size_t)l * NQKV * (D / 8), gw * 2, lane, xs4,
+                  [&](int q, int row, float a, float) { __stcg(at(q, OFF_QKV) + row, a); });
+        auto KL = [&](int q) { return const_cast<float*>(kcs[q]) + (size_t)l * HKV * CAP * DH; };
+        auto VL = [&](int q) { return const_cast<float*>(vcs[q]) + (size_t)l * HKV * CAP * DH; };
+        if (b < ITEMS) {  // this block's first attention item: its keys start arriving during the barrier
             int start, stop;
             keys_of(b, start, stop);
-            pdp::ring_prefetch<DH, CAP, KS, NST>(ring, KL, VL, b / S, start, stop, P);
+            const int q = b / (HKV * S);
+            pdp::ring_prefetch<DH, CAP, KS, NST>(ring, KL(q), VL(q), b / S % HKV, start, stop, P[q]);
         }
         PDP_STAMP(l * 10 + 1)
         if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) {  // no block leaves with bytes still landing in its shared memory
@@ -648,14 +701,17 @@ BODY = r"""
         }
         // 2: attention
         PDP_STAMP(l * 10 + 2)
-        for (int item = b; item < HKV * S; item += NB) {
+        for (int item = b; item < ITEMS; item += NB) {
             int start, stop;
             keys_of(item, start, stop);
-            pdp::attend<HQ, HKV, DH, CAP, S, BLOCK, KVG, NST, !FOLD>(item / S, item % S, start, stop, P, QKV,
-                q_norm + l * DH, k_norm + l * DH, inv_freq, KL, VL, PM, PL, PO, O, sy + pdp::SY_HEAD,
-                cbase[item / S] + S * (l + 1), eps, scale, ring, item == b, sy + pdp::SY_ERR, SPIN);
-            if (FOLD && !pdp::fold<HQ, HKV, DH, S, D, BLOCK>(item / S, item % S, cbase[item / S] + S * (l + 1),
-                    sy + pdp::SY_HEAD, PM, PL, PO, WO + (size_t)l * D * (NO / 8), HP, O, sy + pdp::SY_ERR, SPIN))
+            const int q = item / (HKV * S), h = item / S % HKV, s = item % S;
+            pdp::attend<HQ, HKV, DH, CAP, S, BLOCK, KVG, NST, !FOLD>(h, s, start, stop, P[q], at(q, OFF_QKV),
+                q_norm + l * DH, k_norm + l * DH, inv_freq, KL(q), VL(q), at(q, OFF_PM), at(q, OFF_PL),
+                at(q, OFF_PO), at(q, OFF_O), sy + pdp::SY_HEAD + q * HKV, cbase[q * HKV + h] + S * (l + 1), eps,
+                scale, ring, item == b, sy + pdp::SY_ERR, SPIN);
+            if (FOLD && !pdp::fold<HQ, HKV, DH, S, D, BLOCK>(h, s, cbase[h] + S * (l + 1), sy + pdp::SY_HEAD,
+                    at(0, OFF_PM), at(0, OFF_PL), at(0, OFF_PO), WO + (size_t)l * D * (NO / 8), HP, at(0, OFF_O),
+                    sy + pdp::SY_ERR, SPIN))
                 break;  // the barrier below ends the step
         }
         pdp::Rows<D, 2, 1> gg;
@@ -672,75 +728,101 @@ BODY = r"""
             if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
             // 3: o_proj + residual
             PDP_STAMP(l * 10 + 4)
-            pdp::stage<NO, BLOCK, false>(xs4, O, nullptr, 0.f, red);
-            pdp::gemv<NO, 1, 1, D, TW>(go, WO + (size_t)l * D * (NO / 8), gw, lane, xs4,
-                      [&](int row, float a, float) { __stcg(H + row, __ldcg(hin + row) + a); });
+            for (int q = 0; q < NR; ++q) in[q] = at(q, OFF_O);
+            pdp::stage<NO, BLOCK, false, NR, XS4>(xs4, in, nullptr, 0.f, red);
+            pdp::gemv<NO, 1, 1, D, TW, NR, XS4>(go, WO + (size_t)l * D * (NO / 8), gw, lane, xs4,
+                      [&](int q, int row, float a, float) { __stcg(at(q, OFF_H) + row, __ldcg(hin(q) + row) + a); });
             gg.load(WGU + (size_t)l * 2 * FF * (D / 8), FF, gw, lane);
             PDP_STAMP(l * 10 + 5)
             if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
         }
         // 4: RMSNorm + gate|up + SwiGLU (FOLD: h is the layer's input plus each head's part of o_proj)
         PDP_STAMP(l * 10 + 6)
-        if constexpr (FOLD) pdp::stage_sum<D, BLOCK, HKV>(xs4, hin, HP, H2, b, NB, post_norm + l * D, eps, red);
-        else pdp::stage<D, BLOCK, true>(xs4, H, post_norm + l * D, eps, red);
-        pdp::gemv<D, 2, 1, FF, TW>(gg, WGU + (size_t)l * 2 * FF * (D / 8), gw, lane, xs4,
-                  [&](int row, float g, float u) { __stcg(ACT + row, g / (1.f + expf(-g)) * u); });
+        if constexpr (FOLD) {
+            pdp::stage_sum<D, BLOCK, HKV>(xs4, hin(0), HP, H2, b, NB, post_norm + l * D, eps, red);
+        } else {
+            for (int q = 0; q < NR; ++q) in[q] = at(q, OFF_H);
+            pdp::stage<D, BLOCK, true, NR, XS4>(xs4, in, post_norm + l * D, eps, red);
+        }
+        pdp::gemv<D, 2, 1, FF, TW, NR, XS4>(gg, WGU + (size_t)l * 2 * FF * (D / 8), gw, lane, xs4,
+                  [&](int q, int row, float g, float u) { __stcg(at(q, OFF_ACT) + row, g / (1.f + expf(-g)) * u); });
         pdp::Rows<FF, 1, 1> gd;
         gd.load(WD + (size_t)l * D * (FF / 8), D, gw, lane);
         PDP_STAMP(l * 10 + 7)
         if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
         // 5: down + residual
         PDP_STAMP(l * 10 + 8)
-        pdp::stage<FF, BLOCK, false>(xs4, ACT, nullptr, 0.f, red);
-        pdp::gemv<FF, 1, 1, D, TW>(gd, WD + (size_t)l * D * (FF / 8), gw, lane, xs4,
-                  [&](int row, float a, float) { __stcg(H + row, __ldcg((FOLD ? H2 : H) + row) + a); });
+        for (int q = 0; q < NR; ++q) in[q] = at(q, OFF_ACT);
+        pdp::stage<FF, BLOCK, false, NR, XS4>(xs4, in, nullptr, 0.f, red);
+        pdp::gemv<FF, 1, 1, D, TW, NR, XS4>(gd, WD + (size_t)l * D * (FF / 8), gw, lane, xs4,
+                  [&](int q, int row, float a, float) {
+                      __stcg(at(q, OFF_H) + row, __ldcg(at(q, FOLD ? OFF_H2 : OFF_H) + row) + a);
+                  });
         if (l + 1 < NL) gq.load(WQKV + (size_t)(l + 1) * NQKV * (D / 8), NQKV, gw * 2, lane);
         PDP_STAMP(l * 10 + 9)
         if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
     }
-    // final RMSNorm + LM head, each warp keeping its best row (the first of equal maxima, as argmax does)
+    // final RMSNorm + LM head, each warp keeping each request's best row (the first of equal maxima, as argmax
+    // does)
     PDP_STAMP(NL * 10)
     gl.load(LM, V, gw * 2, lane);
-    pdp::stage<D, BLOCK, true>(xs4, H, fnorm, eps, red);
-    float best = -INFINITY;
-    int besti = 0x7fffffff;
-    pdp::gemv<D, 1, 2, V, TW * 2>(gl, LM, gw * 2, lane, xs4, [&](int row, float a, float) {
-        logits[row] = a;
-        if (a > best || (a == best && row < besti)) { best = a; besti = row; }
+    for (int q = 0; q < NR; ++q) in[q] = at(q, OFF_H);
+    pdp::stage<D, BLOCK, true, NR, XS4>(xs4, in, fnorm, eps, red);
+    float best[NR];
+    int besti[NR];
+    #pragma unroll
+    for (int q = 0; q < NR; ++q) { best[q] = -INFINITY; besti[q] = 0x7fffffff; }
+    pdp::gemv<D, 1, 2, V, TW * 2, NR, XS4>(gl, LM, gw * 2, lane, xs4, [&](int q, int row, float a, float) {
+        logits[(size_t)q * V + row] = a;
+        if (a > best[q] || (a == best[q] && row < besti[q])) { best[q] = a; besti[q] = row; }
     });
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, besti, o);
-        if (ov > best || (ov == best && oi < besti)) { best = ov; besti = oi; }
+    #pragma unroll
+    for (int q = 0; q < NR; ++q) {
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, best[q], o);
+            const int oi = __shfl_xor_sync(0xffffffffu, besti[q], o);
+            if (ov > best[q] || (ov == best[q] && oi < besti[q])) { best[q] = ov; besti[q] = oi; }
+        }
     }
     PDP_STAMP(NL * 10 + 1)
-    if (lane == 0) { bv[warp] = best; bi[warp] = besti; }
+    if (lane == 0) {
+        #pragma unroll
+        for (int q = 0; q < NR; ++q) { bv[q][warp] = best[q]; bi[q][warp] = besti[q]; }
+    }
     __syncthreads();
     if (t == 0) {
-        for (int w = 1; w < WARPS; ++w)
-            if (bv[w] > best || (bv[w] == best && bi[w] < besti)) { best = bv[w]; besti = bi[w]; }
-        __stcg(CV + b, best);
-        __stcg(CI + b, besti);
+        #pragma unroll
+        for (int q = 0; q < NR; ++q) {
+            for (int w = 1; w < WARPS; ++w)
+                if (bv[q][w] > best[q] || (bv[q][w] == best[q] && bi[q][w] < besti[q])) {
+                    best[q] = bv[q][w]; besti[q] = bi[q][w];
+                }
+            __stcg(at(q, OFF_CV) + b, best[q]);
+            __stcg(reinterpret_cast<int*>(at(q, OFF_CI)) + b, besti[q]);
+        }
         __threadfence();
         last = atomicAdd(sy + pdp::SY_DONE, 1u) == (unsigned)(NB - 1);
     }
     __syncthreads();
-    if (last && t == 0) {  // every block's best is written: the token
+    if (last && t == 0) {  // every block's best is written: the tokens
         __threadfence();
-        for (int c = 0; c < NB; ++c) {
-            const float v = __ldcg(CV + c);
-            const int i = __ldcg(CI + c);
-            if (v > best || (v == best && i < besti)) { best = v; besti = i; }
-        }
-        const unsigned token = besti < V ? (unsigned)besti : 0xffffffffu;
-        tok_out[0] = token;
-        tok_out[1] = 0u;
-        const unsigned long long box = (unsigned long long)__ldcg(sy + pdp::SY_BOX)
-                                       | (unsigned long long)__ldcg(sy + pdp::SY_BOX + 1) << 32;
-        if (box != 0) {  // the host polls for it (mailbox.py): position + 1 and the token, in one 64-bit store
-            reinterpret_cast<volatile unsigned long long*>(box)[P % pdp::MBOX_SLOTS] =
-                (unsigned long long)(P + 1) << 32 | token;
-            __threadfence_system();  // out to the host now, not whenever the write drains
+        #pragma unroll
+        for (int q = 0; q < NR; ++q) {
+            for (int c = 0; c < NB; ++c) {
+                const float v = __ldcg(at(q, OFF_CV) + c);
+                const int i = __ldcg(reinterpret_cast<const int*>(at(q, OFF_CI)) + c);
+                if (v > best[q] || (v == best[q] && i < besti[q])) { best[q] = v; besti[q] = i; }
+            }
+            const unsigned token = besti[q] < V ? (unsigned)besti[q] : 0xffffffffu;
+            tok_out[4 * q] = token;
+            tok_out[4 * q + 1] = 0u;
+            const unsigned long long box = (unsigned long long)__ldcg(sy + pdp::SY_BOX + 2 * q)
+                                           | (unsigned long long)__ldcg(sy + pdp::SY_BOX + 2 * q + 1) << 32;
+            if (box != 0) {  // the host polls for it (mailbox.py): position + 1 and the token, in one 64-bit store
+                reinterpret_cast<volatile unsigned long long*>(box)[P[q] % pdp::MBOX_SLOTS] =
+                    (unsigned long long)(P[q] + 1) << 32 | token;
+                __threadfence_system();  // out to the host now, not whenever the write drains
+            }
         }
         atomicExch(sy + pdp::SY_DONE, 0u);
         atomicExch(sy + pdp::SY_EPOCH, epoch);  // every block read base long before: it passed every barrier
@@ -750,7 +832,13 @@ BODY = r"""
 INPUTS = ["tok", "pos", "embed", "wqkv", "wo", "wgu", "wdown", "lm", "in_norm", "post_norm", "q_norm", "k_norm",
           "fnorm", "inv_freq", "sync_buf", "kc", "vc", "fin"]
 OUTPUTS = ["logits", "tok_out", "pos_out", "scratch", "stamps", "fout"]
+PAIR_INPUTS, PAIR_OUTPUTS = ["tok1", "pos1", "kc1", "vc1", "fin1"], ["fout1"]  # the second request's
 _kernels: dict = {}
+
+
+def source(requests: int) -> str:
+    """BODY for one request a launch, or two (a pair: its second request's buffers are PAIR_INPUTS/OUTPUTS)."""
+    return f"#define PDP_REQS(a, b) {'a' if requests == 1 else 'a, b'}\n" + BODY
 
 
 def ring_bytes(dh: int, kv_group: int = KV_GROUP) -> int:
@@ -758,13 +846,15 @@ def ring_bytes(dh: int, kv_group: int = KV_GROUP) -> int:
     return KV_STAGES * 2 * (BLOCK // 32) * kv_group * dh * 4
 
 
-def kernel(dh: int, kv_group: int = KV_GROUP):
-    """The kernel for a head size and load group, built once (CUDA only)."""
-    if (dh, kv_group) not in _kernels:
-        _kernels[dh, kv_group] = mx.fast.cuda_kernel(
-            name="pdlib_decode_persistent", input_names=INPUTS, output_names=OUTPUTS, source=BODY, header=HEADER,
-            shared_memory=ring_bytes(dh, kv_group))
-    return _kernels[dh, kv_group]
+def kernel(dh: int, kv_group: int = KV_GROUP, requests: int = 1):
+    """The kernel for a head size, load group and requests a launch (1 or 2), built once (CUDA only)."""
+    if (dh, kv_group, requests) not in _kernels:
+        pair = requests == 2
+        _kernels[dh, kv_group, requests] = mx.fast.cuda_kernel(
+            name="pdlib_decode_persistent" + ("_pair" if pair else ""),
+            input_names=INPUTS + PAIR_INPUTS * pair, output_names=OUTPUTS + PAIR_OUTPUTS * pair,
+            source=source(requests), header=HEADER, shared_memory=ring_bytes(dh, kv_group))
+    return _kernels[dh, kv_group, requests]
 
 
 @functools.cache
@@ -776,14 +866,18 @@ def sm_count() -> int:
     return cuda_sm_count()
 
 
-def new_sync(mailbox: int = 0) -> mx.array:
-    """A barrier's sync buffer: zeros, SYNC_WORDS words, reused by every step that is given it (its barrier count
-    and block flags only grow), but for SY_BOX and the word after it: `mailbox`, the device address of the
-    request's token mailbox area (mailbox.py), where each step's last block also leaves the token; 0 for none.
-    One per request: two decodes that could run at once must not share one."""
+def new_sync(*mailboxes: int) -> mx.array:
+    """A barrier's sync buffer: zeros, SYNC_WORDS words, reused by every step that is given it (its barrier count,
+    block flags and heads' counts only grow), but for SY_BOX + 2 q and the word after it: `mailboxes[q]`, the
+    device address of request q's token mailbox area (mailbox.py), where each step's last block also leaves
+    its token; 0 for none. One per request, or per pair of requests that decode in one launch: two decodes
+    that could run at once must not share one."""
+    if len(mailboxes) > 2:
+        raise ValueError(f"{len(mailboxes)} mailboxes: a launch decodes one request or two")
     s = mx.zeros((SYNC_WORDS,), mx.uint32)
-    if mailbox:
-        s = mx.concatenate([mx.array([mailbox & 0xFFFFFFFF, mailbox >> 32], mx.uint32), s[2:]])
+    if any(mailboxes):
+        words = [w for box in mailboxes for w in (box & 0xFFFFFFFF, box >> 32)]
+        s = mx.concatenate([mx.array(words, mx.uint32), s[len(words):]])
     mx.eval(s)
     return s
 
@@ -792,23 +886,25 @@ SHARED_LIMIT = 48 * 1024  # static shared memory a block may declare
 SM_SHARED_LIMIT = 227 * 1024  # static and dynamic together, one block per SM (sm_90)
 
 
-def shared_bytes(cfg, *, fold: bool = True) -> int:
-    """The kernel's static shared memory for a model config's shapes (static_shared_bytes; by default with
-    o_proj folded, the larger)."""
+def shared_bytes(cfg, *, fold: bool = True, requests: int = 1) -> int:
+    """The kernel's static shared memory for a model config's shapes (static_shared_bytes; by default one request
+    with o_proj folded, the larger; a pair never folds)."""
     return static_shared_bytes(D=cfg.hidden_size, F=cfg.intermediate_size, dh=cfg.head_dim,
-                               heads=cfg.num_attention_heads, kv_heads=cfg.num_key_value_heads, fold=fold)
+                               heads=cfg.num_attention_heads, kv_heads=cfg.num_key_value_heads,
+                               fold=fold and requests == 1, requests=requests)
 
 
-def static_shared_bytes(*, D: int, F: int, dh: int, heads: int, kv_heads: int, fold: bool) -> int:
-    """The kernel's static shared memory (BODY's, attend's and the ring's arrays, a few words spare): the staged
-    input vector is the largest of D, Hq Dh and F floats; attention's per-warp partial outputs grow with the
-    query heads per KV head; with o_proj folded, a merged head's outputs too."""
+def static_shared_bytes(*, D: int, F: int, dh: int, heads: int, kv_heads: int, fold: bool,
+                        requests: int = 1) -> int:
+    """The kernel's static shared memory (BODY's, attend's and the ring's arrays, a few words spare): each
+    request's staged input vector is the largest of D, Hq Dh and F floats; attention's per-warp partial outputs
+    grow with the query heads per KV head; with o_proj folded, a merged head's outputs too."""
     rep, warps = heads // kv_heads, BLOCK // 32
-    body = 4 * (max(D, heads * dh, F) + 3 * warps + 1 + kv_heads)
+    body = 4 * (requests * (max(D, heads * dh, F) + 3 * warps + kv_heads) + 1)
     attend = 4 * (rep * dh + 2 * dh + (rep + 1) * (dh // 32) + 2 * warps * rep + warps * rep * dh + 1)
     folded_head = 4 * (rep * dh + 1) if fold else 0
     ring = 8 * (KV_STAGES + 1)  # the ring's mbarriers, 8-byte aligned
-    return body + attend + folded_head + ring + 4 + 64
+    return body + attend + folded_head + ring + 4 + 64 + 32 * (requests - 1)
 
 
 def fits(static: int, dh: int, kv_group: int = KV_GROUP) -> bool:
@@ -816,11 +912,13 @@ def fits(static: int, dh: int, kv_group: int = KV_GROUP) -> bool:
     return static <= SHARED_LIMIT and static + ring_bytes(dh, kv_group) <= SM_SHARED_LIMIT
 
 
-def available(cfg, *, packed: bool) -> bool:
+def available(cfg, *, packed: bool, requests: int = 1) -> bool:
     """Where the persistent kernel runs: CUDA, head_dim 128 (the attention item's thread layout), bf16 weights,
     and shapes whose arrays fit one block's static shared memory, beside attention's ring (Qwen3-0.6B and
-    -1.7B do; -4B and -8B do not, and keep the per-operation kernels)."""
-    return BACKEND == "cuda" and cfg.head_dim == 128 and packed and fits(shared_bytes(cfg), cfg.head_dim)
+    -1.7B do; -4B and -8B do not, and keep the per-operation kernels). `requests`: 2 for two requests' decodes in
+    one launch, whose staged vectors take twice the room (Qwen3-0.6B's fit, -1.7B's do not)."""
+    return (BACKEND == "cuda" and cfg.head_dim == 128 and packed
+            and fits(shared_bytes(cfg, requests=requests), cfg.head_dim))
 
 
 def scratch_layout(*, D: int, heads: int, kv_heads: int, dh: int, F: int, splits: int, blocks: int) -> dict:
@@ -833,6 +931,12 @@ def scratch_layout(*, D: int, heads: int, kv_heads: int, dh: int, F: int, splits
     for name, n in sizes:
         layout[name], at = (at, n), at + n
     return layout
+
+
+def scratch_size(requests: int = 1, **shape) -> int:
+    """The scratch output's floats: each request's scratch_layout(**shape), the next at a multiple of 4 floats."""
+    per = sum(scratch_layout(**shape)["block_index"])  # the last array's end
+    return requests * ((per + 3) // 4 * 4)
 
 
 def folded(fold: bool | None = None) -> bool:
@@ -852,7 +956,7 @@ def barriers_per_layer(fold: bool) -> int:
 
 def launch(token, pos, dw: DecodeWeights, k_all, v_all, written, sync, *, heads: int, kv_heads: int,
            eps: float, poison: bool = False, blocks: int | None = None, stamps: bool = False,
-           kv_group: int = KV_GROUP, fold: bool | None = None) -> list:
+           kv_group: int = KV_GROUP, fold: bool | None = None, pair: tuple | None = None) -> list:
     """The kernel's outputs: [logits, tok_out (token, error flag, 0, 0), pos_out (pos + 1, 0, 0, 0), scratch
     (scratch_layout), stamps, the fence advanced]. k_all, v_all: the caches (L, Hkv, cap, Dh), written in
     place. `poison` fills the outputs with NaN first (a skipped element shows); `blocks` defaults to the SM
@@ -861,12 +965,18 @@ def launch(token, pos, dw: DecodeWeights, k_all, v_all, written, sync, *, heads:
     unused words (16 bytes: not managed memory); with o_proj folded, its phase's start and end are one instant.
     `kv_group`: keys per warp in each stage of attention's ring (KV_STAGES stages in flight). `fold`: o_proj
     folded into attention (`folded`). One sync buffer may see either; where it names a token mailbox area
-    (new_sync), the last block also leaves the token there."""
+    (new_sync), the last block also leaves the token there.
+    `pair`: a second request's (token, pos, k_all, v_all, written), decoded in the same launch (never folded):
+    each weight row is read once for both, and the barriers are paid once. Then logits is (2 V,), tok_out and
+    pos_out hold four words per request, scratch one scratch_layout per request, and a second fence follows."""
     layers, _, cap, dh = k_all.shape
     V, D = dw.embed.shape
     F = dw.down.shape[2]
-    fold = folded(fold)
-    static = static_shared_bytes(D=D, F=F, dh=dh, heads=heads, kv_heads=kv_heads, fold=fold)
+    requests = 1 if pair is None else 2
+    fold = folded(fold) and requests == 1
+    if pair is not None and (pair[2].shape != k_all.shape or pair[3].shape != v_all.shape):
+        raise ValueError(f"a pair's caches must have one shape: {k_all.shape} and {pair[2].shape}")
+    static = static_shared_bytes(D=D, F=F, dh=dh, heads=heads, kv_heads=kv_heads, fold=fold, requests=requests)
     if not fits(static, dh, kv_group):
         most = (SM_SHARED_LIMIT - static) // ring_bytes(dh, 1)
         raise ValueError(f"kv_group={kv_group}: attention's ring would take {ring_bytes(dh, kv_group)} bytes of "
@@ -874,19 +984,19 @@ def launch(token, pos, dw: DecodeWeights, k_all, v_all, written, sync, *, heads:
     nb = blocks or sm_count()
     if not 1 <= nb <= MAX_BLOCKS:
         raise ValueError(f"blocks={nb}: the sync buffer has flags for 1 to {MAX_BLOCKS} blocks")
-    splits = max(1, nb // kv_heads)
-    layout = scratch_layout(D=D, heads=heads, kv_heads=kv_heads, dh=dh, F=F, splits=splits, blocks=nb)
-    size = sum(layout["block_index"])  # the last array's end
-    return kernel(dh, kv_group)(
+    splits = max(1, nb // (requests * kv_heads))
+    size = scratch_size(requests, D=D, heads=heads, kv_heads=kv_heads, dh=dh, F=F, splits=splits, blocks=nb)
+    return kernel(dh, kv_group, requests)(
         inputs=[token, pos, dw.embed, dw.qkv, dw.o, dw.gate_up, dw.down, dw.lm_head, dw.in_norm, dw.post_norm,
-                dw.q_norm, dw.k_norm, dw.norm, dw.inv_freq, sync, k_all, v_all, written],
+                dw.q_norm, dw.k_norm, dw.norm, dw.inv_freq, sync, k_all, v_all, written, *(pair or ())],
         template=[("D", D), ("HQ", heads), ("HKV", kv_heads), ("DH", dh), ("FF", F), ("NL", layers), ("V", V),
                   ("CAP", cap), ("NB", nb), ("S", splits), ("BLOCK", BLOCK), ("EPS_BITS", float_bits(eps)),
                   ("SCALE_BITS", float_bits(dh ** -0.5)), ("SPIN", SPIN_CYCLES), ("STAMPS", stamps),
-                  ("KVG", kv_group), ("NST", KV_STAGES), ("FOLD", fold)],
+                  ("KVG", kv_group), ("NST", KV_STAGES), ("FOLD", fold), ("NR", requests)],
         grid=(nb * BLOCK, 1, 1), threadgroup=(BLOCK, 1, 1),
-        output_shapes=[(V,), (4,), (4,), (size,), (2 * (10 * layers + 3) if stamps else 2,), written.shape],
-        output_dtypes=[mx.float32, mx.uint32, mx.int32, mx.float32, mx.uint64, written.dtype],
+        output_shapes=[(requests * V,), (4 * requests,), (4 * requests,), (size,),
+                       (2 * (10 * layers + 3) if stamps else 2,), written.shape] + [written.shape] * (requests - 1),
+        output_dtypes=[mx.float32, mx.uint32, mx.int32, mx.float32, mx.uint64] + [written.dtype] * requests,
         init_value=float("nan") if poison else None)
 
 
@@ -894,6 +1004,22 @@ def decode_persistent(token, pos, dw: DecodeWeights, k_all, v_all, written, sync
     """-> (logits (V,), token (), pos + 1 (1,), [], [], the fence advanced): one launch (keywords as `launch`)."""
     logits, tok, next_pos, _, _, fence = launch(token, pos, dw, k_all, v_all, written, sync, **kw)
     return logits, tok[0], next_pos[:1], [], [], fence
+
+
+def decode_persistent_pair(first: tuple, second: tuple, dw: DecodeWeights, sync, **kw) -> list[tuple]:
+    """Two requests' decode steps in one launch, each request given as (token, pos, k_all, v_all, written) ->
+    for each, (logits (V,), token (), pos + 1 (1,), the fence advanced) (keywords as `launch`; `sync` is the
+    pair's own, naming both requests' mailboxes)."""
+    logits, tok, next_pos, _, _, fence, fence1 = launch(*first, sync, pair=tuple(second), **kw)
+    V = dw.embed.shape[0]
+    return [(logits[q * V:(q + 1) * V], tok[4 * q], next_pos[4 * q:4 * q + 1], f)
+            for q, f in enumerate((fence, fence1))]
+
+
+def decode_persistent_pair_ops(first: tuple, second: tuple, dw: DecodeWeights, sync=None, **kw) -> list[tuple]:
+    """The pair's oracle: each request's decode_persistent_ops -> for each, (logits, token, pos + 1, ks, vs, fence)
+    with the new rows (Hkv, 1, Dh) per layer for the caller to store."""
+    return [decode_persistent_ops(*r, **kw) for r in (first, second)]
 
 
 def check_token(token: int) -> int:
