@@ -225,6 +225,12 @@
 #                                          core 2 (pinned_run.py), without it again
 #   bash notes/gpu-session/session.sh v37b after v37a: mixed unpinned and pinned, chunked pinned and unpinned,
 #                                          then host_split.py
+#   bash notes/gpu-session/session.sh v38a one H200, a fresh machine: check-kernels (the pair's rows among them),
+#                                          then bench-step without peers at 4K and 5K (single decodes and pair
+#                                          steps), then the gate for the policies whose steps pair decodes
+#   bash notes/gpu-session/session.sh v38b after v38a: the published eager chunked fifo mixed (mixed's rounds
+#                                          after B's first token now one pair launch), then bench-step with peers
+#   bash notes/gpu-session/session.sh v38c after v38b: chunked overlap slo slo-mixed at 15 ms
 #   bash notes/gpu-session/session.sh v32x x2: check-kernels (GPU 1, 540 s) beside the gate for every
 #                                          single-GPU policy (GPU 0), the verdict; then v27b and v27c (disagg's
 #                                          report runs its own gate before any timing)
@@ -1349,6 +1355,29 @@ v37b)
   short_run chunked-poll-2 --policies chunked
   [ "$(left)" -gt 70 ] && timeout 90 python3 notes/gpu-session/host_split.py 4096 > "$LOGS/host_split.log" 2>&1
   echo "host_split rc=$? at ${SECONDS}s"; grep "^{" "$LOGS/host_split.log" | cut -c 1-400
+  finish ;;
+v38a)
+  nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
+  check_kernels_all 420 && grep -q "^persistent/logits *pair" "$LOGS/ck0.log" && echo publish > /root/verdict
+  echo "verdict: $(cat /root/verdict 2>/dev/null || echo 'do not publish')"
+  if grep -q publish /root/verdict 2>/dev/null; then
+    [ "$(left)" -gt 60 ] && timeout -s INT $(( $(left) - 40 )) python3 -m pdlib bench-step --no-peers \
+      --contexts 4096 5120 --tokens 100 --output "$OUT/bench-pair.json" > "$LOGS/bench-pair.log" 2>&1
+    echo "bench-pair rc=$? at ${SECONDS}s"; tail -n 14 "$LOGS/bench-pair.log"
+    [ "$(left)" -gt 40 ] && timeout $(( $(left) - 5 )) python3 -m pdlib run --model synthetic:qwen3-0.6b \
+      --prompt-tokens 4096 --output-tokens 64 --chunk-size 128 --policies mixed slo-mixed --tbt-slo-ms 15 \
+      --validate-only --quiet > "$LOGS/gate.log" 2>&1
+    echo "gate rc=$? at ${SECONDS}s"; tail -n 4 "$LOGS/gate.log"
+  fi
+  finish ;;
+v38b)
+  grep -q publish /root/verdict 2>/dev/null || { echo "v38a's verdict was not publish"; exit 1; }
+  report_main 300 ""
+  bench_peers $(( $(left) - 5 )) ""
+  finish ;;
+v38c)
+  grep -q publish /root/verdict 2>/dev/null || { echo "v38a's verdict was not publish"; exit 1; }
+  report_new $(( $(left) - 5 )) ""
   finish ;;
 v32x)
   nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
