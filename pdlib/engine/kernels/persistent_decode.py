@@ -1019,7 +1019,8 @@ def decode_persistent_pair(first: tuple, second: tuple, dw: DecodeWeights, sync,
 def decode_persistent_pair_ops(first: tuple, second: tuple, dw: DecodeWeights, sync=None, **kw) -> list[tuple]:
     """The pair's oracle: each request's decode_persistent_ops -> for each, (logits, token, pos + 1, ks, vs, fence)
     with the new rows (Hkv, 1, Dh) per layer for the caller to store."""
-    return [decode_persistent_ops(*r, **kw) for r in (first, second)]
+    return [decode_persistent_ops(token, pos, dw, k_all, v_all, written, **kw)
+            for token, pos, k_all, v_all, written in (first, second)]
 
 
 def check_token(token: int) -> int:
