@@ -1010,7 +1010,9 @@ def decode_persistent_pair(first: tuple, second: tuple, dw: DecodeWeights, sync,
     """Two requests' decode steps in one launch, each request given as (token, pos, k_all, v_all, written) ->
     for each, (logits (V,), token (), pos + 1 (1,), the fence advanced) (keywords as `launch`; `sync` is the
     pair's own, naming both requests' mailboxes)."""
-    logits, tok, next_pos, _, _, fence, fence1 = launch(*first, sync, pair=tuple(second), **kw)
+    token, pos, k_all, v_all, written = first
+    logits, tok, next_pos, _, _, fence, fence1 = launch(token, pos, dw, k_all, v_all, written, sync,
+                                                        pair=tuple(second), **kw)
     V = dw.embed.shape[0]
     return [(logits[q * V:(q + 1) * V], tok[4 * q], next_pos[4 * q:4 * q + 1], f)
             for q, f in enumerate((fence, fence1))]
