@@ -253,7 +253,7 @@ def frontier_chart(points: pd.DataFrame) -> alt.HConcatChart:
 def bench_frames(result: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     """bench-step's medians as rows: decode (engine, context, how, ms, the byte floor's ms) and prefill
     (engine, what, s); engines in the result's order, those that failed left out."""
-    from pdlib.bench_result import DECODES, PREFILLS
+    from pdlib.bench_result import DECODES, PAIRS, PREFILLS
     engines = {n: e for n, e in result["engines"].items() if "error" not in e}
     chunk = result.get("settings", {}).get("chunk", "?")
     decode, prefill = [], []
@@ -262,6 +262,11 @@ def bench_frames(result: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
             for ctx, ms in (e.get(key) or {}).items():
                 decode.append({"engine": name, "context": f"{int(ctx):,} context", "how": how, "ms": ms,
                                "floor_ms": result["floors"][ctx]["floor_ms"]})
+        # two requests decoded in one launch: a step's time per token ("pdlib, pair"), beside the single's floor
+        for (key, _), how in zip(PAIRS.items(), DECODES):
+            for ctx, ms in (e.get(key) or {}).items():
+                decode.append({"engine": f"{name}, pair", "context": f"{int(ctx):,} context", "how": how,
+                               "ms": ms / 2, "floor_ms": result["floors"][ctx]["floor_ms"]})
         for key, what in PREFILLS.items():
             if key in e:
                 prefill.append({"engine": name, "what": what.format(chunk=chunk), "s": e[key]})
@@ -298,7 +303,8 @@ def bench_chart(result: dict) -> alt.VConcatChart:
     return alt.vconcat(top, bottom).properties(
         title=f"bench-step: {model} on {env.get('device_name', env.get('device', '?'))}",
         description=f"Bar charts. Top: milliseconds per decoded token for the engines {', '.join(engines)} at "
-                    f"each context, observed and pipelined, with the byte floor as a dashed line. Bottom: "
+                    f"each context, observed and pipelined ('pdlib, pair': two requests in one launch, its step "
+                    f"time halved), with the byte floor as a dashed line. Bottom: "
                     f"seconds to prefill one prompt whole, in chunks, and in chunks each synced.")
 
 

@@ -24,7 +24,9 @@ A report is one JSON object:
                       "step_dispatch": "layers" | "step" (how a step with a prompt chunk was dispatched:
                                        engine.DISPATCH_ENV; newer than the fifteenth session's reports),
                       "token_read": "item" | "mailbox" (how the host read a decode's token: PDLIB_TOKEN_READ;
-                                    newer than the sixteenth session's reports)},
+                                    newer than the sixteenth session's reports),
+                      "pair_decode": "pair" | "each" (a step of two decodes as one persistent launch or one
+                                     launch each: PDLIB_PAIR_DECODE; newer than the twentieth session's)},
       "sources": {"pdlib/engine/model.py": "<sha256>", ..., "params_file": null | "<sha256>"},
       "validation": {"<policy>": <validate.ValidationResult.to_dict()>, ...},
       "reference_tokens": {"A": [..output ids..], "B": [..]},

@@ -40,6 +40,8 @@ def run_line(report: dict) -> str:
                if "prefill_matmuls" in env else "")
     by_mailbox = env.get("token_read") == "mailbox"
     mailbox = ", tokens read from the kernel's mailbox" if by_mailbox else ""
+    if env.get("pair_decode") == "pair":
+        mailbox += ", a step's two decodes in one launch"
     piped = "" if not params.get("pipeline_decodes") else "; decodes pipelined" + (
         ", polled during chunks" if by_mailbox and params.get("poll_during_chunks") else "")
     return (f"model {model['spec']} ({model['source']}{fallback}), backend {env['backend']}{prefill}{mailbox}; "

@@ -318,3 +318,60 @@ def test_a_pair_fits_where_its_staged_vectors_do():
     fits = lambda cfg, n: P.fits(P.shared_bytes(cfg, requests=n), cfg.head_dim)  # noqa: E731
     assert fits(small, 1) and fits(small, 2) and fits(large, 1) and not fits(large, 2)
     assert P.shared_bytes(small, fold=True, requests=2) == P.shared_bytes(small, fold=False, requests=2)
+
+
+def test_a_pair_launch_passes_each_requests_buffers_where_the_kernel_reads_them(monkeypatch):
+    """decode_persistent_pair -> launch -> the pair's kernel, with a stand-in for the built kernel (none runs on
+    the CPU): the inputs in INPUTS + PAIR_INPUTS order, the first request's buffers where the single kernel has
+    them and the second's after; the template's NR 2 and half the splits; the outputs sized per request; and
+    each request's logits, token, next position and fence read back from its own part of them."""
+    D, F, Hq, Hkv, Dh, L, V, cap, nb = 16, 32, 2, 1, 128, 2, 10, 8, 4
+    dw = P.DecodeWeights(embed=mx.zeros((V, D)), qkv=mx.zeros((L, (Hq + 2 * Hkv) * Dh, D)), o=mx.zeros((L, D, Hq * Dh)),
+                         gate_up=mx.zeros((L, 2 * F, D)), down=mx.zeros((L, D, F)), lm_head=mx.zeros((V, D)),
+                         in_norm=mx.zeros((L, D)), post_norm=mx.zeros((L, D)), q_norm=mx.zeros((L, Dh)),
+                         k_norm=mx.zeros((L, Dh)), norm=mx.zeros((D,)), inv_freq=mx.zeros((Dh // 2,)))
+    reqs = [(mx.array(3 + q, mx.uint32), mx.array([5 * q], mx.int32), mx.zeros((L, Hkv, cap, Dh)) + q,
+             mx.zeros((L, Hkv, cap, Dh)) - q, K.new_fence() + 10 * q) for q in range(2)]
+    sync, seen = P.new_sync(), {}
+
+    def built(dh, kv_group, requests):
+        def run(*, inputs, template, output_shapes, output_dtypes, **kw):
+            seen.update(inputs=inputs, template=dict(template), shapes=output_shapes, requests=requests)
+            # each output filled so that request q's part tells itself apart: logits q, token 7 + q, pos 20 + q
+            logits = mx.concatenate([mx.full((V,), float(q)) for q in range(2)])
+            words = lambda base: mx.array([base + q if w == 0 else 0 for q in range(2) for w in range(4)])  # noqa: E731
+            return [logits, words(7).astype(mx.uint32), words(20).astype(mx.int32), mx.zeros(output_shapes[3]),
+                    mx.zeros((2,), mx.uint64), inputs[17] + 1, inputs[22] + 1]
+        return run
+    monkeypatch.setattr(P, "kernel", built)
+    monkeypatch.setattr(P, "sm_count", lambda: nb)
+    out = P.decode_persistent_pair(*reqs, dw, sync, heads=Hq, kv_heads=Hkv, eps=1e-6)
+    names = P.INPUTS + P.PAIR_INPUTS
+    got = dict(zip(names, seen["inputs"], strict=True))
+    for q, prefix in ((0, ""), (1, "1")):
+        token, pos, kc, vc, fence = reqs[q]
+        for name, want in (("tok", token), ("pos", pos), ("kc", kc), ("vc", vc), ("fin", fence)):
+            assert got[name + prefix] is want, (name, q)
+    assert got["sync_buf"] is sync and got["wqkv"] is dw.qkv and seen["requests"] == 2
+    assert seen["template"]["NR"] == 2 and seen["template"]["S"] == max(1, nb // (2 * Hkv)) and not seen["template"]["FOLD"]
+    assert seen["shapes"][:3] == [(2 * V,), (8,), (8,)] and seen["shapes"][6] == reqs[1][4].shape
+    for q, (logits, tok, next_pos, fence) in enumerate(out):
+        assert logits.shape == (V,) and logits.tolist() == [float(q)] * V
+        assert tok.item() == 7 + q and next_pos.tolist() == [20 + q]
+        assert fence.tolist() == (reqs[q][4] + 1).tolist()
+    with pytest.raises(ValueError, match="one shape"):
+        P.decode_persistent_pair(reqs[0], (*reqs[1][:2], mx.zeros((L, Hkv, cap + 1, Dh)), *reqs[1][3:]), dw, sync,
+                                 heads=Hq, kv_heads=Hkv, eps=1e-6)
+
+
+def test_the_pairs_twin_is_each_requests_twin(tiny):
+    """decode_persistent_pair_ops, check-kernels' oracle for the pair, is decode_persistent_ops per request."""
+    m = Qwen3(tiny, decode="kernels")
+    dw, c = m.stacked_decode_weights(), tiny.config
+    caches = [m.new_cache(16) for _ in range(2)]
+    reqs = [(mx.array(3 + q, mx.uint32), mx.array([2 + q], mx.int32), x.k_all, x.v_all, x.written)
+            for q, x in enumerate(caches)]
+    pair = K.decode_persistent_pair_ops(*reqs, dw, **_kw(c))
+    for r, got in zip(reqs, pair, strict=True):
+        want = K.decode_persistent_ops(r[0], r[1], dw, *r[2:], **_kw(c))
+        assert mx.array_equal(got[0], want[0]).item() and got[1].item() == want[1].item()
