@@ -437,7 +437,7 @@ def _persistent_pair_case(seed: int, *, L: int, positions: tuple[int, int], cap:
     mx.eval(dw, want, reqs, before)
     got = K.decode_persistent_pair(*reqs, dw, sync, poison=True, blocks=blocks, **kw)
     rows = []
-    for q, ((_, p, kc, vc, fence), (kc0, vc0), w, (logits, tok, next_pos, written)) in enumerate(
+    for q, ((_, p, kc, vc, fence), (kc0, vc0), w, (logits, tok, next_pos, _, _, written)) in enumerate(
             zip(reqs, before, want, got)):
         case = (f"pair {positions[0]}+{positions[1]}, {'AB'[q]}, {L} layers" + (f", {blocks} blocks" if blocks else ""))
         rows += [_compare("persistent/logits", case, logits, w[0]),

@@ -23,7 +23,7 @@ from pdlib.engine.kernels import mailbox as M
 from pdlib.engine.kernels import persistent_decode as P
 from pdlib.errors import InputError
 from pdlib.experiment import Experiment
-from pdlib.scheduler import is_setup
+from pdlib.scheduler import Batch, Decode, is_setup
 from pdlib.trial import check_tokens, run_once
 from pdlib.validate import ValidationError
 
@@ -130,7 +130,8 @@ PROMPT, OUTPUTS, CHUNK = 40, 8, 16
 def mailbox_engine(monkeypatch):
     """The persistent path on the CPU with PDLIB_TOKEN_READ=mailbox: a region in plain memory, and a stand-in
     kernel: the ops twin's step (its new K/V rows stored by the cache), then, as the kernel's last block does,
-    position + 1 and the token into slot pos % SLOTS of the area whose address the sync buffer holds. `fault`
+    position + 1 and the token into slot pos % SLOTS of the area whose address the sync buffer holds (a pair
+    launch: each request's step, into the area its words of the pair's sync buffer name). `fault`
     changes what it writes ("late": the word lands at the host's second look after the launch, or its
     fault["looks"]th, as a device still busy would leave it). Returns the fault setter, the tokens each wait
     returned or a look (`peek`) found, and the region."""
@@ -140,9 +141,11 @@ def mailbox_engine(monkeypatch):
     monkeypatch.setattr(P, "available", lambda cfg, **kw: True)
     monkeypatch.setattr(K, "mailbox_region", lambda: region)
 
-    def kernel_like(token, pos, dw, k_all, v_all, written, sync, **kw):
+    def kernel_like(token, pos, dw, k_all, v_all, written, sync, q=0, **kw):
+        """Request q's step; its area's address is in words SY_BOX + 2 q (low word first)."""
         out = K.decode_persistent_ops(token, pos, dw, k_all, v_all, written, **kw)
-        address, p, tok = sync[P.SY_BOX + 1].item() << 32 | sync[P.SY_BOX].item(), pos.item(), out[1].item()
+        box = P.SY_BOX + 2 * q
+        address, p, tok = sync[box + 1].item() << 32 | sync[box].item(), pos.item(), out[1].item()
         if address and fault["kind"] != "silent":
             slot, value = (address - region.address) // 8 + p % M.SLOTS, word(p, tok + (fault["kind"] == "wrong"))
             if fault["kind"] == "late":
@@ -158,6 +161,8 @@ def mailbox_engine(monkeypatch):
                 region.words[w[1]] = w[2]
                 late.remove(w)
     monkeypatch.setattr(P, "decode_persistent", kernel_like)
+    monkeypatch.setattr(P, "decode_persistent_pair", lambda first, second, dw, sync, **kw: [
+        kernel_like(*r[:2], dw, *r[2:], sync, q=q, **kw) for q, r in enumerate((first, second))])
     real_wait, real_peek = M.TokenMailbox.wait, M.TokenMailbox.peek
 
     def wait(self, pos, **kw):
@@ -193,6 +198,25 @@ def test_the_executor_takes_the_mailboxs_tokens_and_the_gate_passes(tiny, mailbo
     assert len(seen) == 2 * 2 * (OUTPUTS - 1) and None not in seen
     boxes = [exp.engine.model.mailbox(exp.engine.requests[r].cache) for r in ("A", "B")]
     assert len({b.address for b in boxes}) == 2 and len(region.free) == M.AREAS - 2
+
+
+@pytest.mark.parametrize("pipeline", [False, True], ids=["observed", "pipelined"])
+def test_mixeds_two_decodes_a_step_come_from_one_launch_and_both_mailboxes(tiny, mailbox_engine, pipeline,
+                                                                         monkeypatch):
+    """mixed's steps of both decodes (after B's prompt) run as one pair launch each: the gate passes with every
+    such token read from its own request's area, and a wrong token there fails it."""
+    fault, seen, region = mailbox_engine
+    launches, pair = [], P.decode_persistent_pair
+    monkeypatch.setattr(P, "decode_persistent_pair", lambda *a, **kw: launches.append(1) or pair(*a, **kw))
+    exp = experiment(tiny, ("mixed",), pipeline)
+    assert exp.engine.settings["pair_decode"] == "pair"
+    pairs = [s for s in exp.plan("mixed") if isinstance(s, Batch) and all(isinstance(w, Decode) for w in s.work)]
+    assert len(pairs) >= 2
+    exp.validate(["mixed"])
+    assert len(launches) == len(pairs) and len(seen) >= 2 * len(pairs) and None not in seen
+    fault["kind"] = "wrong"
+    with pytest.raises(ValidationError, match="token check"):
+        exp.validate(["mixed"])
 
 
 @pytest.mark.parametrize("pipeline", [False, True], ids=["observed", "pipelined-polled"])
@@ -244,7 +268,10 @@ def test_bench_step_reads_the_persistent_kernels_tokens_from_the_mailbox_and_the
                         prefill_tokens=40, chunk=16, repeats=1)
     engines = result["engines"]
     assert engines["pdlib"]["token_read"] == "mailbox" and engines["pdlib-kernels"]["token_read"] == "item"
-    assert len(seen) >= 2 * (1 + 3) and None not in seen   # the observed then the pipelined decodes
+    assert engines["pdlib"]["pair_decode"] == "pair" and "pair_step_pipelined_ms_median" in engines["pdlib"]
+    assert "pair_step_ms_median" not in engines["pdlib-kernels"]
+    # the observed then the pipelined decodes, then the pair steps' (two tokens each), all from the mailbox
+    assert len(seen) >= 2 * (1 + 3) + 2 * 2 * (1 + 3) and None not in seen
 
 
 def test_an_area_goes_back_when_its_cache_goes(tiny, mailbox_engine):

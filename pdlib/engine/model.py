@@ -443,9 +443,9 @@ class Qwen3:
             *[(t, x.position(), x.k_all, x.v_all, x.written) for t, x in zip(tokens, caches, strict=True)],
             self.decode_weights, pairs[second], heads=c.num_attention_heads, kv_heads=c.num_key_value_heads,
             eps=c.rms_norm_eps)
-        for cache, (_, _, next_pos, written) in zip(caches, outs):
-            cache.store_decoded([], [], written, next_pos=next_pos)
-        return [(logits, token) for logits, token, _, _ in outs]
+        for cache, (_, _, next_pos, ks, vs, written) in zip(caches, outs):
+            cache.store_decoded(ks, vs, written, next_pos=next_pos)
+        return [(logits, token) for logits, token, *_ in outs]
 
     @staticmethod
     def _check_room(cache: KVCache) -> None:

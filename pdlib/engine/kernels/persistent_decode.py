@@ -5,6 +5,8 @@ in one launch, phases separated by a software grid barrier, so a token costs one
     sync = new_sync()                                           # one per request, reused by its every step
     logits, token, next_pos, ks, vs, written = decode_persistent(token, pos, dw, cache.k_all, cache.v_all,
                                                                  cache.written, sync, heads=16, kv_heads=8, eps=1e-6)
+    (la, ta, pa, wa), (lb, tb, pb, wb) = decode_persistent_pair(    # two requests, one launch, their own sync
+        (tok_a, pos_a, ka, va, fa), (tok_b, pos_b, kb, vb, fb), dw, new_sync(), heads=16, kv_heads=8, eps=1e-6)
 
 Same contract as Qwen3.decode_step, over the cache's stacked K and V (L, Hkv, capacity, Dh) so that the launch
 takes few buffers (MLX's host work grows with them): the new K/V slots are stored in place (ks, vs are
@@ -38,6 +40,10 @@ words and MAX_BLOCKS flags, ~17 KB): no block waits on a contended counter (MLX 
 less in managed memory, where one barrier costs ~0.7 ms: MEASURED.md). With PDLIB_TOKEN_READ=mailbox the
 last block also leaves the token in pinned host memory, where the host polls for it (mailbox.py; the sync
 buffer holds the address).
+Two requests decode in one launch where a step carries both (decode_persistent_pair; the same BODY with NR = 2,
+its second request's buffers in PAIR_INPUTS): each phase stages both vectors and multiplies every weight row it
+loads by both, so the weights are read and the barriers paid once for two tokens; attention's items are
+(request, KV head, split), with half the splits per head.
 Metal has no co-residency guarantee, so there the per-operation kernels stay.
 """
 
@@ -1008,13 +1014,13 @@ def decode_persistent(token, pos, dw: DecodeWeights, k_all, v_all, written, sync
 
 def decode_persistent_pair(first: tuple, second: tuple, dw: DecodeWeights, sync, **kw) -> list[tuple]:
     """Two requests' decode steps in one launch, each request given as (token, pos, k_all, v_all, written) ->
-    for each, (logits (V,), token (), pos + 1 (1,), the fence advanced) (keywords as `launch`; `sync` is the
-    pair's own, naming both requests' mailboxes)."""
+    for each, decode_persistent's (logits (V,), token (), pos + 1 (1,), [], [], the fence advanced) (keywords
+    as `launch`; `sync` is the pair's own, naming both requests' mailboxes)."""
     token, pos, k_all, v_all, written = first
     logits, tok, next_pos, _, _, fence, fence1 = launch(token, pos, dw, k_all, v_all, written, sync,
                                                         pair=tuple(second), **kw)
     V = dw.embed.shape[0]
-    return [(logits[q * V:(q + 1) * V], tok[4 * q], next_pos[4 * q:4 * q + 1], f)
+    return [(logits[q * V:(q + 1) * V], tok[4 * q], next_pos[4 * q:4 * q + 1], [], [], f)
             for q, f in enumerate((fence, fence1))]
 
 
