@@ -455,8 +455,10 @@ def check_persistent_pairs(seed: int, tiny_pair, too_many: int) -> list[dict]:
     """Two requests a launch: 28 layers with the positions far apart and swapped about (0 and 4,095, then 639
     and the cache's last slot) on one pair's sync buffer (afterwards its barrier count and every block's flag at
     2 steps' barriers, each (request, head)'s count at 2 steps' items: the pair's splits are half as many); a
-    grid of 6 blocks (several items a block); a grid too large to be resident gives both requests ERROR_TOKEN
-    and flags the buffer; and with a mailbox each, each request's token in its own area's slot."""
+    grid of 6 blocks (several items a block); a grid too large to be resident gives both requests ERROR_TOKEN,
+    flags the buffer and the error sticks; a second request's position past its cache fails both requests
+    (and is no barrier's timeout); then `check_persistent_pair_mailbox`. `tiny_pair(sync, blocks, positions)`
+    runs one small pair step and returns both tokens, evaluated."""
     P = K.persistent_decode
     rows, cap, L, Hkv, nb = [], 4096 + 64, 28, 8, P.sm_count()
     sync = P.new_sync()
@@ -468,15 +470,28 @@ def check_persistent_pairs(seed: int, tiny_pair, too_many: int) -> list[dict]:
     rows += _evaluated([_compare("persistent/sync buffer", "pair, after 2 steps", sync.astype(mx.float32), want)])
     rows += _persistent_pair_case(seed * 100 + 80, L=2, positions=(639, 100), cap=640, sync=P.new_sync(), blocks=6)
     sync = P.new_sync()
-    toks = tiny_pair(sync, too_many, (0, 3))
-    rows += _evaluated([_compare("persistent/barrier timeout", f"pair, {too_many} blocks",
-                                 mx.stack([*toks, sync[P.SY_ERR]]).astype(mx.float32),
-                                 mx.array([P.ERROR_TOKEN, P.ERROR_TOKEN, 1]).astype(mx.float32))])
-    M = K.mailbox
+    first = tiny_pair(sync, too_many, (0, 3))
+    again = tiny_pair(sync, 2, (0, 3))  # a grid that fits, on the flagged buffer
+    rows += _evaluated([_compare("persistent/barrier timeout", f"pair, {too_many} blocks, then 2",
+                                 mx.stack([*first, sync[P.SY_ERR], *again]).astype(mx.float32),
+                                 mx.array([P.ERROR_TOKEN] * 2 + [1] + [P.ERROR_TOKEN] * 2).astype(mx.float32))])
+    sync = P.new_sync()
+    past = tiny_pair(sync, 2, (0, 32))  # tiny_pair's caches hold 32 slots
+    rows += _evaluated([_compare("persistent/bad input", "pair, B's position past its cache",
+                                 mx.stack([*past, sync[P.SY_ERR]]).astype(mx.float32),
+                                 mx.array([P.ERROR_TOKEN, P.ERROR_TOKEN, 0]).astype(mx.float32))])
+    return rows + check_persistent_pair_mailbox(tiny_pair)
+
+
+def check_persistent_pair_mailbox(tiny_pair) -> list[dict]:
+    """A pair's sync buffer naming a mailbox area for each request: two steps (positions 0 and 5, then 1 and 21,
+    21 reusing 5's slot) leave each request's position + 1 and token in its own area's slot, and nothing else in
+    the region changes (a token written into both areas fails)."""
+    P, M = K.persistent_decode, K.mailbox
     region = M.region()
     boxes = [region.take(), region.take()]
-    sync, got, want = P.new_sync(*(b.address for b in boxes)), [], []
-    for positions in ((0, 5), (1, 21)):   # 21 reuses 5's slot
+    sync, got, want, slots = P.new_sync(*(b.address for b in boxes)), [], [], set()
+    for positions in ((0, 5), (1, 21)):
         for box, pos in zip(boxes, positions):
             box.clear(pos)
         toks = tiny_pair(sync, 2, positions)
@@ -484,10 +499,13 @@ def check_persistent_pairs(seed: int, tiny_pair, too_many: int) -> list[dict]:
             seen = box.wait(pos, timeout_ns=2_000_000_000)
             got += [-1 if seen is None else seen, int(box.words[pos % M.SLOTS]) >> 32]
             want += [tok.item(), pos + 1]
+            slots.add((box.address - region.address) // 8 + pos % M.SLOTS)
+    got.append(int(np.count_nonzero(np.delete(region.words, sorted(slots)))))
+    want.append(0)
     for box in boxes:
         region.give_back(box)
-    return rows + _evaluated([_compare("persistent/mailbox", "pair, 2 steps", mx.array(got, mx.float32),
-                                       mx.array(want, mx.float32))])
+    return _evaluated([_compare("persistent/mailbox", "pair, 2 steps", mx.array(got, mx.float32),
+                                mx.array(want, mx.float32))])
 
 
 def check_persistent_decode(seed: int) -> list[dict]:

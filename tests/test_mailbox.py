@@ -317,3 +317,27 @@ def test_the_mailbox_check_passes_the_kernels_contract_and_fails_each_fault(monk
     (row,) = check_persistent_mailbox(tiny_step, too_many=4096)
     assert row["kernel"] == "persistent/mailbox" and row["passed"] == (fault is None)
     assert len(region.free) == M.AREAS   # the check gives its areas back
+
+
+@pytest.mark.parametrize("fault", [None, "wrong token", "both areas", "swapped areas", "stale position"])
+def test_the_pairs_mailbox_check_passes_the_kernels_contract_and_fails_each_fault(monkeypatch, fault):
+    """check-kernels' pair mailbox row, with a stand-in pair step in plain memory: the contract (each request's
+    word in its own area, named by its words of the pair's sync buffer) passes; a wrong token, a token written
+    into both areas, the two areas swapped, or the word of the slot's earlier position each fail it."""
+    from pdlib.kernel_check import check_persistent_pair_mailbox
+    region = fake_region()
+    monkeypatch.setattr(M, "region", lambda: region)
+
+    def tiny_pair(sync, blocks, positions):
+        areas = [(sync[P.SY_BOX + 2 * q + 1].item() << 32 | sync[P.SY_BOX + 2 * q].item()) for q in range(2)]
+        if fault == "swapped areas":
+            areas.reverse()
+        tokens = [100 + 2 * pos + q for q, pos in enumerate(positions)]
+        for q, (pos, token) in enumerate(zip(positions, tokens)):
+            at_pos = pos - M.SLOTS if fault == "stale position" and pos == 21 else pos
+            for area in (areas if fault == "both areas" else [areas[q]]):
+                region.words[(area - region.address) // 8 + pos % M.SLOTS] = word(at_pos, token + (fault == "wrong token"))
+        return [mx.array(t, mx.uint32) for t in tokens]
+    (row,) = check_persistent_pair_mailbox(tiny_pair)
+    assert row["kernel"] == "persistent/mailbox" and row["passed"] == (fault is None)
+    assert len(region.free) == M.AREAS

@@ -234,8 +234,14 @@ def test_the_scratch_layout_is_the_kernels():
     order = [names[n] for n in declared]
     layout = P.scratch_layout(D=8, heads=4, kv_heads=2, dh=4, F=12, splits=3, blocks=5)
     assert order == list(layout) and sorted(v[0] for v in layout.values()) == [v[0] for v in layout.values()]
+    # each offset as BODY computes it (its C expressions, evaluated with these shapes) is the layout's
+    dims = dict(D=8, HQ=4, HKV=2, DH=4, FF=12, S=3, NB=5)
+    dims.update(NQKV=(dims["HQ"] + 2 * dims["HKV"]) * dims["DH"], NO=dims["HQ"] * dims["DH"])
+    for name, expr in re.findall(r"\bOFF_(\w+) = ([^,;]+)", P.BODY):
+        dims[f"OFF_{name}"] = eval(expr, {}, dims)  # sums and products of the shapes: C and Python agree
+        assert dims[f"OFF_{name}"] == layout[names[name]][0], name
     end = sum(layout["block_index"])
-    assert "SCR = (OFF_CI + NB + 3) / 4 * 4" in P.BODY
+    assert dims["OFF_CI"] + dims["NB"] == end and "SCR = (OFF_CI + NB + 3) / 4 * 4" in P.BODY
     assert P.scratch_size(2, D=8, heads=4, kv_heads=2, dh=4, F=12, splits=3, blocks=5) == 2 * ((end + 3) // 4 * 4)
 
 
@@ -358,6 +364,11 @@ def test_a_pair_launch_passes_each_requests_buffers_where_the_kernel_reads_them(
         assert logits.shape == (V,) and logits.tolist() == [float(q)] * V
         assert tok.item() == 7 + q and next_pos.tolist() == [20 + q]
         assert fence.tolist() == (reqs[q][4] + 1).tolist()
+    with pytest.raises(ValueError, match="fold=True: .* not a pair"):
+        P.decode_persistent_pair(*reqs, dw, sync, heads=Hq, kv_heads=Hkv, eps=1e-6, fold=True)
+    monkeypatch.setenv(P.FOLD_ENV, "1")   # the switch folds single launches; a pair runs unfolded
+    P.decode_persistent_pair(*reqs, dw, sync, heads=Hq, kv_heads=Hkv, eps=1e-6)
+    assert not seen["template"]["FOLD"]
     with pytest.raises(ValueError, match="one shape"):
         P.decode_persistent_pair(reqs[0], (*reqs[1][:2], mx.zeros((L, Hkv, cap + 1, Dh)), *reqs[1][3:]), dw, sync,
                                  heads=Hq, kv_heads=Hkv, eps=1e-6)

@@ -30,7 +30,8 @@ it), and each block its first attention item's keys and values (the Tensor Memor
 into a ring of stages in dynamic shared memory, 128 KB in flight per SM, without holding registers).
 
 Co-residency: a grid barrier deadlocks if a block is never scheduled, so the grid is one block per SM (read
-from the driver), 256 threads, ~23 KB of static and 128 KB of dynamic shared memory: always resident.
+from the driver), 256 threads, ~23 KB (a pair's ~35 KB) of static and 128 KB of dynamic shared memory: always
+resident.
 Behind that, every wait (at a barrier, or for a stage of the ring) has a timeout: a block that waits ~1 s
 flags an error in the sync buffer, every block then leaves, and the step's token comes back as ERROR_TOKEN,
 which `check_token` turns into a clear error on the host (the flag stays set, so later steps fail too
@@ -979,7 +980,9 @@ def launch(token, pos, dw: DecodeWeights, k_all, v_all, written, sync, *, heads:
     V, D = dw.embed.shape
     F = dw.down.shape[2]
     requests = 1 if pair is None else 2
-    fold = folded(fold) and requests == 1
+    if pair is not None and fold:
+        raise ValueError("fold=True: o_proj folded into attention decodes one request a launch, not a pair")
+    fold = folded(fold) and requests == 1  # PDLIB_PERSISTENT_FOLD=1 folds single launches only
     if pair is not None and (pair[2].shape != k_all.shape or pair[3].shape != v_all.shape):
         raise ValueError(f"a pair's caches must have one shape: {k_all.shape} and {pair[2].shape}")
     static = static_shared_bytes(D=D, F=F, dh=dh, heads=heads, kv_heads=kv_heads, fold=fold, requests=requests)
