@@ -515,7 +515,8 @@ def check_persistent_decode(seed: int) -> list[dict]:
     steps' barriers, each head's count at 4 steps' attention items, and every other word is zero); a grid of
     6 blocks, so each block takes several attention items; last, a grid too large to be resident must come
     back as ERROR_TOKEN within the barrier's timeout, not hang, and the error must stick: the next launch on
-    that buffer fails too."""
+    that buffer fails too. Then the mailbox (check_persistent_mailbox) and two requests a launch
+    (check_persistent_pairs)."""
     P = K.persistent_decode
     if not P.available(preset("qwen3-0.6b"), packed=True):
         return []
@@ -548,6 +549,7 @@ def check_persistent_decode(seed: int) -> list[dict]:
         rows += _evaluated([_compare("persistent/barrier timeout", f"{too_many} blocks, then 2" + folded,
                                      mx.stack([first, sync[P.SY_ERR], again]).astype(mx.float32),
                                      mx.array([P.ERROR_TOKEN, 1, P.ERROR_TOKEN]).astype(mx.float32))])
+
     def tiny_pair(sync, blocks, positions):
         dw = _random_decode_weights(1, 256, 2, 1, 128, 512, 1024)
         caches = [mx.zeros((1, 1, 32, 128)) for _ in positions]

@@ -139,7 +139,8 @@ class Engine:
     @property
     def settings(self) -> dict[str, str]:
         """What this engine runs as, by its switches' names: the decode path, the prefill's arithmetic, the step
-        dispatch and how tokens are read (reports and bench-step record it)."""
+        dispatch, how tokens are read and whether a step's two decodes share a launch (reports and bench-step
+        record it)."""
         m = self.model
         return {"decode": m.decode_mode, **m.prefill_arithmetic, "step_dispatch": self.dispatch,
                 "token_read": m.token_read, "pair_decode": "pair" if m.pairs else "each"}
