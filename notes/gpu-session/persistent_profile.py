@@ -7,6 +7,10 @@ pipelined (no host sync, the device's own pace), and one step's phase timeline f
 each; then the timeline alone for each other attention load-group size given.
 
     python3 notes/gpu-session/persistent_profile.py [context [kv_group ...]]
+    PAIR=1 python3 notes/gpu-session/persistent_profile.py [context]   # then a pair launch's timeline too
+
+With PAIR=1 a last line times two requests at the same context in one launch (P.launch(pair=...)): its phases
+against the single's, to say how a pair step's ~66 µs a layer split (notes/gpu.md, v38).
 """
 
 import json
@@ -70,10 +74,14 @@ def pipelined(n=40):
     return (time.perf_counter_ns() - t0) / 1e6 / n
 
 
-def timeline(blocks, kv_group=P.KV_GROUP):
+def timeline(blocks, kv_group=P.KV_GROUP, pair=None):
+    """One launch's phases; `pair`: a second request, decoded in the same launch (its tokens: token_ok's last
+    four words)."""
     c = req.cache
+    second = None if pair is None else (pair.next_token, pair.cache.position(), pair.cache.k_all, pair.cache.v_all,
+                                        pair.cache.written)
     outs = P.launch(req.next_token, c.position(), q.decode_weights, c.k_all, c.v_all, c.written, P.new_sync(),
-                    blocks=blocks, stamps=True, kv_group=kv_group, **kw)
+                    blocks=blocks, stamps=True, kv_group=kv_group, pair=second, **kw)
     mx.eval(outs)
     s = outs[4].tolist()
     L = cfg.num_hidden_layers
@@ -85,7 +93,8 @@ def timeline(blocks, kv_group=P.KV_GROUP):
     return {"kv_group": kv_group, "phases_us": per, "layer_us": sum(per.values()),
             "lm_head_us": (ns[10 * L + 1] - ns[10 * L]) / 1e3,
             "first_phase_start_us": (ns[0] - ns[10 * L + 2]) / 1e3, "kernel_us": total_ns / 1e3,
-            "sm_ghz": (cyc[10 * L + 1] - cyc[10 * L + 2]) / total_ns, "token_ok": outs[1].tolist()[:2]}
+            "sm_ghz": (cyc[10 * L + 1] - cyc[10 * L + 2]) / total_ns,
+            "token_ok": outs[1].tolist()[:2] + outs[1].tolist()[4:6]}
 
 
 def steady(fn, n=5):
@@ -103,6 +112,15 @@ try:
 except Exception as e:
     row = {**head, "error": f"{type(e).__name__}: {e}"}
 print(json.dumps(row), flush=True)
+if os.environ.get("PAIR") == "1":  # two requests in one launch: the timeline only
+    engine.add_request("Y", [(i * 7919 + 13) % 50000 for i in range(CTX)])
+    engine.reset("Y", logical=True)
+    engine.prefill_chunk("Y", CTX).token.item()
+    try:
+        row = {**head, "pair": True, **steady(lambda: timeline(nb, pair=engine.requests["Y"]))}
+    except Exception as e:
+        row = {**head, "pair": True, "error": f"{type(e).__name__}: {e}"}
+    print(json.dumps(row), flush=True)
 for g in sys.argv[2:]:  # other load-group sizes: the timeline only
     try:
         row = {**head, **steady(lambda: timeline(nb, int(g)))}

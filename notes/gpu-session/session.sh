@@ -230,7 +230,10 @@
 #                                          steps), then the gate for the policies whose steps pair decodes
 #   bash notes/gpu-session/session.sh v38b after v38a: the published eager chunked fifo mixed (mixed's rounds
 #                                          after B's first token now one pair launch), then bench-step with peers
-#   bash notes/gpu-session/session.sh v38c after v38b: chunked overlap slo slo-mixed at 15 ms
+#   bash notes/gpu-session/session.sh v38c after v38b (or v39a): chunked overlap slo slo-mixed at 15 ms
+#   bash notes/gpu-session/session.sh v39a one H200, a fresh machine: check-kernels (381 rows: three pair rows new
+#                                          since v38), then where a pair step's time goes (persistent_profile.py
+#                                          4096 with PAIR=1: the single's timeline, then the pair's)
 #   bash notes/gpu-session/session.sh v32x x2: check-kernels (GPU 1, 540 s) beside the gate for every
 #                                          single-GPU policy (GPU 0), the verdict; then v27b and v27c (disagg's
 #                                          report runs its own gate before any timing)
@@ -1375,8 +1378,16 @@ v38b)
   report_main 300 ""
   bench_peers $(( $(left) - 5 )) ""
   finish ;;
+v39a)
+  nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
+  check_kernels_all 420 && grep -q "^persistent/bad input *pair" "$LOGS/ck0.log" && echo publish > /root/verdict
+  echo "verdict: $(cat /root/verdict 2>/dev/null || echo 'do not publish')"
+  [ "$(left)" -gt 90 ] && PAIR=1 timeout $(( $(left) - 5 )) python3 notes/gpu-session/persistent_profile.py 4096 \
+    > "$LOGS/profile-pair.log" 2>&1
+  echo "profile rc=$? at ${SECONDS}s"; grep "^{" "$LOGS/profile-pair.log" | cut -c 1-900
+  finish ;;
 v38c)
-  grep -q publish /root/verdict 2>/dev/null || { echo "v38a's verdict was not publish"; exit 1; }
+  grep -q publish /root/verdict 2>/dev/null || { echo "the verdict (v38a or v39a) was not publish"; exit 1; }
   report_new $(( $(left) - 5 )) ""
   finish ;;
 v32x)
