@@ -59,6 +59,17 @@ def _prompt(cfg, n: int) -> list[int]:
     return [(i * 7919 + 13) % min(cfg.vocab_size, 50000) for i in range(n)]
 
 
+def _observed(run, n: int, warmup: int) -> list[float]:
+    """ms of each of n calls of run() (a step issued and its tokens observed), after `warmup` untimed ones."""
+    times = []
+    for i in range(warmup + n):
+        t0 = time.perf_counter_ns()
+        run()
+        if i >= warmup:
+            times.append(_ms(t0))
+    return times
+
+
 def _pipelined(step, first, n: int, warmup: int, observe=lambda token: token.item()) -> list[float]:
     """ms between consecutive host observations of n tokens, each observed after the next step is issued:
     `first` is the step whose token comes first, step(token) issues the next from the last (on the device);
@@ -85,12 +96,7 @@ def bench_pdlib(model: LoadedModel, *, contexts, tokens: int, warmup: int, prefi
         engine.add_request("X", _prompt(cfg, ctx))
         engine.reset("X", logical=True)
         engine.prefill_chunk("X", ctx).token.item()
-        times = []
-        for i in range(warmup + tokens):
-            t0 = time.perf_counter_ns()
-            check_token(engine.decode("X").observe())
-            if i >= warmup:
-                times.append(_ms(t0))
+        times = _observed(lambda: check_token(engine.decode("X").observe()), tokens, warmup)
         out["decode_ms_median"][str(ctx)] = statistics.median(times)
         out["decode_ms_all"][str(ctx)] = times
         piped = _pipelined(lambda _: engine.decode("X"), engine.decode("X"), tokens, warmup, Output.observe)
@@ -122,13 +128,7 @@ def _pair_steps(engine: Engine, cfg, ctx: int, tokens: int, warmup: int) -> tupl
         engine.reset(name, logical=True)
         engine.prefill_chunk(name, ctx).token.item()
     pair = [("X2", None), ("Y2", None)]
-    times = []
-    for i in range(warmup + tokens):
-        t0 = time.perf_counter_ns()
-        for o in engine.batch(pair):
-            check_token(o.observe())
-        if i >= warmup:
-            times.append(_ms(t0))
+    times = _observed(lambda: [check_token(o.observe()) for o in engine.batch(pair)], tokens, warmup)
 
     def observe(outs):  # the step's tokens: the first checked here, the second by _pipelined
         check_token(outs[0].observe())

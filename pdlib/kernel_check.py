@@ -393,26 +393,43 @@ def _persistent_case(seed: int, *, L: int, pos: int, cap: int, sync: mx.array, b
     kw = dict(heads=Hq, kv_heads=Hkv, eps=1e-6)
     mx.random.seed(seed)
     dw = _random_decode_weights(L, D, Hq, Hkv, Dh, F, V)
-    live = (mx.arange(cap) < pos)[None, :, None]
-    kc = mx.where(live, mx.random.normal((L, Hkv, cap, Dh)), 1e4)
-    vc = mx.where(live, mx.random.normal((L, Hkv, cap, Dh)), 1e4)
+    kc, vc = _stale_caches((L, Hkv, cap, Dh), pos)
     fence = K.new_fence() + seed % 7
     token, p = mx.array(pos * 37 % V, mx.uint32), mx.array([pos], mx.int32)
     want = K.decode_persistent_ops(token, p, dw, kc, vc, fence, **kw)
     kc0, vc0 = kc + 0.0, vc + 0.0
     mx.eval(dw, want, kc, vc, kc0, vc0, fence)
-    logits, tok, next_pos, _, _, written = K.decode_persistent(token, p, dw, kc, vc, fence, sync, poison=True,
-                                                               blocks=blocks, fold=fold, **kw)
+    got = K.decode_persistent(token, p, dw, kc, vc, fence, sync, poison=True, blocks=blocks, fold=fold, **kw)
     case = f"{L} layers, pos {pos}" + (f", {blocks} blocks" if blocks else "") + (", folded" if fold else "")
-    case_rows = [_compare("persistent/logits", case, logits, want[0]),
-                 _compare("persistent/token", case, want[0][tok.astype(mx.int32)], mx.max(want[0])),
-                 _compare("persistent/pos", case, next_pos.astype(mx.float32), (p + 1).astype(mx.float32)),
-                 _fence_row("persistent/fence", case, written, fence)]
-    for part, caches, before, new in (("k", kc, kc0, want[3]), ("v", vc, vc0, want[4])):
-        after = K.read_after(caches, written)
-        case_rows += _slot_rows(f"persistent/{part}", case, [after[j] for j in range(L)],
-                                [before[j] for j in range(L)], [n[:, 0] for n in new], pos)
-    return _evaluated(case_rows)
+    return _evaluated(_decode_rows(case, got, want, p=p, caches=(kc, vc), before=(kc0, vc0), fence=fence))
+
+
+def _stale_caches(shape: tuple, pos: int) -> tuple[mx.array, mx.array]:
+    """K and V caches of `shape` (L, Hkv, cap, Dh): random before pos, stale garbage (1e4) from it, which no
+    block may read."""
+    live = (mx.arange(shape[2]) < pos)[None, :, None]
+    kc = mx.where(live, mx.random.normal(shape), 1e4)
+    return kc, mx.where(live, mx.random.normal(shape), 1e4)
+
+
+def _decode_rows(case: str, got: tuple, want: tuple, *, p: mx.array, caches: tuple, before: tuple,
+                 fence: mx.array) -> list:
+    """One request's step (got: the kernel's (logits, token, pos + 1, _, _, fence); want: its ops twin's) against
+    the twin: the logits; the token (the twin's logit at the kernel's token is the twin's maximum: a near tie may
+    pick either); pos + 1; every layer's new K and V slot in `caches`, every other slot as `before`; the fence
+    advanced once."""
+    logits, tok, next_pos, _, _, written = got
+    pos = int(p[0].item())
+    rows = [_compare("persistent/logits", case, logits, want[0]),
+            _compare("persistent/token", case, want[0][tok.astype(mx.int32)], mx.max(want[0])),
+            _compare("persistent/pos", case, next_pos.astype(mx.float32), (p + 1).astype(mx.float32)),
+            _fence_row("persistent/fence", case, written, fence)]
+    for part, cache, old, new in (("k", caches[0], before[0], want[3]), ("v", caches[1], before[1], want[4])):
+        after = K.read_after(cache, written)
+        L = cache.shape[0]
+        rows += _slot_rows(f"persistent/{part}", case, [after[j] for j in range(L)], [old[j] for j in range(L)],
+                           [n[:, 0] for n in new], pos)
+    return rows
 
 
 def _persistent_pair_case(seed: int, *, L: int, positions: tuple[int, int], cap: int, sync: mx.array,
@@ -427,9 +444,7 @@ def _persistent_pair_case(seed: int, *, L: int, positions: tuple[int, int], cap:
     dw = _random_decode_weights(L, D, Hq, Hkv, Dh, F, V)
     reqs, before = [], []
     for q, pos in enumerate(positions):
-        live = (mx.arange(cap) < pos)[None, :, None]
-        kc = mx.where(live, mx.random.normal((L, Hkv, cap, Dh)), 1e4)
-        vc = mx.where(live, mx.random.normal((L, Hkv, cap, Dh)), 1e4)
+        kc, vc = _stale_caches((L, Hkv, cap, Dh), pos)
         token, p = mx.array((pos * 37 + 11 * q) % V, mx.uint32), mx.array([pos], mx.int32)
         reqs.append((token, p, kc, vc, K.new_fence() + (seed + q) % 7))
         before.append((kc + 0.0, vc + 0.0))
@@ -437,17 +452,9 @@ def _persistent_pair_case(seed: int, *, L: int, positions: tuple[int, int], cap:
     mx.eval(dw, want, reqs, before)
     got = K.decode_persistent_pair(*reqs, dw, sync, poison=True, blocks=blocks, **kw)
     rows = []
-    for q, ((_, p, kc, vc, fence), (kc0, vc0), w, (logits, tok, next_pos, _, _, written)) in enumerate(
-            zip(reqs, before, want, got)):
-        case = (f"pair {positions[0]}+{positions[1]}, {'AB'[q]}, {L} layers" + (f", {blocks} blocks" if blocks else ""))
-        rows += [_compare("persistent/logits", case, logits, w[0]),
-                 _compare("persistent/token", case, w[0][tok.astype(mx.int32)], mx.max(w[0])),
-                 _compare("persistent/pos", case, next_pos.astype(mx.float32), (p + 1).astype(mx.float32)),
-                 _fence_row("persistent/fence", case, written, fence)]
-        for part, caches, old, new in (("k", kc, kc0, w[3]), ("v", vc, vc0, w[4])):
-            after = K.read_after(caches, written)
-            rows += _slot_rows(f"persistent/{part}", case, [after[j] for j in range(L)], [old[j] for j in range(L)],
-                               [n[:, 0] for n in new], positions[q])
+    for q, ((_, p, kc, vc, fence), old, w, g) in enumerate(zip(reqs, before, want, got)):
+        case = f"pair {positions[0]}+{positions[1]}, {'AB'[q]}, {L} layers" + (f", {blocks} blocks" if blocks else "")
+        rows += _decode_rows(case, g, w, p=p, caches=(kc, vc), before=old, fence=fence)
     return _evaluated(rows)
 
 

@@ -161,27 +161,32 @@ __device__ __noinline__ bool grid_sync(unsigned* sy, unsigned nb, unsigned epoch
     return ok != 0;
 }
 
-// The staged vector (K floats in shared memory; ss: this thread's share of its sum of squares) RMSNormed by
-// nw in place
-template <int K, int BLOCK>
-__device__ __forceinline__ void normalize(float4* xs4, float ss, const float* nw, float eps, float* red) {
+// NR staged vectors (K floats each in shared memory, vector q at xs4 + q XS4; ss[q]: this thread's share of its
+// sum of squares) RMSNormed by nw in place (red: NR WARPS floats)
+template <int K, int BLOCK, int NR = 1, int XS4 = 0>
+__device__ __forceinline__ void normalize(float4* xs4, float* ss, const float* nw, float eps, float* red) {
     constexpr int WARPS = BLOCK / 32;
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if (lane == 0) red[warp] = ss;
+    #pragma unroll
+    for (int q = 0; q < NR; ++q) {
+        for (int o = 16; o > 0; o >>= 1) ss[q] += __shfl_xor_sync(0xffffffffu, ss[q], o);
+        if (lane == 0) red[q * WARPS + warp] = ss[q];
+    }
     __syncthreads();
-    float tot = 0.f;
-    for (int w = 0; w < WARPS; ++w) tot += red[w];
-    const float inv = rsqrtf(tot / K + eps);
-    float* xs = reinterpret_cast<float*>(xs4);
-    for (int i = t; i < K; i += BLOCK) xs[i] = xs[i] * inv * nw[i];
+    #pragma unroll
+    for (int q = 0; q < NR; ++q) {
+        float tot = 0.f;
+        for (int w = 0; w < WARPS; ++w) tot += red[q * WARPS + w];
+        const float inv = rsqrtf(tot / K + eps);
+        float* xs = reinterpret_cast<float*>(xs4 + q * XS4);
+        for (int i = t; i < K; i += BLOCK) xs[i] = xs[i] * inv * nw[i];
+    }
 }
 
 // NR vectors x[q] (K floats each, written by other blocks: read through L2) into shared memory, vector q at
 // xs4 + q XS4, each RMSNormed by nw when NORM (red: NR WARPS floats)
 template <int K, int BLOCK, bool NORM, int NR = 1, int XS4 = 0>
 __device__ __forceinline__ void stage(float4* xs4, const float* const* x, const float* nw, float eps, float* red) {
-    constexpr int WARPS = BLOCK / 32;
     float ss[NR];
     #pragma unroll
     for (int q = 0; q < NR; ++q) {
@@ -192,23 +197,7 @@ __device__ __forceinline__ void stage(float4* xs4, const float* const* x, const 
             ss[q] += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
         }
     }
-    if (NORM) {
-        const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
-        #pragma unroll
-        for (int q = 0; q < NR; ++q) {
-            for (int o = 16; o > 0; o >>= 1) ss[q] += __shfl_xor_sync(0xffffffffu, ss[q], o);
-            if (lane == 0) red[q * WARPS + warp] = ss[q];
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int q = 0; q < NR; ++q) {
-            float tot = 0.f;
-            for (int w = 0; w < WARPS; ++w) tot += red[q * WARPS + w];
-            const float inv = rsqrtf(tot / K + eps);
-            float* xs = reinterpret_cast<float*>(xs4 + q * XS4);
-            for (int i = t; i < K; i += BLOCK) xs[i] = xs[i] * inv * nw[i];
-        }
-    }
+    if (NORM) normalize<K, BLOCK, NR, XS4>(xs4, ss, nw, eps, red);
     __syncthreads();
 }
 
@@ -599,7 +588,7 @@ __device__ __forceinline__ void stage_sum(float4* xs4, const float* base, const 
         if (i >= i0 && i < i1) __stcg(reinterpret_cast<float4*>(out) + i, v);
         ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
     }
-    normalize<K, BLOCK>(xs4, ss, nw, eps, red);
+    normalize<K, BLOCK>(xs4, &ss, nw, eps, red);
     __syncthreads();
 }
 
@@ -641,7 +630,6 @@ BODY = r"""
     const float eps = __int_as_float(EPS_BITS), scale = __int_as_float(SCALE_BITS);
     unsigned* sy = const_cast<unsigned*>(sync_buf);
     auto at = [&](int q, int off) { return scratch + (size_t)q * SCR + off; };
-    float* H = at(0, OFF_H);
     float* H2 = at(0, OFF_H2);
     float* HP = at(0, OFF_HP);
     if (b == 0 && t < 4 * NR) {  // the outputs a failed step leaves: ERROR_TOKEN, and the fences advanced
