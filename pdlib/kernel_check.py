@@ -493,11 +493,13 @@ def check_persistent_pairs(seed: int, tiny_pair, too_many: int) -> list[dict]:
 def check_persistent_pair_mailbox(tiny_pair) -> list[dict]:
     """A pair's sync buffer naming a mailbox area for each request: two steps (positions 0 and 5, then 1 and 21,
     21 reusing 5's slot) leave each request's position + 1 and token in its own area's slot, and nothing else in
-    the region changes (a token written into both areas fails)."""
+    the region changes (a token written into both areas fails; earlier users' words elsewhere in the region do
+    not)."""
     P, M = K.persistent_decode, K.mailbox
     region = M.region()
     boxes = [region.take(), region.take()]
     sync, got, want, slots = P.new_sync(*(b.address for b in boxes)), [], [], set()
+    before = region.words.copy()   # earlier users' areas keep their last words: only changes count
     for positions in ((0, 5), (1, 21)):
         for box, pos in zip(boxes, positions):
             box.clear(pos)
@@ -507,7 +509,7 @@ def check_persistent_pair_mailbox(tiny_pair) -> list[dict]:
             got += [-1 if seen is None else seen, int(box.words[pos % M.SLOTS]) >> 32]
             want += [tok.item(), pos + 1]
             slots.add((box.address - region.address) // 8 + pos % M.SLOTS)
-    got.append(int(np.count_nonzero(np.delete(region.words, sorted(slots)))))
+    got.append(int(np.count_nonzero(np.delete(region.words != before, sorted(slots)))))
     want.append(0)
     for box in boxes:
         region.give_back(box)
@@ -580,6 +582,7 @@ def check_persistent_mailbox(tiny_step, too_many: int) -> list[dict]:
     region = M.region()
     box, other = region.take(), region.take()
     sync, got, want = K.persistent_decode.new_sync(box.address), [], []
+    before = region.words.copy()   # earlier users' areas keep their last words: only changes count
     for pos in (0, 1, 17):
         box.clear(pos)
         tok = tiny_step(sync, 2, False, pos=pos)
@@ -587,10 +590,10 @@ def check_persistent_mailbox(tiny_step, too_many: int) -> list[dict]:
         got += [-1 if seen is None else seen, int(box.words[pos % M.SLOTS]) >> 32]
         want += [tok.item(), pos + 1]
     mine = (box.address - region.address) // 8
-    untouched = np.delete(region.words, [mine, mine + 1])
+    changed = np.delete(region.words != before, [mine, mine + 1])
     other.clear(0)
     tiny_step(K.persistent_decode.new_sync(other.address), too_many, False, pos=0)
-    got += [int(np.count_nonzero(untouched)), -1 if other.wait(0, timeout_ns=50_000_000) is None else 1]
+    got += [int(np.count_nonzero(changed)), -1 if other.wait(0, timeout_ns=50_000_000) is None else 1]
     want += [0, -1]
     region.give_back(box)
     region.give_back(other)

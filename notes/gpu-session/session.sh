@@ -234,6 +234,9 @@
 #   bash notes/gpu-session/session.sh v39a one H200, a fresh machine: check-kernels (381 rows: three pair rows new
 #                                          since v38), then where a pair step's time goes (persistent_profile.py
 #                                          4096 with PAIR=1: the single's timeline, then the pair's)
+#   bash notes/gpu-session/session.sh v39b one H200, a fresh machine: check-kernels (381 rows; the mailbox rows now
+#                                          count changed words, not nonzero ones), then, if every row passed, the
+#                                          published eager chunked fifo mixed while time is left
 #   bash notes/gpu-session/session.sh v32x x2: check-kernels (GPU 1, 540 s) beside the gate for every
 #                                          single-GPU policy (GPU 0), the verdict; then v27b and v27c (disagg's
 #                                          report runs its own gate before any timing)
@@ -1385,6 +1388,12 @@ v39a)
   [ "$(left)" -gt 90 ] && PAIR=1 timeout $(( $(left) - 5 )) python3 notes/gpu-session/persistent_profile.py 4096 \
     > "$LOGS/profile-pair.log" 2>&1
   echo "profile rc=$? at ${SECONDS}s"; grep "^{" "$LOGS/profile-pair.log" | cut -c 1-900
+  finish ;;
+v39b)
+  nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
+  check_kernels_all 420 && grep -q "^persistent/bad input *pair" "$LOGS/ck0.log" && echo publish > /root/verdict
+  echo "verdict: $(cat /root/verdict 2>/dev/null || echo 'do not publish')"
+  grep -q publish /root/verdict 2>/dev/null && [ "$(left)" -gt 200 ] && report_main $(( $(left) - 5 )) ""
   finish ;;
 v38c)
   grep -q publish /root/verdict 2>/dev/null || { echo "the verdict (v38a or v39a) was not publish"; exit 1; }
