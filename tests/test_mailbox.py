@@ -298,8 +298,8 @@ def test_outputs_without_a_mailbox_are_read_by_item(tiny):
 
 
 def with_an_earlier_users_words(region):
-    """The region as check-kernels finds it after an earlier check: an area given back still holds its last
-    words (on the H200 the pair's row failed on the single's two words until the rows counted changes only)."""
+    """The region as check-kernels' later rows find it: an area given back keeps its last words (`give_back`
+    does not clear an area; `take` does)."""
     box = region.take()
     box.words[:2] = [word(0, 7), word(1, 8)]
     region.give_back(box)
