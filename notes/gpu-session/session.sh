@@ -360,6 +360,13 @@ check_kernels_all() {
   check_kernels "$1" && [ $CK_RC = 0 ] && [ -s "$OUT/check-kernels.json" ] \
     && grep -q "^persistent/mailbox.* pass$" "$LOGS/ck0.log" && touch "$LOGS/ck.ok"
 }
+# v38-v39: the GPUs listed, check_kernels_all, then the verdict: publish if every row passed, the run was whole and
+# a row matching $1 (the newest rows' pattern) was among them
+ck_verdict() {
+  nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
+  check_kernels_all 420 && grep -q "$1" "$LOGS/ck0.log" && echo publish > /root/verdict
+  echo "verdict: $(cat /root/verdict 2>/dev/null || echo 'do not publish')"
+}
 # v36: chunked alone, 3 trials, without then with prompt chunks issued while the decodes ahead are polled, each
 # while time is left
 poll_ab() {
@@ -1364,9 +1371,7 @@ v37b)
   echo "host_split rc=$? at ${SECONDS}s"; grep "^{" "$LOGS/host_split.log" | cut -c 1-400
   finish ;;
 v38a)
-  nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
-  check_kernels_all 420 && grep -q "^persistent/logits *pair" "$LOGS/ck0.log" && echo publish > /root/verdict
-  echo "verdict: $(cat /root/verdict 2>/dev/null || echo 'do not publish')"
+  ck_verdict "^persistent/logits *pair"
   if grep -q publish /root/verdict 2>/dev/null; then
     [ "$(left)" -gt 60 ] && timeout -s INT $(( $(left) - 40 )) python3 -m pdlib bench-step --no-peers \
       --contexts 4096 5120 --tokens 100 --output "$OUT/bench-pair.json" > "$LOGS/bench-pair.log" 2>&1
@@ -1383,17 +1388,13 @@ v38b)
   bench_peers $(( $(left) - 5 )) ""
   finish ;;
 v39a)
-  nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
-  check_kernels_all 420 && grep -q "^persistent/bad input *pair" "$LOGS/ck0.log" && echo publish > /root/verdict
-  echo "verdict: $(cat /root/verdict 2>/dev/null || echo 'do not publish')"
+  ck_verdict "^persistent/bad input *pair"
   [ "$(left)" -gt 90 ] && PAIR=1 timeout $(( $(left) - 5 )) python3 notes/gpu-session/persistent_profile.py 4096 \
     > "$LOGS/profile-pair.log" 2>&1
   echo "profile rc=$? at ${SECONDS}s"; grep "^{" "$LOGS/profile-pair.log" | cut -c 1-900
   finish ;;
 v39b)
-  nvidia-smi -L > "$LOGS/gpus.txt"; cat "$LOGS/gpus.txt"
-  check_kernels_all 420 && grep -q "^persistent/bad input *pair" "$LOGS/ck0.log" && echo publish > /root/verdict
-  echo "verdict: $(cat /root/verdict 2>/dev/null || echo 'do not publish')"
+  ck_verdict "^persistent/bad input *pair"
   grep -q publish /root/verdict 2>/dev/null && [ "$(left)" -gt 200 ] && report_main $(( $(left) - 5 )) ""
   finish ;;
 v38c)
