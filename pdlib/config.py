@@ -7,7 +7,7 @@
 import os
 from dataclasses import asdict, dataclass, fields
 
-from pdlib.errors import InputError
+from pdlib.errors import InputError, check_int
 
 POLICY_ALIASES = {"slo": "slo-chunked"}
 
@@ -146,19 +146,19 @@ class RunParams:
     lossless_decode_weights: bool = True
     validation_checkpoint_every: int = 64
     stall_threshold_ms: float = 100.0
-    tbt_slo_ms: float | None = None     # A's gap target for the slo policies; None: 5x decode (pdlib/slo.py)
+    tbt_slo_ms: float | None = None     # A's gap target for the slo policies; None: 5x decode (pdlib/run/slo.py)
     pipeline_decodes: bool = True       # issue a step of decodes before the one before it is observed (executor.py)
     poll_during_chunks: bool = True     # with them, issue a prompt chunk at once and poll the decodes ahead (ditto)
 
     def __post_init__(self):
         if isinstance(self.policies, str):
             raise InputError(f"policies must be a list of policy names, got {self.policies!r}")
-        # `slo` is short for slo-chunked (pdlib/slo.py)
+        # `slo` is short for slo-chunked (pdlib/run/slo.py)
         object.__setattr__(self, "policies", tuple(POLICY_ALIASES.get(p, p) for p in self.policies))
         for name in ("prompt_tokens", "chunk_size", "trials", "validation_checkpoint_every"):
-            _check_int(name, getattr(self, name), 1)
-        _check_int("output_tokens", self.output_tokens, 2)  # A's first output is untimed: it needs a second
-        _check_int("warmups", self.warmups, 0)
+            check_int(name, getattr(self, name), 1)
+        check_int("output_tokens", self.output_tokens, 2)  # A's first output is untimed: it needs a second
+        check_int("warmups", self.warmups, 0)
         for name in ("logical_cache_reset", "lossless_decode_weights", "pipeline_decodes", "poll_during_chunks"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"{name} must be true or false, got {getattr(self, name)!r}")
@@ -209,10 +209,6 @@ class RunParams:
                              f"accepted: {', '.join(sorted(known))}")
         return cls(**{**data, **overrides})
 
-
-def _check_int(name: str, value, lo: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise InputError(f"{name} must be an integer >= {lo}, got {value!r}")
 
 
 DECODE_MODES = ("kernels", "persistent")

@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 
-from pdlib import report
+from pdlib.report import io as report
 
 GRACE_S = 1.0
 EXIT_CODE = 130  # 128 + SIGINT, what a shell reports for a process killed by Ctrl-C

@@ -28,7 +28,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from pdlib.errors import InputError
+from pdlib.errors import InputError, check_int
 
 CORPUS_PATH = Path(__file__).parent / "data" / "stdlib_docs.txt.gz"
 DOC_SEP = "\n\f\n"  # normalisation removes every other form feed, so this split is unambiguous
@@ -74,10 +74,6 @@ def render(title: str, text: str) -> str:
     return f"{title}\n\n{text}\n\n"
 
 
-def _check_int(name: str, value, lo: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise InputError(f"{name}={value!r} is not accepted: need an integer >= {lo}")
-
 
 def make_prompts(*, n_tokens: int, vocab_size: int, tokenizer=None, names=("A", "B")) -> dict[str, Prompt]:
     """One prompt of exactly `n_tokens` ids per name, each from its own run of corpus documents.
@@ -85,8 +81,8 @@ def make_prompts(*, n_tokens: int, vocab_size: int, tokenizer=None, names=("A", 
     Without `tokenizer`, the byte mapping (needs vocab_size >= 256); with one, its
     `encode(text, add_special_tokens=False)` ids, which must all lie in [0, vocab_size).
     """
-    _check_int("n_tokens", n_tokens, 1)
-    _check_int("vocab_size", vocab_size, 1)
+    check_int("n_tokens", n_tokens, 1)
+    check_int("vocab_size", vocab_size, 1)
     names = tuple(names)
     if not names or len(set(names)) != len(names) or not all(isinstance(n, str) and n for n in names):
         raise InputError(f"names={names!r} is not accepted: need distinct non-empty strings")

@@ -5,7 +5,7 @@
     setup, timed = steps[:t0_index(steps)], steps[t0_index(steps):]
 
 A step is one request's work, `Prefill(req, n)` or `Decode(req)`, or a `Batch` of several requests' work
-that runs as one unit; every step's `work` lists its parts. pdlib/executor.py runs a plan on the engine. A
+that runs as one unit; every step's `work` lists its parts. pdlib/run/executor.py runs a plan on the engine. A
 new policy is one `Policy` subclass with a `name`; it registers itself in `POLICIES`.
 """
 
@@ -102,7 +102,7 @@ class Policy:
 
     name: ClassVar[str]
     remote_prefill: ClassVar[str | None] = None  # where else B's prompt runs: "worker" (pdlib/disagg) or
-                                                 # "stream" (pdlib/overlap.py); None: in the steps
+                                                 # "stream" (pdlib/run/overlap.py); None: in the steps
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -190,7 +190,7 @@ class Mixed(Policy):
 
 class _SloChunks:
     """Chunk sizes from a time-between-tokens target: `chunk_rule(prefilled)` is the largest chunk whose
-    predicted gap for A stays under the target (pdlib/slo.py fits it); never more than chunk_size, the
+    predicted gap for A stays under the target (pdlib/run/slo.py fits it); never more than chunk_size, the
     ceiling."""
 
     needs_chunk_rule = True
@@ -254,7 +254,7 @@ class Disagg(_PrefillElsewhere):
 
 
 class Overlap(_PrefillElsewhere):
-    """B's whole prompt on a second stream of this device (pdlib/overlap.py), concurrent with A's decodes on
+    """B's whole prompt on a second stream of this device (pdlib/run/overlap.py), concurrent with A's decodes on
     the first: A is slowed by contention rather than stopped; joining costs no transfer."""
 
     name = "overlap"
@@ -289,7 +289,7 @@ def make_policy(name: str, *, chunk_rule: Callable[[int], int] | None = None) ->
         raise InputError(f"unknown policy {name!r}; expected one of: {', '.join(POLICIES)}")
     if needs_chunk_rule(name):
         if chunk_rule is None:
-            raise ValueError(f"policy {name!r} needs a chunk rule (pdlib/slo.py)")
+            raise ValueError(f"policy {name!r} needs a chunk rule (pdlib/run/slo.py)")
         return POLICIES[name](chunk_rule=chunk_rule)
     return POLICIES[name]()
 

@@ -11,7 +11,7 @@ chunks spread over [t0, B's first emission), and one decode ending at every late
 
 import math
 
-from pdlib.report_schema import REQUESTS, SCHEMA
+from pdlib.report.schema import REQUESTS, SCHEMA
 
 MS = 1_000_000
 DEFAULT_A = (2500, 2520, 2540, 2560)        # ms: one 2.5 s resumption gap, then 20 ms gaps

@@ -1,4 +1,4 @@
-"""Known-answer tests for pdlib.analysis on small hand-made reports."""
+"""Known-answer tests for pdlib.analysis.frames on small hand-made reports."""
 
 import json
 import math
@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from reports import make_report, ms
 
-from pdlib import analysis as an
+from pdlib.analysis import frames as an
 from pdlib.errors import InputError
 
 
@@ -187,7 +187,7 @@ def test_steps_split_into_the_host_the_steps_between_and_the_wait():
 def test_step_table_reads_whole_counts_in_a_fixed_order_and_dashes_without_readings():
     """overlap runs B's prompt elsewhere, so its trials have decode steps only: the counts stay integers and
     the columns stay put."""
-    from pdlib import present
+    from pdlib.analysis import present
     report = make_report(policies=("overlap", "eager"))
     for t in report["trials"]:
         if t["policy"] == "overlap":
@@ -331,7 +331,7 @@ def test_markdown():
 
 def test_fifo_gaps_before_b_starts_prefilling_are_not_prefill_gaps():
     """Under fifo B waits for A: A's gaps before B's first prefill chunk must not count as during B's prefill."""
-    from pdlib.metrics import trial_metrics
+    from pdlib.report.metrics import trial_metrics
     ms_ = 1_000_000
     trial = {"policy": "fifo", "trial": 1, "makespan_ns": 60 * ms_,
              "requests": {"A": {"output_ids": [1, 2, 3, 4], "timed_from": 1, "emit_ns": [5 * ms_, 10 * ms_, 15 * ms_]},
@@ -375,7 +375,7 @@ def test_remote_frame_reads_overlap_and_disagg_trials_and_nothing_else():
     assert d["transfer_ms"] == pytest.approx(5) and d["transfer_mb"] == 940 and d["transfer_gb_s"] == pytest.approx(188)
     assert an.remote_frame(make_report(policies=("eager", "chunked"))).empty
 
-    from pdlib import present
+    from pdlib.analysis import present
     table = present.remote_table(f)
     assert list(table.index) == ["overlap", "disagg"] and list(table["trials"]) == [2, 2]
     assert table.loc["disagg", "transfer (GB/s)"] == "188 [188, 188]" and table.loc["overlap", "transfer (ms)"] == "-"

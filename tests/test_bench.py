@@ -3,8 +3,8 @@ same keys, the table prints them, and transformers' peer decodes the same greedy
 
 import pytest
 
-from pdlib.bench import bench_step
-from pdlib.bench_result import format_table
+from pdlib.tools.bench import bench_step
+from pdlib.report.bench import format_table
 from pdlib.engine import Engine
 
 SIZES = dict(contexts=(32, 48), tokens=3, warmup=1, prefill_tokens=40, chunk=16, repeats=1)
@@ -29,7 +29,7 @@ def test_bench_step_measures_every_engine_alike_and_prints_them(tiny):
 def test_the_transformers_peer_decodes_pdlibs_tokens(tiny):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from pdlib.bench_hf import bench_hf
+    from pdlib.tools.bench_hf import bench_hf
     ids = lambda n: [(i * 7919 + 13) % tiny.config.vocab_size for i in range(n)]  # noqa: E731
     r = bench_hf(tiny, dtype="float32", compile_decode=False, prompt=ids, **SIZES)
     assert KEYS <= set(r) and r["dtype"] == "float32" and not r["compiled"]
@@ -61,7 +61,7 @@ def test_the_table_shows_each_peer_as_a_ratio_to_pdlib(tiny):
 
 
 def test_a_peer_that_fails_is_recorded_and_the_rest_kept(tiny, monkeypatch):
-    from pdlib import bench_hf
+    from pdlib.tools import bench_hf
 
     def broken(model, **kw):
         raise RuntimeError("CUDA error: out of memory\nmore")

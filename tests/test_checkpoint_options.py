@@ -20,9 +20,9 @@ import pdlib.weights  # noqa: E402
 from pdlib.__main__ import main  # noqa: E402
 from pdlib.config import ModelConfig, RunParams  # noqa: E402
 from pdlib.errors import InputError  # noqa: E402
-from pdlib.experiment import Experiment  # noqa: E402
-from pdlib.reference import Reference  # noqa: E402
-from pdlib.validate import ValidationError  # noqa: E402
+from pdlib.run.experiment import Experiment  # noqa: E402
+from pdlib.run.reference import Reference  # noqa: E402
+from pdlib.run.validate import ValidationError  # noqa: E402
 from pdlib.weights import LoadedModel, load_model  # noqa: E402
 
 SHAPES = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,

@@ -236,11 +236,27 @@ def _one_error_line(capsys) -> str:
     (["validate", "--output-tokens", "1"], "output_tokens must be an integer >= 2"),
     (["bench-step", "--warmup", "-1"], "--warmup must be an integer >= 0"),
     (["bench-step", "--model", "synthetic:tiny"], "needs a GPU backend"),
-    ([], "command"),
 ])
 def test_cli_bad_input_exits_2_with_one_line(capsys, argv, needle):
     assert main(argv) == 2
     assert needle in _one_error_line(capsys)
+
+
+def test_cli_alone_lists_its_commands_and_every_flag_says_its_default(capsys):
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    for command in ("validate", "run", "notebooks", "render", "sweep", "check-kernels", "bench-step", "profile-step"):
+        assert f"    {command}" in out
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0 and capsys.readouterr().out.startswith("pdlib ")
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "slo-mixed disagg overlap" in text and "(default: the params file's, else 4096)" in text
+    with pytest.raises(SystemExit):
+        main(["bench-step", "--help"])
+    assert "(default: 200)" in " ".join(capsys.readouterr().out.split())
 
 
 def test_cli_params_file_errors_exit_2(tmp_path, capsys):

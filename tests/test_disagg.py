@@ -11,12 +11,12 @@ from pathlib import Path
 import mlx.core as mx
 import pytest
 
-import pdlib.disagg.transfer as transfer
+import pdlib.run.disagg.transfer as transfer
 from pdlib.config import RunParams
-from pdlib.experiment import Experiment
+from pdlib.run.experiment import Experiment
 from pdlib.scheduler import Decode, Disagg, Prefill, interleave, plan
-from pdlib.trial import check_tokens, run_once
-from pdlib.validate import ValidationError
+from pdlib.run.trial import check_tokens, run_once
+from pdlib.run.validate import ValidationError
 
 PROMPT, OUTPUTS, CHUNK = 40, 6, 16
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,7 +72,7 @@ def test_the_prefill_worker_takes_b_whole_unless_told_a_chunk(tiny, monkeypatch,
 
 @pytest.mark.parametrize("setting", ["0", "-3", "half", ""])
 def test_a_bad_prefill_chunk_is_one_clear_error(tiny, monkeypatch, setting):
-    from pdlib.disagg.remote import prefill_chunk
+    from pdlib.run.disagg.remote import prefill_chunk
     from pdlib.errors import InputError
     monkeypatch.setenv("PDLIB_DISAGG_PREFILL_CHUNK", setting)
     with pytest.raises(InputError, match=f"PDLIB_DISAGG_PREFILL_CHUNK={setting!r}; expected 'whole' or a number"):

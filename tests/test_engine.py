@@ -8,9 +8,9 @@ from pdlib.config import RunParams
 from pdlib.engine import Engine
 from pdlib.engine import model as model_module
 from pdlib.errors import InputError
-from pdlib.experiment import Experiment
-from pdlib.reference import Reference
-from pdlib.validate import ReferenceTrace, validate_policy
+from pdlib.run.experiment import Experiment
+from pdlib.run.reference import Reference
+from pdlib.run.validate import ReferenceTrace, validate_policy
 
 PROMPT, OUTPUTS = 40, 8
 
@@ -155,8 +155,8 @@ def test_reference_trace_matches_a_fresh_stream_and_restarts(tiny):
 def test_validation_runs_the_reference_once_within_the_logits_budget(tiny, monkeypatch):
     """A later policy replays the kept logits; with no budget the trace holds only the current row and every
     policy re-runs the reference, as before."""
-    import pdlib.experiment as experiment_module
-    from pdlib.reference import ReferenceStream
+    import pdlib.run.experiment as experiment_module
+    from pdlib.run.reference import ReferenceStream
     steps = []
     real = ReferenceStream.step
     monkeypatch.setattr(ReferenceStream, "step", lambda self: steps.append(1) or real(self))

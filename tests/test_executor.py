@@ -5,12 +5,12 @@ import math
 
 import pytest
 
-import pdlib.executor
+import pdlib.run.executor
 from pdlib.config import RunParams
-from pdlib.experiment import Experiment
+from pdlib.run.experiment import Experiment
 from pdlib.scheduler import POLICIES, Batch, Decode, Policy, Prefill, RequestState, follow, plan, schedule, t0_index
-from pdlib.trial import check_tokens, run_once
-from pdlib.validate import ValidationError
+from pdlib.run.trial import check_tokens, run_once
+from pdlib.run.validate import ValidationError
 
 PROMPT, OUTPUTS, CHUNK = 40, 6, 16
 
@@ -41,13 +41,13 @@ def experiment(tiny, policies):
 
 def spy_issues(monkeypatch) -> list:
     """Log every step the executor issues to the engine: its parts as (request, kind, cache length before)."""
-    log, real = [], pdlib.executor._issue
+    log, real = [], pdlib.run.executor._issue
 
     def issue(engine, step, *between):
         log.append(tuple((w.req, type(w).__name__, engine.requests[w.req].length) for w in step.work))
         return real(engine, step, *between)
 
-    monkeypatch.setattr(pdlib.executor, "_issue", issue)
+    monkeypatch.setattr(pdlib.run.executor, "_issue", issue)
     return log
 
 
@@ -131,7 +131,7 @@ def test_plans_are_made_once_and_a_live_walk_is_held_to_them(tiny):
         list(follow(iter(validated[:4]), validated[:3]))
 
 
-class _Clock(pdlib.executor.Hook):
+class _Clock(pdlib.run.executor.Hook):
     """Each step the hooks see: its index, whether it holds only decodes, when it was issued and observed."""
 
     def __init__(self):
@@ -153,7 +153,7 @@ def test_pipelined_decodes_issue_a_decode_step_before_the_one_before_is_observed
     for pipeline in (False, True):
         clock = _Clock()
         log.clear()
-        pdlib.executor.execute(exp.engine, exp.walk(policy), logical_reset=True, hooks=[clock], pipeline=pipeline)
+        pdlib.run.executor.execute(exp.engine, exp.walk(policy), logical_reset=True, hooks=[clock], pipeline=pipeline)
         runs[pipeline] = (list(log), clock.steps)
     (issued, plain), (issued_piped, piped) = runs[False], runs[True]
     assert issued == issued_piped and [s[0] for s in piped] == list(range(len(exp.plan(policy))))
@@ -173,18 +173,18 @@ def test_a_chunk_ends_when_its_own_arrays_are_done_not_the_stream(tiny, monkeypa
     layers' K, V and its fence), none of A's."""
     exp = experiment(tiny, (policy,))
     b = exp.engine.requests["B"].cache
-    syncs, waits, real_eval = [], [], pdlib.executor.mx.eval
+    syncs, waits, real_eval = [], [], pdlib.run.executor.mx.eval
 
     def wait(*arrays):   # B's cache is as the chunk left it: nothing of B's is issued before the chunk is seen
         waits.append(sorted(map(id, _flat(arrays))) == sorted(map(id, (*b.k, *b.v, b.written))))
         return real_eval(*arrays)
 
-    class T0(pdlib.executor.Hook):
+    class T0(pdlib.run.executor.Hook):
         def on_t0(self, t0, t_reset_end):
-            monkeypatch.setattr(pdlib.executor.mx, "synchronize", lambda *a: syncs.append(a))
-            monkeypatch.setattr(pdlib.executor.mx, "eval", wait)
+            monkeypatch.setattr(pdlib.run.executor.mx, "synchronize", lambda *a: syncs.append(a))
+            monkeypatch.setattr(pdlib.run.executor.mx, "eval", wait)
 
-    pdlib.executor.execute(exp.engine, exp.walk(policy), logical_reset=True, hooks=[T0()], pipeline=True)
+    pdlib.run.executor.execute(exp.engine, exp.walk(policy), logical_reset=True, hooks=[T0()], pipeline=True)
     silent_chunks = math.ceil(PROMPT / CHUNK) - 1   # the last chunk yields B's first token
     assert syncs == [] and waits == [True] * silent_chunks
 
@@ -236,7 +236,7 @@ def test_a_step_records_when_the_host_had_issued_it_and_began_waiting(tiny, monk
     import time
     exp = experiment(tiny, ("chunked",))
     tokens = exp.validate()["chunked"].tokens
-    real_issue, real_check = pdlib.executor._issue, pdlib.executor.check_token
+    real_issue, real_check = pdlib.run.executor._issue, pdlib.run.executor.check_token
 
     def slow_host(engine, step, *between):
         out = real_issue(engine, step, *between)
@@ -248,8 +248,8 @@ def test_a_step_records_when_the_host_had_issued_it_and_began_waiting(tiny, monk
         time.sleep(0.03)
         return real_check(token)
 
-    monkeypatch.setattr(pdlib.executor, "_issue", slow_host)
-    monkeypatch.setattr(pdlib.executor, "check_token", slow_token)
+    monkeypatch.setattr(pdlib.run.executor, "_issue", slow_host)
+    monkeypatch.setattr(pdlib.run.executor, "check_token", slow_token)
     run = run_once(exp.engine, "chunked", steps=exp.walk("chunked"), logical_reset=True, pipeline=pipeline)
     check_tokens(run, tokens, what="trial")
     timed = [e for e in run.events if e["kind"] != "reset"]
@@ -282,7 +282,7 @@ def test_a_steps_cpu_time_is_the_host_threads_own(tiny, monkeypatch, pipeline):
     import time
     exp = experiment(tiny, ("chunked",))
     exp.validate()
-    real_issue = pdlib.executor._issue
+    real_issue = pdlib.run.executor._issue
     ms30 = 30_000_000
 
     def other_thread_burns():
@@ -302,7 +302,7 @@ def test_a_steps_cpu_time_is_the_host_threads_own(tiny, monkeypatch, pipeline):
 
     cpu = {}
     for name, delay in hosts.items():
-        monkeypatch.setattr(pdlib.executor, "_issue", host(delay))
+        monkeypatch.setattr(pdlib.run.executor, "_issue", host(delay))
         run = run_once(exp.engine, "chunked", steps=exp.walk("chunked"), logical_reset=True, pipeline=pipeline)
         chunks = [e for e in run.events if e["kind"] == "prefill"]
         assert all(e["t_issued_ns"] - e["t_start_ns"] >= ms30 for e in chunks)

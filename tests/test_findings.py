@@ -4,7 +4,7 @@
 import pytest
 from reports import make_report, ms
 
-from pdlib import analysis as an
+from pdlib.analysis import frames as an
 
 EAGER_A = ms(2500, 2520, 2540, 2560)                  # one 2.5 s stall while B prefills
 EAGER_B = ms(2400, 2510, 2530, 2550, 2570)            # B's first token at 2.4 s

@@ -16,7 +16,7 @@ from pdlib.engine import kernels as K
 from pdlib.engine.kernels import flash_prefill as F
 from pdlib.engine.kernels.backend import float_bits
 from pdlib.errors import InputError
-from pdlib.kernel_check import check_flash_attention, flash_cases
+from pdlib.tools.kernel_check import check_flash_attention, flash_cases
 
 
 def emulated(q, kc, vc, positions, written, *, scale, length, splits=None, rows_per_thread=None, arithmetic=None,

@@ -17,7 +17,7 @@ from pdlib.engine import kernels as K
 from pdlib.engine.kernels import gemm as G
 from pdlib.engine.kernels.backend import float_bits
 from pdlib.errors import InputError
-from pdlib.kernel_check import check_gemm, gemm_cases
+from pdlib.tools.kernel_check import check_gemm, gemm_cases
 
 
 def tf32(a: np.ndarray) -> np.ndarray:
@@ -120,7 +120,7 @@ def test_with_x_in_three_bf16_parts_the_check_passes_and_fails_two(monkeypatch):
 def test_the_deep_cancelling_case_cancels_within_each_mma():
     """Its w's signs balance within every 8 columns (one mma's), so FP32 accumulators never hold the large
     parts; x - 1 lies in [2^-8, 2^-8 + 2^-16]: its varying bits are x's 16-23."""
-    from pdlib.kernel_check import _cancelling
+    from pdlib.tools.kernel_check import _cancelling
     mx.random.seed(3)
     x, w = _cancelling(40, 128, 256, bits=16, scale=64.0, offset=2.0 ** -8, blocked=True)
     groups = np.array(w).reshape(128, 32, 8)
@@ -300,10 +300,10 @@ def test_the_epilogue_check_passes_the_layers_ops_and_fails_a_dropped_epilogue(m
     """check-kernels' gemm_epilogue rows (small shapes here): an exact stand-in that applies the epilogue
     passes every row; one that drops the residual fails the residual rows, one that drops SwiGLU's silu the
     SwiGLU rows."""
-    from pdlib.kernel_check import check_gemm_epilogue, epilogue_cases
+    from pdlib.tools.kernel_check import check_gemm_epilogue, epilogue_cases
     monkeypatch.delenv(G.SUM_ENV, raising=False)
     cases = [(c, min(M, 65), min(Kd, 256), min(N, 256), e) for c, M, Kd, N, e in epilogue_cases()]
-    monkeypatch.setattr("pdlib.kernel_check.epilogue_cases", lambda: iter(cases))
+    monkeypatch.setattr("pdlib.tools.kernel_check.epilogue_cases", lambda: iter(cases))
 
     asked = []
 

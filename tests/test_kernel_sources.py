@@ -27,7 +27,7 @@ rope_module = importlib.import_module("pdlib.engine.kernels.rope")
 
 
 def _gemv_instances():
-    from pdlib.kernel_check import gemv_cases
+    from pdlib.tools.kernel_check import gemv_cases
     for _, c in gemv_cases():
         block, rows = gemv_module.launch_shape(c["N"])
         yield dict(K=c["K"], N=c["N"], BLOCK=block, ROWS=rows, EPS_BITS=float_bits(1e-6), NORM=c.get("norm", False),

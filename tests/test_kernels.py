@@ -11,7 +11,7 @@ import mlx.core as mx
 
 from pdlib.engine import kernels as K
 from pdlib.errors import InputError
-from pdlib.kernel_check import check_kernels
+from pdlib.tools.kernel_check import check_kernels
 
 gpu = pytest.mark.skipif(K.BACKEND == "cpu", reason="no GPU backend: the kernels run only on CUDA or Metal")
 
@@ -39,7 +39,7 @@ def test_check_kernels_refuses_on_the_cpu():
     ("metal", ["gemv", "decode_attention", "kv_store", "kv_install", "qk_rope_store", "write_chain",
                "persistent_decode"])])
 def test_check_kernels_runs_each_family_once_in_order_with_a_bar_on_stderr(monkeypatch, capsys, backend, families):
-    import pdlib.kernel_check as KC
+    import pdlib.tools.kernel_check as KC
     monkeypatch.setattr(K, "BACKEND", backend)
     for name in families + ["gemm", "gemm_epilogue", "flash_attention"]:
         monkeypatch.setattr(KC, f"check_{name}", lambda seed, name=name: [{"kernel": name, "seed": seed}])

@@ -15,17 +15,17 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from pdlib.bench import bench_step
+from pdlib.tools.bench import bench_step
 from pdlib.config import RunParams
 from pdlib.engine import Engine
 from pdlib.engine import kernels as K
 from pdlib.engine.kernels import mailbox as M
 from pdlib.engine.kernels import persistent_decode as P
 from pdlib.errors import InputError
-from pdlib.experiment import Experiment
+from pdlib.run.experiment import Experiment
 from pdlib.scheduler import Batch, Decode, is_setup
-from pdlib.trial import check_tokens, run_once
-from pdlib.validate import ValidationError
+from pdlib.run.trial import check_tokens, run_once
+from pdlib.run.validate import ValidationError
 
 BASE = 0x7F3A_5C00_1000   # a device address, as cuMemHostGetDevicePointer gives one
 
@@ -311,7 +311,7 @@ def test_the_mailbox_check_passes_the_kernels_contract_and_fails_each_fault(monk
     """check-kernels' persistent/mailbox row, with a stand-in step in plain memory: the contract passes; a wrong
     token, a write into another request's area, a write by a step that failed, or the word of the slot's
     earlier position each fail it."""
-    from pdlib.kernel_check import check_persistent_mailbox
+    from pdlib.tools.persistent_check import check_persistent_mailbox
     region = with_an_earlier_users_words(fake_region())
     monkeypatch.setattr(M, "region", lambda: region)
 
@@ -333,7 +333,7 @@ def test_the_pairs_mailbox_check_passes_the_kernels_contract_and_fails_each_faul
     """check-kernels' pair mailbox row, with a stand-in pair step in plain memory: the contract (each request's
     word in its own area, named by its words of the pair's sync buffer) passes; a wrong token, a token written
     into both areas, the two areas swapped, or the word of the slot's earlier position each fail it."""
-    from pdlib.kernel_check import check_persistent_pair_mailbox
+    from pdlib.tools.persistent_check import check_persistent_pair_mailbox
     region = with_an_earlier_users_words(fake_region())
     monkeypatch.setattr(M, "region", lambda: region)
 

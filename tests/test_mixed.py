@@ -8,10 +8,10 @@ from pdlib.__main__ import main
 from pdlib.config import RunParams
 from pdlib.engine import kernels as K
 from pdlib.engine.model import Qwen3
-from pdlib.experiment import Experiment
+from pdlib.run.experiment import Experiment
 from pdlib.scheduler import Batch
-from pdlib.trial import check_tokens, run_once
-from pdlib.validate import ValidationError
+from pdlib.run.trial import check_tokens, run_once
+from pdlib.run.validate import ValidationError
 
 PROMPT, OUTPUTS = 40, 6
 

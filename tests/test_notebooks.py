@@ -17,9 +17,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from pdlib import analysis as an
-from pdlib import plots, present, runs
-from pdlib import notebooks as nbk
+from pdlib.analysis import plots, frames as an
+from pdlib.analysis import present
+from pdlib.publish import runs, notebooks as nbk
 from pdlib.__main__ import main
 from pdlib.config import RunParams
 from pdlib.errors import InputError

@@ -8,14 +8,14 @@ import time
 import mlx.core as mx
 import pytest
 
-import pdlib.overlap as overlap
+import pdlib.run.overlap as overlap
 from pdlib.__main__ import main
 from pdlib.config import RunParams
-from pdlib.experiment import Experiment
-from pdlib.metrics import overlap_line, trial_metrics
+from pdlib.run.experiment import Experiment
+from pdlib.report.metrics import overlap_line, trial_metrics
 from pdlib.scheduler import Decode, Prefill, plan
-from pdlib.trial import check_tokens, run_once
-from pdlib.validate import ValidationError
+from pdlib.run.trial import check_tokens, run_once
+from pdlib.run.validate import ValidationError
 
 PROMPT, OUTPUTS = 40, 6
 

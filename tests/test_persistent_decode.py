@@ -1,7 +1,7 @@
 """The persistent decode kernel where no GPU is: its ops twin is the engine's decode step exactly, the switch that
 selects it refuses what it cannot run, a failed step's token is an error, and its CUDA source compiles with
 NVRTC for the H200 (sm_90) as MLX would wrap it, within one SM's shared memory and registers. Whether it
-computes the right numbers is for `check-kernels` and the gate on the GPU (pdlib/kernel_check.py)."""
+computes the right numbers is for `check-kernels` and the gate on the GPU (pdlib/tools/kernel_check.py)."""
 
 import re
 
@@ -102,7 +102,7 @@ def test_the_decode_switch(monkeypatch, tiny):
 
 
 def test_the_report_records_the_decode_path(monkeypatch):
-    from pdlib.report import build_report, environment
+    from pdlib.report.io import build_report, environment
     monkeypatch.setenv("PDLIB_DECODE", "kernels")
     assert environment("cpu")["PDLIB_DECODE"] == "kernels"
     kw = dict(params={}, model={}, prompts={}, backend="cpu", validation={}, reference_tokens={}, trials=[])

@@ -1,4 +1,4 @@
-"""pdlib.plots: each chart's Vega-Lite spec, and render_all's files (offline HTML, PNG, SVG, tables)."""
+"""pdlib.analysis.plots: each chart's Vega-Lite spec, and render_all's files (offline HTML, PNG, SVG, tables)."""
 
 import re
 
@@ -6,8 +6,7 @@ import pandas as pd
 import pytest
 from reports import make_report, ms
 
-from pdlib import analysis as an
-from pdlib import plots
+from pdlib.analysis import plots, frames as an
 from pdlib.errors import InputError
 
 pytest.importorskip("vl_convert")

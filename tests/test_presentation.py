@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pdlib.errors import InputError
-from pdlib.report import PENDING, write_new
+from pdlib.report.io import PENDING, write_new
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORT = ROOT / "tests" / "data" / "small-report.json"
@@ -23,7 +23,14 @@ def test_presenting_a_report_loads_no_mlx(tmp_path):
     report through them and the CLI, must not import MLX, mlx-lm, transformers or torch."""
     script = textwrap.dedent(f"""
         import sys
-        from pdlib import analysis, export, frontier, notebooks, plots, present, runs, sweep, text
+        from pdlib.analysis import frames as analysis
+        from pdlib.publish import export
+        from pdlib.analysis import frontier
+        from pdlib.publish import notebooks
+        from pdlib.analysis import plots, present
+        from pdlib.publish import runs
+        from pdlib.run import sweep
+        from pdlib import text
         from pdlib.__main__ import main
         report = present.check_report_file({str(REPORT)!r})
         present.validation_table(report); present.run_line(report); present.environment_table(report)
@@ -108,7 +115,7 @@ def test_a_report_from_before_pipelining_was_recorded_reads_as_unpipelined():
     """Reports written before `pipeline_decodes` existed ran every step observed first: reading them must not
     take today's default (pipelined), as the run line (text.run_line) does not."""
     from pdlib.config import RunParams
-    from pdlib.present import report_params
+    from pdlib.analysis.present import report_params
     params = RunParams(pipeline_decodes=False).to_dict()
     del params["pipeline_decodes"]
     assert report_params({"params": params}).pipeline_decodes is False

@@ -17,7 +17,7 @@ from pdlib.engine import kernels as K
 from pdlib.engine.kernels import qk_rope as Q
 from pdlib.engine.kernels.backend import PRELUDE, float_bits
 from pdlib.errors import InputError
-from pdlib.kernel_check import check_qk_rope_store, qk_rope_cases
+from pdlib.tools.kernel_check import check_qk_rope_store, qk_rope_cases
 
 KERNEL = Kernel("pdlib_qk_rope_store", Q.SOURCE,
                 [("raw", "f32"), ("qn", "f32"), ("kn", "f32"), ("inv_freq", "f32"), ("pos", "i32"), ("kc", "f32"),

@@ -13,10 +13,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pdlib import analysis as an
+from pdlib.analysis import frames as an
 from pdlib.__main__ import main
-from pdlib.notebooks import FIGURES, TABLES
-from pdlib.plots import FORMATS
+from pdlib.publish.notebooks import FIGURES, TABLES
+from pdlib.analysis.plots import FORMATS
 
 pytest.importorskip("vl_convert")
 
@@ -112,7 +112,7 @@ def test_render_into_an_existing_file_is_one_line(tmp_path, capsys):
 def bench_json(tmp_path_factory, tiny):
     """bench-step's JSON as the command writes it, from the tiny model on the CPU (the command itself refuses
     the CPU; its pieces do not)."""
-    from pdlib.bench import bench_step, write_json
+    from pdlib.tools.bench import bench_step, write_json
     path = tmp_path_factory.mktemp("bench") / "bench-step.json"
     write_json(path, bench_step(tiny, contexts=(32, 48), tokens=3, warmup=1, prefill_tokens=40, chunk=16,
                                 repeats=1, peers=False, log=lambda *a: None))
@@ -120,7 +120,7 @@ def bench_json(tmp_path_factory, tiny):
 
 
 def test_render_draws_bench_steps_json_and_its_table(bench_json, tmp_path, capsys):
-    from pdlib.bench_result import format_table
+    from pdlib.report.bench import format_table
     code, out, err = render(capsys, bench_json, "--out", tmp_path / "b")
     names = {"bench_step.md", *(f"bench_step.{fmt}" for fmt in FORMATS)}
     assert code == 0 and err == "" and {p.name for p in (tmp_path / "b").iterdir()} == names

@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from pdlib.__main__ import main
 from pdlib.config import RunParams
 from pdlib.errors import InputError
-from pdlib.experiment import Experiment
-from pdlib.metrics import slo_chunks
+from pdlib.run.experiment import Experiment
+from pdlib.report.metrics import slo_chunks
 from pdlib.scheduler import Batch, Decode, Prefill, plan
-from pdlib.slo import GAP_FIT_MIN_POINTS, StepCost, chunk_rule, cycling_rule, fit, fit_gap, probe_sizes
+from pdlib.run.slo import GAP_FIT_MIN_POINTS, StepCost, chunk_rule, cycling_rule, fit, fit_gap, probe_sizes
 
 COST = StepCost(a=1.0, b=0.1, c=0.001, decode_ms=2.0, points=[])
 
@@ -87,10 +87,10 @@ def test_slo_policies_pass_the_gate(tiny, chunk):
 
 
 def test_report_keeps_each_chunks_prediction_and_the_observed_gaps(tmp_path, monkeypatch):
-    import pdlib.experiment
+    import pdlib.run.experiment
     calibrated = []
-    monkeypatch.setattr(pdlib.experiment, "calibrate", lambda engine, **kw: calibrated.append(kw) or COST)
-    monkeypatch.setattr(pdlib.experiment.Experiment, "_probe", lambda self, cost: cost)  # the plan: COST's alone
+    monkeypatch.setattr(pdlib.run.experiment, "calibrate", lambda engine, **kw: calibrated.append(kw) or COST)
+    monkeypatch.setattr(pdlib.run.experiment.Experiment, "_probe", lambda self, cost: cost)  # the plan: COST's alone
     path = tmp_path / "r.json"
     rc = main(["run", "--model", "synthetic:tiny", "--prompt-tokens", "96", "--output-tokens", "8", "--chunk-size",
                "32", "--policies", "chunked", "slo-chunked", "slo-mixed", "--tbt-slo-ms", "4", "--trials", "2",
@@ -114,7 +114,8 @@ def test_report_keeps_each_chunks_prediction_and_the_observed_gaps(tmp_path, mon
     assert all(x["held"] == [g <= 4 for g in x["observed_gap_ms"]] for x in rows)
     assert [c["n"] for c in slo["chunks"]["slo-chunked"]][:3] == [10, 8, 8]   # shrinking as B's prefix grows
     # what notebook 02 shows: one row per chunk and trial, a per-policy table, the chart
-    from pdlib import analysis, plots, present
+    from pdlib.analysis import plots, frames as analysis
+    from pdlib.analysis import present
     frame = analysis.slo_frame(r)
     assert len(frame) == sum(len(x["observed_gap_ms"]) for x in rows)
     assert set(frame["policy"]) == {"slo-chunked", "slo-mixed"}
@@ -143,9 +144,9 @@ def test_the_target_defaults_to_five_decodes_and_slo_names_slo_chunked(tiny):
 def test_a_probe_run_adds_what_the_fit_misses(tiny, monkeypatch):
     """A fit that predicts 0 ms gaps: the probe's observed gaps become each mode's overhead, which every
     prediction (and so every chunk size) then includes."""
-    import pdlib.experiment
+    import pdlib.run.experiment
     blind = StepCost(a=0.0, b=0.0, c=0.0, decode_ms=1e-3, points=[])
-    monkeypatch.setattr(pdlib.experiment, "calibrate", lambda engine, **kw: blind)
+    monkeypatch.setattr(pdlib.run.experiment, "calibrate", lambda engine, **kw: blind)
     params = RunParams(model="synthetic:tiny", prompt_tokens=64, output_tokens=6, chunk_size=16,
                        policies=("slo-chunked", "slo-mixed"), logical_cache_reset=True, tbt_slo_ms=1e6)
     exp = Experiment(params, model=tiny)
@@ -196,9 +197,9 @@ def test_an_unattainable_target_takes_the_largest_chunk_the_model_cannot_tell_fr
 
 def test_a_long_enough_probe_fits_each_modes_gap_and_the_plan_follows_it(tiny, monkeypatch):
     """A fit that predicts 0 ms: the probe's own gaps, across chunks of four sizes, make the model."""
-    import pdlib.experiment
+    import pdlib.run.experiment
     blind = StepCost(a=0.0, b=0.0, c=0.0, decode_ms=1e-3, points=[])
-    monkeypatch.setattr(pdlib.experiment, "calibrate", lambda engine, **kw: blind)
+    monkeypatch.setattr(pdlib.run.experiment, "calibrate", lambda engine, **kw: blind)
     params = RunParams(model="synthetic:tiny", prompt_tokens=120, output_tokens=40, chunk_size=32,
                        policies=("slo-chunked", "slo-mixed"), logical_cache_reset=True, tbt_slo_ms=1e6)
     exp = Experiment(params, model=tiny)

@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from pdlib import frontier as fr
-from pdlib import notebooks as nbk
-from pdlib import plots, present
+from pdlib.analysis import frontier as fr
+from pdlib.publish import notebooks as nbk
+from pdlib.analysis import plots, present
 from pdlib.__main__ import main
-from pdlib.report_schema import SWEEP_SCHEMA
-from pdlib.sweep import INDEX, report_name
+from pdlib.report.schema import SWEEP_SCHEMA
+from pdlib.report.schema import SWEEP_INDEX as INDEX, sweep_report_name as report_name
 
 PARAMS = {"model": "synthetic:tiny", "prompt_tokens": 64, "output_tokens": 6, "chunk_size": 16,
           "policies": ["eager", "chunked", "fifo"], "trials": 5, "warmups": 0, "logical_cache_reset": True}
@@ -83,9 +83,9 @@ def test_bad_sweep_input_is_one_line_exit_2(params_file, tmp_path, capsys):
 
 def test_a_failing_point_stops_the_sweep_and_the_index_lists_completed_points(params_file, tmp_path, capsys,
                                                                                monkeypatch):
-    from pdlib import experiment
+    from pdlib.run import experiment
     from pdlib.scheduler import Prefill
-    from pdlib.validate import ValidationError, ValidationResult
+    from pdlib.run.validate import ValidationError, ValidationResult
     real = experiment.validate_policy
 
     def planted(policy, *, steps, **kw):  # a fault in chunked at chunk size 32 only
@@ -206,6 +206,6 @@ def test_04_run_all_as_shipped_sweeps_the_smoke_experiment_into_a_fresh_local_fo
 
 
 def test_default_references_are_the_policies_not_swept():
-    from pdlib.sweep import reference_policies
+    from pdlib.run.sweep import reference_policies
     assert reference_policies(("chunked", "mixed")) == ("eager", "fifo", "overlap", "slo-chunked", "slo-mixed")
     assert reference_policies(("slo-mixed",)) == ("eager", "fifo", "overlap", "slo-chunked")

@@ -21,18 +21,18 @@ import numpy as np
 import pytest
 
 import pdlib.engine.model
-import pdlib.experiment
-import pdlib.report
-import pdlib.trial
+import pdlib.run.experiment
+import pdlib.report.io
+import pdlib.run.trial
 from pdlib.__main__ import main
 from pdlib.engine.kernels import BACKEND
 from pdlib.engine.model import Qwen3
 from pdlib.prompts import make_prompts
-from pdlib.report_schema import EVENT_KINDS, SCHEMA, TOP_LEVEL_KEYS
+from pdlib.report.schema import EVENT_KINDS, SCHEMA, TOP_LEVEL_KEYS
 from pdlib.scheduler import Prefill, plan, t0_index
-from pdlib.trial import RunRecord, TokenMismatch, check_tokens, trial_orders
+from pdlib.run.trial import RunRecord, TokenMismatch, check_tokens, trial_orders
 
-for _name in ("pdlib.runner",):  # where the CLI's work may live; imported now so `patch` reaches its names
+for _name in ("pdlib.run.runner",):  # where the CLI's work may live; imported now so `patch` reaches its names
     with contextlib.suppress(ImportError):
         importlib.import_module(_name)
 
@@ -57,8 +57,8 @@ def cli(argv):
 
 
 def patch(mp, module, name, value):
-    """Replace module.name and every pdlib module's imported copy of it (`from pdlib.trial import run_trials`
-    binds the function where it is imported, so patching pdlib.trial alone may miss the caller)."""
+    """Replace module.name and every pdlib module's imported copy of it (`from pdlib.run.trial import run_trials`
+    binds the function where it is imported, so patching pdlib.run.trial alone may miss the caller)."""
     original = getattr(module, name)
     mp.setattr(module, name, value)
     for m in list(sys.modules.values()):
@@ -87,14 +87,14 @@ def good(tmp_path_factory):
     path = tmp_path_factory.mktemp("good") / "report.json"
     model_py = Path(pdlib.engine.model.__file__)
     model_sha_before = sha256(model_py)
-    real, calls = pdlib.trial.run_once, []
+    real, calls = pdlib.run.trial.run_once, []
 
     def counting(engine, policy, **kw):
         calls.append(policy)
         return real(engine, policy, **kw)
 
     with pytest.MonkeyPatch.context() as mp:
-        patch(mp, pdlib.trial, "run_once", counting)
+        patch(mp, pdlib.run.trial, "run_once", counting)
         rc, out, err = cli(["run", *SHAPE, "--policies", *POLICIES, "--trials", TRIALS, "--warmups", WARMUPS,
                             "--output", path])
     assert rc == 0, err
@@ -148,7 +148,7 @@ def test_report_header(good):
     assert env["backend"] == BACKEND
     assert r["sources"]["pdlib/engine/model.py"] in good.model_sha
     assert r["sources"]["params_file"] is None
-    assert {"pdlib/trial.py", "pdlib/report.py", "pdlib/scheduler.py"} <= set(r["sources"])
+    assert {"pdlib/run/trial.py", "pdlib/report/io.py", "pdlib/scheduler.py"} <= set(r["sources"])
 
 
 def test_validation_for_every_policy_passed_with_the_reference_tokens(good):
@@ -223,7 +223,7 @@ def test_trial_record(good, index):
 
 
 def test_metrics_follow_the_protocol(good):
-    from pdlib.metrics import trial_metrics
+    from pdlib.report.metrics import trial_metrics
     for t in good.report["trials"]:
         a, b = t["requests"]["A"]["emit_ns"], t["requests"]["B"]["emit_ns"]
         m = trial_metrics(t)
@@ -235,9 +235,9 @@ def test_metrics_follow_the_protocol(good):
 
 def test_analysis_accepts_the_report(good):
     try:
-        from pdlib.analysis import load_report
+        from pdlib.analysis.frames import load_report
     except Exception as e:  # noqa: BLE001 - analysis is optional here
-        pytest.skip(f"pdlib.analysis does not import: {e}")
+        pytest.skip(f"pdlib.analysis.frames does not import: {e}")
     assert load_report(good.path) == good.report
 
 
@@ -247,7 +247,7 @@ def test_refuses_an_existing_output_before_any_work(good, monkeypatch):
     def no_work(*a, **kw):
         raise AssertionError("Experiment built although the output exists")
 
-    monkeypatch.setattr(pdlib.experiment.Experiment, "__init__", no_work)
+    monkeypatch.setattr(pdlib.run.experiment.Experiment, "__init__", no_work)
     rc, out, err = cli(["run", *SHAPE, "--policies", *POLICIES, "--output", good.path])
     assert rc == 2 and out == ""
     assert str(good.path) in one_line(err) and "exists" in err
@@ -259,7 +259,7 @@ def test_interrupted_run_leaves_nothing(tmp_path, monkeypatch):
     def interrupt(*a, **kw):
         raise KeyboardInterrupt
 
-    patch(monkeypatch, pdlib.trial, "run_trials", interrupt)
+    patch(monkeypatch, pdlib.run.trial, "run_trials", interrupt)
     path = tmp_path / "sub" / "report.json"
     rc, out, err = cli([*SMALL, "--output", path])
     assert rc == 130 and "interrupted" in err
@@ -273,7 +273,7 @@ def test_failure_while_writing_leaves_nothing(tmp_path, monkeypatch, exc):
         f.write(json.dumps(obj, **kw)[:200])  # part of the JSON is in the temp file when it fails
         raise exc
 
-    monkeypatch.setattr(pdlib.report, "json", types.SimpleNamespace(dump=dump_half, dumps=json.dumps))
+    monkeypatch.setattr(pdlib.report.io, "json", types.SimpleNamespace(dump=dump_half, dumps=json.dumps))
     path = tmp_path / "report.json"
     if isinstance(exc, KeyboardInterrupt):
         rc, _, err = cli([*SMALL, "--output", path])
@@ -339,7 +339,7 @@ def test_refuses_a_dangling_symlink_before_any_work(tmp_path, monkeypatch):
     def no_work(*a, **kw):
         raise AssertionError("Experiment built although the output path is taken by a symlink")
 
-    monkeypatch.setattr(pdlib.experiment.Experiment, "__init__", no_work)
+    monkeypatch.setattr(pdlib.run.experiment.Experiment, "__init__", no_work)
     link = tmp_path / "report.json"
     link.symlink_to(tmp_path / "elsewhere.json")
     rc, _, err = cli([*SMALL, "--output", link])
@@ -371,7 +371,7 @@ def _no_trials(monkeypatch):
     def boom(*a, **kw):
         raise AssertionError("validate-only ran a trial")
 
-    patch(monkeypatch, pdlib.trial, "run_once", boom)
+    patch(monkeypatch, pdlib.run.trial, "run_once", boom)
 
 
 def test_validate_only_writes_a_report_without_trials(tmp_path, monkeypatch):
@@ -392,7 +392,7 @@ def test_validate_only_without_output_writes_nothing(tmp_path, monkeypatch):
     def no_write(*a, **kw):
         raise AssertionError("a report was written")
 
-    patch(monkeypatch, pdlib.report, "write_report", no_write)
+    patch(monkeypatch, pdlib.report.io, "write_report", no_write)
     rc, out, err = cli(["run", *SHAPE, "--policies", "eager", "fifo", "--validate-only"])
     assert rc == 0, err
     rows = [line.split()[:2] for line in out.splitlines()]
@@ -403,7 +403,7 @@ def test_validate_only_without_output_writes_nothing(tmp_path, monkeypatch):
 # ---- token checks: warmups and trials must reproduce the validated tokens ---------------------------
 
 def test_engine_fault_after_validation_aborts_the_run(tmp_path, monkeypatch):
-    real_validate, real_decode, planted = pdlib.experiment.Experiment.validate, Qwen3.decode, {}
+    real_validate, real_decode, planted = pdlib.run.experiment.Experiment.validate, Qwen3.decode, {}
 
     def validate_then_break(self, *a, **kw):
         results = real_validate(self, *a, **kw)
@@ -418,7 +418,7 @@ def test_engine_fault_after_validation_aborts_the_run(tmp_path, monkeypatch):
         monkeypatch.setattr(Qwen3, "decode", decode)
         return results
 
-    monkeypatch.setattr(pdlib.experiment.Experiment, "validate", validate_then_break)
+    monkeypatch.setattr(pdlib.run.experiment.Experiment, "validate", validate_then_break)
     path = tmp_path / "report.json"
     rc, out, err = cli(["run", *SHAPE, "--policies", "chunked", "eager", "--trials", 1, "--warmups", 1,
                         "--output", path])
@@ -432,7 +432,7 @@ def test_engine_fault_after_validation_aborts_the_run(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("bad_call, what, policy", [(0, "warmup 1", "eager"), (3, "trial 1", "fifo")])
 def test_a_run_that_differs_from_the_reference_aborts(tmp_path, monkeypatch, bad_call, what, policy):
-    real, calls = pdlib.trial.run_once, []
+    real, calls = pdlib.run.trial.run_once, []
 
     def corrupt(engine, policy, **kw):
         run = real(engine, policy, **kw)
@@ -441,7 +441,7 @@ def test_a_run_that_differs_from_the_reference_aborts(tmp_path, monkeypatch, bad
         calls.append(policy)
         return run
 
-    patch(monkeypatch, pdlib.trial, "run_once", corrupt)
+    patch(monkeypatch, pdlib.run.trial, "run_once", corrupt)
     path = tmp_path / "report.json"
     rc, out, err = cli(["run", *SHAPE, "--policies", "eager", "fifo", "--trials", 1, "--warmups", 1,
                         "--output", path])

@@ -9,8 +9,8 @@ from pdlib.config import RunParams
 from pdlib.engine import Engine
 from pdlib.engine.cache import KVCache
 from pdlib.engine.model import Qwen3
-from pdlib.experiment import Experiment
-from pdlib.validate import ValidationError
+from pdlib.run.experiment import Experiment
+from pdlib.run.validate import ValidationError
 
 decode_attention_module = importlib.import_module("pdlib.engine.kernels.decode_attention")
 
@@ -143,7 +143,7 @@ def test_result_dict_reports_worst_errors_and_margin(exp):
 
 def test_non_finite_references_are_not_waved_through():
     """A NaN or infinite reference passes only where the engine produced exactly the same value."""
-    from pdlib.validate import tolerance_stats
+    from pdlib.tolerance import tolerance_stats
     ref = mx.array([[1.0, mx.nan, mx.inf, -mx.inf]])
     cases = {"equal": ([1.0, mx.nan, mx.inf, -mx.inf], [0, 1, 0, 0]),
              "finite for inf": ([1.0, 0.0, 5.0, 7.0], [0, 1, 1, 1]),

@@ -137,7 +137,7 @@ class PrefillWorker:
                 env[k] = mine[k] = v
             env["CUDA_VISIBLE_DEVICES"] = os.environ.get("PDLIB_PREFILL_GPU") or _second_gpu()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pdlib.disagg.worker", "--commands", str(down_r), "--replies", str(up_w),
+            [sys.executable, "-m", "pdlib.run.disagg.worker", "--commands", str(down_r), "--replies", str(up_w),
              "--backend", self.backend],
             pass_fds=(down_r, up_w), env=env, stdin=subprocess.DEVNULL, stdout=self._stderr,
             stderr=self._stderr)

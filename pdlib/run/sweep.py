@@ -10,7 +10,7 @@ never overwritten). index.json is written last and lists the completed points on
 gate (or a token check) stops the sweep, and the index says where and why. A folder without index.json was
 interrupted (Ctrl-C): its reports are whole, but nothing lists them. The weights are loaded once for all
 points; each point builds its own engine (weight packing, compilation) and reference, as a run does.
-Reading a sweep (pandas only, no MLX) is pdlib/frontier.py.
+Reading a sweep (pandas only, no MLX) is pdlib/analysis/frontier.py.
 """
 
 import datetime
@@ -21,12 +21,11 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from pdlib.config import RunParams, _check_int
-from pdlib.errors import InputError
-from pdlib.report import claim_output, write_report
-from pdlib.report_schema import SWEEP_SCHEMA
+from pdlib.config import RunParams
+from pdlib.errors import InputError, check_int
+from pdlib.report.io import claim_output, write_report
+from pdlib.report.schema import SWEEP_INDEX as INDEX, SWEEP_SCHEMA, sweep_report_name as report_name
 
-INDEX = "index.json"
 DEFAULT_REFERENCES = ("eager", "fifo", "overlap", "slo-chunked", "slo-mixed")  # those registered and not swept
 
 
@@ -44,11 +43,6 @@ class Point:
     @property
     def label(self) -> str:
         return f"{self.policy} c={self.chunk_size}"
-
-
-def report_name(policy: str, chunk_size: int) -> str:
-    """`chunked-c0128.json`: zero-padded so a folder listing sorts by chunk size within a policy."""
-    return f"{policy}-c{chunk_size:04d}.json"
 
 
 def reference_policies(policies, references=None) -> tuple[str, ...]:
@@ -72,7 +66,7 @@ def plan_points(params: RunParams, *, chunk_sizes, references=()) -> list[Point]
     if not chunk_sizes:
         raise InputError("chunk sizes: give at least one")
     for c in chunk_sizes:
-        _check_int("chunk sizes", c, 1)
+        check_int("chunk sizes", c, 1)
     if len(set(chunk_sizes)) != len(chunk_sizes):
         raise InputError(f"chunk sizes must not repeat, got {' '.join(map(str, chunk_sizes))}")
     points = [Point(p, params.chunk_size, "reference", replace(params, policies=(p,))) for p in references]
@@ -93,7 +87,7 @@ def claim_dir(path) -> Path:
 def _medians(report: dict) -> str:
     import numpy as np
 
-    from pdlib.metrics import trial_metrics
+    from pdlib.report.metrics import trial_metrics
     m = [trial_metrics(t, stall_threshold_ms=report["params"]["stall_threshold_ms"]) for t in report["trials"]]
     med = {k: float(np.median([x[k] for x in m])) for k in ("a_gap_max_ms", "b_ttft_ms", "makespan_ms")}
     return (f"A max gap {med['a_gap_max_ms']:.3g} ms, B TTFT {med['b_ttft_ms']:.4g} ms, "
@@ -105,10 +99,10 @@ def run_sweep(params: RunParams, *, chunk_sizes, references=(), output, params_f
     """Run every point (see the module docstring) and write the index; returns it. index["stopped"] is None
     when every point passed, else {policy, chunk_size, role, report, error} of the point that failed (its
     report is not written). InputError, before any work, for bad input or an unusable output folder."""
-    from pdlib.disagg.launch import WorkerError  # disagg's prefill worker failed
-    from pdlib.runner import run_experiment
-    from pdlib.trial import TokenMismatch
-    from pdlib.validate import ValidationError
+    from pdlib.run.disagg.launch import WorkerError  # disagg's prefill worker failed
+    from pdlib.run.runner import run_experiment
+    from pdlib.run.trial import TokenMismatch
+    from pdlib.run.validate import ValidationError
     from pdlib.weights import load_model
     out = claim_dir(output)
     points = plan_points(params, chunk_sizes=chunk_sizes, references=references)

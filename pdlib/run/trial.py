@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from pdlib.engine import Engine
-from pdlib.executor import Hook, execute
+from pdlib.run.executor import Hook, execute
 from pdlib.scheduler import Prefill, Step
 
 

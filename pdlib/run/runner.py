@@ -12,11 +12,11 @@ from functools import partial
 from tqdm import tqdm
 
 from pdlib.config import RunParams
-from pdlib.experiment import REQUESTS, Experiment
-from pdlib.report import build_report, claim_output, write_report
+from pdlib.run.experiment import REQUESTS, Experiment
+from pdlib.report.io import build_report, claim_output, write_report
 from pdlib.scheduler import needs_chunk_rule
 from pdlib.text import run_line, validation_table
-from pdlib.trial import run_trials
+from pdlib.run.trial import run_trials
 
 
 def run_experiment(params: RunParams, *, output=None, params_file=None, validate_only: bool = False,

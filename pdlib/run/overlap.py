@@ -26,7 +26,7 @@ import threading
 
 import mlx.core as mx
 
-from pdlib.executor import RemoteSteps, now
+from pdlib.run.executor import RemoteSteps, now
 from pdlib.scheduler import Overlap, Step, interleave, iter_plan
 
 # B's prefill, from t0 to its results on the host: generous, a hang becomes an error rather than a stuck run

@@ -11,8 +11,7 @@ import time
 
 import mlx.core as mx
 
-from pdlib.engine import Engine
-from pdlib.engine import kernels as K
+from pdlib.engine import Engine, kernels as K
 from pdlib.engine.kernels.backend import kernel_or_none
 from pdlib.weights import load_model
 

@@ -19,13 +19,10 @@ import time
 
 import numpy as np
 
+from pdlib.tools.timing import ms_since, prefills
 from pdlib.weights import LoadedModel
 
 DTYPES = ("float32", "bfloat16")
-
-
-def _ms(t0: int) -> float:
-    return (time.perf_counter_ns() - t0) / 1e6
 
 
 def hf_model(model: LoadedModel, *, dtype: str, device: str):
@@ -51,7 +48,6 @@ def bench_hf(model: LoadedModel, *, dtype: str, contexts, tokens: int, warmup: i
     import torch
     from transformers import StaticCache
 
-    from pdlib.bench import _prefills  # the same three prefills, timed the same way as pdlib's and mlx-lm's
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r}; expected one of {DTYPES}")
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -91,7 +87,7 @@ def bench_hf(model: LoadedModel, *, dtype: str, contexts, tokens: int, warmup: i
                 tok = decode(tok, pos).clone()  # out of the CUDA graph's buffer before the next replay
                 first.append(tok.item())
                 if i >= warmup:
-                    times.append(_ms(t0))
+                    times.append(ms_since(t0))
                 pos += 1
             out.setdefault("greedy_tokens", {})[str(ctx)] = first[:8]  # a sanity check, not a gate
             out["decode_ms_median"][str(ctx)] = statistics.median(times)
@@ -109,9 +105,9 @@ def bench_hf(model: LoadedModel, *, dtype: str, contexts, tokens: int, warmup: i
                 if synced:
                     sync()  # each chunk is its own step, as in a trial
             logits.argmax(-1).item()
-            return _ms(t0) / 1e3
+            return ms_since(t0) / 1e3
 
-        out.update(_prefills(prefill, prefill_tokens=prefill_tokens, chunk=chunk, repeats=repeats))
+        out.update(prefills(prefill, prefill_tokens=prefill_tokens, chunk=chunk, repeats=repeats))
     return out  # the model and its caches go with this frame; torch's allocator keeps the memory for the next
 
 

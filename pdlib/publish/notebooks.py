@@ -4,13 +4,13 @@ or notebook 04 alone for a chunk-size sweep.
     python -m pdlib notebooks --params params/smoke-cpu.yaml          # -> outputs/local/smoke-cpu[-N]/
     python -m pdlib notebooks --report h200.json --out outputs/h200   # a report run elsewhere: no trials
     python -m pdlib notebooks --sweep sweeps/h200 --out outputs/h200-sweep   # 04: the frontier of a sweep folder
-    from pdlib.notebooks import run_notebooks
+    from pdlib.publish.notebooks import run_notebooks
     run = run_notebooks("params/smoke-cpu.yaml", out="/tmp/x")        # {"out_dir", "report", "html", ...}
 
 Every parameter of each notebook is injected (the params file's values, repository-relative paths), so the
 executed notebook's one parameters cell says exactly what ran. The folder is `out`, or
 outputs/local/<params stem> (git-ignored), or `-2`, `-3`, ... when that one already holds files (said on
-stdout; nothing is ever overwritten). Each executed notebook is exported to offline HTML (pdlib.export).
+stdout; nothing is ever overwritten). Each executed notebook is exported to offline HTML (pdlib.publish.export).
 With a report, 01 copies it byte for byte and shows what a run shows instead of running trials.
 
 Layout of the folder (the same names as `python -m pdlib render REPORT --out DIR`, i.e. plots.render_all):
@@ -24,9 +24,9 @@ import sys
 import time
 from pathlib import Path
 
-from pdlib import runs
+from pdlib.publish import runs
 from pdlib.errors import InputError
-from pdlib.runs import ROOT, shown
+from pdlib.publish.runs import ROOT, shown
 
 NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS = ("01_run_trials", "02_analyze_gaps", "03_figures")
@@ -69,7 +69,7 @@ def run_notebooks(params_file=None, *, report=None, out=None, quiet: bool = Fals
     Returns {"out_dir", "report", "notebooks", "html", "seconds"}. Raises InputError for a bad params
     file or report (before any folder is made or kernel starts) and NotebookFailed when a notebook raises;
     the folder then keeps the failed notebook and its HTML, with the traceback."""
-    from pdlib import present
+    from pdlib.analysis import present
     from pdlib.config import RunParams
     if (params_file is None) == (report is None):
         raise InputError("give exactly one of a params file and a report")
@@ -107,7 +107,7 @@ def run_sweep_notebook(sweep_dir, *, out, quiet: bool = False, log=print) -> dic
     `-2`, ...): the executed notebook and its HTML, SWEEP_TABLES and the frontier figure. The sweep folder is
     read, never written. Returns {"out_dir", "notebooks", "html", "seconds"}; InputError before any kernel
     starts when the sweep folder cannot be read."""
-    from pdlib import frontier
+    from pdlib.analysis import frontier
     sweep_dir = Path(sweep_dir)
     frontier.load_sweep(sweep_dir)
     if not (NOTEBOOK_DIR / f"{SWEEP_NOTEBOOK}.ipynb").is_file():
@@ -127,7 +127,7 @@ def _execute(ours: dict, out_dir: Path, *, quiet: bool, log) -> dict:
     from nbclient.exceptions import DeadKernelError
     from papermill.exceptions import PapermillExecutionError
 
-    from pdlib.export import export_html
+    from pdlib.publish.export import export_html
     progress = not quiet and sys.stderr.isatty()
     done, html, t_start = [], [], time.perf_counter()
     for name, values in ours.items():

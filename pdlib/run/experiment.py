@@ -4,7 +4,6 @@
     results = exp.validate()        # {policy: ValidationResult}; raises ValidationError on any mismatch
 """
 
-import math
 import statistics
 from collections.abc import Iterator
 from dataclasses import replace
@@ -15,10 +14,10 @@ from pdlib.config import RunParams
 from pdlib.engine import Engine
 from pdlib.engine.kernels import BACKEND
 from pdlib.prompts import make_prompts
-from pdlib.reference import Reference
+from pdlib.run.reference import Reference
 from pdlib.scheduler import POLICIES, Prefill, Step, follow, iter_plan, needs_chunk_rule, plan
-from pdlib.slo import DEFAULT_TARGET_DECODES, StepCost, calibrate, chunk_rule, cycling_rule, fit_gap, mode_of
-from pdlib.validate import ReferenceTrace, ValidationResult, validate_policy
+from pdlib.run.slo import DEFAULT_TARGET_DECODES, StepCost, calibrate, chunk_rule, cycling_rule, fit_gap, mode_of
+from pdlib.run.validate import ReferenceTrace, ValidationResult, validate_policy
 from pdlib.weights import load_model
 
 REQUESTS = ("A", "B")
@@ -81,7 +80,7 @@ class Experiment:
 
     def walk(self, policy: str) -> Iterator[Step]:
         """The policy deciding live, as a timed run needs it, held to the validated plan step for step
-        (a remote-prefill policy: per request, its interleaving depends on timing; pdlib/disagg/remote.py)."""
+        (a remote-prefill policy: per request, its interleaving depends on timing; pdlib/run/disagg/remote.py)."""
         site = POLICIES[policy].remote_prefill
         if site is not None:
             return (self.overlap() if site == "stream" else self.disagg()).walk(self.plan(policy))
@@ -103,8 +102,8 @@ class Experiment:
         rounds with chunk sizes cycling through ceiling .. ceiling/8: A's observed gaps across them in the
         second, fitted, become the mode's gap model (slo.fit_gap). Too few to fit: the median of observed
         minus predicted."""
-        from pdlib.metrics import slo_chunks
-        from pdlib.trial import run_once
+        from pdlib.report.metrics import chunk_gaps
+        from pdlib.run.trial import run_once
         p, gap_fit, overhead = self.params, {}, {}
         for q in {mode_of(q): q for q in p.policies if needs_chunk_rule(q)}.values():
             steps = plan(q, prompt_tokens=p.prompt_tokens, output_tokens=p.output_tokens, chunk_size=p.chunk_size,
@@ -113,15 +112,15 @@ class Experiment:
             for _ in range(2):  # the first run compiles the mode's step shapes (mixed steps are new here)
                 run = run_once(self.engine, q, steps=steps[:last + 1], logical_reset=p.logical_cache_reset,
                                pipeline=p.pipeline_decodes, poll=p.poll_during_chunks)
-            rows = slo_chunks({"slo": {"tbt_slo_ms": math.inf, "chunks": {q: self._chunks(q, steps, cost)}},
-                               "trials": [run.to_trial(trial=0, position=0)]})
+            chunks = self._chunks(q, steps, cost)
+            observed = chunk_gaps([run.to_trial(trial=0, position=0)], chunks)
             # not the first chunk: its gap holds B's reset at t0 (in a mixed step, A's token comes after it)
-            rows = [r for r in rows if r["start"] > 0]
-            model = fit_gap([(r["n"], r["start"], o) for r in rows for o in r["observed_gap_ms"]])
+            rows = [(c, obs) for c, obs in zip(chunks, observed) if c["start"] > 0]
+            model = fit_gap([(c["n"], c["start"], o) for c, obs in rows for o in obs])
             if model is not None:
                 gap_fit[mode_of(q)] = model
             else:
-                residuals = [o - r["predicted_gap_ms"] for r in rows for o in r["observed_gap_ms"]]
+                residuals = [o - c["predicted_gap_ms"] for c, obs in rows for o in obs]
                 overhead[mode_of(q)] = float(statistics.median(residuals)) if residuals else 0.0
         return replace(cost, gap_fit=gap_fit, overhead_ms=overhead)
 
@@ -166,14 +165,14 @@ class Experiment:
 
     def disagg(self):
         if self._disagg is None:
-            from pdlib.disagg.remote import DisaggSession
+            from pdlib.run.disagg.remote import DisaggSession
             self._disagg = DisaggSession(self.params, prompt_ids=self.prompts["B"].token_ids,
                                          config=self.model.config)
         return self._disagg
 
     def overlap(self):
         if self._overlap is None:
-            from pdlib.overlap import OverlapSession
+            from pdlib.run.overlap import OverlapSession
             self._overlap = OverlapSession(self.params)
         return self._overlap
 

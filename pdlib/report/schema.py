@@ -71,8 +71,14 @@ against the reference tokens).
 """
 
 SCHEMA = "pdlib.report/1"
-SWEEP_SCHEMA = "pdlib.sweep/1"  # a sweep folder's index.json: see pdlib/sweep.py
+SWEEP_SCHEMA = "pdlib.sweep/1"  # a sweep folder's index.json: see pdlib/run/sweep.py
 REQUESTS = ("A", "B")
 EVENT_KINDS = ("reset", "prefill", "decode", "transfer")
 TOP_LEVEL_KEYS = ("schema", "created_utc", "params", "model", "prompts", "environment", "sources",
                   "validation", "reference_tokens", "trials")
+SWEEP_INDEX = "index.json"  # a sweep folder's index; each point's report is named by sweep_report_name
+
+
+def sweep_report_name(policy: str, chunk_size: int) -> str:
+    """`chunked-c0128.json`: zero-padded so a folder listing sorts by chunk size within a policy."""
+    return f"{policy}-c{chunk_size:04d}.json"

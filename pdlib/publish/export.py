@@ -41,7 +41,7 @@ def export_html(nb_path) -> Path:
     from jinja2 import DictLoader
     from nbconvert import HTMLExporter
 
-    from pdlib.report import write_new
+    from pdlib.report.io import write_new
     nb_path = Path(nb_path)
     exporter = HTMLExporter(extra_loaders=[DictLoader({"pdlib_offline.html.j2": OFFLINE_TEMPLATE})],
                             template_file="pdlib_offline.html.j2")

@@ -1,7 +1,7 @@
 """The one executor of a plan: validation and timed trials are two uses of it, so the step sequence that is
 timed is the one that was checked (a timed run's policy decides live and is held to the validated plan step
 for step: `scheduler.follow`; `disagg`, whose interleaving depends on timing, per request:
-`scheduler.interleave`, pdlib/disagg/remote.py).
+`scheduler.interleave`, pdlib/run/disagg/remote.py).
 
     steps = plan("chunked", prompt_tokens=4096, output_tokens=1024, chunk_size=128)
     execute(engine, steps, logical_reset=True, hooks=[gate])                       # validation
@@ -35,7 +35,7 @@ chunk is issued: the host builds the chunk while the device decodes, and a token
 layer's build (a token's t_emit is when the host found it; its step's t_wait when the host first looked).
 
 B's prefill elsewhere: a step source may carry a `remote` (`RemoteSteps`): disagg's prefill worker
-(pdlib/disagg/remote.py) or overlap's second stream (pdlib/overlap.py). Then at t0, right after B's reset,
+(pdlib/run/disagg/remote.py) or overlap's second stream (pdlib/run/overlap.py). Then at t0, right after B's reset,
 the executor starts it (`remote.start(engine)`), after issuing each timed step lets it dispatch its next
 piece (`remote.advance()`: overlap's next layer), and a `Prefill(remote=True)` step joins it
 (`remote.receive`): B's K/V are in B's cache and its first output is here after it, and the result records
@@ -94,7 +94,7 @@ class RemoteSteps:
 def _receive(engine: Engine, step: Prefill, remote) -> list[WorkResult]:
     """A remote prefill step: join the prefill done elsewhere; its K/V end at the request's cache length."""
     if remote is None:
-        raise ValueError(f"{step} needs a step source that prefills elsewhere (pdlib.disagg, pdlib.overlap)")
+        raise ValueError(f"{step} needs a step source that prefills elsewhere (pdlib.run.disagg, pdlib.run.overlap)")
     out, record = remote.receive(engine, step.req, step.n)
     stop = engine.requests[step.req].length
     return [WorkResult(step, stop - step.n, stop, out, remote=record)]

@@ -1,7 +1,7 @@
 """The chunk-size frontier from a sweep folder, in pandas only (no MLX): per-point medians with bootstrap CIs,
 and the Pareto set on (B's TTFT, A's gap), lower is better for both.
 
-    from pdlib import frontier as fr
+    from pdlib.analysis import frontier as fr
     sweep = fr.load_sweep("outputs/local/sweep")     # index.json + every report it lists; InputError if malformed
     metrics = fr.sweep_metrics(sweep)                # one row per (point, trial): analysis.metrics_frame's columns
     points = fr.with_frontiers(fr.point_summary(metrics))   # one row per point, medians + CIs + frontier flags
@@ -19,11 +19,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pdlib import analysis as an
-from pdlib import present
+from pdlib.analysis import present, frames as an
 from pdlib.errors import InputError
-from pdlib.report_schema import SWEEP_SCHEMA
-from pdlib.sweep import INDEX, report_name
+from pdlib.report.schema import SWEEP_SCHEMA
+from pdlib.report.schema import SWEEP_INDEX as INDEX, sweep_report_name as report_name
 
 POINT_METRICS = ("a_gap_max_ms", "a_gap_p99_ms", "b_ttft_ms", "makespan_ms", "throughput_tok_s")
 X = "b_ttft_ms"

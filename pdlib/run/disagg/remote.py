@@ -25,11 +25,11 @@ import time
 
 import mlx.core as mx
 
-from pdlib.disagg import transfer
-from pdlib.disagg.launch import PrefillWorker, WorkerError
+from pdlib.run.disagg import transfer
+from pdlib.run.disagg.launch import PrefillWorker, WorkerError
 from pdlib.engine import Output
 from pdlib.errors import InputError
-from pdlib.executor import RemoteSteps, now
+from pdlib.run.executor import RemoteSteps, now
 from pdlib.scheduler import Disagg, Step, interleave, iter_plan
 
 SETUP_TIMEOUT_S = 900.0    # the worker loads the weights (synthetic Qwen3-0.6B: ~11 s on the CPU)

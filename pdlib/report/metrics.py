@@ -89,27 +89,34 @@ def overlap_line(trials: list[dict]) -> str | None:
             f"B's prefill was in flight on the second stream (median {prefill:.1f} ms)")
 
 
+def chunk_gaps(trials: list[dict], chunks: list[dict]) -> list[list[float]]:
+    """A's observed gap across each of B's chunks in every trial record of `trials` (one policy's): the gap
+    ending at A's first token after the chunk's step began (in a chunked round A's next decode, in a mixed step
+    A's own row; none once A has finished)."""
+    observed = [[] for _ in chunks]
+    for t in trials:
+        a = np.asarray(t["requests"]["A"]["emit_ns"], dtype=np.int64)
+        gap = np.diff(a, prepend=0)
+        steps = [e for e in t["events"] if e["kind"] == "prefill" and e["req"] == "B"]
+        for k, e in enumerate(steps[:len(chunks)]):
+            # not "every gap overlapping the step": a mixed step's token is stamped just before the step's
+            # end, so the next step's gap overlaps it too, and a small chunk took its big neighbour's gap
+            after = int(np.searchsorted(a, e["t_start_ns"], side="right"))
+            if after < a.size:
+                observed[k].append(gap[after] / NS_PER_MS)
+    return observed
+
+
 def slo_chunks(report: dict) -> list[dict]:
     """Per slo policy and B chunk: its size, predicted gap, and A's observed gap across it in every trial
-    (the gap ending at A's first token after the chunk's step began: in a chunked round A's next decode, in
-    a mixed step A's own row; none once A has finished), with whether the target held. [] without slo."""
+    (chunk_gaps), with whether the target held. [] without slo."""
     slo = report.get("slo")
     if not slo:
         return []
     target, rows = slo["tbt_slo_ms"], []
     for policy, chunks in slo["chunks"].items():
-        observed = [[] for _ in chunks]
-        for t in (t for t in report["trials"] if t["policy"] == policy):
-            a = np.asarray(t["requests"]["A"]["emit_ns"], dtype=np.int64)
-            gap = np.diff(a, prepend=0)
-            steps = [e for e in t["events"] if e["kind"] == "prefill" and e["req"] == "B"]
-            for k, e in enumerate(steps[:len(chunks)]):
-                # not "every gap overlapping the step": a mixed step's token is stamped just before the step's
-                # end, so the next step's gap overlaps it too, and a small chunk took its big neighbour's gap
-                after = int(np.searchsorted(a, e["t_start_ns"], side="right"))
-                observed[k].append(gap[after] / NS_PER_MS if after < a.size else float("nan"))
-        for k, c in enumerate(chunks):
-            obs = [x for x in observed[k] if not np.isnan(x)]
+        observed = chunk_gaps([t for t in report["trials"] if t["policy"] == policy], chunks)
+        for k, (c, obs) in enumerate(zip(chunks, observed)):
             rows.append({"policy": policy, "chunk": k, "start": c["start"], "n": c["n"],
                          "predicted_gap_ms": c["predicted_gap_ms"], "observed_gap_ms": obs,
                          "held": [x <= target for x in obs]})

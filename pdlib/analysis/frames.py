@@ -1,6 +1,6 @@
 """Turn a report.json into tidy pandas frames, per-trial metrics and paired policy ratios.
 
-    from pdlib import analysis as an
+    from pdlib.analysis import frames as an
     report = an.load_report("outputs/smoke-cpu/report.json")    # InputError (one line) if malformed
     tokens = an.tokens_frame(report)       # one row per timed output token: emit_ms, gap_ms
     events = an.events_frame(report)       # one row per scheduling event
@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 
 from pdlib.errors import InputError
-from pdlib.metrics import NS_PER_MS, slo_chunks, trial_metrics  # numpy-only, shared with the CLI summary
-from pdlib.report_schema import EVENT_KINDS, REQUESTS, SCHEMA, TOP_LEVEL_KEYS
+from pdlib.report.metrics import NS_PER_MS, slo_chunks, trial_metrics  # numpy-only, shared with the CLI summary
+from pdlib.report.schema import EVENT_KINDS, REQUESTS, SCHEMA, TOP_LEVEL_KEYS
 
 RATIO_METRICS = ("a_gap_max_ms", "a_gap_p99_ms", "b_ttft_ms", "makespan_ms", "throughput_tok_s")
 MIN_BOOT_TRIALS = 5  # fewer paired trials make a bootstrap CI of the median meaningless

@@ -20,17 +20,14 @@ import time
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache as LmCache
 
-from pdlib.bench_result import SCHEMA
+from pdlib.report.bench import SCHEMA
 from pdlib.config import decode_mode
 from pdlib.engine import Engine, Output, check_token
 from pdlib.engine.kernels import BACKEND, persistent_decode
-from pdlib.reference import Reference
-from pdlib.report import environment
+from pdlib.run.reference import Reference
+from pdlib.report.io import environment
+from pdlib.tools.timing import ms_since, prefills
 from pdlib.weights import LoadedModel
-
-
-def _ms(t0: int) -> float:
-    return (time.perf_counter_ns() - t0) / 1e6
 
 
 def copy_bandwidth(nbytes: int = 1 << 30) -> float:
@@ -42,7 +39,7 @@ def copy_bandwidth(nbytes: int = 1 << 30) -> float:
         t0 = time.perf_counter_ns()
         y = x + 0.0
         mx.eval(y)
-        times.append(_ms(t0) / 1e3)
+        times.append(ms_since(t0) / 1e3)
         del y
     return 2 * nbytes / statistics.median(times[1:])
 
@@ -66,7 +63,7 @@ def _observed(run, n: int, warmup: int) -> list[float]:
         t0 = time.perf_counter_ns()
         run()
         if i >= warmup:
-            times.append(_ms(t0))
+            times.append(ms_since(t0))
     return times
 
 
@@ -115,9 +112,9 @@ def bench_pdlib(model: LoadedModel, *, contexts, tokens: int, warmup: int, prefi
             if synced:
                 mx.synchronize()
         o.token.item()
-        return _ms(t0) / 1e3
+        return ms_since(t0) / 1e3
 
-    return {**out, **_prefills(prefill, prefill_tokens=prefill_tokens, chunk=chunk, repeats=repeats)}
+    return {**out, **prefills(prefill, prefill_tokens=prefill_tokens, chunk=chunk, repeats=repeats)}
 
 
 def _pair_steps(engine: Engine, cfg, ctx: int, tokens: int, warmup: int) -> tuple[float, float]:
@@ -137,15 +134,6 @@ def _pair_steps(engine: Engine, cfg, ctx: int, tokens: int, warmup: int) -> tupl
     return statistics.median(times), statistics.median(piped)
 
 
-def _prefills(prefill, *, prefill_tokens: int, chunk: int, repeats: int) -> dict:
-    out = {}
-    for key, n, synced in (("prefill_whole_s", prefill_tokens, False), ("prefill_chunked_s", chunk, False),
-                           ("prefill_chunked_synced_s", chunk, True)):
-        prefill(n, synced)
-        out[key] = statistics.median(prefill(n, synced) for _ in range(repeats))
-    return out
-
-
 def bench_mlx_lm(model: LoadedModel, *, contexts, tokens: int, warmup: int, prefill_tokens: int, chunk: int,
                  repeats: int) -> dict:
     ref = Reference(model).model
@@ -159,7 +147,7 @@ def bench_mlx_lm(model: LoadedModel, *, contexts, tokens: int, warmup: int, pref
             t0 = time.perf_counter_ns()
             tok = mx.argmax(ref(mx.array([[tok]]), cache=cache)[0, -1]).item()
             if i >= warmup:
-                times.append(_ms(t0))
+                times.append(ms_since(t0))
         out["decode_ms_median"][str(ctx)] = statistics.median(times)
         out["decode_ms_all"][str(ctx)] = times
 
@@ -180,9 +168,9 @@ def bench_mlx_lm(model: LoadedModel, *, contexts, tokens: int, warmup: int, pref
             if synced:
                 mx.eval(logits, [(c.keys, c.values) for c in cache])
         mx.argmax(logits[0, -1]).item()
-        return _ms(t0) / 1e3
+        return ms_since(t0) / 1e3
 
-    return {**out, **_prefills(prefill, prefill_tokens=prefill_tokens, chunk=chunk, repeats=repeats)}
+    return {**out, **prefills(prefill, prefill_tokens=prefill_tokens, chunk=chunk, repeats=repeats)}
 
 
 def bench_step(model: LoadedModel, *, contexts=(1024, 4096, 5120), tokens: int = 200, warmup: int = 20,
@@ -201,7 +189,7 @@ def bench_step(model: LoadedModel, *, contexts=(1024, 4096, 5120), tokens: int =
         mx.clear_cache()
     engines["mlx-lm"] = bench_mlx_lm(model, **kw)
     mx.clear_cache()
-    from pdlib import bench_hf
+    from pdlib.tools import bench_hf
     if peers or (peers is None and bench_hf.available()):
         for dtype in bench_hf.DTYPES:
             name = f"hf-{'fp32' if dtype == 'float32' else 'bf16'}"
@@ -218,7 +206,7 @@ def bench_step(model: LoadedModel, *, contexts=(1024, 4096, 5120), tokens: int =
 
 
 def write_json(path, result: dict) -> None:
-    from pdlib.report import claim_output, write_report
+    from pdlib.report.io import claim_output, write_report
     write_report(claim_output(path), result)
 
 

@@ -1,7 +1,7 @@
 """What the notebooks show, from a finished report's dict alone: checks, one-line summaries, tables, notes
 and charts. Presentation never reaches into the engine: nothing here imports MLX, mlx-lm or transformers.
 
-    from pdlib import present
+    from pdlib.analysis import present
     report = present.check_report_file("outputs/smoke-cpu/report.json")   # InputError: one line
     print(present.run_line(report)); print(present.validation_table(report))
     present.headline_table(summary)       # compact per-policy medians, units in the headers
@@ -12,11 +12,11 @@ from dataclasses import fields
 
 import pandas as pd
 
-from pdlib import analysis as an
+from pdlib.analysis import frames as an
 from pdlib import text
 from pdlib.config import RunParams
 from pdlib.errors import InputError
-from pdlib.metrics import slo_summary
+from pdlib.report.metrics import slo_summary
 
 
 # ---- reading a report ------------------------------------------------------------------------------

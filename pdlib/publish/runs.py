@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pdlib.errors import InputError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 LOCAL = Path(os.environ.get("PDLIB_LOCAL_OUTPUTS") or ROOT / "outputs" / "local")  # tests: a temp folder
 DEFAULT_REPORT = ROOT / "outputs" / "smoke-cpu" / "report.json"  # committed: what 02/03 show before any run
 
@@ -105,11 +105,11 @@ def load_or_run(params, *, output, report_source=None, params_file=None, quiet: 
     report written to `output`. With it: nothing runs; the report is checked (a note lists where its params
     differ from `params`), copied to `output` byte for byte (unless it is that file), and the lines a run
     prints are printed from it."""
-    from pdlib import present
-    from pdlib.report import copy_file
+    from pdlib.analysis import present
+    from pdlib.report.io import copy_file
     output = Path(output)
     if report_source is None:
-        from pdlib.runner import run_experiment  # the engine: only when something runs
+        from pdlib.run.runner import run_experiment  # the engine: only when something runs
         return run_experiment(params, output=output, params_file=params_file, quiet=quiet, log=log)
     source = Path(report_source)
     report = present.check_report_file(source)

@@ -1,6 +1,6 @@
 """Altair figures from the analysis frames, and one call that renders everything for a report.
 
-    from pdlib import analysis as an, plots
+    from pdlib.analysis import plots, frames as an
     report = an.load_report("outputs/smoke-cpu/report.json")
     paths = plots.render_all(report, "outputs/smoke-cpu/figures")   # never overwrites
     # or one chart at a time, in a notebook:
@@ -18,9 +18,9 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from pdlib import analysis as an
+from pdlib.analysis import frames as an
 from pdlib.errors import InputError
-from pdlib.report import write_new
+from pdlib.report.io import write_new
 
 HEADLINE = {"a_gap_max_ms": "A's max gap (ms)", "a_gap_p99_ms": "A's p99 gap (ms)",
             "b_ttft_ms": "B's TTFT (ms)", "makespan_ms": "makespan (ms)",
@@ -253,7 +253,7 @@ def frontier_chart(points: pd.DataFrame) -> alt.HConcatChart:
 def bench_frames(result: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     """bench-step's medians as rows: decode (engine, context, how, ms, the byte floor's ms) and prefill
     (engine, what, s); engines in the result's order, those that failed left out."""
-    from pdlib.bench_result import DECODES, PAIRS, PREFILLS
+    from pdlib.report.bench import DECODES, PAIRS, PREFILLS
     engines = {n: e for n, e in result["engines"].items() if "error" not in e}
     chunk = result.get("settings", {}).get("chunk", "?")
     decode, prefill = [], []
@@ -310,7 +310,7 @@ def bench_chart(result: dict) -> alt.VConcatChart:
 
 def render_bench(result: dict, out_dir) -> list:
     """bench_step.{html,png,svg} and bench_step.md (the table bench-step prints); refuses existing files."""
-    from pdlib.bench_result import format_table
+    from pdlib.report.bench import format_table
     out = _out_dir(out_dir)
     _refuse_existing([out / f"bench_step.{fmt}" for fmt in FORMATS] + [out / "bench_step.md"])
     written = write_tables(out, {"bench_step.md": "```\n" + format_table(result) + "\n```\n"}, refuse=False)

@@ -16,9 +16,9 @@ import tempfile
 from pathlib import Path
 
 from pdlib.errors import InputError
-from pdlib.report_schema import SCHEMA
+from pdlib.report.schema import SCHEMA
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent  # pdlib/
 
 
 def claim_output(path) -> Path:
@@ -98,7 +98,7 @@ def sha256_file(path) -> str:
 
 def source_hashes(params_file=None) -> dict:
     """SHA-256 of every pdlib source (kernels included) and data file, and of the params file."""
-    files = sorted(p for p in PACKAGE_DIR.rglob("*") if p.is_file() and p.suffix in (".py", ".gz", ".txt", ".cu", ".metal"))
+    files = sorted(p for p in PACKAGE_DIR.rglob("*") if p.is_file() and p.suffix in (".py", ".gz", ".txt", ".cu", ".cuh", ".metal"))
     out = {str(p.relative_to(PACKAGE_DIR.parent)): sha256_file(p) for p in files}
     out["params_file"] = sha256_file(params_file) if params_file else None
     return out

@@ -1,7 +1,7 @@
 """The prefill worker (rank 1): B's prompt, whole or in chunks, on its own device; its K/V and first output go to the
 decode worker through a collective (transfer.py). Started by launch.PrefillWorker, never by hand:
 
-    python -m pdlib.disagg.worker --commands FD --replies FD --backend ring   # env: MLX_RANK=1, MLX_HOSTFILE
+    python -m pdlib.run.disagg.worker --commands FD --replies FD --backend ring   # env: MLX_RANK=1, MLX_HOSTFILE
 
 Side channel, one JSON object per line. Commands: {"cmd": "setup", model, prompt, capacity, chunk_size,
 lossless_decode_weights, logical_reset, mode} builds the engine for B's prompt (the weights are loaded once per
@@ -28,10 +28,10 @@ def _reply(out, **msg) -> None:
 def serve(commands, replies, *, backend: str) -> int:
     import mlx.core as mx
 
-    from pdlib.disagg import transfer
+    from pdlib.run.disagg import transfer
     from pdlib.engine import Engine
     from pdlib.engine.kernels import BACKEND
-    from pdlib.report import environment
+    from pdlib.report.io import environment
     from pdlib.weights import load_model
 
     _reply(replies, kind="hello")
@@ -90,7 +90,7 @@ def _die_with_parent() -> None:
 
 def main(argv=None) -> int:
     _die_with_parent()
-    p = argparse.ArgumentParser(prog="python -m pdlib.disagg.worker")
+    p = argparse.ArgumentParser(prog="python -m pdlib.run.disagg.worker")
     p.add_argument("--commands", type=int, required=True)
     p.add_argument("--replies", type=int, required=True)
     p.add_argument("--backend", required=True)

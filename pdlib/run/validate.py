@@ -16,11 +16,11 @@ from dataclasses import asdict, dataclass, field
 import mlx.core as mx
 
 from pdlib.engine import Engine
-from pdlib.executor import Hook, WorkResult, execute
-from pdlib.reference import Reference
+from pdlib.run.executor import Hook, WorkResult, execute
+from pdlib.run.reference import Reference
 from pdlib.scheduler import Prefill, Step
+from pdlib.tolerance import ATOL, RTOL, elementwise, tolerance_stats
 
-ATOL = RTOL = 1e-3
 DECODE_KV_BATCH = 16
 CHECKS = ("prefix_kv", "logits", "token", "decode_kv", "checkpoint_kv")
 
@@ -97,26 +97,6 @@ class ValidationResult:
         return d
 
 
-def _elementwise(x: mx.array, ref: mx.array) -> tuple[mx.array, mx.array, mx.array]:
-    """|x-ref|, its ratio to the tolerance atol + rtol|ref|, and whether it is out of tolerance, per element.
-    NaN anywhere is infinitely bad; a non-finite reference passes only where x equals it."""
-    err = mx.abs(x - ref)
-    err = mx.where(mx.isnan(err), mx.inf, err)
-    tol = ATOL + RTOL * mx.abs(ref)
-    finite = mx.isfinite(ref)
-    bad = mx.where(finite, err > tol, x != ref)
-    ratio = mx.where(finite, err / tol, mx.where(x == ref, 0.0, mx.inf))
-    return err, ratio, bad
-
-
-def tolerance_stats(x: mx.array, ref: mx.array) -> mx.array:
-    """Per leading index (layer): [max |x-ref|, max |x-ref| / (atol + rtol|ref|), count out of tolerance],
-    shape (3, n)."""
-    n = x.shape[0]
-    err, ratio, bad = _elementwise(x.reshape(n, -1), ref.reshape(n, -1))
-    return mx.stack([mx.max(err, axis=1), mx.max(ratio, axis=1), mx.sum(bad, axis=1).astype(mx.float32)])
-
-
 def _per_position(a: mx.array) -> mx.array:
     """(..., T, D) -> (everything else, T): one column per position along axis -2."""
     return a.swapaxes(-2, -1).reshape(-1, a.shape[-2])
@@ -126,14 +106,14 @@ def _first_bad_index(x: mx.array, ref: mx.array) -> int:
     """Index along the position axis (-2; 0 for 1-D logits) of the first value out of tolerance."""
     if x.ndim == 1:
         return 0
-    return int(mx.argmax(mx.any(_per_position(_elementwise(x, ref)[2]), axis=0)).item())
+    return int(mx.argmax(mx.any(_per_position(elementwise(x, ref)[2]), axis=0)).item())
 
 
 def _worst_index(x: mx.array, ref: mx.array) -> int:
     """Index along the position axis (-2; 0 for 1-D logits) of the worst ratio."""
     if x.ndim == 1:
         return 0
-    return int(mx.argmax(mx.max(_per_position(_elementwise(x, ref)[1]), axis=0)).item())
+    return int(mx.argmax(mx.max(_per_position(elementwise(x, ref)[1]), axis=0)).item())
 
 
 class _Checker:
@@ -263,7 +243,7 @@ def validate_policy(policy: str, *, engine: Engine, traces: dict[str, ReferenceT
                     on_step=None, pipeline: bool = False, poll: bool = False) -> ValidationResult:
     """Run `policy`'s plan `steps` through the executor (A's set-up prefill, B's reset at t0, then the
     policy's steps: exactly what a trial runs) and check each one. For `disagg`, `steps` is the live
-    mechanism itself (Experiment.walk), held to the plan per request (pdlib/disagg/remote.py says why)."""
+    mechanism itself (Experiment.walk), held to the plan per request (pdlib/run/disagg/remote.py says why)."""
     result = ValidationResult(policy)
     gate = Gate(engine, traces, result, checkpoint_every=checkpoint_every, on_step=on_step)
     execute(engine, steps, logical_reset=logical_reset, hooks=[gate], pipeline=pipeline, poll=poll)

@@ -1,0 +1,1 @@
+"""Publishing: notebooks executed by papermill into fresh run folders, and their offline HTML pages."""
