@@ -13,6 +13,7 @@ from pdlib.run.trial import check_tokens, run_once
 from pdlib.run.validate import ValidationError
 
 PROMPT, OUTPUTS, CHUNK = 40, 6, 16
+DELAY_NS = 150_000_000  # a host delay planted in the timing tests
 
 
 class _RoundBatches(Policy):  # registered only by the fixture (no `name` in the class body)
@@ -231,8 +232,9 @@ def test_a_report_says_what_the_prefill_ran_as():
 
 @pytest.mark.parametrize("pipeline", [False, True])
 def test_a_step_records_when_the_host_had_issued_it_and_began_waiting(tiny, monkeypatch, pipeline):
-    """t_start <= t_issued <= t_wait <= t_end in every step. A host slowed by 30 ms while building prompt steps
-    shows in their issue time, and a token that takes 30 ms to arrive in its step's wait, each nowhere else."""
+    """t_start <= t_issued <= t_wait <= t_end in every step. A host slowed by DELAY while building prompt steps
+    shows in their issue time, and a token that takes DELAY to arrive in its step's wait, each nowhere else.
+    DELAY is far above what a tiny model's step takes on a busy two-core machine, so the bounds do not race."""
     import time
     exp = experiment(tiny, ("chunked",))
     tokens = exp.validate()["chunked"].tokens
@@ -241,11 +243,11 @@ def test_a_step_records_when_the_host_had_issued_it_and_began_waiting(tiny, monk
     def slow_host(engine, step, *between):
         out = real_issue(engine, step, *between)
         if any(isinstance(w, Prefill) for w in step.work):
-            time.sleep(0.03)
+            time.sleep(DELAY_NS / 1e9)
         return out
 
     def slow_token(token):
-        time.sleep(0.03)
+        time.sleep(DELAY_NS / 1e9)
         return real_check(token)
 
     monkeypatch.setattr(pdlib.run.executor, "_issue", slow_host)
@@ -257,11 +259,10 @@ def test_a_step_records_when_the_host_had_issued_it_and_began_waiting(tiny, monk
     chunks = [e for e in timed if e["kind"] == "prefill" and e["stop"] < PROMPT]  # B's last chunk yields a token
     decodes = [e for e in timed if e["kind"] == "decode"]
     assert len(chunks) == math.ceil(PROMPT / CHUNK) - 1 and decodes
-    ms30 = 30_000_000
-    assert all(e["t_issued_ns"] - e["t_start_ns"] >= ms30 > e["t_end_ns"] - e["t_wait_ns"] for e in chunks)
-    assert all(e["t_issued_ns"] - e["t_start_ns"] < ms30 <= e["t_end_ns"] - e["t_wait_ns"] for e in decodes)
-    # the host slept through its 30 ms: not on the CPU
-    assert all(0 <= e["cpu_issue_ns"] < ms30 for e in chunks)
+    assert all(e["t_issued_ns"] - e["t_start_ns"] >= DELAY_NS > e["t_end_ns"] - e["t_wait_ns"] for e in chunks)
+    assert all(e["t_issued_ns"] - e["t_start_ns"] < DELAY_NS <= e["t_end_ns"] - e["t_wait_ns"] for e in decodes)
+    # the host slept through its delay: not on the CPU
+    assert all(0 <= e["cpu_issue_ns"] < DELAY_NS for e in chunks)
 
 
 def _burn(ns: int) -> None:
@@ -274,23 +275,22 @@ def _burn(ns: int) -> None:
 
 @pytest.mark.parametrize("pipeline", [False, True])
 def test_a_steps_cpu_time_is_the_host_threads_own(tiny, monkeypatch, pipeline):
-    """cpu_issue_ns: the host thread's CPU time while it issued the step. A host that computes for 30 ms of its
-    own CPU time while building each prompt step shows it there; one that sleeps 30 ms (as it does while MLX
-    holds it for the device) does not, nor one that waits 30 ms for another thread's computing (the process's
+    """cpu_issue_ns: the host thread's CPU time while it issued the step. A host that computes for DELAY of its
+    own CPU time while building each prompt step shows it there; one that sleeps DELAY (as it does while MLX
+    holds it for the device) does not, nor one that waits DELAY for another thread's computing (the process's
     CPU time would count that); all three show in the issue span."""
     import threading
     import time
     exp = experiment(tiny, ("chunked",))
     exp.validate()
     real_issue = pdlib.run.executor._issue
-    ms30 = 30_000_000
 
     def other_thread_burns():
-        worker = threading.Thread(target=_burn, args=(ms30,))
+        worker = threading.Thread(target=_burn, args=(DELAY_NS,))
         worker.start()
         worker.join()
 
-    hosts = {"burns": lambda: _burn(ms30), "sleeps": lambda: time.sleep(0.03), "waits": other_thread_burns}
+    hosts = {"burns": lambda: _burn(DELAY_NS), "sleeps": lambda: time.sleep(DELAY_NS / 1e9), "waits": other_thread_burns}
 
     def host(delay):
         def issue(engine, step, *between):
@@ -305,9 +305,9 @@ def test_a_steps_cpu_time_is_the_host_threads_own(tiny, monkeypatch, pipeline):
         monkeypatch.setattr(pdlib.run.executor, "_issue", host(delay))
         run = run_once(exp.engine, "chunked", steps=exp.walk("chunked"), logical_reset=True, pipeline=pipeline)
         chunks = [e for e in run.events if e["kind"] == "prefill"]
-        assert all(e["t_issued_ns"] - e["t_start_ns"] >= ms30 for e in chunks)
+        assert all(e["t_issued_ns"] - e["t_start_ns"] >= DELAY_NS for e in chunks)
         cpu[name] = [e["cpu_issue_ns"] for e in chunks]
         assert all(0 <= e["cpu_issue_ns"] <= e["t_issued_ns"] - e["t_start_ns"] for e in run.events
                    if e["kind"] != "reset")
-    assert all(c >= ms30 for c in cpu["burns"])
-    assert all(c < ms30 for c in cpu["sleeps"]) and all(c < ms30 for c in cpu["waits"])
+    assert all(c >= DELAY_NS for c in cpu["burns"])
+    assert all(c < DELAY_NS for c in cpu["sleeps"]) and all(c < DELAY_NS for c in cpu["waits"])
