@@ -4,7 +4,6 @@
     cfg = preset("qwen3-0.6b")          # or "tiny" for fast CPU tests
 """
 
-import os
 from dataclasses import asdict, dataclass, fields
 
 from pdlib.errors import InputError, check_int
@@ -208,17 +207,3 @@ class RunParams:
             raise InputError(f"params file {str(path)!r} has unknown key(s) {', '.join(unknown)}; "
                              f"accepted: {', '.join(sorted(known))}")
         return cls(**{**data, **overrides})
-
-
-
-DECODE_MODES = ("kernels", "persistent")
-
-
-def decode_mode(mode: str | None = None) -> str | None:
-    """The decode path asked for: "kernels" (six kernels per layer, compiled into one graph) or "persistent"
-    (one launch per token: engine/kernels/persistent_decode.py); None reads PDLIB_DECODE, and None when that is
-    unset too: the engine then takes persistent where it runs (CUDA) and kernels elsewhere."""
-    mode = mode or os.environ.get("PDLIB_DECODE") or None
-    if mode is not None and mode not in DECODE_MODES:
-        raise InputError(f"PDLIB_DECODE={mode!r}: expected one of {', '.join(DECODE_MODES)}")
-    return mode

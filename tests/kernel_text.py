@@ -16,6 +16,7 @@ class Kernel:
     inputs: list        # (name, dtype code) in the order the wrapper passes them to MLX
     outputs: list
     instances: list     # template values of realistic launches
+    header: str = ""    # file-scope text the body calls into (its `header=` beyond the prelude)
 
 
 CUDA_TYPES = {"f32": "float", "bf16": "__nv_bfloat16", "i32": "int32_t", "u32": "uint32_t",

@@ -59,7 +59,8 @@ def test_disagg_passes_the_gate_and_a_trial_records_the_transfer(tiny, monkeypat
     assert w["decode"]["pid"] == os.getpid() and w["prefill"]["pid"] != os.getpid()
 
 
-@pytest.mark.parametrize("setting, chunk", [(None, PROMPT), ("whole", PROMPT), ("16", 16), ("1000", PROMPT)])
+@pytest.mark.parametrize("setting, chunk", [(None, PROMPT), ("", PROMPT), ("whole", PROMPT), ("16", 16),
+                                            ("1000", PROMPT)])
 def test_the_prefill_worker_takes_b_whole_unless_told_a_chunk(tiny, monkeypatch, setting, chunk):
     if setting is None:
         monkeypatch.delenv("PDLIB_DISAGG_PREFILL_CHUNK", raising=False)
@@ -70,12 +71,12 @@ def test_the_prefill_worker_takes_b_whole_unless_told_a_chunk(tiny, monkeypatch,
     assert exp.workers()["prefill_chunk"] == chunk
 
 
-@pytest.mark.parametrize("setting", ["0", "-3", "half", ""])
+@pytest.mark.parametrize("setting", ["0", "-3", "half", "2.5"])
 def test_a_bad_prefill_chunk_is_one_clear_error(tiny, monkeypatch, setting):
     from pdlib.run.disagg.remote import prefill_chunk
     from pdlib.errors import InputError
     monkeypatch.setenv("PDLIB_DISAGG_PREFILL_CHUNK", setting)
-    with pytest.raises(InputError, match=f"PDLIB_DISAGG_PREFILL_CHUNK={setting!r}; expected 'whole' or a number"):
+    with pytest.raises(InputError, match=f"PDLIB_DISAGG_PREFILL_CHUNK must be whole or a whole number >= 1, got {setting!r}"):
         prefill_chunk(RunParams(model="synthetic:tiny", prompt_tokens=PROMPT))
 
 

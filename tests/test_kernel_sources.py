@@ -1,7 +1,8 @@
 """Each kernel body is written once, on backend.PRELUDE. The CUDA kernels are validated on an H200, so the CUDA
 text they compile to must stay that text: after the C preprocessor it is token for token the CUDA bodies frozen
-in tests/data/kernels_cuda_v8, and nvcc turns both into the same PTX (kv_install joined them when check-kernels
-first passed it on the H200, tree 6f3f2bd). No Metal compiler runs here: the Metal text is type-checked
+in tests/data/kernels_cuda_frozen (a body's device functions in its .cuh there), and nvcc turns both into the
+same PTX. The bodies live in pdlib/engine/kernels/*.cu, read with a #line directive that the preprocessor drops.
+No Metal compiler runs here: the Metal text is type-checked
 against a few lines of plain-C++ stand-ins for Metal, with exactly the attributes MLX would declare for it
 (those named in the body)."""
 
@@ -44,7 +45,7 @@ KERNELS = [
            [("part_m", "f32"), ("part_l", "f32"), ("part_o", "f32"), ("written", "u32")],
            [dict(HQ=16, HKV=8, DH=128, CAP=cap, NC=-(-cap // _A.CHUNK), CHUNK=_A.CHUNK, THREADS=_A.THREADS,
                  GROUP=_A.GROUP, EPS_BITS=float_bits(1e-6), SCALE_BITS=float_bits(128 ** -0.5))
-            for cap in (640, 5120 + 128)]),
+            for cap in (640, 5120 + 128)], header=_A.QK_NORM_ROPE),
     Kernel("decode_attention_reduce", _A.REDUCE,
            [("part_m", "f32"), ("part_l", "f32"), ("part_o", "f32"), ("pos", "i32")], [("o", "f32")],
            [dict(NC=41, DH=128, CHUNK=_A.CHUNK)]),
@@ -71,7 +72,13 @@ def preprocessed_tokens(text: str) -> list[str]:
 
 
 def frozen(kernel: Kernel, backend: str) -> str:
-    return (DATA / f"kernels_{backend}_v8" / f"{kernel.name}.{'cu' if backend == 'cuda' else 'metal'}").read_text()
+    return (DATA / f"kernels_{backend}_frozen" / f"{kernel.name}.{'cu' if backend == 'cuda' else 'metal'}").read_text()
+
+
+def frozen_header(kernel: Kernel) -> str:
+    """The frozen CUDA of the device functions a body calls (its header beyond the prelude), or nothing."""
+    path = DATA / "kernels_cuda_frozen" / f"{kernel.name}.cuh"
+    return path.read_text() if path.exists() else ""
 
 
 needs_cpp = pytest.mark.skipif(shutil.which("cpp") is None, reason="no C preprocessor (cpp)")
@@ -89,7 +96,8 @@ def test_a_kernel_gets_one_body_and_its_backends_prelude(monkeypatch, backend, b
 @needs_cpp
 @pytest.mark.parametrize("kernel", KERNELS, ids=IDS)
 def test_cuda_text_is_the_validated_cuda(kernel):
-    assert preprocessed_tokens(PRELUDE["cuda"] + kernel.source) == preprocessed_tokens(frozen(kernel, "cuda"))
+    assert (preprocessed_tokens(PRELUDE["cuda"] + kernel.header + kernel.source)
+            == preprocessed_tokens(frozen_header(kernel) + frozen(kernel, "cuda")))
 
 
 @needs_cpp
@@ -109,8 +117,8 @@ METAL_ONLY = set(METAL_ATTRIBUTES) | {"threadgroup", "device", "threadgroup_barr
 @needs_cpp
 @pytest.mark.parametrize("kernel", KERNELS, ids=IDS)
 def test_each_backend_sees_only_its_own_vocabulary(kernel):
-    cuda = set(preprocessed_tokens(PRELUDE["cuda"] + kernel.source))
-    metal = set(preprocessed_tokens(PRELUDE["metal"] + kernel.source))
+    cuda = set(preprocessed_tokens(PRELUDE["cuda"] + kernel.header + kernel.source))
+    metal = set(preprocessed_tokens(PRELUDE["metal"] + kernel.header + kernel.source))
     assert not cuda & METAL_ONLY and not metal & CUDA_ONLY
     assert not {t for t in cuda | metal if t.startswith("PD_")}   # every prelude macro expanded
 
@@ -128,8 +136,8 @@ def _ptx(tmp_path: Path, name: str, text: str) -> str:
 def test_cuda_compiles_to_the_validated_ptx(tmp_path):
     """Compile-only (no GPU needed), for the H200's sm_90a, every kernel in one file: the single source and
     the frozen bodies give the same PTX, so `_Pragma("unroll")` for `#pragma unroll` changed no code either."""
-    new = PRELUDE["cuda"] + "".join(wrapped(k, "cuda", k.source) for k in KERNELS)
-    old = "".join(wrapped(k, "cuda", frozen(k, "cuda")) for k in KERNELS)
+    new = PRELUDE["cuda"] + "".join(k.header for k in KERNELS) + "".join(wrapped(k, "cuda", k.source) for k in KERNELS)
+    old = "".join(frozen_header(k) for k in KERNELS) + "".join(wrapped(k, "cuda", frozen(k, "cuda")) for k in KERNELS)
     new_ptx, old_ptx = _ptx(tmp_path, "single_source", new), _ptx(tmp_path, "frozen", old)
     assert new_ptx.count(".entry") == sum(len(k.instances) for k in KERNELS)
     assert new_ptx == old_ptx
@@ -174,7 +182,8 @@ using std::fmax; using std::min;
 def test_metal_text_type_checks_against_standins(tmp_path):
     """Catches a name the Metal expansion lacks (an attribute MLX would not declare, a missing function), a
     wrong argument count or a bad cast; the stand-ins model address spaces away, so not those."""
-    text = METAL_STANDINS + PRELUDE["metal"] + "".join(wrapped(k, "metal", k.source) for k in KERNELS)
+    text = (METAL_STANDINS + PRELUDE["metal"] + "".join(k.header for k in KERNELS)
+            + "".join(wrapped(k, "metal", k.source) for k in KERNELS))
     src = tmp_path / "metal_standins.cpp"
     src.write_text(text)
     run = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-Wno-unused", str(src)], capture_output=True,

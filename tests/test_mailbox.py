@@ -17,8 +17,7 @@ import pytest
 
 from pdlib.tools.bench import bench_step
 from pdlib.config import RunParams
-from pdlib.engine import Engine
-from pdlib.engine import kernels as K
+from pdlib.engine import Engine, kernels as K
 from pdlib.engine.kernels import mailbox as M
 from pdlib.engine.kernels import persistent_decode as P
 from pdlib.errors import InputError

@@ -80,7 +80,7 @@ def test_a_wrong_token_in_the_second_streams_prefill_is_caught_by_prefix_kv(tiny
 
 
 def test_a_prefill_that_never_finishes_is_an_error_not_a_hang(tiny, monkeypatch):
-    monkeypatch.setattr(overlap, "PREFILL_TIMEOUT_S", 0.2)
+    monkeypatch.setenv("PDLIB_OVERLAP_TIMEOUT_S", "0.2")
     monkeypatch.setattr(overlap.StreamPrefill, "_wait", lambda self: None)  # the waiter never says done
     exp = experiment(tiny, policies=("overlap",))
     with pytest.raises(RuntimeError, match="did not finish within 0 s"):

@@ -11,11 +11,12 @@ import mlx.core as mx
 import pytest
 
 from kernel_text import NVRTC, STANDINS, Kernel, compile_sm90, wrapped
-from pdlib.config import decode_mode, preset
+from pdlib.config import preset
 from pdlib.engine import Engine, check_token
 from pdlib.engine import kernels as K
 from pdlib.engine.kernels import persistent_decode as P
 from pdlib.engine.model import Qwen3
+from pdlib.settings import decode_mode
 from pdlib.errors import InputError
 from pdlib.weights import load_model
 
@@ -93,7 +94,7 @@ def test_the_decode_switch(monkeypatch, tiny):
     # unset: persistent where it runs (CUDA, head_dim 128), the per-operation kernels elsewhere
     assert Engine(tiny, capacity=16).model.decode_mode == "kernels"
     monkeypatch.setenv("PDLIB_DECODE", "fast")
-    with pytest.raises(InputError, match="PDLIB_DECODE='fast'.*kernels, persistent"):
+    with pytest.raises(InputError, match="PDLIB_DECODE must be kernels or persistent, got 'fast'"):
         decode_mode()
     monkeypatch.setenv("PDLIB_DECODE", "persistent")
     if K.BACKEND != "cuda":  # the tiny model's head_dim is not 128 either
@@ -104,7 +105,9 @@ def test_the_decode_switch(monkeypatch, tiny):
 def test_the_report_records_the_decode_path(monkeypatch):
     from pdlib.report.io import build_report, environment
     monkeypatch.setenv("PDLIB_DECODE", "kernels")
-    assert environment("cpu")["PDLIB_DECODE"] == "kernels"
+    monkeypatch.delenv("PDLIB_PREFILL_GEMM", raising=False)
+    recorded = environment("cpu")["settings"]   # every engine switch, set or not
+    assert recorded["PDLIB_DECODE"] == "kernels" and recorded["PDLIB_PREFILL_GEMM"] == "bf16x3"
     kw = dict(params={}, model={}, prompts={}, backend="cpu", validation={}, reference_tokens={}, trials=[])
     assert build_report(**kw, settings={"decode": "persistent"})["environment"]["decode"] == "persistent"
     assert "decode" not in build_report(**kw)["environment"]
@@ -219,7 +222,7 @@ def test_the_fold_switch(monkeypatch):
     monkeypatch.setenv(P.FOLD_ENV, "1")
     assert P.folded() and not P.folded(False)
     monkeypatch.setenv(P.FOLD_ENV, "yes")
-    with pytest.raises(InputError, match="PDLIB_PERSISTENT_FOLD='yes': expected 0 or 1"):
+    with pytest.raises(InputError, match="PDLIB_PERSISTENT_FOLD must be 0 or 1, got 'yes'"):
         P.folded()
     assert P.barriers_per_layer(True) == P.barriers_per_layer(False) - 1 == 4
 

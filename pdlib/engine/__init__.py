@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
+from pdlib import settings
 from pdlib.engine.cache import KVCache
-from pdlib.engine.kernels.backend import env_choice
 from pdlib.engine.kernels.mailbox import TokenMailbox
 from pdlib.engine.kernels.persistent_decode import ERROR_TOKEN, check_token
 from pdlib.engine.model import Qwen3, Segment, drain
@@ -71,17 +71,16 @@ class Request:
 
 
 # PDLIB_STEP_DISPATCH: how a step with a prompt chunk reaches the device. `layers` (the default) starts each
-# layer as soon as it is built (as prefill_stages does), so the device need not wait for the host's ~2 ms of
-# building a 28-layer step; `step` builds every layer's graph, then starts it. The same arithmetic either way
-# (notes/gpu.md, v28: a 4K chunk step 7.3 ms against 8.8 on an H200).
-DISPATCH_ENV, DISPATCH_CHOICES = "PDLIB_STEP_DISPATCH", ("layers", "step")
+# layer as soon as it is built (as prefill_stages does), so the device need not wait for the host to build a
+# 28-layer step; `step` builds every layer's graph, then starts it. The same arithmetic either way.
+DISPATCH_ENV = "PDLIB_STEP_DISPATCH"
 
 
 class Engine:
     def __init__(self, model: LoadedModel, *, capacity: int, lossless_decode_weights: bool = True,
                  prune_final_layer: bool = True, compile_steps: bool = True, decode: str | None = None,
                  token_read: str | None = None):
-        self.dispatch = env_choice(DISPATCH_ENV, DISPATCH_CHOICES)   # a bad value is refused here
+        self.dispatch = settings.get(DISPATCH_ENV)   # a bad value is refused here
         self.model = Qwen3(model, lossless_decode_weights=lossless_decode_weights, compile_steps=compile_steps,
                            decode=decode, token_read=token_read)
         self.capacity = capacity
@@ -110,8 +109,8 @@ class Engine:
     def batch(self, parts: list[tuple[str, int | None]], *, between=None) -> list[Output | None]:
         """One engine step over several requests: (name, n) prefills the next n prompt tokens, (name, None)
         decodes one token; at most one part per request. With a prompt chunk, the rows share the weight reads
-        (Qwen3.step). Decodes alone run on the decode path instead (on the H200 a 2-row ragged step took 17-31 ms
-        against ~2.8 ms per decode, notes/gpu.md): two of them in one persistent launch where the model pairs
+        (Qwen3.step). Decodes alone run on the decode path instead (a ragged step of decode rows is far slower
+        than the decode kernels): two of them in one persistent launch where the model pairs
         decodes (Qwen3.pairs), else back to back. Returns each part's
         output: a decode's, or the first output of the chunk that finishes a prompt. `between()` is called
         after each layer of a step with a prompt chunk is started (layer dispatch; never with PDLIB_STEP_DISPATCH
@@ -149,7 +148,7 @@ class Engine:
         """prefill_chunk(name, n) one layer at a time: each next() builds one more layer, starts it on the
         device and yields its arrays (evaluating them waits for that layer); the generator returns the Output
         (or None). A long prompt dispatched as one graph holds the host while MLX keeps at most 10 command
-        buffers in flight (notes/gpu.md, v8); a layer at a time, it does not, and other work (A's decodes,
+        buffers in flight; a layer at a time, it does not, and other work (A's decodes,
         overlap) can be issued between the layers."""
         return (yield from self._layer_by_layer([self.requests[name]], [self._segment(name, n)]))[0]
 

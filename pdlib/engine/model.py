@@ -12,17 +12,17 @@ from functools import partial
 
 import mlx.core as mx
 
-from pdlib.config import decode_mode
 from pdlib.engine import kernels as K
+from pdlib import settings
 from pdlib.engine.cache import KVCache
 from pdlib.engine.kernels import persistent_decode as persistent
-from pdlib.engine.kernels.backend import env_choice
+from pdlib.settings import decode_mode
 from pdlib.errors import InputError
 from pdlib.weights import LoadedModel, layer_names, pack_bf16
 
 # PDLIB_PAIR_DECODE: `pair` decodes two requests' tokens of one step in one persistent launch (each weight read
 # once for both, the grid barriers paid once); `each` launches one per request, one after the other
-PAIR_ENV, PAIR_CHOICES = "PDLIB_PAIR_DECODE", ("pair", "each")
+PAIR_ENV = "PDLIB_PAIR_DECODE"
 
 
 @dataclass
@@ -109,7 +109,7 @@ class Qwen3:
         self._boxes = weakref.WeakKeyDictionary()
         # two requests' decodes in one step (a Batch of decodes, as mixed's rounds after B's first token): one
         # persistent launch for both where it fits (PDLIB_PAIR_DECODE=pair, the default there), else one each
-        asked = env_choice(PAIR_ENV, PAIR_CHOICES)   # a bad value is refused here
+        asked = settings.get(PAIR_ENV)   # a bad value is refused here
         self.pairs = (asked == "pair" and self.decode_mode == "persistent"
                       and persistent.available(cfg, packed=lossless_decode_weights, requests=2))
         self._pair_syncs = weakref.WeakKeyDictionary()   # first cache -> {second cache: the pair's sync buffer}
@@ -120,8 +120,7 @@ class Qwen3:
                                  f"shared memory; here: backend {K.BACKEND}, head_dim {cfg.head_dim}, packed "
                                  f"{lossless_decode_weights}, {persistent.shared_bytes(cfg)} bytes "
                                  f"(PDLIB_DECODE=kernels runs everywhere)")
-            # One launch per token: nothing to compile (under mx.compile the host's time per token on the H200
-            # did not change: notes/persistent-decode.md)
+            # One launch per token: nothing to compile (mx.compile did not shorten the host's time per token)
             self.decode_weights = self.stacked_decode_weights()
             mx.eval(self.decode_weights)
             self.share_decode_weights()
@@ -188,7 +187,7 @@ class Qwen3:
     # segment where it runs (kernels/flash_prefill.py: CUDA), reading the cache in place; elsewhere MLX's ops
     # read a cache prefix that grows every chunk, and since nothing in `attention_rows` depends on its length,
     # it is compiled shapeless, once per query row count. On a GPU the host spends microseconds on each node
-    # of a step's graph (~8 on average; notes/gpu.md, v8, v9): compiled pieces fuse elementwise work and skip
+    # of a step's graph: compiled pieces fuse elementwise work and skip
     # Python, the weights' transposes are made once at load, each RMSNorm is MLX's fused one (one node, where
     # the ops' square, mean and scale are four), and so is RoPE in a step of one request (mx.fast.rope, the
     # reference's own: its positions run on from the step's first); a ragged step's rows are at scattered
@@ -252,8 +251,7 @@ class Qwen3:
 
         A segment of one row (a decode beside a prompt chunk) attends as a decode step does: its raw q|k|v row
         goes to decode_attention, which norms it, rotates it, stores its K/V and attends split over the keys.
-        The flash kernel would pad that row to a block of query rows: on the H200 28 such launches at 4K took
-        ~2 ms, a fifth of a chunk step (notes/gpu.md, v27).
+        The flash kernel would pad that row to a block of query rows, a large share of a chunk step.
 
         Final-layer pruning: the last layer's output only matters for emitting rows, so the rows of a chunk
         that does not finish its prompt stop after storing their K/V there."""

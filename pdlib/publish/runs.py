@@ -2,20 +2,26 @@
 
     runs.repo_path("params/smoke-cpu.yaml")     # absolute, whatever the kernel's working directory
     runs.fresh_dir(runs.LOCAL / "run")          # outputs/local/run, or run-2, run-3, ... (made here)
-    report = runs.load_or_run(params, output=out / "report.json")
+    report = runs.load_or_run(params, output=out / runs.REPORT)
 
 Runs nobody asked to keep go to outputs/local/ (git-ignored); the committed folders under outputs/ are
 written only on purpose, with an explicit folder (`python -m pdlib notebooks --report R --out outputs/X`).
+A run folder holds its report as report.json.gz: a run folder is what gets published, and compressed the
+report is a fifth of its size (`run --output PATH` writes the plain JSON the user names).
 """
 
 import os
 from pathlib import Path
 
+from pdlib import settings
 from pdlib.errors import InputError
+from pdlib.report.io import report_file
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
-LOCAL = Path(os.environ.get("PDLIB_LOCAL_OUTPUTS") or ROOT / "outputs" / "local")  # tests: a temp folder
-DEFAULT_REPORT = ROOT / "outputs" / "smoke-cpu" / "report.json"  # committed: what 02/03 show before any run
+LOCAL = Path(settings.get("PDLIB_LOCAL_OUTPUTS") or ROOT / "outputs" / "local")  # tests: a temp folder
+REPORT = "report.json.gz"  # a run folder's report (io.write_report compresses by the suffix)
+# committed: what 02/03 show before any run (report_file: the plain report.json of a folder not yet republished)
+DEFAULT_REPORT = report_file(ROOT / "outputs" / "smoke-cpu" / REPORT)
 
 
 def repo_path(path) -> Path:
@@ -54,8 +60,8 @@ def fresh_dir(base) -> Path:
 
 
 def latest_report() -> Path:
-    """The newest outputs/local/*/report.json (the run 01 just made), else the committed smoke report."""
-    found = sorted(LOCAL.glob("*/report.json"), key=lambda p: p.stat().st_mtime)
+    """The newest outputs/local/*/report.json[.gz] (the run 01 just made), else the committed smoke report."""
+    found = sorted([*LOCAL.glob(f"*/{REPORT}"), *LOCAL.glob("*/report.json")], key=lambda p: p.stat().st_mtime)
     return found[-1] if found else DEFAULT_REPORT
 
 
@@ -104,9 +110,10 @@ def load_or_run(params, *, output, report_source=None, params_file=None, quiet: 
     """01's one call. Without `report_source`: the experiment (gate, warmups, trials) with `params`, the
     report written to `output`. With it: nothing runs; the report is checked (a note lists where its params
     differ from `params`), copied to `output` byte for byte (unless it is that file), and the lines a run
-    prints are printed from it."""
+    prints are printed from it. The copy is compressed when `output` ends in .gz (the JSON inside is the
+    source's byte for byte)."""
     from pdlib.analysis import present
-    from pdlib.report.io import copy_file
+    from pdlib.report.io import copy_report
     output = Path(output)
     if report_source is None:
         from pdlib.run.runner import run_experiment  # the engine: only when something runs
@@ -119,7 +126,7 @@ def load_or_run(params, *, output, report_source=None, params_file=None, quiet: 
     if differ:
         log(f"note: the report ran with other parameters than the notebook's; its own are shown: {', '.join(differ)}")
     if not (output.exists() and output.samefile(source)):
-        copy_file(source, output)
+        copy_report(source, output)
     log(f"report {source} (created {report['created_utc']}) loaded as it is: no trials run here")
     log(present.run_line(report))
     log(present.validation_table(report))

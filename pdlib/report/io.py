@@ -4,17 +4,22 @@ atomic and never over an existing file.
     path = claim_output(args.output)          # refuses before any work if the path exists or can't be made
     write_report(path, build_report(...))     # temp file + link: an interrupted run leaves nothing
     write_new("out/summary.md", text)         # the same never-overwrite writer for every other output
+    write_report("out/report.json.gz", report)  # a name ending .gz is written gzip-compressed (deterministic)
+    report = json.loads(read_text("out/report.json.gz"))   # .json or .json.gz alike (gzip's magic bytes)
 """
 
 import datetime
+import gzip
 import hashlib
 import json
 import os
 import platform
 import subprocess
 import tempfile
+import zlib
 from pathlib import Path
 
+from pdlib import settings
 from pdlib.errors import InputError
 from pdlib.report.schema import SCHEMA
 
@@ -77,8 +82,21 @@ def write_new(path, data=None, *, write=None, what: str = "file") -> Path:
     return path
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def gzip_bytes(data: bytes) -> bytes:
+    """gzip with mtime 0 and no file name: the same bytes in give the same file out."""
+    return gzip.compress(data, compresslevel=9, mtime=0)
+
+
 def write_report(path, report: dict) -> Path:
-    """The report as compact JSON, through write_new (atomic, never over an existing file)."""
+    """The report as compact JSON, through write_new (atomic, never over an existing file); gzip-compressed
+    when `path` ends in .gz."""
+    path = Path(path)
+    if path.suffix == ".gz":
+        return write_new(path, gzip_bytes(json.dumps(report, separators=(",", ":")).encode()), what="report")
+
     def dump(tmp):
         with open(tmp, "w") as f:
             json.dump(report, f, separators=(",", ":"))
@@ -87,9 +105,50 @@ def write_report(path, report: dict) -> Path:
     return write_new(path, write=dump, what="report")
 
 
+def read_bytes(path, *, what: str = "file") -> bytes:
+    """A file's content, gunzipped when it is gzip (by its magic bytes, whatever its name). InputError, one
+    line naming the file, when it cannot be read or is a damaged gzip."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read {what} ({e.strerror or e})") from None
+    if data[:2] != GZIP_MAGIC:
+        return data
+    try:
+        return gzip.decompress(data)
+    except (OSError, EOFError, zlib.error) as e:
+        raise InputError(f"{path}: cannot read {what}: a damaged gzip file (truncated?): {e}") from None
+
+
+def read_text(path, *, what: str = "file") -> str:
+    """read_bytes as UTF-8 text; InputError (one line) when it is not."""
+    try:
+        return read_bytes(path, what=what).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: cannot read {what} (not UTF-8: {e.reason} at byte {e.start})") from None
+
+
+def report_file(path) -> Path:
+    """`path`, or its compressed twin `path.gz` when only that exists (and `path` without .gz when only that
+    does): a published folder holds report.json.gz where a run's holds report.json."""
+    path = Path(path)
+    twin = path.with_name(path.name[:-3]) if path.name.endswith(".gz") else path.with_name(path.name + ".gz")
+    return twin if not path.exists() and twin.exists() else path
+
+
 def copy_file(source, dest) -> Path:
     """Byte-for-byte copy of `source` to `dest`, through write_new."""
     return write_new(dest, Path(source).read_bytes(), what="copy")
+
+
+def copy_report(source, dest) -> Path:
+    """`source` (.json or .json.gz) to `dest`, compressed when `dest` ends in .gz, else plain: the JSON text
+    is the source's byte for byte either way. Through write_new."""
+    data, dest = Path(source).read_bytes(), Path(dest)
+    if (data[:2] == GZIP_MAGIC) != (dest.suffix == ".gz"):
+        data = gzip_bytes(data) if dest.suffix == ".gz" else read_bytes(source)
+    return write_new(dest, data, what="report")
 
 
 def sha256_file(path) -> str:
@@ -133,16 +192,13 @@ def environment(backend: str) -> dict:
             "platform": platform.platform(), "machine": platform.machine(), "git_commit": git_commit(),
             "MLX_ENABLE_TF32": os.environ.get("MLX_ENABLE_TF32"),
             **{k: os.environ[k] for k in RECORDED_ENV if k in os.environ},
-            "cpu_cores": _cores()}
+            "settings": settings.current(settings.ENGINE), "cpu_cores": _cores()}
 
 
 # Recorded when set (absent: the default). MLX's CUDA graph commit size and use decide how long dispatching
-# a big graph holds the host (notes/gpu.md, v8); the GPU a process was given (and its cores, `_cores`) say
-# which of a shared host's runs side by side this was.
-RECORDED_ENV = ("MLX_MAX_OPS_PER_BUFFER", "MLX_MAX_MB_PER_BUFFER", "MLX_USE_CUDA_GRAPHS", "CUDA_VISIBLE_DEVICES",
-                "PDLIB_DECODE", "PDLIB_PERSISTENT_FOLD", "PDLIB_PERSISTENT_BLOCKS", "PDLIB_PREFILL_GEMM",
-                "PDLIB_PREFILL_GEMM_SUM", "PDLIB_PREFILL_QK", "PDLIB_PREFILL_ATTENTION", "PDLIB_STEP_DISPATCH",
-                "PDLIB_TOKEN_READ")
+# a big graph holds the host; the GPU a process was given (and its cores, `_cores`) say which of a shared
+# host's runs side by side this was. The engine's PDLIB_* switches are recorded under "settings", always.
+RECORDED_ENV = ("MLX_MAX_OPS_PER_BUFFER", "MLX_MAX_MB_PER_BUFFER", "MLX_USE_CUDA_GRAPHS", "CUDA_VISIBLE_DEVICES")
 
 
 def _cores() -> str:

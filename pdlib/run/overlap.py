@@ -26,11 +26,10 @@ import threading
 
 import mlx.core as mx
 
+from pdlib import settings
 from pdlib.run.executor import RemoteSteps, now
 from pdlib.scheduler import Overlap, Step, interleave, iter_plan
 
-# B's prefill, from t0 to its results on the host: generous, a hang becomes an error rather than a stuck run
-PREFILL_TIMEOUT_S = float(os.environ.get("PDLIB_OVERLAP_TIMEOUT_S", 600.0))
 
 _streams: dict[str, mx.Stream] = {}
 LAYER, LAST = "layer", "last"  # what the waiter is handed: one of B's layers, or the prefill's results
@@ -125,8 +124,10 @@ class StreamPrefill:
         t_start = now()
         while self._stages is not None:  # A ran out of steps first: the rest of B's layers now
             self.advance(force=True)
-        if not self._done.wait(PREFILL_TIMEOUT_S):
-            raise RuntimeError(f"B's prefill on the second stream did not finish within {PREFILL_TIMEOUT_S:.0f} s")
+        # B's prefill, t0 to its results on the host: a generous bound, so a hang becomes an error, not a stuck run
+        timeout_s = settings.get("PDLIB_OVERLAP_TIMEOUT_S")
+        if not self._done.wait(timeout_s):
+            raise RuntimeError(f"B's prefill on the second stream did not finish within {timeout_s:.0f} s")
         self._waiter.join()
         if self._error is not None:
             raise RuntimeError(f"B's prefill on the second stream failed: {self._error}") from self._error

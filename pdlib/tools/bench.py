@@ -21,9 +21,9 @@ import mlx.core as mx
 from mlx_lm.models.cache import KVCache as LmCache
 
 from pdlib.report.bench import SCHEMA
-from pdlib.config import decode_mode
 from pdlib.engine import Engine, Output, check_token
 from pdlib.engine.kernels import BACKEND, persistent_decode
+from pdlib.settings import decode_mode
 from pdlib.run.reference import Reference
 from pdlib.report.io import environment
 from pdlib.tools.timing import ms_since, prefills

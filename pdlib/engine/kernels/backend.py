@@ -1,4 +1,14 @@
-"""Which backend runs, and the one place kernels are built: once, at import, for that backend only.
+"""Which backend runs, where kernel text is read, and the one place kernels are built: once, at import, for that
+backend only.
+
+Kernel text lives in files beside its launcher (package data), read once by `source(name)`:
+    name.cu     a kernel body (what MLX wraps in the function's signature): CUDA-only, or single-source where it
+                spells every difference with the PD_* macros below (kernel_or_none(source=...) builds it for
+                CUDA or Metal); the bodies of gemv, decode_attention_*, kv_store, kv_install, qk_rope and
+                rope_inv_freq are single-source
+    name.cuh    file-scope device functions a body calls, passed as `header=`; qk_norm_rope.cuh is
+                single-source too (decode_attention's Metal twin and the persistent kernel share it)
+    prelude.cuh, prelude.metal   PRELUDE[backend], the macros below
 
 Each kernel body is written once. PRELUDE[backend], passed as `header=`, holds what differs, as macros:
 
@@ -15,83 +25,37 @@ Each kernel body is written once. PRELUDE[backend], passed as `header=`, holds w
     PD_FLOAT4             a float4 from four floats             make_float4          float4
     PD_RSQRT, PD_EXP, PD_COS, PD_SIN                            rsqrtf expf cos sin  metal::precise::...
     PD_EXP2, PD_FMAX                                            exp2 fmaxf           metal::exp2 fmax
+    PD_DEVICE_FN          a function a body calls                __device__ __forceinline__   inline
+    PD_LDCG(p)            *p through L2 (written by other blocks) __ldcg(p)           *p
 
 Thread and block ids are spelled as Metal's attributes (thread_position_in_threadgroup,
 threadgroup_position_in_grid, threads_per_threadgroup, threadgroups_per_grid), which the CUDA prelude maps to
 threadIdx, blockIdx, blockDim and gridDim: MLX gives a Metal kernel an attribute only if the body (not the
 header) names it. For the same reason PD_LANE and PD_WARP take the attribute as an argument, which CUDA
-drops; their CUDA expansions are unparenthesised so that they read as the H200-validated text. After the
+drops; their CUDA expansions are unparenthesised so that they read as the validated CUDA text. After the
 preprocessor the CUDA text is token for token that validated CUDA (tests/test_kernel_sources.py).
 """
 
 import ctypes
 import functools
-import os
+import importlib.resources
 
 import mlx.core as mx
 
 BACKEND = "cuda" if mx.cuda.is_available() else "metal" if mx.metal.is_available() else "cpu"
 
-_CUDA_PRELUDE = r"""
-#define thread_position_in_threadgroup threadIdx
-#define threadgroup_position_in_grid blockIdx
-#define threads_per_threadgroup blockDim
-#define threadgroups_per_grid gridDim
-#define PD_SHARED __shared__
-#define PD_SHARED_SPACE
-#define PD_DEVICE_SPACE
-#define PD_BARRIER() __syncthreads()
-#define PD_SHFL_XOR(v, o) __shfl_xor_sync(0xffffffffu, v, o)
-#define PD_LANE(tid, attr) tid & 31
-#define PD_WARP(tid, attr) tid >> 5
-#define PD_UNROLL _Pragma("unroll")
-#define PD_INT_AS_FLOAT __int_as_float
-#define PD_UINT_AS_FLOAT __uint_as_float
-#define PD_RSQRT rsqrtf
-#define PD_EXP expf
-#define PD_EXP2 exp2
-#define PD_COS cos
-#define PD_SIN sin
-#define PD_FMAX fmaxf
-#define PD_FLOAT4 make_float4
-"""
+@functools.cache
+def source(name: str) -> str:
+    """A kernel file beside this module (package data), read once, after a `#line` directive so that a compiler
+    error names the file's own lines (the directive vanishes in preprocessing)."""
+    text = importlib.resources.files(__package__).joinpath(name).read_text()
+    return f'#line 1 "pdlib/engine/kernels/{name}"\n{text}'
 
-_METAL_PRELUDE = r"""
-#define PD_SHARED threadgroup
-#define PD_SHARED_SPACE threadgroup
-#define PD_DEVICE_SPACE device
-#define PD_BARRIER() threadgroup_barrier(mem_flags::mem_threadgroup)
-#define PD_SHFL_XOR(v, o) simd_shuffle_xor(v, (ushort)(o))
-#define PD_LANE(tid, attr) attr
-#define PD_WARP(tid, attr) attr
-#define PD_UNROLL
-#define PD_INT_AS_FLOAT as_type<float>
-#define PD_UINT_AS_FLOAT as_type<float>
-#define PD_RSQRT metal::precise::rsqrt
-#define PD_EXP metal::precise::exp
-#define PD_EXP2 metal::exp2
-#define PD_COS metal::precise::cos
-#define PD_SIN metal::precise::sin
-#define PD_FMAX fmax
-#define PD_FLOAT4 float4
-"""
 
-PRELUDE = {"cuda": _CUDA_PRELUDE, "metal": _METAL_PRELUDE}
+PRELUDE = {"cuda": source("prelude.cuh"), "metal": source("prelude.metal")}
 
-# CUDA-only kernels' asynchronous copies (sm_80+), for their `header=`: a tile lands in shared memory without
-# passing through registers while the block computes on the one before
-CUDA_CP_ASYNC = r"""
-// 16 bytes global -> shared without a register; `valid` false writes zeros and reads nothing
-__device__ __forceinline__ void pd_cp16(float* dst, const float* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                 :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "r"(valid ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void pd_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// until at most N of this thread's groups are in flight
-template <int N> __device__ __forceinline__ void pd_cp_wait() {
-    asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
-}
-"""
+# CUDA-only kernels' asynchronous copies (sm_80+), for their `header=`
+CUDA_CP_ASYNC = source("cp_async.cuh")
 
 
 def cuda_launch_bounds(threads: int, blocks: int) -> str:
@@ -116,16 +80,6 @@ def kernel_or_none(name: str, inputs: list[str], outputs: list[str], *, source: 
         return mx.fast.metal_kernel(name=name, input_names=inputs, output_names=outputs, source=metal_source,
                                     header=header)
     return None
-
-
-def env_choice(name: str, choices: tuple[str, ...]) -> str:
-    """The environment's setting of a kernel switch, the first of `choices` when unset or empty; any other value
-    is a clear error naming the accepted ones."""
-    value = os.environ.get(name) or choices[0]
-    if value not in choices:
-        from pdlib.errors import InputError
-        raise InputError(f"{name} must be {' or '.join(choices)}, got {value!r}")
-    return value
 
 
 def float_bits(x: float) -> int:

@@ -20,7 +20,7 @@ compiles to one graph; chunks past pos exit at once.
 import mlx.core as mx
 
 from pdlib.engine.kernels.attention import causal_mask
-from pdlib.engine.kernels.backend import float_bits, kernel_or_none
+from pdlib.engine.kernels.backend import float_bits, kernel_or_none, source
 from pdlib.engine.kernels.rmsnorm import rms_norm
 
 CHUNK, THREADS, GROUP = 128, 256, 8   # keys per block, threads per block (8 warps), keys per warp load group
@@ -54,172 +54,15 @@ def decode_attention_ops(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, w
     return o.reshape(heads * Dh), k, v
 
 
-PARTIAL = r"""
-    // grid: (Hkv * NC) blocks of THREADS; block (h, c) = (blockIdx.x / NC, blockIdx.x % NC) covers keys
-    // [c * CHUNK, (c + 1) * CHUNK) of KV head h; blocks wholly past P exit (the merge skips them).
-    constexpr int REP = HQ / HKV, WARPS = THREADS / 32, HALF = DH / 2, DW = DH / 32;
-    PD_SHARED float qs[REP][DH];
-    PD_SHARED float kn[DH];
-    PD_SHARED float vn[DH];
-    PD_SHARED float red[REP + 1][DW];
-    PD_SHARED float wm[WARPS][REP], wl[WARPS][REP];
-    PD_SHARED float wo[WARPS][REP][DH];
-    const int h = threadgroup_position_in_grid.x / NC, c = threadgroup_position_in_grid.x % NC;
-    const int t = thread_position_in_threadgroup.x, lane = PD_LANE(t, thread_index_in_simdgroup),
-              warp = PD_WARP(t, simdgroup_index_in_threadgroup);
-    const int P = pos[0];
-    const int start = c * CHUNK, stop = min(start + CHUNK, P + 1);
-    if (threadgroup_position_in_grid.x == 0 && t == 0) written[0] = after[0] + 1u;
-    if (start > P) return;
-    const float e = PD_INT_AS_FLOAT(EPS_BITS), SCALE = PD_INT_AS_FLOAT(SCALE_BITS);  // RMSNorm eps, 1/sqrt(DH)
+QK_NORM_ROPE = source("qk_norm_rope.cuh")  # the persistent kernel's too
+PARTIAL = source("decode_attention_partial.cu")
 
-    // Warp w takes groups of G consecutive keys (G loads of K and of V in flight per lane): groups w,
-    // w + WARPS, ... The first group is requested now, before the q/k prologue, to overlap its latency.
-    constexpr int G = GROUP;
-    const PD_DEVICE_SPACE float4* K4 = reinterpret_cast<const PD_DEVICE_SPACE float4*>(kc + (size_t)h * CAP * DH);
-    const PD_DEVICE_SPACE float4* V4 = reinterpret_cast<const PD_DEVICE_SPACE float4*>(vc + (size_t)h * CAP * DH);
-    float4 kv[G], vv[G];
-    #define PDLIB_LOAD_KV(J0)                                                                         \
-        PD_UNROLL for (int g = 0; g < G; ++g) {                                                       \
-            const int j = (J0) + g;                                                                   \
-            if (j < P) { kv[g] = K4[(size_t)j * (DH / 4) + lane]; vv[g] = V4[(size_t)j * (DH / 4) + lane]; } \
-            else { kv[g] = PD_FLOAT4(0.f, 0.f, 0.f, 0.f); vv[g] = kv[g]; }                            \
-        }
-    int j0 = start + warp * G;
-    PDLIB_LOAD_KV(j0)
-
-    // q (REP heads) and k of head h: RMSNorm over DH, then RoPE at P (thread t < DH owns dim t)
-    float raw[REP + 1], ss[REP + 1];
-    if (t < DH) {
-        for (int r = 0; r < REP; ++r) raw[r] = qkv[(h * REP + r) * DH + t];
-        raw[REP] = qkv[(HQ + h) * DH + t];
-        for (int r = 0; r <= REP; ++r) {
-            float s = raw[r] * raw[r];
-            for (int o = 16; o > 0; o >>= 1) s += PD_SHFL_XOR(s, o);
-            if (lane == 0) red[r][warp] = s;
-        }
-    }
-    PD_BARRIER();
-    if (t < DH) {
-        for (int r = 0; r <= REP; ++r) {
-            float s = 0.f;
-            for (int w = 0; w < DW; ++w) s += red[r][w];
-            ss[r] = PD_RSQRT(s / DH + e);
-        }
-        for (int r = 0; r < REP; ++r) qs[r][t] = raw[r] * ss[r] * qn[t];
-        kn[t] = raw[REP] * ss[REP] * knw[t];
-        vn[t] = qkv[(HQ + HKV + h) * DH + t];
-    }
-    PD_BARRIER();
-    float outq[REP], outk = 0.f;
-    if (t < DH) {
-        const int i = t < HALF ? t : t - HALF;
-        const float theta = (float)P * inv_freq[i];
-        const float cs = PD_COS(theta), sn = PD_SIN(theta);
-        for (int r = 0; r < REP; ++r)
-            outq[r] = t < HALF ? qs[r][t] * cs - qs[r][t + HALF] * sn : qs[r][t - HALF] * sn + qs[r][t] * cs;
-        outk = t < HALF ? kn[t] * cs - kn[t + HALF] * sn : kn[t - HALF] * sn + kn[t] * cs;
-    }
-    PD_BARRIER();
-    if (t < DH) {
-        for (int r = 0; r < REP; ++r) qs[r][t] = outq[r] * SCALE;
-        kn[t] = outk;
-        if (c == 0) {  // the new slot, stored in place (see the module docstring)
-            const size_t slot = ((size_t)h * CAP + P) * DH + t;
-            const_cast<PD_DEVICE_SPACE float*>(kc)[slot] = outk;
-            const_cast<PD_DEVICE_SPACE float*>(vc)[slot] = vn[t];
-        }
-    }
-    PD_BARRIER();
-
-    // online softmax over this block's keys; key P is the new one (from shared memory, not the cache)
-    float4 qv[REP];
-    float m[REP], l[REP];
-    float4 acc[REP];
-    for (int r = 0; r < REP; ++r) {
-        qv[r] = PD_FLOAT4(qs[r][lane * 4], qs[r][lane * 4 + 1], qs[r][lane * 4 + 2], qs[r][lane * 4 + 3]);
-        m[r] = -INFINITY; l[r] = 0.f; acc[r] = PD_FLOAT4(0.f, 0.f, 0.f, 0.f);
-    }
-    const float4 kp = PD_FLOAT4(kn[lane * 4], kn[lane * 4 + 1], kn[lane * 4 + 2], kn[lane * 4 + 3]);
-    const float4 vp = PD_FLOAT4(vn[lane * 4], vn[lane * 4 + 1], vn[lane * 4 + 2], vn[lane * 4 + 3]);
-    while (j0 < stop) {
-        PD_UNROLL
-        for (int g = 0; g < G; ++g) if (j0 + g == P) { kv[g] = kp; vv[g] = vp; }
-        PD_UNROLL
-        for (int r = 0; r < REP; ++r) {
-            float s[G];
-            PD_UNROLL
-            for (int g = 0; g < G; ++g)
-                s[g] = qv[r].x * kv[g].x + qv[r].y * kv[g].y + qv[r].z * kv[g].z + qv[r].w * kv[g].w;
-            PD_UNROLL
-            for (int o = 16; o > 0; o >>= 1) {
-                PD_UNROLL
-                for (int g = 0; g < G; ++g) s[g] += PD_SHFL_XOR(s[g], o);
-            }
-            float mn = m[r];
-            PD_UNROLL
-            for (int g = 0; g < G; ++g) if (j0 + g < stop) mn = PD_FMAX(mn, s[g]);
-            const float corr = PD_EXP(m[r] - mn);
-            l[r] *= corr;
-            acc[r].x *= corr; acc[r].y *= corr; acc[r].z *= corr; acc[r].w *= corr;
-            PD_UNROLL
-            for (int g = 0; g < G; ++g) {
-                if (j0 + g < stop) {
-                    const float p = PD_EXP(s[g] - mn);
-                    l[r] += p;
-                    acc[r].x += p * vv[g].x; acc[r].y += p * vv[g].y; acc[r].z += p * vv[g].z; acc[r].w += p * vv[g].w;
-                }
-            }
-            m[r] = mn;
-        }
-        j0 += WARPS * G;
-        if (j0 < stop) { PDLIB_LOAD_KV(j0) }
-    }
-    #undef PDLIB_LOAD_KV
-    // merge the warps
-    for (int r = 0; r < REP; ++r) {
-        if (lane == 0) { wm[warp][r] = m[r]; wl[warp][r] = l[r]; }
-        wo[warp][r][lane * 4] = acc[r].x; wo[warp][r][lane * 4 + 1] = acc[r].y;
-        wo[warp][r][lane * 4 + 2] = acc[r].z; wo[warp][r][lane * 4 + 3] = acc[r].w;
-    }
-    PD_BARRIER();
-    for (int i = t; i < REP * DH; i += THREADS) {
-        const int r = i / DH, d = i % DH;
-        float M = -INFINITY;
-        for (int w = 0; w < WARPS; ++w) M = PD_FMAX(M, wm[w][r]);
-        float Lsum = 0.f, O = 0.f;
-        for (int w = 0; w < WARPS; ++w) {
-            const float f = wm[w][r] == -INFINITY ? 0.f : PD_EXP(wm[w][r] - M);
-            Lsum += wl[w][r] * f;
-            O += wo[w][r][d] * f;
-        }
-        const int hq = h * REP + r;
-        part_o[((size_t)hq * NC + c) * DH + d] = O;
-        if (d == 0) { part_m[hq * NC + c] = M; part_l[hq * NC + c] = Lsum; }
-    }
-"""
-
-REDUCE = r"""
-    // grid: HQ blocks of DH threads: merge the live chunks (those at or before P) of head blockIdx.x
-    const int hq = threadgroup_position_in_grid.x, t = thread_position_in_threadgroup.x;
-    const int live = min(NC, pos[0] / CHUNK + 1);
-    float M = -INFINITY;
-    for (int c = 0; c < live; ++c) M = PD_FMAX(M, part_m[hq * NC + c]);
-    float Lsum = 0.f, O = 0.f;
-    for (int c = 0; c < live; ++c) {
-        const float mc = part_m[hq * NC + c];
-        if (mc == -INFINITY) continue;
-        const float f = PD_EXP(mc - M);
-        Lsum += part_l[hq * NC + c] * f;
-        O += part_o[((size_t)hq * NC + c) * DH + t] * f;
-    }
-    o[hq * DH + t] = O / Lsum;
-"""
+REDUCE = source("decode_attention_reduce.cu")
 
 _partial = kernel_or_none("pdlib_decode_attn_partial",
                           ["qkv", "qn", "knw", "inv_freq", "pos", "kc", "vc", "after"],
                           ["part_m", "part_l", "part_o", "written"],
-                          source=PARTIAL)
+                          source=PARTIAL, header=QK_NORM_ROPE)
 _reduce = kernel_or_none("pdlib_decode_attn_reduce", ["part_m", "part_l", "part_o", "pos"], ["o"], source=REDUCE)
 
 

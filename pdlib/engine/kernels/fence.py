@@ -13,8 +13,7 @@ are a chain of real dependencies; readers go through `read_after`, which consume
 is written in place by all its writers or by none (kv_store.store_kv), so the functional path needs no
 fence. Writes wait for nothing they would overwrite: only slots no earlier step reads are written, and a
 reset request's slots are rewritten only after its reads were evaluated (Engine.kv says so). The fence is
-16 bytes: MLX keeps arrays of 8 bytes or less in managed memory, where a kernel's access can cost ~0.7 ms
-(MEASURED.md).
+16 bytes: MLX keeps arrays of 8 bytes or less in managed memory, where a kernel's access is slow.
 """
 
 import mlx.core as mx

@@ -26,20 +26,20 @@ import time
 
 import numpy as np
 
-from pdlib.engine.kernels.backend import env_choice
+from pdlib import settings
 
 SLOTS = 16                   # positions an area holds (the kernel's pdp::MBOX_SLOTS)
 AREAS = 64                   # requests one region serves at once (8 KiB pinned)
 TIMEOUT_NS = 5_000_000_000   # past the kernel's own ~1 s barrier timeout
 SPIN_NS = 20_000             # spin this long holding the GIL, then yield it between reads
-ENV, CHOICES = "PDLIB_TOKEN_READ", ("item", "mailbox")
+ENV = "PDLIB_TOKEN_READ"
 
 
 def choice() -> str | None:
     """PDLIB_TOKEN_READ: `mailbox` polls the slot the persistent kernel writes (CUDA only; the default where
-    that kernel decodes: on the H200 an observed decode at 5K took 1.45 ms against 1.82 by `.item()`,
-    notes/gpu.md, v30); `item` reads a decode's token by MLX's `.item()` (the default elsewhere). None: unset."""
-    return env_choice(ENV, CHOICES) if os.environ.get(ENV) else None
+    that kernel decodes: an observed decode is faster than by `.item()`); `item` reads a decode's token by
+    MLX's `.item()` (the default elsewhere). None: unset."""
+    return settings.get(ENV)
 
 
 def _token(words: np.ndarray, pos: int) -> int | None:

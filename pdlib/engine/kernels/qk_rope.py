@@ -14,56 +14,24 @@ came.
 
 import mlx.core as mx
 
-from pdlib.engine.kernels.backend import env_choice, float_bits, kernel_or_none
+from pdlib import settings
+from pdlib.engine.kernels.backend import float_bits, kernel_or_none, source
 from pdlib.engine.kernels.decode_attention import stores_kv_in_place
 from pdlib.engine.kernels.kv_store import store_kv_ops
 from pdlib.engine.kernels.rope import rope_rotate, rope_tables
 
-SOURCE = r"""
-    // one warp per (row t, head h) of the T x H heads (H = HQ + 2 HKV); lane l holds dims [4l, 4l + 4), so the
-    // RoPE partner of lane l's dims (d +- DH/2) is in lane l ^ 16
-    const size_t g = (size_t)threadgroup_position_in_grid.x * threads_per_threadgroup.x
-                     + thread_position_in_threadgroup.x;
-    if (g == 0) written[0] = after[0] + 1u;
-    constexpr int H = HQ + 2 * HKV, HALF = DH / 2;
-    const size_t w = g / 32;
-    if (w >= (size_t)T * H) return;   // whole warps: the grid is a multiple of 32
-    const int lane = PD_LANE(thread_position_in_threadgroup.x, thread_index_in_simdgroup);
-    const int t = w / H, h = w % H, p = pos[t];
-    float x[4];
-    PD_UNROLL for (int i = 0; i < 4; ++i) x[i] = raw[w * DH + 4 * lane + i];
-    if (h >= HQ + HKV) {   // v, stored as it came
-        PD_DEVICE_SPACE float* dst = const_cast<PD_DEVICE_SPACE float*>(vc) + ((size_t)(h - HQ - HKV) * CAP + p) * DH;
-        PD_UNROLL for (int i = 0; i < 4; ++i) dst[4 * lane + i] = x[i];
-        return;
-    }
-    float s = x[0] * x[0] + x[1] * x[1] + x[2] * x[2] + x[3] * x[3];
-    for (int o = 16; o > 0; o >>= 1) s += PD_SHFL_XOR(s, o);
-    const float r = PD_RSQRT(s / DH + PD_INT_AS_FLOAT(EPS_BITS));
-    const PD_DEVICE_SPACE float* wn = h < HQ ? qn : kn;
-    float y[4], other[4];
-    PD_UNROLL for (int i = 0; i < 4; ++i) y[i] = x[i] * r * wn[4 * lane + i];
-    PD_UNROLL for (int i = 0; i < 4; ++i) other[i] = PD_SHFL_XOR(y[i], 16);
-    PD_DEVICE_SPACE float* dst = h < HQ ? q + ((size_t)h * T + t) * DH
-        : const_cast<PD_DEVICE_SPACE float*>(kc) + ((size_t)(h - HQ) * CAP + p) * DH;
-    PD_UNROLL for (int i = 0; i < 4; ++i) {
-        const int d = 4 * lane + i, f = d < HALF ? d : d - HALF;
-        const float theta = (float)p * inv_freq[f];
-        const float cs = PD_COS(theta), sn = PD_SIN(theta);
-        dst[d] = d < HALF ? y[i] * cs - other[i] * sn : other[i] * sn + y[i] * cs;
-    }
-"""
+SOURCE = source("qk_rope.cu")
 
 _kernel = kernel_or_none("pdlib_qk_rope_store", ["raw", "qn", "kn", "inv_freq", "pos", "kc", "vc", "after"],
                          ["q", "written"], source=SOURCE)
 
-ENV, CHOICES = "PDLIB_PREFILL_QK", ("kernel", "ops")
+ENV = "PDLIB_PREFILL_QK"
 
 
 def enabled(head_dim: int) -> bool:
     """PDLIB_PREFILL_QK: `kernel` (the default) runs this kernel where the caches are written in place (a GPU,
     head_dim 128; the flash prefill decides where a chunk step uses it); `ops` runs MLX's ops everywhere."""
-    return env_choice(ENV, CHOICES) == "kernel" and _kernel is not None and stores_kv_in_place(head_dim)
+    return settings.get(ENV) == "kernel" and _kernel is not None and stores_kv_in_place(head_dim)
 
 
 def qk_rope_store_ops(raw, q_norm, k_norm, inv_freq, positions, k_cache, v_cache, written, *, start: int,

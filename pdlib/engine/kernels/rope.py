@@ -11,11 +11,10 @@ import math
 
 import mlx.core as mx
 
-from pdlib.engine.kernels.backend import kernel_or_none
+from pdlib.engine.kernels.backend import kernel_or_none, source
 
-# MLX's own GPU rope kernels compute their frequencies this way; so do we (one block of HALF threads)
-INV_FREQ = ("int i = thread_position_in_threadgroup.x; "
-            "if (i < HALF) { float d = (float)i / (float)HALF; out[i] = PD_EXP2(-d * lb[0]); }")
+# MLX's own GPU rope kernels compute their frequencies this way, and so does this kernel (one block of HALF threads)
+INV_FREQ = source("rope_inv_freq.cu")
 _inv_freq_kernel = kernel_or_none("pdlib_rope_inv_freq", ["lb"], ["out"], source=INV_FREQ)
 
 

@@ -30,6 +30,8 @@ import time
 
 import mlx.core as mx
 
+from pdlib import settings
+
 SPAWN_TIMEOUT_S = 120.0   # the worker's imports and its "hello"
 JOIN_TIMEOUT_S = 60.0     # mx.distributed.init on rank 0 (the ring's accept blocks while holding the GIL)
 
@@ -120,7 +122,7 @@ class PrefillWorker:
         self.backend = backend()
         self._dir = tempfile.TemporaryDirectory(prefix="pdlib-disagg-")
         # the worker's stderr; PDLIB_DISAGG_WORKER_LOG keeps it past the run (a GPU box's only trace of it)
-        self._stderr = open(os.environ.get("PDLIB_DISAGG_WORKER_LOG") or os.path.join(self._dir.name, "worker.stderr"),
+        self._stderr = open(settings.get("PDLIB_DISAGG_WORKER_LOG") or os.path.join(self._dir.name, "worker.stderr"),
                             "w+b")
         down_r, self._down = os.pipe()   # commands, rank 0 -> worker
         self._up, up_w = os.pipe()       # replies, worker -> rank 0
@@ -135,7 +137,7 @@ class PrefillWorker:
             port = str(_free_ports(1)[0])
             for k, v in {"MLX_WORLD_SIZE": "2", "NCCL_HOST_IP": "127.0.0.1", "NCCL_PORT": port}.items():
                 env[k] = mine[k] = v
-            env["CUDA_VISIBLE_DEVICES"] = os.environ.get("PDLIB_PREFILL_GPU") or _second_gpu()
+            env["CUDA_VISIBLE_DEVICES"] = settings.get("PDLIB_PREFILL_GPU") or _second_gpu()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pdlib.run.disagg.worker", "--commands", str(down_r), "--replies", str(up_w),
              "--backend", self.backend],

@@ -27,6 +27,7 @@ import mlx.core as mx
 
 from pdlib.run.disagg import transfer
 from pdlib.run.disagg.launch import PrefillWorker, WorkerError
+from pdlib import settings
 from pdlib.engine import Output
 from pdlib.errors import InputError
 from pdlib.run.executor import RemoteSteps, now
@@ -35,33 +36,25 @@ from pdlib.scheduler import Disagg, Step, interleave, iter_plan
 SETUP_TIMEOUT_S = 900.0    # the worker loads the weights (synthetic Qwen3-0.6B: ~11 s on the CPU)
 # From the signal to "ready" (B's whole prompt on the worker), and the collective itself (then the worker is
 # killed, which fails the collective). PDLIB_DISAGG_TIMEOUT_S overrides both (the tests' hung worker).
-PREFILL_TIMEOUT_S = float(os.environ.get("PDLIB_DISAGG_TIMEOUT_S", 600.0))
-TRANSFER_TIMEOUT_S = float(os.environ.get("PDLIB_DISAGG_TIMEOUT_S", 120.0))
+PREFILL_TIMEOUT_S, TRANSFER_TIMEOUT_S = 600.0, 120.0
+
+
+def _timeout_s(default: float) -> float:
+    return settings.get("PDLIB_DISAGG_TIMEOUT_S") or default
 
 
 def transfer_mode() -> str:
     """PDLIB_DISAGG_TRANSFER picks the collective's shape (transfer.MODES; default the first, the faster on
-    the CPU, notes/disagg.md); every transfer event records the one used."""
-    mode = os.environ.get("PDLIB_DISAGG_TRANSFER", transfer.MODES[0])
-    if mode not in transfer.MODES:
-        raise ValueError(f"PDLIB_DISAGG_TRANSFER={mode!r}; expected one of {transfer.MODES}")
-    return mode
+    the CPU); every transfer event records the one used."""
+    return settings.get("PDLIB_DISAGG_TRANSFER")
 
 
 def prefill_chunk(params) -> int:
     """PDLIB_DISAGG_PREFILL_CHUNK: the prefill worker's chunk in tokens, or "whole" (the default): B's prompt
     in one step. The worker runs nothing else, so chunks would only bound its memory and cost B time (on the
     H200 a 4,096-token prompt took 0.20 s whole and 0.54 s in 128-token chunks back to back)."""
-    raw = os.environ.get("PDLIB_DISAGG_PREFILL_CHUNK", "whole")
-    if raw == "whole":
-        return params.prompt_tokens
-    try:
-        n = int(raw)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise InputError(f"PDLIB_DISAGG_PREFILL_CHUNK={raw!r}; expected 'whole' or a number of tokens >= 1")
-    return min(n, params.prompt_tokens)
+    n = settings.get("PDLIB_DISAGG_PREFILL_CHUNK")
+    return params.prompt_tokens if n == "whole" else min(n, params.prompt_tokens)
 
 
 class _TransferMonitor:
@@ -77,12 +70,13 @@ class _TransferMonitor:
         self._thread.start()
 
     def _watch(self) -> None:
-        deadline = time.monotonic() + TRANSFER_TIMEOUT_S
+        limit_s = _timeout_s(TRANSFER_TIMEOUT_S)
+        deadline = time.monotonic() + limit_s
         while not self._done.wait(0.5):
             if self.worker.proc.poll() is not None:
                 self.reason = f"the prefill worker died mid-transfer{self.worker._stderr_tail()}"
             elif time.monotonic() > deadline:
-                self.reason = f"timed out after {TRANSFER_TIMEOUT_S:.0f} s"
+                self.reason = f"timed out after {limit_s:.0f} s"
             else:
                 continue
             self.worker.kill(self.reason)
@@ -135,7 +129,7 @@ class RemotePrefill:
         if n != self.shape[3]:
             raise ValueError(f"a remote prefill of {n} tokens; the worker prefills {self.shape[3]}")
         if not self.ready():
-            self._got(self.worker.wait_message("ready", timeout_s=PREFILL_TIMEOUT_S,
+            self._got(self.worker.wait_message("ready", timeout_s=_timeout_s(PREFILL_TIMEOUT_S),
                                                what=WAITING_FOR))
         t_start = now()
         monitor = _TransferMonitor(self.worker)

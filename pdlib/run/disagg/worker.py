@@ -29,6 +29,7 @@ def serve(commands, replies, *, backend: str) -> int:
     import mlx.core as mx
 
     from pdlib.run.disagg import transfer
+    from pdlib import settings
     from pdlib.engine import Engine
     from pdlib.engine.kernels import BACKEND
     from pdlib.report.io import environment
@@ -37,7 +38,7 @@ def serve(commands, replies, *, backend: str) -> int:
     _reply(replies, kind="hello")
     group = mx.distributed.init(strict=True, backend=backend)
     assert group.rank() == 1 and group.size() == 2, (group.rank(), group.size())
-    fault, _, fault_at = os.environ.get("PDLIB_DISAGG_WORKER_FAULT", "@0").partition("@")
+    fault, _, fault_at = (settings.get("PDLIB_DISAGG_WORKER_FAULT") or "@0").partition("@")
     models, engine, setup, prefills = {}, None, None, 0
     for line in commands:
         msg = json.loads(line)
