@@ -177,12 +177,14 @@ def cmd_render(args) -> int:
 
 
 def _read_json(path):
-    """The JSON in a file, or None when it is not JSON (the report checks then name the problem)."""
+    """The JSON in a file (.json or gzip-compressed .json.gz), or None when it is not JSON (the report checks
+    then name the problem)."""
     import json
+
+    from pdlib.report.io import read_text
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, UnicodeDecodeError, ValueError):
+        return json.loads(read_text(path))
+    except (InputError, ValueError):
         return None
 
 

@@ -4,6 +4,7 @@ report, tables, figures and offline HTML land in fresh folders, overrides reach 
 is ever overwritten."""
 
 import ast
+import gzip
 import json
 import os
 import re
@@ -30,7 +31,7 @@ pytest.importorskip("vl_convert")
 PARAMS = {"model": "synthetic:tiny", "prompt_tokens": 64, "output_tokens": 8, "chunk_size": 16,
           "policies": ["eager", "chunked", "fifo"], "trials": 2, "warmups": 0, "logical_cache_reset": True}
 FIGURE_FILES = {f"{name}.{fmt}" for name in nbk.FIGURES for fmt in plots.FORMATS}
-EVERYTHING = ({"report.json", *nbk.TABLES, *FIGURE_FILES}
+EVERYTHING = ({runs.REPORT, *nbk.TABLES, *FIGURE_FILES}
               | {f"{n}.{ext}" for n in nbk.NOTEBOOKS for ext in ("ipynb", "html")})
 PAPERMILL = [str(Path(sys.executable).with_name("papermill")), "--log-level", "ERROR", "--no-progress-bar"]
 
@@ -138,6 +139,31 @@ def test_html_has_one_parameters_cell_is_offline_and_shows_the_charts_with_alt_t
     assert len(alts) == 3  # headline, timeline and the prompt steps' times inline
     assert any("one dot per step that carried a prompt chunk" in a for a in alts)
     assert "Provenance:" in page and "synthetic" in page and "PosixPath" not in page
+    for name in nbk.NOTEBOOKS:  # titled as the notebook, its first heading
+        title = nbformat.read(nbk.NOTEBOOK_DIR / f"{name}.ipynb", as_version=4).cells[0].source.splitlines()[0][2:]
+        assert f"<title>{title}</title>" in (out / f"{name}.html").read_text() and title.startswith(name[:2])
+
+
+def test_each_chart_is_stored_once(run):
+    out = run[2]
+    pngs = [o["data"]["image/png"] for name in nbk.NOTEBOOKS for o in outputs(out / f"{name}.ipynb")
+            if "image/png" in o.get("data", {})]
+    assert len(pngs) == 6  # 02: headline, timeline, steps; 03: the three FIGURES
+    for name in nbk.NOTEBOOKS:
+        for o in outputs(out / f"{name}.ipynb"):
+            assert not [m for m in o.get("data", {}) if m.startswith(nbk.CHART_MIMES)], name  # the PNG alone
+    import base64
+    for fig in nbk.FIGURES:  # 03 embeds the saved file's bytes
+        assert base64.b64encode((out / f"{fig}.png").read_bytes()).decode() in pngs
+
+
+def test_the_page_keeps_the_styles_it_uses(run):
+    from pdlib.publish.export import pruned_styles
+    page = (run[2] / "02_analyze_gaps.html").read_text()
+    assert sum(map(len, re.findall(r"<style[^>]*>(.*?)</style>", page, re.S))) < 30_000  # not JupyterLab's 250 kB
+    assert ".jp-RenderedHTMLCommon table" in page and ".jp-InputPrompt" in page and "--jp-content-font-color1:" in page
+    assert pruned_styles(page) == page  # nothing left that no element can use
+    assert ".jp-Toolbar" not in page and "--jp-icon-" not in page
 
 
 def test_tables_agree_with_the_analysis(run, report):
@@ -177,7 +203,7 @@ def test_second_run_goes_to_a_new_folder_and_says_where_to_look(run, params_file
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"{first} already holds files from an earlier run; this run writes to {second}"
     assert [ln.strip() for ln in lines[-4:-1]] == [str(second / f"{n}.html") for n in nbk.NOTEBOOKS]
-    assert (second / "report.json").is_file() and (second / "03_figures.html").is_file()
+    assert (second / runs.REPORT).is_file() and (second / "03_figures.html").is_file()
     assert {p.name: p.stat().st_mtime_ns for p in first.iterdir()} == before
 
 
@@ -201,7 +227,7 @@ def test_error_inside_a_notebook_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "01_run_trials failed: InputError: unknown model preset 'nosuch'" in err
     assert (tmp_path / "o" / "01_run_trials.html").is_file()  # the traceback is kept
-    assert not (tmp_path / "o" / "report.json").exists()
+    assert not (tmp_path / "o" / runs.REPORT).exists()
 
 
 # ---- papermill's own interface, from the repository root -------------------------------------------
@@ -217,18 +243,20 @@ def test_papermill_p_overrides_reach_the_report_and_the_tables(tmp_path):
     o1 = tmp_path / "o1"
     papermill("01_run_trials", tmp_path / "01.ipynb", "-p", "chunk_size", 24, "-p", "prompt_tokens", 72,
               "-p", "output_tokens", 6, "-p", "trials", 1, "-p", "warmups", 0, "-p", "output_dir", o1)
-    params = json.loads((o1 / "report.json").read_text())["params"]
+    params = an.load_report(o1 / runs.REPORT)["params"]
     assert (params["chunk_size"], params["prompt_tokens"], params["output_tokens"], params["trials"]) == (24, 72, 6, 1)
     assert params["model"] == "synthetic:tiny" and params["validation_checkpoint_every"] == 8  # the rest: smoke
     o2 = tmp_path / "o2"
     for name in ("02_analyze_gaps", "03_figures"):
-        papermill(name, tmp_path / f"{name}.ipynb", "-p", "report_path", o1 / "report.json",
+        papermill(name, tmp_path / f"{name}.ipynb", "-p", "report_path", o1 / runs.REPORT,
                   "-p", "stall_threshold_ms", 2.5, "-p", "output_dir", o2)
     shown = "".join(o.get("data", {}).get("text/markdown", "") for o in outputs(tmp_path / "02_analyze_gaps.ipynb"))
     assert "stalls > 2.5 ms" in shown and "longer than 2.5 ms" in shown
-    metrics = an.metrics_frame(an.load_report(o1 / "report.json"), stall_threshold_ms=2.5)
+    metrics = an.metrics_frame(an.load_report(o1 / runs.REPORT), stall_threshold_ms=2.5)
     pd.testing.assert_frame_equal(pd.read_csv(o2 / "metrics.csv"), metrics, rtol=0, atol=1e-9)
-    assert "2.5 ms stall threshold" in (o2 / "gap_timeline.svg").read_text()
+    alts = [o["metadata"]["image/png"]["alt"] for o in outputs(tmp_path / "03_figures.ipynb")
+            if "image/png" in o.get("data", {})]
+    assert any("a dashed line at 2.5 ms" in a for a in alts)
     assert {p.name for p in o2.iterdir()} == set(nbk.TABLES) | FIGURE_FILES
 
 
@@ -238,7 +266,7 @@ def test_papermill_f_params_file(tmp_path):
     f = tmp_path / "p.yaml"
     f.write_text(yaml.safe_dump(values))
     papermill("01_run_trials", tmp_path / "01.ipynb", "-f", f, "-p", "output_dir", tmp_path / "o")
-    assert json.loads((tmp_path / "o" / "report.json").read_text())["params"] == values
+    assert an.load_report(tmp_path / "o" / runs.REPORT)["params"] == values
 
 
 def test_papermill_params_file_must_match_the_values(tmp_path):
@@ -246,7 +274,7 @@ def test_papermill_params_file_must_match_the_values(tmp_path):
                            "params/smoke-cpu.yaml", "-p", "chunk_size", "64", "-p", "output_dir", str(tmp_path / "o")],
                           cwd=runs.ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode != 0 and "chunk_size 64 (file: 32)" in proc.stderr
-    assert not (tmp_path / "o" / "report.json").exists()
+    assert not (tmp_path / "o" / runs.REPORT).exists()
 
 
 # ---- Run All as shipped: no parameters, the kernel in notebooks/ as JupyterLab starts it ---------------
@@ -261,8 +289,8 @@ def test_run_all_as_shipped_fills_one_fresh_local_folder(tmp_path):
         assert_ran_clean(tmp_path / f"{name}.ipynb")
     (folder,) = (tmp_path / "local").iterdir()
     assert folder.name == "run"
-    assert {p.name for p in folder.iterdir()} == {"report.json", *nbk.TABLES, *FIGURE_FILES}
-    assert json.loads((folder / "report.json").read_text())["params"]["trials"] == 5  # the smoke values
+    assert {p.name for p in folder.iterdir()} == {runs.REPORT, *nbk.TABLES, *FIGURE_FILES}
+    assert an.load_report(folder / runs.REPORT)["params"]["trials"] == 5  # the smoke values
     # a second Run All of 02 writes beside, never over
     nb = nbformat.read(nbk.NOTEBOOK_DIR / "02_analyze_gaps.ipynb", as_version=4)
     NotebookClient(nb, kernel_name=nbk.KERNEL, extra_arguments=nbk.KERNEL_ARGS).execute(env=env)
@@ -285,7 +313,7 @@ def test_report_renders_the_same_folder_without_running(rendered, tmp_path):
     result, log, out = rendered
     assert result["out_dir"] == out and log[0] == f"writing to {out}"
     assert {p.name for p in out.iterdir()} == EVERYTHING
-    assert (out / "report.json").read_bytes() == SMALL_REPORT.read_bytes()
+    assert gzip.decompress((out / runs.REPORT).read_bytes()) == SMALL_REPORT.read_bytes()
     report = an.load_report(SMALL_REPORT)
     plots.render_all(report, tmp_path, stall_threshold_ms=present.stall_threshold(report))
     for name in nbk.TABLES:
@@ -294,7 +322,9 @@ def test_report_renders_the_same_folder_without_running(rendered, tmp_path):
         assert_ran_clean(out / f"{name}.ipynb")
     nb = nbformat.read(out / "01_run_trials.ipynb", as_version=4)
     (injected,) = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
-    assert "params_file = None" in injected.source and "small-report.json" in injected.source
+    # the folder's own copy, never the path it came from
+    assert "params_file = None" in injected.source and "small-report.json" not in injected.source
+    assert f'report_source = "{runs.for_notebook(out / runs.REPORT)}"' in injected.source
     assert f"chunk_size = {report['params']['chunk_size']}" in injected.source  # the report's own values
 
 
@@ -319,7 +349,7 @@ def test_report_second_render_goes_to_a_new_folder(rendered, capsys):
     second = first.with_name(first.name + "-2")
     assert capsys.readouterr().out.splitlines()[0] == \
         f"{first} already holds files from an earlier run; this run writes to {second}"
-    assert (second / "report.json").read_bytes() == SMALL_REPORT.read_bytes()
+    assert (second / runs.REPORT).read_bytes() == (first / runs.REPORT).read_bytes()
     assert {p.name: p.stat().st_mtime_ns for p in first.iterdir()} == before
 
 
@@ -356,6 +386,9 @@ def test_load_or_run_copies_once_and_never_overwrites(tmp_path, capsys):
     report = runs.load_or_run(params, report_source=SMALL_REPORT, output=dest)
     assert dest.read_bytes() == SMALL_REPORT.read_bytes() and report == an.load_report(SMALL_REPORT)
     assert runs.load_or_run(params, report_source=dest, output=dest) == report  # in place: shown, not copied
+    gz = tmp_path / "z" / runs.REPORT  # a run folder's: compressed, the JSON byte for byte
+    assert runs.load_or_run(params, report_source=SMALL_REPORT, output=gz) == report
+    assert gzip.decompress(gz.read_bytes()) == SMALL_REPORT.read_bytes()
     out = capsys.readouterr().out
     assert "no trials run here" in out and "note:" not in out
     runs.load_or_run(RunParams(**{**params.to_dict(), "chunk_size": 99}), report_source=SMALL_REPORT,

@@ -1,12 +1,15 @@
-"""pdlib.analysis.plots: each chart's Vega-Lite spec, and render_all's files (offline HTML, PNG, SVG, tables)."""
+"""pdlib.analysis.plots: each chart's Vega-Lite spec, and render_all's files (one PNG per chart, the tables);
+pdlib.analysis.png: the same pixels in fewer bytes."""
 
 import re
 
+import numpy as np
 import pandas as pd
 import pytest
 from reports import make_report, ms
 
-from pdlib.analysis import plots, frames as an
+from pdlib.analysis import frames as an
+from pdlib.analysis import plots, png
 from pdlib.errors import InputError
 
 pytest.importorskip("vl_convert")
@@ -95,23 +98,21 @@ def test_gap_ecdf_chart(frames):
 def test_save_chart_refuses_to_overwrite(frames, tmp_path):
     chart = plots.gap_ecdf_chart(frames[0])
     paths = plots.save_chart(chart, tmp_path, "ecdf")
-    assert [p.name for p in paths] == ["ecdf.html", "ecdf.png", "ecdf.svg"]
-    with pytest.raises(InputError, match=r"ecdf\.html already exists"):
+    assert [p.name for p in paths] == ["ecdf.png"]  # each chart once: no .html (vega bundle) or .svg beside it
+    with pytest.raises(InputError, match=r"ecdf\.png already exists"):
         plots.save_chart(chart, tmp_path, "ecdf")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ecdf.html", "ecdf.png", "ecdf.svg"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ecdf.png"]
 
 
 def test_render_all(report, tmp_path):
     out = tmp_path / "figs"
     paths = plots.render_all(report, out)
     names = {p.name for p in paths}
+    charts = plots.report_charts(report)
     for fig in ("headline", "gap_timeline", "gap_ecdf"):
-        assert {f"{fig}.html", f"{fig}.png", f"{fig}.svg"} <= names
-        html = (out / f"{fig}.html").read_text()
-        assert "cdn.jsdelivr" not in html and not re.search(r"<script[^>]*\bsrc=", html)
-        assert (out / f"{fig}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        assert "<svg" in (out / f"{fig}.svg").read_text()[:500]
-    assert {"metrics.csv", "summary.csv", "summary.md", "ratios.csv"} <= names
+        assert (out / f"{fig}.png").read_bytes() == png.render(charts[fig])  # what show_chart embeds
+    assert names == {"headline.png", "gap_timeline.png", "gap_ecdf.png", "metrics.csv", "summary.csv", "summary.md",
+                     "ratios.csv"}
     assert sorted(p.name for p in out.iterdir()) == sorted(names)  # no temp files left behind
     ratios = pd.read_csv(out / "ratios.csv").set_index("metric")
     assert ratios.loc["b_ttft_ms", "median_ratio"] == pytest.approx(2400 / 320)
@@ -149,3 +150,40 @@ def test_step_chart_shows_each_prompt_step_per_trial(report):
 def test_step_chart_without_prompt_steps_is_none(report):
     steps = an.steps_frame(report)
     assert plots.step_chart(steps[steps.kind == "decode"]) is None
+
+
+def _png(rgba, color=6):
+    """An RGBA array as a plain PNG of colour type 6 (RGBA) with the Sub filter, as vl-convert writes."""
+    import struct
+    import zlib
+    h, w, _ = rgba.shape
+    x = rgba.astype(np.int16).reshape(h, w * 4)
+    x = np.concatenate([x[:, :4], x[:, 4:] - x[:, :-4]], axis=1) % 256
+    rows = np.concatenate([np.ones((h, 1), np.int16), x], axis=1).astype(np.uint8)
+    chunk = lambda k, b: struct.pack(">I", len(b)) + k + b + struct.pack(">I", zlib.crc32(k + b))  # noqa: E731
+    return (png.SIGNATURE + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, color, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows.tobytes(), 1)) + chunk(b"IEND", b""))
+
+
+@pytest.mark.parametrize("colours", [5, 300])  # a palette, and RGB
+def test_compact_png_keeps_every_pixel(colours):
+    rng = np.random.default_rng(0)
+    palette = rng.integers(0, 256, (colours, 3))
+    rgb = palette[rng.integers(0, colours, (40, 30))]
+    rgba = np.concatenate([rgb, np.full((40, 30, 1), 255)], axis=2).astype(np.uint8)
+    data = _png(rgba)
+    assert (png.decode(data) == rgba).all()
+    small = png.compact(data)
+    assert (png.decode(small) == rgba).all() and png.size(small) == (30, 40)
+    assert small[25] == (3 if colours <= 256 else 2)  # the IHDR's colour type
+    see_through = rgba.copy()
+    see_through[0, 0, 3] = 0
+    assert png.compact(_png(see_through)) == _png(see_through)  # transparency: kept as it is
+
+
+def test_a_chart_png_is_small_and_the_same_pixels(report, frames):
+    import vl_convert as vlc
+    spec = plots.gap_ecdf_chart(frames[0]).to_dict()
+    raw = vlc.vegalite_to_png(spec, scale=png.SCALE)
+    data = png.render(spec)
+    assert (png.decode(data) == png.decode(raw)).all() and len(data) < len(raw) / 3

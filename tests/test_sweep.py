@@ -164,9 +164,18 @@ def test_04_renders_the_sweep_into_a_fresh_folder(sweep_dir, tmp_path, capsys):
     assert main(["notebooks", "--sweep", str(sweep_dir), "--out", str(out), "--quiet"]) == 0
     assert capsys.readouterr().out.splitlines()[0] == f"writing to {out}"
     figures = {f"{n}.{x}" for n in nbk.SWEEP_FIGURES for x in plots.FORMATS}
-    assert {p.name for p in out.iterdir()} == {*nbk.SWEEP_TABLES, *figures, "04_chunk_sweep.ipynb", "04_chunk_sweep.html"}
+    assert {p.name for p in out.iterdir()} == {*nbk.SWEEP_TABLES, *figures, nbk.SWEEP_REPORTS,
+                                               "04_chunk_sweep.ipynb", "04_chunk_sweep.html"}
     assert {p.name: p.stat().st_mtime_ns for p in sweep_dir.iterdir()} == before  # the sweep is only read
+    # the published folder carries the sweep: its index as it is, each listed report compressed
+    copied = out / nbk.SWEEP_REPORTS
+    listed = [pt["report"] for pt in fr.load_sweep(sweep_dir)["index"]["points"]]
+    assert {p.name for p in copied.iterdir()} == {"index.json", *(f"{n}.gz" for n in listed)}
+    assert (copied / "index.json").read_bytes() == (sweep_dir / "index.json").read_bytes()
+    assert fr.load_sweep(copied)["reports"] == fr.load_sweep(sweep_dir)["reports"]
     nb = nbformat.read(out / "04_chunk_sweep.ipynb", as_version=4)
+    (injected,) = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    assert f'sweep_dir = "{copied}"' in injected.source  # the folder's own copy, never the scratch sweep
     for o in (o for c in nb.cells if c.cell_type == "code" for o in c.outputs):
         assert o.output_type != "error" and not (o.output_type == "stream" and o.name == "stderr"), o
     swept = fr.load_sweep(sweep_dir)

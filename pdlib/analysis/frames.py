@@ -1,7 +1,7 @@
 """Turn a report.json into tidy pandas frames, per-trial metrics and paired policy ratios.
 
     from pdlib.analysis import frames as an
-    report = an.load_report("outputs/smoke-cpu/report.json")    # InputError (one line) if malformed
+    report = an.load_report("outputs/smoke-cpu/report.json.gz")    # InputError (one line) if malformed
     tokens = an.tokens_frame(report)       # one row per timed output token: emit_ms, gap_ms
     events = an.events_frame(report)       # one row per scheduling event
     steps = an.step_times(an.steps_frame(report))  # per trial: a step's time, the host's part, the wait
@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from pdlib.errors import InputError
+from pdlib.report.io import read_text
 from pdlib.report.metrics import NS_PER_MS, slo_chunks, trial_metrics  # numpy-only, shared with the CLI summary
 from pdlib.report.schema import EVENT_KINDS, REQUESTS, SCHEMA, TOP_LEVEL_KEYS
 
@@ -39,12 +40,10 @@ STEP_PARTS = {"issue_ms": "host issuing", "issue_cpu_ms": "of it on the CPU", "b
 
 # ---- loading and checking ---------------------------------------------------------------------------
 def load_report(path) -> dict:
-    """Read and check a report file; every problem is an InputError naming the file."""
+    """Read and check a report file (.json, or gzip-compressed .json.gz); every problem is an InputError naming
+    the file."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: cannot read report ({getattr(e, 'strerror', None) or e})") from e
+    text = read_text(path, what="report")  # .json or .json.gz alike
     try:
         report = json.loads(text)
     except json.JSONDecodeError as e:

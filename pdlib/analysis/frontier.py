@@ -21,6 +21,7 @@ import pandas as pd
 
 from pdlib.analysis import present, frames as an
 from pdlib.errors import InputError
+from pdlib.report.io import read_text, report_file
 from pdlib.report.schema import SWEEP_SCHEMA
 from pdlib.report.schema import SWEEP_INDEX as INDEX, sweep_report_name as report_name
 
@@ -31,15 +32,16 @@ POINT_KEYS = ("policy", "chunk_size", "role", "report", "passed", "trials")
 
 
 def load_sweep(folder) -> dict:
-    """{"dir", "index", "reports": {file name: report}} for a folder `sweep` wrote; InputError (one line)
+    """{"dir", "index", "reports": {file name: report}} for a folder `sweep` wrote (each report read as the
+    index names it, or compressed beside it as <name>.gz, as published folders keep them); InputError (one line)
     when the index is missing or malformed, or a listed report is missing, malformed or not the point it claims."""
     folder = Path(folder)
     path = folder / INDEX
     if not path.is_file():
         raise InputError(f"{folder}: no {INDEX} (not a sweep folder, or the sweep was interrupted before its end)")
     try:
-        index = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        index = json.loads(read_text(path, what="the sweep index"))
+    except json.JSONDecodeError as e:
         raise InputError(f"{path}: cannot read the sweep index ({e})") from None
     if not isinstance(index, dict) or index.get("schema") != SWEEP_SCHEMA:
         raise InputError(f"{path}: schema is {index.get('schema') if isinstance(index, dict) else None!r}, "
@@ -53,7 +55,7 @@ def load_sweep(folder) -> dict:
             raise InputError(f"{path}: points[{i}] needs keys {', '.join(POINT_KEYS)}")
         if pt["report"] != report_name(pt["policy"], pt["chunk_size"]) or pt["role"] not in ("swept", "reference"):
             raise InputError(f"{path}: points[{i}] ({pt['report']!r}, role {pt['role']!r}) is not a sweep point")
-        report = an.load_report(folder / pt["report"])
+        report = an.load_report(report_file(folder / pt["report"]))  # a published sweep's: <name>.json.gz
         params = report["params"]
         if params.get("policies") != [pt["policy"]] or params.get("chunk_size") != pt["chunk_size"]:
             raise InputError(f"{folder / pt['report']}: ran {params.get('policies')} at chunk "

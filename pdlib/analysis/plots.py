@@ -1,15 +1,16 @@
 """Altair figures from the analysis frames, and one call that renders everything for a report.
 
     from pdlib.analysis import plots, frames as an
-    report = an.load_report("outputs/smoke-cpu/report.json")
+    report = an.load_report("outputs/smoke-cpu/report.json.gz")
     paths = plots.render_all(report, "outputs/smoke-cpu/figures")   # never overwrites
     # or one chart at a time, in a notebook:
     plots.headline_chart(an.metrics_frame(report))
     plots.render_bench(bench_result, "outputs/x")                   # bench-step's JSON: its chart and table
 
-Charts carry their rows inline (alt.InlineData), so Altair's 5,000-row guard never trips and the saved
-HTML (scripts inlined, no CDN), SVG and PNG all work offline. Only notebooks and the render command
-import this module; the GPU path never does.
+Charts carry their rows inline (alt.InlineData), so Altair's 5,000-row guard never trips. Each chart is saved
+once, as a PNG (analysis.png: 2x pixels, losslessly compacted), the same bytes the notebooks' pages embed; no
+per-chart HTML or SVG (each would carry the chart's data again, the HTML the ~1 MB vega bundle too). Only
+notebooks and the render command import this module; the GPU path never does.
 """
 
 from pathlib import Path
@@ -19,13 +20,14 @@ import numpy as np
 import pandas as pd
 
 from pdlib.analysis import frames as an
+from pdlib.analysis import png
 from pdlib.errors import InputError
 from pdlib.report.io import write_new
 
 HEADLINE = {"a_gap_max_ms": "A's max gap (ms)", "a_gap_p99_ms": "A's p99 gap (ms)",
             "b_ttft_ms": "B's TTFT (ms)", "makespan_ms": "makespan (ms)",
             "throughput_tok_s": "throughput (tok/s)"}
-FORMATS = ("html", "png", "svg")
+FORMATS = ("png",)  # one file per chart
 ECDF_POINTS = 2000  # per policy; thinning keeps the smallest and the largest gap
 
 
@@ -309,7 +311,7 @@ def bench_chart(result: dict) -> alt.VConcatChart:
 
 
 def render_bench(result: dict, out_dir) -> list:
-    """bench_step.{html,png,svg} and bench_step.md (the table bench-step prints); refuses existing files."""
+    """bench_step.png and bench_step.md (the table bench-step prints); refuses existing files."""
     from pdlib.report.bench import format_table
     out = _out_dir(out_dir)
     _refuse_existing([out / f"bench_step.{fmt}" for fmt in FORMATS] + [out / "bench_step.md"])
@@ -324,20 +326,14 @@ def _refuse_existing(paths):
             raise InputError(f"{path} already exists; refusing to overwrite (pick a new folder)")
 
 
-def _save_one(chart, path: Path):
-    fmt = path.suffix[1:]
-    extra = {"html": {"inline": True}, "png": {"scale_factor": 2}}.get(fmt, {})
-    write_new(path, write=lambda tmp: chart.save(str(tmp), format=fmt, **extra), what="figure")
-
-
 def save_chart(chart, out_dir, name: str) -> list:
-    """Write name.html (self-contained), name.png and name.svg; refuses if any of them exists."""
+    """Write name.png (png.render: what present.show_chart embeds); refuses if it exists."""
     out = Path(out_dir)
     paths = [out / f"{name}.{fmt}" for fmt in FORMATS]
     _refuse_existing(paths)
     out.mkdir(parents=True, exist_ok=True)
     for path in paths:
-        _save_one(chart, path)
+        write_new(path, png.render(chart), what="figure")
     return paths
 
 

@@ -2,7 +2,7 @@
 and charts. Presentation never reaches into the engine: nothing here imports MLX, mlx-lm or transformers.
 
     from pdlib.analysis import present
-    report = present.check_report_file("outputs/smoke-cpu/report.json")   # InputError: one line
+    report = present.check_report_file("outputs/smoke-cpu/report.json.gz")   # .json or .json.gz; InputError: one line
     print(present.run_line(report)); print(present.validation_table(report))
     present.headline_table(summary)       # compact per-policy medians, units in the headers
     present.show_chart(chart)             # live Altair in JupyterLab, PNG + alt text in HTML
@@ -153,19 +153,21 @@ def ratio_table(ratios: pd.DataFrame) -> pd.DataFrame:
 # ---- charts ----------------------------------------------------------------------------------------
 def show_chart(chart, *, alt: str | None = None):
     """Display a chart as one bundle: live Vega-Lite (tooltips) where the front end renders it, as in
-    JupyterLab, and a PNG (rendered here, as the saved one) with alt text where it does not, as in the
-    offline HTML export. `alt` defaults to the chart's description."""
+    JupyterLab, and a PNG (png.render, the bytes plots.save_chart saves) with alt text where it does not, as
+    in the offline HTML export. A published notebook keeps the PNG alone (publish.notebooks drops the
+    Vega-Lite copy), so no chart is stored twice. `alt` defaults to the chart's description."""
     import base64
 
-    import vl_convert as vlc
     from IPython.display import display
+
+    from pdlib.analysis import png
     spec = chart.to_dict()
     alt = alt or spec.get("description") or "chart"
-    png = vlc.vegalite_to_png(spec, scale=2)
-    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
-    bundle = {"application/vnd.vegalite.v5+json": spec, "image/png": base64.b64encode(png).decode(),
+    data = png.render(spec)
+    width, height = png.size(data)
+    bundle = {"application/vnd.vegalite.v5+json": spec, "image/png": base64.b64encode(data).decode(),
               "text/plain": f"<chart: {alt}>"}
-    display(bundle, metadata={"image/png": {"width": width // 2, "height": height // 2, "alt": alt}},
+    display(bundle, metadata={"image/png": {"width": width // png.SCALE, "height": height // png.SCALE, "alt": alt}},
             raw=True)  # the PNG is rendered at 2x: shown at the chart's own size
 
 
