@@ -1,4 +1,5 @@
-# make setup | make run [PARAMS=params/X.yaml] | make lab | make test
+# make setup | make run [PARAMS=params/X.yaml] | make lab | make test | make test-fast | make lint
+# make gpu OUT=DIR   on a GPU machine with MLX installed (no venv): check-kernels, bench-step, the report
 # `run` and `lab` install the notebooks extra only; `test` adds the test extra (pytest, torch, ...).
 PY ?= python3
 VENV ?= .venv
@@ -15,7 +16,7 @@ endif
 RUN_EXTRAS := $(MLX_EXTRA)notebooks
 TEST_EXTRAS := $(MLX_EXTRA)notebooks,test
 
-.PHONY: setup setup-test test run lab clean
+.PHONY: setup setup-test test test-fast lint run lab gpu clean
 setup: $(VENV)/.installed-$(subst $(comma),-,$(RUN_EXTRAS))
 setup-test: $(VENV)/.installed-$(subst $(comma),-,$(TEST_EXTRAS))
 
@@ -28,8 +29,17 @@ $(VENV)/.installed-%: pyproject.toml
 	@touch $@
 	@if [ "$*" = "$(subst $(comma),-,$(TEST_EXTRAS))" ]; then touch $(VENV)/.installed-$(subst $(comma),-,$(RUN_EXTRAS)); fi
 
+# the whole suite, lint first; test-fast leaves out what is marked slow (notebook runs, the flash emulation, ...)
+LINT := $(VENV)/bin/python -m ruff check pdlib tests && $(VENV)/bin/python -m ruff format --check pdlib tests
 test: setup-test
+	$(LINT)
 	$(VENV)/bin/python -m pytest -q
+
+test-fast: setup-test
+	$(VENV)/bin/python -m pytest -q -m "not slow"
+
+lint: setup-test
+	$(LINT)
 
 run: setup
 	$(VENV)/bin/python -m pdlib notebooks --params $(PARAMS)
@@ -37,6 +47,19 @@ run: setup
 # JupyterLab refuses to start as root unless told (containers often run as root)
 lab: setup
 	$(VENV)/bin/jupyter lab --notebook-dir=. $(if $(filter 0,$(shell id -u)),--allow-root) notebooks/01_run_trials.ipynb
+
+# The GPU runbook: every kernel against its twin first (nothing else runs if a row fails), then bench-step with
+# its peers, then the published experiment through the gate. The machine's own python3 with MLX (CUDA) and
+# mlx-lm installed; TF32 off, as the reference needs. docs/gpu.md says how to install MLX offline.
+GPU_PY ?= python3
+GPU_PARAMS ?= params/qwen3-0.6b-4096x1024.yaml
+gpu:
+	@test -n "$(OUT)" || { echo "error: make gpu needs OUT=DIR (a new folder for the results)" >&2; exit 2; }
+	@test ! -e "$(OUT)" || test -z "$$(ls -A "$(OUT)")" || { echo "error: $(OUT) holds files; results are never overwritten" >&2; exit 2; }
+	mkdir -p "$(OUT)"
+	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib check-kernels --output "$(OUT)/check-kernels.json"
+	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib bench-step --output "$(OUT)/bench-step.json"
+	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib run --params $(GPU_PARAMS) --output "$(OUT)/report.json"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -126,9 +126,12 @@ def test_environment_python_satisfies_requires_python(project, env):
 def test_makefile_has_setup_test_run_targets():
     text = (ROOT / "Makefile").read_text()
     targets = set(re.findall(r"^([A-Za-z_][\w.-]*)\s*:(?!=)", text, flags=re.M))
-    assert {"setup", "test", "run"} <= targets, targets
+    promised = {"setup", "test", "test-fast", "lint", "run", "lab", "gpu"}  # the README's
+    assert promised <= targets, targets
     phony = re.search(r"^\.PHONY\s*:(.*)$", text, flags=re.M)
-    assert phony and {"setup", "test", "run"} <= set(phony.group(1).split())
+    assert phony and promised <= set(phony.group(1).split())
+    # `make test` lints first, with the ruff configured in pyproject.toml
+    assert re.search(r"^test: setup-test\n\t\$\(LINT\)\n", text, re.M) and "ruff check" in text
     # `make test` must run pytest
     body = re.search(r"^test\s*:.*\n((?:\t.*\n?)+)", text, flags=re.M)
     assert body and "pytest" in body.group(1)
