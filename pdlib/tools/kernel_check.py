@@ -1,5 +1,5 @@
 """Every GPU kernel against its MLX-ops twin: fresh random inputs each time, outputs poisoned (NaN) before
-each run, the fixed tolerance |x - ref| <= 1e-3 + 1e-3 |ref|. Used by tests/test_kernels.py and, on a GPU box
+each run, the fixed tolerance |x - ref| <= 1e-3 + 1e-3 |ref|. Used by tests/engine/test_kernels.py and, on a GPU box
 without pytest, by `python -m pdlib check-kernels`.
 
     rows = check_kernels(seed=0)      # [{"kernel", "case", "max_abs", "worst_ratio", "passed"}, ...]

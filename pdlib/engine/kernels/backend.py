@@ -33,7 +33,7 @@ threadgroup_position_in_grid, threads_per_threadgroup, threadgroups_per_grid), w
 threadIdx, blockIdx, blockDim and gridDim: MLX gives a Metal kernel an attribute only if the body (not the
 header) names it. For the same reason PD_LANE and PD_WARP take the attribute as an argument, which CUDA
 drops; their CUDA expansions are unparenthesised so that they read as the validated CUDA text. After the
-preprocessor the CUDA text is token for token that validated CUDA (tests/test_kernel_sources.py).
+preprocessor the CUDA text is token for token that validated CUDA (tests/engine/test_kernel_sources.py).
 """
 
 import ctypes

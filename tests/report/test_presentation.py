@@ -14,7 +14,7 @@ import pytest
 from pdlib.errors import InputError
 from pdlib.report.io import PENDING, write_new
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / "tests" / "data" / "small-report.json"
 
 

@@ -20,7 +20,7 @@ from pdlib.engine.kernels.backend import PRELUDE, float_bits
 
 backend_module = importlib.import_module("pdlib.engine.kernels.backend")
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 gemv_module = importlib.import_module("pdlib.engine.kernels.gemv")
 attention_module = importlib.import_module("pdlib.engine.kernels.decode_attention")
 kv_store_module = importlib.import_module("pdlib.engine.kernels.kv_store")

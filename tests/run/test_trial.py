@@ -1,7 +1,7 @@
 """The trial runner and the `run` CLI end to end on the tiny synthetic model (CPU, seconds): report contents,
 warmups, paired rotating trials, token checks, atomic never-overwriting reports and one-line input errors.
 
-    .venv/bin/python -m pytest -q tests/test_trial.py
+    .venv/bin/python -m pytest -q tests/run/test_trial.py
 
 One good report is made once per module (`good`) and shared; other tests run the CLI on even smaller jobs.
 """

@@ -19,7 +19,7 @@ from pdlib.run.trial import check_tokens, run_once
 from pdlib.run.validate import ValidationError
 
 PROMPT, OUTPUTS, CHUNK = 40, 6, 16
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def experiment(tiny, policies=("chunked", "disagg")):

@@ -22,7 +22,7 @@ from pdlib.publish.notebooks import FIGURES, TABLES
 
 pytest.importorskip("vl_convert")
 
-REPORT = Path(__file__).parent / "data" / "small-report.json"
+REPORT = Path(__file__).parents[1] / "data" / "small-report.json"
 EXPECTED = {*TABLES, *(f"{name}.{fmt}" for name in FIGURES for fmt in FORMATS)}
 
 
@@ -131,7 +131,7 @@ def test_missing_report_and_missing_out(tmp_path, capsys):
 def test_render_into_an_existing_file_is_one_line(tmp_path, capsys):
     target = tmp_path / "not-a-folder"
     target.write_text("x")
-    assert main(["render", str(Path(__file__).parent / "data" / "small-report.json"), "--out", str(target)]) == 2
+    assert main(["render", str(Path(__file__).parents[1] / "data" / "small-report.json"), "--out", str(target)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "existing file" in err[0] and target.read_text() == "x"
 
