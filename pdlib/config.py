@@ -1,7 +1,7 @@
 """Model presets: the Qwen3 shapes pdlib runs, as one small dataclass.
 
-    from pdlib.config import preset
-    cfg = preset("qwen3-0.6b")          # or "tiny" for fast CPU tests
+from pdlib.config import preset
+cfg = preset("qwen3-0.6b")          # or "tiny" for fast CPU tests
 """
 
 from dataclasses import asdict, dataclass, fields
@@ -27,8 +27,10 @@ class ModelConfig:
 
     def __post_init__(self):
         if self.num_attention_heads % self.num_key_value_heads:
-            raise InputError(f"num_attention_heads={self.num_attention_heads} is not a multiple of "
-                             f"num_key_value_heads={self.num_key_value_heads}")
+            raise InputError(
+                f"num_attention_heads={self.num_attention_heads} is not a multiple of "
+                f"num_key_value_heads={self.num_key_value_heads}"
+            )
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -95,8 +97,11 @@ def check_supported(d: dict) -> None:
     if d.get("hidden_act", "silu") != "silu":
         _refuse("hidden_act", d["hidden_act"], "silu only")
     if d.get("use_sliding_window"):
-        _refuse("use_sliding_window", d["use_sliding_window"],
-                f"sliding_window={d.get('sliding_window')!r}; pdlib runs full attention in every layer")
+        _refuse(
+            "use_sliding_window",
+            d["use_sliding_window"],
+            f"sliding_window={d.get('sliding_window')!r}; pdlib runs full attention in every layer",
+        )
     layer_types = d.get("layer_types")
     if layer_types is not None and any(t != "full_attention" for t in layer_types):
         _refuse("layer_types", sorted(set(layer_types)), "full_attention in every layer only")
@@ -114,13 +119,27 @@ def check_supported(d: dict) -> None:
 
 
 PRESETS = {
-    "qwen3-0.6b": ModelConfig(hidden_size=1024, num_hidden_layers=28, num_attention_heads=16,
-                              num_key_value_heads=8, head_dim=128, intermediate_size=3072,
-                              vocab_size=151936, max_position_embeddings=40960),
+    "qwen3-0.6b": ModelConfig(
+        hidden_size=1024,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        intermediate_size=3072,
+        vocab_size=151936,
+        max_position_embeddings=40960,
+    ),
     # Same structure (GQA 2:1, q/k-norm, tied embeddings), small enough for CPU tests in seconds.
-    "tiny": ModelConfig(hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
-                        num_key_value_heads=2, head_dim=16, intermediate_size=128,
-                        vocab_size=512, max_position_embeddings=4096),
+    "tiny": ModelConfig(
+        hidden_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        intermediate_size=128,
+        vocab_size=512,
+        max_position_embeddings=4096,
+    ),
 }
 
 
@@ -132,9 +151,10 @@ def preset(name: str) -> ModelConfig:
 
 # -- run parameters: one schema for the CLI, the params/*.yaml files and the notebooks ----------------
 
+
 @dataclass(frozen=True)
 class RunParams:
-    model: str = "qwen3-0.6b"          # preset (local checkpoint if cached, else synthetic), repo id, dir
+    model: str = "qwen3-0.6b"  # preset (local checkpoint if cached, else synthetic), repo id, dir
     prompt_tokens: int = 4096
     output_tokens: int = 1024
     chunk_size: int = 128
@@ -145,9 +165,9 @@ class RunParams:
     lossless_decode_weights: bool = True
     validation_checkpoint_every: int = 64
     stall_threshold_ms: float = 100.0
-    tbt_slo_ms: float | None = None     # A's gap target for the slo policies; None: 5x decode (pdlib/run/slo.py)
-    pipeline_decodes: bool = True       # issue a step of decodes before the one before it is observed (executor.py)
-    poll_during_chunks: bool = True     # with them, issue a prompt chunk at once and poll the decodes ahead (ditto)
+    tbt_slo_ms: float | None = None  # A's gap target for the slo policies; None: 5x decode (pdlib/run/slo.py)
+    pipeline_decodes: bool = True  # issue a step of decodes before the one before it is observed (executor.py)
+    poll_during_chunks: bool = True  # with them, issue a prompt chunk at once and poll the decodes ahead (ditto)
 
     def __post_init__(self):
         if isinstance(self.policies, str):
@@ -163,10 +183,14 @@ class RunParams:
                 raise InputError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if not isinstance(self.model, str) or not self.model:
             raise InputError(f"model must be a non-empty string, got {self.model!r}")
-        if not isinstance(self.stall_threshold_ms, (int, float)) or isinstance(self.stall_threshold_ms, bool) \
-                or not self.stall_threshold_ms > 0:
+        if (
+            not isinstance(self.stall_threshold_ms, (int, float))
+            or isinstance(self.stall_threshold_ms, bool)
+            or not self.stall_threshold_ms > 0
+        ):
             raise InputError(f"stall_threshold_ms must be a number > 0, got {self.stall_threshold_ms!r}")
         from pdlib.scheduler import POLICIES  # pure logic, no MLX
+
         if not self.policies:
             raise InputError("policies must name at least one of: " + ", ".join(POLICIES))
         for p in self.policies:
@@ -174,14 +198,19 @@ class RunParams:
                 raise InputError(f"policies: unknown policy {p!r}; expected one of: {', '.join(POLICIES)}")
         if len(set(self.policies)) != len(self.policies):
             raise InputError(f"policies must not repeat, got {' '.join(self.policies)}")
-        if self.tbt_slo_ms is not None and (isinstance(self.tbt_slo_ms, bool) or not isinstance(
-                self.tbt_slo_ms, (int, float)) or not 0 < self.tbt_slo_ms < float("inf")):
+        if self.tbt_slo_ms is not None and (
+            isinstance(self.tbt_slo_ms, bool)
+            or not isinstance(self.tbt_slo_ms, (int, float))
+            or not 0 < self.tbt_slo_ms < float("inf")
+        ):
             raise InputError(f"tbt_slo_ms must be a finite number > 0, got {self.tbt_slo_ms!r}")
 
     def check_positions(self, cfg: ModelConfig) -> None:
         if self.prompt_tokens + self.output_tokens > cfg.max_position_embeddings:
-            raise InputError(f"prompt_tokens + output_tokens = {self.prompt_tokens + self.output_tokens} exceeds "
-                             f"the model's {cfg.max_position_embeddings} positions")
+            raise InputError(
+                f"prompt_tokens + output_tokens = {self.prompt_tokens + self.output_tokens} exceeds "
+                f"the model's {cfg.max_position_embeddings} positions"
+            )
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -192,6 +221,7 @@ class RunParams:
     def from_yaml(cls, path, **overrides) -> "RunParams":
         """Read a params file (keys = field names); `overrides` (e.g. from CLI flags) win."""
         import yaml
+
         try:
             with open(path, encoding="utf-8") as f:
                 data = yaml.safe_load(f) or {}
@@ -204,6 +234,8 @@ class RunParams:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise InputError(f"params file {str(path)!r} has unknown key(s) {', '.join(unknown)}; "
-                             f"accepted: {', '.join(sorted(known))}")
+            raise InputError(
+                f"params file {str(path)!r} has unknown key(s) {', '.join(unknown)}; "
+                f"accepted: {', '.join(sorted(known))}"
+            )
         return cls(**{**data, **overrides})

@@ -44,8 +44,13 @@ class Prompt:
     source: str  # e.g. "json.JSONDecoder..json.dumps (12 docs)"
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "tokens": len(self.token_ids), "sha256": self.sha256,
-                "tokenizer": self.tokenizer, "source": self.source}
+        return {
+            "name": self.name,
+            "tokens": len(self.token_ids),
+            "sha256": self.sha256,
+            "tokenizer": self.tokenizer,
+            "source": self.source,
+        }
 
 
 def token_ids_sha256(ids) -> str:
@@ -74,7 +79,6 @@ def render(title: str, text: str) -> str:
     return f"{title}\n\n{text}\n\n"
 
 
-
 def make_prompts(*, n_tokens: int, vocab_size: int, tokenizer=None, names=("A", "B")) -> dict[str, Prompt]:
     """One prompt of exactly `n_tokens` ids per name, each from its own run of corpus documents.
 
@@ -88,8 +92,10 @@ def make_prompts(*, n_tokens: int, vocab_size: int, tokenizer=None, names=("A", 
         raise InputError(f"names={names!r} is not accepted: need distinct non-empty strings")
     if tokenizer is None:
         if vocab_size < BYTE_VOCAB:
-            raise InputError(f"vocab_size={vocab_size} is too small for the byte mapping: "
-                             f"it needs vocab_size >= {BYTE_VOCAB} (or pass a tokenizer)")
+            raise InputError(
+                f"vocab_size={vocab_size} is too small for the byte mapping: "
+                f"it needs vocab_size >= {BYTE_VOCAB} (or pass a tokenizer)"
+            )
         encode, tok_name = byte_tokens, "bytes"
     else:
         tok_name = str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
@@ -98,8 +104,10 @@ def make_prompts(*, n_tokens: int, vocab_size: int, tokenizer=None, names=("A", 
             ids = [int(i) for i in tokenizer.encode(text, add_special_tokens=False)]
             bad = [i for i in ids if not 0 <= i < vocab_size]
             if bad:
-                raise InputError(f"tokenizer {tok_name!r} produced id {bad[0]} outside [0, vocab_size="
-                                 f"{vocab_size}): the tokenizer does not match the model's vocab_size")
+                raise InputError(
+                    f"tokenizer {tok_name!r} produced id {bad[0]} outside [0, vocab_size="
+                    f"{vocab_size}): the tokenizer does not match the model's vocab_size"
+                )
             return ids
 
     docs = _corpus()
@@ -116,8 +124,10 @@ def make_prompts(*, n_tokens: int, vocab_size: int, tokenizer=None, names=("A", 
             used += 1
         if len(ids) < n_tokens:
             most = min(sum(len(encode(render(*d))) for d in r) for r in runs)
-            raise InputError(f"n_tokens={n_tokens} is more than the corpus can give each of {len(names)} "
-                             f"prompts with tokenizer {tok_name!r}: at most {most} tokens")
+            raise InputError(
+                f"n_tokens={n_tokens} is more than the corpus can give each of {len(names)} "
+                f"prompts with tokenizer {tok_name!r}: at most {most} tokens"
+            )
         ids = tuple(ids[:n_tokens])
         source = f"{run[0][0]}..{run[used - 1][0]} ({used} docs)"
         out[name] = Prompt(name, ids, token_ids_sha256(ids), tok_name, source)
@@ -127,7 +137,8 @@ def make_prompts(*, n_tokens: int, vocab_size: int, tokenizer=None, names=("A", 
 # ---- corpus builder: run once, commit the output; everything below is not imported by the prompts ----
 
 # Sorted, fixed list of well-documented stdlib modules (documents come only from objects defined there).
-CORPUS_MODULES = sorted("""
+CORPUS_MODULES = sorted(
+    """
     argparse asyncio.base_events asyncio.events asyncio.futures asyncio.locks asyncio.queues
     asyncio.streams asyncio.subprocess asyncio.tasks bisect collections concurrent.futures._base
     configparser contextlib csv dataclasses datetime difflib email.message email.parser email.utils enum
@@ -135,12 +146,14 @@ CORPUS_MODULES = sorted("""
     json.encoder logging logging.handlers pathlib pickle queue random re selectors shlex shutil statistics
     string subprocess tarfile tempfile textwrap threading typing unittest.case unittest.mock urllib.parse
     urllib.request xml.etree.ElementTree zipfile
-""".split())
+""".split()
+)
 
 
 def _normalise(doc: str) -> str:
     import inspect
     import re
+
     text = inspect.cleandoc(doc).replace("\r\n", "\n").replace("\r", "\n")
     text = text.replace("\f", "\n").replace("\v", "\n")
     text = "\n".join(line.rstrip() for line in text.split("\n"))
@@ -153,6 +166,7 @@ def build_corpus(*, min_chars: int = 120) -> list[tuple[str, str]]:
     import importlib
     import inspect
     import warnings
+
     warnings.simplefilter("ignore", DeprecationWarning)  # touching typing.io/typing.re warns on 3.11
     docs, seen = [], set()
 
@@ -189,6 +203,7 @@ def write_corpus(docs, *, path: Path = CORPUS_PATH) -> None:
 
 if __name__ == "__main__":
     import argparse
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rebuild-corpus", action="store_true", help="re-extract the corpus from this Python")
     ap.add_argument("--n-tokens", type=int, default=4096)

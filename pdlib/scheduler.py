@@ -43,6 +43,7 @@ Work = Prefill | Decode
 class Batch:
     """Several requests' work as one step, at most one part per request: one engine step whose rows share the
     weight reads (e.g. every ready decode plus a prefill chunk); the tokens are observed after it."""
+
     work: tuple[Work, ...]
 
     def __post_init__(self):
@@ -81,8 +82,10 @@ class RequestState:
             if step.n < 1 or self.prefilled + step.n > self.prompt_tokens:
                 raise ValueError(f"{step} is illegal: {self.name} has prefilled {self.prefilled}/{self.prompt_tokens}")
         elif not self.ready:
-            raise ValueError(f"{step} is illegal: {self.name} is not ready ({self.prefilled}/{self.prompt_tokens} "
-                             f"prefilled, {self.emitted}/{self.output_tokens} emitted)")
+            raise ValueError(
+                f"{step} is illegal: {self.name} is not ready ({self.prefilled}/{self.prompt_tokens} "
+                f"prefilled, {self.emitted}/{self.output_tokens} emitted)"
+            )
 
     def apply(self, step: Work) -> None:
         self.check(step)
@@ -102,7 +105,7 @@ class Policy:
 
     name: ClassVar[str]
     remote_prefill: ClassVar[str | None] = None  # where else B's prompt runs: "worker" (pdlib/disagg) or
-                                                 # "stream" (pdlib/run/overlap.py); None: in the steps
+    # "stream" (pdlib/run/overlap.py); None: in the steps
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -274,8 +277,9 @@ def interleave(live: Iterable[Step], validated: list[Step]) -> Iterator[Step]:
         for w in step.work:
             q, i = queues.get(w.req, []), pos.get(w.req, 0)
             if i >= len(q) or w != q[i]:
-                raise RuntimeError(f"step {n}: {w!r} is not {w.req}'s next validated part "
-                                   f"({q[i] if i < len(q) else 'the end'!r})")
+                raise RuntimeError(
+                    f"step {n}: {w!r} is not {w.req}'s next validated part ({q[i] if i < len(q) else 'the end'!r})"
+                )
             pos[w.req] = i + 1
         yield step
     short = {r: f"{pos[r]}/{len(q)}" for r, q in queues.items() if pos[r] != len(q)}
@@ -327,8 +331,15 @@ def schedule(policy: Policy, a: RequestState, b: RequestState, *, chunk_size: in
             states[w.req].apply(w)
 
 
-def iter_plan(policy_name: str, *, prompt_tokens: int, output_tokens: int, chunk_size: int,
-              chunk_rule: Callable[[int], int] | None = None, policy: Policy | None = None) -> Iterator[Step]:
+def iter_plan(
+    policy_name: str,
+    *,
+    prompt_tokens: int,
+    output_tokens: int,
+    chunk_size: int,
+    chunk_rule: Callable[[int], int] | None = None,
+    policy: Policy | None = None,
+) -> Iterator[Step]:
     """One experiment's full step sequence, decided as it is consumed: A's set-up prefill, then the policy's
     steps from t0. `policy`: an instance to use instead of a fresh one (disagg's or overlap's, bound to its prefill)."""
     _positive(prompt_tokens=prompt_tokens, output_tokens=output_tokens, chunk_size=chunk_size)
@@ -340,11 +351,24 @@ def iter_plan(policy_name: str, *, prompt_tokens: int, output_tokens: int, chunk
     yield from schedule(policy, a, b, chunk_size=chunk_size)
 
 
-def plan(policy_name: str, *, prompt_tokens: int, output_tokens: int, chunk_size: int,
-         chunk_rule: Callable[[int], int] | None = None) -> list[Step]:
+def plan(
+    policy_name: str,
+    *,
+    prompt_tokens: int,
+    output_tokens: int,
+    chunk_size: int,
+    chunk_rule: Callable[[int], int] | None = None,
+) -> list[Step]:
     """`iter_plan` as a list: what the validation gate checks."""
-    return list(iter_plan(policy_name, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
-                          chunk_size=chunk_size, chunk_rule=chunk_rule))
+    return list(
+        iter_plan(
+            policy_name,
+            prompt_tokens=prompt_tokens,
+            output_tokens=output_tokens,
+            chunk_size=chunk_size,
+            chunk_rule=chunk_rule,
+        )
+    )
 
 
 def follow(live: Iterable[Step], validated: list[Step]) -> Iterator[Step]:

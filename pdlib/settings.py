@@ -17,47 +17,95 @@ from pdlib.errors import InputError
 @dataclass(frozen=True)
 class Switch:
     name: str
-    accepts: tuple      # the accepted strings, and/or a type a value is read as (int, float: > 0; str: any)
-    default: object     # the value when unset or empty
+    accepts: tuple  # the accepted strings, and/or a type a value is read as (int, float: > 0; str: any)
+    default: object  # the value when unset or empty
     doc: str
 
 
-SWITCHES = {s.name: s for s in (
-    # the engine's
-    Switch("PDLIB_DECODE", ("kernels", "persistent"), None,
-           "decode path: six kernels a layer in one graph, or one persistent launch a token; unset: persistent "
-           "where it runs (CUDA), else kernels"),
-    Switch("PDLIB_PAIR_DECODE", ("pair", "each"), "pair",
-           "a step's two decodes in one persistent launch, or one launch each"),
-    Switch("PDLIB_PERSISTENT_FOLD", ("0", "1"), "0", "1: o_proj folded into the persistent kernel's attention"),
-    Switch("PDLIB_PERSISTENT_BLOCKS", (int,), None, "the persistent kernel's blocks; unset: the SM count"),
-    Switch("PDLIB_PREFILL_GEMM", ("bf16x3", "tf32x2", "tf32x3", "fp32", "wgmma"), "bf16x3",
-           "the prefill's matmuls: kernels/gemm.py's kernels, or MLX's FP32 matmul (fp32)"),
-    Switch("PDLIB_PREFILL_GEMM_SUM", ("fused-norm", "fused", "ops"), "fused-norm",
-           "how a K split's parts are summed and the layer's epilogue applied"),
-    Switch("PDLIB_PREFILL_QK", ("kernel", "ops"), "kernel", "a prompt chunk's q/k norm, RoPE and K/V store"),
-    Switch("PDLIB_PREFILL_ATTENTION", ("flash-tf32x3", "flash", "ops"), "flash-tf32x3",
-           "prefill attention: the flash kernel on tensor cores, in FP32, or MLX's ops"),
-    Switch("PDLIB_STEP_DISPATCH", ("layers", "step"), "layers",
-           "a step with a prompt chunk started layer by layer, or as one graph"),
-    Switch("PDLIB_TOKEN_READ", ("item", "mailbox"), None,
-           "how the host reads a decode's token; unset: mailbox where the persistent kernel decodes, else item"),
-    # the runners' and tools'
-    Switch("PDLIB_OVERLAP_TIMEOUT_S", (float,), 600.0, "seconds the overlap runner waits for a prefill"),
-    Switch("PDLIB_DISAGG_TRANSFER", ("whole", "layers"), "whole", "the K/V transfer's collective shape"),
-    Switch("PDLIB_DISAGG_PREFILL_CHUNK", ("whole", int), "whole", "the prefill worker's chunk in tokens"),
-    Switch("PDLIB_DISAGG_TIMEOUT_S", (float,), None,
-           "seconds a disaggregated prefill and transfer may take; unset: 600 and 120"),
-    Switch("PDLIB_DISAGG_WORKER_LOG", (str,), None, "a path that keeps the prefill worker's stderr"),
-    Switch("PDLIB_DISAGG_WORKER_FAULT", (str,), None, "test hook: exit@N makes the N-th prefill command exit 1"),
-    Switch("PDLIB_PREFILL_GPU", (str,), None, "CUDA_VISIBLE_DEVICES of the prefill worker; unset: the second GPU"),
-    Switch("PDLIB_LOCAL_OUTPUTS", (str,), None, "where local runs are written; unset: outputs/local"),
-)}
+SWITCHES = {
+    s.name: s
+    for s in (
+        # the engine's
+        Switch(
+            "PDLIB_DECODE",
+            ("kernels", "persistent"),
+            None,
+            "decode path: six kernels a layer in one graph, or one persistent launch a token; unset: persistent "
+            "where it runs (CUDA), else kernels",
+        ),
+        Switch(
+            "PDLIB_PAIR_DECODE",
+            ("pair", "each"),
+            "pair",
+            "a step's two decodes in one persistent launch, or one launch each",
+        ),
+        Switch("PDLIB_PERSISTENT_FOLD", ("0", "1"), "0", "1: o_proj folded into the persistent kernel's attention"),
+        Switch("PDLIB_PERSISTENT_BLOCKS", (int,), None, "the persistent kernel's blocks; unset: the SM count"),
+        Switch(
+            "PDLIB_PREFILL_GEMM",
+            ("bf16x3", "tf32x2", "tf32x3", "fp32", "wgmma"),
+            "bf16x3",
+            "the prefill's matmuls: kernels/gemm.py's kernels, or MLX's FP32 matmul (fp32)",
+        ),
+        Switch(
+            "PDLIB_PREFILL_GEMM_SUM",
+            ("fused-norm", "fused", "ops"),
+            "fused-norm",
+            "how a K split's parts are summed and the layer's epilogue applied",
+        ),
+        Switch("PDLIB_PREFILL_QK", ("kernel", "ops"), "kernel", "a prompt chunk's q/k norm, RoPE and K/V store"),
+        Switch(
+            "PDLIB_PREFILL_ATTENTION",
+            ("flash-tf32x3", "flash", "ops"),
+            "flash-tf32x3",
+            "prefill attention: the flash kernel on tensor cores, in FP32, or MLX's ops",
+        ),
+        Switch(
+            "PDLIB_STEP_DISPATCH",
+            ("layers", "step"),
+            "layers",
+            "a step with a prompt chunk started layer by layer, or as one graph",
+        ),
+        Switch(
+            "PDLIB_TOKEN_READ",
+            ("item", "mailbox"),
+            None,
+            "how the host reads a decode's token; unset: mailbox where the persistent kernel decodes, else item",
+        ),
+        # the runners' and tools'
+        Switch("PDLIB_OVERLAP_TIMEOUT_S", (float,), 600.0, "seconds the overlap runner waits for a prefill"),
+        Switch("PDLIB_DISAGG_TRANSFER", ("whole", "layers"), "whole", "the K/V transfer's collective shape"),
+        Switch("PDLIB_DISAGG_PREFILL_CHUNK", ("whole", int), "whole", "the prefill worker's chunk in tokens"),
+        Switch(
+            "PDLIB_DISAGG_TIMEOUT_S",
+            (float,),
+            None,
+            "seconds a disaggregated prefill and transfer may take; unset: 600 and 120",
+        ),
+        Switch("PDLIB_DISAGG_WORKER_LOG", (str,), None, "a path that keeps the prefill worker's stderr"),
+        Switch("PDLIB_DISAGG_WORKER_FAULT", (str,), None, "test hook: exit@N makes the N-th prefill command exit 1"),
+        Switch("PDLIB_PREFILL_GPU", (str,), None, "CUDA_VISIBLE_DEVICES of the prefill worker; unset: the second GPU"),
+        Switch("PDLIB_LOCAL_OUTPUTS", (str,), None, "where local runs are written; unset: outputs/local"),
+    )
+}
 
-ENGINE = tuple(name for name in SWITCHES if name in (
-    "PDLIB_DECODE", "PDLIB_PAIR_DECODE", "PDLIB_PERSISTENT_FOLD", "PDLIB_PERSISTENT_BLOCKS", "PDLIB_PREFILL_GEMM",
-    "PDLIB_PREFILL_GEMM_SUM", "PDLIB_PREFILL_QK", "PDLIB_PREFILL_ATTENTION", "PDLIB_STEP_DISPATCH",
-    "PDLIB_TOKEN_READ"))  # those that change what the engine computes or how it is timed
+ENGINE = tuple(
+    name
+    for name in SWITCHES
+    if name
+    in (
+        "PDLIB_DECODE",
+        "PDLIB_PAIR_DECODE",
+        "PDLIB_PERSISTENT_FOLD",
+        "PDLIB_PERSISTENT_BLOCKS",
+        "PDLIB_PREFILL_GEMM",
+        "PDLIB_PREFILL_GEMM_SUM",
+        "PDLIB_PREFILL_QK",
+        "PDLIB_PREFILL_ATTENTION",
+        "PDLIB_STEP_DISPATCH",
+        "PDLIB_TOKEN_READ",
+    )
+)  # those that change what the engine computes or how it is timed
 
 _TYPES = {int: "a whole number >= 1", float: "a number > 0", str: "any text"}
 

@@ -15,8 +15,10 @@ def text_table(head, rows, *, right_from: int | None = None) -> str:
     widths = [max(len(x) for x in col) for col in zip(head, *rows)]
 
     def line(row):
-        cells = (x.rjust(w) if right_from is not None and i >= right_from else x.ljust(w)
-                 for i, (x, w) in enumerate(zip(row, widths)))
+        cells = (
+            x.rjust(w) if right_from is not None and i >= right_from else x.ljust(w)
+            for i, (x, w) in enumerate(zip(row, widths))
+        )
         return "  ".join(cells)
 
     return "\n".join([line(head), line(["-" * w for w in widths]), *map(line, rows)])
@@ -30,23 +32,37 @@ def run_line(report: dict) -> str:
     model, params = report["model"], report["params"]
     fallback = f", {model['fallback_from']}" if model.get("fallback_from") else ""
     tokenizers = sorted({p["tokenizer"] for p in (report.get("prompts") or {}).values()})
-    made_by = "" if not tokenizers else " (byte ids, no tokenizer)" if tokenizers == ["bytes"] else \
-        f" (tokenizer {', '.join(tokenizers)})"
+    made_by = (
+        ""
+        if not tokenizers
+        else " (byte ids, no tokenizer)"
+        if tokenizers == ["bytes"]
+        else f" (tokenizer {', '.join(tokenizers)})"
+    )
     env = report["environment"]
     sums = f", split sums {env['prefill_split_sums']}" if "prefill_split_sums" in env else ""
     qk = f", q/k {env['prefill_qk']}" if "prefill_qk" in env else ""
     dispatch = f", steps by {env['step_dispatch']}" if "step_dispatch" in env else ""
-    prefill = (f" (prefill matmuls {env['prefill_matmuls']}{sums}, attention {env['prefill_attention']}{qk}{dispatch})"
-               if "prefill_matmuls" in env else "")
+    prefill = (
+        f" (prefill matmuls {env['prefill_matmuls']}{sums}, attention {env['prefill_attention']}{qk}{dispatch})"
+        if "prefill_matmuls" in env
+        else ""
+    )
     by_mailbox = env.get("token_read") == "mailbox"
     mailbox = ", tokens read from the kernel's mailbox" if by_mailbox else ""
     if env.get("pair_decode") == "pair":
         mailbox += ", a step's two decodes in one launch"
-    piped = "" if not params.get("pipeline_decodes") else "; decodes pipelined" + (
-        ", polled during chunks" if by_mailbox and params.get("poll_during_chunks") else "")
-    return (f"model {model['spec']} ({model['source']}{fallback}), backend {env['backend']}{prefill}{mailbox}; "
-            f"prompts {params['prompt_tokens']} tokens{made_by}, {params['output_tokens']} outputs, "
-            f"chunk {params['chunk_size']}{piped}")
+    piped = (
+        ""
+        if not params.get("pipeline_decodes")
+        else "; decodes pipelined"
+        + (", polled during chunks" if by_mailbox and params.get("poll_during_chunks") else "")
+    )
+    return (
+        f"model {model['spec']} ({model['source']}{fallback}), backend {env['backend']}{prefill}{mailbox}; "
+        f"prompts {params['prompt_tokens']} tokens{made_by}, {params['output_tokens']} outputs, "
+        f"chunk {params['chunk_size']}{piped}"
+    )
 
 
 def validation_table(validation: dict) -> str:
@@ -59,9 +75,15 @@ def validation_table(validation: dict) -> str:
         if head is None:
             head = ["policy", "result", *(f"{k} max|err|" for k in checks), "tokens", "min margin"]
             rows = []
-        rows.append([policy, "pass" if r["passed"] else "FAIL",
-                     *(f"{c['worst_abs']:.2e}" if c["count"] else "none run" for c in checks.values()),
-                     f"{r['checks']['token']['count']} exact", f"{r['min_margin']:.3g}"])
+        rows.append(
+            [
+                policy,
+                "pass" if r["passed"] else "FAIL",
+                *(f"{c['worst_abs']:.2e}" if c["count"] else "none run" for c in checks.values()),
+                f"{r['checks']['token']['count']} exact",
+                f"{r['min_margin']:.3g}",
+            ]
+        )
     if head is None:
         raise ValueError("no policy")
     return text_table(head, rows)

@@ -20,36 +20,57 @@ import numpy as np
 from pdlib.config import PRESETS, ModelConfig, preset
 from pdlib.errors import InputError
 
-HF_CACHE_HELP = ("populate the cache on a machine with network (`huggingface-cli download REPO`), copy "
-                 "~/.cache/huggingface here (or set HF_HOME), or pass a directory holding config.json and "
-                 "*.safetensors; or use synthetic weights: --model synthetic:qwen3-0.6b")
+HF_CACHE_HELP = (
+    "populate the cache on a machine with network (`huggingface-cli download REPO`), copy "
+    "~/.cache/huggingface here (or set HF_HOME), or pass a directory holding config.json and "
+    "*.safetensors; or use synthetic weights: --model synthetic:qwen3-0.6b"
+)
 
 
 @dataclass
 class LoadedModel:
     config: ModelConfig
-    weights: dict[str, mx.array]          # HF names -> FP32 arrays
-    source: dict                          # what was loaded, for the report
+    weights: dict[str, mx.array]  # HF names -> FP32 arrays
+    source: dict  # what was loaded, for the report
     tokenizer: object | None = field(default=None, repr=False)
 
 
 def layer_names(i: int) -> dict[str, str]:
     p = f"model.layers.{i}."
-    return {k: p + v for k, v in {
-        "wq": "self_attn.q_proj.weight", "wk": "self_attn.k_proj.weight",
-        "wv": "self_attn.v_proj.weight", "wo": "self_attn.o_proj.weight",
-        "q_norm": "self_attn.q_norm.weight", "k_norm": "self_attn.k_norm.weight",
-        "in_norm": "input_layernorm.weight", "post_norm": "post_attention_layernorm.weight",
-        "w_gate": "mlp.gate_proj.weight", "w_up": "mlp.up_proj.weight", "w_down": "mlp.down_proj.weight",
-    }.items()}
+    return {
+        k: p + v
+        for k, v in {
+            "wq": "self_attn.q_proj.weight",
+            "wk": "self_attn.k_proj.weight",
+            "wv": "self_attn.v_proj.weight",
+            "wo": "self_attn.o_proj.weight",
+            "q_norm": "self_attn.q_norm.weight",
+            "k_norm": "self_attn.k_norm.weight",
+            "in_norm": "input_layernorm.weight",
+            "post_norm": "post_attention_layernorm.weight",
+            "w_gate": "mlp.gate_proj.weight",
+            "w_up": "mlp.up_proj.weight",
+            "w_down": "mlp.down_proj.weight",
+        }.items()
+    }
 
 
 def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     D, F, Dh = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
     Hq, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
-    per_layer = {"wq": (Hq * Dh, D), "wk": (Hkv * Dh, D), "wv": (Hkv * Dh, D), "wo": (D, Hq * Dh),
-                 "q_norm": (Dh,), "k_norm": (Dh,), "in_norm": (D,), "post_norm": (D,),
-                 "w_gate": (F, D), "w_up": (F, D), "w_down": (D, F)}
+    per_layer = {
+        "wq": (Hq * Dh, D),
+        "wk": (Hkv * Dh, D),
+        "wv": (Hkv * Dh, D),
+        "wo": (D, Hq * Dh),
+        "q_norm": (Dh,),
+        "k_norm": (Dh,),
+        "in_norm": (D,),
+        "post_norm": (D,),
+        "w_gate": (F, D),
+        "w_up": (F, D),
+        "w_down": (D, F),
+    }
     shapes = {"model.embed_tokens.weight": (cfg.vocab_size, D), "model.norm.weight": (D,)}
     if not cfg.tie_word_embeddings:
         shapes["lm_head.weight"] = (cfg.vocab_size, D)
@@ -87,34 +108,50 @@ def load_model(spec: str) -> LoadedModel:
     if re.fullmatch(r"[\w.\-]+/[\w.\-]+", spec):
         directory = resolve_cached_repo(spec)
         return checkpoint_model(directory, spec=spec, revision=directory.name)
-    raise InputError(f"model {spec!r} is neither a preset ({', '.join(PRESETS)}), synthetic:PRESET[@SEED], "
-                     f"an existing directory, nor a Hugging Face repo id (owner/name)")
+    raise InputError(
+        f"model {spec!r} is neither a preset ({', '.join(PRESETS)}), synthetic:PRESET[@SEED], "
+        f"an existing directory, nor a Hugging Face repo id (owner/name)"
+    )
 
 
 def resolve_cached_repo(repo_id: str) -> Path:
     from huggingface_hub import snapshot_download
     from huggingface_hub.constants import HF_HUB_CACHE
+
     try:
-        return Path(snapshot_download(repo_id, local_files_only=True,
-                                      allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"]))
+        return Path(
+            snapshot_download(
+                repo_id, local_files_only=True, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"]
+            )
+        )
     except Exception:
-        raise InputError(f"checkpoint {repo_id!r} is not in the local Hugging Face cache ({HF_CACHE_HELP}; "
-                         f"looked in {HF_HUB_CACHE})") from None
+        raise InputError(
+            f"checkpoint {repo_id!r} is not in the local Hugging Face cache ({HF_CACHE_HELP}; looked in {HF_HUB_CACHE})"
+        ) from None
 
 
 def checkpoint_model(directory: Path, *, spec: str, revision: str | None) -> LoadedModel:
     config_path = directory / "config.json"
     files = sorted(directory.glob("*.safetensors"))
     if not config_path.is_file() or not files:
-        raise InputError(f"checkpoint directory {str(directory)!r} needs config.json and *.safetensors "
-                         f"(found config.json: {config_path.is_file()}, safetensors files: {len(files)})")
+        raise InputError(
+            f"checkpoint directory {str(directory)!r} needs config.json and *.safetensors "
+            f"(found config.json: {config_path.is_file()}, safetensors files: {len(files)})"
+        )
     cfg = ModelConfig.from_hf_dict(json.loads(config_path.read_text()))
     tensors = read_tensors(files, where=str(directory))
     check_shapes(cfg, tensors, where=str(directory))
     check_all_used(cfg, tensors, where=str(directory))
     weights = {k: tensors[k].astype(mx.float32) for k in expected_shapes(cfg)}
-    source = {"spec": spec, "source": "checkpoint", "path": str(directory.resolve()), "revision": revision,
-              "preset": None, "seed": None, "config": cfg.to_dict()}
+    source = {
+        "spec": spec,
+        "source": "checkpoint",
+        "path": str(directory.resolve()),
+        "revision": revision,
+        "preset": None,
+        "seed": None,
+        "config": cfg.to_dict(),
+    }
     return LoadedModel(cfg, weights, source, tokenizer=load_tokenizer(directory))
 
 
@@ -123,6 +160,7 @@ def load_tokenizer(directory: Path):
     if not any((directory / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
         return None
     from transformers import AutoTokenizer
+
     return AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
 
 
@@ -147,8 +185,10 @@ def check_all_used(cfg: ModelConfig, tensors: dict, *, where: str) -> None:
     if cfg.tie_word_embeddings and "lm_head.weight" in unused:
         head, embed = tensors["lm_head.weight"], tensors["model.embed_tokens.weight"]
         if head.shape != embed.shape or not mx.array_equal(head.astype(mx.float32), embed.astype(mx.float32)).item():
-            raise InputError(f"{where}: tie_word_embeddings is true but the checkpoint's lm_head.weight differs from "
-                             f"model.embed_tokens.weight; pdlib would use the embedding")
+            raise InputError(
+                f"{where}: tie_word_embeddings is true but the checkpoint's lm_head.weight differs from "
+                f"model.embed_tokens.weight; pdlib would use the embedding"
+            )
         unused.remove("lm_head.weight")
     if unused:
         more = f" and {len(unused) - 3} more" if len(unused) > 3 else ""
@@ -186,8 +226,15 @@ def synthetic_model(preset_name: str, *, seed: int = 0) -> LoadedModel:
             fan_in = shape[1]
             scale = 0.5 if name.endswith(("o_proj.weight", "down_proj.weight")) else 1.0
             weights[name] = normal(shape, scale / math.sqrt(fan_in))
-    source = {"spec": f"synthetic:{preset_name}@{seed}", "source": "synthetic", "path": None,
-              "revision": None, "preset": preset_name, "seed": seed, "config": cfg.to_dict()}
+    source = {
+        "spec": f"synthetic:{preset_name}@{seed}",
+        "source": "synthetic",
+        "path": None,
+        "revision": None,
+        "preset": preset_name,
+        "seed": seed,
+        "config": cfg.to_dict(),
+    }
     return LoadedModel(cfg, weights, source)
 
 
@@ -201,6 +248,8 @@ def pack_bf16(w: mx.array, *, name: str) -> mx.array:
     packed = w.astype(mx.bfloat16)
     if not mx.array_equal(packed.astype(mx.float32), w).item():
         err = mx.max(mx.abs(packed.astype(mx.float32) - w)).item()
-        raise InputError(f"weight {name} is not exactly representable in bf16 (max rounding error {err:.3g}); "
-                         f"run with --no-lossless-decode-weights")
+        raise InputError(
+            f"weight {name} is not exactly representable in bf16 (max rounding error {err:.3g}); "
+            f"run with --no-lossless-decode-weights"
+        )
     return packed

@@ -25,14 +25,29 @@ from pdlib.run.reference import Reference  # noqa: E402
 from pdlib.run.validate import ValidationError  # noqa: E402
 from pdlib.weights import LoadedModel, load_model  # noqa: E402
 
-SHAPES = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-              intermediate_size=128, vocab_size=512, max_position_embeddings=4096, rms_norm_eps=1e-6,
-              tie_word_embeddings=True)
+SHAPES = dict(
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    intermediate_size=128,
+    vocab_size=512,
+    max_position_embeddings=4096,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=True,
+)
 VARIANTS = {
     "plain": {},
     "bias": {"attention_bias": True},
-    "yarn": {"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e6,
-                                 "original_max_position_embeddings": 1024}},
+    "yarn": {
+        "rope_parameters": {
+            "rope_type": "yarn",
+            "factor": 4.0,
+            "rope_theta": 1e6,
+            "original_max_position_embeddings": 1024,
+        }
+    },
     "sliding": {"use_sliding_window": True, "sliding_window": 16, "max_window_layers": 1},
 }
 
@@ -90,20 +105,30 @@ def bypass(monkeypatch):
 
 def _experiment(model_or_dir, *, policies=("chunked",)) -> Experiment:
     model = model_or_dir if isinstance(model_or_dir, LoadedModel) else load_model(str(model_or_dir))
-    params = RunParams(model="unused", prompt_tokens=24, output_tokens=4, chunk_size=8, policies=policies,
-                       validation_checkpoint_every=2)
+    params = RunParams(
+        model="unused",
+        prompt_tokens=24,
+        output_tokens=4,
+        chunk_size=8,
+        policies=policies,
+        validation_checkpoint_every=2,
+    )
     return Experiment(params, model=model)
 
 
 # -- the loader refuses what it does not implement, by name --------------------------------------------------
 
-@pytest.mark.parametrize("name, needles", [
-    ("bias", ["attention_bias=True"]),
-    ("yarn", ["rope_parameters=", "'rope_type': 'yarn'", "'factor': 4.0"]),
-    ("sliding", ["use_sliding_window=True", "sliding_window=16"]),
-    ("extra", ["model.layers.0.self_attn.q_proj.bias", "does not use"]),
-    ("qwen2", ["model_type='qwen2'"]),
-])
+
+@pytest.mark.parametrize(
+    "name, needles",
+    [
+        ("bias", ["attention_bias=True"]),
+        ("yarn", ["rope_parameters=", "'rope_type': 'yarn'", "'factor': 4.0"]),
+        ("sliding", ["use_sliding_window=True", "sliding_window=16"]),
+        ("extra", ["model.layers.0.self_attn.q_proj.bias", "does not use"]),
+        ("qwen2", ["model_type='qwen2'"]),
+    ],
+)
 def test_loader_refuses_unimplemented_options_by_name(ckpt, name, needles):
     with pytest.raises(InputError) as e:
         load_model(str(ckpt[name]))
@@ -114,8 +139,18 @@ def test_loader_refuses_unimplemented_options_by_name(ckpt, name, needles):
 
 
 def test_cli_refusal_is_one_line_and_exit_2(ckpt, capsys):
-    argv = ["validate", "--model", str(ckpt["yarn"]), "--prompt-tokens", "24", "--output-tokens", "4",
-            "--chunk-size", "8", "--quiet"]
+    argv = [
+        "validate",
+        "--model",
+        str(ckpt["yarn"]),
+        "--prompt-tokens",
+        "24",
+        "--output-tokens",
+        "4",
+        "--chunk-size",
+        "8",
+        "--quiet",
+    ]
     assert main(argv) == 2
     out, err = capsys.readouterr()
     assert out == "" and len(err.strip().splitlines()) == 1
@@ -123,6 +158,7 @@ def test_cli_refusal_is_one_line_and_exit_2(ckpt, capsys):
 
 
 # -- the gate: built from the directory, it sees what pdlib would drop ----------------------------------------
+
 
 def test_plain_transformers_checkpoint_loads_and_passes_the_gate(ckpt):
     model = load_model(str(ckpt["plain"]))

@@ -16,15 +16,31 @@ FIELDS = sorted(f.name for f in fields(RunParams))
 
 # -- presets -----------------------------------------------------------------------------------------
 
+
 def test_presets_have_the_documented_shapes():
     q = preset("qwen3-0.6b")
-    assert (q.hidden_size, q.num_hidden_layers, q.num_attention_heads, q.num_key_value_heads, q.head_dim,
-            q.intermediate_size, q.vocab_size, q.max_position_embeddings) == \
-        (1024, 28, 16, 8, 128, 3072, 151936, 40960)
+    assert (
+        q.hidden_size,
+        q.num_hidden_layers,
+        q.num_attention_heads,
+        q.num_key_value_heads,
+        q.head_dim,
+        q.intermediate_size,
+        q.vocab_size,
+        q.max_position_embeddings,
+    ) == (1024, 28, 16, 8, 128, 3072, 151936, 40960)
     assert q.tie_word_embeddings and q.rope_theta == 1e6 and q.rms_norm_eps == 1e-6
     t = preset("tiny")
-    assert (t.hidden_size, t.num_hidden_layers, t.num_attention_heads, t.num_key_value_heads, t.head_dim,
-            t.intermediate_size, t.vocab_size, t.max_position_embeddings) == (64, 3, 4, 2, 16, 128, 512, 4096)
+    assert (
+        t.hidden_size,
+        t.num_hidden_layers,
+        t.num_attention_heads,
+        t.num_key_value_heads,
+        t.head_dim,
+        t.intermediate_size,
+        t.vocab_size,
+        t.max_position_embeddings,
+    ) == (64, 3, 4, 2, 16, 128, 512, 4096)
     assert t.num_attention_heads // t.num_key_value_heads == q.num_attention_heads // q.num_key_value_heads
 
 
@@ -48,44 +64,79 @@ def test_model_config_hf_dict_roundtrip():
 
 # Qwen/Qwen3-0.6B's config.json as published (transformers 4.51 layout): every key in it must be accepted.
 QWEN3_06B_CONFIG = {
-    "architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
-    "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu", "hidden_size": 1024,
-    "initializer_range": 0.02, "intermediate_size": 3072, "max_position_embeddings": 40960, "max_window_layers": 28,
-    "model_type": "qwen3", "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8,
-    "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000, "sliding_window": None,
-    "tie_word_embeddings": True, "torch_dtype": "bfloat16", "transformers_version": "4.51.0", "use_cache": True,
-    "use_sliding_window": False, "vocab_size": 151936}
+    "architectures": ["Qwen3ForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "eos_token_id": 151645,
+    "head_dim": 128,
+    "hidden_act": "silu",
+    "hidden_size": 1024,
+    "initializer_range": 0.02,
+    "intermediate_size": 3072,
+    "max_position_embeddings": 40960,
+    "max_window_layers": 28,
+    "model_type": "qwen3",
+    "num_attention_heads": 16,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": None,
+    "rope_theta": 1000000,
+    "sliding_window": None,
+    "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.51.0",
+    "use_cache": True,
+    "use_sliding_window": False,
+    "vocab_size": 151936,
+}
 
 
 def test_published_qwen3_config_is_accepted():
     assert ModelConfig.from_hf_dict(QWEN3_06B_CONFIG) == PRESETS["qwen3-0.6b"]
-    v5 = {**TINY.to_hf_dict(), "layer_types": ["full_attention"] * 3, "attention_dropout": 0.1, "dtype": "float32",
-          "rope_parameters": {"rope_type": "default", "rope_theta": TINY.rope_theta}, "sliding_window": None}
+    v5 = {
+        **TINY.to_hf_dict(),
+        "layer_types": ["full_attention"] * 3,
+        "attention_dropout": 0.1,
+        "dtype": "float32",
+        "rope_parameters": {"rope_type": "default", "rope_theta": TINY.rope_theta},
+        "sliding_window": None,
+    }
     del v5["rope_theta"]
     assert ModelConfig.from_hf_dict(v5) == TINY
 
 
-@pytest.mark.parametrize("change, needle", [
-    ({"model_type": "llama"}, "model_type='llama'"),
-    ({"model_type": None}, "model_type=None"),
-    ({"attention_bias": True}, "attention_bias=True"),
-    ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
-    ({"use_sliding_window": True, "sliding_window": 4096}, "use_sliding_window=True"),
-    ({"layer_types": ["full_attention", "sliding_attention", "full_attention"]}, "layer_types=['full_attention', "
-                                                                               "'sliding_attention']"),
-    ({"rope_scaling": {"type": "yarn", "factor": 4.0}}, "rope_scaling={'type': 'yarn', 'factor': 4.0}"),
-    ({"rope_parameters": {"rope_type": "linear", "factor": 2.0}}, "rope_parameters={'rope_type': 'linear'"),
-    ({"rope_parameters": {"full_attention": {"rope_type": "llama3", "factor": 8.0}}},
-     "rope_parameters.full_attention={'rope_type': 'llama3'"),
-    ({"rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.5}},
-     "rope_parameters.partial_rotary_factor=0.5"),
-    ({"partial_rotary_factor": 0.5}, "partial_rotary_factor=0.5"),
-    ({"quantization_config": {"quant_method": "fp8"}}, "quantization_config={'quant_method': 'fp8'}"),
-    ({"quantization": {"group_size": 64, "bits": 4}}, "quantization={'group_size': 64"),
-    ({"rope_theta": None}, "lacks rope_theta"),
-    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}, "conflicting rope_theta values [10000.0, "),
-    ({"head_dim": None}, "lacks head_dim"),
-])
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        ({"model_type": "llama"}, "model_type='llama'"),
+        ({"model_type": None}, "model_type=None"),
+        ({"attention_bias": True}, "attention_bias=True"),
+        ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
+        ({"use_sliding_window": True, "sliding_window": 4096}, "use_sliding_window=True"),
+        (
+            {"layer_types": ["full_attention", "sliding_attention", "full_attention"]},
+            "layer_types=['full_attention', 'sliding_attention']",
+        ),
+        ({"rope_scaling": {"type": "yarn", "factor": 4.0}}, "rope_scaling={'type': 'yarn', 'factor': 4.0}"),
+        ({"rope_parameters": {"rope_type": "linear", "factor": 2.0}}, "rope_parameters={'rope_type': 'linear'"),
+        (
+            {"rope_parameters": {"full_attention": {"rope_type": "llama3", "factor": 8.0}}},
+            "rope_parameters.full_attention={'rope_type': 'llama3'",
+        ),
+        (
+            {"rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.5}},
+            "rope_parameters.partial_rotary_factor=0.5",
+        ),
+        ({"partial_rotary_factor": 0.5}, "partial_rotary_factor=0.5"),
+        ({"quantization_config": {"quant_method": "fp8"}}, "quantization_config={'quant_method': 'fp8'}"),
+        ({"quantization": {"group_size": 64, "bits": 4}}, "quantization={'group_size': 64"),
+        ({"rope_theta": None}, "lacks rope_theta"),
+        ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}, "conflicting rope_theta values [10000.0, "),
+        ({"head_dim": None}, "lacks head_dim"),
+    ],
+)
 def test_hf_config_option_pdlib_does_not_implement_is_refused_by_name(change, needle):
     d = {**QWEN3_06B_CONFIG, **change}
     if change.get("head_dim", 0) is None:
@@ -97,6 +148,7 @@ def test_hf_config_option_pdlib_does_not_implement_is_refused_by_name(change, ne
 
 # -- RunParams -----------------------------------------------------------------------------------------
 
+
 def test_defaults_are_the_documented_workload():
     p = RunParams()
     assert (p.model, p.prompt_tokens, p.output_tokens) == ("qwen3-0.6b", 4096, 1024)
@@ -104,27 +156,30 @@ def test_defaults_are_the_documented_workload():
     p.check_positions(PRESETS["qwen3-0.6b"])  # 5,120 positions fit in 40,960
 
 
-@pytest.mark.parametrize("field, value", [
-    ("chunk_size", 0),
-    ("prompt_tokens", -1),
-    ("output_tokens", 0),
-    ("output_tokens", 1),  # A's only output would be its untimed first
-    ("trials", 0),
-    ("warmups", -1),
-    ("validation_checkpoint_every", 0),
-    ("chunk_size", 16.0),
-    ("prompt_tokens", True),
-    ("policies", ("eager", "nope")),
-    ("policies", ("eager", "eager")),
-    ("policies", ()),
-    ("logical_cache_reset", "yes"),
-    ("logical_cache_reset", 1),
-    ("lossless_decode_weights", None),
-    ("stall_threshold_ms", 0),
-    ("stall_threshold_ms", -5.0),
-    ("stall_threshold_ms", True),
-    ("model", ""),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("chunk_size", 0),
+        ("prompt_tokens", -1),
+        ("output_tokens", 0),
+        ("output_tokens", 1),  # A's only output would be its untimed first
+        ("trials", 0),
+        ("warmups", -1),
+        ("validation_checkpoint_every", 0),
+        ("chunk_size", 16.0),
+        ("prompt_tokens", True),
+        ("policies", ("eager", "nope")),
+        ("policies", ("eager", "eager")),
+        ("policies", ()),
+        ("logical_cache_reset", "yes"),
+        ("logical_cache_reset", 1),
+        ("lossless_decode_weights", None),
+        ("stall_threshold_ms", 0),
+        ("stall_threshold_ms", -5.0),
+        ("stall_threshold_ms", True),
+        ("model", ""),
+    ],
+)
 def test_bad_value_names_the_field(field, value):
     with pytest.raises(InputError) as e:
         RunParams(**{field: value})
@@ -141,8 +196,17 @@ def test_unknown_policy_lists_known_ones():
 
 
 def test_good_values_pass_and_list_becomes_tuple():
-    p = RunParams(model="synthetic:tiny", prompt_tokens=1, output_tokens=2, chunk_size=1, trials=1, warmups=0,
-                  policies=["fifo", "eager", "chunked"], logical_cache_reset=True, stall_threshold_ms=0.5)
+    p = RunParams(
+        model="synthetic:tiny",
+        prompt_tokens=1,
+        output_tokens=2,
+        chunk_size=1,
+        trials=1,
+        warmups=0,
+        policies=["fifo", "eager", "chunked"],
+        logical_cache_reset=True,
+        stall_threshold_ms=0.5,
+    )
     assert p.policies == ("fifo", "eager", "chunked")
     assert RunParams(**p.to_dict()) == p
     assert p.to_dict()["policies"] == ["fifo", "eager", "chunked"]
@@ -157,13 +221,21 @@ def test_check_positions():
 
 # -- params files ---------------------------------------------------------------------------------------
 
+
 def test_from_yaml_reads_and_overrides_win(tmp_path):
     f = tmp_path / "p.yaml"
-    f.write_text("model: synthetic:tiny\nprompt_tokens: 300\nchunk_size: 64\npolicies: [eager, fifo]\n"
-                 "logical_cache_reset: true\n")
+    f.write_text(
+        "model: synthetic:tiny\nprompt_tokens: 300\nchunk_size: 64\npolicies: [eager, fifo]\n"
+        "logical_cache_reset: true\n"
+    )
     p = RunParams.from_yaml(f)
-    assert (p.model, p.prompt_tokens, p.chunk_size, p.policies, p.logical_cache_reset) == \
-        ("synthetic:tiny", 300, 64, ("eager", "fifo"), True)
+    assert (p.model, p.prompt_tokens, p.chunk_size, p.policies, p.logical_cache_reset) == (
+        "synthetic:tiny",
+        300,
+        64,
+        ("eager", "fifo"),
+        True,
+    )
     assert p.output_tokens == RunParams().output_tokens  # unset keys keep defaults
     q = RunParams.from_yaml(str(f), chunk_size=32, policies=["chunked"])
     assert (q.chunk_size, q.policies, q.prompt_tokens) == (32, ("chunked",), 300)
@@ -217,6 +289,7 @@ def test_from_yaml_rejects_non_mapping(tmp_path, text):
 
 # -- CLI ----------------------------------------------------------------------------------------------
 
+
 def _one_error_line(capsys) -> str:
     out, err = capsys.readouterr()
     lines = err.strip().splitlines()
@@ -226,17 +299,20 @@ def _one_error_line(capsys) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["validate", "--chunk-size", "0"], "chunk_size"),
-    (["validate", "--model", "synthetic:nope"], "unknown model preset 'nope'"),
-    (["validate", "--bogus"], "--bogus"),
-    (["validate", "--chunk-size", "x"], "--chunk-size"),
-    (["validate", "--policies", "eager", "eager"], "must not repeat"),
-    (["validate", "--model", "synthetic:tiny", "--prompt-tokens", "4090", "--output-tokens", "8"], "4098"),
-    (["validate", "--output-tokens", "1"], "output_tokens must be an integer >= 2"),
-    (["bench-step", "--warmup", "-1"], "--warmup must be an integer >= 0"),
-    (["bench-step", "--model", "synthetic:tiny"], "needs a GPU backend"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["validate", "--chunk-size", "0"], "chunk_size"),
+        (["validate", "--model", "synthetic:nope"], "unknown model preset 'nope'"),
+        (["validate", "--bogus"], "--bogus"),
+        (["validate", "--chunk-size", "x"], "--chunk-size"),
+        (["validate", "--policies", "eager", "eager"], "must not repeat"),
+        (["validate", "--model", "synthetic:tiny", "--prompt-tokens", "4090", "--output-tokens", "8"], "4098"),
+        (["validate", "--output-tokens", "1"], "output_tokens must be an integer >= 2"),
+        (["bench-step", "--warmup", "-1"], "--warmup must be an integer >= 0"),
+        (["bench-step", "--model", "synthetic:tiny"], "needs a GPU backend"),
+    ],
+)
 def test_cli_bad_input_exits_2_with_one_line(capsys, argv, needle):
     assert main(argv) == 2
     assert needle in _one_error_line(capsys)
@@ -279,8 +355,22 @@ def test_cli_params_file_not_utf8_exits_2_writing_nothing(tmp_path, capsys):
 
 
 def test_cli_validate_passes_on_tiny(capsys):
-    argv = ["validate", "--model", "synthetic:tiny", "--prompt-tokens", "64", "--output-tokens", "8",
-            "--chunk-size", "16", "--policies", "eager", "chunked", "fifo", "--quiet"]
+    argv = [
+        "validate",
+        "--model",
+        "synthetic:tiny",
+        "--prompt-tokens",
+        "64",
+        "--output-tokens",
+        "8",
+        "--chunk-size",
+        "16",
+        "--policies",
+        "eager",
+        "chunked",
+        "fifo",
+        "--quiet",
+    ]
     assert main(argv) == 0
     out, err = capsys.readouterr()
     assert err == ""  # --quiet: no progress bar
@@ -296,6 +386,7 @@ def test_cli_validate_passes_on_tiny(capsys):
 
 def test_cli_check_kernels_without_a_gpu_is_one_line(capsys):
     from pdlib.engine.kernels import BACKEND
+
     if BACKEND != "cpu":
         pytest.skip("a GPU backend is present")
     assert main(["check-kernels"]) == 2
@@ -306,6 +397,7 @@ def test_cli_flag_turns_a_params_file_setting_off(tmp_path):
     import argparse
 
     from pdlib.__main__ import _params, _run_options
+
     f = tmp_path / "p.yaml"
     f.write_text("logical_cache_reset: true\n")
     parser = argparse.ArgumentParser()

@@ -84,8 +84,7 @@ def test_linux_marker_filter_drops_darwin_only_requirements(project):
         assert r.marker.evaluate({**LINUX, "sys_platform": "darwin", "platform_system": "Darwin"})
         assert str(r) not in required
     # on Linux, MLX arrives through the cpu extra instead
-    assert any(canonicalize_name(Requirement(s).name) == "mlx" and "cpu" in Requirement(s).extras
-               for s in required)
+    assert any(canonicalize_name(Requirement(s).name) == "mlx" and "cpu" in Requirement(s).extras for s in required)
 
 
 def test_every_pyproject_requirement_is_in_environment_yml(project, env_pip):

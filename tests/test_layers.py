@@ -88,7 +88,7 @@ def test_no_import_circle():
         path.append(m)
         for t in sorted(graph[m]):
             if state.get(t) == "open":
-                raise AssertionError("import circle: " + " -> ".join(path[path.index(t):] + [t]))
+                raise AssertionError("import circle: " + " -> ".join(path[path.index(t) :] + [t]))
             if t not in state:
                 visit(t)
         path.pop()
@@ -100,8 +100,12 @@ def test_no_import_circle():
 
 
 def test_no_private_name_crosses_a_module():
-    bad = [f"{MODULES[m].relative_to(PKG.parent)}:{line} imports {t}.{n}"
-           for m in MODULES for t, n, line in _imports(m) if n.startswith("_") and not n.endswith("__")]
+    bad = [
+        f"{MODULES[m].relative_to(PKG.parent)}:{line} imports {t}.{n}"
+        for m in MODULES
+        for t, n, line in _imports(m)
+        if n.startswith("_") and not n.endswith("__")
+    ]
     assert not bad, "\n".join(bad)
 
 
@@ -118,7 +122,12 @@ def test_the_checks_see_a_planted_fault(monkeypatch):
     def planted(m):
         extra = {"pdlib.errors": [("pdlib.config", "", 1)], "pdlib.config": [("pdlib.errors", "_x", 1)]}
         return real(m) + extra.get(m, [])
+
     monkeypatch.setitem(globals(), "_imports", planted)
-    for check in (test_every_import_points_down_the_layers, test_no_import_circle, test_no_private_name_crosses_a_module):
+    for check in (
+        test_every_import_points_down_the_layers,
+        test_no_import_circle,
+        test_no_private_name_crosses_a_module,
+    ):
         with pytest.raises(AssertionError):
             check()

@@ -6,8 +6,7 @@ import struct
 import pytest
 
 from pdlib.errors import InputError
-from pdlib.prompts import (Prompt, byte_tokens, load_corpus, make_prompts, render,
-                           token_ids_sha256)
+from pdlib.prompts import Prompt, byte_tokens, load_corpus, make_prompts, render, token_ids_sha256
 
 VOCAB = 151_936  # Qwen3's
 
@@ -18,7 +17,7 @@ def _docs_of(p: Prompt, docs) -> set[str]:
     count = int(rest.rsplit("(", 1)[1].split()[0])
     titles = [t for t, _ in docs]
     i = titles.index(first)
-    return set(titles[i:i + count])
+    return set(titles[i : i + count])
 
 
 def test_corpus_loads_and_is_substantial():
@@ -40,8 +39,7 @@ def test_exact_length_and_distinct(n):
     for name, p in ps.items():
         assert p.name == name and p.tokenizer == "bytes"
         assert len(p.token_ids) == n and all(0 <= i < 256 for i in p.token_ids)
-        assert p.to_dict() == {"name": name, "tokens": n, "sha256": p.sha256, "tokenizer": "bytes",
-                               "source": p.source}
+        assert p.to_dict() == {"name": name, "tokens": n, "sha256": p.sha256, "tokenizer": "bytes", "source": p.source}
     assert ps["A"].token_ids != ps["B"].token_ids
     assert not _docs_of(ps["A"], docs) & _docs_of(ps["B"], docs)
 
@@ -49,7 +47,7 @@ def test_exact_length_and_distinct(n):
 def test_prompt_is_the_rendered_documents():
     docs = load_corpus()
     a = make_prompts(n_tokens=5000, vocab_size=VOCAB)["A"]
-    text = "".join(render(t, x) for t, x in docs[:int(a.source.rsplit("(", 1)[1].split()[0])])
+    text = "".join(render(t, x) for t, x in docs[: int(a.source.rsplit("(", 1)[1].split()[0])])
     assert a.token_ids == tuple(text.encode("utf-8")[:5000])
 
 
@@ -132,8 +130,12 @@ def test_real_bpe_tokenizer_offline():
 
     tok = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="[UNK]"))
     tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
-    trainer = tokenizers.trainers.BpeTrainer(vocab_size=600, special_tokens=["[UNK]"], show_progress=False,
-                                             initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
+    trainer = tokenizers.trainers.BpeTrainer(
+        vocab_size=600,
+        special_tokens=["[UNK]"],
+        show_progress=False,
+        initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator([x for _, x in load_corpus()[:100]], trainer=trainer)
     hf = PreTrainedTokenizerFast(tokenizer_object=tok)
     ps = make_prompts(n_tokens=8192, vocab_size=600, tokenizer=hf)

@@ -1,6 +1,6 @@
 """Scheduler properties over many shapes, plus exact sequences for one tiny case so a reader sees each policy.
 
-    .venv/bin/python -m pytest -q tests/test_scheduler.py
+.venv/bin/python -m pytest -q tests/test_scheduler.py
 """
 
 import pytest
@@ -9,14 +9,26 @@ from hypothesis import strategies as st
 
 from pdlib.errors import InputError
 from pdlib.scheduler import (
-    POLICIES, Batch, Decode, Policy, Prefill, RequestState, make_policy, needs_chunk_rule, plan, prefill_steps,
-    schedule, t0_index,
+    POLICIES,
+    Batch,
+    Decode,
+    Policy,
+    Prefill,
+    RequestState,
+    make_policy,
+    needs_chunk_rule,
+    plan,
+    prefill_steps,
+    schedule,
+    t0_index,
 )
 
 P, D = Prefill, Decode
 shapes = given(
     policy=st.sampled_from(["eager", "chunked", "fifo", "mixed"]),
-    prompt=st.integers(1, 300), out=st.integers(1, 40), chunk=st.integers(1, 400),
+    prompt=st.integers(1, 300),
+    out=st.integers(1, 40),
+    chunk=st.integers(1, 400),
 )
 
 
@@ -74,7 +86,7 @@ def test_t0_and_policy_shape(policy, prompt, out, chunk):
         for i, j in zip(b_chunks, b_chunks[1:]):
             pre, emit = before[t0 + i + 1]  # who was ready right after chunk i
             ready = {r for r in "AB" if pre[r] == prompt and emit[r] < out}
-            between = [s.req for s in timed[i + 1:j]]
+            between = [s.req for s in timed[i + 1 : j]]
             assert set(between) == ready and len(between) == len(ready), (i, j, between, ready)
     if policy == "mixed":  # every step carries every ready decode, and B's next chunk while its prompt lasts
         _, _, before = replay(steps, prompt, out)
@@ -135,14 +147,17 @@ def test_fresh_policy_per_make():
     assert make_policy("chunked") is not make_policy("chunked")
 
 
-@pytest.mark.parametrize("kw, match", [
-    ({"chunk_size": 0}, "chunk_size must be an integer >= 1, got 0"),
-    ({"prompt_tokens": -1}, "prompt_tokens must be an integer >= 1, got -1"),
-    ({"output_tokens": -5}, "output_tokens must be an integer >= 1, got -5"),
-    ({"output_tokens": 0}, "output_tokens"),
-    ({"chunk_size": 2.5}, "chunk_size"),
-    ({"chunk_size": True}, "chunk_size"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"chunk_size": 0}, "chunk_size must be an integer >= 1, got 0"),
+        ({"prompt_tokens": -1}, "prompt_tokens must be an integer >= 1, got -1"),
+        ({"output_tokens": -5}, "output_tokens must be an integer >= 1, got -5"),
+        ({"output_tokens": 0}, "output_tokens"),
+        ({"chunk_size": 2.5}, "chunk_size"),
+        ({"chunk_size": True}, "chunk_size"),
+    ],
+)
 def test_bad_numbers(kw, match):
     args = dict(prompt_tokens=5, output_tokens=3, chunk_size=2) | kw
     with pytest.raises(InputError, match=match):
@@ -150,7 +165,10 @@ def test_bad_numbers(kw, match):
 
 
 def test_unknown_policy():
-    with pytest.raises(InputError, match=r"unknown policy 'greedy'; expected one of: eager, chunked, fifo, mixed, slo-chunked, slo-mixed"):
+    with pytest.raises(
+        InputError,
+        match=r"unknown policy 'greedy'; expected one of: eager, chunked, fifo, mixed, slo-chunked, slo-mixed",
+    ):
         make_policy("greedy")
     with pytest.raises(InputError):
         plan("greedy", prompt_tokens=5, output_tokens=3, chunk_size=2)

@@ -14,8 +14,16 @@ from hypothesis.extra.numpy import arrays
 import pdlib.weights as W
 from pdlib.config import PRESETS, ModelConfig
 from pdlib.errors import InputError
-from pdlib.weights import (HF_CACHE_HELP, LoadedModel, bf16_exact, expected_shapes, layer_names, load_model,
-                           pack_bf16, synthetic_model)
+from pdlib.weights import (
+    HF_CACHE_HELP,
+    LoadedModel,
+    bf16_exact,
+    expected_shapes,
+    layer_names,
+    load_model,
+    pack_bf16,
+    synthetic_model,
+)
 
 TINY = PRESETS["tiny"]
 
@@ -37,6 +45,7 @@ def _same(a: dict, b: dict) -> bool:
 def empty_hf_cache(tmp_path, monkeypatch):
     """No test may see (or depend on) a real Hugging Face cache."""
     import huggingface_hub.constants
+
     cache = tmp_path / "hf-cache"
     cache.mkdir()
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
@@ -60,6 +69,7 @@ def _write_checkpoint(directory, weights: dict, cfg: ModelConfig = TINY, *, conf
 
 # -- shapes ------------------------------------------------------------------------------------------
 
+
 def test_expected_shapes_tiny():
     shapes = expected_shapes(TINY)
     assert len(shapes) == 2 + 11 * TINY.num_hidden_layers  # embed + final norm, 11 per layer; lm_head tied
@@ -82,6 +92,7 @@ def test_expected_shapes_untied_adds_lm_head():
 
 
 # -- synthetic weights ---------------------------------------------------------------------------------
+
 
 def test_synthetic_shapes_dtype_and_source(tiny0):
     assert tiny0.config == TINY
@@ -121,7 +132,7 @@ def test_pack_bf16_accepts_synthetic_weights(tiny0):
 
 
 def test_pack_bf16_rejects_non_representable_value_naming_the_weight(tiny0):
-    w = mx.array(np.array([[0.5, 1 + 2 ** -12], [-2.0, 0.0]], dtype=np.float32))
+    w = mx.array(np.array([[0.5, 1 + 2**-12], [-2.0, 0.0]], dtype=np.float32))
     with pytest.raises(InputError) as e:
         pack_bf16(w, name="model.layers.0.mlp.up_proj.weight")
     msg = str(e.value)
@@ -131,19 +142,26 @@ def test_pack_bf16_rejects_non_representable_value_naming_the_weight(tiny0):
 
 
 @settings(max_examples=40, deadline=None)
-@given(arrays(np.float32, st.integers(1, 32),
-              elements=st.floats(-2.0 ** 100, 2.0 ** 100, allow_nan=False, allow_infinity=False,
-                                 allow_subnormal=False, width=32)))
+@given(
+    arrays(
+        np.float32,
+        st.integers(1, 32),
+        elements=st.floats(
+            -(2.0**100), 2.0**100, allow_nan=False, allow_infinity=False, allow_subnormal=False, width=32
+        ),
+    )
+)
 def test_bf16_exact_output_always_packs(x):
     w = bf16_exact(x)
     assert w.dtype == mx.float32 and _is_bf16_exact(w)
     assert np.array_equal(_bits(pack_bf16(w, name="w")), _bits(w))
     # nearest rounding: never further than half a bf16 ulp (2**-8 relative)
     got = np.array(w).astype(np.float64)
-    assert np.all(np.abs(got - x) <= np.abs(x.astype(np.float64)) * 2 ** -8)
+    assert np.all(np.abs(got - x) <= np.abs(x.astype(np.float64)) * 2**-8)
 
 
 # -- specs -------------------------------------------------------------------------------------------
+
 
 def test_bare_preset_name_gives_synthetic_weights(tiny0):
     m = load_model("tiny")
@@ -159,12 +177,15 @@ def test_synthetic_spec_default_seed_and_explicit_seed(tiny0):
     assert _same(m.weights, synthetic_model("tiny", seed=7).weights)
 
 
-@pytest.mark.parametrize("spec, needle", [
-    ("synthetic:nope", "unknown model preset 'nope'"),
-    ("synthetic:tiny@x", "synthetic:PRESET[@SEED]"),
-    ("synthetic:", "synthetic:PRESET[@SEED]"),
-    ("no/such/dir/at/all", "neither a preset"),
-])
+@pytest.mark.parametrize(
+    "spec, needle",
+    [
+        ("synthetic:nope", "unknown model preset 'nope'"),
+        ("synthetic:tiny@x", "synthetic:PRESET[@SEED]"),
+        ("synthetic:", "synthetic:PRESET[@SEED]"),
+        ("no/such/dir/at/all", "neither a preset"),
+    ],
+)
 def test_bad_specs_raise_input_error(spec, needle):
     with pytest.raises(InputError) as e:
         load_model(spec)
@@ -188,8 +209,7 @@ def test_preset_falls_back_to_synthetic_when_not_cached(monkeypatch):
 
     def stub(preset_name, *, seed=0):  # stands in for the 0.6B synthetic weights (too slow to build here)
         calls.append((preset_name, seed))
-        return LoadedModel(PRESETS[preset_name], {}, {"spec": f"synthetic:{preset_name}@{seed}",
-                                                      "source": "synthetic"})
+        return LoadedModel(PRESETS[preset_name], {}, {"spec": f"synthetic:{preset_name}@{seed}", "source": "synthetic"})
 
     monkeypatch.setattr(W, "synthetic_model", stub)
     m = load_model("qwen3-0.6b")
@@ -214,6 +234,7 @@ def test_preset_uses_cached_checkpoint_when_present(tmp_path, monkeypatch, tiny0
 
 
 # -- checkpoint directories ----------------------------------------------------------------------------
+
 
 def test_checkpoint_roundtrip_is_bit_identical(tmp_path, tiny0):
     d = _write_checkpoint(tmp_path / "ckpt", tiny0.weights)
@@ -249,12 +270,17 @@ def test_checkpoint_sharded_bf16_with_tied_head_copy(tmp_path, tiny0):
     assert _same(m.weights, tiny0.weights)
 
 
-@pytest.mark.parametrize("extra, needle", [
-    ({"lm_head.weight": "embed*2"}, "lm_head.weight differs from model.embed_tokens.weight"),
-    ({"model.rotary_emb.inv_freq": mx.ones((8,))}, "tensor(s) that pdlib does not use: model.rotary_emb.inv_freq"),
-    ({f"model.layers.{i}.self_attn.q_proj.bias": mx.ones((64,)) for i in range(3)} | {"x": mx.ones((1,))},
-     "4 tensor(s) that pdlib does not use: model.layers.0.self_attn.q_proj.bias, model.layers.1"),
-])
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        ({"lm_head.weight": "embed*2"}, "lm_head.weight differs from model.embed_tokens.weight"),
+        ({"model.rotary_emb.inv_freq": mx.ones((8,))}, "tensor(s) that pdlib does not use: model.rotary_emb.inv_freq"),
+        (
+            {f"model.layers.{i}.self_attn.q_proj.bias": mx.ones((64,)) for i in range(3)} | {"x": mx.ones((1,))},
+            "4 tensor(s) that pdlib does not use: model.layers.0.self_attn.q_proj.bias, model.layers.1",
+        ),
+    ],
+)
 def test_checkpoint_with_unused_tensors_is_refused_by_name(tmp_path, tiny0, extra, needle):
     """Nothing in a checkpoint is silently dropped: a tensor pdlib does not compute with is refused."""
     extra = {k: tiny0.weights["model.embed_tokens.weight"] * 2 if isinstance(v, str) else v for k, v in extra.items()}

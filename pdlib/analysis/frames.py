@@ -34,8 +34,12 @@ REQUEST_KEYS = ("output_ids", "timed_from", "emit_ns")
 EVENT_KEYS = ("kind", "req", "start", "stop", "t_start_ns", "t_end_ns")
 STEP_STAMPS = ("t_start_ns", "t_issued_ns", "t_wait_ns", "t_end_ns")  # a step's clock readings, in order
 # steps_frame's parts of a step's time, by column, with the name tables and charts give each
-STEP_PARTS = {"issue_ms": "host issuing", "issue_cpu_ms": "of it on the CPU", "between_ms": "between",
-              "wait_ms": "waiting"}
+STEP_PARTS = {
+    "issue_ms": "host issuing",
+    "issue_cpu_ms": "of it on the CPU",
+    "between_ms": "between",
+    "wait_ms": "waiting",
+}
 
 
 # ---- loading and checking ---------------------------------------------------------------------------
@@ -47,8 +51,7 @@ def load_report(path) -> dict:
     try:
         report = json.loads(text)
     except json.JSONDecodeError as e:
-        raise InputError(f"{path}: not valid JSON (truncated?): {e.msg} at line {e.lineno} "
-                         f"column {e.colno}") from e
+        raise InputError(f"{path}: not valid JSON (truncated?): {e.msg} at line {e.lineno} column {e.colno}") from e
     check_report(report, where=str(path))
     return report
 
@@ -68,8 +71,7 @@ def _expect(ok, message):
 def check_report(report: dict, *, where: str = "report") -> None:
     """Schema, top-level keys, and per trial: both requests with consistent ids/emissions/makespan."""
     _require(isinstance(report, dict), f"{where}: top level is not a JSON object")
-    _require(report.get("schema") == SCHEMA,
-             f"{where}: schema is {report.get('schema')!r}, expected {SCHEMA!r}")
+    _require(report.get("schema") == SCHEMA, f"{where}: schema is {report.get('schema')!r}, expected {SCHEMA!r}")
     missing = [k for k in TOP_LEVEL_KEYS if k not in report]
     _require(not missing, f"{where}: missing top-level keys: {', '.join(missing)}")
     trials = report["trials"]
@@ -93,28 +95,34 @@ def _check_trial(trial, where):
         _check_request(requests.get(name), f"{where} request {name}")
     # Makespan is by definition the last emission of either request; anything else is a writer bug.
     last = max(requests[r]["emit_ns"][-1] for r in REQUESTS)
-    _require(trial["makespan_ns"] == last,
-             f"{where}: makespan_ns {trial['makespan_ns']} != last emission {last} ns")
+    _require(trial["makespan_ns"] == last, f"{where}: makespan_ns {trial['makespan_ns']} != last emission {last} ns")
     _require(isinstance(trial["events"], list), f"{where}: events must be a list")
     for j, ev in enumerate(trial["events"]):
-        _require(isinstance(ev, dict) and all(k in ev for k in EVENT_KEYS),
-                 f"{where} events[{j}]: needs keys {', '.join(EVENT_KEYS)}")
-        _require(ev["kind"] in EVENT_KINDS and ev["req"] in REQUESTS,
-                 f"{where} events[{j}]: kind {ev['kind']!r} / req {ev['req']!r} not in "
-                 f"{EVENT_KINDS} / {REQUESTS}")
+        _require(
+            isinstance(ev, dict) and all(k in ev for k in EVENT_KEYS),
+            f"{where} events[{j}]: needs keys {', '.join(EVENT_KEYS)}",
+        )
+        _require(
+            ev["kind"] in EVENT_KINDS and ev["req"] in REQUESTS,
+            f"{where} events[{j}]: kind {ev['kind']!r} / req {ev['req']!r} not in {EVENT_KINDS} / {REQUESTS}",
+        )
         stamps = [k for k in STEP_STAMPS if k in ev]
         if len(stamps) > 2:  # a step's inner clock readings, where recorded
             times = [ev[k] for k in stamps]
-            _require(all(isinstance(t, int) for t in times) and times == sorted(times),
-                     f"{where} events[{j}]: {', '.join(stamps)} must be integers in that order, got "
-                     f"{', '.join(map(repr, times))}")
+            _require(
+                all(isinstance(t, int) for t in times) and times == sorted(times),
+                f"{where} events[{j}]: {', '.join(stamps)} must be integers in that order, got "
+                f"{', '.join(map(repr, times))}",
+            )
         if "cpu_issue_ns" in ev:  # the host thread's CPU time while issuing the step: a part of that span
             cpu = ev["cpu_issue_ns"]
             _require("t_issued_ns" in ev, f"{where} events[{j}]: cpu_issue_ns without t_issued_ns")
             span = ev["t_issued_ns"] - ev["t_start_ns"]
-            _require(isinstance(cpu, int) and not isinstance(cpu, bool) and 0 <= cpu <= span,
-                     f"{where} events[{j}]: cpu_issue_ns {cpu!r} must be an integer from 0 to t_issued_ns - "
-                     f"t_start_ns ({span})")
+            _require(
+                isinstance(cpu, int) and not isinstance(cpu, bool) and 0 <= cpu <= span,
+                f"{where} events[{j}]: cpu_issue_ns {cpu!r} must be an integer from 0 to t_issued_ns - "
+                f"t_start_ns ({span})",
+            )
 
 
 def _check_request(req, where):
@@ -122,16 +130,20 @@ def _check_request(req, where):
     missing = [k for k in REQUEST_KEYS if k not in req]
     _require(not missing, f"{where}: lacks {', '.join(missing)}")
     ids, start, emit = req["output_ids"], req["timed_from"], req["emit_ns"]
-    _require(isinstance(ids, list) and isinstance(emit, list),
-             f"{where}: output_ids and emit_ns must be lists")
-    _require(isinstance(start, int) and 0 <= start <= len(ids),
-             f"{where}: timed_from {start!r} is not in [0, {len(ids)}]")
-    _require(len(emit) == len(ids) - start, f"{where}: {len(emit)} emit_ns for {len(ids)} output_ids "
-                                            f"from timed_from {start} (expected {len(ids) - start})")
+    _require(isinstance(ids, list) and isinstance(emit, list), f"{where}: output_ids and emit_ns must be lists")
+    _require(
+        isinstance(start, int) and 0 <= start <= len(ids), f"{where}: timed_from {start!r} is not in [0, {len(ids)}]"
+    )
+    _require(
+        len(emit) == len(ids) - start,
+        f"{where}: {len(emit)} emit_ns for {len(ids)} output_ids from timed_from {start} (expected {len(ids) - start})",
+    )
     e = np.asarray(emit)
     _require(e.size > 0, f"{where}: no timed outputs")
-    _require(e.dtype.kind in "iu" and e[0] >= 0 and not np.any(np.diff(e) < 0),
-             f"{where}: emit_ns must be non-negative, non-decreasing integer ns")
+    _require(
+        e.dtype.kind in "iu" and e[0] >= 0 and not np.any(np.diff(e) < 0),
+        f"{where}: emit_ns must be non-negative, non-decreasing integer ns",
+    )
 
 
 def policy_order(report: dict) -> list:
@@ -158,26 +170,42 @@ def tokens_frame(report: dict) -> pd.DataFrame:
             req = t["requests"][name]
             emit = np.asarray(req["emit_ns"], dtype=np.int64)
             start = req["timed_from"]
-            parts.append(pd.DataFrame({
-                "policy": t["policy"], "trial": t["trial"], "request": name,
-                "index": np.arange(start, start + emit.size), "token_id": req["output_ids"][start:],
-                "emit_ms": emit / NS_PER_MS, "gap_ms": np.diff(emit, prepend=0) / NS_PER_MS}))
+            parts.append(
+                pd.DataFrame(
+                    {
+                        "policy": t["policy"],
+                        "trial": t["trial"],
+                        "request": name,
+                        "index": np.arange(start, start + emit.size),
+                        "token_id": req["output_ids"][start:],
+                        "emit_ms": emit / NS_PER_MS,
+                        "gap_ms": np.diff(emit, prepend=0) / NS_PER_MS,
+                    }
+                )
+            )
     return pd.concat(parts, ignore_index=True)
 
 
 def slo_frame(report: dict) -> pd.DataFrame:
     """One row per slo policy, B chunk and trial: the chunk (start, n), its predicted gap and A's observed gap
     across it, and whether that stayed under the report's target. Empty without slo policies."""
-    rows = [(c["policy"], c["chunk"], c["start"], c["n"], c["predicted_gap_ms"], trial + 1, obs, held)
-            for c in slo_chunks(report) for trial, (obs, held) in enumerate(zip(c["observed_gap_ms"], c["held"]))]
-    return pd.DataFrame(rows, columns=["policy", "chunk", "start", "n", "predicted_gap_ms", "trial",
-                                       "observed_gap_ms", "held"])
+    rows = [
+        (c["policy"], c["chunk"], c["start"], c["n"], c["predicted_gap_ms"], trial + 1, obs, held)
+        for c in slo_chunks(report)
+        for trial, (obs, held) in enumerate(zip(c["observed_gap_ms"], c["held"]))
+    ]
+    return pd.DataFrame(
+        rows, columns=["policy", "chunk", "start", "n", "predicted_gap_ms", "trial", "observed_gap_ms", "held"]
+    )
 
 
 def events_frame(report: dict) -> pd.DataFrame:
     """One row per scheduling event: policy, trial, kind, req, start, stop, t_start_ms, t_end_ms, dur_ms."""
-    rows = [(t["policy"], t["trial"], e["kind"], e["req"], e["start"], e["stop"], e["t_start_ns"],
-             e["t_end_ns"]) for t in _trials(report) for e in t["events"]]
+    rows = [
+        (t["policy"], t["trial"], e["kind"], e["req"], e["start"], e["stop"], e["t_start_ns"], e["t_end_ns"])
+        for t in _trials(report)
+        for e in t["events"]
+    ]
     df = pd.DataFrame(rows, columns=["policy", "trial", "kind", "req", "start", "stop", "t0", "t1"])
     df["t_start_ms"], df["t_end_ms"] = df.pop("t0") / NS_PER_MS, df.pop("t1") / NS_PER_MS
     df["dur_ms"] = df["t_end_ms"] - df["t_start_ms"]
@@ -207,11 +235,24 @@ def steps_frame(report: dict) -> pd.DataFrame:
         for (t0, t1), parts in steps.items():
             ti, tw, cpu = (parts[0].get(k, np.nan) for k in ("t_issued_ns", "t_wait_ns", "cpu_issue_ns"))
             chunk = next((e["start"] for e in parts if e["kind"] == "prefill"), np.nan)
-            rows.append((t["policy"], t["trial"], "decode" if np.isnan(chunk) else "prompt",
-                         sum(e["stop"] - e["start"] for e in parts), chunk, t0 / NS_PER_MS, (t1 - t0) / NS_PER_MS,
-                         (ti - t0) / NS_PER_MS, cpu / NS_PER_MS, (tw - ti) / NS_PER_MS, (t1 - tw) / NS_PER_MS))
-    return pd.DataFrame(rows, columns=["policy", "trial", "kind", "rows", "prompt_start", "t_start_ms", "dur_ms",
-                                       *STEP_PARTS])
+            rows.append(
+                (
+                    t["policy"],
+                    t["trial"],
+                    "decode" if np.isnan(chunk) else "prompt",
+                    sum(e["stop"] - e["start"] for e in parts),
+                    chunk,
+                    t0 / NS_PER_MS,
+                    (t1 - t0) / NS_PER_MS,
+                    (ti - t0) / NS_PER_MS,
+                    cpu / NS_PER_MS,
+                    (tw - ti) / NS_PER_MS,
+                    (t1 - tw) / NS_PER_MS,
+                )
+            )
+    return pd.DataFrame(
+        rows, columns=["policy", "trial", "kind", "rows", "prompt_start", "t_start_ms", "dur_ms", *STEP_PARTS]
+    )
 
 
 def step_times(steps: pd.DataFrame) -> pd.DataFrame:
@@ -219,8 +260,11 @@ def step_times(steps: pd.DataFrame) -> pd.DataFrame:
     between_ms and wait_ms (each its own median: they need not add up). Steps whose wait_ms is near zero were
     bound by the host (the device had finished them by the time the host began waiting); a large wait_ms, by
     the device."""
-    out = steps.groupby(["policy", "trial", "kind"], sort=False).agg(
-        steps=("dur_ms", "size"), **{c: (c, "median") for c in ("dur_ms", *STEP_PARTS)}).reset_index()
+    out = (
+        steps.groupby(["policy", "trial", "kind"], sort=False)
+        .agg(steps=("dur_ms", "size"), **{c: (c, "median") for c in ("dur_ms", *STEP_PARTS)})
+        .reset_index()
+    )
     out["p"], out["k"] = pd.factorize(out["policy"])[0], out["kind"].map({"prompt": 0, "decode": 1})
     return out.sort_values(["p", "trial", "k"], kind="stable").drop(columns=["p", "k"]).reset_index(drop=True)
 
@@ -238,13 +282,33 @@ def remote_frame(report: dict) -> pd.DataFrame:
         moved = next((m for m in t["events"] if m["kind"] == "transfer"), None)
         ms = (moved["t_end_ns"] - moved["t_start_ns"]) / NS_PER_MS if moved else np.nan
         mb = moved["bytes"] / 1e6 if moved else np.nan
-        rows.append({"policy": t["policy"], "trial": t["trial"], "site": e.get("site"),
-                     "prefill_ms": (e["t_end_ns"] - e["t_start_ns"]) / NS_PER_MS,
-                     "a_tokens_during": trial_metrics(t)["a_tokens_in_b_prefill"],
-                     "transfer_ms": ms, "transfer_mb": mb, "transfer_gb_s": mb / ms if moved else np.nan,
-                     "transfer_mode": moved.get("mode") if moved else None})
-    return pd.DataFrame(rows, columns=["policy", "trial", "site", "prefill_ms", "a_tokens_during", "transfer_ms",
-                                       "transfer_mb", "transfer_gb_s", "transfer_mode"])
+        rows.append(
+            {
+                "policy": t["policy"],
+                "trial": t["trial"],
+                "site": e.get("site"),
+                "prefill_ms": (e["t_end_ns"] - e["t_start_ns"]) / NS_PER_MS,
+                "a_tokens_during": trial_metrics(t)["a_tokens_in_b_prefill"],
+                "transfer_ms": ms,
+                "transfer_mb": mb,
+                "transfer_gb_s": mb / ms if moved else np.nan,
+                "transfer_mode": moved.get("mode") if moved else None,
+            }
+        )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "policy",
+            "trial",
+            "site",
+            "prefill_ms",
+            "a_tokens_during",
+            "transfer_ms",
+            "transfer_mb",
+            "transfer_gb_s",
+            "transfer_mode",
+        ],
+    )
 
 
 def metrics_frame(report: dict, *, stall_threshold_ms: float = 100.0) -> pd.DataFrame:
@@ -254,10 +318,14 @@ def metrics_frame(report: dict, *, stall_threshold_ms: float = 100.0) -> pd.Data
     when A's largest gap overlaps B's prefill (so eager's stall, which ends just after it, counts), else
     "decode".
     stalls / stall_excess_ms: gaps strictly above the threshold. Throughput: timed outputs / makespan."""
-    _expect(np.isfinite(stall_threshold_ms) and stall_threshold_ms >= 0,
-             f"stall_threshold_ms must be a finite number >= 0, got {stall_threshold_ms!r}")
-    rows = [{"policy": t["policy"], "trial": t["trial"],
-             **trial_metrics(t, stall_threshold_ms=stall_threshold_ms)} for t in _trials(report)]
+    _expect(
+        np.isfinite(stall_threshold_ms) and stall_threshold_ms >= 0,
+        f"stall_threshold_ms must be a finite number >= 0, got {stall_threshold_ms!r}",
+    )
+    rows = [
+        {"policy": t["policy"], "trial": t["trial"], **trial_metrics(t, stall_threshold_ms=stall_threshold_ms)}
+        for t in _trials(report)
+    ]
     return pd.DataFrame(rows)
 
 
@@ -273,13 +341,29 @@ def summary_frame(metrics: pd.DataFrame) -> pd.DataFrame:
     for policy, sub in metrics.groupby("policy", sort=False):
         for col in metric_columns(metrics):
             v = sub[col]
-            rows.append({"policy": policy, "metric": col, "median": v.median(), "min": v.min(),
-                         "max": v.max(), "n": int(v.count())})
+            rows.append(
+                {
+                    "policy": policy,
+                    "metric": col,
+                    "median": v.median(),
+                    "min": v.min(),
+                    "max": v.max(),
+                    "n": int(v.count()),
+                }
+            )
     return pd.DataFrame(rows, columns=["policy", "metric", "median", "min", "max", "n"])
 
 
-def paired_ratios(metrics: pd.DataFrame, *, numerator: str, denominator: str, columns=RATIO_METRICS,
-                  n_boot: int = 2000, seed: int = 0, ci: float = 0.95):
+def paired_ratios(
+    metrics: pd.DataFrame,
+    *,
+    numerator: str,
+    denominator: str,
+    columns=RATIO_METRICS,
+    n_boot: int = 2000,
+    seed: int = 0,
+    ci: float = 0.95,
+):
     """Ratios numerator/denominator paired by trial number; returns (per_trial, summary) frames.
 
     summary has the median ratio over trials and a bootstrap percentile CI of that median (NaN, with
@@ -291,18 +375,36 @@ def paired_ratios(metrics: pd.DataFrame, *, numerator: str, denominator: str, co
     bad = [c for c in columns if c not in metric_columns(metrics)]
     _expect(not bad, f"unknown metric(s) {', '.join(bad)}; choose from {metric_columns(metrics)}")
     _expect(0 < ci < 1 and n_boot >= 1, f"need 0 < ci < 1 and n_boot >= 1, got ci={ci}, n_boot={n_boot}")
-    num, den = (metrics[metrics["policy"] == p].set_index("trial")[list(columns)]
-                for p in (numerator, denominator))
+    num, den = (metrics[metrics["policy"] == p].set_index("trial")[list(columns)] for p in (numerator, denominator))
     paired = num.index.intersection(den.index).sort_values()
     _expect(not paired.empty, f"no trial number has both {numerator!r} and {denominator!r}")
     ratio = num.loc[paired] / den.loc[paired]
-    per_trial = pd.DataFrame([
-        {"numerator": numerator, "denominator": denominator, "metric": c, "trial": tr,
-         "numerator_value": num.at[tr, c], "denominator_value": den.at[tr, c], "ratio": ratio.at[tr, c]}
-        for c in columns for tr in paired])
-    summary = pd.DataFrame([
-        {"numerator": numerator, "denominator": denominator, "metric": c,
-         **_median_ci(ratio[c].to_numpy(float), n_boot=n_boot, seed=seed, ci=ci)} for c in columns])
+    per_trial = pd.DataFrame(
+        [
+            {
+                "numerator": numerator,
+                "denominator": denominator,
+                "metric": c,
+                "trial": tr,
+                "numerator_value": num.at[tr, c],
+                "denominator_value": den.at[tr, c],
+                "ratio": ratio.at[tr, c],
+            }
+            for c in columns
+            for tr in paired
+        ]
+    )
+    summary = pd.DataFrame(
+        [
+            {
+                "numerator": numerator,
+                "denominator": denominator,
+                "metric": c,
+                **_median_ci(ratio[c].to_numpy(float), n_boot=n_boot, seed=seed, ci=ci),
+            }
+            for c in columns
+        ]
+    )
     return per_trial, summary
 
 
@@ -317,8 +419,14 @@ def median_ci(values, *, n_boot: int = 2000, seed: int = 0, ci: float = 0.95) ->
 
 def _median_ci(r, *, n_boot, seed, ci):
     r = r[np.isfinite(r)]  # a zero denominator says nothing about the typical ratio
-    out = {"n": r.size, "median_ratio": np.median(r) if r.size else np.nan,
-           "ci_low": np.nan, "ci_high": np.nan, "ci_level": ci, "ci_note": ""}
+    out = {
+        "n": r.size,
+        "median_ratio": np.median(r) if r.size else np.nan,
+        "ci_low": np.nan,
+        "ci_high": np.nan,
+        "ci_level": ci,
+        "ci_note": "",
+    }
     if r.size < MIN_BOOT_TRIALS:
         out["ci_note"] = f"{r.size} paired trials < {MIN_BOOT_TRIALS}: no bootstrap CI"
         return out
@@ -326,161 +434,3 @@ def _median_ci(r, *, n_boot, seed, ci):
     medians = np.median(r[rng.integers(0, r.size, size=(n_boot, r.size))], axis=1)
     out["ci_low"], out["ci_high"] = np.percentile(medians, [50 * (1 - ci), 50 * (1 + ci)])
     return out
-
-
-# ---- text ------------------------------------------------------------------------------------------
-def _fmt(v) -> str:
-    if pd.isna(v):
-        return "-"
-    if float(v).is_integer():
-        return f"{v:.0f}"  # counts, and times that happen to be whole ms
-    return f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"
-
-
-def _ci(r) -> str:
-    return "-" if pd.isna(r["ci_low"]) else f"[{r['ci_low']:.3g}, {r['ci_high']:.3g}]"
-
-
-def metrics_markdown(summary: pd.DataFrame, *, ratios: pd.DataFrame | None = None) -> str:
-    """Markdown tables (DataFrame.to_markdown): each metric's median [min, max] per policy; then the
-    paired ratios' medians and CIs."""
-    policies = list(summary["policy"].unique())
-    cells = summary.assign(cell=[f"{_fmt(r['median'])} [{_fmt(r['min'])}, {_fmt(r['max'])}] n={int(r['n'])}"
-                                 for _, r in summary.iterrows()])
-    wide = cells.pivot(index="metric", columns="policy", values="cell")
-    wide = wide.loc[list(summary["metric"].unique()), policies].rename_axis(columns=None)
-    text = wide.to_markdown(stralign="left", disable_numparse=True)
-    if ratios is not None and not ratios.empty:
-        r0 = ratios.iloc[0]
-        table = pd.DataFrame({
-            "metric": ratios["metric"],
-            f"{r0['numerator']} / {r0['denominator']} (median)": [f"{v:.3f}" for v in ratios["median_ratio"]],
-            f"{r0['ci_level']:.0%} CI": [_ci(r) for _, r in ratios.iterrows()],
-            "n": ratios["n"], "note": ratios["ci_note"]})
-        text += "\n\n" + table.to_markdown(index=False, stralign="left", disable_numparse=True)
-    return text + "\n"
-
-
-# ---- prose -----------------------------------------------------------------------------------------
-def _ms(v) -> str:
-    if pd.isna(v):
-        return "-"
-    if abs(v) >= 1000:
-        return f"{v / 1000:.2f} s"
-    return f"{v:.1f} ms" if abs(v) >= 10 else f"{v:.3g} ms"
-
-
-def _x(r) -> str:
-    return f"{r:.0f}x" if r >= 10 else f"{r:.1f}x" if r >= 2 else f"{r:.2f}x"
-
-
-def verdict(ratio: pd.Series) -> str:
-    """'higher' or 'lower' when the ratio's CI excludes 1, 'same' when it spans 1 (no measurable
-    difference), 'unknown' without a CI (too few paired trials)."""
-    if pd.isna(ratio["ci_low"]):
-        return "unknown"
-    if ratio["ci_low"] > 1:
-        return "higher"
-    return "lower" if ratio["ci_high"] < 1 else "same"
-
-
-def _evidence(ratio: pd.Series) -> str:
-    """The paired ratio's median and CI, or why there is no CI."""
-    if verdict(ratio) == "unknown":
-        return f"{ratio['n']} paired trials, too few for a CI"
-    return f"{ratio['ci_level']:.0%} CI {_ci(ratio)}"
-
-
-def _compare(label: str, p: str, vp, q: str, vq, ratio: pd.Series) -> str:
-    """One metric, p against q, read from the paired ratio p/q and its CI: a CI that spans 1 is 'no
-    measurable difference'; the 'Nx' quoted is the median paired ratio, as in the ratio table."""
-    r = ratio["median_ratio"]
-    medians = f"medians {p} {_ms(vp)}, {q} {_ms(vq)}"
-    v = verdict(ratio)
-    if v == "same":
-        return f"- **{label}:** no measurable difference ({p}/{q} {r:.3g}, {_evidence(ratio)}; {medians})."
-    if not (np.isfinite(r) and r > 0):
-        return f"- **{label}:** {medians} ({_evidence(ratio)})."
-    big, small, x = (p, q, r) if r >= 1 else (q, p, 1 / r)
-    return f"- **{label}:** {big}'s is {_x(x)} {small}'s ({p}/{q} {r:.3g}, {_evidence(ratio)}; {medians})."
-
-
-def findings(metrics: pd.DataFrame, summary: pd.DataFrame, *, stall_threshold_ms: float = 100.0) -> str:
-    """A short Markdown reading: eager against chunked (else the first two policies) on A's worst and p99
-    gap, B's first token and makespan, each from the paired ratio's bootstrap CI (a CI that spans 1 is
-    reported as no measurable difference; without a CI, medians are quoted as such); one line per other
-    policy; the stall counts. Values are medians over trials from `summary`."""
-    policies = list(summary["policy"].unique())
-    _expect(policies, "findings: the summary is empty")
-    med = summary.set_index(["policy", "metric"])["median"]
-    n = metrics.groupby("policy", sort=False)["trial"].nunique()
-    lines = []
-    if {"eager", "chunked"} <= set(policies):
-        p, q = "eager", "chunked"
-    elif len(policies) >= 2:
-        p, q = policies[:2]
-    else:
-        p = q = None
-    if p:
-        _, ratios = paired_ratios(metrics, numerator=p, denominator=q)
-        ratio = ratios.set_index("metric")
-        phase = metrics[metrics["policy"] == p]["a_max_gap_phase"]
-        lines.append(_compare("A's worst gap", p, med[p, "a_gap_max_ms"], q, med[q, "a_gap_max_ms"],
-                              ratio.loc["a_gap_max_ms"]))
-        lines.append(f"  It falls during B's prefill in {(phase == 'b_prefill').sum()} of {phase.size} {p} trials.")
-        for key, label in (("a_gap_p99_ms", "A's p99 gap"), ("b_ttft_ms", "B's first token"),
-                           ("makespan_ms", "Makespan")):
-            lines.append(_compare(label, p, med[p, key], q, med[q, key], ratio.loc[key]))
-        lines.append("\n**Reading:** " + _reading(p, q, med, ratio))
-    others = [r for r in policies if r not in (p, q)]
-    if others:
-        lines.append("")
-    for r in others:
-        base = f" ({_x(med[r, 'b_ttft_ms'] / med[p, 'b_ttft_ms'])} {p}'s)" if p and med[p, "b_ttft_ms"] > 0 else ""
-        line = (f"- **{r}:** A's worst gap {_ms(med[r, 'a_gap_max_ms'])}, B's first token at "
-                f"{_ms(med[r, 'b_ttft_ms'])}{base}, makespan {_ms(med[r, 'makespan_ms'])} (medians).")
-        if "chunked" in policies:  # the baseline every newer policy is measured against, paired by trial
-            _, ratios = paired_ratios(metrics, numerator=r, denominator="chunked")
-            ratio = ratios.set_index("metric")
-            line += " Against chunked, paired: " + "; ".join(
-                _against(label, r, "chunked", ratio.loc[key]) for key, label in (
-                    ("a_gap_max_ms", "A's worst gap"), ("b_ttft_ms", "B's first token"), ("makespan_ms", "makespan"))
-            ) + "."
-        lines.append(line)
-    stalls = ", ".join(f"{r} {med[r, 'stalls']:g}" for r in policies)
-    trials = ", ".join(f"{r} {n.get(r, 0)}" for r in policies)
-    lines.append(f"\nGaps in A's stream longer than {stall_threshold_ms:g} ms (median per trial): {stalls}. "
-                 f"Medians over trials ({trials}); CIs are 95% bootstrap intervals of the median paired "
-                 f"ratio, {MIN_BOOT_TRIALS} or more paired trials needed.")
-    return "\n".join(lines).strip() + "\n"
-
-
-def _against(label: str, p: str, q: str, ratio: pd.Series) -> str:
-    """One metric of p against q in a few words, from the paired ratio p/q and its CI."""
-    r, v = ratio["median_ratio"], verdict(ratio)
-    if v == "same":
-        return f"{label} no measurable difference ({p}/{q} {r:.3g}, {_evidence(ratio)})"
-    return f"{label} {p}/{q} {r:.3g} ({_evidence(ratio)})"
-
-
-def _reading(p, q, med, ratio) -> str:
-    gap, ttft, span = (ratio.loc[k] for k in ("a_gap_max_ms", "b_ttft_ms", "makespan_ms"))
-    shrink = gap["median_ratio"]
-    if not (shrink >= 2 and verdict(gap) in ("higher", "unknown")):
-        return f"{q} does not measurably halve A's worst gap here ({_ms(med[q, 'a_gap_max_ms'])} vs " \
-               f"{_ms(med[p, 'a_gap_max_ms'])} under {p})."
-    steps = (f" (A's stream has {med[q, 'b_prefill_gaps']:g} gaps during B's prefill under {q}, "
-             f"{med[p, 'b_prefill_gaps']:g} under {p})")
-    cut = f"{q} trades one long stall for many short ones{steps}: A's worst gap shrinks {_x(shrink)}"
-    if verdict(ttft) == "lower":
-        cut += f", B waits {_x(1 / ttft['median_ratio'])} as long for its first token"
-    elif verdict(ttft) == "same":
-        cut += ", B's first token shows no measurable difference"
-    v = verdict(span)
-    if v == "same":
-        return cut + ", and the makespans show no measurable difference: it is not a throughput win."
-    if v == "unknown":
-        return cut + (f". With {span['n']} paired trials there are no CIs: these ratios are indications, "
-                      f"and whether the makespan differs is not measured.")
-    longer = "shorter" if v == "higher" else "longer"  # ratio p/q > 1: q's makespan is shorter
-    return cut + f"; {q}'s makespan is measurably {longer} ({p}/{q} {span['median_ratio']:.3g}, {_evidence(span)})."

@@ -19,11 +19,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pdlib.analysis import present, frames as an
+from pdlib.analysis import frames as an
+from pdlib.analysis import present
 from pdlib.errors import InputError
 from pdlib.report.io import read_text, report_file
+from pdlib.report.schema import SWEEP_INDEX as INDEX
 from pdlib.report.schema import SWEEP_SCHEMA
-from pdlib.report.schema import SWEEP_INDEX as INDEX, sweep_report_name as report_name
+from pdlib.report.schema import sweep_report_name as report_name
 
 POINT_METRICS = ("a_gap_max_ms", "a_gap_p99_ms", "b_ttft_ms", "makespan_ms", "throughput_tok_s")
 X = "b_ttft_ms"
@@ -44,8 +46,9 @@ def load_sweep(folder) -> dict:
     except json.JSONDecodeError as e:
         raise InputError(f"{path}: cannot read the sweep index ({e})") from None
     if not isinstance(index, dict) or index.get("schema") != SWEEP_SCHEMA:
-        raise InputError(f"{path}: schema is {index.get('schema') if isinstance(index, dict) else None!r}, "
-                         f"expected {SWEEP_SCHEMA!r}")
+        raise InputError(
+            f"{path}: schema is {index.get('schema') if isinstance(index, dict) else None!r}, expected {SWEEP_SCHEMA!r}"
+        )
     points = index.get("points")
     if not isinstance(points, list) or not points:
         raise InputError(f"{path}: lists no completed points")
@@ -58,8 +61,10 @@ def load_sweep(folder) -> dict:
         report = an.load_report(report_file(folder / pt["report"]))  # a published sweep's: <name>.json.gz
         params = report["params"]
         if params.get("policies") != [pt["policy"]] or params.get("chunk_size") != pt["chunk_size"]:
-            raise InputError(f"{folder / pt['report']}: ran {params.get('policies')} at chunk "
-                             f"{params.get('chunk_size')}, not the index's {pt['policy']} at {pt['chunk_size']}")
+            raise InputError(
+                f"{folder / pt['report']}: ran {params.get('policies')} at chunk "
+                f"{params.get('chunk_size')}, not the index's {pt['policy']} at {pt['chunk_size']}"
+            )
         reports[pt["report"]] = report
     return {"dir": folder, "index": index, "reports": reports}
 
@@ -83,14 +88,20 @@ def label(policy: str, chunk_size: int) -> str:
     return f"{policy} c={chunk_size}"
 
 
-def point_summary(metrics: pd.DataFrame, *, columns=POINT_METRICS, n_boot: int = 2000, seed: int = 0,
-                  ci: float = 0.95) -> pd.DataFrame:
+def point_summary(
+    metrics: pd.DataFrame, *, columns=POINT_METRICS, n_boot: int = 2000, seed: int = 0, ci: float = 0.95
+) -> pd.DataFrame:
     """One row per (policy, chunk_size, role): trials, and per metric M its median M with M_lo, M_hi (the
     bootstrap CI of the median; NaN below analysis.MIN_BOOT_TRIALS trials, ci_note says so)."""
     rows = []
     for (policy, chunk, role), g in metrics.groupby(["policy", "chunk_size", "role"], sort=False):
-        row = {"policy": policy, "chunk_size": int(chunk), "role": role, "label": label(policy, chunk),
-               "trials": int(g["trial"].nunique())}
+        row = {
+            "policy": policy,
+            "chunk_size": int(chunk),
+            "role": role,
+            "label": label(policy, chunk),
+            "trials": int(g["trial"].nunique()),
+        }
         for c in columns:
             m = an.median_ci(g[c].to_numpy(float), n_boot=n_boot, seed=seed, ci=ci)
             row.update({c: m["median"], f"{c}_lo": m["ci_low"], f"{c}_hi": m["ci_high"]})
@@ -104,7 +115,7 @@ def pareto_mask(x, y) -> np.ndarray:
     Equal points do not dominate each other, so ties stay on the frontier together; NaN is never on it."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     ok = np.isfinite(x) & np.isfinite(y)
-    le = (x[None, :] <= x[:, None]) & (y[None, :] <= y[:, None])   # [i, j]: j at least as good as i
+    le = (x[None, :] <= x[:, None]) & (y[None, :] <= y[:, None])  # [i, j]: j at least as good as i
     lt = (x[None, :] < x[:, None]) | (y[None, :] < y[:, None])
     dominated = (le & lt & ok[None, :]).any(axis=1)
     return ok & ~dominated
@@ -137,16 +148,20 @@ def reading(points: pd.DataFrame) -> str:
     place against it. Medians; whether two close points really differ is for their CIs to say."""
     swept = points[points["role"] == "swept"]
     front = swept[swept["on_frontier_max_gap"]].sort_values(X, kind="stable")
-    lines = [f"- **Frontier (A's max gap against B's TTFT):** {len(front)} of {len(swept)} swept points: "
-             + "; ".join(f"{r['label']} ({_ms(r[X])} TTFT, {_ms(r['a_gap_max_ms'])} max gap)"
-                         for _, r in front.iterrows()) + "."]
+    lines = [
+        f"- **Frontier (A's max gap against B's TTFT):** {len(front)} of {len(swept)} swept points: "
+        + "; ".join(f"{r['label']} ({_ms(r[X])} TTFT, {_ms(r['a_gap_max_ms'])} max gap)" for _, r in front.iterrows())
+        + "."
+    ]
     p99 = swept[swept["on_frontier_p99_gap"]].sort_values(X, kind="stable")
     lines.append(f"- **With A's p99 gap instead:** {', '.join(p99['label'])}.")
     for _, r in points[points["role"] == "reference"].iterrows():
         by = r["dominated_by_max_gap"]
         where = f"dominated by {by}" if by else "not dominated by any swept point"
-        lines.append(f"- **{r['policy']}** (reference, c={r['chunk_size']}): {_ms(r[X])} TTFT, "
-                     f"{_ms(r['a_gap_max_ms'])} max gap: {where}.")
+        lines.append(
+            f"- **{r['policy']}** (reference, c={r['chunk_size']}): {_ms(r[X])} TTFT, "
+            f"{_ms(r['a_gap_max_ms'])} max gap: {where}."
+        )
     span = points["makespan_ms"]
     lines.append(f"- **Makespan** ranges {_ms(span.min())} to {_ms(span.max())} over all points (medians).")
     return "\n".join(lines) + "\n"
@@ -159,8 +174,11 @@ def _ms(v) -> str:
 def tables(metrics: pd.DataFrame, points: pd.DataFrame) -> dict:
     """sweep_metrics.csv (one row per point and trial), frontier.csv (one row per point: medians, CIs, flags)
     and frontier.md (the frontier, then every point), by file name, for plots.write_tables."""
-    md = (f"## Frontier (A's max gap against B's TTFT)\n\n{present.markdown(present.frontier_table(points, only_frontier=True))}"
-          f"\n\n## Every point\n\n{present.markdown(present.frontier_table(points))}\n\n"
-          f"Medians over each point's trials; brackets: 95% bootstrap CI of the median "
-          f"({an.MIN_BOOT_TRIALS} or more trials).\n")
+    md = (
+        "## Frontier (A's max gap against B's TTFT)\n\n"
+        f"{present.markdown(present.frontier_table(points, only_frontier=True))}"
+        f"\n\n## Every point\n\n{present.markdown(present.frontier_table(points))}\n\n"
+        f"Medians over each point's trials; brackets: 95% bootstrap CI of the median "
+        f"({an.MIN_BOOT_TRIALS} or more trials).\n"
+    )
     return {"sweep_metrics.csv": metrics, "frontier.csv": points, "frontier.md": md}

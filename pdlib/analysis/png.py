@@ -20,6 +20,7 @@ SCALE = 2
 def render(chart, *, scale: int = SCALE) -> bytes:
     """An Altair chart (or its Vega-Lite dict) as a compact PNG."""
     import vl_convert as vlc
+
     spec = chart if isinstance(chart, dict) else chart.to_dict()
     return compact(vlc.vegalite_to_png(spec, scale=scale))
 
@@ -31,8 +32,8 @@ def size(data: bytes) -> tuple[int, int]:
 def _chunks(data: bytes):
     i = len(SIGNATURE)
     while i < len(data):
-        (n,) = struct.unpack(">I", data[i:i + 4])
-        yield data[i + 4:i + 8], data[i + 8:i + 8 + n]
+        (n,) = struct.unpack(">I", data[i : i + 4])
+        yield data[i + 4 : i + 8], data[i + 8 : i + 8 + n]
         i += 12 + n
 
 
@@ -46,7 +47,7 @@ def _unfilter(raw: np.ndarray, bpp: int) -> np.ndarray:
     prior = np.zeros(out.shape[1], np.int32)
     for r, row in enumerate(raw):
         kind, x = row[0], row[1:].astype(np.int32)
-        if kind == 1:    # Sub: a running sum per channel
+        if kind == 1:  # Sub: a running sum per channel
             x = np.cumsum(x.reshape(-1, bpp), axis=0).reshape(-1)
         elif kind == 2:  # Up
             x = x + prior
@@ -102,6 +103,11 @@ def compact(data: bytes) -> bytes:
     else:
         color, rows, extra = 2, rgb.reshape(h, w * 3), b""
     scanlines = np.concatenate([np.zeros((h, 1), np.uint8), rows], axis=1)  # filter 0 on every row
-    out = (SIGNATURE + _chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, color, 0, 0, 0)) + extra
-           + _chunk(b"IDAT", zlib.compress(scanlines.tobytes(), 9)) + _chunk(b"IEND", b""))
+    out = (
+        SIGNATURE
+        + _chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, color, 0, 0, 0))
+        + extra
+        + _chunk(b"IDAT", zlib.compress(scanlines.tobytes(), 9))
+        + _chunk(b"IEND", b"")
+    )
     return out if len(out) < len(data) else data

@@ -12,8 +12,9 @@ from dataclasses import fields
 
 import pandas as pd
 
-from pdlib.analysis import frames as an
 from pdlib import text
+from pdlib.analysis import findings
+from pdlib.analysis import frames as an
 from pdlib.config import RunParams
 from pdlib.errors import InputError
 from pdlib.report.metrics import slo_summary
@@ -73,8 +74,12 @@ def validation_table(report: dict, *, where: str = "report") -> str:
 
 def environment_table(report: dict) -> pd.DataFrame:
     """Where and on what the report was made: model, weights source, then its environment block."""
-    rows = {"model": report["model"].get("spec"), "weights": weights(report),
-            "created (UTC)": report.get("created_utc"), **(report.get("environment") or {})}
+    rows = {
+        "model": report["model"].get("spec"),
+        "weights": weights(report),
+        "created (UTC)": report.get("created_utc"),
+        **(report.get("environment") or {}),
+    }
     return pd.DataFrame({"value": ["" if v is None else str(v) for v in rows.values()]}, index=list(rows))
 
 
@@ -89,20 +94,27 @@ def weights(report: dict) -> str:
 def provenance(report: dict) -> str:
     """One Markdown paragraph: what ran where, and what synthetic weights mean for the numbers."""
     env = report.get("environment") or {}
-    text = (f"**Provenance:** {report['model'].get('spec')} on {env.get('device_name') or env.get('device')} "
-            f"({env.get('backend')}, MLX {env.get('mlx')}), report created {report.get('created_utc')}; "
-            f"weights: {weights(report)}.")
+    text = (
+        f"**Provenance:** {report['model'].get('spec')} on {env.get('device_name') or env.get('device')} "
+        f"({env.get('backend')}, MLX {env.get('mlx')}), report created {report.get('created_utc')}; "
+        f"weights: {weights(report)}."
+    )
     if report["model"].get("source") == "synthetic":
-        text += (" The weights are random with the model's shapes: the arithmetic, and so the timings, are "
-                 "the real model's, but the token sequences are not, and the tokens' top-1 margins are not "
-                 "those real weights would leave.")
+        text += (
+            " The weights are random with the model's shapes: the arithmetic, and so the timings, are "
+            "the real model's, but the token sequences are not, and the tokens' top-1 margins are not "
+            "those real weights would leave."
+        )
     return text
 
 
 HEADLINE_COLUMNS = {  # metric -> (column header with unit, scale from the frame's unit)
-    "a_gap_max_ms": ("A's max gap (ms)", 1.0), "a_gap_p99_ms": ("A's p99 gap (ms)", 1.0),
-    "b_ttft_ms": ("B's TTFT (ms)", 1.0), "makespan_ms": ("makespan (s)", 1e-3),
-    "throughput_tok_s": ("throughput (tok/s)", 1.0), "stalls": ("stalls", 1.0),
+    "a_gap_max_ms": ("A's max gap (ms)", 1.0),
+    "a_gap_p99_ms": ("A's p99 gap (ms)", 1.0),
+    "b_ttft_ms": ("B's TTFT (ms)", 1.0),
+    "makespan_ms": ("makespan (s)", 1e-3),
+    "throughput_tok_s": ("throughput (tok/s)", 1.0),
+    "stalls": ("stalls", 1.0),
 }
 
 
@@ -138,16 +150,24 @@ def ratio_table(ratios: pd.DataFrame) -> pd.DataFrame:
     """The paired ratios for reading: metric, median ratio, CI, and what the CI says (a CI that spans 1
     is no measurable difference)."""
     r0 = ratios.iloc[0]
-    words = {"higher": f"{r0['numerator']} higher", "lower": f"{r0['numerator']} lower",
-             "same": "no measurable difference", "unknown": "too few trials for a CI"}
+    words = {
+        "higher": f"{r0['numerator']} higher",
+        "lower": f"{r0['numerator']} lower",
+        "same": "no measurable difference",
+        "unknown": "too few trials for a CI",
+    }
     labels = {k: v[0] for k, v in HEADLINE_COLUMNS.items()}
-    return pd.DataFrame({
-        "metric": [labels.get(m, m) for m in ratios["metric"]],
-        f"{r0['numerator']} / {r0['denominator']}": [_round(v) for v in ratios["median_ratio"]],
-        f"{r0['ci_level']:.0%} CI": ["-" if pd.isna(lo) else f"[{_round(lo)}, {_round(hi)}]"
-                                     for lo, hi in zip(ratios["ci_low"], ratios["ci_high"])],
-        "reading": [words[an.verdict(r)] for _, r in ratios.iterrows()],
-    }).set_index("metric")
+    return pd.DataFrame(
+        {
+            "metric": [labels.get(m, m) for m in ratios["metric"]],
+            f"{r0['numerator']} / {r0['denominator']}": [_round(v) for v in ratios["median_ratio"]],
+            f"{r0['ci_level']:.0%} CI": [
+                "-" if pd.isna(lo) else f"[{_round(lo)}, {_round(hi)}]"
+                for lo, hi in zip(ratios["ci_low"], ratios["ci_high"])
+            ],
+            "reading": [words[findings.verdict(r)] for _, r in ratios.iterrows()],
+        }
+    ).set_index("metric")
 
 
 # ---- charts ----------------------------------------------------------------------------------------
@@ -161,14 +181,21 @@ def show_chart(chart, *, alt: str | None = None):
     from IPython.display import display
 
     from pdlib.analysis import png
+
     spec = chart.to_dict()
     alt = alt or spec.get("description") or "chart"
     data = png.render(spec)
     width, height = png.size(data)
-    bundle = {"application/vnd.vegalite.v5+json": spec, "image/png": base64.b64encode(data).decode(),
-              "text/plain": f"<chart: {alt}>"}
-    display(bundle, metadata={"image/png": {"width": width // png.SCALE, "height": height // png.SCALE, "alt": alt}},
-            raw=True)  # the PNG is rendered at 2x: shown at the chart's own size
+    bundle = {
+        "application/vnd.vegalite.v5+json": spec,
+        "image/png": base64.b64encode(data).decode(),
+        "text/plain": f"<chart: {alt}>",
+    }
+    display(
+        bundle,
+        metadata={"image/png": {"width": width // png.SCALE, "height": height // png.SCALE, "alt": alt}},
+        raw=True,
+    )  # the PNG is rendered at 2x: shown at the chart's own size
 
 
 # ---- the chunk-size sweep (notebook 04) ------------------------------------------------------------
@@ -182,8 +209,12 @@ def frontier_table(points: pd.DataFrame, *, only_frontier: bool = False) -> pd.D
     the swept points on the max-gap frontier, by B's TTFT."""
     if only_frontier:
         points = points[points["on_frontier_max_gap"]].sort_values("b_ttft_ms", kind="stable")
-    cols = {"b_ttft_ms": ("B's TTFT (ms)", 1.0), "a_gap_max_ms": ("A's max gap (ms)", 1.0),
-            "a_gap_p99_ms": ("A's p99 gap (ms)", 1.0), "makespan_ms": ("makespan (s)", 1e-3)}
+    cols = {
+        "b_ttft_ms": ("B's TTFT (ms)", 1.0),
+        "a_gap_max_ms": ("A's max gap (ms)", 1.0),
+        "a_gap_p99_ms": ("A's p99 gap (ms)", 1.0),
+        "makespan_ms": ("makespan (s)", 1e-3),
+    }
     out = pd.DataFrame(index=pd.Index(points["label"], name="point"))
     out["trials"] = points["trials"].to_numpy()
     for metric, (title, scale) in cols.items():
@@ -193,6 +224,7 @@ def frontier_table(points: pd.DataFrame, *, only_frontier: bool = False) -> pd.D
         if r["role"] == "reference":
             return "reference" + (f"; dominated by {r[f'dominated_by_{name}']}" if r[f"dominated_by_{name}"] else "")
         return "frontier" if r[f"on_frontier_{name}"] else f"dominated by {r[f'dominated_by_{name}']}"
+
     out["max gap vs TTFT"] = [where(r, "max_gap") for _, r in points.iterrows()]
     if not only_frontier:
         out["p99 gap vs TTFT"] = [where(r, "p99_gap") for _, r in points.iterrows()]
@@ -207,23 +239,34 @@ def slo_table(report: dict) -> pd.DataFrame:
 def step_table(times: pd.DataFrame) -> pd.DataFrame:
     """analysis.step_times for reading: per policy, trial and kind of step, how many and the medians in ms
     ("-" where the report predates the host's clock readings inside a step)."""
-    return pd.DataFrame({"policy": times["policy"], "trial": times["trial"].astype(str), "steps": times["kind"],
-                         "n": times["steps"].astype(int).astype(str), "ms": times["dur_ms"].map(_round),
-                         **{name: times[c].map(_round) for c, name in an.STEP_PARTS.items()}})
+    return pd.DataFrame(
+        {
+            "policy": times["policy"],
+            "trial": times["trial"].astype(str),
+            "steps": times["kind"],
+            "n": times["steps"].astype(int).astype(str),
+            "ms": times["dur_ms"].map(_round),
+            **{name: times[c].map(_round) for c, name in an.STEP_PARTS.items()},
+        }
+    )
 
 
 def remote_table(remote: pd.DataFrame) -> pd.DataFrame:
     """analysis.remote_frame per policy: medians with [min, max] over trials (transfer columns for disagg)."""
+
     def cell(v: pd.Series, fmt) -> str:
         v = v.dropna()
         return "-" if v.empty else f"{fmt(v.median())} [{fmt(v.min())}, {fmt(v.max())}]"
 
     rows = {}
     for policy, sub in remote.groupby("policy", sort=False):
-        rows[policy] = {"where": sub["site"].iloc[0], "trials": len(sub),
-                        "B's prefill (ms)": cell(sub["prefill_ms"], _round),
-                        "A's tokens during it": cell(sub["a_tokens_during"], lambda x: f"{x:g}"),
-                        "transfer (ms)": cell(sub["transfer_ms"], _round),
-                        "transfer (MB)": cell(sub["transfer_mb"], _round),
-                        "transfer (GB/s)": cell(sub["transfer_gb_s"], _round)}
+        rows[policy] = {
+            "where": sub["site"].iloc[0],
+            "trials": len(sub),
+            "B's prefill (ms)": cell(sub["prefill_ms"], _round),
+            "A's tokens during it": cell(sub["a_tokens_during"], lambda x: f"{x:g}"),
+            "transfer (ms)": cell(sub["transfer_ms"], _round),
+            "transfer (MB)": cell(sub["transfer_mb"], _round),
+            "transfer (GB/s)": cell(sub["transfer_gb_s"], _round),
+        }
     return pd.DataFrame.from_dict(rows, orient="index")

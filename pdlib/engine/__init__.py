@@ -24,17 +24,18 @@ import mlx.core as mx
 from pdlib import settings
 from pdlib.engine.cache import KVCache
 from pdlib.engine.kernels.mailbox import TokenMailbox
-from pdlib.engine.kernels.persistent_decode import ERROR_TOKEN, check_token
+from pdlib.engine.kernels.persistent_decode import ERROR_TOKEN
+from pdlib.engine.kernels.persistent_decode import check_token as check_token  # re-exported
 from pdlib.engine.model import Qwen3, Segment, drain
 from pdlib.weights import LoadedModel
 
 
 @dataclass
 class Output:
-    logits: mx.array    # (V,) FP32, on the device
-    token: mx.array     # greedy pick, scalar uint32, on the device
-    mailbox: TokenMailbox | None = None   # where the kernel also leaves the token (PDLIB_TOKEN_READ=mailbox)
-    position: int = 0   # the token's slot there: its position
+    logits: mx.array  # (V,) FP32, on the device
+    token: mx.array  # greedy pick, scalar uint32, on the device
+    mailbox: TokenMailbox | None = None  # where the kernel also leaves the token (PDLIB_TOKEN_READ=mailbox)
+    position: int = 0  # the token's slot there: its position
 
     def observe(self) -> int:
         """The token id on the host: polled from the mailbox where the kernel writes one, else by MLX's
@@ -44,8 +45,10 @@ class Output:
             return self.token.item()
         token = self.mailbox.wait(self.position)
         if token is None and (token := self.token.item()) != ERROR_TOKEN:
-            raise RuntimeError(f"PDLIB_TOKEN_READ=mailbox: position {self.position}'s token ({token}) never reached "
-                               f"the mailbox; PDLIB_TOKEN_READ=item reads tokens by MLX")
+            raise RuntimeError(
+                f"PDLIB_TOKEN_READ=mailbox: position {self.position}'s token ({token}) never reached "
+                f"the mailbox; PDLIB_TOKEN_READ=item reads tokens by MLX"
+            )
         return token
 
     def peek(self) -> int | None:
@@ -56,7 +59,7 @@ class Output:
 
 @dataclass
 class Request:
-    prompt: mx.array        # (P,) int32
+    prompt: mx.array  # (P,) int32
     cache: KVCache
     next_token: mx.array | None = None
 
@@ -77,19 +80,32 @@ DISPATCH_ENV = "PDLIB_STEP_DISPATCH"
 
 
 class Engine:
-    def __init__(self, model: LoadedModel, *, capacity: int, lossless_decode_weights: bool = True,
-                 prune_final_layer: bool = True, compile_steps: bool = True, decode: str | None = None,
-                 token_read: str | None = None):
-        self.dispatch = settings.get(DISPATCH_ENV)   # a bad value is refused here
-        self.model = Qwen3(model, lossless_decode_weights=lossless_decode_weights, compile_steps=compile_steps,
-                           decode=decode, token_read=token_read)
+    def __init__(
+        self,
+        model: LoadedModel,
+        *,
+        capacity: int,
+        lossless_decode_weights: bool = True,
+        prune_final_layer: bool = True,
+        compile_steps: bool = True,
+        decode: str | None = None,
+        token_read: str | None = None,
+    ):
+        self.dispatch = settings.get(DISPATCH_ENV)  # a bad value is refused here
+        self.model = Qwen3(
+            model,
+            lossless_decode_weights=lossless_decode_weights,
+            compile_steps=compile_steps,
+            decode=decode,
+            token_read=token_read,
+        )
         self.capacity = capacity
         self.prune_final_layer = prune_final_layer
         self.requests: dict[str, Request] = {}
 
     def add_request(self, name: str, prompt_ids) -> None:
         ids, vocab = [int(i) for i in prompt_ids], self.model.cfg.vocab_size
-        if ids and not 0 <= min(ids) <= max(ids) < vocab:   # an id past the table reads past the embedding
+        if ids and not 0 <= min(ids) <= max(ids) < vocab:  # an id past the table reads past the embedding
             bad = next(i for i in ids if not 0 <= i < vocab)
             raise ValueError(f"prompt token id {bad} is outside the model's vocabulary [0, {vocab})")
         prompt = mx.array(ids, dtype=mx.int32)
@@ -125,7 +141,7 @@ class Engine:
         reqs = [self.requests[name] for name, _ in parts]
         if self.dispatch == "step":
             return self._finish(reqs, self.model.step(segments, prune=self.prune_final_layer))
-        layers = self._layer_by_layer(reqs, segments)   # each layer starts while the host builds the next
+        layers = self._layer_by_layer(reqs, segments)  # each layer starts while the host builds the next
         if between is None:
             return drain(layers)
         while True:
@@ -141,8 +157,13 @@ class Engine:
         dispatch, how tokens are read and whether a step's two decodes share a launch (reports and bench-step
         record it)."""
         m = self.model
-        return {"decode": m.decode_mode, **m.prefill_arithmetic, "step_dispatch": self.dispatch,
-                "token_read": m.token_read, "pair_decode": "pair" if m.pairs else "each"}
+        return {
+            "decode": m.decode_mode,
+            **m.prefill_arithmetic,
+            "step_dispatch": self.dispatch,
+            "token_read": m.token_read,
+            "pair_decode": "pair" if m.pairs else "each",
+        }
 
     def prefill_stages(self, name: str, n: int):
         """prefill_chunk(name, n) one layer at a time: each next() builds one more layer, starts it on the

@@ -36,8 +36,8 @@ class KVCache:
             self._k_all, self._v_all = mx.zeros(self.shape, mx.float32), mx.zeros(self.shape, mx.float32)
             mx.eval(self._k_all, self._v_all)
             # a slice, not an integer index: MLX gathers (copies) for `a[i]`, and slices share the buffer
-            self.k = [self._k_all[i: i + 1].reshape(per_layer) for i in range(layers)]
-            self.v = [self._v_all[i: i + 1].reshape(per_layer) for i in range(layers)]
+            self.k = [self._k_all[i : i + 1].reshape(per_layer) for i in range(layers)]
+            self.v = [self._v_all[i : i + 1].reshape(per_layer) for i in range(layers)]
         else:
             self._k_all = self._v_all = None
             self.k = [mx.zeros(per_layer, mx.float32) for _ in range(layers)]
@@ -80,14 +80,16 @@ class KVCache:
         """Write a prefill chunk's k, v (Hkv, T, Dh) at positions start..; returns the (Hkv, start + T, Dh) keys
         and values attention reads. `advance` follows once every layer is stored."""
         self.k[layer], self.v[layer], self.written, keys, values = store_kv(
-            k, v, self.k[layer], self.v[layer], self.written, positions=positions, start=start)
+            k, v, self.k[layer], self.v[layer], self.written, positions=positions, start=start
+        )
         return keys, values
 
     def write(self, layer: int, k: mx.array, v: mx.array, *, positions: mx.array, start: int) -> None:
         """`store` for attention that reads the cache itself (kernels/flash_prefill.py): only the new rows are
         written (in place behind the fence, or functionally), with no copy of the prefix handed back."""
         self.k[layer], self.v[layer], self.written = install_kv(
-            k, v, self.k[layer], self.v[layer], self.written, positions=positions, start=start)
+            k, v, self.k[layer], self.v[layer], self.written, positions=positions, start=start
+        )
 
     def store_decoded(self, ks: list, vs: list, written: mx.array, *, next_pos: mx.array) -> None:
         """After a decode step: the new fence, and the new rows (Hkv, 1, Dh) where the step's kernels did not
@@ -107,8 +109,9 @@ class KVCache:
             raise ValueError(f"KV cache overflow: {start} + {n} positions exceed capacity {self.capacity}")
         positions = mx.arange(start, start + n, dtype=mx.int32)  # one array for every layer
         for i, (k, v) in enumerate(zip(keys, values, strict=True)):
-            self.k[i], self.v[i], self.written = install_kv(k, v, self.k[i], self.v[i], self.written,
-                                                            positions=positions, start=start)
+            self.k[i], self.v[i], self.written = install_kv(
+                k, v, self.k[i], self.v[i], self.written, positions=positions, start=start
+            )
         self.advance(n)
 
     def read(self, layer: int, start: int, stop: int) -> tuple[mx.array, mx.array]:

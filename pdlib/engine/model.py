@@ -7,17 +7,17 @@ Shapes: D hidden, T tokens in the step, Dh head dim.
 
 import sys
 import weakref
-from dataclasses import dataclass
 from functools import partial
 
 import mlx.core as mx
 
-from pdlib.engine import kernels as K
 from pdlib import settings
+from pdlib.engine import kernels as K
 from pdlib.engine.cache import KVCache
 from pdlib.engine.kernels import persistent_decode as persistent
-from pdlib.settings import decode_mode
+from pdlib.engine.parts import Layer, Segment, drain
 from pdlib.errors import InputError
+from pdlib.settings import decode_mode
 from pdlib.weights import LoadedModel, layer_names, pack_bf16
 
 # PDLIB_PAIR_DECODE: `pair` decodes two requests' tokens of one step in one persistent launch (each weight read
@@ -25,52 +25,23 @@ from pdlib.weights import LoadedModel, layer_names, pack_bf16
 PAIR_ENV = "PDLIB_PAIR_DECODE"
 
 
-@dataclass
-class Layer:
-    wq: mx.array; wk: mx.array; wv: mx.array; wo: mx.array
-    q_norm: mx.array; k_norm: mx.array; in_norm: mx.array; post_norm: mx.array
-    w_gate: mx.array; w_up: mx.array; w_down: mx.array
-    # decode copies: fused q|k|v and gate|up rows, bf16 when packing is on
-    d_qkv: mx.array = None; d_o: mx.array = None; d_gate_up: mx.array = None; d_down: mx.array = None
-    # prefill, made once: each matrix as its (in, out) transposed view (q|k|v and gate|up fused into one
-    # each), and the q and k norms' weights stacked per head (Hq + Hkv, Dh)
-    t: dict = None
-
-
-@dataclass
-class Segment:
-    """One request's rows in a step: `tokens` at positions start.., written into `cache`; `emits` when its
-    last row yields an output (a decode, or the chunk that finishes a prompt)."""
-    cache: KVCache
-    tokens: mx.array            # (T,) token ids, on the device
-    start: int
-    emits: bool
-
-    @property
-    def size(self) -> int:
-        return self.tokens.shape[0]
-
-
-def drain(stages):
-    """Run a generator of a step's layers (`Qwen3.stages`, `Engine._layer_by_layer`) to its end; its return
-    value."""
-    while True:
-        try:
-            next(stages)
-        except StopIteration as done:
-            return done.value
-
-
 class Qwen3:
-    def __init__(self, model: LoadedModel, *, lossless_decode_weights: bool = True, compile_steps: bool = True,
-                 decode: str | None = None, token_read: str | None = None):
+    def __init__(
+        self,
+        model: LoadedModel,
+        *,
+        lossless_decode_weights: bool = True,
+        compile_steps: bool = True,
+        decode: str | None = None,
+        token_read: str | None = None,
+    ):
         self.cfg = cfg = model.config
         w = model.weights
         self.embed = w["model.embed_tokens.weight"]
         self.lm_head = self.embed if cfg.tie_word_embeddings else w["lm_head.weight"]
         self.norm = w["model.norm.weight"]
         self.inv_freq = K.rope_inv_freq(cfg.head_dim, base=cfg.rope_theta)
-        self.scale = cfg.head_dim ** -0.5
+        self.scale = cfg.head_dim**-0.5
         pack = (lambda a, name: pack_bf16(a, name=name)) if lossless_decode_weights else (lambda a, name: a)
         self.layers = []
         for i in range(cfg.num_hidden_layers):
@@ -81,10 +52,18 @@ class Qwen3:
             L.d_gate_up = pack(mx.concatenate([L.w_gate, L.w_up]), f"{names['w_gate']} (+up)")
             L.d_down = pack(L.w_down, names["w_down"])
             # q|k|v and gate|up as one matrix each: a chunk step runs four GEMMs per layer instead of seven
-            L.t = {"wqkv": mx.concatenate([L.wq, L.wk, L.wv]).T, "wo": L.wo.T,
-                   "w_gate_up": mx.concatenate([L.w_gate, L.w_up]).T, "w_down": L.w_down.T,
-                   "qk_norm": mx.concatenate([mx.broadcast_to(L.q_norm, (cfg.num_attention_heads, cfg.head_dim)),
-                                              mx.broadcast_to(L.k_norm, (cfg.num_key_value_heads, cfg.head_dim))])}
+            L.t = {
+                "wqkv": mx.concatenate([L.wq, L.wk, L.wv]).T,
+                "wo": L.wo.T,
+                "w_gate_up": mx.concatenate([L.w_gate, L.w_up]).T,
+                "w_down": L.w_down.T,
+                "qk_norm": mx.concatenate(
+                    [
+                        mx.broadcast_to(L.q_norm, (cfg.num_attention_heads, cfg.head_dim)),
+                        mx.broadcast_to(L.k_norm, (cfg.num_key_value_heads, cfg.head_dim)),
+                    ]
+                ),
+            }
             self.layers.append(L)
         self.d_lm_head = pack(self.lm_head, "lm_head")
         self.lm_head_t = self.lm_head.T
@@ -109,17 +88,22 @@ class Qwen3:
         self._boxes = weakref.WeakKeyDictionary()
         # two requests' decodes in one step (a Batch of decodes, as mixed's rounds after B's first token): one
         # persistent launch for both where it fits (PDLIB_PAIR_DECODE=pair, the default there), else one each
-        asked = settings.get(PAIR_ENV)   # a bad value is refused here
-        self.pairs = (asked == "pair" and self.decode_mode == "persistent"
-                      and persistent.available(cfg, packed=lossless_decode_weights, requests=2))
-        self._pair_syncs = weakref.WeakKeyDictionary()   # first cache -> {second cache: the pair's sync buffer}
+        asked = settings.get(PAIR_ENV)  # a bad value is refused here
+        self.pairs = (
+            asked == "pair"
+            and self.decode_mode == "persistent"
+            and persistent.available(cfg, packed=lossless_decode_weights, requests=2)
+        )
+        self._pair_syncs = weakref.WeakKeyDictionary()  # first cache -> {second cache: the pair's sync buffer}
         if self.decode_mode == "persistent":
             if not runs_here:
-                raise InputError(f"PDLIB_DECODE=persistent: the persistent decode kernel needs CUDA, head_dim 128, "
-                                 f"bf16-packed decode weights and shapes within {persistent.SHARED_LIMIT} bytes of "
-                                 f"shared memory; here: backend {K.BACKEND}, head_dim {cfg.head_dim}, packed "
-                                 f"{lossless_decode_weights}, {persistent.shared_bytes(cfg)} bytes "
-                                 f"(PDLIB_DECODE=kernels runs everywhere)")
+                raise InputError(
+                    f"PDLIB_DECODE=persistent: the persistent decode kernel needs CUDA, head_dim 128, "
+                    f"bf16-packed decode weights and shapes within {persistent.SHARED_LIMIT} bytes of "
+                    f"shared memory; here: backend {K.BACKEND}, head_dim {cfg.head_dim}, packed "
+                    f"{lossless_decode_weights}, {persistent.shared_bytes(cfg)} bytes "
+                    f"(PDLIB_DECODE=kernels runs everywhere)"
+                )
             # One launch per token: nothing to compile (mx.compile did not shorten the host's time per token)
             self.decode_weights = self.stacked_decode_weights()
             mx.eval(self.decode_weights)
@@ -127,8 +111,10 @@ class Qwen3:
             if self.token_read == "mailbox":
                 self._pin_mailbox(chosen is not None)
         elif self.token_read == "mailbox":
-            raise InputError(f"PDLIB_TOKEN_READ=mailbox: only the persistent decode kernel writes a mailbox (CUDA); "
-                             f"here decode is {self.decode_mode!r} (PDLIB_TOKEN_READ=item runs everywhere)")
+            raise InputError(
+                f"PDLIB_TOKEN_READ=mailbox: only the persistent decode kernel writes a mailbox (CUDA); "
+                f"here decode is {self.decode_mode!r} (PDLIB_TOKEN_READ=item runs everywhere)"
+            )
 
     def _pin_mailbox(self, asked: bool) -> None:
         """The process's mailbox region, pinned now rather than at the first decode. If it cannot be: an error
@@ -164,9 +150,19 @@ class Qwen3:
         """The decode weights with the layers stacked per kind, for the persistent kernel (and its twin)."""
         stack = lambda name: mx.stack([getattr(L, name) for L in self.layers])  # noqa: E731
         return persistent.DecodeWeights(
-            embed=self.embed, qkv=stack("d_qkv"), o=stack("d_o"), gate_up=stack("d_gate_up"), down=stack("d_down"),
-            lm_head=self.d_lm_head, in_norm=stack("in_norm"), post_norm=stack("post_norm"), q_norm=stack("q_norm"),
-            k_norm=stack("k_norm"), norm=self.norm, inv_freq=self.inv_freq)
+            embed=self.embed,
+            qkv=stack("d_qkv"),
+            o=stack("d_o"),
+            gate_up=stack("d_gate_up"),
+            down=stack("d_down"),
+            lm_head=self.d_lm_head,
+            in_norm=stack("in_norm"),
+            post_norm=stack("post_norm"),
+            q_norm=stack("q_norm"),
+            k_norm=stack("k_norm"),
+            norm=self.norm,
+            inv_freq=self.inv_freq,
+        )
 
     def share_decode_weights(self) -> None:
         """The layers' decode matrices as views of the stacks in `decode_weights`, so each is in memory once (the
@@ -174,12 +170,13 @@ class Qwen3:
         for i, L in enumerate(self.layers):
             for name, kind in (("d_qkv", "qkv"), ("d_o", "o"), ("d_gate_up", "gate_up"), ("d_down", "down")):
                 stack = getattr(self.decode_weights, kind)
-                setattr(L, name, stack[i: i + 1].reshape(stack.shape[1:]))
+                setattr(L, name, stack[i : i + 1].reshape(stack.shape[1:]))
 
     def new_cache(self, capacity: int) -> KVCache:
         c = self.cfg
-        return KVCache(layers=c.num_hidden_layers, kv_heads=c.num_key_value_heads, head_dim=c.head_dim,
-                       capacity=capacity)
+        return KVCache(
+            layers=c.num_hidden_layers, kv_heads=c.num_key_value_heads, head_dim=c.head_dim, capacity=capacity
+        )
 
     # -- prefill ---------------------------------------------------------------------------------------
     # Everything but attention depends only on the chunk's length, so it runs as compiled functions (one
@@ -213,10 +210,11 @@ class Qwen3:
         Hq, Hkv = c.num_attention_heads, c.num_key_value_heads
         heads = self._proj(x, wqkv)
         qk = mx.fast.rms_norm(heads, None, c.rms_norm_eps)[:, : Hq + Hkv] * qk_norm
-        q, k, v = qk[:, :Hq].swapaxes(0, 1), qk[:, Hq:].swapaxes(0, 1), heads[:, Hq + Hkv:].swapaxes(0, 1)
+        q, k, v = qk[:, :Hq].swapaxes(0, 1), qk[:, Hq:].swapaxes(0, 1), heads[:, Hq + Hkv :].swapaxes(0, 1)
         if len(rope) == 1:
-            turn = partial(mx.fast.rope, dims=c.head_dim, traditional=False, base=c.rope_theta, scale=1.0,
-                           offset=rope[0])
+            turn = partial(
+                mx.fast.rope, dims=c.head_dim, traditional=False, base=c.rope_theta, scale=1.0, offset=rope[0]
+            )
             return turn(q), turn(k), v, heads
         return K.rope_rotate(q, *rope), K.rope_rotate(k, *rope), v, heads
 
@@ -233,9 +231,10 @@ class Qwen3:
         add, so a K split's sum may apply it (PDLIB_PREFILL_GEMM_SUM=fused-norm)."""
         c = self.cfg
         eps = c.rms_norm_eps
-        h, x = K.linear_t(o.swapaxes(0, 1).reshape(-1, c.num_attention_heads * c.head_dim), *wo, add=h,
-                          norm=(post_norm, eps))
-        a = K.linear_t(x, *w_gate_up, swiglu=True)   # silu(g) * u
+        h, x = K.linear_t(
+            o.swapaxes(0, 1).reshape(-1, c.num_attention_heads * c.head_dim), *wo, add=h, norm=(post_norm, eps)
+        )
+        a = K.linear_t(x, *w_gate_up, swiglu=True)  # silu(g) * u
         return K.linear_t(a, *w_down, add=h, norm=(next_norm, eps))
 
     def prefill(self, cache: KVCache, tokens: mx.array, *, start: int, last: bool, prune: bool = True):
@@ -280,7 +279,7 @@ class Qwen3:
         rope = None if fused else (positions[0],) if len(segments) == 1 else K.rope_tables(positions, self.inv_freq)
         tokens = [s.tokens for s in segments]
         h = self.embed[tokens[0] if len(tokens) == 1 else mx.concatenate([t.astype(mx.int32) for t in tokens])]
-        x = mx.fast.rms_norm(h, self.layers[0].in_norm, c.rms_norm_eps)   # each layer's normed input (_out_mlp)
+        x = mx.fast.rms_norm(h, self.layers[0].in_norm, c.rms_norm_eps)  # each layer's normed input (_out_mlp)
         if not flash:
             masks = [K.causal_mask(positions[a:b], s.start + s.size) for s, a, b in zip(segments, offsets, offsets[1:])]
             rep = c.num_attention_heads // c.num_key_value_heads
@@ -288,7 +287,7 @@ class Qwen3:
         emitting = [j for j, s in enumerate(segments) if s.emits]
 
         def last_rows(a: mx.array) -> mx.array:  # the emitting segments' last rows, by slices
-            pieces = [a[offsets[j + 1] - 1: offsets[j + 1]] for j in emitting]
+            pieces = [a[offsets[j + 1] - 1 : offsets[j + 1]] for j in emitting]
             return pieces[0] if len(pieces) == 1 else mx.concatenate(pieces)
 
         n_layers, pruned = len(self.layers), False
@@ -298,20 +297,37 @@ class Qwen3:
                 raw = self._p_proj(x, (L.t["wqkv"], L.d_qkv))
             else:
                 q, k, v, raw = self._p_qkv(x, (L.t["wqkv"], L.d_qkv), L.t["qk_norm"], *rope)
-            qs, solo, kv = {}, {}, {}   # per segment: query rows; a one-row one's attention output; keys, values
+            qs, solo, kv = {}, {}, {}  # per segment: query rows; a one-row one's attention output; keys, values
             for j, (s, a, b) in enumerate(zip(segments, offsets, offsets[1:])):
                 at = positions[a:b]
                 if b - a == 1:
-                    solo[j], k1, v1, s.cache.written = K.decode_attention(   # raw[a] would gather a copy
-                        raw[a:b].reshape(-1), L.q_norm, L.k_norm, self.inv_freq, at, s.cache.k[i], s.cache.v[i],
-                        s.cache.written, **shape)
-                    if k1 is not None:   # the ops twin hands the row's K/V back to be stored
+                    solo[j], k1, v1, s.cache.written = K.decode_attention(  # raw[a] would gather a copy
+                        raw[a:b].reshape(-1),
+                        L.q_norm,
+                        L.k_norm,
+                        self.inv_freq,
+                        at,
+                        s.cache.k[i],
+                        s.cache.v[i],
+                        s.cache.written,
+                        **shape,
+                    )
+                    if k1 is not None:  # the ops twin hands the row's K/V back to be stored
                         s.cache.write(i, k1[:, None], v1[:, None], positions=at, start=s.start)
                 elif fused:
                     qs[j], s.cache.k[i], s.cache.v[i], s.cache.written = K.qk_rope_store(
-                        raw[a:b], L.q_norm, L.k_norm, self.inv_freq, at, s.cache.k[i], s.cache.v[i],
-                        s.cache.written, start=s.start, **shape)
-                elif flash:   # attention reads the caches in place: only the new rows are written
+                        raw[a:b],
+                        L.q_norm,
+                        L.k_norm,
+                        self.inv_freq,
+                        at,
+                        s.cache.k[i],
+                        s.cache.v[i],
+                        s.cache.written,
+                        start=s.start,
+                        **shape,
+                    )
+                elif flash:  # attention reads the caches in place: only the new rows are written
                     qs[j] = q[:, a:b]
                     s.cache.write(i, k[:, a:b], v[:, a:b], positions=at, start=s.start)
                 else:
@@ -325,13 +341,21 @@ class Qwen3:
                     return solo[j].reshape(c.num_attention_heads, 1, c.head_dim)
                 qr = qs[j][:, -1:] if last else qs[j]
                 if flash:
-                    at = positions[b - 1: b] if last else positions[a:b]
-                    return K.flash_attention(qr, s.cache.k[i], s.cache.v[i], at, s.cache.written, scale=self.scale,
-                                             length=s.start + s.size, arithmetic=self._flash_arithmetic)
+                    at = positions[b - 1 : b] if last else positions[a:b]
+                    return K.flash_attention(
+                        qr,
+                        s.cache.k[i],
+                        s.cache.v[i],
+                        at,
+                        s.cache.written,
+                        scale=self.scale,
+                        length=s.start + s.size,
+                        arithmetic=self._flash_arithmetic,
+                    )
                 m = K.query_rows(masks[j][-1:], rep) if last else mask_rows[j]
                 return self._attention_for(qr.shape[1])(qr, *kv[j], mask_rows=m)
 
-            last = prune and i == n_layers - 1   # only the emitting segments' last rows go on
+            last = prune and i == n_layers - 1  # only the emitting segments' last rows go on
             if last:
                 if not emitting:
                     break
@@ -339,8 +363,15 @@ class Qwen3:
             o = [attend(j, last) for j in (emitting if last else range(len(segments)))]
             o = o[0] if len(o) == 1 else mx.concatenate(o, axis=1)
             next_norm = self.layers[i + 1].in_norm if i < n_layers - 1 else self.norm
-            h, x = self._p_out_mlp(h, o, (L.t["wo"], L.d_o), L.post_norm, (L.t["w_gate_up"], L.d_gate_up),
-                                   (L.t["w_down"], L.d_down), next_norm)
+            h, x = self._p_out_mlp(
+                h,
+                o,
+                (L.t["wo"], L.d_o),
+                L.post_norm,
+                (L.t["w_gate_up"], L.d_gate_up),
+                (L.t["w_down"], L.d_down),
+                next_norm,
+            )
             # the last layer's x is the final norm's: only an emitting step reads it, and a silent step's (kept by
             # prune=False) feeds nothing, not started, as `step` never evaluates it
             used = [h, x] if i < n_layers - 1 else [x] if emitting else []
@@ -349,7 +380,7 @@ class Qwen3:
             s.cache.advance(s.size)
         if not emitting:
             return [None] * len(segments)
-        logits = K.linear_t(x if pruned else last_rows(x), self.lm_head_t)   # (emitting, V); x: the final norm's
+        logits = K.linear_t(x if pruned else last_rows(x), self.lm_head_t)  # (emitting, V); x: the final norm's
         out = [None] * len(segments)
         for r, j in enumerate(emitting):
             out[j] = logits[r]
@@ -363,8 +394,9 @@ class Qwen3:
 
     # -- decode ---------------------------------------------------------------------------------------
 
-    def decode_step(self, token: mx.array, pos: mx.array, k_cache: list[mx.array], v_cache: list[mx.array],
-                    written: mx.array):
+    def decode_step(
+        self, token: mx.array, pos: mx.array, k_cache: list[mx.array], v_cache: list[mx.array], written: mx.array
+    ):
         """One token at position pos (an int32 array, so one compiled graph serves every position):
         (token, pos, caches, fence) -> (logits (V,), greedy token, pos + 1, new K rows, new V rows, fence).
         Where the attention kernel runs (a GPU, head_dim 128) it stores the new rows in the caches itself, the
@@ -378,9 +410,19 @@ class Qwen3:
         ks, vs = [], []
         for i, L in enumerate(self.layers):
             qkv = K.gemv(h, L.d_qkv, norm=L.in_norm, eps=eps)
-            o, k, v, written = K.decode_attention(qkv, L.q_norm, L.k_norm, self.inv_freq, pos, k_cache[i],
-                                                  v_cache[i], written, heads=c.num_attention_heads,
-                                                  kv_heads=c.num_key_value_heads, eps=eps)
+            o, k, v, written = K.decode_attention(
+                qkv,
+                L.q_norm,
+                L.k_norm,
+                self.inv_freq,
+                pos,
+                k_cache[i],
+                v_cache[i],
+                written,
+                heads=c.num_attention_heads,
+                kv_heads=c.num_key_value_heads,
+                eps=eps,
+            )
             h = K.gemv(o, L.d_o, residual=h)
             act = K.gemv(h, L.d_gate_up, norm=L.post_norm, eps=eps, swiglu=True)
             h = K.gemv(act, L.d_down, residual=h)
@@ -413,11 +455,21 @@ class Qwen3:
             self._clear_box(cache)
             c = self.cfg
             logits, token, next_pos, ks, vs, written = persistent.decode_persistent(
-                token, cache.position(), self.decode_weights, cache.k_all, cache.v_all, cache.written,
-                self._syncs[cache], heads=c.num_attention_heads, kv_heads=c.num_key_value_heads, eps=c.rms_norm_eps)
+                token,
+                cache.position(),
+                self.decode_weights,
+                cache.k_all,
+                cache.v_all,
+                cache.written,
+                self._syncs[cache],
+                heads=c.num_attention_heads,
+                kv_heads=c.num_key_value_heads,
+                eps=c.rms_norm_eps,
+            )
         else:
-            logits, token, next_pos, ks, vs, written = self._step(token, cache.position(), cache.k, cache.v,
-                                                                  cache.written)
+            logits, token, next_pos, ks, vs, written = self._step(
+                token, cache.position(), cache.k, cache.v, cache.written
+            )
         cache.store_decoded(ks, vs, written, next_pos=next_pos)
         return logits, token
 
@@ -432,15 +484,19 @@ class Qwen3:
         for cache in caches:
             self._check_room(cache)
         pairs = self._pair_syncs.setdefault(first, weakref.WeakKeyDictionary())
-        if second not in pairs:   # the pair's own barrier buffer, naming both mailboxes
+        if second not in pairs:  # the pair's own barrier buffer, naming both mailboxes
             pairs[second] = persistent.new_sync(self._box_address(first), self._box_address(second))
         for cache in caches:
             self._clear_box(cache)
         c = self.cfg
         outs = persistent.decode_persistent_pair(
             *[(t, x.position(), x.k_all, x.v_all, x.written) for t, x in zip(tokens, caches, strict=True)],
-            self.decode_weights, pairs[second], heads=c.num_attention_heads, kv_heads=c.num_key_value_heads,
-            eps=c.rms_norm_eps)
+            self.decode_weights,
+            pairs[second],
+            heads=c.num_attention_heads,
+            kv_heads=c.num_key_value_heads,
+            eps=c.rms_norm_eps,
+        )
         for cache, (_, _, next_pos, ks, vs, written) in zip(caches, outs):
             cache.store_decoded(ks, vs, written, next_pos=next_pos)
         return [(logits, token) for logits, token, *_ in outs]

@@ -55,9 +55,11 @@ def export_html(nb_path) -> Path:
     from nbconvert import HTMLExporter
 
     from pdlib.report.io import write_new
+
     nb_path = Path(nb_path)
-    exporter = HTMLExporter(extra_loaders=[DictLoader({"pdlib_offline.html.j2": OFFLINE_TEMPLATE})],
-                            template_file="pdlib_offline.html.j2")
+    exporter = HTMLExporter(
+        extra_loaders=[DictLoader({"pdlib_offline.html.j2": OFFLINE_TEMPLATE})], template_file="pdlib_offline.html.j2"
+    )
     nb = one_parameters_cell(nbformat.read(nb_path, as_version=4))
     nb.metadata["title"] = title(nb)  # the page's <title>; nbconvert's default is "Notebook"
     body, _ = exporter.from_notebook_node(nb)
@@ -79,7 +81,7 @@ def _blocks(css: str):
         while depth and k < len(css):
             depth += {"{": 1, "}": -1}.get(css[k], 0)
             k += 1
-        yield css[i:j].strip(), css[j + 1:k - 1]
+        yield css[i:j].strip(), css[j + 1 : k - 1]
         i = k
 
 
@@ -111,8 +113,9 @@ def _rules(css: str, classes: set) -> list:
         elif prelude.startswith("@"):
             kept.append((prelude, body))
         else:
-            selectors = [sel.strip() for sel in prelude.split(",")
-                         if set(_CLASS.findall(_OPAQUE.sub("", sel))) <= classes]
+            selectors = [
+                sel.strip() for sel in prelude.split(",") if set(_CLASS.findall(_OPAQUE.sub("", sel))) <= classes
+            ]
             if selectors:
                 kept.append((",".join(selectors), body))
     return kept
@@ -155,7 +158,7 @@ def pruned_styles(page: str) -> str:
                 todo |= set(re.findall(r"var\(\s*(--[\w-]+)", value)) - used
     out, last = [], 0
     for m, rules in sheets:
-        out += [page[last:m.start()], m.group(1), "\n", _text(rules, used), "\n", m.group(3)]
+        out += [page[last : m.start()], m.group(1), "\n", _text(rules, used), "\n", m.group(3)]
         last = m.end()
     return "".join(out) + page[last:]
 

@@ -61,6 +61,7 @@ class NotebookFailed(Exception):
 def defaults(name: str) -> dict:
     """The notebook's parameters cell as {name: value} (literals only, by convention and test)."""
     import nbformat
+
     nb = nbformat.read(NOTEBOOK_DIR / f"{name}.ipynb", as_version=4)
     (cell,) = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     return {s.targets[0].id: ast.literal_eval(s.value) for s in ast.parse(cell.source).body}
@@ -80,6 +81,7 @@ def run_notebooks(params_file=None, *, report=None, out=None, quiet: bool = Fals
     the folder then keeps the failed notebook and its HTML, with the traceback."""
     from pdlib.analysis import present
     from pdlib.config import RunParams
+
     if (params_file is None) == (report is None):
         raise InputError("give exactly one of a params file and a report")
     if report is not None:
@@ -107,9 +109,11 @@ def run_notebooks(params_file=None, *, report=None, out=None, quiet: bool = Fals
     if report is not None:  # 01 shows it in place: its parameters name the published file
         copy_report(report, out_dir / runs.REPORT)
         first["report_source"] = report_path
-    ours = {"01_run_trials": {**values, **first, "output_dir": folder, "quiet": True},
-            "02_analyze_gaps": {"report_path": report_path, "output_dir": folder},
-            "03_figures": {"report_path": report_path, "output_dir": folder}}
+    ours = {
+        "01_run_trials": {**values, **first, "output_dir": folder, "quiet": True},
+        "02_analyze_gaps": {"report_path": report_path, "output_dir": folder},
+        "03_figures": {"report_path": report_path, "output_dir": folder},
+    }
     run = _execute(ours, out_dir, quiet=quiet, log=log)
     return {**run, "report": out_dir / runs.REPORT}
 
@@ -122,19 +126,28 @@ def run_sweep_notebook(sweep_dir, *, out, quiet: bool = False, log=print) -> dic
     starts when the sweep folder cannot be read."""
     from pdlib.analysis import frontier
     from pdlib.report.schema import SWEEP_INDEX
+
     sweep_dir = Path(sweep_dir)
     sweep = frontier.load_sweep(sweep_dir)
     if not (NOTEBOOK_DIR / f"{SWEEP_NOTEBOOK}.ipynb").is_file():
         raise InputError(f"notebook {SWEEP_NOTEBOOK} not found in {NOTEBOOK_DIR} (run from a checkout)")
     out_dir = runs.fresh_dir(Path(out))
-    log(f"{shown(out)} already holds files; this run writes to {shown(out_dir)}" if out_dir != Path(out)
-        else f"writing to {shown(out_dir)}")
+    log(
+        f"{shown(out)} already holds files; this run writes to {shown(out_dir)}"
+        if out_dir != Path(out)
+        else f"writing to {shown(out_dir)}"
+    )
     reports = out_dir / SWEEP_REPORTS
     copy_file(sweep_dir / SWEEP_INDEX, reports / SWEEP_INDEX)
     for name in sweep["reports"]:
         copy_report(report_file(sweep_dir / name), reports / f"{name}.gz")
-    ours = {SWEEP_NOTEBOOK: {"sweep_dir": runs.for_notebook(reports), "output_dir": runs.for_notebook(out_dir),
-                             "quiet": True}}
+    ours = {
+        SWEEP_NOTEBOOK: {
+            "sweep_dir": runs.for_notebook(reports),
+            "output_dir": runs.for_notebook(out_dir),
+            "quiet": True,
+        }
+    }
     return _execute(ours, out_dir, quiet=quiet, log=log)
 
 
@@ -147,6 +160,7 @@ def _execute(ours: dict, out_dir: Path, *, quiet: bool, log) -> dict:
     from papermill.exceptions import PapermillExecutionError
 
     from pdlib.publish.export import export_html
+
     progress = not quiet and sys.stderr.isatty()
     done, html, t_start = [], [], time.perf_counter()
     for name, values in ours.items():
@@ -154,16 +168,26 @@ def _execute(ours: dict, out_dir: Path, *, quiet: bool, log) -> dict:
         t0 = time.perf_counter()
         try:
             # shown(): papermill records these paths in the notebook; _store sets them repository-relative
-            pm.execute_notebook(shown(NOTEBOOK_DIR / f"{name}.ipynb"), shown(working),
-                                parameters={**defaults(name), **values}, kernel_name=KERNEL,
-                                cwd=str(NOTEBOOK_DIR), progress_bar=progress, extra_arguments=KERNEL_ARGS)
+            pm.execute_notebook(
+                shown(NOTEBOOK_DIR / f"{name}.ipynb"),
+                shown(working),
+                parameters={**defaults(name), **values},
+                kernel_name=KERNEL,
+                cwd=str(NOTEBOOK_DIR),
+                progress_bar=progress,
+                extra_arguments=KERNEL_ARGS,
+            )
         except PapermillExecutionError as e:
             page = export_html(_store(working, nb_out, name)) if working.exists() else nb_out
-            raise NotebookFailed(f"notebook {name} failed: {e.ename}: {_one_line(e.evalue)} "
-                                 f"(traceback in {shown(page)})", EXIT_CODES.get(e.ename, 1)) from None
+            raise NotebookFailed(
+                f"notebook {name} failed: {e.ename}: {_one_line(e.evalue)} (traceback in {shown(page)})",
+                EXIT_CODES.get(e.ename, 1),
+            ) from None
         except DeadKernelError:
-            raise NotebookFailed(f"the kernel died while running {name} (out of memory, or a crash in MLX?); "
-                                 f"the partial notebook is {shown(nb_out)}") from None
+            raise NotebookFailed(
+                f"the kernel died while running {name} (out of memory, or a crash in MLX?); "
+                f"the partial notebook is {shown(nb_out)}"
+            ) from None
         finally:  # done, died or interrupted: the notebook as far as it ran
             if working.exists():
                 _store(working, nb_out, name)
@@ -193,6 +217,7 @@ def one_copy_per_chart(nb) -> int:
 def _store(working: Path, nb_out: Path, name: str) -> Path:
     """papermill's working copy as the published notebook: each chart once, paths repository-relative."""
     import nbformat
+
     nb = nbformat.read(working, as_version=4)
     one_copy_per_chart(nb)
     meta = nb.metadata.get("papermill")

@@ -91,13 +91,16 @@ def run_params(namespace: dict, *, params_file=None):
     from dataclasses import fields
 
     from pdlib.config import RunParams
+
     params = RunParams(**{f.name: namespace[f.name] for f in fields(RunParams) if f.name in namespace})
     if params_file is not None:
         given = RunParams.from_yaml(repo_path(params_file)).to_dict()
         differ = [f"{k} {v!r} (file: {given[k]!r})" for k, v in params.to_dict().items() if v != given[k]]
         if differ:
-            raise InputError(f"params_file {str(params_file)!r} differs from the parameters: {', '.join(differ)}; "
-                             f"use -f {params_file} to take the file's values, or leave params_file unset")
+            raise InputError(
+                f"params_file {str(params_file)!r} differs from the parameters: {', '.join(differ)}; "
+                f"use -f {params_file} to take the file's values, or leave params_file unset"
+            )
     return params
 
 
@@ -114,15 +117,16 @@ def load_or_run(params, *, output, report_source=None, params_file=None, quiet: 
     source's byte for byte)."""
     from pdlib.analysis import present
     from pdlib.report.io import copy_report
+
     output = Path(output)
     if report_source is None:
         from pdlib.run.runner import run_experiment  # the engine: only when something runs
+
         return run_experiment(params, output=output, params_file=params_file, quiet=quiet, log=log)
     source = Path(report_source)
     report = present.check_report_file(source)
     ran = present.report_params(report, where=str(source))
-    differ = [f"{k} {v!r} (report: {ran.to_dict()[k]!r})" for k, v in params.to_dict().items()
-              if v != ran.to_dict()[k]]
+    differ = [f"{k} {v!r} (report: {ran.to_dict()[k]!r})" for k, v in params.to_dict().items() if v != ran.to_dict()[k]]
     if differ:
         log(f"note: the report ran with other parameters than the notebook's; its own are shown: {', '.join(differ)}")
     if not (output.exists() and output.samefile(source)):

@@ -7,8 +7,11 @@ SCHEMA = "pdlib.bench-step/1"
 DECODES = {"observed": "decode_ms_median", "pipelined": "decode_pipelined_ms_median"}  # transformers': observed
 # two requests decoded in one launch (pdlib alone, where it pairs decodes): per step of two tokens
 PAIRS = {"pair_step_ms_median": "pair step ms", "pair_step_pipelined_ms_median": "pair pipelined ms"}
-PREFILLS = {"prefill_whole_s": "whole prompt", "prefill_chunked_s": "{chunk}-token chunks",
-            "prefill_chunked_synced_s": "{chunk}-token chunks, each synced"}  # formatted with the run's chunk
+PREFILLS = {
+    "prefill_whole_s": "whole prompt",
+    "prefill_chunked_s": "{chunk}-token chunks",
+    "prefill_chunked_synced_s": "{chunk}-token chunks, each synced",
+}  # formatted with the run's chunk
 
 
 def check_result(result, *, where: str) -> dict:
@@ -37,8 +40,9 @@ def format_table(result: dict) -> str:
     def row(label, key, sub=None):  # a peer without the measure shows dashes
         get = (lambda n: e[n][key][sub]) if sub else (lambda n: e[n][key])
         p = get("pdlib")
-        return f"{label:26s} {p:10.4g} " + " ".join(f"{get(n):10.4g} {get(n) / p:5.1f}x" if key in e[n]
-                                                     else f"{'-':>10s} {'-':>6s}" for n in peers)
+        return f"{label:26s} {p:10.4g} " + " ".join(
+            f"{get(n):10.4g} {get(n) / p:5.1f}x" if key in e[n] else f"{'-':>10s} {'-':>6s}" for n in peers
+        )
 
     for how, key in DECODES.items():
         if key not in e["pdlib"]:
@@ -50,8 +54,7 @@ def format_table(result: dict) -> str:
     for key, how in PAIRS.items():  # pdlib's alone: two requests' decodes in one launch, per step of two tokens
         for ctx in floors:
             if ctx in e["pdlib"].get(key, {}):
-                lines.append(row(f"{how} @ {ctx}", key, ctx)
-                             + f"  ({e['pdlib'][key][ctx] / 2:.4g} ms a token)")
+                lines.append(row(f"{how} @ {ctx}", key, ctx) + f"  ({e['pdlib'][key][ctx] / 2:.4g} ms a token)")
     for key in PREFILLS:
         if all(key in e[n] for n in e):
             lines.append(row(key.replace("_s", " s").replace("prefill_", "prefill "), key))

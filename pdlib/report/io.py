@@ -71,7 +71,9 @@ def write_new(path, data=None, *, write=None, what: str = "file") -> Path:
         try:
             os.link(tmp, path)  # unlike rename, never replaces an existing file
         except FileExistsError:
-            raise InputError(f"output {str(path)!r} appeared while pdlib was writing it; the {what} is not written") from None
+            raise InputError(
+                f"output {str(path)!r} appeared while pdlib was writing it; the {what} is not written"
+            ) from None
         except OSError:  # a filesystem without hard links: an exclusive create, then a copy
             with open(path, "xb") as dst, open(tmp, "rb") as src:
                 dst.write(src.read())
@@ -102,6 +104,7 @@ def write_report(path, report: dict) -> Path:
             json.dump(report, f, separators=(",", ":"))
             f.flush()
             os.fsync(f.fileno())
+
     return write_new(path, write=dump, what="report")
 
 
@@ -157,7 +160,9 @@ def sha256_file(path) -> str:
 
 def source_hashes(params_file=None) -> dict:
     """SHA-256 of every pdlib source (kernels included) and data file, and of the params file."""
-    files = sorted(p for p in PACKAGE_DIR.rglob("*") if p.is_file() and p.suffix in (".py", ".gz", ".txt", ".cu", ".cuh", ".metal"))
+    files = sorted(
+        p for p in PACKAGE_DIR.rglob("*") if p.is_file() and p.suffix in (".py", ".gz", ".txt", ".cu", ".cuh", ".metal")
+    )
     out = {str(p.relative_to(PACKAGE_DIR.parent)): sha256_file(p) for p in files}
     out["params_file"] = sha256_file(params_file) if params_file else None
     return out
@@ -167,8 +172,13 @@ def git_commit() -> str | None:
     try:
         rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PACKAGE_DIR, capture_output=True, text=True, timeout=5)
         # "-dirty" means the code or params that ran differ from the commit (outputs being rewritten don't count)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", "../params"],
-                               cwd=PACKAGE_DIR, capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", "../params"],
+            cwd=PACKAGE_DIR,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     if rev.returncode:
@@ -178,8 +188,10 @@ def git_commit() -> str | None:
 
 def environment(backend: str) -> dict:
     import mlx.core as mx
+
     try:
         from importlib.metadata import version
+
         mlx_lm = version("mlx-lm")
     except Exception:
         mlx_lm = None
@@ -187,12 +199,21 @@ def environment(backend: str) -> dict:
         device_name = mx.device_info().get("device_name")
     except Exception:
         device_name = platform.processor() or None
-    return {"device": "cpu" if backend == "cpu" else "gpu", "device_name": device_name, "backend": backend,
-            "mlx": mx.__version__, "mlx_lm": mlx_lm, "python": platform.python_version(),
-            "platform": platform.platform(), "machine": platform.machine(), "git_commit": git_commit(),
-            "MLX_ENABLE_TF32": os.environ.get("MLX_ENABLE_TF32"),
-            **{k: os.environ[k] for k in RECORDED_ENV if k in os.environ},
-            "settings": settings.current(settings.ENGINE), "cpu_cores": _cores()}
+    return {
+        "device": "cpu" if backend == "cpu" else "gpu",
+        "device_name": device_name,
+        "backend": backend,
+        "mlx": mx.__version__,
+        "mlx_lm": mlx_lm,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "git_commit": git_commit(),
+        "MLX_ENABLE_TF32": os.environ.get("MLX_ENABLE_TF32"),
+        **{k: os.environ[k] for k in RECORDED_ENV if k in os.environ},
+        "settings": settings.current(settings.ENGINE),
+        "cpu_cores": _cores(),
+    }
 
 
 # Recorded when set (absent: the default). MLX's CUDA graph commit size and use decide how long dispatching
@@ -210,18 +231,36 @@ def _cores() -> str:
     return f"{usable} of {os.cpu_count()}"
 
 
-def build_report(*, params: dict, model: dict, prompts: dict, backend: str, validation: dict,
-                 reference_tokens: dict, trials: list, params_file=None, slo: dict | None = None,
-                 workers: dict | None = None, settings: dict | None = None) -> dict:
+def build_report(
+    *,
+    params: dict,
+    model: dict,
+    prompts: dict,
+    backend: str,
+    validation: dict,
+    reference_tokens: dict,
+    trials: list,
+    params_file=None,
+    slo: dict | None = None,
+    workers: dict | None = None,
+    settings: dict | None = None,
+) -> dict:
     env = environment(backend)
     env.update(settings or {})  # what the engine ran as (Engine.settings: decode, prefill arithmetic, token read)
     if workers:  # a disagg run's two workers
         env["workers"] = workers
-    report = {"schema": SCHEMA,
-              "created_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-              "params": params, "model": model, "prompts": prompts, "environment": env,
-              "sources": source_hashes(params_file), "validation": validation,
-              "reference_tokens": reference_tokens, "trials": trials}
+    report = {
+        "schema": SCHEMA,
+        "created_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "params": params,
+        "model": model,
+        "prompts": prompts,
+        "environment": env,
+        "sources": source_hashes(params_file),
+        "validation": validation,
+        "reference_tokens": reference_tokens,
+        "trials": trials,
+    }
     if slo is not None:  # only when an slo policy ran (report_schema.py)
         report["slo"] = slo
     return report

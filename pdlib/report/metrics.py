@@ -37,21 +37,28 @@ def trial_metrics(t: dict, *, stall_threshold_ms: float = 100.0) -> dict:
     prefill_end = max((e["t_end_ns"] for e in chunks), default=b[0])
     in_prefill = _overlaps(prev, a, prefill_start, b[0])
     in_service = _overlaps(prev, a, 0, b[-1])  # B's service: t0 until B's last token
-    stall = gap > threshold_ns                 # a gap exactly at the threshold is not a stall
+    stall = gap > threshold_ns  # a gap exactly at the threshold is not a stall
     p50, p95, p99 = np.percentile(gap, [50, 95, 99]) / NS_PER_MS
     worst = int(np.argmax(gap))  # first of tied maxima
     return {
-        "a_gap_p50_ms": p50, "a_gap_p95_ms": p95, "a_gap_p99_ms": p99,
-        "a_gap_max_ms": gap[worst] / NS_PER_MS, "a_resume_gap_ms": a[0] / NS_PER_MS,
+        "a_gap_p50_ms": p50,
+        "a_gap_p95_ms": p95,
+        "a_gap_p99_ms": p99,
+        "a_gap_max_ms": gap[worst] / NS_PER_MS,
+        "a_resume_gap_ms": a[0] / NS_PER_MS,
         # The eager stall starts in B's prefill and ends after B's first token: it still counts as prefill.
         "a_max_gap_phase": "b_prefill" if in_prefill[worst] else "decode",
-        "b_prefill_gaps": int(in_prefill.sum()), "b_prefill_gap_max_ms": _max_ms(gap[in_prefill]),
-        "b_service_gaps": int(in_service.sum()), "b_service_gap_max_ms": _max_ms(gap[in_service]),
-        "stalls": int(stall.sum()), "stall_excess_ms": float((gap[stall] - threshold_ns).sum()) / NS_PER_MS,
+        "b_prefill_gaps": int(in_prefill.sum()),
+        "b_prefill_gap_max_ms": _max_ms(gap[in_prefill]),
+        "b_service_gaps": int(in_service.sum()),
+        "b_service_gap_max_ms": _max_ms(gap[in_service]),
+        "stalls": int(stall.sum()),
+        "stall_excess_ms": float((gap[stall] - threshold_ns).sum()) / NS_PER_MS,
         # A's tokens out while B's prompt was being prefilled: 0 where the prefill stops A (eager, fifo, and
         # overlap where the backend runs the two streams serially), many under chunked, overlap, disagg
         "a_tokens_in_b_prefill": int(((a > prefill_start) & (a < prefill_end)).sum()),
-        "b_prefill_start_ms": prefill_start / NS_PER_MS, "b_prefill_end_ms": prefill_end / NS_PER_MS,
+        "b_prefill_start_ms": prefill_start / NS_PER_MS,
+        "b_prefill_end_ms": prefill_end / NS_PER_MS,
         "b_ttft_ms": b[0] / NS_PER_MS,
         "a_completion_ms": a[-1] / NS_PER_MS,
         "makespan_ms": t["makespan_ns"] / NS_PER_MS,
@@ -59,8 +66,13 @@ def trial_metrics(t: dict, *, stall_threshold_ms: float = 100.0) -> dict:
     }
 
 
-SUMMARY_COLUMNS = (("a_gap_max_ms", "A max gap ms"), ("a_gap_p99_ms", "A p99 gap ms"),
-                   ("b_ttft_ms", "B TTFT ms"), ("makespan_ms", "makespan ms"), ("throughput_tok_s", "tok/s"))
+SUMMARY_COLUMNS = (
+    ("a_gap_max_ms", "A max gap ms"),
+    ("a_gap_p99_ms", "A p99 gap ms"),
+    ("b_ttft_ms", "B TTFT ms"),
+    ("makespan_ms", "makespan ms"),
+    ("throughput_tok_s", "tok/s"),
+)
 
 
 def summary_table(trials: list[dict], policies, *, stall_threshold_ms: float = 100.0) -> str:
@@ -83,10 +95,14 @@ def overlap_line(trials: list[dict]) -> str | None:
     during = [m["a_tokens_in_b_prefill"] for m in ms]
     prefill = np.median([m["b_prefill_end_ms"] - m["b_prefill_start_ms"] for m in ms])
     if max(during) == 0:
-        return (f"overlap: A emitted no token while B's prefill was in flight on the second stream (median "
-                f"{prefill:.1f} ms) in any of {len(ms)} trials: A waited for all of it")
-    return (f"overlap: A emitted a median {np.median(during):g} tokens (min {min(during)}, max {max(during)}) while "
-            f"B's prefill was in flight on the second stream (median {prefill:.1f} ms)")
+        return (
+            f"overlap: A emitted no token while B's prefill was in flight on the second stream (median "
+            f"{prefill:.1f} ms) in any of {len(ms)} trials: A waited for all of it"
+        )
+    return (
+        f"overlap: A emitted a median {np.median(during):g} tokens (min {min(during)}, max {max(during)}) while "
+        f"B's prefill was in flight on the second stream (median {prefill:.1f} ms)"
+    )
 
 
 def chunk_gaps(trials: list[dict], chunks: list[dict]) -> list[list[float]]:
@@ -98,7 +114,7 @@ def chunk_gaps(trials: list[dict], chunks: list[dict]) -> list[list[float]]:
         a = np.asarray(t["requests"]["A"]["emit_ns"], dtype=np.int64)
         gap = np.diff(a, prepend=0)
         steps = [e for e in t["events"] if e["kind"] == "prefill" and e["req"] == "B"]
-        for k, e in enumerate(steps[:len(chunks)]):
+        for k, e in enumerate(steps[: len(chunks)]):
             # not "every gap overlapping the step": a mixed step's token is stamped just before the step's
             # end, so the next step's gap overlaps it too, and a small chunk took its big neighbour's gap
             after = int(np.searchsorted(a, e["t_start_ns"], side="right"))
@@ -117,9 +133,17 @@ def slo_chunks(report: dict) -> list[dict]:
     for policy, chunks in slo["chunks"].items():
         observed = chunk_gaps([t for t in report["trials"] if t["policy"] == policy], chunks)
         for k, (c, obs) in enumerate(zip(chunks, observed)):
-            rows.append({"policy": policy, "chunk": k, "start": c["start"], "n": c["n"],
-                         "predicted_gap_ms": c["predicted_gap_ms"], "observed_gap_ms": obs,
-                         "held": [x <= target for x in obs]})
+            rows.append(
+                {
+                    "policy": policy,
+                    "chunk": k,
+                    "start": c["start"],
+                    "n": c["n"],
+                    "predicted_gap_ms": c["predicted_gap_ms"],
+                    "observed_gap_ms": obs,
+                    "held": [x <= target for x in obs],
+                }
+            )
     return rows
 
 
@@ -133,13 +157,18 @@ def slo_summary(report: dict) -> list[dict]:
         mine = [c for c in chunks if c["policy"] == policy]
         obs = [g for c in mine for g in c["observed_gap_ms"]]
         held = [h for c in mine for h in c["held"]]
-        rows.append({"policy": policy, "chunks": len(mine),
-                     "sizes": f"{min(c['n'] for c in mine)}-{max(c['n'] for c in mine)}",
-                     "worst predicted (ms)": round(max(c["predicted_gap_ms"] for c in mine), 3),
-                     "gaps observed": len(obs),
-                     "median observed (ms)": round(float(np.median(obs)), 3) if obs else None,
-                     "worst observed (ms)": round(max(obs), 3) if obs else None,
-                     f"under {target:.3g} ms": f"{sum(held) / len(held):.0%}" if held else "-"})
+        rows.append(
+            {
+                "policy": policy,
+                "chunks": len(mine),
+                "sizes": f"{min(c['n'] for c in mine)}-{max(c['n'] for c in mine)}",
+                "worst predicted (ms)": round(max(c["predicted_gap_ms"] for c in mine), 3),
+                "gaps observed": len(obs),
+                "median observed (ms)": round(float(np.median(obs)), 3) if obs else None,
+                "worst observed (ms)": round(max(obs), 3) if obs else None,
+                f"under {target:.3g} ms": f"{sum(held) / len(held):.0%}" if held else "-",
+            }
+        )
     return rows
 
 

@@ -20,13 +20,15 @@ A report is one JSON object:
                       "prefill_matmuls": "tf32x2" | "tf32x3" | "bf16x3" | "wgmma" | "fp32",
                       "prefill_attention": "flash-tf32x3" | "flash" | "ops" (what ran; older reports lack them),
                       "prefill_split_sums": "fused" | "ops" | "fused-norm" (with the matmul kernels),
-                      "prefill_qk": "kernel" | "ops" (with flash; both newer than the fourteenth session's reports),
+                      "prefill_qk": "kernel" | "ops" (with flash; older reports lack both),
                       "step_dispatch": "layers" | "step" (how a step with a prompt chunk was dispatched:
-                                       engine.DISPATCH_ENV; newer than the fifteenth session's reports),
+                                       engine.DISPATCH_ENV; older reports lack it),
                       "token_read": "item" | "mailbox" (how the host read a decode's token: PDLIB_TOKEN_READ;
-                                    newer than the sixteenth session's reports),
+                                    older reports lack it),
                       "pair_decode": "pair" | "each" (a step of two decodes as one persistent launch or one
-                                     launch each: PDLIB_PAIR_DECODE; newer than the twentieth session's)},
+                                     launch each: PDLIB_PAIR_DECODE; older reports lack it),
+                      "settings": {"PDLIB_DECODE": .., ...} (every engine switch's effective value,
+                                   settings.ENGINE; older reports lack it)},
       "sources": {"pdlib/engine/model.py": "<sha256>", ..., "params_file": null | "<sha256>"},
       "validation": {"<policy>": <validate.ValidationResult.to_dict()>, ...},
       "reference_tokens": {"A": [..output ids..], "B": [..]},
@@ -74,8 +76,18 @@ SCHEMA = "pdlib.report/1"
 SWEEP_SCHEMA = "pdlib.sweep/1"  # a sweep folder's index.json: see pdlib/run/sweep.py
 REQUESTS = ("A", "B")
 EVENT_KINDS = ("reset", "prefill", "decode", "transfer")
-TOP_LEVEL_KEYS = ("schema", "created_utc", "params", "model", "prompts", "environment", "sources",
-                  "validation", "reference_tokens", "trials")
+TOP_LEVEL_KEYS = (
+    "schema",
+    "created_utc",
+    "params",
+    "model",
+    "prompts",
+    "environment",
+    "sources",
+    "validation",
+    "reference_tokens",
+    "trials",
+)
 SWEEP_INDEX = "index.json"  # a sweep folder's index; each point's report is named by sweep_report_name
 
 

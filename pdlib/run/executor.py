@@ -52,20 +52,20 @@ from pdlib.engine import Engine, Output, check_token
 from pdlib.scheduler import Decode, Prefill, Step, Work, is_setup
 
 now = time.perf_counter_ns
-cpu_now = time.thread_time_ns   # this thread's CPU time
+cpu_now = time.thread_time_ns  # this thread's CPU time
 
 
 @dataclass
 class WorkResult:
     work: Work
-    start: int                  # cache positions the part wrote: [start, stop)
+    start: int  # cache positions the part wrote: [start, stop)
     stop: int
-    output: Output | None       # the output it yielded, if any (decodes, and a prompt's last chunk)
-    done: tuple = ()            # without an output: the arrays that are ready when the part's work is done
-    token: int | None = None    # the token id as the host observed it
-    t_emit: int | None = None   # perf_counter_ns right after the host observed it
+    output: Output | None  # the output it yielded, if any (decodes, and a prompt's last chunk)
+    done: tuple = ()  # without an output: the arrays that are ready when the part's work is done
+    token: int | None = None  # the token id as the host observed it
+    t_emit: int | None = None  # perf_counter_ns right after the host observed it
     t_issued: int | None = None  # perf_counter_ns when the engine call that ran the step returned
-    t_wait: int | None = None    # perf_counter_ns when the host began waiting for the step's outputs
+    t_wait: int | None = None  # perf_counter_ns when the host began waiting for the step's outputs
     cpu_issue: int | None = None  # ns of this thread's CPU time inside the engine call (of t_issued - t_start)
     remote: dict | None = None  # a remote prefill's record: site, t_dispatch, t_ready, t_start, t_end (ns), ...
 
@@ -76,8 +76,9 @@ class Hook:
     def on_t0(self, t0: int, t_reset_end: int) -> None:
         """B arrived at t0 and its cache reset ended at t_reset_end (perf_counter_ns)."""
 
-    def on_step(self, index: int, step: Step, results: list[WorkResult], t_start: int, t_end: int,
-                *, timed: bool) -> None:
+    def on_step(
+        self, index: int, step: Step, results: list[WorkResult], t_start: int, t_end: int, *, timed: bool
+    ) -> None:
         """Step `index` ran between t_start and t_end; `timed` is False for A's set-up before t0."""
 
 
@@ -110,8 +111,10 @@ def _issue(engine: Engine, step: Step, between=None) -> list[WorkResult]:
         outs = engine.batch([(w.req, w.n if isinstance(w, Prefill) else None) for w in step.work], between=between)
     caches = [engine.requests[w.req].cache for w in step.work]
     # the layers' arrays as this step left them: the cache's lists change in place with later steps
-    return [WorkResult(w, a, c.length, o, done=() if o is not None else (*c.k, *c.v, c.written))
-            for w, a, c, o in zip(step.work, starts, caches, outs)]
+    return [
+        WorkResult(w, a, c.length, o, done=() if o is not None else (*c.k, *c.v, c.written))
+        for w, a, c, o in zip(step.work, starts, caches, outs)
+    ]
 
 
 def _decodes_only(step: Step) -> bool:
@@ -123,8 +126,15 @@ def _pollable(step: Step, results: list[WorkResult]) -> bool:
     return _decodes_only(step) and all(r.output is not None and r.output.mailbox is not None for r in results)
 
 
-def execute(engine: Engine, steps: Iterable[Step], *, logical_reset: bool, hooks: list[Hook] = (),
-            pipeline: bool = False, poll: bool = False) -> None:
+def execute(
+    engine: Engine,
+    steps: Iterable[Step],
+    *,
+    logical_reset: bool,
+    hooks: list[Hook] = (),
+    pipeline: bool = False,
+    poll: bool = False,
+) -> None:
     """`steps`: a plan, or a policy deciding live (`scheduler.follow`), whose decisions then fall between
     steps, inside the timed run. `pipeline`: pipelined decodes; `poll`: with them, a prompt chunk issued
     while the decodes ahead are polled (above)."""
@@ -132,8 +142,9 @@ def execute(engine: Engine, steps: Iterable[Step], *, logical_reset: bool, hooks
     remote = getattr(steps, "remote", None)  # where B's prefill runs, if not in the steps (RemoteSteps)
     pending = None  # a step issued whose tokens are not observed yet: (index, step, results, t_start, timed)
 
-    def observe(index: int, step: Step, results: list[WorkResult], t_start: int, was_timed: bool, *,
-                peek: bool = False) -> bool:
+    def observe(
+        index: int, step: Step, results: list[WorkResult], t_start: int, was_timed: bool, *, peek: bool = False
+    ) -> bool:
         """Observe a step's tokens, then its hooks run; with `peek`, only if they are on the host already
         (those found are kept): whether the step was observed."""
         t_wait = now()
@@ -160,12 +171,18 @@ def execute(engine: Engine, steps: Iterable[Step], *, logical_reset: bool, hooks
     for i, step in enumerate(steps):
         remote_step = isinstance(step, Prefill) and step.remote
         overlaps = pipeline and _decodes_only(step)
-        polls = (poll and pending is not None and timed and not remote_step and not _decodes_only(step)
-                 and _pollable(pending[1], pending[2]))
+        polls = (
+            poll
+            and pending is not None
+            and timed
+            and not remote_step
+            and not _decodes_only(step)
+            and _pollable(pending[1], pending[2])
+        )
         if pending is not None and not polls and (not overlaps or not timed and not is_setup(step)):
             observe(*pending)
             pending = None
-        seen = False   # the decodes ahead were observed while this step was issued (polls)
+        seen = False  # the decodes ahead were observed while this step was issued (polls)
 
         def look() -> None:
             nonlocal seen

@@ -1,7 +1,7 @@
 """One experiment's untimed set-up: weights, prompts, the engine and the reference traces.
 
-    exp = Experiment(RunParams(model="synthetic:tiny", prompt_tokens=300, output_tokens=40, chunk_size=64))
-    results = exp.validate()        # {policy: ValidationResult}; raises ValidationError on any mismatch
+exp = Experiment(RunParams(model="synthetic:tiny", prompt_tokens=300, output_tokens=40, chunk_size=64))
+results = exp.validate()        # {policy: ValidationResult}; raises ValidationError on any mismatch
 """
 
 import statistics
@@ -15,9 +15,9 @@ from pdlib.engine import Engine
 from pdlib.engine.kernels import BACKEND
 from pdlib.prompts import make_prompts
 from pdlib.run.reference import Reference
-from pdlib.scheduler import POLICIES, Prefill, Step, follow, iter_plan, needs_chunk_rule, plan
 from pdlib.run.slo import DEFAULT_TARGET_DECODES, StepCost, calibrate, chunk_rule, cycling_rule, fit_gap, mode_of
 from pdlib.run.validate import ReferenceTrace, ValidationResult, validate_policy
+from pdlib.scheduler import POLICIES, Prefill, Step, follow, iter_plan, needs_chunk_rule, plan
 from pdlib.weights import load_model
 
 REQUESTS = ("A", "B")
@@ -27,18 +27,33 @@ KEEP_REFERENCE_LOGITS_BYTES = 1 << 30
 
 
 class Experiment:
-    def __init__(self, params: RunParams, *, model=None, prune_final_layer: bool = True, compile_steps: bool = True,
-                 traces: dict | None = None):
+    def __init__(
+        self,
+        params: RunParams,
+        *,
+        model=None,
+        prune_final_layer: bool = True,
+        compile_steps: bool = True,
+        traces: dict | None = None,
+    ):
         """`traces`: reference traces to share with other experiments on the same weights (a sweep), keyed by
         request and prompt, so the reference runs once for all of them."""
         self.params = p = params
         self.model = model or load_model(p.model)
         p.check_positions(self.model.config)
-        self.prompts = make_prompts(n_tokens=p.prompt_tokens, vocab_size=self.model.config.vocab_size,
-                                    tokenizer=self.model.tokenizer, names=REQUESTS)
-        self.engine = Engine(self.model, capacity=p.prompt_tokens + p.output_tokens,
-                             lossless_decode_weights=p.lossless_decode_weights, prune_final_layer=prune_final_layer,
-                             compile_steps=compile_steps)
+        self.prompts = make_prompts(
+            n_tokens=p.prompt_tokens,
+            vocab_size=self.model.config.vocab_size,
+            tokenizer=self.model.tokenizer,
+            names=REQUESTS,
+        )
+        self.engine = Engine(
+            self.model,
+            capacity=p.prompt_tokens + p.output_tokens,
+            lossless_decode_weights=p.lossless_decode_weights,
+            prune_final_layer=prune_final_layer,
+            compile_steps=compile_steps,
+        )
         for r in REQUESTS:
             self.engine.add_request(r, self.prompts[r].token_ids)
         self._reference = None
@@ -46,7 +61,7 @@ class Experiment:
         self._shared_traces = {} if traces is None else traces
         self._plans: dict[str, list[Step]] = {}
         self._step_cost: StepCost | None = None
-        self._disagg = None   # the prefill worker's session, made when a disagg run first needs it
+        self._disagg = None  # the prefill worker's session, made when a disagg run first needs it
         self._overlap = None  # the second stream's, for overlap
 
     @property
@@ -59,8 +74,9 @@ class Experiment:
                 if key not in self._shared_traces:
                     if self._reference is None:
                         self._reference = Reference(self.model)
-                    self._shared_traces[key] = ReferenceTrace(self._reference, self.prompts[r].token_ids,
-                                                              keep_bytes=KEEP_REFERENCE_LOGITS_BYTES)
+                    self._shared_traces[key] = ReferenceTrace(
+                        self._reference, self.prompts[r].token_ids, keep_bytes=KEEP_REFERENCE_LOGITS_BYTES
+                    )
                 self._traces[r] = self._shared_traces[key]
         return self._traces
 
@@ -69,8 +85,9 @@ class Experiment:
         rule = None
         if needs_chunk_rule(policy):
             rule = chunk_rule(self.step_cost, tbt_slo_ms=self.tbt_slo_ms, ceiling=p.chunk_size, mode=mode_of(policy))
-        return dict(prompt_tokens=p.prompt_tokens, output_tokens=p.output_tokens, chunk_size=p.chunk_size,
-                    chunk_rule=rule)
+        return dict(
+            prompt_tokens=p.prompt_tokens, output_tokens=p.output_tokens, chunk_size=p.chunk_size, chunk_rule=rule
+        )
 
     def plan(self, policy: str) -> list[Step]:
         """The policy's whole step sequence, made once: the gate checks this very list and trials time it."""
@@ -92,8 +109,9 @@ class Experiment:
         then a probe run per mode for what it misses (slo.py)."""
         if self._step_cost is None:
             p = self.params
-            self._step_cost = calibrate(self.engine, prompt_tokens=p.prompt_tokens, ceiling=p.chunk_size,
-                                        logical_reset=p.logical_cache_reset)
+            self._step_cost = calibrate(
+                self.engine, prompt_tokens=p.prompt_tokens, ceiling=p.chunk_size, logical_reset=p.logical_cache_reset
+            )
             self._step_cost = self._probe(self._step_cost)
         return self._step_cost
 
@@ -104,14 +122,26 @@ class Experiment:
         minus predicted."""
         from pdlib.report.metrics import chunk_gaps
         from pdlib.run.trial import run_once
+
         p, gap_fit, overhead = self.params, {}, {}
         for q in {mode_of(q): q for q in p.policies if needs_chunk_rule(q)}.values():
-            steps = plan(q, prompt_tokens=p.prompt_tokens, output_tokens=p.output_tokens, chunk_size=p.chunk_size,
-                         chunk_rule=cycling_rule(p.chunk_size))
+            steps = plan(
+                q,
+                prompt_tokens=p.prompt_tokens,
+                output_tokens=p.output_tokens,
+                chunk_size=p.chunk_size,
+                chunk_rule=cycling_rule(p.chunk_size),
+            )
             last = max(i for i, s in enumerate(steps) if any(isinstance(w, Prefill) and w.req == "B" for w in s.work))
             for _ in range(2):  # the first run compiles the mode's step shapes (mixed steps are new here)
-                run = run_once(self.engine, q, steps=steps[:last + 1], logical_reset=p.logical_cache_reset,
-                               pipeline=p.pipeline_decodes, poll=p.poll_during_chunks)
+                run = run_once(
+                    self.engine,
+                    q,
+                    steps=steps[: last + 1],
+                    logical_reset=p.logical_cache_reset,
+                    pipeline=p.pipeline_decodes,
+                    poll=p.poll_during_chunks,
+                )
             chunks = self._chunks(q, steps, cost)
             observed = chunk_gaps([run.to_trial(trial=0, position=0)], chunks)
             # not the first chunk: its gap holds B's reset at t0 (in a mixed step, A's token comes after it)
@@ -146,18 +176,31 @@ class Experiment:
             return None
         cost = self.step_cost
         chunks = {q: self._chunks(q, self.plan(q), cost) for q in policies}  # the plans the gate checks
-        return {"tbt_slo_ms": self.tbt_slo_ms,
-                "target_from": "params" if self.params.tbt_slo_ms is not None else f"{DEFAULT_TARGET_DECODES}x decode",
-                "ceiling": self.params.chunk_size, "cost": cost.to_dict(),
-                "chunks": chunks}
+        return {
+            "tbt_slo_ms": self.tbt_slo_ms,
+            "target_from": "params" if self.params.tbt_slo_ms is not None else f"{DEFAULT_TARGET_DECODES}x decode",
+            "ceiling": self.params.chunk_size,
+            "cost": cost.to_dict(),
+            "chunks": chunks,
+        }
 
     def validate(self, policies=None, *, on_step=None) -> dict[str, ValidationResult]:
         p = self.params
-        return {policy: validate_policy(policy, engine=self.engine, traces=self.traces, steps=self._gate_steps(policy),
-                                        output_tokens=p.output_tokens, checkpoint_every=p.validation_checkpoint_every,
-                                        logical_reset=p.logical_cache_reset, on_step=on_step,
-                                        pipeline=p.pipeline_decodes, poll=p.poll_during_chunks)
-                for policy in (policies or p.policies)}
+        return {
+            policy: validate_policy(
+                policy,
+                engine=self.engine,
+                traces=self.traces,
+                steps=self._gate_steps(policy),
+                output_tokens=p.output_tokens,
+                checkpoint_every=p.validation_checkpoint_every,
+                logical_reset=p.logical_cache_reset,
+                on_step=on_step,
+                pipeline=p.pipeline_decodes,
+                poll=p.poll_during_chunks,
+            )
+            for policy in (policies or p.policies)
+        }
 
     def _gate_steps(self, policy: str):
         """What the gate runs: the plan, or for a remote-prefill policy the same live mechanism a trial runs."""
@@ -166,13 +209,14 @@ class Experiment:
     def disagg(self):
         if self._disagg is None:
             from pdlib.run.disagg.remote import DisaggSession
-            self._disagg = DisaggSession(self.params, prompt_ids=self.prompts["B"].token_ids,
-                                         config=self.model.config)
+
+            self._disagg = DisaggSession(self.params, prompt_ids=self.prompts["B"].token_ids, config=self.model.config)
         return self._disagg
 
     def overlap(self):
         if self._overlap is None:
             from pdlib.run.overlap import OverlapSession
+
             self._overlap = OverlapSession(self.params)
         return self._overlap
 
@@ -184,5 +228,9 @@ class Experiment:
         return len(self.plan(policy))
 
     def describe(self) -> dict:
-        return {"model": self.model.source, "prompts": {r: self.prompts[r].to_dict() for r in REQUESTS},
-                "backend": BACKEND, "device": str(mx.default_device())}
+        return {
+            "model": self.model.source,
+            "prompts": {r: self.prompts[r].to_dict() for r in REQUESTS},
+            "backend": BACKEND,
+            "device": str(mx.default_device()),
+        }

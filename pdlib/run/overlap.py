@@ -7,7 +7,7 @@ The executor calls `prefill.start(engine)` at t0, after B's reset: B's whole pro
 stream as one prefill, dispatched a layer at a time (`Engine.prefill_stages`): the first layer at t0, then
 one more each time the executor calls `advance()`, which it does right after issuing each of A's steps,
 while A's step runs. Dispatched as one graph, MLX held the host for the whole prefill (it keeps at most 10
-command buffers in flight; notes/gpu.md, v8), which serialised A behind it. A waiter thread follows B's
+command buffers in flight), which serialised A behind it. A waiter thread follows B's
 layers as they finish (`mx.eval` of arrays already scheduled only waits for their event, with the GIL
 released), which paces the dispatch, and stamps when the first output is done. Between A's steps the
 `overlap` policy polls `ready()`, which never blocks; its `Prefill(remote=True)` step then joins the
@@ -20,7 +20,6 @@ runs the two streams concurrently is the backend's business; each run records ho
 out while B's prefill was in flight, which is what was measured rather than assumed.
 """
 
-import os
 import queue
 import threading
 
@@ -29,7 +28,6 @@ import mlx.core as mx
 from pdlib import settings
 from pdlib.run.executor import RemoteSteps, now
 from pdlib.scheduler import Overlap, Step, interleave, iter_plan
-
 
 _streams: dict[str, mx.Stream] = {}
 LAYER, LAST = "layer", "last"  # what the waiter is handed: one of B's layers, or the prefill's results
@@ -69,8 +67,10 @@ class StreamPrefill:
         self.t_dispatch = now()
         r = engine.requests[self.req]
         if r.length != 0 or r.prompt.size != self.n:
-            raise ValueError(f"the second stream prefills {self.req}'s whole {self.n}-token prompt from 0; "
-                             f"it holds {r.length} positions of a {r.prompt.size}-token prompt")
+            raise ValueError(
+                f"the second stream prefills {self.req}'s whole {self.n}-token prompt from 0; "
+                f"it holds {r.length} positions of a {r.prompt.size}-token prompt"
+            )
         self._cache, self._stages = r.cache, engine.prefill_stages(self.req, self.n)
         self._waiter.start()
         self.advance()
@@ -89,8 +89,9 @@ class StreamPrefill:
                 if not arrays:  # nothing to wait on: the waiter would count the layer done at once
                     self._stages = None
                     self._queue.put((LAST, []))  # let the waiter go
-                    raise RuntimeError(f"layer {self.layers_dispatched} of {self.req}'s prefill came without "
-                                       f"its arrays")
+                    raise RuntimeError(
+                        f"layer {self.layers_dispatched} of {self.req}'s prefill came without its arrays"
+                    )
                 self._queue.put((LAYER, arrays))
                 self.layers_dispatched += 1
                 return
@@ -119,8 +120,9 @@ class StreamPrefill:
         if self.t_dispatch is None:
             raise RuntimeError("receive before start: the executor starts the second stream at t0")
         if (req, n) != (self.req, self.n):
-            raise ValueError(f"a remote prefill of {n} tokens of {req}; the second stream prefilled {self.n} "
-                             f"of {self.req}")
+            raise ValueError(
+                f"a remote prefill of {n} tokens of {req}; the second stream prefilled {self.n} of {self.req}"
+            )
         t_start = now()
         while self._stages is not None:  # A ran out of steps first: the rest of B's layers now
             self.advance(force=True)
@@ -131,9 +133,15 @@ class StreamPrefill:
         self._waiter.join()
         if self._error is not None:
             raise RuntimeError(f"B's prefill on the second stream failed: {self._error}") from self._error
-        return self.output, {"site": "stream", "stream": str(self.stream), "t_dispatch": self.t_dispatch,
-                             "t_ready": self.t_ready, "t_start": t_start, "t_end": now(),
-                             "layers": self.layers_dispatched}
+        return self.output, {
+            "site": "stream",
+            "stream": str(self.stream),
+            "t_dispatch": self.t_dispatch,
+            "t_ready": self.t_ready,
+            "t_start": t_start,
+            "t_end": now(),
+            "layers": self.layers_dispatched,
+        }
 
 
 class OverlapSession:
@@ -146,8 +154,13 @@ class OverlapSession:
     def walk(self, validated: list[Step]) -> RemoteSteps:
         p = self.params
         prefill = StreamPrefill("B", p.prompt_tokens, stream=self.stream)
-        live = iter_plan("overlap", prompt_tokens=p.prompt_tokens, output_tokens=p.output_tokens,
-                         chunk_size=p.chunk_size, policy=Overlap(ready=prefill.ready))
+        live = iter_plan(
+            "overlap",
+            prompt_tokens=p.prompt_tokens,
+            output_tokens=p.output_tokens,
+            chunk_size=p.chunk_size,
+            policy=Overlap(ready=prefill.ready),
+        )
         return RemoteSteps(interleave(live, validated), prefill)
 
 

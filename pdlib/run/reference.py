@@ -51,18 +51,22 @@ def checkpoint_reference(directory: Path) -> nn.Module:
     error, never a fall-back to pdlib's reading of the checkpoint."""
     from mlx_lm import __version__ as mlx_lm_version
     from mlx_lm.utils import load_model
+
     try:
         ref, _ = load_model(directory, strict=True)
     except Exception as e:  # mlx-lm raises ValueError, TypeError, FileNotFoundError, ... for what it cannot load
         detail = " ".join(f"{type(e).__name__}: {e}".split())
         detail = detail if len(detail) <= 400 else detail[:400] + " ..."
-        raise InputError(f"the reference (mlx-lm {mlx_lm_version}) cannot load checkpoint {str(directory)!r}: "
-                         f"{detail}") from e
+        raise InputError(
+            f"the reference (mlx-lm {mlx_lm_version}) cannot load checkpoint {str(directory)!r}: {detail}"
+        ) from e
     ref.set_dtype(mx.float32)  # floating parameters only; anything left (quantized) is refused below
     other = [k for k, v in tree_flatten(ref.parameters()) if v.dtype != mx.float32]
     if other:
-        raise InputError(f"the reference cannot run checkpoint {str(directory)!r} in FP32: parameter {other[0]} "
-                         f"is not floating point")
+        raise InputError(
+            f"the reference cannot run checkpoint {str(directory)!r} in FP32: parameter {other[0]} "
+            f"is not floating point"
+        )
     return ref
 
 

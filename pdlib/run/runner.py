@@ -12,15 +12,24 @@ from functools import partial
 from tqdm import tqdm
 
 from pdlib.config import RunParams
-from pdlib.run.experiment import REQUESTS, Experiment
 from pdlib.report.io import build_report, claim_output, write_report
+from pdlib.run.experiment import REQUESTS, Experiment
+from pdlib.run.trial import run_trials
 from pdlib.scheduler import needs_chunk_rule
 from pdlib.text import run_line, validation_table
-from pdlib.run.trial import run_trials
 
 
-def run_experiment(params: RunParams, *, output=None, params_file=None, validate_only: bool = False,
-                   quiet: bool = False, log=print, model=None, traces: dict | None = None) -> dict:
+def run_experiment(
+    params: RunParams,
+    *,
+    output=None,
+    params_file=None,
+    validate_only: bool = False,
+    quiet: bool = False,
+    log=print,
+    model=None,
+    traces: dict | None = None,
+) -> dict:
     """Returns the report dict (also written to `output` when given). Raises ValidationError or TokenMismatch
     on a numerical mismatch, InputError on bad input, disagg's WorkerError when its prefill worker fails;
     writes nothing in those cases. `model`: weights already loaded for params.model, and `traces`: reference
@@ -28,19 +37,32 @@ def run_experiment(params: RunParams, *, output=None, params_file=None, validate
     out = claim_output(output) if output else None
     exp = Experiment(params, model=model, traces=traces)
     d = exp.describe()
-    log(run_line({"model": d["model"], "environment": {"backend": d["backend"]}, "params": params.to_dict(),
-                  "prompts": d["prompts"]}))
+    log(
+        run_line(
+            {
+                "model": d["model"],
+                "environment": {"backend": d["backend"]},
+                "params": params.to_dict(),
+                "prompts": d["prompts"],
+            }
+        )
+    )
     disable = quiet or None  # None: quiet when stderr is not a terminal, unless running under Jupyter
     bar = dict(file=sys.stderr, disable=disable, mininterval=2)
     if any(needs_chunk_rule(p) for p in params.policies):
         cost = exp.step_cost  # timed chunks of several sizes, before the gate: the plans depend on it
         whence = "" if params.tbt_slo_ms is not None else " (5x decode: no --tbt-slo-ms given)"
-        probe = [f"{m} {g['a']:.3g} ms + {g['b']:.3g} ms/token + {g['c']:.3g} ms/token/position (spread "
-                 f"{g['spread_ms']:.2g} ms)" for m, g in cost.gap_fit.items()]
+        probe = [
+            f"{m} {g['a']:.3g} ms + {g['b']:.3g} ms/token + {g['c']:.3g} ms/token/position (spread "
+            f"{g['spread_ms']:.2g} ms)"
+            for m, g in cost.gap_fit.items()
+        ]
         probe += [f"{m} too few gaps to fit: the step cost {v:+.3g} ms" for m, v in cost.overhead_ms.items()]
-        log(f"step cost fitted: {cost.a:.3g} ms + {cost.b:.3g} ms/row + {cost.c:.3g} ms/row/position; "
+        log(
+            f"step cost fitted: {cost.a:.3g} ms + {cost.b:.3g} ms/row + {cost.c:.3g} ms/row/position; "
             f"decode {cost.decode_ms:.3g} ms; A's gap in probe runs: {'; '.join(probe)}; "
-            f"A's gap target {exp.tbt_slo_ms:.3g} ms{whence}")
+            f"A's gap target {exp.tbt_slo_ms:.3g} ms{whence}"
+        )
     steps = sum(exp.steps_per_run(p) for p in params.policies)
     with tqdm(total=steps, desc="validate", unit="step", **bar) as progress:
         validation = exp.validate(on_step=progress.update)
@@ -51,14 +73,30 @@ def run_experiment(params: RunParams, *, output=None, params_file=None, validate
         runs = len(params.policies) * (params.warmups + params.trials)
         with tqdm(total=runs, desc="warmups+trials", unit="run", **bar) as progress:
             walks = {p: partial(exp.walk, p) for p in params.policies}
-            trials = run_trials(exp.engine, walks=walks, trials=params.trials, warmups=params.warmups,
-                                logical_reset=params.logical_cache_reset, reference_tokens=reference,
-                                on_run=progress.update, pipeline=params.pipeline_decodes,
-                                poll=params.poll_during_chunks)
-    report = build_report(params=params.to_dict(), model=d["model"], prompts=d["prompts"], backend=d["backend"],
-                          validation={p: v.to_dict() for p, v in validation.items()},
-                          reference_tokens=reference, trials=trials, params_file=params_file,
-                          slo=exp.slo_details(), workers=exp.workers(), settings=exp.engine.settings)
+            trials = run_trials(
+                exp.engine,
+                walks=walks,
+                trials=params.trials,
+                warmups=params.warmups,
+                logical_reset=params.logical_cache_reset,
+                reference_tokens=reference,
+                on_run=progress.update,
+                pipeline=params.pipeline_decodes,
+                poll=params.poll_during_chunks,
+            )
+    report = build_report(
+        params=params.to_dict(),
+        model=d["model"],
+        prompts=d["prompts"],
+        backend=d["backend"],
+        validation={p: v.to_dict() for p, v in validation.items()},
+        reference_tokens=reference,
+        trials=trials,
+        params_file=params_file,
+        slo=exp.slo_details(),
+        workers=exp.workers(),
+        settings=exp.engine.settings,
+    )
     if out:
         write_report(out, report)
     return report

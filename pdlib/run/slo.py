@@ -37,12 +37,12 @@ DEFAULT_TARGET_DECODES = 5
 
 @dataclass(frozen=True)
 class StepCost:
-    a: float            # ms per step
-    b: float            # ms per row
-    c: float            # ms per row per cached position
-    decode_ms: float    # one decode step, token observed
-    points: list        # [rows, context, ms] measured
-    spread_ms: float = 0.0   # the fit's residual scatter (1.4826 x median absolute deviation)
+    a: float  # ms per step
+    b: float  # ms per row
+    c: float  # ms per row per cached position
+    decode_ms: float  # one decode step, token observed
+    points: list  # [rows, context, ms] measured
+    spread_ms: float = 0.0  # the fit's residual scatter (1.4826 x median absolute deviation)
     # per mode, A's gap across a chunk of n tokens fitted from a probe run: {"a", "b", "c", "spread_ms",
     # "points": [[n, context, ms], ...]}; gap = a + b * n + c * n * context (Experiment._probe)
     gap_fit: dict = field(default_factory=dict)
@@ -77,7 +77,7 @@ def _least_squares(points) -> tuple[float, float, float, float]:
     absolute deviation, a robust standard deviation of one observation about the fit."""
     x = np.array([[1.0, n, n * s] for n, s, _ in points])
     y = np.array([ms for _, _, ms in points])
-    best, best_err = np.zeros(3), float(np.sum(y ** 2))
+    best, best_err = np.zeros(3), float(np.sum(y**2))
     for terms in ((0,), (1,), (2,), (0, 1), (0, 2), (1, 2), (0, 1, 2)):
         cols = list(terms)
         coef, *_ = np.linalg.lstsq(x[:, cols], y, rcond=None)
@@ -136,8 +136,9 @@ def _timed(fn) -> float:
     return (time.perf_counter_ns() - t) / 1e6
 
 
-def calibrate(engine: Engine, *, prompt_tokens: int, ceiling: int, logical_reset: bool, passes: int = 2,
-              decodes: int = 8) -> StepCost:
+def calibrate(
+    engine: Engine, *, prompt_tokens: int, ceiling: int, logical_reset: bool, passes: int = 2, decodes: int = 8
+) -> StepCost:
     """Time B's prompt in chunks of ceiling, ceiling/2, ceiling/4, ... in turn (so sizes and contexts vary),
     then a few of B's decodes; the first pass only warms up (compilation). Untimed set-up: it runs before the
     gate, and B is reset by every run."""

@@ -24,7 +24,9 @@ from tqdm import tqdm
 from pdlib.config import RunParams
 from pdlib.errors import InputError, check_int
 from pdlib.report.io import claim_output, write_report
-from pdlib.report.schema import SWEEP_INDEX as INDEX, SWEEP_SCHEMA, sweep_report_name as report_name
+from pdlib.report.schema import SWEEP_INDEX as INDEX
+from pdlib.report.schema import SWEEP_SCHEMA
+from pdlib.report.schema import sweep_report_name as report_name
 
 DEFAULT_REFERENCES = ("eager", "fifo", "overlap", "slo-chunked", "slo-mixed")  # those registered and not swept
 
@@ -48,6 +50,7 @@ class Point:
 def reference_policies(policies, references=None) -> tuple[str, ...]:
     """`references` as given (each must be registered and not swept), or the registered defaults not swept."""
     from pdlib.scheduler import POLICIES
+
     if references is None:
         return tuple(p for p in DEFAULT_REFERENCES if p in POLICIES and p not in policies)
     for p in references:
@@ -70,8 +73,11 @@ def plan_points(params: RunParams, *, chunk_sizes, references=()) -> list[Point]
     if len(set(chunk_sizes)) != len(chunk_sizes):
         raise InputError(f"chunk sizes must not repeat, got {' '.join(map(str, chunk_sizes))}")
     points = [Point(p, params.chunk_size, "reference", replace(params, policies=(p,))) for p in references]
-    points += [Point(p, c, "swept", replace(params, policies=(p,), chunk_size=c))
-               for c in sorted(chunk_sizes) for p in params.policies]
+    points += [
+        Point(p, c, "swept", replace(params, policies=(p,), chunk_size=c))
+        for c in sorted(chunk_sizes)
+        for p in params.policies
+    ]
     return points
 
 
@@ -88,14 +94,18 @@ def _medians(report: dict) -> str:
     import numpy as np
 
     from pdlib.report.metrics import trial_metrics
+
     m = [trial_metrics(t, stall_threshold_ms=report["params"]["stall_threshold_ms"]) for t in report["trials"]]
     med = {k: float(np.median([x[k] for x in m])) for k in ("a_gap_max_ms", "b_ttft_ms", "makespan_ms")}
-    return (f"A max gap {med['a_gap_max_ms']:.3g} ms, B TTFT {med['b_ttft_ms']:.4g} ms, "
-            f"makespan {med['makespan_ms']:.4g} ms (medians of {len(m)})")
+    return (
+        f"A max gap {med['a_gap_max_ms']:.3g} ms, B TTFT {med['b_ttft_ms']:.4g} ms, "
+        f"makespan {med['makespan_ms']:.4g} ms (medians of {len(m)})"
+    )
 
 
-def run_sweep(params: RunParams, *, chunk_sizes, references=(), output, params_file=None, quiet: bool = False,
-              log=tqdm.write) -> dict:
+def run_sweep(
+    params: RunParams, *, chunk_sizes, references=(), output, params_file=None, quiet: bool = False, log=tqdm.write
+) -> dict:
     """Run every point (see the module docstring) and write the index; returns it. index["stopped"] is None
     when every point passed, else {policy, chunk_size, role, report, error} of the point that failed (its
     report is not written). InputError, before any work, for bad input or an unusable output folder."""
@@ -104,6 +114,7 @@ def run_sweep(params: RunParams, *, chunk_sizes, references=(), output, params_f
     from pdlib.run.trial import TokenMismatch
     from pdlib.run.validate import ValidationError
     from pdlib.weights import load_model
+
     out = claim_dir(output)
     points = plan_points(params, chunk_sizes=chunk_sizes, references=references)
     t_start = time.perf_counter()
@@ -111,36 +122,67 @@ def run_sweep(params: RunParams, *, chunk_sizes, references=(), output, params_f
     load_s = time.perf_counter() - t_start
     done, stopped = [], None
     traces = {}  # the reference runs once for every point (same weights and prompts)
-    with tqdm(total=len(points), desc="sweep", unit="point", file=sys.stderr, disable=quiet or None,
-              mininterval=2) as bar:
+    with tqdm(
+        total=len(points), desc="sweep", unit="point", file=sys.stderr, disable=quiet or None, mininterval=2
+    ) as bar:
         for i, pt in enumerate(points):
             bar.set_postfix_str(pt.label, refresh=False)
             lines = []
             t0 = time.perf_counter()
             try:
-                report = run_experiment(pt.params, output=out / pt.report, params_file=params_file, quiet=True,
-                                        log=lines.append, model=model, traces=traces)
+                report = run_experiment(
+                    pt.params,
+                    output=out / pt.report,
+                    params_file=params_file,
+                    quiet=True,
+                    log=lines.append,
+                    model=model,
+                    traces=traces,
+                )
             except (ValidationError, TokenMismatch, WorkerError) as e:
-                stopped = {"policy": pt.policy, "chunk_size": pt.chunk_size, "role": pt.role, "report": pt.report,
-                           "error": f"{type(e).__name__}: {str(e).splitlines()[0]}"}
+                stopped = {
+                    "policy": pt.policy,
+                    "chunk_size": pt.chunk_size,
+                    "role": pt.role,
+                    "report": pt.report,
+                    "error": f"{type(e).__name__}: {str(e).splitlines()[0]}",
+                }
                 break
             if i == 0:
                 log(lines[0])  # the run line: model, backend, sizes (the same for every point)
             log(f"{pt.label} ({pt.role}): gate passed, {_medians(report)} -> {pt.report}")
-            done.append({"policy": pt.policy, "chunk_size": pt.chunk_size, "role": pt.role, "report": pt.report,
-                         "passed": all(v["passed"] for v in report["validation"].values()),
-                         "trials": len(report["trials"]), "seconds": round(time.perf_counter() - t0, 3)})
+            done.append(
+                {
+                    "policy": pt.policy,
+                    "chunk_size": pt.chunk_size,
+                    "role": pt.role,
+                    "report": pt.report,
+                    "passed": all(v["passed"] for v in report["validation"].values()),
+                    "trials": len(report["trials"]),
+                    "seconds": round(time.perf_counter() - t0, 3),
+                }
+            )
             bar.update()
-    index = {"schema": SWEEP_SCHEMA,
-             "created_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-             "params": params.to_dict(), "params_file": str(params_file) if params_file else None,
-             "policies": list(params.policies), "reference_policies": list(references),
-             "chunk_sizes": sorted(chunk_sizes), "reference_chunk_size": params.chunk_size,
-             "complete": stopped is None, "stopped": stopped,
-             "note": ("every planned point completed" if stopped is None else
-                      f"stopped at {stopped['policy']} c={stopped['chunk_size']}: only the {len(done)} points "
-                      f"before it are listed; {len(points) - len(done) - 1} more were not run"),
-             "model_load_s": round(load_s, 3), "seconds": round(time.perf_counter() - t_start, 3),
-             "points": done}
+    index = {
+        "schema": SWEEP_SCHEMA,
+        "created_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "params": params.to_dict(),
+        "params_file": str(params_file) if params_file else None,
+        "policies": list(params.policies),
+        "reference_policies": list(references),
+        "chunk_sizes": sorted(chunk_sizes),
+        "reference_chunk_size": params.chunk_size,
+        "complete": stopped is None,
+        "stopped": stopped,
+        "note": (
+            "every planned point completed"
+            if stopped is None
+            else f"stopped at {stopped['policy']} c={stopped['chunk_size']}: only the {len(done)} points "
+            f"before it are listed; {len(points) - len(done) - 1} more were not run"
+        ),
+        "model_load_s": round(load_s, 3),
+        "seconds": round(time.perf_counter() - t_start, 3),
+        "points": done,
+    }
     write_report(out / INDEX, index)
     return index

@@ -27,16 +27,23 @@ class TokenMismatch(RuntimeError):
 class RunRecord:
     policy: str
     output_ids: dict[str, list[int]]
-    emit_ns: dict[str, list[int]]      # since t0, timed outputs only
+    emit_ns: dict[str, list[int]]  # since t0, timed outputs only
     events: list[dict]
     makespan_ns: int
 
     def to_trial(self, *, trial: int, position: int) -> dict:
         timed_from = {"A": 1, "B": 0}
-        return {"policy": self.policy, "trial": trial, "position": position, "makespan_ns": self.makespan_ns,
-                "requests": {r: {"output_ids": self.output_ids[r], "timed_from": timed_from[r],
-                                 "emit_ns": self.emit_ns[r]} for r in ("A", "B")},
-                "events": self.events}
+        return {
+            "policy": self.policy,
+            "trial": trial,
+            "position": position,
+            "makespan_ns": self.makespan_ns,
+            "requests": {
+                r: {"output_ids": self.output_ids[r], "timed_from": timed_from[r], "emit_ns": self.emit_ns[r]}
+                for r in ("A", "B")
+            },
+            "events": self.events,
+        }
 
 
 class Recorder(Hook):
@@ -50,8 +57,9 @@ class Recorder(Hook):
 
     def on_t0(self, t0, t_reset_end):
         self.t0 = t0
-        self.events.append({"kind": "reset", "req": "B", "start": 0, "stop": 0, "t_start_ns": 0,
-                            "t_end_ns": t_reset_end - t0})
+        self.events.append(
+            {"kind": "reset", "req": "B", "start": 0, "stop": 0, "t_start_ns": 0, "t_end_ns": t_reset_end - t0}
+        )
 
     def on_step(self, index, step, results, t_start, t_end, *, timed):
         for r in results:
@@ -62,26 +70,60 @@ class Recorder(Hook):
                     self.emits[req].append(r.t_emit - self.t0)
             if timed and r.remote is not None:  # B's prefill ran elsewhere: on a worker or a second stream
                 x = r.remote
-                self.events.append({"kind": "prefill", "req": req, "start": r.start, "stop": r.stop, "remote": True,
-                                    "site": x["site"], "t_start_ns": x["t_dispatch"] - self.t0,
-                                    "t_end_ns": x["t_ready"] - self.t0})
+                self.events.append(
+                    {
+                        "kind": "prefill",
+                        "req": req,
+                        "start": r.start,
+                        "stop": r.stop,
+                        "remote": True,
+                        "site": x["site"],
+                        "t_start_ns": x["t_dispatch"] - self.t0,
+                        "t_end_ns": x["t_ready"] - self.t0,
+                    }
+                )
                 if x["site"] == "worker":  # disagg: the join is the K/V transfer
-                    self.events.append({"kind": "transfer", "req": req, "start": r.start, "stop": r.stop,
-                                        "bytes": x["bytes"], "mode": x["mode"], "t_start_ns": x["t_start"] - self.t0,
-                                        "t_end_ns": x["t_end"] - self.t0})
+                    self.events.append(
+                        {
+                            "kind": "transfer",
+                            "req": req,
+                            "start": r.start,
+                            "stop": r.stop,
+                            "bytes": x["bytes"],
+                            "mode": x["mode"],
+                            "t_start_ns": x["t_start"] - self.t0,
+                            "t_end_ns": x["t_end"] - self.t0,
+                        }
+                    )
             elif timed:
-                self.events.append({"kind": "prefill" if isinstance(r.work, Prefill) else "decode", "req": req,
-                                    "start": r.start, "stop": r.stop, "t_start_ns": t_start - self.t0,
-                                    "t_issued_ns": r.t_issued - self.t0, "t_wait_ns": r.t_wait - self.t0,
-                                    "t_end_ns": t_end - self.t0, "cpu_issue_ns": r.cpu_issue})
+                self.events.append(
+                    {
+                        "kind": "prefill" if isinstance(r.work, Prefill) else "decode",
+                        "req": req,
+                        "start": r.start,
+                        "stop": r.stop,
+                        "t_start_ns": t_start - self.t0,
+                        "t_issued_ns": r.t_issued - self.t0,
+                        "t_wait_ns": r.t_wait - self.t0,
+                        "t_end_ns": t_end - self.t0,
+                        "cpu_issue_ns": r.cpu_issue,
+                    }
+                )
 
     def record(self, policy: str) -> RunRecord:
         makespan = max(self.emits["A"][-1] if self.emits["A"] else 0, self.emits["B"][-1])
         return RunRecord(policy, self.ids, self.emits, self.events, makespan)
 
 
-def run_once(engine: Engine, policy: str, *, steps: Iterable[Step], logical_reset: bool,
-             pipeline: bool = False, poll: bool = False) -> RunRecord:
+def run_once(
+    engine: Engine,
+    policy: str,
+    *,
+    steps: Iterable[Step],
+    logical_reset: bool,
+    pipeline: bool = False,
+    poll: bool = False,
+) -> RunRecord:
     """One timed run of `policy`: `steps` is its step source (Experiment.walk), or a plan; `pipeline`:
     pipelined decodes, `poll`: chunks issued while they are polled (executor.py)."""
     recorder = Recorder()
@@ -94,9 +136,11 @@ def check_tokens(run: RunRecord, reference_tokens: dict[str, list[int]], *, what
         got, want = run.output_ids[r], reference_tokens[r]
         if got != want:
             i = next((i for i, (g, w) in enumerate(zip(got, want)) if g != w), min(len(got), len(want)))
-            raise TokenMismatch(f"{what}: policy {run.policy!r}, request {r} differs from the validated reference "
-                                f"at output {i}: got {got[i] if i < len(got) else 'nothing'}, "
-                                f"expected {want[i] if i < len(want) else 'nothing'}")
+            raise TokenMismatch(
+                f"{what}: policy {run.policy!r}, request {r} differs from the validated reference "
+                f"at output {i}: got {got[i] if i < len(got) else 'nothing'}, "
+                f"expected {want[i] if i < len(want) else 'nothing'}"
+            )
 
 
 def trial_orders(policies: list[str], trials: int) -> list[list[str]]:
@@ -105,24 +149,35 @@ def trial_orders(policies: list[str], trials: int) -> list[list[str]]:
     return [[policies[(t + i) % n] for i in range(n)] for t in range(trials)]
 
 
-def run_trials(engine: Engine, *, walks: dict[str, Callable[[], Iterable[Step]]], trials: int, warmups: int,
-               logical_reset: bool, reference_tokens: dict, on_run: Callable[[], None] | None = None,
-               pipeline: bool = False, poll: bool = False) -> list[dict]:
+def run_trials(
+    engine: Engine,
+    *,
+    walks: dict[str, Callable[[], Iterable[Step]]],
+    trials: int,
+    warmups: int,
+    logical_reset: bool,
+    reference_tokens: dict,
+    on_run: Callable[[], None] | None = None,
+    pipeline: bool = False,
+    poll: bool = False,
+) -> list[dict]:
     """Warmups (untimed, checked), then paired timed trials of every policy in `walks` (in its order; each
     maps to a fresh step source per run); returns report trial records."""
     policies = list(walks)
     for policy in policies:
         for w in range(warmups):
-            run = run_once(engine, policy, steps=walks[policy](), logical_reset=logical_reset, pipeline=pipeline,
-                           poll=poll)
+            run = run_once(
+                engine, policy, steps=walks[policy](), logical_reset=logical_reset, pipeline=pipeline, poll=poll
+            )
             check_tokens(run, reference_tokens, what=f"warmup {w + 1}")
             if on_run:
                 on_run()
     records = []
     for t, order in enumerate(trial_orders(policies, trials), start=1):
         for position, policy in enumerate(order):
-            run = run_once(engine, policy, steps=walks[policy](), logical_reset=logical_reset, pipeline=pipeline,
-                           poll=poll)
+            run = run_once(
+                engine, policy, steps=walks[policy](), logical_reset=logical_reset, pipeline=pipeline, poll=poll
+            )
             check_tokens(run, reference_tokens, what=f"trial {t}")
             records.append(run.to_trial(trial=t, position=position))
             if on_run:

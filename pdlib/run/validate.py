@@ -42,7 +42,7 @@ class ReferenceTrace:
         self.reference, self.prompt_ids = reference, list(prompt_ids)
         self.keep_bytes = keep_bytes
         self.stream = None
-        self.index = -1              # the output whose logits the stream holds now
+        self.index = -1  # the output whose logits the stream holds now
         self.tokens: list[int] = []  # greedy tokens of outputs 0 .. index
         self.kept: list[mx.array] = []  # logits of outputs 0 .. index, while they fit in keep_bytes
 
@@ -75,9 +75,9 @@ class ReferenceTrace:
 @dataclass
 class CheckStats:
     count: int = 0
-    worst_abs: float = 0.0      # largest |x - ref|
-    worst_ratio: float = 0.0    # largest |x - ref| / (atol + rtol * |ref|); passes while <= 1
-    where: dict | None = None   # request, position, layer of the worst ratio
+    worst_abs: float = 0.0  # largest |x - ref|
+    worst_ratio: float = 0.0  # largest |x - ref| / (atol + rtol * |ref|); passes while <= 1
+    where: dict | None = None  # request, position, layer of the worst ratio
 
 
 @dataclass
@@ -86,7 +86,7 @@ class ValidationResult:
     steps: int = 0
     passed: bool = False
     checks: dict[str, CheckStats] = field(default_factory=lambda: {k: CheckStats() for k in CHECKS})
-    min_margin: float = float("inf")     # smallest reference top-1 minus top-2 logit
+    min_margin: float = float("inf")  # smallest reference top-1 minus top-2 logit
     min_margin_where: dict | None = None
     failure: str | None = None
     tokens: dict[str, list[int]] = field(default_factory=dict)
@@ -120,8 +120,9 @@ class _Checker:
     def __init__(self, result: ValidationResult):
         self.result = result
 
-    def compare(self, kind: str, x: mx.array, ref: mx.array, *, req: str, first_position: int, layered: bool,
-                count: int = 1) -> None:
+    def compare(
+        self, kind: str, x: mx.array, ref: mx.array, *, req: str, first_position: int, layered: bool, count: int = 1
+    ) -> None:
         """x, ref: per layer on axis 0 when `layered` (K/V: (L, 2, Hkv, T, Dh)), else one 1-D logits row;
         positions on axis -2 starting at first_position; `count` checks at once (decode slots batched). One
         host sync per call; a failure names the first layer that fails and its first position out of
@@ -134,8 +135,11 @@ class _Checker:
         c.worst_abs = max(c.worst_abs, *maxabs)
 
         def where(i: int) -> dict:
-            return {"request": req, "layer": i if layered else None,
-                    "position": first_position + _worst_index(x[i] if layered else x[0], ref[i] if layered else ref[0])}
+            return {
+                "request": req,
+                "layer": i if layered else None,
+                "position": first_position + _worst_index(x[i] if layered else x[0], ref[i] if layered else ref[0]),
+            }
 
         i = max(range(len(ratios)), key=lambda j: ratios[j])
         if ratios[i] > c.worst_ratio or c.where is None:
@@ -144,9 +148,12 @@ class _Checker:
         if failing:  # name the first layer that fails: errors propagate upwards from there
             j = failing[0]
             first = first_position + _first_bad_index(x[j] if layered else x[0], ref[j] if layered else ref[0])
-            self.fail(kind, {"request": req, "layer": j if layered else None, "position": first},
-                      f"{int(bad[j])} value(s) out of tolerance, worst |x-ref| = "
-                      f"{maxabs[j]:.3g} ({ratios[j]:.3g}x the allowed 1e-3 + 1e-3*|ref|)")
+            self.fail(
+                kind,
+                {"request": req, "layer": j if layered else None, "position": first},
+                f"{int(bad[j])} value(s) out of tolerance, worst |x-ref| = "
+                f"{maxabs[j]:.3g} ({ratios[j]:.3g}x the allowed 1e-3 + 1e-3*|ref|)",
+            )
 
     def token(self, got: int, want: int, *, req: str, index: int, position: int) -> None:
         c = self.result.checks["token"]
@@ -158,8 +165,10 @@ class _Checker:
 
     def fail(self, kind: str, where: dict, detail: str) -> None:
         layer = f", layer {where['layer']}" if where.get("layer") is not None else ""
-        msg = (f"validation failed for policy {self.result.policy!r}: {kind} check, request {where['request']}, "
-               f"position {where['position']}{layer}: {detail}")
+        msg = (
+            f"validation failed for policy {self.result.policy!r}: {kind} check, request {where['request']}, "
+            f"position {where['position']}{layer}: {detail}"
+        )
         self.result.failure = msg
         raise ValidationError(msg, self.result)
 
@@ -171,8 +180,15 @@ class Gate(Hook):
     whether it is one slot or sixteen. Pending slots are compared before that request's checkpoint, before a
     failing output of it is reported, and at the end of the run (`finish`)."""
 
-    def __init__(self, engine: Engine, traces: dict[str, ReferenceTrace], result: ValidationResult, *,
-                 checkpoint_every: int, on_step=None):
+    def __init__(
+        self,
+        engine: Engine,
+        traces: dict[str, ReferenceTrace],
+        result: ValidationResult,
+        *,
+        checkpoint_every: int,
+        on_step=None,
+    ):
         self.engine, self.traces, self.result = engine, traces, result
         self.check = _Checker(result)
         self.checkpoint_every, self.on_step_done = checkpoint_every, on_step
@@ -215,8 +231,15 @@ class Gate(Hook):
             self.flush_decode_kv(req)
 
     def compare_kv(self, kind: str, req: str, start: int, stop: int, *, count: int = 1) -> None:
-        self.check.compare(kind, self.engine.kv(req, start, stop), self.traces[req].kv(start, stop), req=req,
-                           first_position=start, layered=True, count=count)
+        self.check.compare(
+            kind,
+            self.engine.kv(req, start, stop),
+            self.traces[req].kv(start, stop),
+            req=req,
+            first_position=start,
+            layered=True,
+            count=count,
+        )
 
     def check_output(self, req: str, r: WorkResult, position: int) -> None:
         i = self.emitted[req]
@@ -238,9 +261,19 @@ class Gate(Hook):
             self.compare_kv("checkpoint_kv", req, 0, r.stop)
 
 
-def validate_policy(policy: str, *, engine: Engine, traces: dict[str, ReferenceTrace], steps: list[Step],
-                    output_tokens: int, checkpoint_every: int = 64, logical_reset: bool = True,
-                    on_step=None, pipeline: bool = False, poll: bool = False) -> ValidationResult:
+def validate_policy(
+    policy: str,
+    *,
+    engine: Engine,
+    traces: dict[str, ReferenceTrace],
+    steps: list[Step],
+    output_tokens: int,
+    checkpoint_every: int = 64,
+    logical_reset: bool = True,
+    on_step=None,
+    pipeline: bool = False,
+    poll: bool = False,
+) -> ValidationResult:
     """Run `policy`'s plan `steps` through the executor (A's set-up prefill, B's reset at t0, then the
     policy's steps: exactly what a trial runs) and check each one. For `disagg`, `steps` is the live
     mechanism itself (Experiment.walk), held to the plan per request (pdlib/run/disagg/remote.py says why)."""

@@ -20,12 +20,12 @@ import time
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache as LmCache
 
-from pdlib.report.bench import SCHEMA
 from pdlib.engine import Engine, Output, check_token
 from pdlib.engine.kernels import BACKEND, persistent_decode
-from pdlib.settings import decode_mode
-from pdlib.run.reference import Reference
+from pdlib.report.bench import SCHEMA
 from pdlib.report.io import environment
+from pdlib.run.reference import Reference
+from pdlib.settings import decode_mode
 from pdlib.tools.timing import ms_since, prefills
 from pdlib.weights import LoadedModel
 
@@ -47,8 +47,8 @@ def copy_bandwidth(nbytes: int = 1 << 30) -> float:
 def decode_bytes(cfg, context: int) -> int:
     D, F, V, Dh = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.head_dim
     Hq, Hkv, L = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.num_hidden_layers
-    per_layer = ((Hq + 2 * Hkv) * Dh * D + D * Hq * Dh + 2 * F * D + D * F) * 2   # bf16 matrices
-    kv = L * Hkv * Dh * 2 * 4 * context                                        # FP32 K and V read
+    per_layer = ((Hq + 2 * Hkv) * Dh * D + D * Hq * Dh + 2 * F * D + D * F) * 2  # bf16 matrices
+    kv = L * Hkv * Dh * 2 * 4 * context  # FP32 K and V read
     return L * per_layer + V * D * 2 + kv
 
 
@@ -78,16 +78,29 @@ def _pipelined(step, first, n: int, warmup: int, observe=lambda token: token.ite
         seen.append(time.perf_counter_ns())
         token = following
     observe(token)
-    return [(b - a) / 1e6 for a, b in zip(seen[warmup:], seen[warmup + 1:])]
+    return [(b - a) / 1e6 for a, b in zip(seen[warmup:], seen[warmup + 1 :])]
 
 
-def bench_pdlib(model: LoadedModel, *, contexts, tokens: int, warmup: int, prefill_tokens: int, chunk: int,
-                repeats: int, decode: str | None = None) -> dict:
+def bench_pdlib(
+    model: LoadedModel,
+    *,
+    contexts,
+    tokens: int,
+    warmup: int,
+    prefill_tokens: int,
+    chunk: int,
+    repeats: int,
+    decode: str | None = None,
+) -> dict:
     cfg = model.config
     steps = 2 * (warmup + tokens + 2)  # every context's decodes, observed, then pipelined
     # the per-operation kernels write no mailbox: beside the persistent kernel they are read by .item()
-    engine = Engine(model, capacity=max(max(contexts) + steps, prefill_tokens), decode=decode,
-                    token_read="item" if decode == "kernels" else None)
+    engine = Engine(
+        model,
+        capacity=max(max(contexts) + steps, prefill_tokens),
+        decode=decode,
+        token_read="item" if decode == "kernels" else None,
+    )
     out = {**engine.settings, "decode_ms_median": {}, "decode_ms_all": {}, "decode_pipelined_ms_median": {}}
     for ctx in contexts:
         engine.add_request("X", _prompt(cfg, ctx))
@@ -99,9 +112,10 @@ def bench_pdlib(model: LoadedModel, *, contexts, tokens: int, warmup: int, prefi
         piped = _pipelined(lambda _: engine.decode("X"), engine.decode("X"), tokens, warmup, Output.observe)
         out["decode_pipelined_ms_median"][str(ctx)] = statistics.median(piped)
         if engine.model.pairs:
-            out.setdefault("pair_step_ms_median", {})[str(ctx)], \
-                out.setdefault("pair_step_pipelined_ms_median", {})[str(ctx)] = _pair_steps(engine, cfg, ctx, tokens,
-                                                                                           warmup)
+            (
+                out.setdefault("pair_step_ms_median", {})[str(ctx)],
+                out.setdefault("pair_step_pipelined_ms_median", {})[str(ctx)],
+            ) = _pair_steps(engine, cfg, ctx, tokens, warmup)
     engine.add_request("P", _prompt(cfg, prefill_tokens))
 
     def prefill(n, synced=False):
@@ -130,12 +144,14 @@ def _pair_steps(engine: Engine, cfg, ctx: int, tokens: int, warmup: int) -> tupl
     def observe(outs):  # the step's tokens: the first checked here, the second by _pipelined
         check_token(outs[0].observe())
         return outs[1].observe()
+
     piped = _pipelined(lambda _: engine.batch(pair), engine.batch(pair), tokens, warmup, observe)
     return statistics.median(times), statistics.median(piped)
 
 
-def bench_mlx_lm(model: LoadedModel, *, contexts, tokens: int, warmup: int, prefill_tokens: int, chunk: int,
-                 repeats: int) -> dict:
+def bench_mlx_lm(
+    model: LoadedModel, *, contexts, tokens: int, warmup: int, prefill_tokens: int, chunk: int, repeats: int
+) -> dict:
     ref = Reference(model).model
     cfg = model.config
     out = {"decode_ms_median": {}, "decode_ms_all": {}, "decode_pipelined_ms_median": {}}
@@ -151,10 +167,11 @@ def bench_mlx_lm(model: LoadedModel, *, contexts, tokens: int, warmup: int, pref
         out["decode_ms_median"][str(ctx)] = statistics.median(times)
         out["decode_ms_all"][str(ctx)] = times
 
-        def step(token):  # as mlx-lm's generate_step: the next token, started before this one is read
+        def step(token, cache=cache):  # as mlx-lm's generate_step: the next token, started before this one is read
             following = mx.argmax(ref(token.reshape(1, 1), cache=cache)[0, -1])
             mx.async_eval(following)
             return following
+
         piped = _pipelined(step, step(mx.array(tok)), tokens, warmup)
         out["decode_pipelined_ms_median"][str(ctx)] = statistics.median(piped)
         del cache
@@ -164,7 +181,7 @@ def bench_mlx_lm(model: LoadedModel, *, contexts, tokens: int, warmup: int, pref
         prompt = mx.array(_prompt(cfg, prefill_tokens))[None]
         t0 = time.perf_counter_ns()
         for start in range(0, prefill_tokens, n):
-            logits = ref(prompt[:, start:start + n], cache=cache)
+            logits = ref(prompt[:, start : start + n], cache=cache)
             if synced:
                 mx.eval(logits, [(c.keys, c.values) for c in cache])
         mx.argmax(logits[0, -1]).item()
@@ -173,12 +190,22 @@ def bench_mlx_lm(model: LoadedModel, *, contexts, tokens: int, warmup: int, pref
     return {**out, **prefills(prefill, prefill_tokens=prefill_tokens, chunk=chunk, repeats=repeats)}
 
 
-def bench_step(model: LoadedModel, *, contexts=(1024, 4096, 5120), tokens: int = 200, warmup: int = 20,
-               prefill_tokens: int = 4096, chunk: int = 128, repeats: int = 3, peers: bool | None = None,
-               log=print) -> dict:
+def bench_step(
+    model: LoadedModel,
+    *,
+    contexts=(1024, 4096, 5120),
+    tokens: int = 200,
+    warmup: int = 20,
+    prefill_tokens: int = 4096,
+    chunk: int = 128,
+    repeats: int = 3,
+    peers: bool | None = None,
+    log=print,
+) -> dict:
     """`peers`: measure transformers' Qwen3 too (None: when torch sees a CUDA device)."""
-    kw = dict(contexts=contexts, tokens=tokens, warmup=warmup, prefill_tokens=prefill_tokens, chunk=chunk,
-              repeats=repeats)
+    kw = dict(
+        contexts=contexts, tokens=tokens, warmup=warmup, prefill_tokens=prefill_tokens, chunk=chunk, repeats=repeats
+    )
     bw = copy_bandwidth()
     log(f"device-to-device copy: {bw / 1e12:.2f} TB/s")
     engines = {"pdlib": bench_pdlib(model, **kw)}
@@ -190,6 +217,7 @@ def bench_step(model: LoadedModel, *, contexts=(1024, 4096, 5120), tokens: int =
     engines["mlx-lm"] = bench_mlx_lm(model, **kw)
     mx.clear_cache()
     from pdlib.tools import bench_hf
+
     if peers or (peers is None and bench_hf.available()):
         for dtype in bench_hf.DTYPES:
             name = f"hf-{'fp32' if dtype == 'float32' else 'bf16'}"
@@ -198,15 +226,25 @@ def bench_step(model: LoadedModel, *, contexts=(1024, 4096, 5120), tokens: int =
             except Exception as e:
                 engines[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
                 log(f"{name}: not measured ({engines[name]['error']})")
-    floors = {str(c): {"bytes": decode_bytes(model.config, c), "floor_ms": decode_bytes(model.config, c) / bw * 1e3}
-              for c in contexts}
-    return {"schema": SCHEMA, "model": model.source, "environment": environment(BACKEND),
-            "settings": kw, "copy_bandwidth_Bps": bw, "floors": floors, "engines": engines,
-            "python": platform.python_version()}
+    floors = {
+        str(c): {"bytes": decode_bytes(model.config, c), "floor_ms": decode_bytes(model.config, c) / bw * 1e3}
+        for c in contexts
+    }
+    return {
+        "schema": SCHEMA,
+        "model": model.source,
+        "environment": environment(BACKEND),
+        "settings": kw,
+        "copy_bandwidth_Bps": bw,
+        "floors": floors,
+        "engines": engines,
+        "python": platform.python_version(),
+    }
 
 
 def write_json(path, result: dict) -> None:
     from pdlib.report.io import claim_output, write_report
+
     write_report(claim_output(path), result)
 
 

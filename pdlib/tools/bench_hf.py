@@ -29,9 +29,11 @@ def hf_model(model: LoadedModel, *, dtype: str, device: str):
     """transformers' Qwen3ForCausalLM holding `model`'s weights (SDPA attention), in `dtype` on `device`."""
     import torch
     import transformers
+
     cfg = model.config
-    hf_cfg = transformers.Qwen3Config(**{k: v for k, v in cfg.to_hf_dict().items() if k != "model_type"},
-                                      attn_implementation="sdpa")
+    hf_cfg = transformers.Qwen3Config(
+        **{k: v for k, v in cfg.to_hf_dict().items() if k != "model_type"}, attn_implementation="sdpa"
+    )
     hf = transformers.Qwen3ForCausalLM(hf_cfg)
     state = {name: torch.from_numpy(np.array(w, copy=True)) for name, w in model.weights.items()}
     missing, unexpected = hf.load_state_dict(state, strict=False)
@@ -43,8 +45,19 @@ def hf_model(model: LoadedModel, *, dtype: str, device: str):
     return hf.to(device=device, dtype=getattr(torch, dtype)).eval()
 
 
-def bench_hf(model: LoadedModel, *, dtype: str, contexts, tokens: int, warmup: int, prefill_tokens: int,
-             chunk: int, repeats: int, compile_decode: bool = True, prompt=None) -> dict:
+def bench_hf(
+    model: LoadedModel,
+    *,
+    dtype: str,
+    contexts,
+    tokens: int,
+    warmup: int,
+    prefill_tokens: int,
+    chunk: int,
+    repeats: int,
+    compile_decode: bool = True,
+    prompt=None,
+) -> dict:
     import torch
     from transformers import StaticCache
 
@@ -64,11 +77,9 @@ def bench_hf(model: LoadedModel, *, dtype: str, contexts, tokens: int, warmup: i
     cache_kw = "cache" if "cache" in inspect.signature(hf.forward).parameters else "past_key_values"  # 5.24+
 
     def forward(input_ids, cache_position, cache):
-        return hf(input_ids=input_ids, cache_position=cache_position, use_cache=True,
-                  **{cache_kw: cache}).logits[:, -1]
+        return hf(input_ids=input_ids, cache_position=cache_position, use_cache=True, **{cache_kw: cache}).logits[:, -1]
 
-    out = {"dtype": dtype, "device": device, "compiled": compile_decode, "decode_ms_median": {},
-           "decode_ms_all": {}}
+    out = {"dtype": dtype, "device": device, "compiled": compile_decode, "decode_ms_median": {}, "decode_ms_all": {}}
     with torch.inference_mode():
         cache = new_cache()  # one cache, reset per context, so the decode step compiles (and captures) once
 

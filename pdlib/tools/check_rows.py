@@ -38,6 +38,12 @@ def slot_rows(name: str, case: str, after: list, before: list, new: list, pos: i
     every other slot is as it was `before` (stale garbage included)."""
     others = (mx.arange(after[0].shape[1]) != pos)[None, :, None]
     flat = lambda arrays: mx.concatenate([a.reshape(-1) for a in arrays])  # noqa: E731
-    return [compare(f"{name} slot", case, flat([a[:, pos] for a in after]), flat(new)),
-            compare(f"{name} rest", case, flat([mx.where(others, a, 0) for a in after]),
-                     flat([mx.where(others, b, 0) for b in before]))]
+    return [
+        compare(f"{name} slot", case, flat([a[:, pos] for a in after]), flat(new)),
+        compare(
+            f"{name} rest",
+            case,
+            flat([mx.where(others, a, 0) for a in after]),
+            flat([mx.where(others, b, 0) for b in before]),
+        ),
+    ]

@@ -8,7 +8,6 @@ without pytest, by `python -m pdlib check-kernels`.
 import sys
 
 import mlx.core as mx
-import numpy as np
 from tqdm import tqdm
 
 from pdlib.engine import kernels as K
@@ -37,9 +36,13 @@ def check_gemv(seed: int) -> list[dict]:
         mx.random.seed(seed * 100 + i)
         k, n = c["K"], c["N"]
         x = mx.random.normal((k,)) * 3.0
-        w = bf16_normal((2 * n if c.get("swiglu") else n, k), k ** -0.5)
-        kw = dict(norm=1.0 + 0.1 * mx.random.normal((k,)) if c.get("norm") else None, eps=1e-6,
-                  residual=mx.random.normal((n,)) if c.get("residual") else None, swiglu=c.get("swiglu", False))
+        w = bf16_normal((2 * n if c.get("swiglu") else n, k), k**-0.5)
+        kw = dict(
+            norm=1.0 + 0.1 * mx.random.normal((k,)) if c.get("norm") else None,
+            eps=1e-6,
+            residual=mx.random.normal((n,)) if c.get("residual") else None,
+            swiglu=c.get("swiglu", False),
+        )
         rows += evaluated([compare("gemv", case, K.gemv_kernel(x, w, poison=True, **kw), K.gemv_ops(x, w, **kw))])
     return rows
 
@@ -66,15 +69,16 @@ def gemm_cases():
     yield "cancelling deep in x, 200 rows", 200, 256, 128, None, "x deep"
 
 
-def _cancelling(rows: int, cols: int, depth: int, bits: int = 12, scale: float = 1.0, offset: float = 0.0,
-                blocked: bool = False):
+def _cancelling(
+    rows: int, cols: int, depth: int, bits: int = 12, scale: float = 1.0, offset: float = 0.0, blocked: bool = False
+):
     """(rows, depth) of 1 + offset + u 2^-bits, and (cols, depth) of +-scale, each row of those half each sign,
     shuffled across the row, or, `blocked`, within each 8 columns (each holding four of each)."""
-    near_one = 1.0 + offset + mx.random.uniform(shape=(rows, depth)) * 2.0 ** -bits
+    near_one = 1.0 + offset + mx.random.uniform(shape=(rows, depth)) * 2.0**-bits
     if blocked:
         signs = mx.broadcast_to(mx.array([1.0, 1, 1, 1, -1, -1, -1, -1]), (cols, depth // 8, 8)).reshape(cols, depth)
         group = (mx.arange(depth) // 8).astype(mx.float32)
-        order = mx.argsort(group + mx.random.uniform(shape=(cols, depth)), axis=1)   # a shuffle within each 8
+        order = mx.argsort(group + mx.random.uniform(shape=(cols, depth)), axis=1)  # a shuffle within each 8
     else:
         signs = mx.concatenate([mx.ones((cols, depth // 2)), -mx.ones((cols, depth // 2))], axis=1)
         order = mx.argsort(mx.random.uniform(shape=(cols, depth)), axis=1)
@@ -96,14 +100,14 @@ def check_gemm(seed: int, cases=None, shapes=None, weights=("fp32", "bf16")) -> 
                     continue
                 mx.random.seed(seed * 100 + 80 + i)
                 if cancelling in ("x", "x deep"):
-                    deep = dict(bits=16, scale=64.0, offset=2.0 ** -8, blocked=True) if cancelling == "x deep" else {}
+                    deep = dict(bits=16, scale=64.0, offset=2.0**-8, blocked=True) if cancelling == "x deep" else {}
                     x, w = _cancelling(M, N, Kd, **deep)
                     want = (x - 1.0) @ w.T  # exact: every row of w sums to 0
                 elif cancelling == "w":
                     w, x = _cancelling(N, M, Kd)
                     want = x @ (w - 1.0).T
                 else:
-                    x, w = mx.random.normal((M, Kd)) * 3.0, mx.random.normal((N, Kd)) * Kd ** -0.5
+                    x, w = mx.random.normal((M, Kd)) * 3.0, mx.random.normal((N, Kd)) * Kd**-0.5
                 w = w.astype(mx.bfloat16) if weight == "bf16" else w
                 want = K.tf32x3_ops(x, w) if cancelling is None else want
                 got = K.tf32x3_matmul(x, w, shape=shape, split=split, poison=True)
@@ -134,13 +138,13 @@ def check_gemm_epilogue(seed: int, shapes=None) -> list[dict]:
                 if sums == "fused-norm" and epi != "add":
                     continue
                 mx.random.seed(seed * 100 + 90 + i)
-                x, w = mx.random.normal((M, Kd)) * 3.0, bf16_normal((N, Kd), Kd ** -0.5)
+                x, w = mx.random.normal((M, Kd)) * 3.0, bf16_normal((N, Kd), Kd**-0.5)
                 kw = {"add": mx.random.normal((M, N)) * 2.0} if epi == "add" else {"swiglu": epi == "swiglu"}
-                if sums == "fused-norm":   # a norm weight near 1, as a model's, and Qwen3's eps
+                if sums == "fused-norm":  # a norm weight near 1, as a model's, and Qwen3's eps
                     kw["norm"] = (1.0 + 0.5 * mx.random.normal((N,)), 1e-6)
                 got = K.tf32x3_matmul(x, w, shape=shape, poison=True, sums=sums, **kw)
                 want = G.epilogue_ops(K.tf32x3_ops(x, w), **kw)
-                if "norm" in kw:   # (residual, normed) pairs
+                if "norm" in kw:  # (residual, normed) pairs
                     got, want = mx.concatenate(got, axis=1), mx.concatenate(want, axis=1)
                 rows += evaluated([compare(name, f"{case}, {shape.label}", got.reshape(-1), want.reshape(-1))])
     return rows
@@ -174,8 +178,7 @@ def flash_inputs(seed: int, Hq: int, Hkv: int, T: int, start: int, cap: int):
 def flash_variants() -> list[tuple[str, dict]]:
     """(label, flash_attention keywords): each FP32 row tile (flash_prefill.ROW_TILES) and the tensor-core
     kernel (PDLIB_PREFILL_ATTENTION=flash-tf32x3, the default)."""
-    return ([(f"{rt} rows/thread", {"rows_per_thread": rt}) for rt in ROW_TILES]
-            + [("tf32x3", {"arithmetic": "tf32x3"})])
+    return [(f"{rt} rows/thread", {"rows_per_thread": rt}) for rt in ROW_TILES] + [("tf32x3", {"arithmetic": "tf32x3"})]
 
 
 def check_flash_attention(seed: int, cases=None) -> list[dict]:
@@ -186,9 +189,10 @@ def check_flash_attention(seed: int, cases=None) -> list[dict]:
     prepared = []  # each case's inputs and the oracle's answer, once for every variant
     for i, (case, Hq, Hkv, T, start, cap, splits) in enumerate(cases or flash_cases()):
         q, kc, vc, positions = flash_inputs(seed * 100 + 60 + i, Hq, Hkv, T, start, cap)
-        kw = dict(scale=128 ** -0.5, length=start + T, splits=splits)
-        prepared.append((case, (q, kc, vc, positions), kw,
-                         K.flash_attention_ops(q, kc, vc, positions, K.new_fence(), **kw)))
+        kw = dict(scale=128**-0.5, length=start + T, splits=splits)
+        prepared.append(
+            (case, (q, kc, vc, positions), kw, K.flash_attention_ops(q, kc, vc, positions, K.new_fence(), **kw))
+        )
     rows = []
     for variant, how_run in flash_variants():
         for i, (case, (q, kc, vc, positions), kw, want) in enumerate(prepared):
@@ -199,8 +203,16 @@ def check_flash_attention(seed: int, cases=None) -> list[dict]:
                 for z, how in ((kw["splits"], ""), (1, ", 1 split")):
                     unfenced = mx.zeros_like(K.new_fence())
                     unwritten = K.flash_attention(q, kc, vc, positions, unfenced, **how_run, **{**kw, "splits": z})
-                    rows += evaluated([compare("flash_attention", label + ", zero fence" + how,
-                                                 mx.isnan(unwritten).all()[None].astype(mx.float32), mx.ones((1,)))])
+                    rows += evaluated(
+                        [
+                            compare(
+                                "flash_attention",
+                                label + ", zero fence" + how,
+                                mx.isnan(unwritten).all()[None].astype(mx.float32),
+                                mx.ones((1,)),
+                            )
+                        ]
+                    )
     return rows
 
 
@@ -226,11 +238,14 @@ def check_decode_attention(seed: int) -> list[dict]:
         mx.eval(want, kc, vc, kc0, vc0, fence)
         got, written = K.decode_attention_kernel(qkv, qn, kn, inv_freq, p, kc, vc, fence, poison=True, **kw)
         case = f"pos {pos}"
-        case_rows = [compare("decode_attention/o", case, got, want[0]),
-                     fence_row("decode_attention/fence", case, written, fence)]
+        case_rows = [
+            compare("decode_attention/o", case, got, want[0]),
+            fence_row("decode_attention/fence", case, written, fence),
+        ]
         for part, cache, before, new in (("k", kc, kc0, want[1]), ("v", vc, vc0, want[2])):
-            case_rows += slot_rows(f"decode_attention/{part}", case, [K.read_after(cache, written)], [before],
-                                    [new], pos)
+            case_rows += slot_rows(
+                f"decode_attention/{part}", case, [K.read_after(cache, written)], [before], [new], pos
+            )
         rows += evaluated(case_rows)
     return rows
 
@@ -257,9 +272,10 @@ def check_kv_store(seed: int) -> list[dict]:
         kc2, vc2, written, keys, values = K.store_kv_kernel(k, v, kc, vc, fence, start=start, positions=positions)
         case = f"{T} at {start}"
         got = (K.read_after(kc2, written), K.read_after(vc2, written), keys, values)
-        case_rows = [compare(f"kv_store/{part}", case, g.reshape(-1), w.reshape(-1))
-                     for part, g, w in zip(("k cache", "v cache", "keys", "values"), got,
-                                           (want[0], want[1], want[3], want[4]))]
+        case_rows = [
+            compare(f"kv_store/{part}", case, g.reshape(-1), w.reshape(-1))
+            for part, g, w in zip(("k cache", "v cache", "keys", "values"), got, (want[0], want[1], want[3], want[4]))
+        ]
         rows += evaluated(case_rows + [fence_row("kv_store/fence", case, written, fence)])
     return rows
 
@@ -273,9 +289,13 @@ def check_kv_install(seed: int) -> list[dict]:
         kc2, vc2, written = K.install_kv_kernel(k, v, kc, vc, fence, start=start, positions=positions)
         case = f"{T} at {start}"
         got = (K.read_after(kc2, written), K.read_after(vc2, written))
-        rows += evaluated([compare(f"kv_install/{part}", case, g.reshape(-1), w.reshape(-1))
-                            for part, g, w in zip(("k cache", "v cache"), got, want)]
-                           + [fence_row("kv_install/fence", case, written, fence)])
+        rows += evaluated(
+            [
+                compare(f"kv_install/{part}", case, g.reshape(-1), w.reshape(-1))
+                for part, g, w in zip(("k cache", "v cache"), got, want)
+            ]
+            + [fence_row("kv_install/fence", case, written, fence)]
+        )
     return rows
 
 
@@ -283,8 +303,13 @@ def qk_rope_cases():
     """(rows, first position, capacity, q heads, KV heads, scale): Qwen3-0.6B's heads in a chunk at the start, one
     at 4K, a ragged chunk mid-tile and one ending at the cache's last slot; then 6 + 2 heads, whose grid ends
     mid-block (its last warps start past the rows), with values near zero, where the norm's eps counts."""
-    return [(128, 0, 640, 16, 8, 2.0), (128, 3968, 4224, 16, 8, 2.0), (37, 100, 640, 16, 8, 2.0),
-            (17, 623, 640, 16, 8, 2.0), (37, 100, 640, 6, 2, 1e-4)]
+    return [
+        (128, 0, 640, 16, 8, 2.0),
+        (128, 3968, 4224, 16, 8, 2.0),
+        (37, 100, 640, 16, 8, 2.0),
+        (17, 623, 640, 16, 8, 2.0),
+        (37, 100, 640, 6, 2, 1e-4),
+    ]
 
 
 def check_qk_rope_store(seed: int) -> list[dict]:
@@ -302,13 +327,18 @@ def check_qk_rope_store(seed: int) -> list[dict]:
         kw = dict(heads=Hq, kv_heads=Hkv, eps=1e-6, start=start)
         want = K.qk_rope_store_ops(raw, qn, kn, inv_freq, positions, kc, vc, fence, **kw)
         mx.eval(want, kc, vc, fence)
-        q, kc2, vc2, written = K.qk_rope_store_kernel(raw, qn, kn, inv_freq, positions, kc, vc, fence, poison=True,
-                                                      **kw)
+        q, kc2, vc2, written = K.qk_rope_store_kernel(
+            raw, qn, kn, inv_freq, positions, kc, vc, fence, poison=True, **kw
+        )
         case = f"{T} rows at {start}" + ("" if Hq == 16 else f", {Hq} + {Hkv} heads of {scale:g}")
-        rows += evaluated([compare("qk_rope_store/q", case, q, want[0]),
-                            compare("qk_rope_store/k cache", case, K.read_after(kc2, written), want[1]),
-                            compare("qk_rope_store/v cache", case, K.read_after(vc2, written), want[2]),
-                            fence_row("qk_rope_store/fence", case, written, fence)])
+        rows += evaluated(
+            [
+                compare("qk_rope_store/q", case, q, want[0]),
+                compare("qk_rope_store/k cache", case, K.read_after(kc2, written), want[1]),
+                compare("qk_rope_store/v cache", case, K.read_after(vc2, written), want[2]),
+                fence_row("qk_rope_store/fence", case, written, fence),
+            ]
+        )
     return rows
 
 
@@ -334,10 +364,14 @@ def check_write_chain(seed: int) -> list[dict]:
     c2 = K.store_kv_kernel(k2, v2, c1[0], c1[1], c1[2], positions=mx.arange(100, 128, dtype=mx.int32), start=100)
     o, written = K.decode_attention_kernel(qkv, qn, kn, inv_freq, p, c2[0], c2[1], c2[2], poison=True, **kw)
     case = "store, store, decode"
-    return evaluated([compare("write chain/o", case, o, want_o),
-                       compare("write chain/k cache", case, K.read_after(kc, written).reshape(-1), want_k.reshape(-1)),
-                       compare("write chain/v cache", case, K.read_after(vc, written).reshape(-1), want_v.reshape(-1)),
-                       fence_row("write chain/fence", case, written, fence, writes=3)])
+    return evaluated(
+        [
+            compare("write chain/o", case, o, want_o),
+            compare("write chain/k cache", case, K.read_after(kc, written).reshape(-1), want_k.reshape(-1)),
+            compare("write chain/v cache", case, K.read_after(vc, written).reshape(-1), want_v.reshape(-1)),
+            fence_row("write chain/fence", case, written, fence, writes=3),
+        ]
+    )
 
 
 def check_kernels(*, seed: int = 0, progress: bool = False) -> list[dict]:
@@ -346,8 +380,16 @@ def check_kernels(*, seed: int = 0, progress: bool = False) -> list[dict]:
     if K.BACKEND == "cpu":
         raise InputError("no GPU backend: the kernels exist only on CUDA or Metal; the CPU runs the ops twins")
     cuda = [check_gemm, check_gemm_epilogue, check_flash_attention] if K.BACKEND == "cuda" else []  # CUDA's alone
-    families = [check_gemv, *cuda, check_decode_attention, check_kv_store, check_kv_install, check_qk_rope_store,
-                check_write_chain, check_persistent_decode]
+    families = [
+        check_gemv,
+        *cuda,
+        check_decode_attention,
+        check_kv_store,
+        check_kv_install,
+        check_qk_rope_store,
+        check_write_chain,
+        check_persistent_decode,
+    ]
     rows = []
     with tqdm(families, desc="check-kernels", unit="family", file=sys.stderr, disable=not progress) as bar:
         for check in bar:
@@ -359,6 +401,8 @@ def check_kernels(*, seed: int = 0, progress: bool = False) -> list[dict]:
 def format_rows(rows: list[dict]) -> str:
     lines = [f"{'kernel':26s} {'case':24s} {'max|err|':>10s} {'ratio':>8s}  result"]
     for r in rows:
-        lines.append(f"{r['kernel']:26s} {r['case']:24s} {r['max_abs']:10.2e} {r['worst_ratio']:8.3f}  "
-                     f"{'pass' if r['passed'] else 'FAIL'}")
+        lines.append(
+            f"{r['kernel']:26s} {r['case']:24s} {r['max_abs']:10.2e} {r['worst_ratio']:8.3f}  "
+            f"{'pass' if r['passed'] else 'FAIL'}"
+        )
     return "\n".join(lines)

@@ -15,14 +15,24 @@ from pdlib.tools.check_rows import bf16_normal, compare, evaluated, fence_row, s
 def _random_decode_weights(L: int, D: int, Hq: int, Hkv: int, Dh: int, F: int, V: int) -> "K.DecodeWeights":
     norm = lambda *shape: 1.0 + 0.1 * mx.random.normal(shape)  # noqa: E731
     return K.DecodeWeights(
-        embed=mx.random.normal((V, D)), qkv=bf16_normal((L, (Hq + 2 * Hkv) * Dh, D), D ** -0.5),
-        o=bf16_normal((L, D, Hq * Dh), (Hq * Dh) ** -0.5), gate_up=bf16_normal((L, 2 * F, D), D ** -0.5),
-        down=bf16_normal((L, D, F), F ** -0.5), lm_head=bf16_normal((V, D), D ** -0.5), in_norm=norm(L, D), post_norm=norm(L, D),
-        q_norm=norm(L, Dh), k_norm=norm(L, Dh), norm=norm(D), inv_freq=K.rope_inv_freq(Dh, base=1e6))
+        embed=mx.random.normal((V, D)),
+        qkv=bf16_normal((L, (Hq + 2 * Hkv) * Dh, D), D**-0.5),
+        o=bf16_normal((L, D, Hq * Dh), (Hq * Dh) ** -0.5),
+        gate_up=bf16_normal((L, 2 * F, D), D**-0.5),
+        down=bf16_normal((L, D, F), F**-0.5),
+        lm_head=bf16_normal((V, D), D**-0.5),
+        in_norm=norm(L, D),
+        post_norm=norm(L, D),
+        q_norm=norm(L, Dh),
+        k_norm=norm(L, Dh),
+        norm=norm(D),
+        inv_freq=K.rope_inv_freq(Dh, base=1e6),
+    )
 
 
-def _persistent_case(seed: int, *, L: int, pos: int, cap: int, sync: mx.array, blocks: int | None = None,
-                     fold: bool = False) -> list:
+def _persistent_case(
+    seed: int, *, L: int, pos: int, cap: int, sync: mx.array, blocks: int | None = None, fold: bool = False
+) -> list:
     """One decode step in one launch against its ops twin at Qwen3-0.6B's layer shapes, fresh random weights:
     the logits; the token (the twin's logit at the kernel's token is the twin's maximum: a near tie may pick
     either); pos + 1; every layer's new K and V slot; every other slot as it was (stale garbage past pos
@@ -51,28 +61,38 @@ def _stale_caches(shape: tuple, pos: int) -> tuple[mx.array, mx.array]:
     return kc, mx.where(live, mx.random.normal(shape), 1e4)
 
 
-def _decode_rows(case: str, got: tuple, want: tuple, *, p: mx.array, caches: tuple, before: tuple,
-                 fence: mx.array) -> list:
+def _decode_rows(
+    case: str, got: tuple, want: tuple, *, p: mx.array, caches: tuple, before: tuple, fence: mx.array
+) -> list:
     """One request's step (got: the kernel's (logits, token, pos + 1, _, _, fence); want: its ops twin's) against
     the twin: the logits; the token (the twin's logit at the kernel's token is the twin's maximum: a near tie may
     pick either); pos + 1; every layer's new K and V slot in `caches`, every other slot as `before`; the fence
     advanced once."""
     logits, tok, next_pos, _, _, written = got
     pos = int(p[0].item())
-    rows = [compare("persistent/logits", case, logits, want[0]),
-            compare("persistent/token", case, want[0][tok.astype(mx.int32)], mx.max(want[0])),
-            compare("persistent/pos", case, next_pos.astype(mx.float32), (p + 1).astype(mx.float32)),
-            fence_row("persistent/fence", case, written, fence)]
+    rows = [
+        compare("persistent/logits", case, logits, want[0]),
+        compare("persistent/token", case, want[0][tok.astype(mx.int32)], mx.max(want[0])),
+        compare("persistent/pos", case, next_pos.astype(mx.float32), (p + 1).astype(mx.float32)),
+        fence_row("persistent/fence", case, written, fence),
+    ]
     for part, cache, old, new in (("k", caches[0], before[0], want[3]), ("v", caches[1], before[1], want[4])):
         after = K.read_after(cache, written)
         L = cache.shape[0]
-        rows += slot_rows(f"persistent/{part}", case, [after[j] for j in range(L)], [old[j] for j in range(L)],
-                           [n[:, 0] for n in new], pos)
+        rows += slot_rows(
+            f"persistent/{part}",
+            case,
+            [after[j] for j in range(L)],
+            [old[j] for j in range(L)],
+            [n[:, 0] for n in new],
+            pos,
+        )
     return rows
 
 
-def _persistent_pair_case(seed: int, *, L: int, positions: tuple[int, int], cap: int, sync: mx.array,
-                          blocks: int | None = None) -> list:
+def _persistent_pair_case(
+    seed: int, *, L: int, positions: tuple[int, int], cap: int, sync: mx.array, blocks: int | None = None
+) -> list:
     """Two requests' decode steps in one launch (decode_persistent_pair) against each one's ops twin, as
     `_persistent_case` checks one: per request the logits, the token, pos + 1, every layer's new K and V slot,
     every other slot of both caches as it was, each fence advanced once. The two caches hold different
@@ -111,21 +131,42 @@ def check_persistent_pairs(seed: int, tiny_pair, too_many: int) -> list[dict]:
     for i, positions in enumerate([(0, 4095), (639, cap - 1)]):
         rows += _persistent_pair_case(seed * 100 + 70 + i, L=L, positions=positions, cap=cap, sync=sync)
     barriers, items = 2 * P.barriers_per_layer(False) * L, 2 * max(1, nb // (2 * Hkv)) * L
-    want = (mx.zeros(sync.shape).at[P.SY_EPOCH].add(barriers).at[P.SY_FLAGS: P.SY_FLAGS + nb].add(barriers)
-            .at[P.SY_HEAD: P.SY_HEAD + 2 * Hkv].add(items))
+    want = (
+        mx.zeros(sync.shape)
+        .at[P.SY_EPOCH]
+        .add(barriers)
+        .at[P.SY_FLAGS : P.SY_FLAGS + nb]
+        .add(barriers)
+        .at[P.SY_HEAD : P.SY_HEAD + 2 * Hkv]
+        .add(items)
+    )
     rows += evaluated([compare("persistent/sync buffer", "pair, after 2 steps", sync.astype(mx.float32), want)])
     rows += _persistent_pair_case(seed * 100 + 80, L=2, positions=(639, 100), cap=640, sync=P.new_sync(), blocks=6)
     sync = P.new_sync()
     first = tiny_pair(sync, too_many, (0, 3))
     again = tiny_pair(sync, 2, (0, 3))  # a grid that fits, on the flagged buffer
-    rows += evaluated([compare("persistent/barrier timeout", f"pair, {too_many} blocks, then 2",
-                                 mx.stack([*first, sync[P.SY_ERR], *again]).astype(mx.float32),
-                                 mx.array([P.ERROR_TOKEN] * 2 + [1] + [P.ERROR_TOKEN] * 2).astype(mx.float32))])
+    rows += evaluated(
+        [
+            compare(
+                "persistent/barrier timeout",
+                f"pair, {too_many} blocks, then 2",
+                mx.stack([*first, sync[P.SY_ERR], *again]).astype(mx.float32),
+                mx.array([P.ERROR_TOKEN] * 2 + [1] + [P.ERROR_TOKEN] * 2).astype(mx.float32),
+            )
+        ]
+    )
     sync = P.new_sync()
     past = tiny_pair(sync, 2, (0, 32))  # tiny_pair's caches hold 32 slots
-    rows += evaluated([compare("persistent/bad input", "pair, B's position past its cache",
-                                 mx.stack([*past, sync[P.SY_ERR]]).astype(mx.float32),
-                                 mx.array([P.ERROR_TOKEN, P.ERROR_TOKEN, 0]).astype(mx.float32))])
+    rows += evaluated(
+        [
+            compare(
+                "persistent/bad input",
+                "pair, B's position past its cache",
+                mx.stack([*past, sync[P.SY_ERR]]).astype(mx.float32),
+                mx.array([P.ERROR_TOKEN, P.ERROR_TOKEN, 0]).astype(mx.float32),
+            )
+        ]
+    )
     return rows + check_persistent_pair_mailbox(tiny_pair)
 
 
@@ -138,7 +179,7 @@ def check_persistent_pair_mailbox(tiny_pair) -> list[dict]:
     region = M.region()
     boxes = [region.take(), region.take()]
     sync, got, want, slots = P.new_sync(*(b.address for b in boxes)), [], [], set()
-    before = region.words.copy()   # earlier users' areas keep their last words: only changes count
+    before = region.words.copy()  # earlier users' areas keep their last words: only changes count
     for positions in ((0, 5), (1, 21)):
         for box, pos in zip(boxes, positions):
             box.clear(pos)
@@ -152,8 +193,9 @@ def check_persistent_pair_mailbox(tiny_pair) -> list[dict]:
     want.append(0)
     for box in boxes:
         region.give_back(box)
-    return evaluated([compare("persistent/mailbox", "pair, 2 steps", mx.array(got, mx.float32),
-                                mx.array(want, mx.float32))])
+    return evaluated(
+        [compare("persistent/mailbox", "pair, 2 steps", mx.array(got, mx.float32), mx.array(want, mx.float32))]
+    )
 
 
 def check_persistent_decode(seed: int) -> list[dict]:
@@ -171,9 +213,20 @@ def check_persistent_decode(seed: int) -> list[dict]:
 
     def tiny_step(sync, blocks, fold, pos=0):
         cache = mx.zeros((1, 1, 32, 128))
-        _, tok, *_ = K.decode_persistent(mx.array(5, mx.uint32), mx.array([pos], mx.int32),
-                                         _random_decode_weights(1, 256, 2, 1, 128, 512, 1024), cache, cache + 0.0,
-                                         K.new_fence(), sync, heads=2, kv_heads=1, eps=1e-6, blocks=blocks, fold=fold)
+        _, tok, *_ = K.decode_persistent(
+            mx.array(5, mx.uint32),
+            mx.array([pos], mx.int32),
+            _random_decode_weights(1, 256, 2, 1, 128, 512, 1024),
+            cache,
+            cache + 0.0,
+            K.new_fence(),
+            sync,
+            heads=2,
+            kv_heads=1,
+            eps=1e-6,
+            blocks=blocks,
+            fold=fold,
+        )
         mx.eval(tok)  # the sync buffer is written in place, not an output: read it only after the kernel ran
         return tok
 
@@ -186,23 +239,38 @@ def check_persistent_decode(seed: int) -> list[dict]:
             rows += _persistent_case(seed * 100 + 50 + i, L=L, pos=pos, cap=cap, sync=sync, fold=fold)
         # read after the launches ran (evaluated)
         barriers, items = 4 * P.barriers_per_layer(fold) * L, 4 * max(1, nb // Hkv) * L
-        want = (mx.zeros(sync.shape).at[P.SY_EPOCH].add(barriers).at[P.SY_FLAGS: P.SY_FLAGS + nb].add(barriers)
-                .at[P.SY_HEAD: P.SY_HEAD + Hkv].add(items))
-        rows += evaluated([compare("persistent/sync buffer", "after 4 steps" + folded, sync.astype(mx.float32),
-                                     want)])
+        want = (
+            mx.zeros(sync.shape)
+            .at[P.SY_EPOCH]
+            .add(barriers)
+            .at[P.SY_FLAGS : P.SY_FLAGS + nb]
+            .add(barriers)
+            .at[P.SY_HEAD : P.SY_HEAD + Hkv]
+            .add(items)
+        )
+        rows += evaluated([compare("persistent/sync buffer", "after 4 steps" + folded, sync.astype(mx.float32), want)])
         rows += _persistent_case(seed * 100 + 60, L=2, pos=639, cap=640, sync=P.new_sync(), blocks=6, fold=fold)
         sync = P.new_sync()
         first = tiny_step(sync, too_many, fold)
         again = tiny_step(sync, 2, fold)  # a grid that fits, on the flagged buffer
-        rows += evaluated([compare("persistent/barrier timeout", f"{too_many} blocks, then 2" + folded,
-                                     mx.stack([first, sync[P.SY_ERR], again]).astype(mx.float32),
-                                     mx.array([P.ERROR_TOKEN, 1, P.ERROR_TOKEN]).astype(mx.float32))])
+        rows += evaluated(
+            [
+                compare(
+                    "persistent/barrier timeout",
+                    f"{too_many} blocks, then 2" + folded,
+                    mx.stack([first, sync[P.SY_ERR], again]).astype(mx.float32),
+                    mx.array([P.ERROR_TOKEN, 1, P.ERROR_TOKEN]).astype(mx.float32),
+                )
+            ]
+        )
 
     def tiny_pair(sync, blocks, positions):
         dw = _random_decode_weights(1, 256, 2, 1, 128, 512, 1024)
         caches = [mx.zeros((1, 1, 32, 128)) for _ in positions]
-        reqs = [(mx.array(5 + q, mx.uint32), mx.array([pos], mx.int32), c, c + 0.0, K.new_fence())
-                for q, (pos, c) in enumerate(zip(positions, caches))]
+        reqs = [
+            (mx.array(5 + q, mx.uint32), mx.array([pos], mx.int32), c, c + 0.0, K.new_fence())
+            for q, (pos, c) in enumerate(zip(positions, caches))
+        ]
         out = K.decode_persistent_pair(*reqs, dw, sync, heads=2, kv_heads=1, eps=1e-6, blocks=blocks)
         toks = [o[1] for o in out]
         mx.eval(toks)  # the sync buffer is written in place: read it only after the kernel ran
@@ -221,7 +289,7 @@ def check_persistent_mailbox(tiny_step, too_many: int) -> list[dict]:
     region = M.region()
     box, other = region.take(), region.take()
     sync, got, want = K.persistent_decode.new_sync(box.address), [], []
-    before = region.words.copy()   # earlier users' areas keep their last words: only changes count
+    before = region.words.copy()  # earlier users' areas keep their last words: only changes count
     for pos in (0, 1, 17):
         box.clear(pos)
         tok = tiny_step(sync, 2, False, pos=pos)
@@ -236,5 +304,13 @@ def check_persistent_mailbox(tiny_step, too_many: int) -> list[dict]:
     want += [0, -1]
     region.give_back(box)
     region.give_back(other)
-    return evaluated([compare("persistent/mailbox", "3 steps, then a failed one", mx.array(got, mx.float32),
-                                mx.array(want, mx.float32))])
+    return evaluated(
+        [
+            compare(
+                "persistent/mailbox",
+                "3 steps, then a failed one",
+                mx.array(got, mx.float32),
+                mx.array(want, mx.float32),
+            )
+        ]
+    )

@@ -14,7 +14,7 @@ import math
 from pdlib.report.schema import REQUESTS, SCHEMA
 
 MS = 1_000_000
-DEFAULT_A = (2500, 2520, 2540, 2560)        # ms: one 2.5 s resumption gap, then 20 ms gaps
+DEFAULT_A = (2500, 2520, 2540, 2560)  # ms: one 2.5 s resumption gap, then 20 ms gaps
 DEFAULT_B = (2400, 2510, 2530, 2550, 2570)  # ms: B's TTFT 2.4 s
 
 
@@ -41,18 +41,35 @@ def _events(a, b, *, prompt_tokens, chunk_size):
     span = max(b[0] - 1_000, n_chunks)
     for k in range(n_chunks):
         t0, t1 = 1_000 + k * span // n_chunks, 1_000 + (k + 1) * span // n_chunks
-        events.append(dict(kind="prefill", req="B", start=k * chunk_size,
-                           stop=min((k + 1) * chunk_size, prompt_tokens), t_start_ns=t0, t_end_ns=t1))
+        events.append(
+            dict(
+                kind="prefill",
+                req="B",
+                start=k * chunk_size,
+                stop=min((k + 1) * chunk_size, prompt_tokens),
+                t_start_ns=t0,
+                t_end_ns=t1,
+            )
+        )
     # A's timed token i writes the cache at prompt + i; B's token i >= 1 at prompt + i - 1.
     for name, emits in (("A", a), ("B", b[1:])):
         for i, e in enumerate(emits):
-            events.append(dict(kind="decode", req=name, start=prompt_tokens + i,
-                               stop=prompt_tokens + i + 1, t_start_ns=max(e - 500_000, 0), t_end_ns=e))
+            events.append(
+                dict(
+                    kind="decode",
+                    req=name,
+                    start=prompt_tokens + i,
+                    stop=prompt_tokens + i + 1,
+                    t_start_ns=max(e - 500_000, 0),
+                    t_end_ns=e,
+                )
+            )
     return sorted(events, key=lambda ev: ev["t_start_ns"])
 
 
-def make_report(*, policies=("eager", "chunked"), trials=1, a_emits=None, b_emits=None,
-                prompt_tokens=256, chunk_size=64) -> dict:
+def make_report(
+    *, policies=("eager", "chunked"), trials=1, a_emits=None, b_emits=None, prompt_tokens=256, chunk_size=64
+) -> dict:
     """A valid report; trial t runs the policies in order, reversed on even trials (as the runner
     alternates them), and trials are listed in run order."""
     a_emits = ms(*DEFAULT_A) if a_emits is None else a_emits
@@ -62,25 +79,55 @@ def make_report(*, policies=("eager", "chunked"), trials=1, a_emits=None, b_emit
         order = list(policies) if t % 2 else list(reversed(policies))
         for pos, policy in enumerate(order):
             a, b = _pick(a_emits, policy, t), _pick(b_emits, policy, t)
-            runs.append({
-                "policy": policy, "trial": t, "position": pos, "makespan_ns": max(a[-1], b[-1]),
-                "requests": {
-                    "A": {"output_ids": _ids(len(a) + 1, 11), "timed_from": 1, "emit_ns": a},
-                    "B": {"output_ids": _ids(len(b), 500), "timed_from": 0, "emit_ns": b}},
-                "events": _events(a, b, prompt_tokens=prompt_tokens, chunk_size=chunk_size)})
+            runs.append(
+                {
+                    "policy": policy,
+                    "trial": t,
+                    "position": pos,
+                    "makespan_ns": max(a[-1], b[-1]),
+                    "requests": {
+                        "A": {"output_ids": _ids(len(a) + 1, 11), "timed_from": 1, "emit_ns": a},
+                        "B": {"output_ids": _ids(len(b), 500), "timed_from": 0, "emit_ns": b},
+                    },
+                    "events": _events(a, b, prompt_tokens=prompt_tokens, chunk_size=chunk_size),
+                }
+            )
     first = runs[0]["requests"]
     return {
-        "schema": SCHEMA, "created_utc": "2026-01-01T00:00:00Z",
-        "params": {"prompt_tokens": prompt_tokens, "output_tokens": len(first["B"]["output_ids"]),
-                   "chunk_size": chunk_size, "policies": list(policies), "trials": trials,
-                   "warmups": 0, "stall_threshold_ms": 100.0, "seed": 0},
-        "model": {"spec": "synthetic:tiny@0", "source": "synthetic", "preset": "tiny", "seed": 0,
-                  "path": None, "revision": None, "config": {}},
-        "prompts": {r: {"tokens": prompt_tokens, "sha256": "0" * 64, "tokenizer": "bytes"}
-                    for r in REQUESTS},
-        "environment": {"device": "cpu", "device_name": "test", "backend": "cpu", "mlx": "0",
-                        "mlx_lm": "0", "python": "3", "platform": "test", "git_commit": None},
-        "sources": {}, "validation": {p: {"passed": True} for p in policies},
+        "schema": SCHEMA,
+        "created_utc": "2026-01-01T00:00:00Z",
+        "params": {
+            "prompt_tokens": prompt_tokens,
+            "output_tokens": len(first["B"]["output_ids"]),
+            "chunk_size": chunk_size,
+            "policies": list(policies),
+            "trials": trials,
+            "warmups": 0,
+            "stall_threshold_ms": 100.0,
+            "seed": 0,
+        },
+        "model": {
+            "spec": "synthetic:tiny@0",
+            "source": "synthetic",
+            "preset": "tiny",
+            "seed": 0,
+            "path": None,
+            "revision": None,
+            "config": {},
+        },
+        "prompts": {r: {"tokens": prompt_tokens, "sha256": "0" * 64, "tokenizer": "bytes"} for r in REQUESTS},
+        "environment": {
+            "device": "cpu",
+            "device_name": "test",
+            "backend": "cpu",
+            "mlx": "0",
+            "mlx_lm": "0",
+            "python": "3",
+            "platform": "test",
+            "git_commit": None,
+        },
+        "sources": {},
+        "validation": {p: {"passed": True} for p in policies},
         "reference_tokens": {r: first[r]["output_ids"] for r in REQUESTS},
         "trials": runs,
     }

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 from reports import make_report, ms
 
+from pdlib.analysis import findings
 from pdlib.analysis import frames as an
 from pdlib.errors import InputError
 
@@ -88,15 +89,18 @@ def test_duplicate_trial():
         an.check_report(report)
 
 
-@pytest.mark.parametrize("issued, wait", [(-1, 0), ("late", 0), (10 ** 15, 10 ** 15), (1.5, 2), (2, 1)])
+@pytest.mark.parametrize("issued, wait", [(-1, 0), ("late", 0), (10**15, 10**15), (1.5, 2), (2, 1)])
 def test_a_steps_clock_readings_out_of_order_are_refused(issued, wait):
     """t_start <= t_issued <= t_wait <= t_end, all integers (offsets from t_start here)."""
     report = make_report()
     step = next(e for e in report["trials"][0]["events"] if e["kind"] == "prefill")
     step["t_issued_ns"] = step["t_start_ns"] + issued if not isinstance(issued, str) else issued
     step["t_wait_ns"] = step["t_start_ns"] + wait
-    with pytest.raises(InputError, match=r"events\[\d+\]: t_start_ns, t_issued_ns, t_wait_ns, t_end_ns must be "
-                                         r"integers in that order, got"):
+    with pytest.raises(
+        InputError,
+        match=r"events\[\d+\]: t_start_ns, t_issued_ns, t_wait_ns, t_end_ns must be "
+        r"integers in that order, got",
+    ):
         an.check_report(report)
     step["t_issued_ns"], step["t_wait_ns"] = step["t_start_ns"], step["t_end_ns"]
     an.check_report(report)  # at the ends is in order
@@ -111,8 +115,11 @@ def test_a_steps_cpu_time_beyond_its_issue_span_is_refused(cpu):
     step["cpu_issue_ns"] = 1000
     an.check_report(report)  # all of the span on the CPU is possible
     step["cpu_issue_ns"] = cpu
-    with pytest.raises(InputError, match=r"events\[\d+\]: cpu_issue_ns .* must be an integer from 0 to "
-                                         r"t_issued_ns - t_start_ns \(1000\)"):
+    with pytest.raises(
+        InputError,
+        match=r"events\[\d+\]: cpu_issue_ns .* must be an integer from 0 to "
+        r"t_issued_ns - t_start_ns \(1000\)",
+    ):
         an.check_report(report)
 
 
@@ -137,8 +144,7 @@ def test_tokens_frame_indexes_and_gaps():
 
 def test_events_frame():
     ev = an.events_frame(make_report(policies=("eager",), prompt_tokens=256, chunk_size=64))
-    assert list(ev.columns) == ["policy", "trial", "kind", "req", "start", "stop", "t_start_ms",
-                                "t_end_ms", "dur_ms"]
+    assert list(ev.columns) == ["policy", "trial", "kind", "req", "start", "stop", "t_start_ms", "t_end_ms", "dur_ms"]
     assert ev.iloc[0][["kind", "req", "t_start_ms"]].tolist() == ["reset", "B", 0.0]
     assert (ev.kind == "prefill").sum() == 4 and (ev.kind == "decode").sum() == 4 + 4
     assert np.allclose(ev.dur_ms, ev.t_end_ms - ev.t_start_ms)
@@ -162,8 +168,10 @@ def test_steps_split_into_the_host_the_steps_between_and_the_wait():
     wait_ms; a step's parts (A's decode beside B's chunk, listed first as a mixed step lists them) count once,
     as a prompt step."""
     report = make_report(policies=("chunked",), trials=2, prompt_tokens=256, chunk_size=64)
-    report = _with_readings(report, lambda p, trial, e: ((0.8, 0.9) if trial == 1 else (0.1, 0.2))
-                            if e["kind"] == "prefill" else (0.5, 0.75))
+    report = _with_readings(
+        report,
+        lambda p, trial, e: ((0.8, 0.9) if trial == 1 else (0.1, 0.2)) if e["kind"] == "prefill" else (0.5, 0.75),
+    )
     events = report["trials"][0]["events"]
     chunk = next(e for e in events if e["kind"] == "prefill")
     events.insert(events.index(chunk), {**chunk, "kind": "decode", "req": "A", "start": 999, "stop": 1000})
@@ -174,7 +182,11 @@ def test_steps_split_into_the_host_the_steps_between_and_the_wait():
     assert np.allclose(steps.issue_ms + steps.between_ms + steps.wait_ms, steps.dur_ms)
     times = an.step_times(steps).set_index(["trial", "kind"])
     assert times["steps"].tolist() == [4, 8, 4, 8] and times.index.tolist() == [
-        (1, "prompt"), (1, "decode"), (2, "prompt"), (2, "decode")]
+        (1, "prompt"),
+        (1, "decode"),
+        (2, "prompt"),
+        (2, "decode"),
+    ]
     slow_host, slow_device = times.loc[(1, "prompt")], times.loc[(2, "prompt")]
     assert slow_host.issue_ms == pytest.approx(0.8 * slow_host.dur_ms, rel=1e-3)
     assert slow_device.wait_ms == pytest.approx(0.8 * slow_device.dur_ms, rel=1e-3)
@@ -188,15 +200,27 @@ def test_step_table_reads_whole_counts_in_a_fixed_order_and_dashes_without_readi
     """overlap runs B's prompt elsewhere, so its trials have decode steps only: the counts stay integers and
     the columns stay put."""
     from pdlib.analysis import present
+
     report = make_report(policies=("overlap", "eager"))
     for t in report["trials"]:
         if t["policy"] == "overlap":
             t["events"] = [e for e in t["events"] if e["kind"] != "prefill"]
     plain = present.step_table(an.step_times(an.steps_frame(report)))
-    assert list(plain.columns) == ["policy", "trial", "steps", "n", "ms", "host issuing", "of it on the CPU",
-                                   "between", "waiting"]
-    assert plain.values.tolist()[:2] == [["overlap", "1", "decode", "8", "0.5", "-", "-", "-", "-"],
-                                         ["eager", "1", "prompt", "4", "600", "-", "-", "-", "-"]]
+    assert list(plain.columns) == [
+        "policy",
+        "trial",
+        "steps",
+        "n",
+        "ms",
+        "host issuing",
+        "of it on the CPU",
+        "between",
+        "waiting",
+    ]
+    assert plain.values.tolist()[:2] == [
+        ["overlap", "1", "decode", "8", "0.5", "-", "-", "-", "-"],
+        ["eager", "1", "prompt", "4", "600", "-", "-", "-", "-"],
+    ]
     timed = present.step_table(an.step_times(an.steps_frame(_with_readings(report, lambda *_: (0.5, 0.75), 0.4))))
     assert timed.values.tolist()[0][5:] == ["0.25", "0.1", "0.125", "0.125"]
 
@@ -204,8 +228,7 @@ def test_step_table_reads_whole_counts_in_a_fixed_order_and_dashes_without_readi
 def test_rows_follow_declared_policy_order():
     # Trial 2 runs chunked first; rows and charts should still list eager first.
     m = an.metrics_frame(make_report(policies=("eager", "chunked"), trials=2))
-    assert m[["policy", "trial"]].values.tolist() == [["eager", 1], ["eager", 2], ["chunked", 1],
-                                                      ["chunked", 2]]
+    assert m[["policy", "trial"]].values.tolist() == [["eager", 1], ["eager", 2], ["chunked", 1], ["chunked", 2]]
 
 
 # ---- metrics ----------------------------------------------------------------------------------------
@@ -245,8 +268,10 @@ def test_gaps_exactly_at_threshold_are_not_stalls():
     assert r.stalls == 1  # only the 51.65 s resumption gap
     flat = one(make_report(policies=("x",), a_emits=ms(100, 200, 300), b_emits=ms(50)))
     assert flat.stalls == 0 and flat.stall_excess_ms == 0
-    assert one(make_report(policies=("x",), a_emits=ms(100, 200, 300), b_emits=ms(50)),
-               stall_threshold_ms=99.999).stalls == 3
+    assert (
+        one(make_report(policies=("x",), a_emits=ms(100, 200, 300), b_emits=ms(50)), stall_threshold_ms=99.999).stalls
+        == 3
+    )
 
 
 def test_percentiles_with_ties_interpolate_linearly():
@@ -285,8 +310,7 @@ def test_summary_frame():
 
 def test_paired_ratio_exact_and_one_trial_has_no_ci():
     a = {"eager": ms(2500, 2520), "chunked": ms(125, 250)}
-    per, summ = an.paired_ratios(an.metrics_frame(make_report(a_emits=a)),
-                                 numerator="eager", denominator="chunked")
+    per, summ = an.paired_ratios(an.metrics_frame(make_report(a_emits=a)), numerator="eager", denominator="chunked")
     row = per[per.metric == "a_gap_max_ms"].iloc[0]
     assert (row.numerator_value, row.denominator_value, row.ratio) == (2500, 125, 20)
     s = summ.set_index("metric").loc["a_gap_max_ms"]
@@ -320,7 +344,7 @@ def test_unknown_policy_or_metric():
 def test_markdown():
     m = an.metrics_frame(make_report())
     _, ratios = an.paired_ratios(m, numerator="eager", denominator="chunked")
-    md = an.metrics_markdown(an.summary_frame(m), ratios=ratios)
+    md = findings.metrics_markdown(an.summary_frame(m), ratios=ratios)
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in md.splitlines() if line.startswith("|")]
     assert rows[0] == ["metric", "eager", "chunked"] and set(rows[1][0]) <= set(":-")
     assert ["a_gap_max_ms", "2500 [2500, 2500] n=1", "2500 [2500, 2500] n=1"] in rows
@@ -332,13 +356,21 @@ def test_markdown():
 def test_fifo_gaps_before_b_starts_prefilling_are_not_prefill_gaps():
     """Under fifo B waits for A: A's gaps before B's first prefill chunk must not count as during B's prefill."""
     from pdlib.report.metrics import trial_metrics
+
     ms_ = 1_000_000
-    trial = {"policy": "fifo", "trial": 1, "makespan_ns": 60 * ms_,
-             "requests": {"A": {"output_ids": [1, 2, 3, 4], "timed_from": 1, "emit_ns": [5 * ms_, 10 * ms_, 15 * ms_]},
-                          "B": {"output_ids": [7, 8], "timed_from": 0, "emit_ns": [50 * ms_, 60 * ms_]}},
-             "events": [{"kind": "reset", "req": "B", "start": 0, "stop": 0, "t_start_ns": 0, "t_end_ns": 1000},
-                        {"kind": "prefill", "req": "B", "start": 0, "stop": 64, "t_start_ns": 16 * ms_,
-                         "t_end_ns": 50 * ms_}]}
+    trial = {
+        "policy": "fifo",
+        "trial": 1,
+        "makespan_ns": 60 * ms_,
+        "requests": {
+            "A": {"output_ids": [1, 2, 3, 4], "timed_from": 1, "emit_ns": [5 * ms_, 10 * ms_, 15 * ms_]},
+            "B": {"output_ids": [7, 8], "timed_from": 0, "emit_ns": [50 * ms_, 60 * ms_]},
+        },
+        "events": [
+            {"kind": "reset", "req": "B", "start": 0, "stop": 0, "t_start_ns": 0, "t_end_ns": 1000},
+            {"kind": "prefill", "req": "B", "start": 0, "stop": 64, "t_start_ns": 16 * ms_, "t_end_ns": 50 * ms_},
+        ],
+    }
     m = trial_metrics(trial)
     assert m["b_prefill_start_ms"] == 16.0 and m["b_prefill_gaps"] == 0 and np.isnan(m["b_prefill_gap_max_ms"])
     assert m["a_max_gap_phase"] == "decode" and m["b_service_gaps"] == 3
@@ -352,12 +384,32 @@ def _remote(report, policy, *, site, t_end_ms, transfer=None):
         if t["policy"] != policy:
             continue
         ev = [e for e in t["events"] if not (e["req"] == "B" and e["kind"] == "prefill")]
-        ev.append(dict(kind="prefill", req="B", start=0, stop=256, remote=True, site=site, t_start_ns=1_000,
-                       t_end_ns=ms(t_end_ms)[0]))
+        ev.append(
+            dict(
+                kind="prefill",
+                req="B",
+                start=0,
+                stop=256,
+                remote=True,
+                site=site,
+                t_start_ns=1_000,
+                t_end_ns=ms(t_end_ms)[0],
+            )
+        )
         if transfer:
             start, end, nbytes = transfer
-            ev.append(dict(kind="transfer", req="B", start=0, stop=256, bytes=nbytes, mode="whole",
-                           t_start_ns=ms(start)[0], t_end_ns=ms(end)[0]))
+            ev.append(
+                dict(
+                    kind="transfer",
+                    req="B",
+                    start=0,
+                    stop=256,
+                    bytes=nbytes,
+                    mode="whole",
+                    t_start_ns=ms(start)[0],
+                    t_end_ns=ms(end)[0],
+                )
+            )
         t["events"] = sorted(ev, key=lambda e: e["t_start_ns"])
 
 
@@ -376,6 +428,7 @@ def test_remote_frame_reads_overlap_and_disagg_trials_and_nothing_else():
     assert an.remote_frame(make_report(policies=("eager", "chunked"))).empty
 
     from pdlib.analysis import present
+
     table = present.remote_table(f)
     assert list(table.index) == ["overlap", "disagg"] and list(table["trials"]) == [2, 2]
     assert table.loc["disagg", "transfer (GB/s)"] == "188 [188, 188]" and table.loc["overlap", "transfer (ms)"] == "-"

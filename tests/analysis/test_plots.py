@@ -43,10 +43,8 @@ def test_headline_chart(frames):
     assert d["resolve"]["scale"]["y"] == "independent"
     dots, median = d["spec"]["layer"]
     assert (mark(dots), mark(median)) == ("circle", "tick")
-    assert dots["encoding"]["x"]["field"] == "policy" and dots["encoding"]["x"]["sort"] == ["eager",
-                                                                                           "chunked"]
-    assert median["encoding"]["y"] == {"aggregate": "median", "field": "value", "title": None,
-                                       "type": "quantitative"}
+    assert dots["encoding"]["x"]["field"] == "policy" and dots["encoding"]["x"]["sort"] == ["eager", "chunked"]
+    assert median["encoding"]["y"] == {"aggregate": "median", "field": "value", "title": None, "type": "quantitative"}
     assert dots["encoding"]["y"]["scale"] == {"zero": True}  # makespan/throughput panels start at zero
     assert "one dot per trial" in d["description"]  # alt text for the SVG and the notebook PNG
     data = rows(d)
@@ -111,8 +109,15 @@ def test_render_all(report, tmp_path):
     charts = plots.report_charts(report)
     for fig in ("headline", "gap_timeline", "gap_ecdf"):
         assert (out / f"{fig}.png").read_bytes() == png.render(charts[fig])  # what show_chart embeds
-    assert names == {"headline.png", "gap_timeline.png", "gap_ecdf.png", "metrics.csv", "summary.csv", "summary.md",
-                     "ratios.csv"}
+    assert names == {
+        "headline.png",
+        "gap_timeline.png",
+        "gap_ecdf.png",
+        "metrics.csv",
+        "summary.csv",
+        "summary.md",
+        "ratios.csv",
+    }
     assert sorted(p.name for p in out.iterdir()) == sorted(names)  # no temp files left behind
     ratios = pd.read_csv(out / "ratios.csv").set_index("metric")
     assert ratios.loc["b_ttft_ms", "median_ratio"] == pytest.approx(2400 / 320)
@@ -156,13 +161,18 @@ def _png(rgba, color=6):
     """An RGBA array as a plain PNG of colour type 6 (RGBA) with the Sub filter, as vl-convert writes."""
     import struct
     import zlib
+
     h, w, _ = rgba.shape
     x = rgba.astype(np.int16).reshape(h, w * 4)
     x = np.concatenate([x[:, :4], x[:, 4:] - x[:, :-4]], axis=1) % 256
     rows = np.concatenate([np.ones((h, 1), np.int16), x], axis=1).astype(np.uint8)
     chunk = lambda k, b: struct.pack(">I", len(b)) + k + b + struct.pack(">I", zlib.crc32(k + b))  # noqa: E731
-    return (png.SIGNATURE + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, color, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(rows.tobytes(), 1)) + chunk(b"IEND", b""))
+    return (
+        png.SIGNATURE
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, color, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(rows.tobytes(), 1))
+        + chunk(b"IEND", b"")
+    )
 
 
 @pytest.mark.parametrize("colours", [5, 300])  # a palette, and RGB
@@ -183,6 +193,7 @@ def test_compact_png_keeps_every_pixel(colours):
 
 def test_a_chart_png_is_small_and_the_same_pixels(report, frames):
     import vl_convert as vlc
+
     spec = plots.gap_ecdf_chart(frames[0]).to_dict()
     raw = vlc.vegalite_to_png(spec, scale=png.SCALE)
     data = png.render(spec)

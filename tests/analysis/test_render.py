@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from pdlib.__main__ import main
+from pdlib.analysis import bench_chart, findings, png, present
 from pdlib.analysis import frames as an
-from pdlib.analysis import plots, png, present
 from pdlib.analysis.plots import FORMATS
 from pdlib.errors import InputError
 from pdlib.publish.notebooks import FIGURES, TABLES
@@ -53,6 +53,7 @@ def test_render_writes_every_table_and_figure(rendered):
 
 def test_a_compressed_report_renders_exactly_like_its_json_twin(rendered, tmp_path, capsys):
     from pdlib.report.io import copy_report, write_report
+
     gz = copy_report(REPORT, tmp_path / "report.json.gz")
     assert gz.read_bytes()[:2] == b"\x1f\x8b" and gzip.decompress(gz.read_bytes()) == REPORT.read_bytes()
     assert copy_report(REPORT, tmp_path / "again.json.gz").read_bytes() == gz.read_bytes()  # deterministic
@@ -60,8 +61,9 @@ def test_a_compressed_report_renders_exactly_like_its_json_twin(rendered, tmp_pa
     assert an.load_report(written) == an.load_report(gz) == an.load_report(REPORT)
     code, out, err = render(capsys, gz, "--out", tmp_path / "figs")
     assert code == 0 and err == ""
-    assert {p.name: p.read_bytes() for p in (tmp_path / "figs").iterdir()} == \
-        {p.name: p.read_bytes() for p in rendered.iterdir()}
+    assert {p.name: p.read_bytes() for p in (tmp_path / "figs").iterdir()} == {
+        p.name: p.read_bytes() for p in rendered.iterdir()
+    }
     named_json = tmp_path / "gzip-named.json"  # the magic bytes decide, not the name
     named_json.write_bytes(gz.read_bytes())
     assert an.load_report(named_json) == an.load_report(REPORT)
@@ -87,7 +89,7 @@ def test_render_tables_match_the_analysis(rendered):
     summary = an.summary_frame(metrics)
     pd.testing.assert_frame_equal(read("summary.csv"), summary, rtol=0, atol=1e-9)
     _, ratios = an.paired_ratios(metrics, numerator="eager", denominator="chunked")
-    assert (rendered / "summary.md").read_text() == an.metrics_markdown(summary, ratios=ratios)
+    assert (rendered / "summary.md").read_text() == findings.metrics_markdown(summary, ratios=ratios)
     got = read("ratios.csv")
     assert list(got["metric"]) == list(an.RATIO_METRICS)
     assert got["median_ratio"].tolist() == ratios["median_ratio"].tolist()
@@ -108,11 +110,14 @@ def test_render_beside_the_report_is_fine(tmp_path, capsys):
     assert {p.name for p in tmp_path.iterdir()} == EXPECTED | {"report.json"}
 
 
-@pytest.mark.parametrize("damage, message", [
-    (lambda text: text[: len(text) // 2], "not valid JSON (truncated?)"),
-    (lambda text: json.dumps({**json.loads(text), "schema": "pdlib.report/0"}), "schema is 'pdlib.report/0'"),
-    (lambda text: json.dumps({k: v for k, v in json.loads(text).items() if k != "trials"}), "missing top-level"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda text: text[: len(text) // 2], "not valid JSON (truncated?)"),
+        (lambda text: json.dumps({**json.loads(text), "schema": "pdlib.report/0"}), "schema is 'pdlib.report/0'"),
+        (lambda text: json.dumps({k: v for k, v in json.loads(text).items() if k != "trials"}), "missing top-level"),
+    ],
+)
 def test_bad_reports_are_one_line_errors(tmp_path, capsys, damage, message):
     bad = tmp_path / "bad.json"
     bad.write_text(damage(REPORT.read_text()))
@@ -141,20 +146,34 @@ def bench_json(tmp_path_factory, tiny):
     """bench-step's JSON as the command writes it, from the tiny model on the CPU (the command itself refuses
     the CPU; its pieces do not)."""
     from pdlib.tools.bench import bench_step, write_json
+
     path = tmp_path_factory.mktemp("bench") / "bench-step.json"
-    write_json(path, bench_step(tiny, contexts=(32, 48), tokens=3, warmup=1, prefill_tokens=40, chunk=16,
-                                repeats=1, peers=False, log=lambda *a: None))
+    write_json(
+        path,
+        bench_step(
+            tiny,
+            contexts=(32, 48),
+            tokens=3,
+            warmup=1,
+            prefill_tokens=40,
+            chunk=16,
+            repeats=1,
+            peers=False,
+            log=lambda *a: None,
+        ),
+    )
     return path
 
 
 def test_render_draws_bench_steps_json_and_its_table(bench_json, tmp_path, capsys):
     from pdlib.report.bench import format_table
+
     code, out, err = render(capsys, bench_json, "--out", tmp_path / "b")
     names = {"bench_step.md", *(f"bench_step.{fmt}" for fmt in FORMATS)}
     assert code == 0 and err == "" and {p.name for p in (tmp_path / "b").iterdir()} == names
     assert (tmp_path / "b" / "bench_step.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert format_table(json.loads(bench_json.read_text())) in (tmp_path / "b" / "bench_step.md").read_text()
-    chart = plots.bench_chart(json.loads(bench_json.read_text()))
+    chart = bench_chart.bench_chart(json.loads(bench_json.read_text()))
     assert "pipelined" in json.dumps(chart.to_dict()) and "mlx-lm" in json.dumps(chart.to_dict())
     assert (tmp_path / "b" / "bench_step.png").read_bytes() == png.render(chart)
     gz = tmp_path / "bench-step.json.gz"  # compressed, read alike

@@ -33,12 +33,20 @@ def _hf_model():
     """A seeded, random transformers Qwen3 with the `tiny` preset's shapes; every parameter bf16-exact."""
     tiny = PRESETS["tiny"]
     hf_cfg = transformers.Qwen3Config(
-        hidden_size=tiny.hidden_size, num_hidden_layers=tiny.num_hidden_layers,
-        num_attention_heads=tiny.num_attention_heads, num_key_value_heads=tiny.num_key_value_heads,
-        head_dim=tiny.head_dim, intermediate_size=tiny.intermediate_size, vocab_size=tiny.vocab_size,
-        max_position_embeddings=tiny.max_position_embeddings, rope_theta=tiny.rope_theta,
-        rms_norm_eps=tiny.rms_norm_eps, tie_word_embeddings=True, torch_dtype="float32",
-        attn_implementation="eager")
+        hidden_size=tiny.hidden_size,
+        num_hidden_layers=tiny.num_hidden_layers,
+        num_attention_heads=tiny.num_attention_heads,
+        num_key_value_heads=tiny.num_key_value_heads,
+        head_dim=tiny.head_dim,
+        intermediate_size=tiny.intermediate_size,
+        vocab_size=tiny.vocab_size,
+        max_position_embeddings=tiny.max_position_embeddings,
+        rope_theta=tiny.rope_theta,
+        rms_norm_eps=tiny.rms_norm_eps,
+        tie_word_embeddings=True,
+        torch_dtype="float32",
+        attn_implementation="eager",
+    )
     torch.manual_seed(SEED)
     model = transformers.Qwen3ForCausalLM(hf_cfg).eval()
     # HF's default init (std 0.02 everywhere, norms exactly 1) leaves the residual stream dominated by the
@@ -51,7 +59,7 @@ def _hf_model():
             if name == "model.embed_tokens.weight":
                 p.copy_(torch.randn(p.shape, generator=g) * emb_std)
             elif name == "model.norm.weight":
-                p.copy_(4.0 / (D ** 0.5 * emb_std) + 0.05 * torch.randn(p.shape, generator=g))
+                p.copy_(4.0 / (D**0.5 * emb_std) + 0.05 * torch.randn(p.shape, generator=g))
             elif p.ndim == 1:
                 p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
             else:
@@ -151,5 +159,6 @@ def test_engine_matches_transformers(loaded, prompt_ids, hf_greedy, lossless):
     assert tokens == ref_tokens
     for i, (row, ref) in enumerate(zip(logits, ref_logits)):
         err = np.abs(row - ref)
-        assert np.allclose(row, ref, rtol=RTOL, atol=ATOL), \
+        assert np.allclose(row, ref, rtol=RTOL, atol=ATOL), (
             f"output {i}: worst |x-ref| {err.max():.3g} at vocab id {int(err.argmax())}"
+        )

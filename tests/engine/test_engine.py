@@ -16,9 +16,15 @@ PROMPT, OUTPUTS = 40, 8
 
 
 def experiment(tiny, *, chunk_size=16, logical=True, **kw):
-    params = RunParams(model="synthetic:tiny", prompt_tokens=PROMPT, output_tokens=OUTPUTS, chunk_size=chunk_size,
-                       policies=("eager", "chunked", "fifo"), logical_cache_reset=logical,
-                       validation_checkpoint_every=3)
+    params = RunParams(
+        model="synthetic:tiny",
+        prompt_tokens=PROMPT,
+        output_tokens=OUTPUTS,
+        chunk_size=chunk_size,
+        policies=("eager", "chunked", "fifo"),
+        logical_cache_reset=logical,
+        validation_checkpoint_every=3,
+    )
     return Experiment(params, model=tiny, **kw)
 
 
@@ -29,7 +35,7 @@ def test_every_policy_matches_the_reference(tiny, chunk_size):
     chunks = -(-PROMPT // chunk_size)
     for policy, r in results.items():
         assert r.passed and r.failure is None
-        assert r.checks["prefix_kv"].count == 2 * chunks       # every chunk of both prompts
+        assert r.checks["prefix_kv"].count == 2 * chunks  # every chunk of both prompts
         assert r.checks["logits"].count == r.checks["token"].count == 2 * OUTPUTS
         assert r.checks["decode_kv"].count == 2 * (OUTPUTS - 1)
         assert r.checks["checkpoint_kv"].count == 2 * (OUTPUTS // 3)
@@ -79,8 +85,8 @@ def test_final_layer_pruning_changes_no_result_and_does_prune(tiny, monkeypatch)
     prompt = experiment(tiny).prompts["A"].token_ids
     layers = tiny.config.num_hidden_layers
     pruned = Engine(tiny, capacity=80, prune_final_layer=True, compile_steps=False)  # the spy sees every call
-    t1, l1 = run_tokens(pruned, prompt, 6, 16)          # chunks of 16, 16, 8
-    prefill_calls = calls[: 3 * layers - 2]              # the final layer skips attention in two chunks
+    t1, l1 = run_tokens(pruned, prompt, 6, 16)  # chunks of 16, 16, 8
+    prefill_calls = calls[: 3 * layers - 2]  # the final layer skips attention in two chunks
     assert prefill_calls == [16] * (layers - 1) + [16] * (layers - 1) + [8] * (layers - 1) + [1]
     calls.clear()
     full = Engine(tiny, capacity=80, prune_final_layer=False, compile_steps=False)
@@ -115,6 +121,7 @@ def test_the_cache_layout(monkeypatch, in_place):
     persistent decode takes that array, two buffers instead of 2 L), also after a full reset; elsewhere each
     layer has its own array and `k_all` is a stacked copy. One fence per cache either way."""
     from pdlib.engine import cache as cache_module
+
     monkeypatch.setattr(cache_module, "stores_kv_in_place", lambda head_dim: in_place)
     cache = cache_module.KVCache(layers=3, kv_heads=2, head_dim=8, capacity=5)
     for _ in range(2):
@@ -131,7 +138,7 @@ def test_full_reset_reallocates(tiny):
     cache = exp.engine.requests["B"].cache
     before = cache.allocations
     exp.validate(["eager"])
-    assert cache.allocations == before + 1         # B's reset at t0
+    assert cache.allocations == before + 1  # B's reset at t0
     exp.engine.reset("B", logical=False)
     assert cache.allocations == before + 2 and not mx.any(cache.k[0] != 0).item()
 
@@ -157,12 +164,13 @@ def test_validation_runs_the_reference_once_within_the_logits_budget(tiny, monke
     policy re-runs the reference, as before."""
     import pdlib.run.experiment as experiment_module
     from pdlib.run.reference import ReferenceStream
+
     steps = []
     real = ReferenceStream.step
     monkeypatch.setattr(ReferenceStream, "step", lambda self: steps.append(1) or real(self))
     exp = experiment(tiny)
     exp.validate(["chunked", "fifo"])
-    assert len(steps) == 2 * (OUTPUTS - 1)   # A and B once each, for both policies
+    assert len(steps) == 2 * (OUTPUTS - 1)  # A and B once each, for both policies
     for trace in exp.traces.values():
         assert len(trace.kept) == OUTPUTS and trace.index == OUTPUTS - 1
     steps.clear()
@@ -187,16 +195,24 @@ def test_engine_rejects_bad_steps(tiny):
     with pytest.raises(ValueError, match="no room"):
         engine.add_request("B", list(range(64)))
     vocab = tiny.config.vocab_size
-    for bad in (vocab, -1):   # one past the embedding table reads past it (a segfault on the CPU, not an error)
-        with pytest.raises(ValueError, match=rf"prompt token id {bad} is outside the model's vocabulary \[0, {vocab}\)"):
+    for bad in (vocab, -1):  # one past the embedding table reads past it (a segfault on the CPU, not an error)
+        with pytest.raises(
+            ValueError, match=rf"prompt token id {bad} is outside the model's vocabulary \[0, {vocab}\)"
+        ):
             engine.add_request("C", [1, bad, 2])
     engine.add_request("C", [0, vocab - 1])
 
 
 def test_validate_policy_runs_the_exact_plan(tiny):
     exp = experiment(tiny, chunk_size=7)
-    r = validate_policy("chunked", engine=exp.engine, traces=exp.traces, steps=exp.plan("chunked"),
-                        output_tokens=OUTPUTS, checkpoint_every=0)
+    r = validate_policy(
+        "chunked",
+        engine=exp.engine,
+        traces=exp.traces,
+        steps=exp.plan("chunked"),
+        output_tokens=OUTPUTS,
+        checkpoint_every=0,
+    )
     assert r.steps == exp.steps_per_run("chunked") and r.checks["checkpoint_kv"].count == 0
 
 
@@ -208,11 +224,13 @@ def test_a_step_norms_and_rotates_with_one_fused_op_each(tiny, monkeypatch):
     CUDA (MLX 0.32.4) an offset of shape (1,) is read once per head, past its end (the gate failed there)."""
     from pdlib.engine import kernels as K
     from pdlib.engine.model import Qwen3, Segment
+
     calls, rotations, tables = [], [], []
     fused, fused_rope, real_tables = mx.fast.rms_norm, mx.fast.rope, K.rope_tables
     monkeypatch.setattr(mx.fast, "rms_norm", lambda x, w, eps: calls.append(x.shape) or fused(x, w, eps))
-    monkeypatch.setattr(mx.fast, "rope", lambda x, **kw: rotations.append((x.shape, kw["offset"].shape))
-                        or fused_rope(x, **kw))
+    monkeypatch.setattr(
+        mx.fast, "rope", lambda x, **kw: rotations.append((x.shape, kw["offset"].shape)) or fused_rope(x, **kw)
+    )
     monkeypatch.setattr(K, "rope_tables", lambda *a: tables.append(1) or real_tables(*a))
     q = Qwen3(tiny, compile_steps=False)
     layers = tiny.config.num_hidden_layers
@@ -223,13 +241,17 @@ def test_a_step_norms_and_rotates_with_one_fused_op_each(tiny, monkeypatch):
     assert {offset for _, offset in rotations} == {()}
     rotations.clear()
     other = q.new_cache(64)
-    q.step([Segment(cache, mx.arange(5, 7, dtype=mx.int32), start=40, emits=True),
-            Segment(other, mx.arange(3, 13, dtype=mx.int32), start=0, emits=True)])
+    q.step(
+        [
+            Segment(cache, mx.arange(5, 7, dtype=mx.int32), start=40, emits=True),
+            Segment(other, mx.arange(3, 13, dtype=mx.int32), start=0, emits=True),
+        ]
+    )
     assert not rotations and len(tables) == 1
 
 
 def test_a_step_builds_the_rope_tables_once_and_transposes_no_weight(tiny, tmp_path):
-    """Host cost on a GPU grows with a step's graph nodes (notes/gpu.md, v8): a ragged step's RoPE angles per
+    """Host cost on a GPU grows with a step's graph nodes : a ragged step's RoPE angles per
     step, not per layer; no weight transposed per matmul (the transposed views are made at load); q|k|v and
     gate|up one matmul each (with o_proj, down and each segment's two of attention: eight per layer for two
     segments, and the LM head)."""
@@ -237,13 +259,16 @@ def test_a_step_builds_the_rope_tables_once_and_transposes_no_weight(tiny, tmp_p
     from collections import Counter
 
     from pdlib.engine.model import Segment
+
     engine = Engine(tiny, capacity=64)
     for name in "AB":
         engine.add_request(name, list(range(40)))
         engine.reset(name, logical=True)
     a, b = engine.requests["A"], engine.requests["B"]
-    logits = engine.model.step([Segment(a.cache, a.prompt[:40], start=0, emits=True),
-                                Segment(b.cache, b.prompt[:24], start=0, emits=False)], prune=False)[0]
+    logits = engine.model.step(
+        [Segment(a.cache, a.prompt[:40], start=0, emits=True), Segment(b.cache, b.prompt[:24], start=0, emits=False)],
+        prune=False,
+    )[0]
     mx.export_to_dot(str(tmp_path / "step.dot"), logits, *a.cache.k, *b.cache.k)
     nodes = Counter(re.findall(r'\[label ="([^"]+)", shape=rectangle\]', (tmp_path / "step.dot").read_text()))
     layers = tiny.config.num_hidden_layers
@@ -256,6 +281,7 @@ def test_a_step_dispatched_a_layer_at_a_time_is_the_same_step(tiny, monkeypatch)
     """PDLIB_STEP_DISPATCH=layers (the default) starts each layer of a step with a prompt chunk as soon as it is
     built (one async_eval per layer, the pruned last one included); the outputs and the caches are `step`'s bit
     for bit, for a chunk alone and a ragged step; the gate passes; a bad value is refused when the engine is made."""
+
     def run():
         engine = Engine(tiny, capacity=96)
         engine.add_request("A", list(range(3, 43)))
@@ -268,7 +294,7 @@ def test_a_step_dispatched_a_layer_at_a_time_is_the_same_step(tiny, monkeypatch)
     calls, real = [], mx.async_eval
     monkeypatch.setattr(mx, "async_eval", lambda *a: calls.append(len(a)) or real(*a))
     monkeypatch.delenv("PDLIB_STEP_DISPATCH", raising=False)
-    assert Engine(tiny, capacity=8).dispatch == "layers"   # the default (v28: a 4K chunk step ~1.5 ms faster)
+    assert Engine(tiny, capacity=8).dispatch == "layers"  # the default (a 4K chunk step ~1.5 ms faster on the H200)
     monkeypatch.setenv("PDLIB_STEP_DISPATCH", "step")
     step, by_step = run(), len(calls)
     monkeypatch.setenv("PDLIB_STEP_DISPATCH", "layers")
@@ -293,11 +319,11 @@ def test_a_silent_steps_last_stage_starts_only_its_cache_writes(tiny, emits):
     starts no work that the executor does not wait on when it observes the chunk (and `step`, which never
     evaluates that output, does the same work). A chunk that emits yields the output too."""
     from pdlib.engine.model import Segment
+
     engine = Engine(tiny, capacity=64)
     engine.add_request("A", list(range(3, 43)))
     cache = engine.requests["A"].cache
-    stages = engine.model.stages([Segment(cache, engine.requests["A"].prompt[:40], start=0, emits=emits)],
-                                 prune=False)
+    stages = engine.model.stages([Segment(cache, engine.requests["A"].prompt[:40], start=0, emits=emits)], prune=False)
     *_, last = stages
     ours = {id(x) for x in (*cache.k, *cache.v, cache.written)}
     assert all(id(x) in ours for x in last) is not emits

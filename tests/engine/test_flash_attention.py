@@ -6,12 +6,11 @@ check-kernels on a GPU; NVRTC compiles it here."""
 
 import re
 
+import mlx.core as mx
 import numpy as np
 import pytest
-
-import mlx.core as mx
-
 from kernel_text import NVRTC, STANDINS, Kernel, compile_sm90, wrapped
+
 from pdlib.engine import kernels as K
 from pdlib.engine.kernels import flash_prefill as F
 from pdlib.engine.kernels.backend import float_bits
@@ -19,8 +18,21 @@ from pdlib.errors import InputError
 from pdlib.tools.kernel_check import check_flash_attention, flash_cases
 
 
-def emulated(q, kc, vc, positions, written, *, scale, length, splits=None, rows_per_thread=None, arithmetic=None,
-             poison=False, fault=None):
+def emulated(
+    q,
+    kc,
+    vc,
+    positions,
+    written,
+    *,
+    scale,
+    length,
+    splits=None,
+    rows_per_thread=None,
+    arithmetic=None,
+    poison=False,
+    fault=None,
+):
     """flash_attention as the kernel computes it: per head and 64-row block, keys [0, max position + 1) in
     64-key tiles, shared out to the splits, an online softmax per split, the splits merged by their maxima (a
     thread's share of the rows, `rows_per_thread`, changes no arithmetic).
@@ -40,7 +52,7 @@ def _emulated(q, kc, vc, positions, written, *, scale, length, splits, fault):
     for h in range(Hq):
         g = h // (Hq // Hkv)
         for r0 in range(0, T, F.BR):
-            qs, p = q[h, r0: r0 + F.BR] * np.float32(scale), pos[r0: r0 + F.BR]
+            qs, p = q[h, r0 : r0 + F.BR] * np.float32(scale), pos[r0 : r0 + F.BR]
             kend = cap if fault == "whole cache" else min(int(p.max()) + 1, cap)
             tiles = -(-kend // F.BC)
             per = -(-tiles // z)
@@ -62,8 +74,10 @@ def _emulated(q, kc, vc, positions, written, *, scale, length, splits, fault):
                 parts.append((m, l, o))
             ms = np.stack([m for m, _, _ in parts])
             w = np.ones_like(ms) if fault == "merge" else np.exp(ms - ms.max(axis=0))
-            out[h, r0: r0 + F.BR] = (sum(wi[:, None] * o for wi, (_, _, o) in zip(w, parts))
-                                     / sum(wi * l for wi, (_, l, _) in zip(w, parts))[:, None])
+            out[h, r0 : r0 + F.BR] = (
+                sum(wi[:, None] * o for wi, (_, _, o) in zip(w, parts))
+                / sum(wi * l for wi, (_, l, _) in zip(w, parts))[:, None]
+            )
     if fault != "fence" and int(np.array(written)[0]) == 0:
         out[:] = np.nan
     return mx.array(out)
@@ -116,10 +130,10 @@ def test_the_check_passes_the_emulation_and_fails_each_planted_fault(monkeypatch
 
 def test_the_split_fills_the_gpu_with_whole_tiles():
     sms = 132
-    assert F.key_splits(128, 16, 4096, sms) == 8      # a chunk at 4K: 2 row blocks x 16 heads -> 256 blocks
-    assert F.key_splits(4096, 16, 4096, sms) == 1     # a whole prompt: 1024 blocks already
-    assert F.key_splits(1, 16, 4096, sms) == 16       # a pruned row
-    assert F.key_splits(128, 16, 128, sms) == 1       # the first chunk: two tiles, one split
+    assert F.key_splits(128, 16, 4096, sms) == 8  # a chunk at 4K: 2 row blocks x 16 heads -> 256 blocks
+    assert F.key_splits(4096, 16, 4096, sms) == 1  # a whole prompt: 1024 blocks already
+    assert F.key_splits(1, 16, 4096, sms) == 16  # a pruned row
+    assert F.key_splits(128, 16, 128, sms) == 1  # the first chunk: two tiles, one split
     for T, n in [(37, 1000), (5, 300), (128, 5120)]:
         z = F.key_splits(T, 16, n, sms)
         assert z > 1 and -(-n // F.BC) >= 2 * z and -(-T // F.BR) * 16 * z <= 2 * sms
@@ -148,19 +162,26 @@ def test_the_engine_attends_through_it_and_writes_only_the_new_rows(monkeypatch,
     the caches' prefixes are never handed out (store is not called); the logits equal the ops path's within
     the gate's tolerance. `qk`: a chunk's q/k norms, RoPE and K/V store by MLX's ops or by qk_rope_store (its
     twin here), one call per chunk segment and layer."""
-    from pdlib.engine.model import Qwen3, Segment
     from pdlib.engine.cache import KVCache
+    from pdlib.engine.model import Qwen3, Segment
+
     q = Qwen3(tiny, compile_steps=False)
     layers = tiny.config.num_hidden_layers
     a_prompt, b_prompt = mx.arange(3, 103, dtype=mx.int32), mx.arange(200, 237, dtype=mx.int32)
 
     def run():
         a, b = q.new_cache(160), q.new_cache(160)
-        out = [q.step([Segment(a, a_prompt[:64], start=0, emits=False)]),
-               q.step([Segment(a, a_prompt[64:], start=64, emits=True)]),
-               q.step([Segment(b, b_prompt[:20], start=0, emits=False)]),
-               q.step([Segment(a, mx.array([7], mx.int32), start=100, emits=True),
-                       Segment(b, b_prompt[20:], start=20, emits=True)])]
+        out = [
+            q.step([Segment(a, a_prompt[:64], start=0, emits=False)]),
+            q.step([Segment(a, a_prompt[64:], start=64, emits=True)]),
+            q.step([Segment(b, b_prompt[:20], start=0, emits=False)]),
+            q.step(
+                [
+                    Segment(a, mx.array([7], mx.int32), start=100, emits=True),
+                    Segment(b, b_prompt[20:], start=20, emits=True),
+                ]
+            ),
+        ]
         return [x for step in out for x in step if x is not None]
 
     monkeypatch.setenv(F.ENV, "ops")
@@ -179,6 +200,7 @@ def test_the_engine_attends_through_it_and_writes_only_the_new_rows(monkeypatch,
     def qk_rope_store(raw, *args, **kw):
         stores.append((raw.shape[0], kw["start"]))
         return K.qk_rope_store_ops(raw, *args, **kw)
+
     monkeypatch.setattr(K, "flash_enabled", lambda head_dim: True)
     monkeypatch.setattr(K, "flash_attention", standin)
     monkeypatch.setattr(K, "decode_attention", decode_attention)
@@ -186,20 +208,21 @@ def test_the_engine_attends_through_it_and_writes_only_the_new_rows(monkeypatch,
     monkeypatch.setattr(K, "qk_rope_store", qk_rope_store)
     monkeypatch.setattr(KVCache, "store", lambda *a, **k: pytest.fail("the prefix was handed out"))
     writes, write = [], KVCache.write
-    monkeypatch.setattr(KVCache, "write", lambda self, i, k, v, **kw: writes.append(k.shape[1]) or write(self, i, k, v,
-                                                                                                           **kw))
+    monkeypatch.setattr(
+        KVCache, "write", lambda self, i, k, v, **kw: writes.append(k.shape[1]) or write(self, i, k, v, **kw)
+    )
     got = run()
     assert len(got) == len(plain) == 3
     for g, p in zip(got, plain):
         assert np.allclose(np.array(g), np.array(p), rtol=1e-3, atol=1e-3)
     # chunk 1 prunes its last layer entirely (it emits nothing); chunk 2 attends with its last row there
     assert calls[: layers - 1] == [(64, 64, list(range(64)))] * (layers - 1)
-    chunk2 = calls[layers - 1: 2 * layers - 1]
+    chunk2 = calls[layers - 1 : 2 * layers - 1]
     assert chunk2[:-1] == [(36, 100, list(range(64, 100)))] * (layers - 1) and chunk2[-1] == (1, 100, [99])
-    assert calls[2 * layers - 1: 3 * layers - 2] == [(20, 20, list(range(20)))] * (layers - 1)  # b's first chunk
-    assert len(calls) == 4 * layers - 2   # the ragged step: b's chunk only
+    assert calls[2 * layers - 1 : 3 * layers - 2] == [(20, 20, list(range(20)))] * (layers - 1)  # b's first chunk
+    assert len(calls) == 4 * layers - 2  # the ragged step: b's chunk only
     assert calls[-layers:] == [(17, 37, list(range(20, 37)))] * (layers - 1) + [(1, 37, [36])]
-    assert decodes == [[100]] * layers   # a's decode row, every layer
+    assert decodes == [[100]] * layers  # a's decode row, every layer
     # every chunk segment stores its rows in every layer, the pruned last one included
     want = [(64, 0)] * layers + [(36, 64)] * layers + [(20, 0)] * layers + [(17, 20)] * layers
     assert stores == (want if qk == "qk_rope_store" else [])
@@ -214,9 +237,13 @@ def test_the_cuda_sources_compile_for_the_h200(rows_per_thread):
     """As MLX wraps them (the inputs' shapes passed), for sm_90: no spills; two blocks fit an SM by registers
     and by shared memory (228 KB, 1 KB of it reserved per block; static as ptxas counts it, plus the dynamic
     SHARED_BYTES)."""
-    flash = Kernel("pdlib_flash_prefill", F.SOURCE, [("q", "f32"), ("kc", "f32"), ("vc", "f32"), ("pos", "i32"),
-                                                      ("after", "u32")], [("part", "f32"), ("stats", "f32")],
-                   [dict(SCALE_BITS=float_bits(128 ** -0.5), RT=rows_per_thread)])
+    flash = Kernel(
+        "pdlib_flash_prefill",
+        F.SOURCE,
+        [("q", "f32"), ("kc", "f32"), ("vc", "f32"), ("pos", "i32"), ("after", "u32")],
+        [("part", "f32"), ("stats", "f32")],
+        [dict(SCALE_BITS=float_bits(128**-0.5), RT=rows_per_thread)],
+    )
     log = compile_sm90(STANDINS + F.header(rows_per_thread) + wrapped(flash, "cuda", F.SOURCE))
     regs = int(re.search(r"Used (\d+) registers", log).group(1))
     assert "0 bytes spill stores, 0 bytes spill loads" in log, log
@@ -230,9 +257,13 @@ def test_the_cuda_sources_compile_for_the_h200(rows_per_thread):
 @pytest.mark.skipif(NVRTC is None, reason="no NVRTC (the nvidia-cuda-nvrtc wheel, Linux only)")
 def test_the_tensor_core_source_compiles_for_the_h200():
     """The 3xTF32 kernel (flash-tf32x3, opt-in): no spills, two blocks of 128 threads an SM by registers."""
-    flash = Kernel("pdlib_flash_prefill", F.SOURCE_TF32X3, [("q", "f32"), ("kc", "f32"), ("vc", "f32"),
-                                                            ("pos", "i32"), ("after", "u32")],
-                   [("part", "f32"), ("stats", "f32")], [dict(SCALE_BITS=float_bits(128 ** -0.5))])
+    flash = Kernel(
+        "pdlib_flash_prefill",
+        F.SOURCE_TF32X3,
+        [("q", "f32"), ("kc", "f32"), ("vc", "f32"), ("pos", "i32"), ("after", "u32")],
+        [("part", "f32"), ("stats", "f32")],
+        [dict(SCALE_BITS=float_bits(128**-0.5))],
+    )
     log = compile_sm90(STANDINS + F.HEADER_TF32X3 + wrapped(flash, "cuda", F.SOURCE_TF32X3))
     regs = int(re.search(r"Used (\d+) registers", log).group(1))
     assert "0 bytes spill stores, 0 bytes spill loads" in log and 2 * regs * F.TF32X3_THREADS <= 65536, log

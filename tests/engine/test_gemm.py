@@ -7,12 +7,11 @@ The kernels themselves run in check-kernels on a GPU."""
 import os
 import re
 
+import mlx.core as mx
 import numpy as np
 import pytest
-
-import mlx.core as mx
-
 from kernel_text import NVRTC, STANDINS, Kernel, compile_sm90, wrapped
+
 from pdlib.engine import kernels as K
 from pdlib.engine.kernels import gemm as G
 from pdlib.engine.kernels.backend import float_bits
@@ -22,7 +21,7 @@ from pdlib.tools.kernel_check import check_gemm, gemm_cases
 
 def tf32(a: np.ndarray) -> np.ndarray:
     """As the kernel rounds (pd_tf32): to the nearest value with 10 mantissa bits."""
-    return ((a.astype(np.float32).view(np.uint32) + np.uint32(0x1000)) & np.uint32(0xffffe000)).view(np.float32)
+    return ((a.astype(np.float32).view(np.uint32) + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
 
 
 def emulated(x, w, *, drop=(), skip_tile=False, **_):
@@ -35,7 +34,7 @@ def emulated(x, w, *, drop=(), skip_tile=False, **_):
     d = lambda a, b: a.astype(np.float64) @ b.astype(np.float64).T  # noqa: E731
     y = d(xh, wh) + (0 if "lo hi" in drop else d(xl, wh)) + (0 if "hi lo" in drop else d(xh, wl))
     if skip_tile:
-        y[:G.CHUNK_TILES.bm, :G.CHUNK_TILES.bn] = np.nan
+        y[: G.CHUNK_TILES.bm, : G.CHUNK_TILES.bn] = np.nan
     return mx.array(y.astype(np.float32))
 
 
@@ -44,7 +43,7 @@ def bf16_parts(a: np.ndarray) -> list[np.ndarray]:
     half: what a bf16 holds), cut off; a = p0 + p1 + p2 when the third remainder fits in 8 bits."""
     parts, rest = [], a.astype(np.float32)
     for _ in range(3):
-        parts.append((rest.view(np.uint32) & np.uint32(0xffff0000)).view(np.float32))
+        parts.append((rest.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32))
         rest = rest - parts[-1]
     return parts
 
@@ -76,12 +75,17 @@ def rows_with(monkeypatch, weight="fp32", shape=G.CHUNK_TILES, kernel=emulated, 
 
 def test_check_kernels_runs_every_case_under_every_candidate_shape(monkeypatch):
     seen = []
-    monkeypatch.setattr(K, "tf32x3_matmul", lambda x, w, *, shape, **k: seen.append((shape, w.dtype)) or
-                        x @ w.astype(mx.float32).T)
+    monkeypatch.setattr(
+        K, "tf32x3_matmul", lambda x, w, *, shape, **k: seen.append((shape, w.dtype)) or x @ w.astype(mx.float32).T
+    )
     cases = [("tiny", 17, 64, 128, None, None)]
     rows = check_gemm(seed=0, cases=cases)
-    assert seen == [(s, dt) for s in G.CANDIDATES for dt in (mx.float32, mx.bfloat16)
-                    if not (s.wgmma and dt == mx.bfloat16) and not (s.bf16x3 and dt == mx.float32)]
+    assert seen == [
+        (s, dt)
+        for s in G.CANDIDATES
+        for dt in (mx.float32, mx.bfloat16)
+        if not (s.wgmma and dt == mx.bfloat16) and not (s.bf16x3 and dt == mx.float32)
+    ]
     assert all(r["passed"] for r in rows) and G.CHUNK_TILES in G.CANDIDATES
 
 
@@ -107,8 +111,10 @@ def test_with_bf16_weights_two_products_pass_and_one_fails(monkeypatch):
 def test_with_x_in_three_bf16_parts_the_check_passes_and_fails_two(monkeypatch):
     """bf16x3: x's three bf16 parts are x exactly, so every row passes; without the third (x's bits 16-23)
     the deep cancelling row fails, and without the second the cancelling one too."""
+
     def run(parts):
         return rows_with(monkeypatch, "bf16", G.BF16X3_TILES, kernel=emulated_bf16x3, parts=parts)
+
     assert all(run(3).values())
     two, one = run(2), run(1)
     assert not two["cancelling deep in x, 200 rows"] and two["cancelling in x, 200 rows"]
@@ -121,12 +127,13 @@ def test_the_deep_cancelling_case_cancels_within_each_mma():
     """Its w's signs balance within every 8 columns (one mma's), so FP32 accumulators never hold the large
     parts; x - 1 lies in [2^-8, 2^-8 + 2^-16]: its varying bits are x's 16-23."""
     from pdlib.tools.kernel_check import _cancelling
+
     mx.random.seed(3)
-    x, w = _cancelling(40, 128, 256, bits=16, scale=64.0, offset=2.0 ** -8, blocked=True)
+    x, w = _cancelling(40, 128, 256, bits=16, scale=64.0, offset=2.0**-8, blocked=True)
     groups = np.array(w).reshape(128, 32, 8)
     assert np.all(groups.sum(-1) == 0) and np.all(np.abs(groups) == 64) and len({tuple(g) for g in groups[:, 0]}) > 8
     d = np.array(x) - 1.0
-    assert d.min() >= 2.0 ** -8 and d.max() <= 2.0 ** -8 + 2.0 ** -16
+    assert d.min() >= 2.0**-8 and d.max() <= 2.0**-8 + 2.0**-16
 
 
 def test_the_check_fails_a_skipped_tile(monkeypatch):
@@ -136,18 +143,22 @@ def test_the_check_fails_a_skipped_tile(monkeypatch):
 
 def test_the_split_fills_the_gpu_and_keeps_whole_steps():
     sms, t64 = 132, G.Tiles(64, 64, 32, 3, 256)
-    assert G.k_split(128, 1024, 4096, sms, t64) == 2        # q|k|v: 128 tiles -> 256
-    assert G.k_split(128, 1024, 6144, sms, t64) == 1        # gate|up: 192 tiles already
-    assert G.k_split(128, 2048, 1024, sms, t64) == 8        # o_proj: 32 tiles -> 256
-    assert G.k_split(128, 3072, 1024, sms, t64) == 8        # down
-    assert G.k_split(4096, 1024, 6144, sms, t64) == 1       # a whole prompt
+    assert G.k_split(128, 1024, 4096, sms, t64) == 2  # q|k|v: 128 tiles -> 256
+    assert G.k_split(128, 1024, 6144, sms, t64) == 1  # gate|up: 192 tiles already
+    assert G.k_split(128, 2048, 1024, sms, t64) == 8  # o_proj: 32 tiles -> 256
+    assert G.k_split(128, 3072, 1024, sms, t64) == 8  # down
+    assert G.k_split(4096, 1024, 6144, sms, t64) == 1  # a whole prompt
     t128 = G.Tiles(128, 128, 64, 3, 128)
-    assert G.k_split(128, 1024, 4096, sms, t128) == 8       # 32 tiles -> 256, slices of 128 columns
-    assert G.k_split(128, 2048, 1024, sms, t128) == 16      # 8 tiles -> 128 (slices of 128 columns at least)
-    wide = G.Tiles(64, 128, 32, 3, 256, wn=64)                # the chunk's tiles (2 x 2 warps of 32 x 64)
+    assert G.k_split(128, 1024, 4096, sms, t128) == 8  # 32 tiles -> 256, slices of 128 columns
+    assert G.k_split(128, 2048, 1024, sms, t128) == 16  # 8 tiles -> 128 (slices of 128 columns at least)
+    wide = G.Tiles(64, 128, 32, 3, 256, wn=64)  # the chunk's tiles (2 x 2 warps of 32 x 64)
     assert wide == G.CHUNK_TILES and wide.threads == 128
-    assert [G.k_split(128, Kd, N, sms, wide) for Kd, N in [(1024, 4096), (2048, 1024), (1024, 6144), (3072, 1024)]] \
-        == [4, 8, 2, 8]                                       # 256, 128, 192 and 128 blocks
+    assert [G.k_split(128, Kd, N, sms, wide) for Kd, N in [(1024, 4096), (2048, 1024), (1024, 6144), (3072, 1024)]] == [
+        4,
+        8,
+        2,
+        8,
+    ]  # 256, 128, 192 and 128 blocks
     for shape in G.CANDIDATES:
         for M, Kd, N in [(17, 1024, 128), (129, 3072, 1024), (64, 96, 128), (4096, 1024, 6144)]:
             s = G.k_split(M, Kd, N, sms, shape)
@@ -172,16 +183,24 @@ def test_linear_t_picks_the_weight_and_the_kernel(monkeypatch, choice, rows):
     seen = []
     monkeypatch.setenv("PDLIB_PREFILL_GEMM", choice)
     monkeypatch.setattr(G, "BACKEND", "cuda")
-    monkeypatch.setattr(G, "tf32x3_matmul", lambda x, w, *, shape, **kw: seen.append((w.dtype, shape))
-                        or G.epilogue_ops(emulated(x, w), **kw))
+    monkeypatch.setattr(
+        G,
+        "tf32x3_matmul",
+        lambda x, w, *, shape, **kw: seen.append((w.dtype, shape)) or G.epilogue_ops(emulated(x, w), **kw),
+    )
     mx.random.seed(0)
     w = (mx.random.normal((128, 64)) * 0.1).astype(mx.bfloat16)
     x, w_t = mx.random.normal((rows, 64)), w.astype(mx.float32).T
     got = G.linear_t(x, w_t, w)
     assert np.allclose(np.array(got), np.array(x @ w_t), rtol=1e-3, atol=1e-3)
-    want = {("tf32x2", 128): (mx.bfloat16, G.CHUNK_TILES), ("tf32x2", 4096): (mx.bfloat16, G.CHUNK_TILES),
-            ("tf32x3", 128): (mx.float32, G.CHUNK_TILES), ("wgmma", 128): (mx.float32, G.WGMMA_TILES),
-            ("bf16x3", 128): (mx.bfloat16, G.BF16X3_TILES), ("bf16x3", 4096): (mx.bfloat16, G.BF16X3_TILES)}
+    want = {
+        ("tf32x2", 128): (mx.bfloat16, G.CHUNK_TILES),
+        ("tf32x2", 4096): (mx.bfloat16, G.CHUNK_TILES),
+        ("tf32x3", 128): (mx.float32, G.CHUNK_TILES),
+        ("wgmma", 128): (mx.float32, G.WGMMA_TILES),
+        ("bf16x3", 128): (mx.bfloat16, G.BF16X3_TILES),
+        ("bf16x3", 4096): (mx.bfloat16, G.BF16X3_TILES),
+    }
     assert seen == ([want[choice, rows]] if (choice, rows) in want else [])
 
 
@@ -202,8 +221,9 @@ def test_the_switch_defaults_to_tensor_cores_on_the_bf16_copies_on_cuda_only(mon
     monkeypatch.setattr(G, "BACKEND", "cpu")
     assert not G.enabled()
     monkeypatch.setenv("PDLIB_PREFILL_GEMM", "tf32")
-    with pytest.raises(InputError,
-                       match="PDLIB_PREFILL_GEMM must be bf16x3 or tf32x2 or tf32x3 or fp32 or wgmma, got 'tf32'"):
+    with pytest.raises(
+        InputError, match="PDLIB_PREFILL_GEMM must be bf16x3 or tf32x2 or tf32x3 or fp32 or wgmma, got 'tf32'"
+    ):
         G.enabled()
 
 
@@ -214,11 +234,13 @@ def test_the_engine_sends_its_chunk_matmuls_through_it(monkeypatch, tiny, choice
     tf32x2, on the bf16 decode copies; the LM head's one row and a decode's do not; the logits equal the plain
     path's within the gate's tolerance."""
     from pdlib.engine.model import Qwen3, Segment
+
     calls = []
 
     def standin(x, w, *, shape, **epilogue):
         calls.append((x.shape[0], w.shape, w.dtype))
         return G.epilogue_ops(emulated(x, w), **epilogue)
+
     q = Qwen3(tiny, compile_steps=False)
     prompt = mx.arange(3, 43, dtype=mx.int32)
     (plain,) = q.step([Segment(q.new_cache(64), prompt, start=0, emits=True)])
@@ -245,6 +267,7 @@ def test_each_residual_add_carries_the_norm_after_it(monkeypatch, tiny, fault):
     fused-norm one kernel can apply them; the logits equal the plain path's. A norm applied with the wrong
     weight (scaled by 1.5, where the kernel would misread it) moves them past the gate's tolerance."""
     from pdlib.engine.model import Qwen3, Segment
+
     norms = []
 
     def standin(x, w, *, shape, norm=None, **epilogue):
@@ -252,6 +275,7 @@ def test_each_residual_add_carries_the_norm_after_it(monkeypatch, tiny, fault):
             norms.append(norm)
             norm = (norm[0] * 1.5, norm[1]) if fault else norm
         return G.epilogue_ops(emulated(x, w), norm=norm, **epilogue)
+
     q = Qwen3(tiny, compile_steps=False)
     prompt = mx.arange(3, 43, dtype=mx.int32)
     (plain,) = q.step([Segment(q.new_cache(64), prompt, start=0, emits=True)], prune=False)
@@ -270,12 +294,14 @@ def test_without_packed_weights_tf32x2_runs_on_the_fp32_ones(monkeypatch, tiny):
     """lossless_decode_weights=False leaves the decode copies FP32: tf32x2 then multiplies the FP32 weights by
     all three products (a bf16 copy is the only kind whose lo may be dropped)."""
     from pdlib.engine.model import Qwen3, Segment
+
     seen = []
     q = Qwen3(tiny, compile_steps=False, lossless_decode_weights=False, decode="kernels")
     monkeypatch.setenv("PDLIB_PREFILL_GEMM", "tf32x2")
     monkeypatch.setattr(G, "enabled", lambda: True)
-    monkeypatch.setattr(G, "tf32x3_matmul", lambda x, w, *, shape, **kw: seen.append(w.dtype)
-                        or G.epilogue_ops(emulated(x, w), **kw))
+    monkeypatch.setattr(
+        G, "tf32x3_matmul", lambda x, w, *, shape, **kw: seen.append(w.dtype) or G.epilogue_ops(emulated(x, w), **kw)
+    )
     monkeypatch.setattr(G, "tiles", lambda M, Kd, N, bf16=False: M >= G.MIN_ROWS)
     q.step([Segment(q.new_cache(64), mx.arange(3, 43, dtype=mx.int32), start=0, emits=True)])
     assert seen and set(seen) == {mx.float32}
@@ -291,7 +317,7 @@ def test_the_layers_epilogue_on_mlx_ops_is_the_expression_it_replaced():
     g, u = y[:, :48], y[:, 48:]
     assert mx.array_equal(G.linear_t(x, w_t, swiglu=True), g * mx.sigmoid(g) * u)
     assert mx.array_equal(G.linear_t(x, w_t), y)
-    norm = (mx.random.normal((96,)), 1e-6)   # the residual and its RMSNorm, as the layer ran them apart
+    norm = (mx.random.normal((96,)), 1e-6)  # the residual and its RMSNorm, as the layer ran them apart
     got_h, got_n = G.linear_t(x, w_t, add=h, norm=norm)
     assert mx.array_equal(got_h, h + y) and mx.array_equal(got_n, mx.fast.rms_norm(h + y, *norm))
 
@@ -301,6 +327,7 @@ def test_the_epilogue_check_passes_the_layers_ops_and_fails_a_dropped_epilogue(m
     passes every row; one that drops the residual fails the residual rows, one that drops SwiGLU's silu the
     SwiGLU rows."""
     from pdlib.tools.kernel_check import check_gemm_epilogue, epilogue_cases
+
     monkeypatch.delenv(G.SUM_ENV, raising=False)
     cases = [(c, min(M, 65), min(Kd, 256), min(N, 256), e) for c, M, Kd, N, e in epilogue_cases()]
     monkeypatch.setattr("pdlib.tools.kernel_check.epilogue_cases", lambda: iter(cases))
@@ -314,26 +341,31 @@ def test_the_epilogue_check_passes_the_layers_ops_and_fails_a_dropped_epilogue(m
             if fault == "residual":
                 add = None
             if fault == "silu" and swiglu:
-                return y[:, : y.shape[1] // 2] * y[:, y.shape[1] // 2:]
+                return y[:, : y.shape[1] // 2] * y[:, y.shape[1] // 2 :]
             if fault == "norm weight" and norm is not None:
                 norm = (mx.ones_like(norm[0]), norm[1])
             return G.epilogue_ops(y, add=add, swiglu=swiglu, norm=norm)
+
         monkeypatch.setattr(K, "tf32x3_matmul", standin)
-        return {(r["kernel"], r["case"].rsplit(", ", 1)[0]): r["passed"]
-                for r in check_gemm_epilogue(0, shapes=[G.CHUNK_TILES])}
-    kinds = ("gemm_epilogue", "gemm_sum_fused")   # PDLIB_PREFILL_GEMM_SUM=ops and fused: every case
-    normed = [c for c, *_, e in cases if e == "add"]   # fused-norm: the residual adds'
+        return {
+            (r["kernel"], r["case"].rsplit(", ", 1)[0]): r["passed"]
+            for r in check_gemm_epilogue(0, shapes=[G.CHUNK_TILES])
+        }
+
+    kinds = ("gemm_epilogue", "gemm_sum_fused")  # PDLIB_PREFILL_GEMM_SUM=ops and fused: every case
+    normed = [c for c, *_, e in cases if e == "add"]  # fused-norm: the residual adds'
     every = [(k, c[0]) for k in kinds for c in cases] + [("gemm_sum_norm", c) for c in normed]
     assert all(rows().values()) and list(rows()) == every
     assert asked[: len(every)] == ["ops"] * len(cases) + ["fused"] * len(cases) + ["fused-norm"] * len(normed)
     dropped = rows("residual")
     assert [key for key, ok in dropped.items() if not ok] == [(k, c) for k, c in every if c in normed]
     no_silu = rows("silu")
-    assert [key for key, ok in no_silu.items() if not ok] == [(k, c) for k in kinds for c, *_, e in cases
-                                                             if e == "swiglu"]
+    assert [key for key, ok in no_silu.items() if not ok] == [
+        (k, c) for k in kinds for c, *_, e in cases if e == "swiglu"
+    ]
     no_weight = rows("norm weight")
     assert [key for key, ok in no_weight.items() if not ok] == [("gemm_sum_norm", c) for c in normed]
-    assert G.SUM_ENV not in os.environ   # the check passes the choice, leaving the switch alone
+    assert G.SUM_ENV not in os.environ  # the check passes the choice, leaving the switch alone
 
 
 @pytest.mark.parametrize("how", ["ops", "fused", "fused-norm"])
@@ -343,15 +375,22 @@ def test_a_k_split_is_summed_and_finished_as_the_switch_says(monkeypatch, how):
     only. The kernel here is a stand-in that returns the exact parts."""
     monkeypatch.setenv(G.SUM_ENV, how)
     spied = []
-    monkeypatch.setattr(G, "summed", lambda parts, *, poison, **kw: spied.append((parts.shape, kw))
-                        or G.epilogue_ops(parts.sum(axis=0), **kw))
+    monkeypatch.setattr(
+        G,
+        "summed",
+        lambda parts, *, poison, **kw: spied.append((parts.shape, kw)) or G.epilogue_ops(parts.sum(axis=0), **kw),
+    )
 
     def kernel(inputs, template, output_shapes, **_):
         x, w = inputs
         split = dict(template)["SPLIT"]
         ks = x.shape[1] // split
-        return [mx.stack([x[:, z * ks:(z + 1) * ks] @ w[:, z * ks:(z + 1) * ks].astype(mx.float32).T
-                          for z in range(split)])]
+        return [
+            mx.stack(
+                [x[:, z * ks : (z + 1) * ks] @ w[:, z * ks : (z + 1) * ks].astype(mx.float32).T for z in range(split)]
+            )
+        ]
+
     monkeypatch.setattr(G, "_kernel", lambda shape, wb: kernel)
     mx.random.seed(5)
     x, w, h = mx.random.normal((64, 512)), mx.random.normal((256, 512)).astype(mx.bfloat16), mx.random.normal((64, 256))
@@ -360,10 +399,10 @@ def test_a_k_split_is_summed_and_finished_as_the_switch_says(monkeypatch, how):
         got = G.tf32x3_matmul(x, w, split=split, add=h)
         assert np.allclose(np.array(got), np.array(want), rtol=1e-4, atol=1e-4)
     assert [s for s, _ in spied] == ([] if how == "ops" else [(4, 64, 256)])
-    spied.clear()   # an explicit choice overrides the switch
+    spied.clear()  # an explicit choice overrides the switch
     G.tf32x3_matmul(x, w, split=4, add=h, sums="ops" if how != "ops" else "fused")
     assert [s for s, _ in spied] == ([] if how != "ops" else [(4, 64, 256)])
-    spied.clear()   # the norm after the residual: the pair (h, its RMSNorm) whoever applies it
+    spied.clear()  # the norm after the residual: the pair (h, its RMSNorm) whoever applies it
     norm = (mx.random.normal((256,)) + 1.0, 1e-6)
     for split in (1, 4):
         got_h, got_n = G.tf32x3_matmul(x, w, split=split, add=h, norm=norm)
@@ -380,22 +419,30 @@ def test_a_k_split_is_summed_and_finished_as_the_switch_says(monkeypatch, how):
 
 def test_a_bad_sum_switch_is_refused_when_the_model_loads(monkeypatch, tiny):
     from pdlib.engine.model import Qwen3
+
     monkeypatch.setenv(G.SUM_ENV, "kernel")
     with pytest.raises(InputError, match="PDLIB_PREFILL_GEMM_SUM must be fused-norm or fused or ops, got 'kernel'"):
         Qwen3(tiny, compile_steps=False)
     monkeypatch.delenv(G.SUM_ENV)
-    assert G.sum_choice() == "fused-norm"   # the default (v30)
+    assert G.sum_choice() == "fused-norm"  # the default
 
 
 @pytest.mark.skipif(NVRTC is None, reason="no NVRTC (the nvidia-cuda-nvrtc wheel, Linux only)")
-@pytest.mark.parametrize("epilogue, split", [("none", 4), ("add", 8), ("swiglu", 2), ("add", 2), ("norm", 8),
-                                             ("norm", 2)])
+@pytest.mark.parametrize(
+    "epilogue, split", [("none", 4), ("add", 8), ("swiglu", 2), ("add", 2), ("norm", 8), ("norm", 2)]
+)
 def test_the_sum_kernel_compiles_for_the_h200(epilogue, split):
     source = G.sum_source(epilogue)
     norm = epilogue == "norm"
     inputs = [("parts", "f32")] + ([("add", "f32")] if epilogue in ("add", "norm") else []) + [("weight", "f32")] * norm
-    values = {"SPLIT": split, **({"SUM_THREADS": G.SUM_THREADS, "EPS_BITS": float_bits(1e-6)} if norm else
-                                 {"OUT_DIV": 2 if epilogue == "swiglu" else 1})}
+    values = {
+        "SPLIT": split,
+        **(
+            {"SUM_THREADS": G.SUM_THREADS, "EPS_BITS": float_bits(1e-6)}
+            if norm
+            else {"OUT_DIV": 2 if epilogue == "swiglu" else 1}
+        ),
+    }
     kernel = Kernel("pdlib_gemm_sum", source, inputs, [("out", "f32")] + [("normed", "f32")] * norm, [values])
     log = compile_sm90(STANDINS + wrapped(kernel, "cuda", source))
     assert "@EPILOGUE@" not in source and "0 bytes spill stores" in log, log
@@ -420,10 +467,16 @@ def test_summed_refuses_what_its_kernel_cannot_take():
 
 
 @pytest.mark.skipif(NVRTC is None, reason="no NVRTC (the nvidia-cuda-nvrtc wheel, Linux only)")
-@pytest.mark.parametrize("shape, weight", [(s, w) for s in G.CANDIDATES + (G.Tiles(64, 128, 0, 3, 256, wgmma=True),)
-                                           for w in ("f32", "bf16") if not (s.wgmma and w == "bf16")
-                                           and not (s.bf16x3 and w == "f32")],
-                         ids=lambda v: v.label if isinstance(v, G.Tiles) else v)
+@pytest.mark.parametrize(
+    "shape, weight",
+    [
+        (s, w)
+        for s in G.CANDIDATES + (G.Tiles(64, 128, 0, 3, 256, wgmma=True),)
+        for w in ("f32", "bf16")
+        if not (s.wgmma and w == "bf16") and not (s.bf16x3 and w == "f32")
+    ],
+    ids=lambda v: v.label if isinstance(v, G.Tiles) else v,
+)
 @pytest.mark.parametrize("K_, N, split", [(1024, 4096, 2), (3072, 1024, 8), (1024, 6144, 1)])
 def test_the_cuda_source_compiles_for_the_h200(K_, N, split, shape, weight):
     """As MLX wraps it (x's shape passed for the row count), for sm_90 (the wgmma kernel for sm_90a, also with
@@ -447,22 +500,34 @@ def test_the_cuda_source_compiles_for_the_h200(K_, N, split, shape, weight):
 
 def test_a_bad_switch_is_refused_when_the_model_loads(monkeypatch, tiny):
     from pdlib.engine.model import Qwen3
+
     monkeypatch.setenv("PDLIB_PREFILL_GEMM", "fast")
-    with pytest.raises(InputError,
-                       match="PDLIB_PREFILL_GEMM must be bf16x3 or tf32x2 or tf32x3 or fp32 or wgmma, got 'fast'"):
+    with pytest.raises(
+        InputError, match="PDLIB_PREFILL_GEMM must be bf16x3 or tf32x2 or tf32x3 or fp32 or wgmma, got 'fast'"
+    ):
         Qwen3(tiny, compile_steps=False)
 
 
-@pytest.mark.parametrize("choice, packed, backend, want", [
-    ("tf32x2", True, "cuda", "tf32x2"), ("tf32x2", False, "cuda", "tf32x3"), ("tf32x3", True, "cuda", "tf32x3"),
-    ("wgmma", True, "cuda", "wgmma"), ("fp32", True, "cuda", "fp32"), ("tf32x2", True, "cpu", "fp32"),
-    ("bf16x3", True, "cuda", "bf16x3"), ("bf16x3", False, "cuda", "tf32x3")])
+@pytest.mark.parametrize(
+    "choice, packed, backend, want",
+    [
+        ("tf32x2", True, "cuda", "tf32x2"),
+        ("tf32x2", False, "cuda", "tf32x3"),
+        ("tf32x3", True, "cuda", "tf32x3"),
+        ("wgmma", True, "cuda", "wgmma"),
+        ("fp32", True, "cuda", "fp32"),
+        ("tf32x2", True, "cpu", "fp32"),
+        ("bf16x3", True, "cuda", "bf16x3"),
+        ("bf16x3", False, "cuda", "tf32x3"),
+    ],
+)
 @pytest.mark.parametrize("sums", ["fused", "ops"])
 def test_the_model_says_what_its_prefill_matmuls_run_as(monkeypatch, tiny, choice, packed, backend, want, sums):
     """Reports record it (environment's prefill_matmuls, prefill_split_sums where the matmul kernels run, and
     prefill_attention): the switches as they apply to these weights on this backend; on the CPU attention is
     MLX's ops (so prefill_qk is absent)."""
     from pdlib.engine.model import Qwen3
+
     monkeypatch.setenv("PDLIB_PREFILL_GEMM", choice)
     monkeypatch.setenv(G.SUM_ENV, sums)
     monkeypatch.setattr(G, "BACKEND", backend)
@@ -474,6 +539,7 @@ def test_the_model_says_what_its_prefill_matmuls_run_as(monkeypatch, tiny, choic
 @pytest.mark.parametrize("qk", ["kernel", "ops"])
 def test_the_model_says_whether_a_chunks_q_and_k_run_as_one_kernel(monkeypatch, tiny, qk):
     from pdlib.engine.model import Qwen3
+
     monkeypatch.setattr(K, "flash_enabled", lambda head_dim: True)
     monkeypatch.setattr(K, "qk_rope_enabled", lambda head_dim: qk == "kernel")
     q = Qwen3(tiny, compile_steps=False, decode="kernels")

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import mlx.core as mx
 import pytest
-
 from kernel_text import METAL_ATTRIBUTES, Kernel, wrapped
+
 from pdlib.engine.kernels.backend import PRELUDE, float_bits
 
 backend_module = importlib.import_module("pdlib.engine.kernels.backend")
@@ -29,45 +29,97 @@ rope_module = importlib.import_module("pdlib.engine.kernels.rope")
 
 def _gemv_instances():
     from pdlib.tools.kernel_check import gemv_cases
+
     for _, c in gemv_cases():
         block, rows = gemv_module.launch_shape(c["N"])
-        yield dict(K=c["K"], N=c["N"], BLOCK=block, ROWS=rows, EPS_BITS=float_bits(1e-6), NORM=c.get("norm", False),
-                   RESIDUAL=c.get("residual", False), SWIGLU=c.get("swiglu", False))
+        yield dict(
+            K=c["K"],
+            N=c["N"],
+            BLOCK=block,
+            ROWS=rows,
+            EPS_BITS=float_bits(1e-6),
+            NORM=c.get("norm", False),
+            RESIDUAL=c.get("residual", False),
+            SWIGLU=c.get("swiglu", False),
+        )
 
 
 _A = attention_module
 KERNELS = [
-    Kernel("gemv", gemv_module.SOURCE, [("x", "f32"), ("w", "bf16"), ("nw", "f32"), ("res", "f32")], [("out", "f32")],
-           list(_gemv_instances())),
-    Kernel("decode_attention_partial", _A.PARTIAL,
-           [("qkv", "f32"), ("qn", "f32"), ("knw", "f32"), ("inv_freq", "f32"), ("pos", "i32"), ("kc", "f32"),
-            ("vc", "f32"), ("after", "u32")],
-           [("part_m", "f32"), ("part_l", "f32"), ("part_o", "f32"), ("written", "u32")],
-           [dict(HQ=16, HKV=8, DH=128, CAP=cap, NC=-(-cap // _A.CHUNK), CHUNK=_A.CHUNK, THREADS=_A.THREADS,
-                 GROUP=_A.GROUP, EPS_BITS=float_bits(1e-6), SCALE_BITS=float_bits(128 ** -0.5))
-            for cap in (640, 5120 + 128)], header=_A.QK_NORM_ROPE),
-    Kernel("decode_attention_reduce", _A.REDUCE,
-           [("part_m", "f32"), ("part_l", "f32"), ("part_o", "f32"), ("pos", "i32")], [("o", "f32")],
-           [dict(NC=41, DH=128, CHUNK=_A.CHUNK)]),
-    Kernel("kv_store", kv_store_module.SOURCE,
-           [("k", "f32"), ("v", "f32"), ("pos", "i32"), ("kc", "f32"), ("vc", "f32"), ("after", "u32")],
-           [("keys", "f32"), ("values", "f32"), ("written", "u32")],
-           [dict(T=128, HKV=8, DH=128, CAP=640), dict(T=1, HKV=8, DH=128, CAP=640)]),
-    Kernel("kv_install", kv_store_module.INSTALL,
-           [("k", "f32"), ("v", "f32"), ("pos", "i32"), ("kc", "f32"), ("vc", "f32"), ("after", "u32")],
-           [("written", "u32")], [dict(T=512, HKV=8, DH=128, CAP=640), dict(T=1, HKV=8, DH=128, CAP=640)]),
+    Kernel(
+        "gemv",
+        gemv_module.SOURCE,
+        [("x", "f32"), ("w", "bf16"), ("nw", "f32"), ("res", "f32")],
+        [("out", "f32")],
+        list(_gemv_instances()),
+    ),
+    Kernel(
+        "decode_attention_partial",
+        _A.PARTIAL,
+        [
+            ("qkv", "f32"),
+            ("qn", "f32"),
+            ("knw", "f32"),
+            ("inv_freq", "f32"),
+            ("pos", "i32"),
+            ("kc", "f32"),
+            ("vc", "f32"),
+            ("after", "u32"),
+        ],
+        [("part_m", "f32"), ("part_l", "f32"), ("part_o", "f32"), ("written", "u32")],
+        [
+            dict(
+                HQ=16,
+                HKV=8,
+                DH=128,
+                CAP=cap,
+                NC=-(-cap // _A.CHUNK),
+                CHUNK=_A.CHUNK,
+                THREADS=_A.THREADS,
+                GROUP=_A.GROUP,
+                EPS_BITS=float_bits(1e-6),
+                SCALE_BITS=float_bits(128**-0.5),
+            )
+            for cap in (640, 5120 + 128)
+        ],
+        header=_A.QK_NORM_ROPE,
+    ),
+    Kernel(
+        "decode_attention_reduce",
+        _A.REDUCE,
+        [("part_m", "f32"), ("part_l", "f32"), ("part_o", "f32"), ("pos", "i32")],
+        [("o", "f32")],
+        [dict(NC=41, DH=128, CHUNK=_A.CHUNK)],
+    ),
+    Kernel(
+        "kv_store",
+        kv_store_module.SOURCE,
+        [("k", "f32"), ("v", "f32"), ("pos", "i32"), ("kc", "f32"), ("vc", "f32"), ("after", "u32")],
+        [("keys", "f32"), ("values", "f32"), ("written", "u32")],
+        [dict(T=128, HKV=8, DH=128, CAP=640), dict(T=1, HKV=8, DH=128, CAP=640)],
+    ),
+    Kernel(
+        "kv_install",
+        kv_store_module.INSTALL,
+        [("k", "f32"), ("v", "f32"), ("pos", "i32"), ("kc", "f32"), ("vc", "f32"), ("after", "u32")],
+        [("written", "u32")],
+        [dict(T=512, HKV=8, DH=128, CAP=640), dict(T=1, HKV=8, DH=128, CAP=640)],
+    ),
     Kernel("rope_inv_freq", rope_module.INV_FREQ, [("lb", "f32")], [("out", "f32")], [dict(HALF=64)]),
 ]
 IDS = [k.name for k in KERNELS]
 
-_TOKEN = re.compile(r"""\#[^\n]*|[A-Za-z_]\w*|\.?\d(?:[eEpP][+-]|[\w.])*|"(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*'"""
-                    r"""|>>=|<<=|->|\+\+|--|<<|>>|<=|>=|==|!=|&&|\|\||[-+*/%&|^]=|::|\.\.\.|\S""")
+_TOKEN = re.compile(
+    r"""\#[^\n]*|[A-Za-z_]\w*|\.?\d(?:[eEpP][+-]|[\w.])*|"(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*'"""
+    r"""|>>=|<<=|->|\+\+|--|<<|>>|<=|>=|==|!=|&&|\|\||[-+*/%&|^]=|::|\.\.\.|\S"""
+)
 
 
 def preprocessed_tokens(text: str) -> list[str]:
     """C tokens after the preprocessor (each `#pragma` line one token: `_Pragma("x")` becomes `#pragma x`)."""
-    cpp = subprocess.run(["cpp", "-P", "-undef", "-nostdinc", "-x", "c++", "-"], input=text, capture_output=True,
-                         text=True, check=True).stdout
+    cpp = subprocess.run(
+        ["cpp", "-P", "-undef", "-nostdinc", "-x", "c++", "-"], input=text, capture_output=True, text=True, check=True
+    ).stdout
     return [re.sub(r"\s+", " ", t) for t in _TOKEN.findall(cpp)]
 
 
@@ -96,22 +148,44 @@ def test_a_kernel_gets_one_body_and_its_backends_prelude(monkeypatch, backend, b
 @needs_cpp
 @pytest.mark.parametrize("kernel", KERNELS, ids=IDS)
 def test_cuda_text_is_the_validated_cuda(kernel):
-    assert (preprocessed_tokens(PRELUDE["cuda"] + kernel.header + kernel.source)
-            == preprocessed_tokens(frozen_header(kernel) + frozen(kernel, "cuda")))
+    assert preprocessed_tokens(PRELUDE["cuda"] + kernel.header + kernel.source) == preprocessed_tokens(
+        frozen_header(kernel) + frozen(kernel, "cuda")
+    )
 
 
 @needs_cpp
 def test_metal_text_is_the_old_metal_where_nothing_had_to_change():
-    """The merge of the split-K chunks came out token for token as the Metal copy had it; the note
-    (notes/kernels-single-source.md) lists what changed in the others, all of it to CUDA's formulation."""
+    """The merge of the split-K chunks came out token for token as the Metal copy had it; the others
+    changed, all of it to CUDA's formulation (docs/engine.md)."""
     reduce = KERNELS[IDS.index("decode_attention_reduce")]
     assert preprocessed_tokens(PRELUDE["metal"] + reduce.source) == preprocessed_tokens(frozen(reduce, "metal"))
 
 
-CUDA_ONLY = {"threadIdx", "blockIdx", "blockDim", "gridDim", "__shared__", "__syncthreads", "__shfl_xor_sync",
-             "__int_as_float", "__uint_as_float", "rsqrtf", "expf", "fmaxf", "make_float4", "#pragma unroll"}
-METAL_ONLY = set(METAL_ATTRIBUTES) | {"threadgroup", "device", "threadgroup_barrier", "simd_shuffle_xor", "as_type",
-                                      "metal", "simd_sum"}
+CUDA_ONLY = {
+    "threadIdx",
+    "blockIdx",
+    "blockDim",
+    "gridDim",
+    "__shared__",
+    "__syncthreads",
+    "__shfl_xor_sync",
+    "__int_as_float",
+    "__uint_as_float",
+    "rsqrtf",
+    "expf",
+    "fmaxf",
+    "make_float4",
+    "#pragma unroll",
+}
+METAL_ONLY = set(METAL_ATTRIBUTES) | {
+    "threadgroup",
+    "device",
+    "threadgroup_barrier",
+    "simd_shuffle_xor",
+    "as_type",
+    "metal",
+    "simd_sum",
+}
 
 
 @needs_cpp
@@ -120,14 +194,17 @@ def test_each_backend_sees_only_its_own_vocabulary(kernel):
     cuda = set(preprocessed_tokens(PRELUDE["cuda"] + kernel.header + kernel.source))
     metal = set(preprocessed_tokens(PRELUDE["metal"] + kernel.header + kernel.source))
     assert not cuda & METAL_ONLY and not metal & CUDA_ONLY
-    assert not {t for t in cuda | metal if t.startswith("PD_")}   # every prelude macro expanded
+    assert not {t for t in cuda | metal if t.startswith("PD_")}  # every prelude macro expanded
 
 
 def _ptx(tmp_path: Path, name: str, text: str) -> str:
     src = tmp_path / f"{name}.cu"
     src.write_text("#include <cstdint>\n#include <cuda_bf16.h>\n" + text)
-    run = subprocess.run(["nvcc", "--ptx", "-std=c++17", "-arch=sm_90a", "-o", str(tmp_path / f"{name}.ptx"),
-                          str(src)], capture_output=True, text=True)
+    run = subprocess.run(
+        ["nvcc", "--ptx", "-std=c++17", "-arch=sm_90a", "-o", str(tmp_path / f"{name}.ptx"), str(src)],
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stderr
     return "\n".join(line for line in (tmp_path / f"{name}.ptx").read_text().splitlines() if not line.startswith("//"))
 
@@ -182,10 +259,15 @@ using std::fmax; using std::min;
 def test_metal_text_type_checks_against_standins(tmp_path):
     """Catches a name the Metal expansion lacks (an attribute MLX would not declare, a missing function), a
     wrong argument count or a bad cast; the stand-ins model address spaces away, so not those."""
-    text = (METAL_STANDINS + PRELUDE["metal"] + "".join(k.header for k in KERNELS)
-            + "".join(wrapped(k, "metal", k.source) for k in KERNELS))
+    text = (
+        METAL_STANDINS
+        + PRELUDE["metal"]
+        + "".join(k.header for k in KERNELS)
+        + "".join(wrapped(k, "metal", k.source) for k in KERNELS)
+    )
     src = tmp_path / "metal_standins.cpp"
     src.write_text(text)
-    run = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-Wno-unused", str(src)], capture_output=True,
-                         text=True)
+    run = subprocess.run(
+        ["g++", "-std=c++17", "-fsyntax-only", "-Wno-unused", str(src)], capture_output=True, text=True
+    )
     assert run.returncode == 0, run.stderr

@@ -4,10 +4,9 @@ straightforward NumPy versions of the same maths."""
 
 import inspect
 
+import mlx.core as mx
 import numpy as np
 import pytest
-
-import mlx.core as mx
 
 from pdlib.engine import kernels as K
 from pdlib.errors import InputError
@@ -33,13 +32,33 @@ def test_check_kernels_refuses_on_the_cpu():
         check_kernels()
 
 
-@pytest.mark.parametrize("backend, families", [
-    ("cuda", ["gemv", "gemm", "gemm_epilogue", "flash_attention", "decode_attention", "kv_store", "kv_install",
-              "qk_rope_store", "write_chain", "persistent_decode"]),
-    ("metal", ["gemv", "decode_attention", "kv_store", "kv_install", "qk_rope_store", "write_chain",
-               "persistent_decode"])])
+@pytest.mark.parametrize(
+    "backend, families",
+    [
+        (
+            "cuda",
+            [
+                "gemv",
+                "gemm",
+                "gemm_epilogue",
+                "flash_attention",
+                "decode_attention",
+                "kv_store",
+                "kv_install",
+                "qk_rope_store",
+                "write_chain",
+                "persistent_decode",
+            ],
+        ),
+        (
+            "metal",
+            ["gemv", "decode_attention", "kv_store", "kv_install", "qk_rope_store", "write_chain", "persistent_decode"],
+        ),
+    ],
+)
 def test_check_kernels_runs_each_family_once_in_order_with_a_bar_on_stderr(monkeypatch, capsys, backend, families):
     import pdlib.tools.kernel_check as KC
+
     monkeypatch.setattr(K, "BACKEND", backend)
     for name in families + ["gemm", "gemm_epilogue", "flash_attention"]:
         monkeypatch.setattr(KC, f"check_{name}", lambda seed, name=name: [{"kernel": name, "seed": seed}])
@@ -54,8 +73,10 @@ def test_check_kernels_runs_each_family_once_in_order_with_a_bar_on_stderr(monke
 @pytest.mark.parametrize("op", ["gemv", "decode_attention", "store_kv"])
 def test_each_ops_twin_takes_its_kernels_arguments(op):
     """So a caller (the dispatcher, kernel_check) can hand both the same arguments."""
+
     def params(fn):
         return [(p.name, p.kind) for p in inspect.signature(fn).parameters.values()]
+
     assert params(getattr(K, f"{op}_ops")) == params(getattr(K, f"{op}_kernel"))
 
 
@@ -71,8 +92,14 @@ def test_gemv_ops_twin(norm, residual, swiglu):
     w = rng.standard_normal((2 * n if swiglu else n, k)).astype(np.float32) / 8
     nw = (1 + 0.1 * rng.standard_normal(k)).astype(np.float32)
     res = rng.standard_normal(n).astype(np.float32)
-    got = K.gemv_ops(mx.array(x), mx.array(w).astype(mx.bfloat16), norm=mx.array(nw) if norm else None, eps=1e-6,
-                     residual=mx.array(res) if residual else None, swiglu=swiglu)
+    got = K.gemv_ops(
+        mx.array(x),
+        mx.array(w).astype(mx.bfloat16),
+        norm=mx.array(nw) if norm else None,
+        eps=1e-6,
+        residual=mx.array(res) if residual else None,
+        swiglu=swiglu,
+    )
     xin = rms(x, nw, 1e-6) if norm else x
     y = np.array(mx.array(w).astype(mx.bfloat16).astype(mx.float32)) @ xin
     if swiglu:
@@ -95,19 +122,28 @@ def test_decode_attention_ops_twin(pos):
     vc = rng.standard_normal((Hkv, cap, Dh)).astype(np.float32)
     kc[:, pos:], vc[:, pos:] = 1e4, -1e4
     inv_freq = K.rope_inv_freq(Dh, base=1e6)
-    o, k_new, v_new = K.decode_attention_ops(mx.array(qkv), mx.array(qn), mx.array(kn), inv_freq,
-                                             mx.array([pos], mx.int32), mx.array(kc), mx.array(vc),
-                                             heads=Hq, kv_heads=Hkv, eps=1e-6)
+    o, k_new, v_new = K.decode_attention_ops(
+        mx.array(qkv),
+        mx.array(qn),
+        mx.array(kn),
+        inv_freq,
+        mx.array([pos], mx.int32),
+        mx.array(kc),
+        mx.array(vc),
+        heads=Hq,
+        kv_heads=Hkv,
+        eps=1e-6,
+    )
 
     def norm_rope(x, w):
         x = rms(x, w, 1e-6)
         ang = pos * np.array(inv_freq)
-        x1, x2 = x[:, : Dh // 2], x[:, Dh // 2:]
+        x1, x2 = x[:, : Dh // 2], x[:, Dh // 2 :]
         return np.concatenate([x1 * np.cos(ang) - x2 * np.sin(ang), x2 * np.cos(ang) + x1 * np.sin(ang)], -1)
 
     q = norm_rope(qkv[: Hq * Dh].reshape(Hq, Dh), qn)
-    k = norm_rope(qkv[Hq * Dh: (Hq + Hkv) * Dh].reshape(Hkv, Dh), kn)
-    v = qkv[(Hq + Hkv) * Dh:].reshape(Hkv, Dh)
+    k = norm_rope(qkv[Hq * Dh : (Hq + Hkv) * Dh].reshape(Hkv, Dh), kn)
+    v = qkv[(Hq + Hkv) * Dh :].reshape(Hkv, Dh)
     keys = np.concatenate([kc[:, :pos], k[:, None]], axis=1)
     vals = np.concatenate([vc[:, :pos], v[:, None]], axis=1)
     want = []
@@ -124,19 +160,18 @@ def test_kv_store_ops_writes_only_its_slots_and_returns_the_prefix():
     kc, vc = mx.zeros((2, 10, 4)), mx.ones((2, 10, 4))
     k, v = mx.full((2, 3, 4), 5.0), mx.full((2, 3, 4), 7.0)
     fence = K.new_fence()
-    k2, v2, written, keys, values = K.store_kv(k, v, kc, vc, fence, positions=mx.arange(4, 7, dtype=mx.int32),
-                                               start=4)
+    k2, v2, written, keys, values = K.store_kv(k, v, kc, vc, fence, positions=mx.arange(4, 7, dtype=mx.int32), start=4)
     assert written is fence  # the functional update needs no fence: its result is a new array
     want_k, want_v = np.zeros((2, 10, 4)), np.ones((2, 10, 4))
     want_k[:, 4:7], want_v[:, 4:7] = 5.0, 7.0
     np.testing.assert_array_equal(np.array(k2), want_k)
     np.testing.assert_array_equal(np.array(v2), want_v)
-    np.testing.assert_array_equal(np.array(keys), want_k[:, :7])   # what attention reads: slots 0 .. 6
+    np.testing.assert_array_equal(np.array(keys), want_k[:, :7])  # what attention reads: slots 0 .. 6
     np.testing.assert_array_equal(np.array(values), want_v[:, :7])
 
 
 def test_rope_frequencies_match_mlx_rope():
-    """Our table reproduces MLX's own rope (the reference's) bit for bit at a large position."""
+    """The table here reproduces MLX's own rope (the reference's) bit for bit at a large position."""
     x = mx.random.normal((1, 2, 3, 128))
     ref = mx.fast.rope(x, 128, traditional=False, base=1e6, scale=1.0, offset=4093)
     got = K.rope_ops(x, positions=mx.arange(4093, 4096, dtype=mx.int32), inv_freq=K.rope_inv_freq(128, base=1e6))

@@ -15,18 +15,19 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from pdlib.tools.bench import bench_step
 from pdlib.config import RunParams
-from pdlib.engine import Engine, kernels as K
+from pdlib.engine import Engine
+from pdlib.engine import kernels as K
 from pdlib.engine.kernels import mailbox as M
 from pdlib.engine.kernels import persistent_decode as P
 from pdlib.errors import InputError
 from pdlib.run.experiment import Experiment
-from pdlib.scheduler import Batch, Decode, is_setup
 from pdlib.run.trial import check_tokens, run_once
 from pdlib.run.validate import ValidationError
+from pdlib.scheduler import Batch, Decode, is_setup
+from pdlib.tools.bench import bench_step
 
-BASE = 0x7F3A_5C00_1000   # a device address, as cuMemHostGetDevicePointer gives one
+BASE = 0x7F3A_5C00_1000  # a device address, as cuMemHostGetDevicePointer gives one
 
 
 def word(pos: int, token: int) -> int:
@@ -39,8 +40,8 @@ def fake_region() -> M.MailboxRegion:
 
 def test_a_slot_is_read_once_its_word_carries_the_position_and_never_from_an_earlier_one():
     box = fake_region().take()
-    assert box.wait(40, timeout_ns=1_000_000) is None   # nothing written
-    box.words[40 % M.SLOTS] = word(40 - M.SLOTS, 7)   # the slot's last user's
+    assert box.wait(40, timeout_ns=1_000_000) is None  # nothing written
+    box.words[40 % M.SLOTS] = word(40 - M.SLOTS, 7)  # the slot's last user's
     assert box.wait(40, timeout_ns=1_000_000) is None
     box.words[40 % M.SLOTS] = word(40, 0xFFFFFFFE)
     assert box.wait(40) == 0xFFFFFFFE
@@ -54,8 +55,8 @@ def test_the_region_hands_out_areas_at_their_addresses_and_takes_them_back():
     region = fake_region()
     boxes = [region.take() for _ in range(M.AREAS)]
     assert [b.address for b in boxes] == [BASE + 8 * M.SLOTS * a for a in range(M.AREAS)]
-    boxes[3].words[:] = 5   # an area is its own slice of the region
-    assert np.all(region.words[3 * M.SLOTS: 4 * M.SLOTS] == 5) and region.words[:3 * M.SLOTS].sum() == 0
+    boxes[3].words[:] = 5  # an area is its own slice of the region
+    assert np.all(region.words[3 * M.SLOTS : 4 * M.SLOTS] == 5) and region.words[: 3 * M.SLOTS].sum() == 0
     with pytest.raises(RuntimeError, match=f"more than {M.AREAS} requests decode at once"):
         region.take()
     region.give_back(boxes[3])
@@ -69,7 +70,7 @@ def test_a_full_region_first_collects_the_caches_only_a_cycle_still_holds():
     try:
         for _ in range(M.AREAS):
             cache = Cache()
-            cache.me = cache   # gone only when the collector runs
+            cache.me = cache  # gone only when the collector runs
             weakref.finalize(cache, region.give_back, region.take())
         del cache
         assert not region.free
@@ -84,7 +85,7 @@ def test_a_sync_buffer_carries_its_areas_address_and_the_kernel_its_slots():
     sync = P.new_sync(BASE + 8 * M.SLOTS * 5)
     assert (sync[P.SY_BOX + 1].item() << 32 | sync[P.SY_BOX].item()) == BASE + 8 * M.SLOTS * 5
     assert not sync[2:].any().item() and not P.new_sync()[:2].any().item()
-    assert f"constexpr int MBOX_SLOTS = {M.SLOTS};" in P.HEADER   # the kernel's slots are the host's
+    assert f"constexpr int MBOX_SLOTS = {M.SLOTS};" in P.HEADER  # the kernel's slots are the host's
 
 
 def test_the_switch(monkeypatch, tiny):
@@ -92,26 +93,30 @@ def test_the_switch(monkeypatch, tiny):
     with pytest.raises(InputError, match="PDLIB_TOKEN_READ must be item or mailbox, got 'poll'"):
         Engine(tiny, capacity=32)
     monkeypatch.setenv(M.ENV, "mailbox")
-    with pytest.raises(InputError, match="PDLIB_TOKEN_READ=mailbox: only the persistent decode kernel writes a "
-                                         "mailbox .* here decode is 'kernels'"):
+    with pytest.raises(
+        InputError,
+        match="PDLIB_TOKEN_READ=mailbox: only the persistent decode kernel writes a "
+        "mailbox .* here decode is 'kernels'",
+    ):
         Engine(tiny, capacity=32, decode="kernels")
-    assert Engine(tiny, capacity=32, decode="kernels", token_read="item").model.token_read == "item"   # disagg's
-    monkeypatch.delenv(M.ENV)   # unset: the mailbox wherever the persistent kernel decodes, else .item()
+    assert Engine(tiny, capacity=32, decode="kernels", token_read="item").model.token_read == "item"  # disagg's
+    monkeypatch.delenv(M.ENV)  # unset: the mailbox wherever the persistent kernel decodes, else .item()
     assert Engine(tiny, capacity=32, decode="kernels").model.token_read == "item"
     monkeypatch.setattr(P, "available", lambda cfg, **kw: True)
     monkeypatch.setattr(K, "mailbox_region", fake_region)
     assert Engine(tiny, capacity=32, decode="persistent").model.token_read == "mailbox"
-    monkeypatch.setenv(M.ENV, "")   # empty: unset
+    monkeypatch.setenv(M.ENV, "")  # empty: unset
     assert Engine(tiny, capacity=32, decode="persistent").model.token_read == "mailbox"
     monkeypatch.setenv(M.ENV, "item")
     assert Engine(tiny, capacity=32, decode="persistent").model.token_read == "item"
 
 
-def test_memory_that_cannot_be_pinned_is_an_error_if_asked_for_and_item_if_only_the_default(monkeypatch, tiny,
-                                                                                               capsys):
+def test_memory_that_cannot_be_pinned_is_an_error_if_asked_for_and_item_if_only_the_default(monkeypatch, tiny, capsys):
     def unpinnable():
-        raise RuntimeError("PDLIB_TOKEN_READ=mailbox: cuMemHostAlloc failed (CUDA error 2); PDLIB_TOKEN_READ=item "
-                           "reads tokens by MLX")
+        raise RuntimeError(
+            "PDLIB_TOKEN_READ=mailbox: cuMemHostAlloc failed (CUDA error 2); PDLIB_TOKEN_READ=item reads tokens by MLX"
+        )
+
     monkeypatch.setattr(P, "available", lambda cfg, **kw: True)
     monkeypatch.setattr(K, "mailbox_region", unpinnable)
     monkeypatch.delenv(M.ENV, raising=False)
@@ -153,15 +158,21 @@ def mailbox_engine(monkeypatch):
                 region.words[slot] = value
         return (*out[:5], written + 1)
 
-    def land():   # a late word lands at its second look
+    def land():  # a late word lands at its second look
         for w in list(late):
             w[0] -= 1
             if w[0] == 0:
                 region.words[w[1]] = w[2]
                 late.remove(w)
+
     monkeypatch.setattr(P, "decode_persistent", kernel_like)
-    monkeypatch.setattr(P, "decode_persistent_pair", lambda first, second, dw, sync, **kw: [
-        kernel_like(*r[:2], dw, *r[2:], sync, q=q, **kw) for q, r in enumerate((first, second))])
+    monkeypatch.setattr(
+        P,
+        "decode_persistent_pair",
+        lambda first, second, dw, sync, **kw: [
+            kernel_like(*r[:2], dw, *r[2:], sync, q=q, **kw) for q, r in enumerate((first, second))
+        ],
+    )
     real_wait, real_peek = M.TokenMailbox.wait, M.TokenMailbox.peek
 
     def wait(self, pos, **kw):
@@ -176,15 +187,26 @@ def mailbox_engine(monkeypatch):
         if token is not None:
             seen.append(token)
         return token
+
     monkeypatch.setattr(M.TokenMailbox, "wait", wait)
     monkeypatch.setattr(M.TokenMailbox, "peek", peek)
     return fault, seen, region
 
 
 def experiment(tiny, policies, pipeline=False) -> Experiment:
-    return Experiment(RunParams(model="synthetic:tiny", prompt_tokens=PROMPT, output_tokens=OUTPUTS, chunk_size=CHUNK,
-                                policies=policies, logical_cache_reset=True, validation_checkpoint_every=4,
-                                pipeline_decodes=pipeline), model=tiny)
+    return Experiment(
+        RunParams(
+            model="synthetic:tiny",
+            prompt_tokens=PROMPT,
+            output_tokens=OUTPUTS,
+            chunk_size=CHUNK,
+            policies=policies,
+            logical_cache_reset=True,
+            validation_checkpoint_every=4,
+            pipeline_decodes=pipeline,
+        ),
+        model=tiny,
+    )
 
 
 @pytest.mark.parametrize("pipeline", [False, True], ids=["observed", "pipelined"])
@@ -200,8 +222,7 @@ def test_the_executor_takes_the_mailboxs_tokens_and_the_gate_passes(tiny, mailbo
 
 
 @pytest.mark.parametrize("pipeline", [False, True], ids=["observed", "pipelined"])
-def test_mixeds_two_decodes_a_step_come_from_one_launch_and_both_mailboxes(tiny, mailbox_engine, pipeline,
-                                                                         monkeypatch):
+def test_mixeds_two_decodes_a_step_come_from_one_launch_and_both_mailboxes(tiny, mailbox_engine, pipeline, monkeypatch):
     """mixed's steps of both decodes (after B's prompt) run as one pair launch each: the gate passes with every
     such token read from its own request's area, and a wrong token there fails it."""
     fault, seen, region = mailbox_engine
@@ -246,14 +267,15 @@ def test_a_chunk_is_issued_while_the_decodes_ahead_are_polled(tiny, mailbox_engi
         run = run_once(exp.engine, "chunked", steps=exp.walk("chunked"), logical_reset=True, pipeline=True, poll=poll)
         check_tokens(run, tokens, what=f"poll={poll}")
         steps = [e for e in run.events if e["kind"] != "reset"]
-        assert [e["kind"] for e in steps] == [type(w).__name__.lower() for s in exp.plan("chunked") if not is_setup(s)
-                                              for w in s.work]
+        assert [e["kind"] for e in steps] == [
+            type(w).__name__.lower() for s in exp.plan("chunked") if not is_setup(s) for w in s.work
+        ]
         pairs = [(a, b) for a, b in zip(steps, steps[1:]) if a["kind"] == "decode" and b["kind"] == "prefill"]
-        assert len(pairs) == math.ceil(PROMPT / CHUNK)   # A's decode before each chunk
+        assert len(pairs) == math.ceil(PROMPT / CHUNK)  # A's decode before each chunk
         for a, b in pairs:
             if not poll:
                 assert a["t_end_ns"] <= b["t_start_ns"]
-            elif looks == 2:   # found at the chunk's second layer boundary, before it was issued
+            elif looks == 2:  # found at the chunk's second layer boundary, before it was issued
                 assert b["t_start_ns"] < a["t_end_ns"] < b["t_issued_ns"]
             else:
                 assert b["t_start_ns"] < b["t_issued_ns"] <= a["t_end_ns"]
@@ -261,10 +283,20 @@ def test_a_chunk_is_issued_while_the_decodes_ahead_are_polled(tiny, mailbox_engi
 
 
 def test_bench_step_reads_the_persistent_kernels_tokens_from_the_mailbox_and_the_per_op_kernels_by_item(
-        tiny, mailbox_engine):
+    tiny, mailbox_engine
+):
     fault, seen, region = mailbox_engine
-    result = bench_step(tiny, peers=False, log=lambda *a: None, contexts=(32,), tokens=3, warmup=1,
-                        prefill_tokens=40, chunk=16, repeats=1)
+    result = bench_step(
+        tiny,
+        peers=False,
+        log=lambda *a: None,
+        contexts=(32,),
+        tokens=3,
+        warmup=1,
+        prefill_tokens=40,
+        chunk=16,
+        repeats=1,
+    )
     engines = result["engines"]
     assert engines["pdlib"]["token_read"] == "mailbox" and engines["pdlib-kernels"]["token_read"] == "item"
     assert engines["pdlib"]["pair_decode"] == "pair" and "pair_step_pipelined_ms_median" in engines["pdlib"]
@@ -280,7 +312,7 @@ def test_an_area_goes_back_when_its_cache_goes(tiny, mailbox_engine):
     e.reset("A", logical=True)
     e.prefill_chunk("A", 17)
     assert isinstance(e.decode("A").observe(), int) and len(region.free) == M.AREAS - 1
-    e.add_request("A", list(range(3, 20)))   # the request's cache replaced: the old one's area returns
+    e.add_request("A", list(range(3, 20)))  # the request's cache replaced: the old one's area returns
     gc.collect()
     assert len(region.free) == M.AREAS
 
@@ -311,6 +343,7 @@ def test_the_mailbox_check_passes_the_kernels_contract_and_fails_each_fault(monk
     token, a write into another request's area, a write by a step that failed, or the word of the slot's
     earlier position each fail it."""
     from pdlib.tools.persistent_check import check_persistent_mailbox
+
     region = with_an_earlier_users_words(fake_region())
     monkeypatch.setattr(M, "region", lambda: region)
 
@@ -322,9 +355,10 @@ def test_the_mailbox_check_passes_the_kernels_contract_and_fails_each_fault(monk
             at_pos = pos - M.SLOTS if fault == "stale position" and pos == 17 else pos
             region.words[at] = word(at_pos, token + (fault == "wrong token"))
         return mx.array(P.ERROR_TOKEN if failed else token, mx.uint32)
+
     (row,) = check_persistent_mailbox(tiny_step, too_many=4096)
     assert row["kernel"] == "persistent/mailbox" and row["passed"] == (fault is None)
-    assert len(region.free) == M.AREAS   # the check gives its areas back
+    assert len(region.free) == M.AREAS  # the check gives its areas back
 
 
 @pytest.mark.parametrize("fault", [None, "wrong token", "both areas", "swapped areas", "stale position"])
@@ -333,6 +367,7 @@ def test_the_pairs_mailbox_check_passes_the_kernels_contract_and_fails_each_faul
     word in its own area, named by its words of the pair's sync buffer) passes; a wrong token, a token written
     into both areas, the two areas swapped, or the word of the slot's earlier position each fail it."""
     from pdlib.tools.persistent_check import check_persistent_pair_mailbox
+
     region = with_an_earlier_users_words(fake_region())
     monkeypatch.setattr(M, "region", lambda: region)
 
@@ -343,9 +378,12 @@ def test_the_pairs_mailbox_check_passes_the_kernels_contract_and_fails_each_faul
         tokens = [100 + 2 * pos + q for q, pos in enumerate(positions)]
         for q, (pos, token) in enumerate(zip(positions, tokens)):
             at_pos = pos - M.SLOTS if fault == "stale position" and pos == 21 else pos
-            for area in (areas if fault == "both areas" else [areas[q]]):
-                region.words[(area - region.address) // 8 + pos % M.SLOTS] = word(at_pos, token + (fault == "wrong token"))
+            for area in areas if fault == "both areas" else [areas[q]]:
+                region.words[(area - region.address) // 8 + pos % M.SLOTS] = word(
+                    at_pos, token + (fault == "wrong token")
+                )
         return [mx.array(t, mx.uint32) for t in tokens]
+
     (row,) = check_persistent_pair_mailbox(tiny_pair)
     assert row["kernel"] == "persistent/mailbox" and row["passed"] == (fault is None)
     assert len(region.free) == M.AREAS

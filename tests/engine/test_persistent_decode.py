@@ -4,20 +4,19 @@ NVRTC for the H200 (sm_90) as MLX would wrap it, within one SM's shared memory a
 computes the right numbers is for `check-kernels` and the gate on the GPU (pdlib/tools/kernel_check.py)."""
 
 import re
-
 from dataclasses import replace
 
 import mlx.core as mx
 import pytest
-
 from kernel_text import NVRTC, STANDINS, Kernel, compile_sm90, wrapped
+
 from pdlib.config import preset
 from pdlib.engine import Engine, check_token
 from pdlib.engine import kernels as K
 from pdlib.engine.kernels import persistent_decode as P
 from pdlib.engine.model import Qwen3
-from pdlib.settings import decode_mode
 from pdlib.errors import InputError
+from pdlib.settings import decode_mode
 from pdlib.weights import load_model
 
 
@@ -37,8 +36,9 @@ def test_the_twin_is_the_engines_decode_step(tiny, prompt):
     q.prefill(cache, mx.arange(3, 3 + prompt, dtype=mx.int32), start=0, last=True)
     token = mx.array(11, mx.uint32)
     want = q.decode_step(token, cache.position(), cache.k, cache.v, cache.written)
-    got = K.decode_persistent_ops(token, cache.position(), q.stacked_decode_weights(), cache.k_all, cache.v_all,
-                                  cache.written, **_kw(q.cfg))
+    got = K.decode_persistent_ops(
+        token, cache.position(), q.stacked_decode_weights(), cache.k_all, cache.v_all, cache.written, **_kw(q.cfg)
+    )
     assert mx.array_equal(got[0], want[0]).item() and got[1].item() == want[1].item()
     assert got[2].item() == prompt + 1
     for a, b in zip(got[3] + got[4], want[3] + want[4], strict=True):
@@ -58,6 +58,7 @@ def test_the_layers_decode_matrices_become_views_of_the_stacks(tiny):
     """Where the persistent kernel runs, each layer's decode matrix is a view of its stack (in memory once), and
     the per-operation decode step over those views is unchanged."""
     import numpy as np
+
     q = Qwen3(tiny, lossless_decode_weights=False, compile_steps=False)  # FP32 copies: numpy can read them
     cache = q.new_cache(32)
     q.prefill(cache, mx.arange(3, 12, dtype=mx.int32), start=0, last=True)
@@ -104,9 +105,10 @@ def test_the_decode_switch(monkeypatch, tiny):
 
 def test_the_report_records_the_decode_path(monkeypatch):
     from pdlib.report.io import build_report, environment
+
     monkeypatch.setenv("PDLIB_DECODE", "kernels")
     monkeypatch.delenv("PDLIB_PREFILL_GEMM", raising=False)
-    recorded = environment("cpu")["settings"]   # every engine switch, set or not
+    recorded = environment("cpu")["settings"]  # every engine switch, set or not
     assert recorded["PDLIB_DECODE"] == "kernels" and recorded["PDLIB_PREFILL_GEMM"] == "bf16x3"
     kw = dict(params={}, model={}, prompts={}, backend="cpu", validation={}, reference_tokens={}, trials=[])
     assert build_report(**kw, settings={"decode": "persistent"})["environment"]["decode"] == "persistent"
@@ -138,26 +140,51 @@ def persistent_text(consts: dict) -> str:
 
 
 @pytest.mark.skipif(NVRTC is None, reason="no NVRTC (the nvidia-cuda-nvrtc wheel, Linux only)")
-@pytest.mark.parametrize("shape", ["qwen3-0.6b", "check-kernels timeout case", "qwen3-0.6b, stamps on",
-                                   "qwen3-0.6b, 2 keys per warp and stage", "qwen3-0.6b, o_proj folded",
-                                   "check-kernels timeout case, o_proj folded", "qwen3-0.6b, a pair",
-                                   "check-kernels timeout case, a pair"])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        "qwen3-0.6b",
+        "check-kernels timeout case",
+        "qwen3-0.6b, stamps on",
+        "qwen3-0.6b, 2 keys per warp and stage",
+        "qwen3-0.6b, o_proj folded",
+        "check-kernels timeout case, o_proj folded",
+        "qwen3-0.6b, a pair",
+        "check-kernels timeout case, a pair",
+    ],
+)
 def test_the_cuda_source_compiles_for_the_h200(shape):
     nr = 2 if shape.endswith("a pair") else 1
-    c = (dict(D=1024, HQ=16, HKV=8, DH=128, FF=3072, NL=28, V=151936, CAP=5248, NB=132, S=16 // nr)
-         if shape.startswith("qwen3") else dict(D=256, HQ=2, HKV=1, DH=128, FF=512, NL=1, V=1024, CAP=8, NB=2112,
-                                                S=2112 // nr))
-    c.update(BLOCK=P.BLOCK, EPS_BITS=P.float_bits(1e-6), SCALE_BITS=P.float_bits(128 ** -0.5), SPIN=P.SPIN_CYCLES,
-             STAMPS=int(shape.endswith("stamps on")), KVG=2 if shape.endswith("stage") else P.KV_GROUP,
-             NST=P.KV_STAGES, FOLD=int(shape.endswith("folded")), NR=nr)
+    c = (
+        dict(D=1024, HQ=16, HKV=8, DH=128, FF=3072, NL=28, V=151936, CAP=5248, NB=132, S=16 // nr)
+        if shape.startswith("qwen3")
+        else dict(D=256, HQ=2, HKV=1, DH=128, FF=512, NL=1, V=1024, CAP=8, NB=2112, S=2112 // nr)
+    )
+    c.update(
+        BLOCK=P.BLOCK,
+        EPS_BITS=P.float_bits(1e-6),
+        SCALE_BITS=P.float_bits(128**-0.5),
+        SPIN=P.SPIN_CYCLES,
+        STAMPS=int(shape.endswith("stamps on")),
+        KVG=2 if shape.endswith("stage") else P.KV_GROUP,
+        NST=P.KV_STAGES,
+        FOLD=int(shape.endswith("folded")),
+        NR=nr,
+    )
     log = compile_sm90(persistent_text(c))
-    regs, smem = re.search(r"entry function '[^']*pdlib_decode_persistent.*?Used (\d+) registers.*?(\d+) bytes smem",
-                           log, re.S).groups()
+    regs, smem = re.search(
+        r"entry function '[^']*pdlib_decode_persistent.*?Used (\d+) registers.*?(\d+) bytes smem", log, re.S
+    ).groups()
     # one block of 256 threads must fit on an SM by registers (64K) and static shared memory (48 KB)
     assert int(regs) * P.BLOCK <= 65536 and int(smem) <= P.SHARED_LIMIT, log
     # and `available` must know what it declares: its estimate is the compiler's count or a little over
-    cfg = replace(preset("qwen3-0.6b"), hidden_size=c["D"], intermediate_size=c["FF"], num_attention_heads=c["HQ"],
-                  num_key_value_heads=c["HKV"])
+    cfg = replace(
+        preset("qwen3-0.6b"),
+        hidden_size=c["D"],
+        intermediate_size=c["FF"],
+        num_attention_heads=c["HQ"],
+        num_key_value_heads=c["HKV"],
+    )
     assert int(smem) <= P.shared_bytes(cfg, fold=bool(c["FOLD"]), requests=nr) <= int(smem) + 128
 
 
@@ -170,7 +197,7 @@ def test_the_engine_runs_the_persistent_step(monkeypatch, tiny):
     syncs, caches = [], {}
 
     def kernel_like(token, pos, dw, k_all, v_all, written, sync, **kw):
-        assert sync[:2].tolist() == [0, 0]   # PDLIB_TOKEN_READ=item: no mailbox named
+        assert sync[:2].tolist() == [0, 0]  # PDLIB_TOKEN_READ=item: no mailbox named
         syncs.append(sync)
         cache = caches["persistent"]
         assert mx.array_equal(k_all, mx.stack(cache.k)).item() and k_all.shape == cache.shape
@@ -179,9 +206,10 @@ def test_the_engine_runs_the_persistent_step(monkeypatch, tiny):
             cache.k[i] = mx.slice_update(cache.k[i], ks[i], pos, axes=(1,))
             cache.v[i] = mx.slice_update(cache.v[i], vs[i], pos, axes=(1,))
         return logits, tok, next_pos, [], [], written + 1
+
     monkeypatch.setattr(P, "available", lambda cfg, **kw: True)
     monkeypatch.setattr(P, "decode_persistent", kernel_like)
-    monkeypatch.setenv("PDLIB_TOKEN_READ", "item")   # the mailbox's own tests are test_mailbox's
+    monkeypatch.setenv("PDLIB_TOKEN_READ", "item")  # the mailbox's own tests are test_mailbox's
     prompt = list(range(3, 20))
     outs, fences = {}, {}
     for mode in ("persistent", "kernels"):
@@ -204,14 +232,14 @@ def test_launch_refuses_a_ring_that_does_not_fit_beside_the_kernels_arrays():
     """The same bound as `available`: the model's own static arrays plus the ring within the SM's shared
     memory. Checked before any kernel is built, so it holds on the CPU too."""
     from types import SimpleNamespace
+
     dw = SimpleNamespace(embed=SimpleNamespace(shape=(151936, 1024)), down=SimpleNamespace(shape=(28, 1024, 3072)))
     k_all = SimpleNamespace(shape=(28, 8, 4160, 128))
     static = P.static_shared_bytes(D=1024, F=3072, dh=128, heads=16, kv_heads=8, fold=False)
     most = (P.SM_SHARED_LIMIT - static) // P.ring_bytes(128, 1)
     assert P.fits(static, 128, most) and not P.fits(static, 128, most + 1)
     with pytest.raises(ValueError, match=f"kv_group={most + 1}: .* 1 to {most} keys per warp fit"):
-        P.launch(None, None, dw, k_all, None, None, None, heads=16, kv_heads=8, eps=1e-6, kv_group=most + 1,
-                 fold=False)
+        P.launch(None, None, dw, k_all, None, None, None, heads=16, kv_heads=8, eps=1e-6, kv_group=most + 1, fold=False)
 
 
 def test_the_fold_switch(monkeypatch):
@@ -231,8 +259,20 @@ def test_the_scratch_layout_is_the_kernels():
     """scratch_layout (what persistent_debug reads) names BODY's work arrays in the order BODY lays them out, and
     scratch_size leaves each request's arrays at a multiple of 4 floats (float4 reads), as BODY's SCR does."""
     import re
-    names = {"H": "h", "QKV": "qkv", "O": "o", "ACT": "act", "H2": "h_mid", "HP": "head_parts", "PM": "m",
-             "PL": "l", "PO": "partial_o", "CV": "block_best", "CI": "block_index"}
+
+    names = {
+        "H": "h",
+        "QKV": "qkv",
+        "O": "o",
+        "ACT": "act",
+        "H2": "h_mid",
+        "HP": "head_parts",
+        "PM": "m",
+        "PL": "l",
+        "PO": "partial_o",
+        "CV": "block_best",
+        "CI": "block_index",
+    }
     declared = re.findall(r"\bOFF_(\w+) = ", P.BODY)
     order = [names[n] for n in declared]
     layout = P.scratch_layout(D=8, heads=4, kv_heads=2, dh=4, F=12, splits=3, blocks=5)
@@ -266,6 +306,7 @@ def test_two_decodes_of_one_step_share_one_launch(monkeypatch, tiny):
             logits, tok, next_pos, ks, vs, _ = K.decode_persistent_ops(token, pos, dw, k_all, v_all, written, **kw)
             out.append((logits, tok, next_pos, ks, vs, written + 1))
         return out
+
     monkeypatch.setattr(P, "available", lambda cfg, **kw: True)
     monkeypatch.setattr(P, "decode_persistent_pair", pair_like)
     monkeypatch.setenv("PDLIB_TOKEN_READ", "item")
@@ -333,12 +374,30 @@ def test_a_pair_launch_passes_each_requests_buffers_where_the_kernel_reads_them(
     them and the second's after; the template's NR 2 and half the splits; the outputs sized per request; and
     each request's logits, token, next position and fence read back from its own part of them."""
     D, F, Hq, Hkv, Dh, L, V, cap, nb = 16, 32, 2, 1, 128, 2, 10, 8, 4
-    dw = P.DecodeWeights(embed=mx.zeros((V, D)), qkv=mx.zeros((L, (Hq + 2 * Hkv) * Dh, D)), o=mx.zeros((L, D, Hq * Dh)),
-                         gate_up=mx.zeros((L, 2 * F, D)), down=mx.zeros((L, D, F)), lm_head=mx.zeros((V, D)),
-                         in_norm=mx.zeros((L, D)), post_norm=mx.zeros((L, D)), q_norm=mx.zeros((L, Dh)),
-                         k_norm=mx.zeros((L, Dh)), norm=mx.zeros((D,)), inv_freq=mx.zeros((Dh // 2,)))
-    reqs = [(mx.array(3 + q, mx.uint32), mx.array([5 * q], mx.int32), mx.zeros((L, Hkv, cap, Dh)) + q,
-             mx.zeros((L, Hkv, cap, Dh)) - q, K.new_fence() + 10 * q) for q in range(2)]
+    dw = P.DecodeWeights(
+        embed=mx.zeros((V, D)),
+        qkv=mx.zeros((L, (Hq + 2 * Hkv) * Dh, D)),
+        o=mx.zeros((L, D, Hq * Dh)),
+        gate_up=mx.zeros((L, 2 * F, D)),
+        down=mx.zeros((L, D, F)),
+        lm_head=mx.zeros((V, D)),
+        in_norm=mx.zeros((L, D)),
+        post_norm=mx.zeros((L, D)),
+        q_norm=mx.zeros((L, Dh)),
+        k_norm=mx.zeros((L, Dh)),
+        norm=mx.zeros((D,)),
+        inv_freq=mx.zeros((Dh // 2,)),
+    )
+    reqs = [
+        (
+            mx.array(3 + q, mx.uint32),
+            mx.array([5 * q], mx.int32),
+            mx.zeros((L, Hkv, cap, Dh)) + q,
+            mx.zeros((L, Hkv, cap, Dh)) - q,
+            K.new_fence() + 10 * q,
+        )
+        for q in range(2)
+    ]
     sync, seen = P.new_sync(), {}
 
     def built(dh, kv_group, requests):
@@ -347,9 +406,18 @@ def test_a_pair_launch_passes_each_requests_buffers_where_the_kernel_reads_them(
             # each output filled so that request q's part tells itself apart: logits q, token 7 + q, pos 20 + q
             logits = mx.concatenate([mx.full((V,), float(q)) for q in range(2)])
             words = lambda base: mx.array([base + q if w == 0 else 0 for q in range(2) for w in range(4)])  # noqa: E731
-            return [logits, words(7).astype(mx.uint32), words(20).astype(mx.int32), mx.zeros(output_shapes[3]),
-                    mx.zeros((2,), mx.uint64), inputs[17] + 1, inputs[22] + 1]
+            return [
+                logits,
+                words(7).astype(mx.uint32),
+                words(20).astype(mx.int32),
+                mx.zeros(output_shapes[3]),
+                mx.zeros((2,), mx.uint64),
+                inputs[17] + 1,
+                inputs[22] + 1,
+            ]
+
         return run
+
     monkeypatch.setattr(P, "kernel", built)
     monkeypatch.setattr(P, "sm_count", lambda: nb)
     out = P.decode_persistent_pair(*reqs, dw, sync, heads=Hq, kv_heads=Hkv, eps=1e-6)
@@ -360,21 +428,32 @@ def test_a_pair_launch_passes_each_requests_buffers_where_the_kernel_reads_them(
         for name, want in (("tok", token), ("pos", pos), ("kc", kc), ("vc", vc), ("fin", fence)):
             assert got[name + prefix] is want, (name, q)
     assert got["sync_buf"] is sync and got["wqkv"] is dw.qkv and seen["requests"] == 2
-    assert seen["template"]["NR"] == 2 and seen["template"]["S"] == max(1, nb // (2 * Hkv)) and not seen["template"]["FOLD"]
+    assert (
+        seen["template"]["NR"] == 2
+        and seen["template"]["S"] == max(1, nb // (2 * Hkv))
+        and not seen["template"]["FOLD"]
+    )
     assert seen["shapes"][:3] == [(2 * V,), (8,), (8,)] and seen["shapes"][6] == reqs[1][4].shape
     for q, (logits, tok, next_pos, ks, vs, fence) in enumerate(out):
-        assert ks == [] and vs == []   # stored in place by the kernel
+        assert ks == [] and vs == []  # stored in place by the kernel
         assert logits.shape == (V,) and logits.tolist() == [float(q)] * V
         assert tok.item() == 7 + q and next_pos.tolist() == [20 + q]
         assert fence.tolist() == (reqs[q][4] + 1).tolist()
     with pytest.raises(ValueError, match="fold=True: .* not a pair"):
         P.decode_persistent_pair(*reqs, dw, sync, heads=Hq, kv_heads=Hkv, eps=1e-6, fold=True)
-    monkeypatch.setenv(P.FOLD_ENV, "1")   # the switch folds single launches; a pair runs unfolded
+    monkeypatch.setenv(P.FOLD_ENV, "1")  # the switch folds single launches; a pair runs unfolded
     P.decode_persistent_pair(*reqs, dw, sync, heads=Hq, kv_heads=Hkv, eps=1e-6)
     assert not seen["template"]["FOLD"]
     with pytest.raises(ValueError, match="one shape"):
-        P.decode_persistent_pair(reqs[0], (*reqs[1][:2], mx.zeros((L, Hkv, cap + 1, Dh)), *reqs[1][3:]), dw, sync,
-                                 heads=Hq, kv_heads=Hkv, eps=1e-6)
+        P.decode_persistent_pair(
+            reqs[0],
+            (*reqs[1][:2], mx.zeros((L, Hkv, cap + 1, Dh)), *reqs[1][3:]),
+            dw,
+            sync,
+            heads=Hq,
+            kv_heads=Hkv,
+            eps=1e-6,
+        )
 
 
 def test_the_pairs_twin_is_each_requests_twin(tiny):
@@ -382,8 +461,10 @@ def test_the_pairs_twin_is_each_requests_twin(tiny):
     m = Qwen3(tiny, decode="kernels")
     dw, c = m.stacked_decode_weights(), tiny.config
     caches = [m.new_cache(16) for _ in range(2)]
-    reqs = [(mx.array(3 + q, mx.uint32), mx.array([2 + q], mx.int32), x.k_all, x.v_all, x.written)
-            for q, x in enumerate(caches)]
+    reqs = [
+        (mx.array(3 + q, mx.uint32), mx.array([2 + q], mx.int32), x.k_all, x.v_all, x.written)
+        for q, x in enumerate(caches)
+    ]
     pair = K.decode_persistent_pair_ops(*reqs, dw, **_kw(c))
     for r, got in zip(reqs, pair, strict=True):
         want = K.decode_persistent_ops(r[0], r[1], dw, *r[2:], **_kw(c))

@@ -7,49 +7,77 @@ import re
 import shutil
 import subprocess
 
+import mlx.core as mx
 import numpy as np
 import pytest
-
-import mlx.core as mx
-
 from kernel_text import NVRTC, STANDINS, Kernel, compile_sm90, wrapped
+
 from pdlib.engine import kernels as K
 from pdlib.engine.kernels import qk_rope as Q
 from pdlib.engine.kernels.backend import PRELUDE, float_bits
 from pdlib.errors import InputError
 from pdlib.tools.kernel_check import check_qk_rope_store, qk_rope_cases
 
-KERNEL = Kernel("pdlib_qk_rope_store", Q.SOURCE,
-                [("raw", "f32"), ("qn", "f32"), ("kn", "f32"), ("inv_freq", "f32"), ("pos", "i32"), ("kc", "f32"),
-                 ("vc", "f32"), ("after", "u32")], [("q", "f32"), ("written", "u32")],
-                [dict(T=T, HQ=hq, HKV=hkv, DH=128, CAP=cap, EPS_BITS=float_bits(1e-6))
-                 for T, _, cap, hq, hkv, _ in qk_rope_cases()])
+KERNEL = Kernel(
+    "pdlib_qk_rope_store",
+    Q.SOURCE,
+    [
+        ("raw", "f32"),
+        ("qn", "f32"),
+        ("kn", "f32"),
+        ("inv_freq", "f32"),
+        ("pos", "i32"),
+        ("kc", "f32"),
+        ("vc", "f32"),
+        ("after", "u32"),
+    ],
+    [("q", "f32"), ("written", "u32")],
+    [
+        dict(T=T, HQ=hq, HKV=hkv, DH=128, CAP=cap, EPS_BITS=float_bits(1e-6))
+        for T, _, cap, hq, hkv, _ in qk_rope_cases()
+    ],
+)
 
 
 def test_the_twin_is_the_models_ops_path(tiny):
     """q, and the k and v it stores, as Qwen3._qkv computes them for a chunk (RoPE by mx.fast.rope from the first
     position) and stores them (slice_update at start)."""
     from pdlib.engine.model import Qwen3
+
     model = Qwen3(tiny, compile_steps=False)
     c, L = tiny.config, model.layers[1]
     mx.random.seed(3)
     h, start, cap = mx.random.normal((24, c.hidden_size)), 40, 80
-    kc, vc = mx.random.normal((c.num_key_value_heads, cap, c.head_dim)), mx.random.normal((c.num_key_value_heads, cap,
-                                                                                           c.head_dim))
+    kc, vc = (
+        mx.random.normal((c.num_key_value_heads, cap, c.head_dim)),
+        mx.random.normal((c.num_key_value_heads, cap, c.head_dim)),
+    )
     wqkv = (L.t["wqkv"], L.d_qkv)
-    x = mx.fast.rms_norm(h, L.in_norm, c.rms_norm_eps)   # the layer's normed input
+    x = mx.fast.rms_norm(h, L.in_norm, c.rms_norm_eps)  # the layer's normed input
     q, k, v, raw = model._qkv(x, wqkv, L.t["qk_norm"], mx.array(start, mx.int32))
-    got = K.qk_rope_store_ops(raw, L.q_norm, L.k_norm, model.inv_freq, mx.arange(start, start + 24, dtype=mx.int32),
-                              kc, vc, K.new_fence(), start=start, heads=c.num_attention_heads,
-                              kv_heads=c.num_key_value_heads, eps=c.rms_norm_eps)
+    got = K.qk_rope_store_ops(
+        raw,
+        L.q_norm,
+        L.k_norm,
+        model.inv_freq,
+        mx.arange(start, start + 24, dtype=mx.int32),
+        kc,
+        vc,
+        K.new_fence(),
+        start=start,
+        heads=c.num_attention_heads,
+        kv_heads=c.num_key_value_heads,
+        eps=c.rms_norm_eps,
+    )
     close = lambda a, b: np.allclose(np.array(a), np.array(b), rtol=1e-4, atol=1e-4)  # noqa: E731
     assert close(got[0], q)
-    assert close(got[1][:, start:start + 24], k) and close(got[2][:, start:start + 24], v)
-    assert close(got[1][:, :start], kc[:, :start]) and close(got[2][:, start + 24:], vc[:, start + 24:])
+    assert close(got[1][:, start : start + 24], k) and close(got[2][:, start : start + 24], v)
+    assert close(got[1][:, :start], kc[:, :start]) and close(got[2][:, start + 24 :], vc[:, start + 24 :])
 
 
 def standin(fault=None):
     """The kernel as the twin, functionally, or with one planted fault."""
+
     def kernel(raw, qn, kn, inv_freq, positions, kc, vc, written, *, start, poison=False, **kw):
         if fault == "rope at the next position":
             positions = positions + 1
@@ -58,16 +86,17 @@ def standin(fault=None):
         if fault == "eps dropped":
             kw = {**kw, "eps": 0.0}
         q, k2, v2, _ = K.qk_rope_store_ops(raw, qn, kn, inv_freq, positions, kc, vc, written, start=start, **kw)
-        if fault == "k one slot off":   # the next slot, or the one before where the rows end at the capacity
+        if fault == "k one slot off":  # the next slot, or the one before where the rows end at the capacity
             off = 1 if start + raw.shape[0] < kc.shape[1] else -1
             k2 = K.qk_rope_store_ops(raw, qn, kn, inv_freq, positions, kc, vc, written, start=start + off, **kw)[1]
         if fault == "last row skipped":
             T = raw.shape[0]
             q = mx.concatenate([q[:, :-1], mx.full(q[:, -1:].shape, float("nan"))], axis=1)
-            k2 = mx.slice_update(k2, kc[:, start + T - 1: start + T], mx.array(start + T - 1), axes=(1,))
+            k2 = mx.slice_update(k2, kc[:, start + T - 1 : start + T], mx.array(start + T - 1), axes=(1,))
         if fault == "v left out":
             v2 = vc
         return q, k2, v2, written if fault == "fence left" else written + 1
+
     return kernel
 
 
@@ -89,7 +118,7 @@ def test_the_check_passes_the_twin_and_fails_each_planted_fault(monkeypatch):
     assert failing(monkeypatch, "v left out") == ["qk_rope_store/v cache"]
     assert failing(monkeypatch, "fence left") == ["qk_rope_store/fence"]
     dropped = {case for (kernel, case), ok in rows(monkeypatch, "eps dropped").items() if not ok}
-    assert dropped == {"37 rows at 100, 6 + 2 heads of 0.0001"}   # the case whose values are near zero
+    assert dropped == {"37 rows at 100, 6 + 2 heads of 0.0001"}  # the case whose values are near zero
 
 
 def test_the_switch(monkeypatch):
@@ -104,6 +133,7 @@ def test_the_switch(monkeypatch):
 
 def test_a_bad_switch_is_refused_when_the_model_loads(monkeypatch, tiny):
     from pdlib.engine.model import Qwen3
+
     monkeypatch.setenv(Q.ENV, "fast")
     with pytest.raises(InputError, match="PDLIB_PREFILL_QK must be kernel or ops, got 'fast'"):
         Qwen3(tiny, compile_steps=False)
@@ -119,8 +149,10 @@ def test_the_cuda_source_compiles_for_the_h200():
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no g++")
 def test_the_metal_text_type_checks_against_standins(tmp_path):
     from test_kernel_sources import METAL_STANDINS
+
     src = tmp_path / "qk_rope_store.cpp"
     src.write_text(METAL_STANDINS + PRELUDE["metal"] + wrapped(KERNEL, "metal", Q.SOURCE))
-    run = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-Wno-unused", str(src)], capture_output=True,
-                         text=True)
+    run = subprocess.run(
+        ["g++", "-std=c++17", "-fsyntax-only", "-Wno-unused", str(src)], capture_output=True, text=True
+    )
     assert run.returncode == 0, run.stderr

@@ -18,21 +18,31 @@ import pandas as pd
 import pytest
 import yaml
 
-from pdlib.analysis import plots, frames as an
-from pdlib.analysis import present
-from pdlib.publish import runs, notebooks as nbk
 from pdlib.__main__ import main
+from pdlib.analysis import findings, plots, present
+from pdlib.analysis import frames as an
 from pdlib.config import RunParams
 from pdlib.errors import InputError
+from pdlib.publish import notebooks as nbk
+from pdlib.publish import runs
 
 pytest.importorskip("papermill")
 pytest.importorskip("vl_convert")
 
-PARAMS = {"model": "synthetic:tiny", "prompt_tokens": 64, "output_tokens": 8, "chunk_size": 16,
-          "policies": ["eager", "chunked", "fifo"], "trials": 2, "warmups": 0, "logical_cache_reset": True}
+PARAMS = {
+    "model": "synthetic:tiny",
+    "prompt_tokens": 64,
+    "output_tokens": 8,
+    "chunk_size": 16,
+    "policies": ["eager", "chunked", "fifo"],
+    "trials": 2,
+    "warmups": 0,
+    "logical_cache_reset": True,
+}
 FIGURE_FILES = {f"{name}.{fmt}" for name in nbk.FIGURES for fmt in plots.FORMATS}
-EVERYTHING = ({runs.REPORT, *nbk.TABLES, *FIGURE_FILES}
-              | {f"{n}.{ext}" for n in nbk.NOTEBOOKS for ext in ("ipynb", "html")})
+EVERYTHING = {runs.REPORT, *nbk.TABLES, *FIGURE_FILES} | {
+    f"{n}.{ext}" for n in nbk.NOTEBOOKS for ext in ("ipynb", "html")
+}
 PAPERMILL = [str(Path(sys.executable).with_name("papermill")), "--log-level", "ERROR", "--no-progress-bar"]
 
 
@@ -146,19 +156,25 @@ def test_html_has_one_parameters_cell_is_offline_and_shows_the_charts_with_alt_t
 
 def test_each_chart_is_stored_once(run):
     out = run[2]
-    pngs = [o["data"]["image/png"] for name in nbk.NOTEBOOKS for o in outputs(out / f"{name}.ipynb")
-            if "image/png" in o.get("data", {})]
+    pngs = [
+        o["data"]["image/png"]
+        for name in nbk.NOTEBOOKS
+        for o in outputs(out / f"{name}.ipynb")
+        if "image/png" in o.get("data", {})
+    ]
     assert len(pngs) == 6  # 02: headline, timeline, steps; 03: the three FIGURES
     for name in nbk.NOTEBOOKS:
         for o in outputs(out / f"{name}.ipynb"):
             assert not [m for m in o.get("data", {}) if m.startswith(nbk.CHART_MIMES)], name  # the PNG alone
     import base64
+
     for fig in nbk.FIGURES:  # 03 embeds the saved file's bytes
         assert base64.b64encode((out / f"{fig}.png").read_bytes()).decode() in pngs
 
 
 def test_the_page_keeps_the_styles_it_uses(run):
     from pdlib.publish.export import pruned_styles
+
     page = (run[2] / "02_analyze_gaps.html").read_text()
     assert sum(map(len, re.findall(r"<style[^>]*>(.*?)</style>", page, re.S))) < 30_000  # not JupyterLab's 250 kB
     assert ".jp-RenderedHTMLCommon table" in page and ".jp-InputPrompt" in page and "--jp-content-font-color1:" in page
@@ -174,9 +190,12 @@ def test_tables_agree_with_the_analysis(run, report):
     pd.testing.assert_frame_equal(read("metrics.csv"), metrics, rtol=0, atol=1e-9)
     pd.testing.assert_frame_equal(read("summary.csv"), summary, rtol=0, atol=1e-9)
     assert list(metrics["policy"].unique()) == PARAMS["policies"]
-    shown = [o["data"]["text/markdown"] for o in outputs(out / "02_analyze_gaps.ipynb")
-             if "text/markdown" in o.get("data", {})]
-    assert an.findings(metrics, summary) in shown  # the prose is analysis.findings on the same numbers
+    shown = [
+        o["data"]["text/markdown"]
+        for o in outputs(out / "02_analyze_gaps.ipynb")
+        if "text/markdown" in o.get("data", {})
+    ]
+    assert findings.findings(metrics, summary) in shown  # the prose is analysis.findings on the same numbers
     assert present.markdown(present.headline_table(summary)) in shown
 
 
@@ -232,8 +251,13 @@ def test_error_inside_a_notebook_is_one_line(tmp_path, capsys):
 
 # ---- papermill's own interface, from the repository root -------------------------------------------
 def papermill(name, out_nb, *args):
-    proc = subprocess.run([*PAPERMILL, f"notebooks/{name}.ipynb", str(out_nb), *map(str, args)],
-                          cwd=runs.ROOT, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [*PAPERMILL, f"notebooks/{name}.ipynb", str(out_nb), *map(str, args)],
+        cwd=runs.ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "unknown parameter" not in proc.stderr.lower(), proc.stderr
     assert_ran_clean(out_nb)
@@ -241,28 +265,66 @@ def papermill(name, out_nb, *args):
 
 def test_papermill_p_overrides_reach_the_report_and_the_tables(tmp_path):
     o1 = tmp_path / "o1"
-    papermill("01_run_trials", tmp_path / "01.ipynb", "-p", "chunk_size", 24, "-p", "prompt_tokens", 72,
-              "-p", "output_tokens", 6, "-p", "trials", 1, "-p", "warmups", 0, "-p", "output_dir", o1)
+    papermill(
+        "01_run_trials",
+        tmp_path / "01.ipynb",
+        "-p",
+        "chunk_size",
+        24,
+        "-p",
+        "prompt_tokens",
+        72,
+        "-p",
+        "output_tokens",
+        6,
+        "-p",
+        "trials",
+        1,
+        "-p",
+        "warmups",
+        0,
+        "-p",
+        "output_dir",
+        o1,
+    )
     params = an.load_report(o1 / runs.REPORT)["params"]
     assert (params["chunk_size"], params["prompt_tokens"], params["output_tokens"], params["trials"]) == (24, 72, 6, 1)
     assert params["model"] == "synthetic:tiny" and params["validation_checkpoint_every"] == 8  # the rest: smoke
     o2 = tmp_path / "o2"
     for name in ("02_analyze_gaps", "03_figures"):
-        papermill(name, tmp_path / f"{name}.ipynb", "-p", "report_path", o1 / runs.REPORT,
-                  "-p", "stall_threshold_ms", 2.5, "-p", "output_dir", o2)
+        papermill(
+            name,
+            tmp_path / f"{name}.ipynb",
+            "-p",
+            "report_path",
+            o1 / runs.REPORT,
+            "-p",
+            "stall_threshold_ms",
+            2.5,
+            "-p",
+            "output_dir",
+            o2,
+        )
     shown = "".join(o.get("data", {}).get("text/markdown", "") for o in outputs(tmp_path / "02_analyze_gaps.ipynb"))
     assert "stalls > 2.5 ms" in shown and "longer than 2.5 ms" in shown
     metrics = an.metrics_frame(an.load_report(o1 / runs.REPORT), stall_threshold_ms=2.5)
     pd.testing.assert_frame_equal(pd.read_csv(o2 / "metrics.csv"), metrics, rtol=0, atol=1e-9)
-    alts = [o["metadata"]["image/png"]["alt"] for o in outputs(tmp_path / "03_figures.ipynb")
-            if "image/png" in o.get("data", {})]
+    alts = [
+        o["metadata"]["image/png"]["alt"]
+        for o in outputs(tmp_path / "03_figures.ipynb")
+        if "image/png" in o.get("data", {})
+    ]
     assert any("a dashed line at 2.5 ms" in a for a in alts)
     assert {p.name for p in o2.iterdir()} == set(nbk.TABLES) | FIGURE_FILES
 
 
 def test_papermill_f_params_file(tmp_path):
-    values = {**RunParams.from_yaml(runs.ROOT / "params" / "smoke-cpu.yaml").to_dict(), **PARAMS,
-              "chunk_size": 32, "trials": 1}
+    values = {
+        **RunParams.from_yaml(runs.ROOT / "params" / "smoke-cpu.yaml").to_dict(),
+        **PARAMS,
+        "chunk_size": 32,
+        "trials": 1,
+    }
     f = tmp_path / "p.yaml"
     f.write_text(yaml.safe_dump(values))
     papermill("01_run_trials", tmp_path / "01.ipynb", "-f", f, "-p", "output_dir", tmp_path / "o")
@@ -270,9 +332,26 @@ def test_papermill_f_params_file(tmp_path):
 
 
 def test_papermill_params_file_must_match_the_values(tmp_path):
-    proc = subprocess.run([*PAPERMILL, "notebooks/01_run_trials.ipynb", str(tmp_path / "o.ipynb"), "-p", "params_file",
-                           "params/smoke-cpu.yaml", "-p", "chunk_size", "64", "-p", "output_dir", str(tmp_path / "o")],
-                          cwd=runs.ROOT, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            *PAPERMILL,
+            "notebooks/01_run_trials.ipynb",
+            str(tmp_path / "o.ipynb"),
+            "-p",
+            "params_file",
+            "params/smoke-cpu.yaml",
+            "-p",
+            "chunk_size",
+            "64",
+            "-p",
+            "output_dir",
+            str(tmp_path / "o"),
+        ],
+        cwd=runs.ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode != 0 and "chunk_size 64 (file: 32)" in proc.stderr
     assert not (tmp_path / "o" / runs.REPORT).exists()
 
@@ -280,11 +359,16 @@ def test_papermill_params_file_must_match_the_values(tmp_path):
 # ---- Run All as shipped: no parameters, the kernel in notebooks/ as JupyterLab starts it ---------------
 def test_run_all_as_shipped_fills_one_fresh_local_folder(tmp_path):
     from nbclient import NotebookClient
+
     env = {**os.environ, "PDLIB_LOCAL_OUTPUTS": str(tmp_path / "local")}
     for name in nbk.NOTEBOOKS:
         nb = nbformat.read(nbk.NOTEBOOK_DIR / f"{name}.ipynb", as_version=4)
-        NotebookClient(nb, kernel_name=nbk.KERNEL, resources={"metadata": {"path": str(nbk.NOTEBOOK_DIR)}},
-                       extra_arguments=nbk.KERNEL_ARGS).execute(env=env)
+        NotebookClient(
+            nb,
+            kernel_name=nbk.KERNEL,
+            resources={"metadata": {"path": str(nbk.NOTEBOOK_DIR)}},
+            extra_arguments=nbk.KERNEL_ARGS,
+        ).execute(env=env)
         nbformat.write(nb, tmp_path / f"{name}.ipynb")
         assert_ran_clean(tmp_path / f"{name}.ipynb")
     (folder,) = (tmp_path / "local").iterdir()
@@ -347,22 +431,32 @@ def test_report_second_render_goes_to_a_new_folder(rendered, capsys):
     before = {p.name: p.stat().st_mtime_ns for p in first.iterdir()}
     assert main(["notebooks", "--report", str(SMALL_REPORT), "--out", str(first), "--quiet"]) == 0
     second = first.with_name(first.name + "-2")
-    assert capsys.readouterr().out.splitlines()[0] == \
-        f"{first} already holds files from an earlier run; this run writes to {second}"
+    assert (
+        capsys.readouterr().out.splitlines()[0]
+        == f"{first} already holds files from an earlier run; this run writes to {second}"
+    )
     assert (second / runs.REPORT).read_bytes() == (first / runs.REPORT).read_bytes()
     assert {p.name: p.stat().st_mtime_ns for p in first.iterdir()} == before
 
 
 def test_bad_report_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys):
     text, report = SMALL_REPORT.read_text(), an.load_report(SMALL_REPORT)
-    bad = {"truncated.json": (text[: len(text) // 2], "not valid JSON (truncated?)"),
-           "schema.json": (json.dumps({**report, "schema": "pdlib.report/0"}), "schema is 'pdlib.report/0'"),
-           "params.json": (json.dumps({**report, "params": {**report["params"], "bogus": 1}}),
-                           "params has unknown key(s) bogus"),
-           "threshold.json": (json.dumps({**report, "params": {**report["params"], "stall_threshold_ms": -1}}),
-                              "stall_threshold_ms must be"),
-           "validation.json": (json.dumps({**report, "validation": {"eager": {"checks": 1}}}),
-                               "validation results are malformed")}
+    bad = {
+        "truncated.json": (text[: len(text) // 2], "not valid JSON (truncated?)"),
+        "schema.json": (json.dumps({**report, "schema": "pdlib.report/0"}), "schema is 'pdlib.report/0'"),
+        "params.json": (
+            json.dumps({**report, "params": {**report["params"], "bogus": 1}}),
+            "params has unknown key(s) bogus",
+        ),
+        "threshold.json": (
+            json.dumps({**report, "params": {**report["params"], "stall_threshold_ms": -1}}),
+            "stall_threshold_ms must be",
+        ),
+        "validation.json": (
+            json.dumps({**report, "validation": {"eager": {"checks": 1}}}),
+            "validation results are malformed",
+        ),
+    }
     out = tmp_path / "o"
     for name, (content, message) in bad.items():
         (tmp_path / name).write_text(content)
@@ -373,8 +467,9 @@ def test_bad_report_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys):
             nbk.run_notebooks(report=tmp_path / name, out=out)
     assert main(["notebooks", "--report", str(SMALL_REPORT)]) == 2  # --out is required with --report
     assert "needs --out" in capsys.readouterr().err
-    assert main(["notebooks", "--report", str(SMALL_REPORT), "--params", "params/smoke-cpu.yaml",
-                 "--out", str(out)]) == 2
+    assert (
+        main(["notebooks", "--report", str(SMALL_REPORT), "--params", "params/smoke-cpu.yaml", "--out", str(out)]) == 2
+    )
     assert "not allowed with" in capsys.readouterr().err
     assert not out.exists()  # refused before any folder or kernel
 
@@ -391,8 +486,9 @@ def test_load_or_run_copies_once_and_never_overwrites(tmp_path, capsys):
     assert gzip.decompress(gz.read_bytes()) == SMALL_REPORT.read_bytes()
     out = capsys.readouterr().out
     assert "no trials run here" in out and "note:" not in out
-    runs.load_or_run(RunParams(**{**params.to_dict(), "chunk_size": 99}), report_source=SMALL_REPORT,
-                     output=tmp_path / "y.json")
+    runs.load_or_run(
+        RunParams(**{**params.to_dict(), "chunk_size": 99}), report_source=SMALL_REPORT, output=tmp_path / "y.json"
+    )
     assert "chunk_size 99 (report: 16)" in capsys.readouterr().out  # the report's own values are shown
     other = tmp_path / "other.json"
     other.write_text("{}")
@@ -402,8 +498,8 @@ def test_load_or_run_copies_once_and_never_overwrites(tmp_path, capsys):
 
 
 def test_fresh_dir(tmp_path):
-    assert runs.fresh_dir(tmp_path / "a") == tmp_path / "a"       # made
-    assert runs.fresh_dir(tmp_path / "a") == tmp_path / "a"       # still empty: reused
+    assert runs.fresh_dir(tmp_path / "a") == tmp_path / "a"  # made
+    assert runs.fresh_dir(tmp_path / "a") == tmp_path / "a"  # still empty: reused
     (tmp_path / "a" / "x").touch()
     (tmp_path / "a-2").mkdir()
     (tmp_path / "a-2" / "y").touch()
@@ -419,8 +515,11 @@ def test_paths_resolve_from_the_repository_root(monkeypatch, tmp_path):
 def test_environment_table_and_provenance_say_device_and_weights():
     report = an.load_report(SMALL_REPORT)
     report["environment"].update(device="gpu", device_name="NVIDIA H200", backend="cuda")
-    report["model"] = {**report["model"], "spec": "synthetic:qwen3-0.6b@0",
-                       "fallback_from": "Qwen/Qwen3-0.6B (not in the local Hugging Face cache)"}
+    report["model"] = {
+        **report["model"],
+        "spec": "synthetic:qwen3-0.6b@0",
+        "fallback_from": "Qwen/Qwen3-0.6B (not in the local Hugging Face cache)",
+    }
     table = present.environment_table(report)["value"]
     assert table["device_name"] == "NVIDIA H200" and table["backend"] == "cuda" and table["mlx"] == "0.32.4"
     assert table["weights"].startswith("synthetic") and "Qwen/Qwen3-0.6B" in table["weights"]
@@ -428,5 +527,7 @@ def test_environment_table_and_provenance_say_device_and_weights():
     assert "NVIDIA H200" in present.provenance(report) and "token sequences are not" in present.provenance(report)
     checkpoint = {**report["model"], "source": "checkpoint", "path": "/hf/qwen3", "revision": "abc"}
     checkpoint.pop("fallback_from")
-    assert present.environment_table({**report, "model": checkpoint})["value"]["weights"] == "checkpoint /hf/qwen3 @ abc"
+    assert (
+        present.environment_table({**report, "model": checkpoint})["value"]["weights"] == "checkpoint /hf/qwen3 @ abc"
+    )
     assert "random" not in present.provenance({**report, "model": checkpoint})

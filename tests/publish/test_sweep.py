@@ -11,15 +11,24 @@ import pandas as pd
 import pytest
 import yaml
 
-from pdlib.analysis import frontier as fr
-from pdlib.publish import notebooks as nbk
-from pdlib.analysis import plots, present
 from pdlib.__main__ import main
+from pdlib.analysis import frontier as fr
+from pdlib.analysis import plots, present
+from pdlib.publish import notebooks as nbk
+from pdlib.report.schema import SWEEP_INDEX as INDEX
 from pdlib.report.schema import SWEEP_SCHEMA
-from pdlib.report.schema import SWEEP_INDEX as INDEX, sweep_report_name as report_name
+from pdlib.report.schema import sweep_report_name as report_name
 
-PARAMS = {"model": "synthetic:tiny", "prompt_tokens": 64, "output_tokens": 6, "chunk_size": 16,
-          "policies": ["eager", "chunked", "fifo"], "trials": 5, "warmups": 0, "logical_cache_reset": True}
+PARAMS = {
+    "model": "synthetic:tiny",
+    "prompt_tokens": 64,
+    "output_tokens": 6,
+    "chunk_size": 16,
+    "policies": ["eager", "chunked", "fifo"],
+    "trials": 5,
+    "warmups": 0,
+    "logical_cache_reset": True,
+}
 SWEEP = ["--chunk-sizes", "32", "16", "64", "--policies", "chunked", "--trials", "2", "--quiet"]
 REFERENCES = ["eager", "fifo", "overlap", "slo-chunked", "slo-mixed"]
 REPORTS = [*(f"{p}-c0016.json" for p in REFERENCES), "chunked-c0016.json", "chunked-c0032.json", "chunked-c0064.json"]
@@ -66,13 +75,25 @@ def test_refuses_a_non_empty_output_folder(params_file, tmp_path, capsys):
 
 
 def test_bad_sweep_input_is_one_line_exit_2(params_file, tmp_path, capsys):
-    cases = {("--chunk-sizes", "16", "16"): "must not repeat",
-             ("--chunk-sizes", "0"): "chunk sizes must be an integer >= 1",
-             ("--reference-policies", "chunked"): "both swept",
-             ("--reference-policies", "nosuch"): "unknown policy 'nosuch'"}
+    cases = {
+        ("--chunk-sizes", "16", "16"): "must not repeat",
+        ("--chunk-sizes", "0"): "chunk sizes must be an integer >= 1",
+        ("--reference-policies", "chunked"): "both swept",
+        ("--reference-policies", "nosuch"): "unknown policy 'nosuch'",
+    }
     for extra, message in cases.items():
-        argv = ["sweep", "--params", str(params_file), "--chunk-sizes", "16", "--policies", "chunked",
-                "--output", str(tmp_path / "o"), *extra]
+        argv = [
+            "sweep",
+            "--params",
+            str(params_file),
+            "--chunk-sizes",
+            "16",
+            "--policies",
+            "chunked",
+            "--output",
+            str(tmp_path / "o"),
+            *extra,
+        ]
         assert main(argv) == 2, extra
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err, err
@@ -81,17 +102,22 @@ def test_bad_sweep_input_is_one_line_exit_2(params_file, tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
-def test_a_failing_point_stops_the_sweep_and_the_index_lists_completed_points(params_file, tmp_path, capsys,
-                                                                               monkeypatch):
+def test_a_failing_point_stops_the_sweep_and_the_index_lists_completed_points(
+    params_file, tmp_path, capsys, monkeypatch
+):
     from pdlib.run import experiment
-    from pdlib.scheduler import Prefill
     from pdlib.run.validate import ValidationError, ValidationResult
+    from pdlib.scheduler import Prefill
+
     real = experiment.validate_policy
 
     def planted(policy, *, steps, **kw):  # a fault in chunked at chunk size 32 only
         if policy == "chunked" and any(isinstance(w, Prefill) and w.n == 32 for s in steps for w in s.work):
-            raise ValidationError("logits mismatch (planted): request B output 0, worst |x - ref| 1", ValidationResult(policy))
+            raise ValidationError(
+                "logits mismatch (planted): request B output 0, worst |x - ref| 1", ValidationResult(policy)
+            )
         return real(policy, steps=steps, **kw)
+
     monkeypatch.setattr(experiment, "validate_policy", planted)
     out = tmp_path / "s"
     assert main(["sweep", "--params", str(params_file), *SWEEP, "--output", str(out)]) == 1
@@ -118,13 +144,32 @@ def test_pareto_mask_excludes_dominated_points_and_keeps_ties():
 
 
 def hand_points():
-    rows = [("eager", 16, "reference", 100.0, 50.0), ("fifo", 16, "reference", 900.0, 2.0),
-            ("chunked", 16, "swept", 400.0, 10.0), ("chunked", 32, "swept", 250.0, 20.0),
-            ("chunked", 64, "swept", 300.0, 30.0), ("mixed", 32, "swept", 250.0, 20.0),
-            ("mixed", 64, "swept", 120.0, 40.0)]
-    metrics = pd.DataFrame([{"policy": p, "chunk_size": c, "role": r, "trial": t, "b_ttft_ms": ttft * (1 + 0.01 * t),
-                             "a_gap_max_ms": gap, "a_gap_p99_ms": gap / 2, "makespan_ms": 1000.0,
-                             "throughput_tok_s": 10.0} for p, c, r, ttft, gap in rows for t in range(1, 6)])
+    rows = [
+        ("eager", 16, "reference", 100.0, 50.0),
+        ("fifo", 16, "reference", 900.0, 2.0),
+        ("chunked", 16, "swept", 400.0, 10.0),
+        ("chunked", 32, "swept", 250.0, 20.0),
+        ("chunked", 64, "swept", 300.0, 30.0),
+        ("mixed", 32, "swept", 250.0, 20.0),
+        ("mixed", 64, "swept", 120.0, 40.0),
+    ]
+    metrics = pd.DataFrame(
+        [
+            {
+                "policy": p,
+                "chunk_size": c,
+                "role": r,
+                "trial": t,
+                "b_ttft_ms": ttft * (1 + 0.01 * t),
+                "a_gap_max_ms": gap,
+                "a_gap_p99_ms": gap / 2,
+                "makespan_ms": 1000.0,
+                "throughput_tok_s": 10.0,
+            }
+            for p, c, r, ttft, gap in rows
+            for t in range(1, 6)
+        ]
+    )
     return fr.with_frontiers(fr.point_summary(metrics))
 
 
@@ -134,7 +179,9 @@ def test_frontier_of_a_hand_made_sweep():
     assert front == ["chunked c=16", "chunked c=32", "mixed c=32", "mixed c=64"]  # the tie stays, twice
     assert points.at["chunked c=64", "dominated_by_max_gap"] == "chunked c=32, mixed c=32"
     assert not points.loc[["eager c=16", "fifo c=16"], "on_frontier_max_gap"].any()  # references stay out
-    assert points.at["eager c=16", "dominated_by_max_gap"] == "" and points.at["fifo c=16", "dominated_by_max_gap"] == ""
+    assert (
+        points.at["eager c=16", "dominated_by_max_gap"] == "" and points.at["fifo c=16", "dominated_by_max_gap"] == ""
+    )
     assert points["on_frontier_p99_gap"].tolist() == points["on_frontier_max_gap"].tolist()
     assert points.at["chunked c=32", "b_ttft_ms"] == pytest.approx(250 * 1.03)  # the median of 5 trials
     assert points.at["chunked c=32", "b_ttft_ms_lo"] < points.at["chunked c=32", "b_ttft_ms_hi"]  # 5 trials: a CI
@@ -164,8 +211,13 @@ def test_04_renders_the_sweep_into_a_fresh_folder(sweep_dir, tmp_path, capsys):
     assert main(["notebooks", "--sweep", str(sweep_dir), "--out", str(out), "--quiet"]) == 0
     assert capsys.readouterr().out.splitlines()[0] == f"writing to {out}"
     figures = {f"{n}.{x}" for n in nbk.SWEEP_FIGURES for x in plots.FORMATS}
-    assert {p.name for p in out.iterdir()} == {*nbk.SWEEP_TABLES, *figures, nbk.SWEEP_REPORTS,
-                                               "04_chunk_sweep.ipynb", "04_chunk_sweep.html"}
+    assert {p.name for p in out.iterdir()} == {
+        *nbk.SWEEP_TABLES,
+        *figures,
+        nbk.SWEEP_REPORTS,
+        "04_chunk_sweep.ipynb",
+        "04_chunk_sweep.html",
+    }
     assert {p.name: p.stat().st_mtime_ns for p in sweep_dir.iterdir()} == before  # the sweep is only read
     # the published folder carries the sweep: its index as it is, each listed report compressed
     copied = out / nbk.SWEEP_REPORTS
@@ -180,8 +232,17 @@ def test_04_renders_the_sweep_into_a_fresh_folder(sweep_dir, tmp_path, capsys):
         assert o.output_type != "error" and not (o.output_type == "stream" and o.name == "stderr"), o
     swept = fr.load_sweep(sweep_dir)
     points = fr.with_frontiers(fr.point_summary(fr.sweep_metrics(swept)))
-    cols = ["label", "chunk_size", "trials", "a_gap_max_ms", "a_gap_p99_ms", "b_ttft_ms", "makespan_ms",
-            "on_frontier_max_gap", "on_frontier_p99_gap"]
+    cols = [
+        "label",
+        "chunk_size",
+        "trials",
+        "a_gap_max_ms",
+        "a_gap_p99_ms",
+        "b_ttft_ms",
+        "makespan_ms",
+        "on_frontier_max_gap",
+        "on_frontier_p99_gap",
+    ]
     pd.testing.assert_frame_equal(pd.read_csv(out / "frontier.csv")[cols], points[cols], rtol=0, atol=1e-9)
     html = (out / "04_chunk_sweep.html").read_text()
     (img,) = re.findall(r"<img[^>]*>", html)
@@ -202,10 +263,15 @@ def test_04_run_all_as_shipped_sweeps_the_smoke_experiment_into_a_fresh_local_fo
     import os
 
     from nbclient import NotebookClient
+
     env = {**os.environ, "PDLIB_LOCAL_OUTPUTS": str(tmp_path / "local")}
     nb = nbformat.read(nbk.NOTEBOOK_DIR / f"{nbk.SWEEP_NOTEBOOK}.ipynb", as_version=4)
-    NotebookClient(nb, kernel_name=nbk.KERNEL, resources={"metadata": {"path": str(nbk.NOTEBOOK_DIR)}},
-                   extra_arguments=nbk.KERNEL_ARGS).execute(env=env)
+    NotebookClient(
+        nb,
+        kernel_name=nbk.KERNEL,
+        resources={"metadata": {"path": str(nbk.NOTEBOOK_DIR)}},
+        extra_arguments=nbk.KERNEL_ARGS,
+    ).execute(env=env)
     for o in (o for c in nb.cells if c.cell_type == "code" for o in c.outputs):
         assert o.output_type != "error" and not (o.output_type == "stream" and o.name == "stderr"), o
     (folder,) = (tmp_path / "local").iterdir()
@@ -216,5 +282,6 @@ def test_04_run_all_as_shipped_sweeps_the_smoke_experiment_into_a_fresh_local_fo
 
 def test_default_references_are_the_policies_not_swept():
     from pdlib.run.sweep import reference_policies
+
     assert reference_policies(("chunked", "mixed")) == ("eager", "fifo", "overlap", "slo-chunked", "slo-mixed")
     assert reference_policies(("slo-mixed",)) == ("eager", "fifo", "overlap", "slo-chunked")

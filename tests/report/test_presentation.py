@@ -55,6 +55,7 @@ def test_write_new_never_overwrites_even_a_file_that_appears_meanwhile(tmp_path)
     def racing(tmp):  # another writer gets there first, while this one is writing
         tmp.write_text("mine")
         (tmp_path / "b.txt").write_text("theirs")
+
     with pytest.raises(InputError, match="appeared while"):
         write_new(tmp_path / "b.txt", write=racing)
     assert path.read_text() == "one" and (tmp_path / "b.txt").read_text() == "theirs"
@@ -66,8 +67,14 @@ def test_write_new_never_overwrites_even_a_file_that_appears_meanwhile(tmp_path)
 
 def _interrupt(argv, *, ready: str, tmp_path, wait_s: float = 3.0):
     """Start `argv`, send SIGINT once `ready` is on stdout, return (exit code, seconds to exit, stderr)."""
-    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.Popen(
+        argv,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     try:
         deadline = time.monotonic() + 300
         while ready not in (proc.stdout.readline() or ""):
@@ -102,9 +109,26 @@ def test_ctrl_c_stops_a_long_mlx_computation_within_a_second_or_two(tmp_path):
 
 
 def test_ctrl_c_during_a_run_exits_130_and_writes_nothing(tmp_path):
-    argv = [sys.executable, "-m", "pdlib", "run", "--model", "synthetic:tiny", "--prompt-tokens", "2000",
-            "--output-tokens", "200", "--chunk-size", "64", "--trials", "50", "--warmups", "0",
-            "--output", "out/report.json"]
+    argv = [
+        sys.executable,
+        "-m",
+        "pdlib",
+        "run",
+        "--model",
+        "synthetic:tiny",
+        "--prompt-tokens",
+        "2000",
+        "--output-tokens",
+        "200",
+        "--chunk-size",
+        "64",
+        "--trials",
+        "50",
+        "--warmups",
+        "0",
+        "--output",
+        "out/report.json",
+    ]
     code, seconds, err = _interrupt(argv, ready="model synthetic:tiny", tmp_path=tmp_path)
     assert code == 130 and seconds < 3.0, (code, seconds, err)
     assert err.strip().splitlines()[-1].startswith("interrupted")
@@ -114,8 +138,9 @@ def test_ctrl_c_during_a_run_exits_130_and_writes_nothing(tmp_path):
 def test_a_report_from_before_pipelining_was_recorded_reads_as_unpipelined():
     """Reports written before `pipeline_decodes` existed ran every step observed first: reading them must not
     take today's default (pipelined), as the run line (text.run_line) does not."""
-    from pdlib.config import RunParams
     from pdlib.analysis.present import report_params
+    from pdlib.config import RunParams
+
     params = RunParams(pipeline_decodes=False).to_dict()
     del params["pipeline_decodes"]
     assert report_params({"params": params}).pipeline_decodes is False

@@ -14,17 +14,24 @@ import pytest
 import pdlib.run.disagg.transfer as transfer
 from pdlib.config import RunParams
 from pdlib.run.experiment import Experiment
-from pdlib.scheduler import Decode, Disagg, Prefill, interleave, plan
 from pdlib.run.trial import check_tokens, run_once
 from pdlib.run.validate import ValidationError
+from pdlib.scheduler import Decode, Disagg, Prefill, interleave, plan
 
 PROMPT, OUTPUTS, CHUNK = 40, 6, 16
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def experiment(tiny, policies=("chunked", "disagg")):
-    params = RunParams(model="synthetic:tiny@0", prompt_tokens=PROMPT, output_tokens=OUTPUTS, chunk_size=CHUNK,
-                       policies=policies, logical_cache_reset=True, validation_checkpoint_every=4)
+    params = RunParams(
+        model="synthetic:tiny@0",
+        prompt_tokens=PROMPT,
+        output_tokens=OUTPUTS,
+        chunk_size=CHUNK,
+        policies=policies,
+        logical_cache_reset=True,
+        validation_checkpoint_every=4,
+    )
     return Experiment(params, model=tiny)
 
 
@@ -59,8 +66,9 @@ def test_disagg_passes_the_gate_and_a_trial_records_the_transfer(tiny, monkeypat
     assert w["decode"]["pid"] == os.getpid() and w["prefill"]["pid"] != os.getpid()
 
 
-@pytest.mark.parametrize("setting, chunk", [(None, PROMPT), ("", PROMPT), ("whole", PROMPT), ("16", 16),
-                                            ("1000", PROMPT)])
+@pytest.mark.parametrize(
+    "setting, chunk", [(None, PROMPT), ("", PROMPT), ("whole", PROMPT), ("16", 16), ("1000", PROMPT)]
+)
 def test_the_prefill_worker_takes_b_whole_unless_told_a_chunk(tiny, monkeypatch, setting, chunk):
     if setting is None:
         monkeypatch.delenv("PDLIB_DISAGG_PREFILL_CHUNK", raising=False)
@@ -73,10 +81,13 @@ def test_the_prefill_worker_takes_b_whole_unless_told_a_chunk(tiny, monkeypatch,
 
 @pytest.mark.parametrize("setting", ["0", "-3", "half", "2.5"])
 def test_a_bad_prefill_chunk_is_one_clear_error(tiny, monkeypatch, setting):
-    from pdlib.run.disagg.remote import prefill_chunk
     from pdlib.errors import InputError
+    from pdlib.run.disagg.remote import prefill_chunk
+
     monkeypatch.setenv("PDLIB_DISAGG_PREFILL_CHUNK", setting)
-    with pytest.raises(InputError, match=f"PDLIB_DISAGG_PREFILL_CHUNK must be whole or a whole number >= 1, got {setting!r}"):
+    with pytest.raises(
+        InputError, match=f"PDLIB_DISAGG_PREFILL_CHUNK must be whole or a whole number >= 1, got {setting!r}"
+    ):
         prefill_chunk(RunParams(model="synthetic:tiny", prompt_tokens=PROMPT))
 
 
@@ -85,8 +96,13 @@ def test_a_kv_block_shifted_in_the_transfer_is_caught(tiny, monkeypatch):
 
     def shifted(shape, vocab, *, mode, group=None):
         kv, logits = real(shape, vocab, mode=mode, group=group)
-        kv = mx.concatenate([kv[:1], mx.concatenate([kv[1:2, ..., :16, :], kv[1:2, ..., 15:31, :],
-                                                     kv[1:2, ..., 32:, :]], axis=-2), kv[2:]])
+        kv = mx.concatenate(
+            [
+                kv[:1],
+                mx.concatenate([kv[1:2, ..., :16, :], kv[1:2, ..., 15:31, :], kv[1:2, ..., 32:, :]], axis=-2),
+                kv[2:],
+            ]
+        )
         return kv, logits
 
     monkeypatch.setattr(transfer, "receive", shifted)
@@ -100,8 +116,15 @@ def test_the_policy_waits_for_the_probe_and_interleave_holds_each_request():
     assert Prefill("B", 8, remote=True) != Prefill("B", 8)
     polls = iter([False, True])
     from pdlib.scheduler import iter_plan
-    live = list(interleave(iter_plan("disagg", prompt_tokens=8, output_tokens=3, chunk_size=4,
-                                     policy=Disagg(ready=lambda: next(polls))), validated))
+
+    live = list(
+        interleave(
+            iter_plan(
+                "disagg", prompt_tokens=8, output_tokens=3, chunk_size=4, policy=Disagg(ready=lambda: next(polls))
+            ),
+            validated,
+        )
+    )
     assert live[2:] == [Decode("A"), Prefill("B", 8, remote=True), Decode("A"), Decode("B"), Decode("B")]
     with pytest.raises(RuntimeError, match=r"Decode\(req='B'\) is not B's next validated part"):
         list(interleave(validated[:2] + [Decode("B")] + validated[2:], validated))
@@ -111,11 +134,38 @@ def test_the_policy_waits_for_the_probe_and_interleave_holds_each_request():
 
 def _run_cli(tmp_path, fault: str, marker: str, **env):
     out = tmp_path / "r.json"
-    cmd = [sys.executable, "-m", "pdlib", "run", "--model", "synthetic:tiny", "--prompt-tokens", "64",
-           "--output-tokens", "8", "--chunk-size", "16", "--policies", "disagg", "--trials", "1", "--warmups", "1",
-           "--logical-cache-reset", "--quiet", "--output", str(out)]
-    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=90,
-                       env=dict(os.environ, PDLIB_DISAGG_WORKER_FAULT=fault, PDLIB_TEST_MARKER=marker, **env))
+    cmd = [
+        sys.executable,
+        "-m",
+        "pdlib",
+        "run",
+        "--model",
+        "synthetic:tiny",
+        "--prompt-tokens",
+        "64",
+        "--output-tokens",
+        "8",
+        "--chunk-size",
+        "16",
+        "--policies",
+        "disagg",
+        "--trials",
+        "1",
+        "--warmups",
+        "1",
+        "--logical-cache-reset",
+        "--quiet",
+        "--output",
+        str(out),
+    ]
+    p = subprocess.run(
+        cmd,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env=dict(os.environ, PDLIB_DISAGG_WORKER_FAULT=fault, PDLIB_TEST_MARKER=marker, **env),
+    )
     return p, out
 
 
@@ -130,11 +180,18 @@ def _marked_processes(marker: str) -> list[int]:
     return pids
 
 
-@pytest.mark.parametrize("fault, says", [
-    # the same words whether A's steps (RemotePrefill.ready) or the wait for B (receive) notice the death first
-    ("exit@2", "prefill worker exited with code 1 before its 'ready' reply (B's prefill on the worker) (its last "
-               "words: test hook: exit at prefill 2)"),
-    ("hang@2", "prefill worker sent no 'ready' within 3 s (B's prefill on the worker)")])
+@pytest.mark.parametrize(
+    "fault, says",
+    [
+        # the same words whether A's steps (RemotePrefill.ready) or the wait for B (receive) notice the death first
+        (
+            "exit@2",
+            "prefill worker exited with code 1 before its 'ready' reply (B's prefill on the worker) (its last "
+            "words: test hook: exit at prefill 2)",
+        ),
+        ("hang@2", "prefill worker sent no 'ready' within 3 s (B's prefill on the worker)"),
+    ],
+)
 def test_a_worker_that_dies_or_hangs_mid_run_ends_it_cleanly(tmp_path, fault, says):
     """Prefill 1 is the gate's, 2 the warmup's: one error line, exit 1, no report, no process left."""
     marker = uuid.uuid4().hex

@@ -8,9 +8,9 @@ import pytest
 import pdlib.run.executor
 from pdlib.config import RunParams
 from pdlib.run.experiment import Experiment
-from pdlib.scheduler import POLICIES, Batch, Decode, Policy, Prefill, RequestState, follow, plan, schedule, t0_index
 from pdlib.run.trial import check_tokens, run_once
 from pdlib.run.validate import ValidationError
+from pdlib.scheduler import POLICIES, Batch, Decode, Policy, Prefill, RequestState, follow, plan, schedule, t0_index
 
 PROMPT, OUTPUTS, CHUNK = 40, 6, 16
 DELAY_NS = 150_000_000  # a host delay planted in the timing tests
@@ -35,8 +35,15 @@ def batched():
 
 
 def experiment(tiny, policies):
-    params = RunParams(model="synthetic:tiny", prompt_tokens=PROMPT, output_tokens=OUTPUTS, chunk_size=CHUNK,
-                       policies=policies, logical_cache_reset=True, validation_checkpoint_every=4)
+    params = RunParams(
+        model="synthetic:tiny",
+        prompt_tokens=PROMPT,
+        output_tokens=OUTPUTS,
+        chunk_size=CHUNK,
+        policies=policies,
+        logical_cache_reset=True,
+        validation_checkpoint_every=4,
+    )
     return Experiment(params, model=tiny)
 
 
@@ -75,22 +82,27 @@ def test_a_batch_step_is_validated_and_recorded(tiny, batched):
     run = run_once(exp.engine, batched, steps=exp.walk(batched), logical_reset=True)
     check_tokens(run, result.tokens, what="trial")
     timed = [e for e in run.events if e["kind"] != "reset"]
-    assert len(timed) == sum(len(s.work) for s in steps[t0_index(steps):])
+    assert len(timed) == sum(len(s.work) for s in steps[t0_index(steps) :])
     # round 1 is one step, A's decode and B's first chunk: both parts share its interval, which ends after
     # A's token is observed, once B's chunk is written too
     assert [(e["kind"], e["req"]) for e in timed[:2]] == [("decode", "A"), ("prefill", "B")]
     assert timed[0]["t_start_ns"] == timed[1]["t_start_ns"] and timed[0]["t_end_ns"] == timed[1]["t_end_ns"]
     assert timed[0]["t_start_ns"] < run.emit_ns["A"][0] < timed[0]["t_end_ns"]
     # a round of both decodes ends when B's token (observed after A's) is
-    both = [(x, y) for x, y in zip(timed, timed[1:]) if x["t_start_ns"] == y["t_start_ns"]
-            and [(e["kind"], e["req"]) for e in (x, y)] == [("decode", "A"), ("decode", "B")]]
+    both = [
+        (x, y)
+        for x, y in zip(timed, timed[1:])
+        if x["t_start_ns"] == y["t_start_ns"]
+        and [(e["kind"], e["req"]) for e in (x, y)] == [("decode", "A"), ("decode", "B")]
+    ]
     assert both and all(x["t_end_ns"] == y["t_end_ns"] and y["t_end_ns"] in run.emit_ns["B"] for x, y in both)
 
 
 def test_a_fault_inside_a_batch_is_caught(tiny, batched, monkeypatch):
     """B's chunk beside A's decode: a shifted token in the chunk fails prefix_kv, naming B."""
     from pdlib.engine.model import Qwen3
-    real = Qwen3.stages   # a step's layers, however it is dispatched (Qwen3.step runs them too)
+
+    real = Qwen3.stages  # a step's layers, however it is dispatched (Qwen3.step runs them too)
 
     def stages(self, segments, *, prune=True):
         for s in segments:
@@ -161,7 +173,7 @@ def test_pipelined_decodes_issue_a_decode_step_before_the_one_before_is_observed
     assert all(b[2] >= a[3] for a, b in zip(plain, plain[1:]))
     overlapped = [b[1] and a[4] for a, b in zip(piped, piped[1:])]
     assert any(overlapped)
-    assert any(o and not a[1] for a, o in zip(piped, overlapped))   # a decode queued behind a prompt chunk
+    assert any(o and not a[1] for a, o in zip(piped, overlapped))  # a decode queued behind a prompt chunk
     for (a, b), o in zip(zip(piped, piped[1:]), overlapped):
         assert (b[2] < a[3]) == o, (a, b)
 
@@ -176,7 +188,7 @@ def test_a_chunk_ends_when_its_own_arrays_are_done_not_the_stream(tiny, monkeypa
     b = exp.engine.requests["B"].cache
     syncs, waits, real_eval = [], [], pdlib.run.executor.mx.eval
 
-    def wait(*arrays):   # B's cache is as the chunk left it: nothing of B's is issued before the chunk is seen
+    def wait(*arrays):  # B's cache is as the chunk left it: nothing of B's is issued before the chunk is seen
         waits.append(sorted(map(id, _flat(arrays))) == sorted(map(id, (*b.k, *b.v, b.written))))
         return real_eval(*arrays)
 
@@ -186,7 +198,7 @@ def test_a_chunk_ends_when_its_own_arrays_are_done_not_the_stream(tiny, monkeypa
             monkeypatch.setattr(pdlib.run.executor.mx, "eval", wait)
 
     pdlib.run.executor.execute(exp.engine, exp.walk(policy), logical_reset=True, hooks=[T0()], pipeline=True)
-    silent_chunks = math.ceil(PROMPT / CHUNK) - 1   # the last chunk yields B's first token
+    silent_chunks = math.ceil(PROMPT / CHUNK) - 1  # the last chunk yields B's first token
     assert syncs == [] and waits == [True] * silent_chunks
 
 
@@ -205,13 +217,21 @@ def test_a_pipelined_trial_decodes_the_validated_tokens(tiny):
 
 def test_a_report_says_when_decodes_were_pipelined():
     from pdlib.text import run_line
-    report = {"model": {"spec": "synthetic:tiny@0", "source": "synthetic"}, "environment": {"backend": "cpu"},
-              "params": {**RunParams(pipeline_decodes=False).to_dict(), "prompt_tokens": 40, "output_tokens": 6,
-                         "chunk_size": 16}}
+
+    report = {
+        "model": {"spec": "synthetic:tiny@0", "source": "synthetic"},
+        "environment": {"backend": "cpu"},
+        "params": {
+            **RunParams(pipeline_decodes=False).to_dict(),
+            "prompt_tokens": 40,
+            "output_tokens": 6,
+            "chunk_size": 16,
+        },
+    }
     assert run_line(report).endswith("chunk 16")
     report["params"]["pipeline_decodes"] = True
     assert run_line(report).endswith("chunk 16; decodes pipelined")
-    report["params"]["poll_during_chunks"] = True   # polling needs the mailbox: without it the line says nothing
+    report["params"]["poll_during_chunks"] = True  # polling needs the mailbox: without it the line says nothing
     assert run_line(report).endswith("chunk 16; decodes pipelined")
     report["environment"]["token_read"] = "mailbox"
     assert run_line(report).endswith("chunk 16; decodes pipelined, polled during chunks")
@@ -219,14 +239,19 @@ def test_a_report_says_when_decodes_were_pipelined():
 
 def test_a_report_says_what_the_prefill_ran_as():
     from pdlib.text import run_line
-    report = {"model": {"spec": "synthetic:tiny@0", "source": "synthetic"},
-              "environment": {"backend": "cuda", "prefill_matmuls": "tf32x2", "prefill_attention": "flash-tf32x3"},
-              "params": {**RunParams().to_dict(), "prompt_tokens": 40, "output_tokens": 6, "chunk_size": 16}}
+
+    report = {
+        "model": {"spec": "synthetic:tiny@0", "source": "synthetic"},
+        "environment": {"backend": "cuda", "prefill_matmuls": "tf32x2", "prefill_attention": "flash-tf32x3"},
+        "params": {**RunParams().to_dict(), "prompt_tokens": 40, "output_tokens": 6, "chunk_size": 16},
+    }
     assert "backend cuda (prefill matmuls tf32x2, attention flash-tf32x3); prompts 40 tokens" in run_line(report)
-    report["environment"].update(prefill_split_sums="fused", prefill_qk="kernel")   # newer reports say these too
-    assert ("backend cuda (prefill matmuls tf32x2, split sums fused, attention flash-tf32x3, q/k kernel); prompts 40"
-            in run_line(report))
-    report["environment"]["step_dispatch"] = "layers"   # and newer still, how a step with a chunk was dispatched
+    report["environment"].update(prefill_split_sums="fused", prefill_qk="kernel")  # newer reports say these too
+    assert (
+        "backend cuda (prefill matmuls tf32x2, split sums fused, attention flash-tf32x3, q/k kernel); prompts 40"
+        in run_line(report)
+    )
+    report["environment"]["step_dispatch"] = "layers"  # and newer still, how a step with a chunk was dispatched
     assert "attention flash-tf32x3, q/k kernel, steps by layers); prompts 40" in run_line(report)
 
 
@@ -236,6 +261,7 @@ def test_a_step_records_when_the_host_had_issued_it_and_began_waiting(tiny, monk
     shows in their issue time, and a token that takes DELAY to arrive in its step's wait, each nowhere else.
     DELAY is far above what a tiny model's step takes on a busy two-core machine, so the bounds do not race."""
     import time
+
     exp = experiment(tiny, ("chunked",))
     tokens = exp.validate()["chunked"].tokens
     real_issue, real_check = pdlib.run.executor._issue, pdlib.run.executor.check_token
@@ -268,6 +294,7 @@ def test_a_step_records_when_the_host_had_issued_it_and_began_waiting(tiny, monk
 def _burn(ns: int) -> None:
     """Compute until this thread has had `ns` of CPU time."""
     import time
+
     c0 = time.thread_time_ns()
     while time.thread_time_ns() - c0 < ns:
         pass
@@ -281,6 +308,7 @@ def test_a_steps_cpu_time_is_the_host_threads_own(tiny, monkeypatch, pipeline):
     CPU time would count that); all three show in the issue span."""
     import threading
     import time
+
     exp = experiment(tiny, ("chunked",))
     exp.validate()
     real_issue = pdlib.run.executor._issue
@@ -290,7 +318,11 @@ def test_a_steps_cpu_time_is_the_host_threads_own(tiny, monkeypatch, pipeline):
         worker.start()
         worker.join()
 
-    hosts = {"burns": lambda: _burn(DELAY_NS), "sleeps": lambda: time.sleep(DELAY_NS / 1e9), "waits": other_thread_burns}
+    hosts = {
+        "burns": lambda: _burn(DELAY_NS),
+        "sleeps": lambda: time.sleep(DELAY_NS / 1e9),
+        "waits": other_thread_burns,
+    }
 
     def host(delay):
         def issue(engine, step, *between):
@@ -298,6 +330,7 @@ def test_a_steps_cpu_time_is_the_host_threads_own(tiny, monkeypatch, pipeline):
             if any(isinstance(w, Prefill) for w in step.work):
                 delay()
             return out
+
         return issue
 
     cpu = {}
@@ -307,7 +340,8 @@ def test_a_steps_cpu_time_is_the_host_threads_own(tiny, monkeypatch, pipeline):
         chunks = [e for e in run.events if e["kind"] == "prefill"]
         assert all(e["t_issued_ns"] - e["t_start_ns"] >= DELAY_NS for e in chunks)
         cpu[name] = [e["cpu_issue_ns"] for e in chunks]
-        assert all(0 <= e["cpu_issue_ns"] <= e["t_issued_ns"] - e["t_start_ns"] for e in run.events
-                   if e["kind"] != "reset")
+        assert all(
+            0 <= e["cpu_issue_ns"] <= e["t_issued_ns"] - e["t_start_ns"] for e in run.events if e["kind"] != "reset"
+        )
     assert all(c >= DELAY_NS for c in cpu["burns"])
     assert all(c < DELAY_NS for c in cpu["sleeps"]) and all(c < DELAY_NS for c in cpu["waits"])

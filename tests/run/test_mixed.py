@@ -9,16 +9,23 @@ from pdlib.config import RunParams
 from pdlib.engine import kernels as K
 from pdlib.engine.model import Qwen3
 from pdlib.run.experiment import Experiment
-from pdlib.scheduler import Batch
 from pdlib.run.trial import check_tokens, run_once
 from pdlib.run.validate import ValidationError
+from pdlib.scheduler import Batch
 
 PROMPT, OUTPUTS = 40, 6
 
 
 def experiment(tiny, chunk, policies=("mixed",)):
-    params = RunParams(model="synthetic:tiny", prompt_tokens=PROMPT, output_tokens=OUTPUTS, chunk_size=chunk,
-                       policies=policies, logical_cache_reset=True, validation_checkpoint_every=4)
+    params = RunParams(
+        model="synthetic:tiny",
+        prompt_tokens=PROMPT,
+        output_tokens=OUTPUTS,
+        chunk_size=chunk,
+        policies=policies,
+        logical_cache_reset=True,
+        validation_checkpoint_every=4,
+    )
     return Experiment(params, model=tiny)
 
 
@@ -44,7 +51,7 @@ def test_a_decode_row_attending_the_other_requests_cache_is_caught(tiny, monkeyp
     a, b = (exp.engine.requests[r].cache for r in "AB")
     real_stages, real_attention, ragged = Qwen3.stages, K.decode_attention, []
 
-    def stages(self, segments, **kw):   # the ragged steps' layers (decode steps do not pass through here)
+    def stages(self, segments, **kw):  # the ragged steps' layers (decode steps do not pass through here)
         ragged.append(len(segments) > 1)
         try:
             return (yield from real_stages(self, segments, **kw))
@@ -52,7 +59,7 @@ def test_a_decode_row_attending_the_other_requests_cache_is_caught(tiny, monkeyp
             ragged.pop()
 
     def decode_attention(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, written, **kw):
-        if ragged and ragged[-1] and any(k_cache is x for x in a.k):   # A's decode row reads B's cache instead
+        if ragged and ragged[-1] and any(k_cache is x for x in a.k):  # A's decode row reads B's cache instead
             i = next(i for i, x in enumerate(a.k) if x is k_cache)
             k_cache, v_cache = b.k[i], b.v[i]
         return real_attention(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, written, **kw)
@@ -77,8 +84,25 @@ def test_a_decode_row_at_the_wrong_position_is_caught(tiny, monkeypatch):
 
 
 def test_validate_command_runs_every_policy(capsys):
-    rc = main(["validate", "--model", "synthetic:tiny", "--prompt-tokens", "60", "--output-tokens", "8",
-               "--chunk-size", "16", "--policies", "eager", "chunked", "fifo", "mixed", "--quiet"])
+    rc = main(
+        [
+            "validate",
+            "--model",
+            "synthetic:tiny",
+            "--prompt-tokens",
+            "60",
+            "--output-tokens",
+            "8",
+            "--chunk-size",
+            "16",
+            "--policies",
+            "eager",
+            "chunked",
+            "fifo",
+            "mixed",
+            "--quiet",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0
     rows = {line.split()[0]: line.split()[1] for line in out.splitlines()[3:]}

@@ -11,26 +11,34 @@ import pytest
 import pdlib.run.overlap as overlap
 from pdlib.__main__ import main
 from pdlib.config import RunParams
-from pdlib.run.experiment import Experiment
 from pdlib.report.metrics import overlap_line, trial_metrics
-from pdlib.scheduler import Decode, Prefill, plan
+from pdlib.run.experiment import Experiment
 from pdlib.run.trial import check_tokens, run_once
 from pdlib.run.validate import ValidationError
+from pdlib.scheduler import Decode, Prefill, plan
 
 PROMPT, OUTPUTS = 40, 6
 
 
 def experiment(tiny, chunk=16, policies=("chunked", "overlap")):
-    params = RunParams(model="synthetic:tiny", prompt_tokens=PROMPT, output_tokens=OUTPUTS, chunk_size=chunk,
-                       policies=policies, logical_cache_reset=True, validation_checkpoint_every=4)
+    params = RunParams(
+        model="synthetic:tiny",
+        prompt_tokens=PROMPT,
+        output_tokens=OUTPUTS,
+        chunk_size=chunk,
+        policies=policies,
+        logical_cache_reset=True,
+        validation_checkpoint_every=4,
+    )
     return Experiment(params, model=tiny)
 
 
 def test_the_plan_prefills_b_once_remotely_and_the_policy_waits_for_the_probe():
     steps = plan("overlap", prompt_tokens=8, output_tokens=3, chunk_size=4)
     assert steps[2:] == [Prefill("B", 8, remote=True), Decode("A"), Decode("B"), Decode("A"), Decode("B")]
-    assert plan("overlap", prompt_tokens=8, output_tokens=3, chunk_size=4) == \
-        plan("disagg", prompt_tokens=8, output_tokens=3, chunk_size=4)
+    assert plan("overlap", prompt_tokens=8, output_tokens=3, chunk_size=4) == plan(
+        "disagg", prompt_tokens=8, output_tokens=3, chunk_size=4
+    )
 
 
 @pytest.mark.parametrize("chunk", [7, 16, 64])
@@ -88,12 +96,34 @@ def test_a_prefill_that_never_finishes_is_an_error_not_a_hang(tiny, monkeypatch)
 
 
 def test_the_issues_validate_command_passes_every_policy(capsys):
-    rc = main(["validate", "--model", "synthetic:tiny", "--prompt-tokens", "300", "--output-tokens", "40",
-               "--chunk-size", "64", "--policies", "eager", "chunked", "fifo", "mixed", "overlap", "slo", "--quiet"])
+    rc = main(
+        [
+            "validate",
+            "--model",
+            "synthetic:tiny",
+            "--prompt-tokens",
+            "300",
+            "--output-tokens",
+            "40",
+            "--chunk-size",
+            "64",
+            "--policies",
+            "eager",
+            "chunked",
+            "fifo",
+            "mixed",
+            "overlap",
+            "slo",
+            "--quiet",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0
-    rows = {line.split()[0]: line.split()[1] for line in out.splitlines() if line.split()[:1] and
-            line.split()[0] in ("eager", "chunked", "fifo", "mixed", "overlap", "slo-chunked")}
+    rows = {
+        line.split()[0]: line.split()[1]
+        for line in out.splitlines()
+        if line.split()[:1] and line.split()[0] in ("eager", "chunked", "fifo", "mixed", "overlap", "slo-chunked")
+    }
     assert rows == dict.fromkeys(("eager", "chunked", "fifo", "mixed", "overlap", "slo-chunked"), "pass")
 
 
@@ -121,8 +151,15 @@ def test_b_goes_out_a_layer_per_advance_and_each_is_counted_when_done(tiny):
 def test_b_is_ready_long_before_a_runs_out_of_work(tiny):
     """A trial where A has many more tokens to go than B has layers: B's first token comes while A is still
     decoding, not after A's last token (what a second stream is for)."""
-    params = RunParams(model="synthetic:tiny", prompt_tokens=PROMPT, output_tokens=60, chunk_size=16,
-                       policies=("overlap",), logical_cache_reset=True, validation_checkpoint_every=4)
+    params = RunParams(
+        model="synthetic:tiny",
+        prompt_tokens=PROMPT,
+        output_tokens=60,
+        chunk_size=16,
+        policies=("overlap",),
+        logical_cache_reset=True,
+        validation_checkpoint_every=4,
+    )
     exp = Experiment(params, model=tiny)
     run = run_once(exp.engine, "overlap", steps=exp.walk("overlap"), logical_reset=True)
     m = trial_metrics(run.to_trial(trial=1, position=0))

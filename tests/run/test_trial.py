@@ -21,16 +21,16 @@ import numpy as np
 import pytest
 
 import pdlib.engine.model
-import pdlib.run.experiment
 import pdlib.report.io
+import pdlib.run.experiment
 import pdlib.run.trial
 from pdlib.__main__ import main
 from pdlib.engine.kernels import BACKEND
 from pdlib.engine.model import Qwen3
 from pdlib.prompts import make_prompts
 from pdlib.report.schema import EVENT_KINDS, SCHEMA, TOP_LEVEL_KEYS
-from pdlib.scheduler import Prefill, plan, t0_index
 from pdlib.run.trial import RunRecord, TokenMismatch, check_tokens, trial_orders
+from pdlib.scheduler import Prefill, plan, t0_index
 
 for _name in ("pdlib.run.runner",):  # where the CLI's work may live; imported now so `patch` reaches its names
     with contextlib.suppress(ImportError):
@@ -39,13 +39,31 @@ for _name in ("pdlib.run.runner",):  # where the CLI's work may live; imported n
 P, OUT, CHUNK = 48, 6, 16
 POLICIES = ["eager", "chunked", "fifo"]
 TRIALS, WARMUPS = 3, 1
-SHAPE = ["--model", "synthetic:tiny", "--prompt-tokens", str(P), "--output-tokens", str(OUT),
-         "--chunk-size", str(CHUNK), "--logical-cache-reset", "--quiet"]
+SHAPE = [
+    "--model",
+    "synthetic:tiny",
+    "--prompt-tokens",
+    str(P),
+    "--output-tokens",
+    str(OUT),
+    "--chunk-size",
+    str(CHUNK),
+    "--logical-cache-reset",
+    "--quiet",
+]
 SMALL = ["run", *SHAPE, "--policies", "eager", "--trials", "1", "--warmups", "0"]  # cheapest full run
 # trial 1: p0, p1, p2; trial 2: p1, p2, p0; trial 3: p2, p0, p1 (written out, not computed)
-ROTATION = [(1, 0, "eager"), (1, 1, "chunked"), (1, 2, "fifo"),
-            (2, 0, "chunked"), (2, 1, "fifo"), (2, 2, "eager"),
-            (3, 0, "fifo"), (3, 1, "eager"), (3, 2, "chunked")]
+ROTATION = [
+    (1, 0, "eager"),
+    (1, 1, "chunked"),
+    (1, 2, "fifo"),
+    (2, 0, "chunked"),
+    (2, 1, "fifo"),
+    (2, 2, "eager"),
+    (3, 0, "fifo"),
+    (3, 1, "eager"),
+    (3, 2, "chunked"),
+]
 
 
 def cli(argv):
@@ -62,8 +80,7 @@ def patch(mp, module, name, value):
     original = getattr(module, name)
     mp.setattr(module, name, value)
     for m in list(sys.modules.values()):
-        if m is not module and getattr(m, "__name__", "").startswith("pdlib") and \
-                getattr(m, name, None) is original:
+        if m is not module and getattr(m, "__name__", "").startswith("pdlib") and getattr(m, name, None) is original:
             mp.setattr(m, name, value)
 
 
@@ -95,15 +112,24 @@ def good(tmp_path_factory):
 
     with pytest.MonkeyPatch.context() as mp:
         patch(mp, pdlib.run.trial, "run_once", counting)
-        rc, out, err = cli(["run", *SHAPE, "--policies", *POLICIES, "--trials", TRIALS, "--warmups", WARMUPS,
-                            "--output", path])
+        rc, out, err = cli(
+            ["run", *SHAPE, "--policies", *POLICIES, "--trials", TRIALS, "--warmups", WARMUPS, "--output", path]
+        )
     assert rc == 0, err
-    return types.SimpleNamespace(path=path, rc=rc, out=out, err=err, calls=calls, bytes=path.read_bytes(),
-                                 report=json.loads(path.read_text()),
-                                 model_sha={model_sha_before, sha256(model_py)})
+    return types.SimpleNamespace(
+        path=path,
+        rc=rc,
+        out=out,
+        err=err,
+        calls=calls,
+        bytes=path.read_bytes(),
+        report=json.loads(path.read_text()),
+        model_sha={model_sha_before, sha256(model_py)},
+    )
 
 
 # ---- the good run ----------------------------------------------------------------------------------
+
 
 def test_run_succeeds_and_prints_a_summary_row_per_policy(good):
     assert good.rc == 0 and good.err == ""
@@ -111,7 +137,7 @@ def test_run_succeeds_and_prints_a_summary_row_per_policy(good):
     assert lines[-1] == f"report: {good.path}"
     head = next(i for i, line in enumerate(lines) if "B TTFT ms" in line)
     assert lines[head].split()[:2] == ["policy", "trials"] and set(lines[head + 1]) <= {"-", " "}
-    rows = [line.split() for line in lines[head + 2: head + 2 + len(POLICIES)]]
+    rows = [line.split() for line in lines[head + 2 : head + 2 + len(POLICIES)]]
     assert [r[0] for r in rows] == POLICIES and all(r[1] == str(TRIALS) for r in rows)
     # The printed medians are the report's numbers, recomputed here from the raw emissions.
     for row in rows:
@@ -212,7 +238,7 @@ def test_trial_record(good, index):
     assert [e["t_end_ns"] for e in b_out] == b["emit_ns"]
     # The executed steps are the policy's plan from t0, and the policies differ as they should.
     steps = plan(t["policy"], prompt_tokens=P, output_tokens=OUT, chunk_size=CHUNK)
-    want = [("prefill" if isinstance(s, Prefill) else "decode", s.req) for s in steps[t0_index(steps):]]
+    want = [("prefill" if isinstance(s, Prefill) else "decode", s.req) for s in steps[t0_index(steps) :]]
     assert [(e["kind"], e["req"]) for e in ev[1:]] == want
     if t["policy"] == "fifo":
         assert a["emit_ns"][-1] < b["emit_ns"][0]
@@ -224,6 +250,7 @@ def test_trial_record(good, index):
 
 def test_metrics_follow_the_protocol(good):
     from pdlib.report.metrics import trial_metrics
+
     for t in good.report["trials"]:
         a, b = t["requests"]["A"]["emit_ns"], t["requests"]["B"]["emit_ns"]
         m = trial_metrics(t)
@@ -242,6 +269,7 @@ def test_analysis_accepts_the_report(good):
 
 
 # ---- never overwrite, never leave a partial report -------------------------------------------------
+
 
 def test_refuses_an_existing_output_before_any_work(good, monkeypatch):
     def no_work(*a, **kw):
@@ -287,6 +315,7 @@ def test_failure_while_writing_leaves_nothing(tmp_path, monkeypatch, exc):
 
 # ---- bad input: exit 2, one line naming the value, nothing written ----------------------------------
 
+
 def _params_file(d, text):
     f = d / "params.yaml"
     f.write_text(text)
@@ -304,12 +333,18 @@ BAD = {
     "warmups -1": lambda d: (["--warmups", -1], ["warmups", "got -1"]),
     "trials not an int": lambda d: (["--trials", "two"], ["--trials", "'two'"]),
     "missing params file": lambda d: (["--params", d / "nope.yaml"], [str(d / "nope.yaml")]),
-    "unknown params key": lambda d: (["--params", _params_file(d, "chunk_size: 16\nbogus_key: 3\n")],
-                                     ["bogus_key", "params.yaml"]),
-    "output under a file": lambda d: ((d / "afile").write_text("x") and
-                                      ["--output", d / "afile" / "report.json"], [str(d / "afile" / "report.json")]),
-    "existing output": lambda d: ((d / "old.json").write_text("{}") and
-                                  ["--output", d / "old.json"], [str(d / "old.json"), "exists"]),
+    "unknown params key": lambda d: (
+        ["--params", _params_file(d, "chunk_size: 16\nbogus_key: 3\n")],
+        ["bogus_key", "params.yaml"],
+    ),
+    "output under a file": lambda d: (
+        (d / "afile").write_text("x") and ["--output", d / "afile" / "report.json"],
+        [str(d / "afile" / "report.json")],
+    ),
+    "existing output": lambda d: (
+        (d / "old.json").write_text("{}") and ["--output", d / "old.json"],
+        [str(d / "old.json"), "exists"],
+    ),
 }
 
 
@@ -326,13 +361,12 @@ def test_bad_input(tmp_path, case):
     assert tree(tmp_path) == before
 
 
-
 def test_bad_input_creates_no_folder(tmp_path):
-    rc, _, err = cli([*SMALL, "--prompt-tokens", 4000, "--output-tokens", 200,
-                      "--output", tmp_path / "new" / "dir" / "report.json"])
+    rc, _, err = cli(
+        [*SMALL, "--prompt-tokens", 4000, "--output-tokens", 200, "--output", tmp_path / "new" / "dir" / "report.json"]
+    )
     assert rc == 2 and "4200" in one_line(err)
     assert list(tmp_path.iterdir()) == []
-
 
 
 def test_refuses_a_dangling_symlink_before_any_work(tmp_path, monkeypatch):
@@ -349,9 +383,13 @@ def test_refuses_a_dangling_symlink_before_any_work(tmp_path, monkeypatch):
 
 # ---- params files, --validate-only -----------------------------------------------------------------
 
+
 def test_params_file_with_a_flag_overriding_it(tmp_path):
-    f = _params_file(tmp_path, "model: synthetic:tiny\nprompt_tokens: 48\noutput_tokens: 6\nchunk_size: 16\n"
-                               "policies: [fifo, eager]\ntrials: 1\nwarmups: 1\nlogical_cache_reset: false\n")
+    f = _params_file(
+        tmp_path,
+        "model: synthetic:tiny\nprompt_tokens: 48\noutput_tokens: 6\nchunk_size: 16\n"
+        "policies: [fifo, eager]\ntrials: 1\nwarmups: 1\nlogical_cache_reset: false\n",
+    )
     path = tmp_path / "out" / "report.json"
     rc, out, err = cli(["run", "--params", f, "--chunk-size", 24, "--quiet", "--output", path])
     assert rc == 0, err
@@ -402,6 +440,7 @@ def test_validate_only_without_output_writes_nothing(tmp_path, monkeypatch):
 
 # ---- token checks: warmups and trials must reproduce the validated tokens ---------------------------
 
+
 def test_engine_fault_after_validation_aborts_the_run(tmp_path, monkeypatch):
     real_validate, real_decode, planted = pdlib.run.experiment.Experiment.validate, Qwen3.decode, {}
 
@@ -420,8 +459,9 @@ def test_engine_fault_after_validation_aborts_the_run(tmp_path, monkeypatch):
 
     monkeypatch.setattr(pdlib.run.experiment.Experiment, "validate", validate_then_break)
     path = tmp_path / "report.json"
-    rc, out, err = cli(["run", *SHAPE, "--policies", "chunked", "eager", "--trials", 1, "--warmups", 1,
-                        "--output", path])
+    rc, out, err = cli(
+        ["run", *SHAPE, "--policies", "chunked", "eager", "--trials", 1, "--warmups", 1, "--output", path]
+    )
     assert rc == 1
     assert "chunked  pass" in out  # validation passed before the fault
     one_line(err)
@@ -443,8 +483,7 @@ def test_a_run_that_differs_from_the_reference_aborts(tmp_path, monkeypatch, bad
 
     patch(monkeypatch, pdlib.run.trial, "run_once", corrupt)
     path = tmp_path / "report.json"
-    rc, out, err = cli(["run", *SHAPE, "--policies", "eager", "fifo", "--trials", 1, "--warmups", 1,
-                        "--output", path])
+    rc, out, err = cli(["run", *SHAPE, "--policies", "eager", "fifo", "--trials", 1, "--warmups", 1, "--output", path])
     assert rc == 1 and len(calls) == bad_call + 1  # nothing runs after the mismatch
     for needle in (f"{what}: policy {policy!r}", "request B", "at output 2:"):
         assert needle in one_line(err)
@@ -453,10 +492,14 @@ def test_a_run_that_differs_from_the_reference_aborts(tmp_path, monkeypatch, bad
 
 # ---- units -----------------------------------------------------------------------------------------
 
+
 def test_trial_orders():
     assert trial_orders(["eager", "chunked", "fifo"], 4) == [
-        ["eager", "chunked", "fifo"], ["chunked", "fifo", "eager"],
-        ["fifo", "eager", "chunked"], ["eager", "chunked", "fifo"]]
+        ["eager", "chunked", "fifo"],
+        ["chunked", "fifo", "eager"],
+        ["fifo", "eager", "chunked"],
+        ["eager", "chunked", "fifo"],
+    ]
     assert trial_orders(["eager", "chunked"], 3) == [["eager", "chunked"], ["chunked", "eager"], ["eager", "chunked"]]
     assert trial_orders(["fifo"], 2) == [["fifo"], ["fifo"]]
 
@@ -468,11 +511,13 @@ def _run(a, b):
 def test_check_tokens():
     ref = {"A": [1, 2, 3], "B": [4, 5, 6]}
     check_tokens(_run([1, 2, 3], [4, 5, 6]), ref, what="trial 1")  # equal: no error
-    cases = [(([1, 2, 9], [4, 5, 6]), "request A differs from the validated reference at output 2: got 9, expected 3"),
-             (([1, 2, 3], [7, 5, 6]), "request B differs from the validated reference at output 0: got 7, expected 4"),
-             (([1, 2, 3], [4, 5]), "request B differs from the validated reference at output 2: got nothing, expected 6"),
-             (([1, 2, 3, 8], [4, 5, 6]), "at output 3: got 8, expected nothing"),
-             (([9, 9, 9], [9, 9, 9]), "request A differs from the validated reference at output 0")]
+    cases = [
+        (([1, 2, 9], [4, 5, 6]), "request A differs from the validated reference at output 2: got 9, expected 3"),
+        (([1, 2, 3], [7, 5, 6]), "request B differs from the validated reference at output 0: got 7, expected 4"),
+        (([1, 2, 3], [4, 5]), "request B differs from the validated reference at output 2: got nothing, expected 6"),
+        (([1, 2, 3, 8], [4, 5, 6]), "at output 3: got 8, expected nothing"),
+        (([9, 9, 9], [9, 9, 9]), "request A differs from the validated reference at output 0"),
+    ]
     for (a, b), msg in cases:
         with pytest.raises(TokenMismatch) as e:
             check_tokens(_run(a, b), ref, what="warmup 2")

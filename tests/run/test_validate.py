@@ -21,9 +21,16 @@ PROMPT, OUTPUTS, CHUNK = 40, 8, 16
 def exp(tiny, request):
     """Every fault is planted twice: with each step's tokens observed before the next is issued, and with
     pipelined decodes (the gate then checks a step after the next one was issued)."""
-    params = RunParams(model="synthetic:tiny", prompt_tokens=PROMPT, output_tokens=OUTPUTS, chunk_size=CHUNK,
-                       policies=("eager", "chunked", "fifo"), logical_cache_reset=True, validation_checkpoint_every=4,
-                       pipeline_decodes=request.param)
+    params = RunParams(
+        model="synthetic:tiny",
+        prompt_tokens=PROMPT,
+        output_tokens=OUTPUTS,
+        chunk_size=CHUNK,
+        policies=("eager", "chunked", "fifo"),
+        logical_cache_reset=True,
+        validation_checkpoint_every=4,
+        pipeline_decodes=request.param,
+    )
     return Experiment(params, model=tiny)
 
 
@@ -40,7 +47,7 @@ def test_perturbed_k_slot_is_caught_by_decode_kv(exp, monkeypatch):
     def decode(self, name):
         out = real(self, name)
         r = self.requests[name]
-        if name == "B" and r.length == PROMPT + 3:      # B's third decode wrote slot PROMPT + 2
+        if name == "B" and r.length == PROMPT + 3:  # B's third decode wrote slot PROMPT + 2
             r.cache.k[1][0, PROMPT + 2, 5] += 0.01
         return out
 
@@ -74,25 +81,31 @@ def test_off_by_one_position_is_caught_by_decode_kv(exp, monkeypatch):
 
 
 def test_stale_cache_entry_is_caught(tiny, monkeypatch):
-    params = RunParams(model="synthetic:tiny", prompt_tokens=PROMPT, output_tokens=OUTPUTS, chunk_size=CHUNK,
-                       policies=("eager", "chunked"), logical_cache_reset=True)
+    params = RunParams(
+        model="synthetic:tiny",
+        prompt_tokens=PROMPT,
+        output_tokens=OUTPUTS,
+        chunk_size=CHUNK,
+        policies=("eager", "chunked"),
+        logical_cache_reset=True,
+    )
     exp = Experiment(params, model=tiny, compile_steps=False)  # uncompiled, so the planted mask takes effect
-    exp.validate(["eager"])                # leaves stale K/V in both caches (logical reset keeps them)
+    exp.validate(["eager"])  # leaves stale K/V in both caches (logical reset keeps them)
     real = decode_attention_module.causal_mask
     # decode attention now also sees the slot after the new token's: stale, left by the earlier run
     monkeypatch.setattr(decode_attention_module, "causal_mask", lambda pos, cap: real(pos + 1, cap))
     e = fails(exp)
-    assert e.result.checks["prefix_kv"].worst_ratio <= 1      # the prompts were fine
+    assert e.result.checks["prefix_kv"].worst_ratio <= 1  # the prompts were fine
     # A's first decode read the stale slot in layer 0's attention: the K/V slot it writes in layer 1 is wrong
     assert f"decode_kv check, request A, position {PROMPT}, layer 1" in str(e)
 
 
 def test_a_wrong_prefill_chunk_is_caught_by_prefix_kv(exp, monkeypatch):
-    real = Qwen3.stages   # a step's layers, however it is dispatched (Qwen3.step runs them too)
+    real = Qwen3.stages  # a step's layers, however it is dispatched (Qwen3.step runs them too)
 
     def stages(self, segments, *, prune=True):
         for s in segments:
-            if s.start == CHUNK:                  # the second chunk sees its tokens shifted by one
+            if s.start == CHUNK:  # the second chunk sees its tokens shifted by one
                 s.tokens = mx.concatenate([s.tokens[1:], s.tokens[:1]])
         return (yield from real(self, segments, prune=prune))
 
@@ -108,7 +121,7 @@ def test_corrupted_old_cache_entry_is_caught_by_a_checkpoint(exp, monkeypatch):
     def decode(self, name):
         out = real(self, name)
         r = self.requests[name]
-        if name == "A" and r.length == PROMPT + 1:      # after A's first decode, damage a prompt entry
+        if name == "A" and r.length == PROMPT + 1:  # after A's first decode, damage a prompt entry
             r.cache.v[2][1, 3, 0] += 1.0
         return out
 
@@ -144,13 +157,16 @@ def test_result_dict_reports_worst_errors_and_margin(exp):
 def test_non_finite_references_are_not_waved_through():
     """A NaN or infinite reference passes only where the engine produced exactly the same value."""
     from pdlib.tolerance import tolerance_stats
+
     ref = mx.array([[1.0, mx.nan, mx.inf, -mx.inf]])
-    cases = {"equal": ([1.0, mx.nan, mx.inf, -mx.inf], [0, 1, 0, 0]),
-             "finite for inf": ([1.0, 0.0, 5.0, 7.0], [0, 1, 1, 1]),
-             "wrong sign": ([1.0, 1.0, -mx.inf, mx.inf], [0, 1, 1, 1])}
+    cases = {
+        "equal": ([1.0, mx.nan, mx.inf, -mx.inf], [0, 1, 0, 0]),
+        "finite for inf": ([1.0, 0.0, 5.0, 7.0], [0, 1, 1, 1]),
+        "wrong sign": ([1.0, 1.0, -mx.inf, mx.inf], [0, 1, 1, 1]),
+    }
     for name, (x, want_bad) in cases.items():
         for j, w in enumerate(want_bad):
-            (_, (ratio,), (bad,)) = tolerance_stats(mx.array([[x[j]]]), ref[:, j:j + 1]).tolist()
+            (_, (ratio,), (bad,)) = tolerance_stats(mx.array([[x[j]]]), ref[:, j : j + 1]).tolist()
             assert bad == w, (name, j)
             assert (ratio > 1) == bool(w), (name, j)
 
@@ -158,15 +174,22 @@ def test_non_finite_references_are_not_waved_through():
 def test_a_bad_last_decode_slot_is_caught_when_the_run_ends(tiny, monkeypatch):
     """Decode slots are compared in batches; the last batch is compared when the run ends (no checkpoint
     here, which would compare it first)."""
-    params = RunParams(model="synthetic:tiny", prompt_tokens=PROMPT, output_tokens=OUTPUTS, chunk_size=CHUNK,
-                       policies=("fifo",), logical_cache_reset=True, validation_checkpoint_every=64)
+    params = RunParams(
+        model="synthetic:tiny",
+        prompt_tokens=PROMPT,
+        output_tokens=OUTPUTS,
+        chunk_size=CHUNK,
+        policies=("fifo",),
+        logical_cache_reset=True,
+        validation_checkpoint_every=64,
+    )
     exp = Experiment(params, model=tiny)
     real = Engine.decode
 
     def decode(self, name):
         out = real(self, name)
         r = self.requests[name]
-        if name == "A" and r.length == PROMPT + OUTPUTS - 1:     # A's last decode wrote slot PROMPT + OUTPUTS - 2
+        if name == "A" and r.length == PROMPT + OUTPUTS - 1:  # A's last decode wrote slot PROMPT + OUTPUTS - 2
             r.cache.v[0][1, PROMPT + OUTPUTS - 2, 3] += 0.01
         return out
 

@@ -3,9 +3,9 @@ same keys, the table prints them, and transformers' peer decodes the same greedy
 
 import pytest
 
-from pdlib.tools.bench import bench_step
-from pdlib.report.bench import format_table
 from pdlib.engine import Engine
+from pdlib.report.bench import format_table
+from pdlib.tools.bench import bench_step
 
 SIZES = dict(contexts=(32, 48), tokens=3, warmup=1, prefill_tokens=40, chunk=16, repeats=1)
 KEYS = {"decode_ms_median", "decode_ms_all", "prefill_whole_s", "prefill_chunked_s", "prefill_chunked_synced_s"}
@@ -30,6 +30,7 @@ def test_the_transformers_peer_decodes_pdlibs_tokens(tiny):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     from pdlib.tools.bench_hf import bench_hf
+
     ids = lambda n: [(i * 7919 + 13) % tiny.config.vocab_size for i in range(n)]  # noqa: E731
     r = bench_hf(tiny, dtype="float32", compile_decode=False, prompt=ids, **SIZES)
     assert KEYS <= set(r) and r["dtype"] == "float32" and not r["compiled"]
@@ -43,13 +44,17 @@ def test_the_transformers_peer_decodes_pdlibs_tokens(tiny):
 
 
 def test_the_table_shows_each_peer_as_a_ratio_to_pdlib(tiny):
-    e = {"decode_ms_median": {"32": 2.0}, "prefill_whole_s": 0.1, "prefill_chunked_s": 0.2,
-         "prefill_chunked_synced_s": 0.4}
+    e = {
+        "decode_ms_median": {"32": 2.0},
+        "prefill_whole_s": 0.1,
+        "prefill_chunked_s": 0.2,
+        "prefill_chunked_synced_s": 0.4,
+    }
     peer = {**e, "decode_ms_median": {"32": 6.0}}
     result = {"engines": {"pdlib": e, "hf-bf16": peer}, "floors": {"32": {"bytes": 2e9, "floor_ms": 0.5}}}
     lines = format_table(result).splitlines()
     assert "hf-bf16" in lines[0]
-    assert "3.0x" in lines[1] and " 1000 " in lines[1]   # 6 / 2 ms; 2 GB / 2 ms = 1000 GB/s
+    assert "3.0x" in lines[1] and " 1000 " in lines[1]  # 6 / 2 ms; 2 GB / 2 ms = 1000 GB/s
     # a measure the peer does not make shows dashes, not a ratio
     result["engines"]["pdlib"] = {**e, "decode_pipelined_ms_median": {"32": 1.0}}
     piped = format_table(result).splitlines()[2]

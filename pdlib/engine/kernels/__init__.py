@@ -9,10 +9,12 @@ each, on the backend's prelude (backend.py).
 
 from pdlib.engine.kernels.attention import attention_ops, attention_rows, causal_mask, query_rows
 from pdlib.engine.kernels.backend import BACKEND
-from pdlib.engine.kernels.decode_attention import (decode_attention, decode_attention_kernel, decode_attention_ops,
-                                                   stores_kv_in_place)
-from pdlib.engine.kernels.persistent_decode import (DecodeWeights, decode_persistent, decode_persistent_ops,
-                                                     decode_persistent_pair, decode_persistent_pair_ops)
+from pdlib.engine.kernels.decode_attention import (
+    decode_attention,
+    decode_attention_kernel,
+    decode_attention_ops,
+    stores_kv_in_place,
+)
 from pdlib.engine.kernels.fence import new_fence, read_after
 from pdlib.engine.kernels.flash_prefill import arithmetic as flash_arithmetic
 from pdlib.engine.kernels.flash_prefill import enabled as flash_enabled
@@ -25,20 +27,68 @@ from pdlib.engine.kernels.gemm import sum_choice as gemm_sum_choice
 from pdlib.engine.kernels.gemv import gemv, gemv_kernel, gemv_ops, linear
 from pdlib.engine.kernels.kv_store import install_kv, install_kv_kernel, store_kv, store_kv_kernel, store_kv_ops
 from pdlib.engine.kernels.mailbox import MailboxRegion, TokenMailbox
-from pdlib.engine.kernels.mailbox import region as mailbox_region
 from pdlib.engine.kernels.mailbox import choice as token_read_choice
+from pdlib.engine.kernels.mailbox import region as mailbox_region
+from pdlib.engine.kernels.persistent_decode import (
+    DecodeWeights,
+    decode_persistent,
+    decode_persistent_ops,
+    decode_persistent_pair,
+    decode_persistent_pair_ops,
+)
 from pdlib.engine.kernels.qk_rope import enabled as qk_rope_enabled
 from pdlib.engine.kernels.qk_rope import qk_rope_store, qk_rope_store_kernel, qk_rope_store_ops
 from pdlib.engine.kernels.rmsnorm import rms_norm
 from pdlib.engine.kernels.rope import rope_inv_freq, rope_ops, rope_rotate, rope_tables
 
-__all__ = ["BACKEND", "attention_ops", "attention_rows", "causal_mask", "query_rows", "decode_attention",
-           "decode_attention_kernel", "decode_attention_ops", "DecodeWeights", "decode_persistent",
-           "decode_persistent_ops", "decode_persistent_pair", "decode_persistent_pair_ops", "flash_arithmetic",
-           "flash_attention", "flash_attention_ops", "flash_enabled",
-           "gemm_bf16_weights", "gemm_choice", "gemm_enabled", "gemm_sum_choice", "gemv", "gemv_kernel", "gemv_ops",
-           "linear", "linear_t", "tf32x3_matmul", "tf32x3_ops", "new_fence", "read_after", "rms_norm", "rope_inv_freq",
-           "rope_ops", "rope_rotate", "rope_tables", "store_kv", "store_kv_kernel", "store_kv_ops",
-           "stores_kv_in_place", "install_kv", "install_kv_kernel", "qk_rope_enabled", "qk_rope_store",
-           "qk_rope_store_kernel", "qk_rope_store_ops", "MailboxRegion", "TokenMailbox", "mailbox_region",
-           "token_read_choice"]
+__all__ = [
+    "BACKEND",
+    "attention_ops",
+    "attention_rows",
+    "causal_mask",
+    "query_rows",
+    "decode_attention",
+    "decode_attention_kernel",
+    "decode_attention_ops",
+    "DecodeWeights",
+    "decode_persistent",
+    "decode_persistent_ops",
+    "decode_persistent_pair",
+    "decode_persistent_pair_ops",
+    "flash_arithmetic",
+    "flash_attention",
+    "flash_attention_ops",
+    "flash_enabled",
+    "gemm_bf16_weights",
+    "gemm_choice",
+    "gemm_enabled",
+    "gemm_sum_choice",
+    "gemv",
+    "gemv_kernel",
+    "gemv_ops",
+    "linear",
+    "linear_t",
+    "tf32x3_matmul",
+    "tf32x3_ops",
+    "new_fence",
+    "read_after",
+    "rms_norm",
+    "rope_inv_freq",
+    "rope_ops",
+    "rope_rotate",
+    "rope_tables",
+    "store_kv",
+    "store_kv_kernel",
+    "store_kv_ops",
+    "stores_kv_in_place",
+    "install_kv",
+    "install_kv_kernel",
+    "qk_rope_enabled",
+    "qk_rope_store",
+    "qk_rope_store_kernel",
+    "qk_rope_store_ops",
+    "MailboxRegion",
+    "TokenMailbox",
+    "mailbox_region",
+    "token_read_choice",
+]

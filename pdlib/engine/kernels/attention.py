@@ -18,7 +18,7 @@ def attention_ops(q: mx.array, k: mx.array, v: mx.array, *, mask: mx.array, scal
     Hq, T, Dh = q.shape
     Hkv, S = k.shape[0], k.shape[1]
     rep = Hq // Hkv
-    scores = (q.reshape(Hkv, rep * T, Dh) * scale) @ k.swapaxes(-1, -2)             # (Hkv, rep T, S)
+    scores = (q.reshape(Hkv, rep * T, Dh) * scale) @ k.swapaxes(-1, -2)  # (Hkv, rep T, S)
     scores = mx.where(mask, scores.reshape(Hkv, rep, T, S), mx.array(-mx.inf, mx.float32))
     probs = mx.softmax(scores, axis=-1, precise=True).reshape(Hkv, rep * T, S)
     return (probs @ v).reshape(Hq, T, Dh)
@@ -35,6 +35,6 @@ def attention_rows(q: mx.array, k: mx.array, v: mx.array, *, mask_rows: mx.array
     Hq, T, Dh = q.shape
     Hkv = k.shape[0]
     rep = Hq // Hkv
-    scores = (q.reshape(Hkv, rep * T, Dh) * scale) @ k.swapaxes(-1, -2)             # (Hkv, rep T, S)
+    scores = (q.reshape(Hkv, rep * T, Dh) * scale) @ k.swapaxes(-1, -2)  # (Hkv, rep T, S)
     probs = mx.softmax(mx.where(mask_rows, scores, mx.array(-mx.inf, mx.float32)), axis=-1, precise=True)
     return (probs @ v).reshape(Hq, T, Dh)

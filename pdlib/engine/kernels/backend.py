@@ -44,6 +44,7 @@ import mlx.core as mx
 
 BACKEND = "cuda" if mx.cuda.is_available() else "metal" if mx.metal.is_available() else "cpu"
 
+
 @functools.cache
 def source(name: str) -> str:
     """A kernel file beside this module (package data), read once, after a `#line` directive so that a compiler
@@ -66,19 +67,29 @@ def cuda_launch_bounds(threads: int, blocks: int) -> str:
     return f"#undef __global__\n#define __global__ __attribute__((global)) __launch_bounds__({threads}, {blocks})\n"
 
 
-def kernel_or_none(name: str, inputs: list[str], outputs: list[str], *, source: str | None = None,
-                   cuda_source: str | None = None, metal_source: str | None = None, header: str = ""):
+def kernel_or_none(
+    name: str,
+    inputs: list[str],
+    outputs: list[str],
+    *,
+    source: str | None = None,
+    cuda_source: str | None = None,
+    metal_source: str | None = None,
+    header: str = "",
+):
     """The backend's custom kernel, or None on the CPU (where the ops twin runs). `source` is one body for both
     backends, built on PRELUDE; `cuda_source` / `metal_source` are raw per-backend bodies without it."""
     if source is not None and BACKEND != "cpu":
         cuda_source = metal_source = source
         header = PRELUDE[BACKEND] + header
     if BACKEND == "cuda":
-        return mx.fast.cuda_kernel(name=name, input_names=inputs, output_names=outputs, source=cuda_source,
-                                   header=header)
+        return mx.fast.cuda_kernel(
+            name=name, input_names=inputs, output_names=outputs, source=cuda_source, header=header
+        )
     if BACKEND == "metal":
-        return mx.fast.metal_kernel(name=name, input_names=inputs, output_names=outputs, source=metal_source,
-                                    header=header)
+        return mx.fast.metal_kernel(
+            name=name, input_names=inputs, output_names=outputs, source=metal_source, header=header
+        )
     return None
 
 
@@ -86,6 +97,7 @@ def float_bits(x: float) -> int:
     """An FP32 value as the int32 of its bits: kernels take it as a template constant and rebuild it exactly
     (no tiny scalar array for the kernel to read: MLX keeps those in managed memory)."""
     import struct
+
     return struct.unpack("<i", struct.pack("<f", x))[0]
 
 
@@ -95,8 +107,11 @@ def cuda_sm_count() -> int:
     driver."""
     cuda = ctypes.CDLL("libcuda.so.1")
     dev, n = ctypes.c_int(), ctypes.c_int()
-    for call in (lambda: cuda.cuInit(0), lambda: cuda.cuDeviceGet(ctypes.byref(dev), 0),
-                 lambda: cuda.cuDeviceGetAttribute(ctypes.byref(n), 16, dev)):  # 16: MULTIPROCESSOR_COUNT
+    for call in (
+        lambda: cuda.cuInit(0),
+        lambda: cuda.cuDeviceGet(ctypes.byref(dev), 0),
+        lambda: cuda.cuDeviceGetAttribute(ctypes.byref(n), 16, dev),
+    ):  # 16: MULTIPROCESSOR_COUNT
         if call() != 0:
             raise RuntimeError("the CUDA driver did not report the device's SM count")
     return n.value

@@ -23,34 +23,47 @@ from pdlib.engine.kernels.attention import causal_mask
 from pdlib.engine.kernels.backend import float_bits, kernel_or_none, source
 from pdlib.engine.kernels.rmsnorm import rms_norm
 
-CHUNK, THREADS, GROUP = 128, 256, 8   # keys per block, threads per block (8 warps), keys per warp load group
+CHUNK, THREADS, GROUP = 128, 256, 8  # keys per block, threads per block (8 warps), keys per warp load group
 
 
-def decode_attention_ops(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, written=None, *, heads: int,
-                         kv_heads: int, eps: float, poison: bool = False):
+def decode_attention_ops(
+    qkv,
+    q_norm,
+    k_norm,
+    inv_freq,
+    pos,
+    k_cache,
+    v_cache,
+    written=None,
+    *,
+    heads: int,
+    kv_heads: int,
+    eps: float,
+    poison: bool = False,
+):
     """The oracle, with the same static shapes: attends over the whole capacity, masking positions > pos.
     -> (o, k, v): it writes no cache, so it needs no fence (`written`) and has nothing to poison."""
     Hkv, cap, Dh = k_cache.shape
     q = qkv[: heads * Dh].reshape(heads, Dh)
-    k = qkv[heads * Dh: (heads + kv_heads) * Dh].reshape(kv_heads, Dh)
-    v = qkv[(heads + kv_heads) * Dh:].reshape(kv_heads, Dh)
+    k = qkv[heads * Dh : (heads + kv_heads) * Dh].reshape(kv_heads, Dh)
+    v = qkv[(heads + kv_heads) * Dh :].reshape(kv_heads, Dh)
 
     def norm_rope(x, w):
         x = rms_norm(x, w, eps=eps)
         angle = pos.astype(mx.float32) * inv_freq
         cos, sin = mx.cos(angle), mx.sin(angle)
-        x1, x2 = x[:, : Dh // 2], x[:, Dh // 2:]
+        x1, x2 = x[:, : Dh // 2], x[:, Dh // 2 :]
         return mx.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
     q, k = norm_rope(q, q_norm), norm_rope(k, k_norm)
     at_pos = (mx.arange(cap) == pos)[None, :, None]
-    keys = mx.where(at_pos, k[:, None, :], k_cache)                 # (Hkv, cap, Dh)
+    keys = mx.where(at_pos, k[:, None, :], k_cache)  # (Hkv, cap, Dh)
     values = mx.where(at_pos, v[:, None, :], v_cache)
-    qg = q.reshape(kv_heads, heads // kv_heads, Dh) * (Dh ** -0.5)
-    scores = qg @ keys.swapaxes(-1, -2)                              # (Hkv, rep, cap)
+    qg = q.reshape(kv_heads, heads // kv_heads, Dh) * (Dh**-0.5)
+    scores = qg @ keys.swapaxes(-1, -2)  # (Hkv, rep, cap)
     scores = mx.where(causal_mask(pos, cap)[None], scores, -mx.inf)
     p = mx.exp(scores - mx.max(scores, axis=-1, keepdims=True))
-    o = (p / mx.sum(p, axis=-1, keepdims=True)) @ values             # (Hkv, rep, Dh)
+    o = (p / mx.sum(p, axis=-1, keepdims=True)) @ values  # (Hkv, rep, Dh)
     return o.reshape(heads * Dh), k, v
 
 
@@ -59,30 +72,63 @@ PARTIAL = source("decode_attention_partial.cu")
 
 REDUCE = source("decode_attention_reduce.cu")
 
-_partial = kernel_or_none("pdlib_decode_attn_partial",
-                          ["qkv", "qn", "knw", "inv_freq", "pos", "kc", "vc", "after"],
-                          ["part_m", "part_l", "part_o", "written"],
-                          source=PARTIAL, header=QK_NORM_ROPE)
+_partial = kernel_or_none(
+    "pdlib_decode_attn_partial",
+    ["qkv", "qn", "knw", "inv_freq", "pos", "kc", "vc", "after"],
+    ["part_m", "part_l", "part_o", "written"],
+    source=PARTIAL,
+    header=QK_NORM_ROPE,
+)
 _reduce = kernel_or_none("pdlib_decode_attn_reduce", ["part_m", "part_l", "part_o", "pos"], ["o"], source=REDUCE)
 
 
-def decode_attention_kernel(qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, written, *, heads: int,
-                            kv_heads: int, eps: float, poison: bool = False):
+def decode_attention_kernel(
+    qkv,
+    q_norm,
+    k_norm,
+    inv_freq,
+    pos,
+    k_cache,
+    v_cache,
+    written,
+    *,
+    heads: int,
+    kv_heads: int,
+    eps: float,
+    poison: bool = False,
+):
     """-> (o, the next fence); stores k and v at slot pos of k_cache / v_cache in place."""
     Hkv, cap, Dh = k_cache.shape
     nc = -(-cap // CHUNK)
     part_m, part_l, part_o, written = _partial(
         inputs=[qkv, q_norm, k_norm, inv_freq, pos, k_cache, v_cache, written],
-        template=[("HQ", heads), ("HKV", kv_heads), ("DH", Dh), ("CAP", cap), ("NC", nc), ("CHUNK", CHUNK),
-                  ("THREADS", THREADS), ("GROUP", GROUP), ("EPS_BITS", float_bits(eps)),
-                  ("SCALE_BITS", float_bits(Dh ** -0.5))],
-        grid=(kv_heads * nc * THREADS, 1, 1), threadgroup=(THREADS, 1, 1),
+        template=[
+            ("HQ", heads),
+            ("HKV", kv_heads),
+            ("DH", Dh),
+            ("CAP", cap),
+            ("NC", nc),
+            ("CHUNK", CHUNK),
+            ("THREADS", THREADS),
+            ("GROUP", GROUP),
+            ("EPS_BITS", float_bits(eps)),
+            ("SCALE_BITS", float_bits(Dh**-0.5)),
+        ],
+        grid=(kv_heads * nc * THREADS, 1, 1),
+        threadgroup=(THREADS, 1, 1),
         output_shapes=[(heads * nc,), (heads * nc,), (heads * nc * Dh,), written.shape],
-        output_dtypes=[mx.float32] * 3 + [written.dtype], init_value=float("nan") if poison else None)
-    (o,) = _reduce(inputs=[part_m, part_l, part_o, pos], template=[("NC", nc), ("DH", Dh), ("CHUNK", CHUNK)],
-                   grid=(heads * Dh, 1, 1), threadgroup=(Dh, 1, 1),
-                   output_shapes=[(heads * Dh,)], output_dtypes=[mx.float32],
-                   init_value=float("nan") if poison else None)
+        output_dtypes=[mx.float32] * 3 + [written.dtype],
+        init_value=float("nan") if poison else None,
+    )
+    (o,) = _reduce(
+        inputs=[part_m, part_l, part_o, pos],
+        template=[("NC", nc), ("DH", Dh), ("CHUNK", CHUNK)],
+        grid=(heads * Dh, 1, 1),
+        threadgroup=(Dh, 1, 1),
+        output_shapes=[(heads * Dh,)],
+        output_dtypes=[mx.float32],
+        init_value=float("nan") if poison else None,
+    )
     return o, written
 
 

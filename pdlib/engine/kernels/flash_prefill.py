@@ -33,12 +33,12 @@ from pdlib.engine.kernels.backend import BACKEND, CUDA_CP_ASYNC, cuda_launch_bou
 from pdlib.engine.kernels.gemm import HEADER as TF32X3_HEADER
 
 BR, BC, DH = 64, 64, 128
-SHARED_BYTES = 4 * (BR * DH + 2 * BC * DH + BC * BR)   # Q, K, V (rows of DH), P (keys of BR rows): 112 KB
+SHARED_BYTES = 4 * (BR * DH + 2 * BC * DH + BC * BR)  # Q, K, V (rows of DH), P (keys of BR rows): 112 KB
 # rows per thread the kernel is built for, the first the default (check-kernels checks each)
 ROW_TILES = (8, 4)
-TF32X3_THREADS = 128     # the tensor-core kernel: 4 warps of 16 rows
+TF32X3_THREADS = 128  # the tensor-core kernel: 4 warps of 16 rows
 
-TILES = source("flash_tiles.cuh")   # the one tile loader of both kernels
+TILES = source("flash_tiles.cuh")  # the one tile loader of both kernels
 SOURCE = source("flash_prefill.cu")
 
 # QK^T and PV by 3xTF32 on the tensor cores (gemm.py's split and mma), the engine's default (`flash-tf32x3`):
@@ -59,20 +59,33 @@ def header(rows_per_thread: int) -> str:
     return CUDA_CP_ASYNC + TILES + cuda_launch_bounds(threads_for(rows_per_thread), 2)
 
 
-HEADER_TF32X3 = TF32X3_HEADER + TILES + cuda_launch_bounds(TF32X3_THREADS, 2)   # the tensor-core kernel's
+HEADER_TF32X3 = TF32X3_HEADER + TILES + cuda_launch_bounds(TF32X3_THREADS, 2)  # the tensor-core kernel's
 
 
 def _build(name: str, source: str, header_text: str):
-    return mx.fast.cuda_kernel(name=name, input_names=["q", "kc", "vc", "pos", "after"],
-                               output_names=["part", "stats"], source=source, header=header_text,
-                               shared_memory=SHARED_BYTES)
+    return mx.fast.cuda_kernel(
+        name=name,
+        input_names=["q", "kc", "vc", "pos", "after"],
+        output_names=["part", "stats"],
+        source=source,
+        header=header_text,
+        shared_memory=SHARED_BYTES,
+    )
 
 
-_kernels = ({**{rt: _build(f"pdlib_flash_prefill_rt{rt}", SOURCE, header(rt)) for rt in ROW_TILES},
-             "tf32x3": _build("pdlib_flash_prefill_tf32x3", SOURCE_TF32X3, HEADER_TF32X3)}
-            if BACKEND == "cuda" else {})
-_merge = (mx.fast.cuda_kernel(name="pdlib_flash_merge", input_names=["part", "stats"], output_names=["o"],
-                              source=MERGE) if BACKEND == "cuda" else None)
+_kernels = (
+    {
+        **{rt: _build(f"pdlib_flash_prefill_rt{rt}", SOURCE, header(rt)) for rt in ROW_TILES},
+        "tf32x3": _build("pdlib_flash_prefill_tf32x3", SOURCE_TF32X3, HEADER_TF32X3),
+    }
+    if BACKEND == "cuda"
+    else {}
+)
+_merge = (
+    mx.fast.cuda_kernel(name="pdlib_flash_merge", input_names=["part", "stats"], output_names=["o"], source=MERGE)
+    if BACKEND == "cuda"
+    else None
+)
 
 ENV = "PDLIB_PREFILL_ATTENTION"
 
@@ -97,23 +110,44 @@ def key_splits(rows: int, heads: int, length: int, sms: int) -> int:
     return max(1, min(2 * sms // blocks, -(-length // BC) // 2))
 
 
-def flash_attention(q: mx.array, k_cache: mx.array, v_cache: mx.array, positions: mx.array, written: mx.array, *,
-                    scale: float, length: int, splits: int | None = None, rows_per_thread: int = ROW_TILES[0],
-                    arithmetic: str = "fp32", poison: bool = False) -> mx.array:
+def flash_attention(
+    q: mx.array,
+    k_cache: mx.array,
+    v_cache: mx.array,
+    positions: mx.array,
+    written: mx.array,
+    *,
+    scale: float,
+    length: int,
+    splits: int | None = None,
+    rows_per_thread: int = ROW_TILES[0],
+    arithmetic: str = "fp32",
+    poison: bool = False,
+) -> mx.array:
     """o (Hq, T, Dh) of q's rows over the cache (module docstring). `length` (start + T on the host) only sizes
     the key split; `splits` overrides key_splits; `rows_per_thread` is one of ROW_TILES; `arithmetic`
     "tf32x3" runs the tensor-core kernel instead (SOURCE_TF32X3; rows_per_thread unused); `poison` fills the
     outputs with NaN first, so a test sees any element the kernels skipped."""
     Hq, T, Dh = q.shape
     Hkv = k_cache.shape[0]
-    if (Dh != DH or k_cache.shape != v_cache.shape or k_cache.shape[2] != DH or Hq % Hkv or positions.shape != (T,)
-            or {q.dtype, k_cache.dtype, v_cache.dtype} != {mx.float32} or positions.dtype != mx.int32
-            or rows_per_thread not in ROW_TILES or arithmetic not in ("fp32", "tf32x3")):
-        raise ValueError(f"flash_attention takes FP32 q (Hq, T, {DH}) and caches (Hkv, capacity, {DH}), Hq a multiple "
-                         f"of Hkv, int32 positions (T,); got q {q.dtype} {q.shape}, caches {k_cache.dtype} "
-                         f"{k_cache.shape} {v_cache.shape}, positions {positions.dtype} {positions.shape}, "
-                         f"rows per thread {rows_per_thread} (one of {ROW_TILES}), arithmetic {arithmetic!r} (fp32 "
-                         f"or tf32x3)")
+    if (
+        Dh != DH
+        or k_cache.shape != v_cache.shape
+        or k_cache.shape[2] != DH
+        or Hq % Hkv
+        or positions.shape != (T,)
+        or {q.dtype, k_cache.dtype, v_cache.dtype} != {mx.float32}
+        or positions.dtype != mx.int32
+        or rows_per_thread not in ROW_TILES
+        or arithmetic not in ("fp32", "tf32x3")
+    ):
+        raise ValueError(
+            f"flash_attention takes FP32 q (Hq, T, {DH}) and caches (Hkv, capacity, {DH}), Hq a multiple "
+            f"of Hkv, int32 positions (T,); got q {q.dtype} {q.shape}, caches {k_cache.dtype} "
+            f"{k_cache.shape} {v_cache.shape}, positions {positions.dtype} {positions.shape}, "
+            f"rows per thread {rows_per_thread} (one of {ROW_TILES}), arithmetic {arithmetic!r} (fp32 "
+            f"or tf32x3)"
+        )
     z = key_splits(T, Hq, length, cuda_sm_count()) if splits is None else splits
     nan = float("nan") if poison else None
     tc = arithmetic == "tf32x3"
@@ -121,8 +155,12 @@ def flash_attention(q: mx.array, k_cache: mx.array, v_cache: mx.array, positions
     part, stats = _kernels["tf32x3" if tc else rows_per_thread](
         inputs=[q, k_cache, v_cache, positions, written],
         template=[("SCALE_BITS", float_bits(scale)), ("RT", rows_per_thread)],
-        grid=(Hq * threads, -(-T // BR), z), threadgroup=(threads, 1, 1),
-        output_shapes=[(z, Hq, T, Dh), (z, Hq, T, 2)], output_dtypes=[mx.float32, mx.float32], init_value=nan)
+        grid=(Hq * threads, -(-T // BR), z),
+        threadgroup=(threads, 1, 1),
+        output_shapes=[(z, Hq, T, Dh), (z, Hq, T, 2)],
+        output_dtypes=[mx.float32, mx.float32],
+        init_value=nan,
+    )
     return merged(part, stats, poison=poison)
 
 
@@ -132,18 +170,29 @@ def merged(part: mx.array, stats: mx.array, *, poison: bool = False) -> mx.array
     z, Hq, T, Dh = part.shape
     if z == 1:
         return part.reshape(Hq, T, Dh)
-    (o,) = _merge(inputs=[part, stats], grid=(Hq * T * Dh, 1, 1), threadgroup=(Dh, 1, 1),
-                  output_shapes=[(Hq, T, Dh)], output_dtypes=[mx.float32],
-                  init_value=float("nan") if poison else None)
+    (o,) = _merge(
+        inputs=[part, stats],
+        grid=(Hq * T * Dh, 1, 1),
+        threadgroup=(Dh, 1, 1),
+        output_shapes=[(Hq, T, Dh)],
+        output_dtypes=[mx.float32],
+        init_value=float("nan") if poison else None,
+    )
     return o
 
 
-def flash_attention_ops(q: mx.array, k_cache: mx.array, v_cache: mx.array, positions: mx.array, written: mx.array, *,
-                        scale: float, length: int, **_) -> mx.array:
+def flash_attention_ops(
+    q: mx.array,
+    k_cache: mx.array,
+    v_cache: mx.array,
+    positions: mx.array,
+    written: mx.array,
+    *,
+    scale: float,
+    length: int,
+    **_,
+) -> mx.array:
     """The oracle, with flash_attention's signature: the reference's masked softmax over the cache's first
     `length` slots (attention.attention_ops)."""
     k, v = k_cache[:, :length], v_cache[:, :length]
     return attention_ops(q, k, v, mask=causal_mask(positions, length), scale=scale)
-
-
-

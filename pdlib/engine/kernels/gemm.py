@@ -32,16 +32,17 @@ import mlx.core as mx
 from pdlib import settings
 from pdlib.engine.kernels.backend import BACKEND, CUDA_CP_ASYNC, cuda_sm_count, float_bits, source
 
-BK = 32                  # a slice's depth
-PITCH, WGMMA_PITCH, BF16X3_PITCH = 40, 36, 48   # a staged row's floats, or halves for bf16 w (the pad spreads
-                                                # a warp's reads over the banks)
-MIN_ROWS = 16            # fewer rows (the LM head's, a decode's) waste most of a tile: plain FP32 there
+BK = 32  # a slice's depth
+PITCH, WGMMA_PITCH, BF16X3_PITCH = 40, 36, 48  # a staged row's floats, or halves for bf16 w (the pad spreads
+# a warp's reads over the banks)
+MIN_ROWS = 16  # fewer rows (the LM head's, a decode's) waste most of a tile: plain FP32 there
 
 
 class Tiles(NamedTuple):
     """A launch shape: the block's tile (bm x bn), a warp's (wm x wn), the ring's slices in flight (stages),
     and the fewest columns of K a split may keep (min_ks). `wgmma`: the Hopper kernel instead (SOURCE_WGMMA:
     one warpgroup per 64-row tile, bm 64, wm and wn unused); `bf16x3`: SOURCE_BF16X3 (bf16 weights only)."""
+
     bm: int
     bn: int
     wm: int
@@ -73,14 +74,19 @@ class Tiles(NamedTuple):
 # the launch shapes check-kernels checks. Warps of 32 x 64 split each x element half as often as 32 x 32 ones
 # (splitting x is most of a warp's instructions per mma); four of them on a 64x128 tile are the chunk's shape.
 # Then the default's, bf16x3's, on that tile, and the wgmma kernel's (PDLIB_PREFILL_GEMM=wgmma: exact, opt-in).
-CANDIDATES = (Tiles(64, 128, 32, 3, 256, wn=64), Tiles(128, 64, 32, 3, 256, wn=64), Tiles(64, 64, 32, 3, 256),
-              Tiles(128, 128, 64, 3, 128), Tiles(64, 128, 32, 3, 256, wn=64, bf16x3=True),
-              Tiles(64, 64, 0, 3, 256, wgmma=True))
+CANDIDATES = (
+    Tiles(64, 128, 32, 3, 256, wn=64),
+    Tiles(128, 64, 32, 3, 256, wn=64),
+    Tiles(64, 64, 32, 3, 256),
+    Tiles(128, 128, 64, 3, 128),
+    Tiles(64, 128, 32, 3, 256, wn=64, bf16x3=True),
+    Tiles(64, 64, 0, 3, 256, wgmma=True),
+)
 CHUNK_TILES = CANDIDATES[0]
 BF16X3_TILES = CANDIDATES[-2]  # the default's on bf16 weights (PDLIB_PREFILL_GEMM=bf16x3)
-WGMMA_TILES = CANDIDATES[-1]   # PDLIB_PREFILL_GEMM=wgmma's
-MAX_ROWS = 256           # on FP32 weights more rows (a whole prompt's) run MLX's FP32 matmul, faster there; on
-                         # bf16 ones the kernel runs at every row count
+WGMMA_TILES = CANDIDATES[-1]  # PDLIB_PREFILL_GEMM=wgmma's
+MAX_ROWS = 256  # on FP32 weights more rows (a whole prompt's) run MLX's FP32 matmul, faster there; on
+# bf16 ones the kernel runs at every row count
 
 
 HEADER = CUDA_CP_ASYNC + source("gemm.cuh")
@@ -110,9 +116,13 @@ def _kernel(tiles: Tiles, weight_bytes: int):
         warps = "" if tiles.wgmma else f"w{tiles.wm}x{tiles.wn}"
         source = SOURCE_WGMMA if tiles.wgmma else SOURCE_BF16X3 if tiles.bf16x3 else SOURCE
         _kernels[tiles, weight_bytes] = mx.fast.cuda_kernel(
-            name=f"pdlib_gemm_{kind}_{tiles.bm}x{tiles.bn}{warps}s{tiles.stages}", input_names=["x", "w"],
-            output_names=["y"], source=source, header=HEADER_WGMMA if tiles.wgmma else HEADER,
-            shared_memory=tiles.shared_bytes(weight_bytes))
+            name=f"pdlib_gemm_{kind}_{tiles.bm}x{tiles.bn}{warps}s{tiles.stages}",
+            input_names=["x", "w"],
+            output_names=["y"],
+            source=source,
+            header=HEADER_WGMMA if tiles.wgmma else HEADER,
+            shared_memory=tiles.shared_bytes(weight_bytes),
+        )
     return _kernels[tiles, weight_bytes]
 
 
@@ -163,14 +173,31 @@ def template(shape: Tiles, K: int, N: int, split: int, weight_bytes: int) -> lis
     SOURCE_BF16X3 takes bf16 weights only)."""
     if shape.wgmma:
         return [("K", K), ("N", N), ("SPLIT", split), ("BN", shape.bn), ("STAGES", shape.stages)]
-    tile = [("K", K), ("N", N), ("SPLIT", split), ("BM", shape.bm), ("BN", shape.bn), ("WM", shape.wm),
-            ("WN", shape.wn), ("STAGES", shape.stages)]
+    tile = [
+        ("K", K),
+        ("N", N),
+        ("SPLIT", split),
+        ("BM", shape.bm),
+        ("BN", shape.bn),
+        ("WM", shape.wm),
+        ("WN", shape.wn),
+        ("STAGES", shape.stages),
+    ]
     return tile if shape.bf16x3 else tile + [("WB", weight_bytes)]
 
 
-def tf32x3_matmul(x: mx.array, w: mx.array, *, shape: Tiles = CHUNK_TILES, split: int | None = None,
-                  poison: bool = False, add: mx.array | None = None, swiglu: bool = False,
-                  norm: tuple[mx.array, float] | None = None, sums: str | None = None) -> "mx.array | Normed":
+def tf32x3_matmul(
+    x: mx.array,
+    w: mx.array,
+    *,
+    shape: Tiles = CHUNK_TILES,
+    split: int | None = None,
+    poison: bool = False,
+    add: mx.array | None = None,
+    swiglu: bool = False,
+    norm: tuple[mx.array, float] | None = None,
+    sums: str | None = None,
+) -> "mx.array | Normed":
     """x (M, K) @ w.T for w (N, K), FP32 x and output, on tensor cores (module docstring), in `shape`'s tiles,
     then `add` + it or its SwiGLU (epilogue_ops); with `norm` (weight, eps) and `add`, the pair (h, RMSNorm of
     h). w FP32 takes the three products; w bf16 (exact in TF32: its lo is zero) two, and half the bytes (not in
@@ -184,17 +211,30 @@ def tf32x3_matmul(x: mx.array, w: mx.array, *, shape: Tiles = CHUNK_TILES, split
     split = k_split(M, K, N, cuda_sm_count(), shape) if split is None else split
     sums = sum_choice() if sums is None else sums
     wb = {mx.float32: 4, mx.bfloat16: 2}.get(w.dtype)
-    if (x.dtype != mx.float32 or wb is None or (wb == 2 and shape.wgmma) or (wb == 4 and shape.bf16x3)
-            or w.shape[1] != K):
-        raise ValueError(f"tf32x3_matmul takes FP32 x (M, K) and w (N, K), FP32 (but not by bf16x3) or bf16 (but not"
-                         f" by wgmma), got {x.dtype} {x.shape}, {w.dtype} {w.shape} ({shape.label})")
+    if (
+        x.dtype != mx.float32
+        or wb is None
+        or (wb == 2 and shape.wgmma)
+        or (wb == 4 and shape.bf16x3)
+        or w.shape[1] != K
+    ):
+        raise ValueError(
+            f"tf32x3_matmul takes FP32 x (M, K) and w (N, K), FP32 (but not by bf16x3) or bf16 (but not"
+            f" by wgmma), got {x.dtype} {x.shape}, {w.dtype} {w.shape} ({shape.label})"
+        )
     if N % shape.bn or K % (split * BK):
-        raise ValueError(f"tf32x3_matmul needs N % {shape.bn} == 0 and K % ({BK} * split) == 0, got K={K}, N={N}, "
-                         f"split={split}")
-    (y,) = _kernel(shape, wb)(inputs=[x, w], template=template(shape, K, N, split, wb),
-                              grid=(N // shape.bn * shape.threads, -(-M // shape.bm), split),
-                              threadgroup=(shape.threads, 1, 1), output_shapes=[(split, M, N)],
-                              output_dtypes=[mx.float32], init_value=float("nan") if poison else None)
+        raise ValueError(
+            f"tf32x3_matmul needs N % {shape.bn} == 0 and K % ({BK} * split) == 0, got K={K}, N={N}, split={split}"
+        )
+    (y,) = _kernel(shape, wb)(
+        inputs=[x, w],
+        template=template(shape, K, N, split, wb),
+        grid=(N // shape.bn * shape.threads, -(-M // shape.bm), split),
+        threadgroup=(shape.threads, 1, 1),
+        output_shapes=[(split, M, N)],
+        output_dtypes=[mx.float32],
+        init_value=float("nan") if poison else None,
+    )
     if split > 1 and sums == "fused-norm" and norm is not None:
         return summed(y, add=add, norm=norm, poison=poison)
     if split > 1 and sums != "ops":
@@ -204,7 +244,7 @@ def tf32x3_matmul(x: mx.array, w: mx.array, *, shape: Tiles = CHUNK_TILES, split
 
 
 SUM_ENV = "PDLIB_PREFILL_GEMM_SUM"
-Normed = tuple[mx.array, mx.array]   # (h, its RMSNorm): what a matmul returns with `norm`
+Normed = tuple[mx.array, mx.array]  # (h, its RMSNorm): what a matmul returns with `norm`
 
 
 def sum_choice() -> str:
@@ -220,12 +260,13 @@ def norm_ops(h: mx.array, norm: tuple[mx.array, float]) -> mx.array:
     return mx.fast.rms_norm(h, *norm)
 
 
-def epilogue_ops(y: mx.array, *, add: mx.array | None = None, swiglu: bool = False,
-                 norm: tuple[mx.array, float] | None = None) -> "mx.array | Normed":
+def epilogue_ops(
+    y: mx.array, *, add: mx.array | None = None, swiglu: bool = False, norm: tuple[mx.array, float] | None = None
+) -> "mx.array | Normed":
     """What follows a matmul in a layer, as MLX's ops: silu(g) * u of y's halves [g | u] (gate|up's SwiGLU),
     then `add` + it (a residual); with `norm` (weight, eps), the pair (that, its RMSNorm: norm_ops)."""
     if swiglu:
-        g, u = y[:, : y.shape[1] // 2], y[:, y.shape[1] // 2:]
+        g, u = y[:, : y.shape[1] // 2], y[:, y.shape[1] // 2 :]
         y = g * mx.sigmoid(g) * u
     y = y if add is None else add + y
     return y if norm is None else (y, norm_ops(y, norm))
@@ -243,20 +284,26 @@ def sum_source(epilogue: str) -> str:
 _sums: dict = {}
 
 
-def summed(parts: mx.array, *, add: mx.array | None = None, swiglu: bool = False,
-           norm: tuple[mx.array, float] | None = None, poison: bool = False) -> "mx.array | Normed":
+def summed(
+    parts: mx.array,
+    *,
+    add: mx.array | None = None,
+    swiglu: bool = False,
+    norm: tuple[mx.array, float] | None = None,
+    poison: bool = False,
+) -> "mx.array | Normed":
     """parts (S, M, N) summed over S in order, then epilogue_ops' `add` or `swiglu`, by one kernel (gemm_sum.cu).
     `add` is (M, N) FP32; under `swiglu` the output is (M, N / 2). With `norm` (weight (N,), eps) and `add`, the
     pair (h, norm_ops(h, norm)) for h = add + the sum, still one kernel. `poison` as
     tf32x3_matmul's. The kernels read and write four floats at a time: parts, add and the norm weight are
     row-contiguous arrays of 4k columns (MLX copies any other into that layout), so 16-byte aligned."""
     S, M, N = parts.shape
-    halves = 2 if swiglu else 1   # the output's columns are N / halves
+    halves = 2 if swiglu else 1  # the output's columns are N / halves
     if swiglu and add is not None:
         raise ValueError("summed takes add or swiglu, not both")
     if norm is not None and add is None:
         raise ValueError("summed's norm follows a residual add: pass add too")
-    if parts.dtype != mx.float32 or N % (4 * halves):   # a thread's four columns, of each half
+    if parts.dtype != mx.float32 or N % (4 * halves):  # a thread's four columns, of each half
         raise ValueError(f"summed takes FP32 parts of {4 * halves}k columns, got {parts.dtype} {parts.shape}")
     if add is not None and (add.shape != (M, N) or add.dtype != mx.float32):
         raise ValueError(f"summed's add must be FP32 ({M}, {N}), got {add.dtype} {add.shape}")
@@ -267,23 +314,45 @@ def summed(parts: mx.array, *, add: mx.array | None = None, swiglu: bool = False
         _sums[epilogue] = mx.fast.cuda_kernel(
             name=f"pdlib_gemm_sum_{epilogue}",
             input_names=["parts"] + ["add"] * (add is not None) + ["weight"] * (norm is not None),
-            output_names=["out"] + ["normed"] * (norm is not None), source=sum_source(epilogue))
+            output_names=["out"] + ["normed"] * (norm is not None),
+            source=sum_source(epilogue),
+        )
     inputs = [parts] + ([add] if add is not None else []) + ([norm[0]] if norm is not None else [])
     nan = float("nan") if poison else None
-    if norm is not None:   # a block per row
-        return tuple(_sums[epilogue](
-            inputs=inputs, template=[("SPLIT", S), ("SUM_THREADS", SUM_THREADS), ("EPS_BITS", float_bits(norm[1]))],
-            grid=(M * SUM_THREADS, 1, 1), threadgroup=(SUM_THREADS, 1, 1), output_shapes=[(M, N), (M, N)],
-            output_dtypes=[mx.float32, mx.float32], init_value=nan))
+    if norm is not None:  # a block per row
+        return tuple(
+            _sums[epilogue](
+                inputs=inputs,
+                template=[("SPLIT", S), ("SUM_THREADS", SUM_THREADS), ("EPS_BITS", float_bits(norm[1]))],
+                grid=(M * SUM_THREADS, 1, 1),
+                threadgroup=(SUM_THREADS, 1, 1),
+                output_shapes=[(M, N), (M, N)],
+                output_dtypes=[mx.float32, mx.float32],
+                init_value=nan,
+            )
+        )
     quads = M * N // halves // 4
-    (out,) = _sums[epilogue](inputs=inputs, template=[("SPLIT", S), ("OUT_DIV", halves)],
-                             grid=(-(-quads // SUM_THREADS) * SUM_THREADS, 1, 1), threadgroup=(SUM_THREADS, 1, 1),
-                             output_shapes=[(M, N // halves)], output_dtypes=[mx.float32], init_value=nan)
+    (out,) = _sums[epilogue](
+        inputs=inputs,
+        template=[("SPLIT", S), ("OUT_DIV", halves)],
+        grid=(-(-quads // SUM_THREADS) * SUM_THREADS, 1, 1),
+        threadgroup=(SUM_THREADS, 1, 1),
+        output_shapes=[(M, N // halves)],
+        output_dtypes=[mx.float32],
+        init_value=nan,
+    )
     return out
 
 
-def linear_t(x: mx.array, w_t: mx.array, w: mx.array | None = None, *, add: mx.array | None = None,
-             swiglu: bool = False, norm: tuple[mx.array, float] | None = None) -> "mx.array | Normed":
+def linear_t(
+    x: mx.array,
+    w_t: mx.array,
+    w: mx.array | None = None,
+    *,
+    add: mx.array | None = None,
+    swiglu: bool = False,
+    norm: tuple[mx.array, float] | None = None,
+) -> "mx.array | Normed":
     """x: (M, D) @ w_t with w_t: (D, N), the weight's transposed view made once at load (prefill): a step
     then holds no transpose per matmul; then `add` + it or its SwiGLU (epilogue_ops); with `norm` (weight,
     eps) and `add`, the pair (h, norm_ops(h, norm)): the residual and its RMSNorm. On tensor cores when

@@ -27,8 +27,16 @@ def linear(x: mx.array, w: mx.array) -> mx.array:
     return x @ w.T
 
 
-def gemv_ops(x: mx.array, w: mx.array, *, norm: mx.array | None = None, eps: float = 0.0,
-             residual: mx.array | None = None, swiglu: bool = False, poison: bool = False) -> mx.array:
+def gemv_ops(
+    x: mx.array,
+    w: mx.array,
+    *,
+    norm: mx.array | None = None,
+    eps: float = 0.0,
+    residual: mx.array | None = None,
+    swiglu: bool = False,
+    poison: bool = False,
+) -> mx.array:
     """The oracle: x (K,) FP32, w (N or 2N, K) bf16 or FP32 -> (N,) FP32. `poison` is the kernel's and does
     nothing here (every element is computed)."""
     if norm is not None:
@@ -48,8 +56,16 @@ _kernel = kernel_or_none("pdlib_gemv_bf16", ["x", "w", "nw", "res"], ["out"], so
 _ONE = mx.zeros((4,), mx.float32)  # stands in for an unused input
 
 
-def gemv_kernel(x: mx.array, w: mx.array, *, norm: mx.array | None = None, eps: float = 0.0,
-                residual: mx.array | None = None, swiglu: bool = False, poison: bool = False) -> mx.array:
+def gemv_kernel(
+    x: mx.array,
+    w: mx.array,
+    *,
+    norm: mx.array | None = None,
+    eps: float = 0.0,
+    residual: mx.array | None = None,
+    swiglu: bool = False,
+    poison: bool = False,
+) -> mx.array:
     """`poison` fills the output with NaN before the kernel runs, so a test sees any element it skipped."""
     K = x.shape[0]
     N = w.shape[0] // 2 if swiglu else w.shape[0]
@@ -57,10 +73,22 @@ def gemv_kernel(x: mx.array, w: mx.array, *, norm: mx.array | None = None, eps: 
     blocks = min(-(-N // (block // 32 * rows)), 4096)
     (out,) = _kernel(
         inputs=[x, w, _ONE if norm is None else norm, _ONE if residual is None else residual],
-        template=[("K", K), ("N", N), ("BLOCK", block), ("ROWS", rows), ("EPS_BITS", float_bits(eps)),
-                  ("NORM", norm is not None), ("RESIDUAL", residual is not None), ("SWIGLU", swiglu)],
-        grid=(blocks * block, 1, 1), threadgroup=(block, 1, 1),
-        output_shapes=[(N,)], output_dtypes=[mx.float32], init_value=float("nan") if poison else None)
+        template=[
+            ("K", K),
+            ("N", N),
+            ("BLOCK", block),
+            ("ROWS", rows),
+            ("EPS_BITS", float_bits(eps)),
+            ("NORM", norm is not None),
+            ("RESIDUAL", residual is not None),
+            ("SWIGLU", swiglu),
+        ],
+        grid=(blocks * block, 1, 1),
+        threadgroup=(block, 1, 1),
+        output_shapes=[(N,)],
+        output_dtypes=[mx.float32],
+        init_value=float("nan") if poison else None,
+    )
     return out
 
 

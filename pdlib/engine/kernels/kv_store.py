@@ -31,8 +31,9 @@ SOURCE = source("kv_store.cu")
 
 INSTALL = source("kv_install.cu")
 
-_kernel = kernel_or_none("pdlib_kv_store", ["k", "v", "pos", "kc", "vc", "after"], ["keys", "values", "written"],
-                         source=SOURCE)
+_kernel = kernel_or_none(
+    "pdlib_kv_store", ["k", "v", "pos", "kc", "vc", "after"], ["keys", "values", "written"], source=SOURCE
+)
 _install = kernel_or_none("pdlib_kv_install", ["k", "v", "pos", "kc", "vc", "after"], ["written"], source=INSTALL)
 
 
@@ -53,9 +54,11 @@ def store_kv_kernel(k, v, k_cache, v_cache, written, *, positions: mx.array, sta
     keys, values, written = _kernel(
         inputs=[k, v, positions, k_cache, v_cache, written],
         template=[("T", T), ("HKV", Hkv), ("DH", Dh), ("CAP", k_cache.shape[1])],
-        grid=(-(-n // 256) * 256, 1, 1), threadgroup=(256, 1, 1),
+        grid=(-(-n // 256) * 256, 1, 1),
+        threadgroup=(256, 1, 1),
         output_shapes=[(Hkv, S, Dh), (Hkv, S, Dh), written.shape],
-        output_dtypes=[mx.float32, mx.float32, written.dtype])
+        output_dtypes=[mx.float32, mx.float32, written.dtype],
+    )
     return k_cache, v_cache, written, keys, values
 
 
@@ -75,10 +78,14 @@ def install_kv_kernel(k, v, k_cache, v_cache, written, *, positions: mx.array, s
     if T == 0:  # nothing to write (a launch of no threads is an error)
         return k_cache, v_cache, written
     n = Hkv * T * Dh // 4
-    (written,) = _install(inputs=[k, v, positions, k_cache, v_cache, written],
-                          template=[("T", T), ("HKV", Hkv), ("DH", Dh), ("CAP", k_cache.shape[1])],
-                          grid=(-(-n // 256) * 256, 1, 1), threadgroup=(256, 1, 1),
-                          output_shapes=[written.shape], output_dtypes=[written.dtype])
+    (written,) = _install(
+        inputs=[k, v, positions, k_cache, v_cache, written],
+        template=[("T", T), ("HKV", Hkv), ("DH", Dh), ("CAP", k_cache.shape[1])],
+        grid=(-(-n // 256) * 256, 1, 1),
+        threadgroup=(256, 1, 1),
+        output_shapes=[written.shape],
+        output_dtypes=[written.dtype],
+    )
     return k_cache, v_cache, written
 
 

@@ -28,10 +28,10 @@ import numpy as np
 
 from pdlib import settings
 
-SLOTS = 16                   # positions an area holds (the kernel's pdp::MBOX_SLOTS)
-AREAS = 64                   # requests one region serves at once (8 KiB pinned)
-TIMEOUT_NS = 5_000_000_000   # past the kernel's own ~1 s barrier timeout
-SPIN_NS = 20_000             # spin this long holding the GIL, then yield it between reads
+SLOTS = 16  # positions an area holds (the kernel's pdp::MBOX_SLOTS)
+AREAS = 64  # requests one region serves at once (8 KiB pinned)
+TIMEOUT_NS = 5_000_000_000  # past the kernel's own ~1 s barrier timeout
+SPIN_NS = 20_000  # spin this long holding the GIL, then yield it between reads
 ENV = "PDLIB_TOKEN_READ"
 
 
@@ -96,24 +96,32 @@ class MailboxRegion:
         try:
             cuda = ctypes.CDLL("libcuda.so.1")
         except OSError as e:
-            raise RuntimeError(f"PDLIB_TOKEN_READ=mailbox: no CUDA driver to pin its memory ({e}); "
-                               f"PDLIB_TOKEN_READ=item reads tokens by MLX") from e
+            raise RuntimeError(
+                f"PDLIB_TOKEN_READ=mailbox: no CUDA driver to pin its memory ({e}); "
+                f"PDLIB_TOKEN_READ=item reads tokens by MLX"
+            ) from e
         host, device, ctx, dev = ctypes.c_void_p(), ctypes.c_uint64(), ctypes.c_void_p(), ctypes.c_int()
 
         def check(name: str, rc: int) -> None:
             if rc != 0:
-                raise RuntimeError(f"PDLIB_TOKEN_READ=mailbox: {name} failed (CUDA error {rc}); "
-                                   f"PDLIB_TOKEN_READ=item reads tokens by MLX")
+                raise RuntimeError(
+                    f"PDLIB_TOKEN_READ=mailbox: {name} failed (CUDA error {rc}); "
+                    f"PDLIB_TOKEN_READ=item reads tokens by MLX"
+                )
+
         check("cuInit", cuda.cuInit(0))
         check("cuCtxGetCurrent", cuda.cuCtxGetCurrent(ctypes.byref(ctx)))
-        if not ctx.value:   # no context on this thread yet: device 0's primary one, which MLX uses
+        if not ctx.value:  # no context on this thread yet: device 0's primary one, which MLX uses
             check("cuDeviceGet", cuda.cuDeviceGet(ctypes.byref(dev), 0))
             check("cuDevicePrimaryCtxRetain", cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev))
             check("cuCtxSetCurrent", cuda.cuCtxSetCurrent(ctx))
-        check("cuMemHostAlloc", cuda.cuMemHostAlloc(ctypes.byref(host), ctypes.c_size_t(AREAS * SLOTS * 8),
-                                                    ctypes.c_uint(0x3)))   # PORTABLE | DEVICEMAP
-        check("cuMemHostGetDevicePointer", cuda.cuMemHostGetDevicePointer_v2(ctypes.byref(device), host,
-                                                                             ctypes.c_uint(0)))
+        check(
+            "cuMemHostAlloc",
+            cuda.cuMemHostAlloc(ctypes.byref(host), ctypes.c_size_t(AREAS * SLOTS * 8), ctypes.c_uint(0x3)),
+        )  # PORTABLE | DEVICEMAP
+        check(
+            "cuMemHostGetDevicePointer", cuda.cuMemHostGetDevicePointer_v2(ctypes.byref(device), host, ctypes.c_uint(0))
+        )
         words = np.ctypeslib.as_array(ctypes.cast(host, ctypes.POINTER(ctypes.c_uint64)), (AREAS * SLOTS,))
         words[:] = 0
         return cls(words, device.value)
@@ -126,7 +134,7 @@ class MailboxRegion:
         if not self.free:
             raise RuntimeError(f"PDLIB_TOKEN_READ=mailbox: more than {AREAS} requests decode at once")
         area = self.free.pop(0)
-        box = TokenMailbox(self.words[area * SLOTS: (area + 1) * SLOTS], self.address + 8 * SLOTS * area)
+        box = TokenMailbox(self.words[area * SLOTS : (area + 1) * SLOTS], self.address + 8 * SLOTS * area)
         box.words[:] = 0
         return box
 

@@ -73,22 +73,35 @@ KV_STAGES = 4  # stages of the ring in flight (each BLOCK / 32 * KV_GROUP keys, 
 @dataclass(frozen=True)
 class DecodeWeights:
     """The decode step's weights with the layers stacked per kind (one pointer each for the kernel)."""
-    embed: mx.array       # (V, D) FP32, the input embedding
-    qkv: mx.array         # (L, (Hq + 2 Hkv) Dh, D) bf16
-    o: mx.array           # (L, D, Hq Dh) bf16
-    gate_up: mx.array     # (L, 2 F, D) bf16: gate rows, then up rows
-    down: mx.array        # (L, D, F) bf16
-    lm_head: mx.array     # (V, D) bf16
-    in_norm: mx.array     # (L, D)
-    post_norm: mx.array   # (L, D)
-    q_norm: mx.array      # (L, Dh)
-    k_norm: mx.array      # (L, Dh)
-    norm: mx.array        # (D,) the final norm
-    inv_freq: mx.array    # (Dh / 2,) RoPE
+
+    embed: mx.array  # (V, D) FP32, the input embedding
+    qkv: mx.array  # (L, (Hq + 2 Hkv) Dh, D) bf16
+    o: mx.array  # (L, D, Hq Dh) bf16
+    gate_up: mx.array  # (L, 2 F, D) bf16: gate rows, then up rows
+    down: mx.array  # (L, D, F) bf16
+    lm_head: mx.array  # (V, D) bf16
+    in_norm: mx.array  # (L, D)
+    post_norm: mx.array  # (L, D)
+    q_norm: mx.array  # (L, Dh)
+    k_norm: mx.array  # (L, Dh)
+    norm: mx.array  # (D,) the final norm
+    inv_freq: mx.array  # (Dh / 2,) RoPE
 
 
-def decode_persistent_ops(token, pos, dw: DecodeWeights, k_all, v_all, written, sync=None, *, heads: int,
-                          kv_heads: int, eps: float, poison: bool = False):
+def decode_persistent_ops(
+    token,
+    pos,
+    dw: DecodeWeights,
+    k_all,
+    v_all,
+    written,
+    sync=None,
+    *,
+    heads: int,
+    kv_heads: int,
+    eps: float,
+    poison: bool = False,
+):
     """The oracle: Qwen3.decode_step's ops path over the stacked weights and caches (L, Hkv, cap, Dh) ->
     (logits, token, pos + 1, ks, vs, written), the new rows (Hkv, 1, Dh) per layer for the caller to store
     and the fence unchanged."""
@@ -96,8 +109,18 @@ def decode_persistent_ops(token, pos, dw: DecodeWeights, k_all, v_all, written, 
     ks, vs = [], []
     for i in range(k_all.shape[0]):
         qkv = gemv_ops(h, dw.qkv[i], norm=dw.in_norm[i], eps=eps)
-        o, k, v = decode_attention_ops(qkv, dw.q_norm[i], dw.k_norm[i], dw.inv_freq, pos, k_all[i], v_all[i],
-                                       heads=heads, kv_heads=kv_heads, eps=eps)
+        o, k, v = decode_attention_ops(
+            qkv,
+            dw.q_norm[i],
+            dw.k_norm[i],
+            dw.inv_freq,
+            pos,
+            k_all[i],
+            v_all[i],
+            heads=heads,
+            kv_heads=kv_heads,
+            eps=eps,
+        )
         h = gemv_ops(o, dw.o[i], residual=h)
         act = gemv_ops(h, dw.gate_up[i], norm=dw.post_norm[i], eps=eps, swiglu=True)
         h = gemv_ops(act, dw.down[i], residual=h)
@@ -112,8 +135,26 @@ HEADER = PRELUDE["cuda"] + QK_NORM_ROPE + source("persistent_decode.cuh")
 
 BODY = source("persistent_decode.cu")
 
-INPUTS = ["tok", "pos", "embed", "wqkv", "wo", "wgu", "wdown", "lm", "in_norm", "post_norm", "q_norm", "k_norm",
-          "fnorm", "inv_freq", "sync_buf", "kc", "vc", "fin"]
+INPUTS = [
+    "tok",
+    "pos",
+    "embed",
+    "wqkv",
+    "wo",
+    "wgu",
+    "wdown",
+    "lm",
+    "in_norm",
+    "post_norm",
+    "q_norm",
+    "k_norm",
+    "fnorm",
+    "inv_freq",
+    "sync_buf",
+    "kc",
+    "vc",
+    "fin",
+]
 OUTPUTS = ["logits", "tok_out", "pos_out", "scratch", "stamps", "fout"]
 PAIR_INPUTS, PAIR_OUTPUTS = ["tok1", "pos1", "kc1", "vc1", "fin1"], ["fout1"]  # the second request's
 _kernels: dict = {}
@@ -135,8 +176,12 @@ def kernel(dh: int, kv_group: int = KV_GROUP, requests: int = 1):
         pair = requests == 2
         _kernels[dh, kv_group, requests] = mx.fast.cuda_kernel(
             name="pdlib_decode_persistent" + ("_pair" if pair else ""),
-            input_names=INPUTS + PAIR_INPUTS * pair, output_names=OUTPUTS + PAIR_OUTPUTS * pair,
-            source=source(requests), header=HEADER, shared_memory=ring_bytes(dh, kv_group))
+            input_names=INPUTS + PAIR_INPUTS * pair,
+            output_names=OUTPUTS + PAIR_OUTPUTS * pair,
+            source=source(requests),
+            header=HEADER,
+            shared_memory=ring_bytes(dh, kv_group),
+        )
     return _kernels[dh, kv_group, requests]
 
 
@@ -157,7 +202,7 @@ def new_sync(*mailboxes: int) -> mx.array:
     s = mx.zeros((SYNC_WORDS,), mx.uint32)
     if any(mailboxes):
         words = [w for box in mailboxes for w in (box & 0xFFFFFFFF, box >> 32)]
-        s = mx.concatenate([mx.array(words, mx.uint32), s[len(words):]])
+        s = mx.concatenate([mx.array(words, mx.uint32), s[len(words) :]])
     mx.eval(s)
     return s
 
@@ -169,13 +214,18 @@ SM_SHARED_LIMIT = 227 * 1024  # static and dynamic together, one block per SM (s
 def shared_bytes(cfg, *, fold: bool = True, requests: int = 1) -> int:
     """The kernel's static shared memory for a model config's shapes (static_shared_bytes; by default one request
     with o_proj folded, the larger; a pair never folds)."""
-    return static_shared_bytes(D=cfg.hidden_size, F=cfg.intermediate_size, dh=cfg.head_dim,
-                               heads=cfg.num_attention_heads, kv_heads=cfg.num_key_value_heads,
-                               fold=fold and requests == 1, requests=requests)
+    return static_shared_bytes(
+        D=cfg.hidden_size,
+        F=cfg.intermediate_size,
+        dh=cfg.head_dim,
+        heads=cfg.num_attention_heads,
+        kv_heads=cfg.num_key_value_heads,
+        fold=fold and requests == 1,
+        requests=requests,
+    )
 
 
-def static_shared_bytes(*, D: int, F: int, dh: int, heads: int, kv_heads: int, fold: bool,
-                        requests: int = 1) -> int:
+def static_shared_bytes(*, D: int, F: int, dh: int, heads: int, kv_heads: int, fold: bool, requests: int = 1) -> int:
     """The kernel's static shared memory (BODY's, attend's and the ring's arrays, a few words spare): each
     request's staged input vector is the largest of D, Hq Dh and F floats; attention's per-warp partial outputs
     grow with the query heads per KV head; with o_proj folded, a merged head's outputs too."""
@@ -197,16 +247,30 @@ def available(cfg, *, packed: bool, requests: int = 1) -> bool:
     and shapes whose arrays fit one block's static shared memory, beside attention's ring (Qwen3-0.6B and
     -1.7B do; -4B and -8B do not, and keep the per-operation kernels). `requests`: 2 for two requests' decodes in
     one launch, whose staged vectors take twice the room (Qwen3-0.6B's fit, -1.7B's do not)."""
-    return (BACKEND == "cuda" and cfg.head_dim == 128 and packed
-            and fits(shared_bytes(cfg, requests=requests), cfg.head_dim))
+    return (
+        BACKEND == "cuda"
+        and cfg.head_dim == 128
+        and packed
+        and fits(shared_bytes(cfg, requests=requests), cfg.head_dim)
+    )
 
 
 def scratch_layout(*, D: int, heads: int, kv_heads: int, dh: int, F: int, splits: int, blocks: int) -> dict:
     """Name -> (offset, size) of the kernel's work arrays in its scratch output, as BODY lays them out (h_mid and
     head_parts used only with o_proj folded; the float4-read arrays first, at offsets that are multiples of 4)."""
-    sizes = [("h", D), ("qkv", (heads + 2 * kv_heads) * dh), ("o", heads * dh), ("act", F), ("h_mid", D),
-             ("head_parts", kv_heads * D), ("m", heads * splits), ("l", heads * splits),
-             ("partial_o", heads * splits * dh), ("block_best", blocks), ("block_index", blocks)]
+    sizes = [
+        ("h", D),
+        ("qkv", (heads + 2 * kv_heads) * dh),
+        ("o", heads * dh),
+        ("act", F),
+        ("h_mid", D),
+        ("head_parts", kv_heads * D),
+        ("m", heads * splits),
+        ("l", heads * splits),
+        ("partial_o", heads * splits * dh),
+        ("block_best", blocks),
+        ("block_index", blocks),
+    ]
     layout, at = {}, 0
     for name, n in sizes:
         layout[name], at = (at, n), at + n
@@ -231,9 +295,25 @@ def barriers_per_layer(fold: bool) -> int:
     return 4 if fold else 5
 
 
-def launch(token, pos, dw: DecodeWeights, k_all, v_all, written, sync, *, heads: int, kv_heads: int,
-           eps: float, poison: bool = False, blocks: int | None = None, stamps: bool = False,
-           kv_group: int = KV_GROUP, fold: bool | None = None, pair: tuple | None = None) -> list:
+def launch(
+    token,
+    pos,
+    dw: DecodeWeights,
+    k_all,
+    v_all,
+    written,
+    sync,
+    *,
+    heads: int,
+    kv_heads: int,
+    eps: float,
+    poison: bool = False,
+    blocks: int | None = None,
+    stamps: bool = False,
+    kv_group: int = KV_GROUP,
+    fold: bool | None = None,
+    pair: tuple | None = None,
+) -> list:
     """The kernel's outputs: [logits, tok_out (token, error flag, 0, 0), pos_out (pos + 1, 0, 0, 0), scratch
     (scratch_layout), stamps, the fence advanced]. k_all, v_all: the caches (L, Hkv, cap, Dh), written in
     place. `poison` fills the outputs with NaN first (a skipped element shows); `blocks` defaults to the SM
@@ -258,25 +338,72 @@ def launch(token, pos, dw: DecodeWeights, k_all, v_all, written, sync, *, heads:
     static = static_shared_bytes(D=D, F=F, dh=dh, heads=heads, kv_heads=kv_heads, fold=fold, requests=requests)
     if not fits(static, dh, kv_group):
         most = (SM_SHARED_LIMIT - static) // ring_bytes(dh, 1)
-        raise ValueError(f"kv_group={kv_group}: attention's ring would take {ring_bytes(dh, kv_group)} bytes of "
-                         f"shared memory beside {static} static; 1 to {most} keys per warp fit")
+        raise ValueError(
+            f"kv_group={kv_group}: attention's ring would take {ring_bytes(dh, kv_group)} bytes of "
+            f"shared memory beside {static} static; 1 to {most} keys per warp fit"
+        )
     nb = blocks or sm_count()
     if not 1 <= nb <= MAX_BLOCKS:
         raise ValueError(f"blocks={nb}: the sync buffer has flags for 1 to {MAX_BLOCKS} blocks")
     splits = max(1, nb // (requests * kv_heads))
     size = scratch_size(requests, D=D, heads=heads, kv_heads=kv_heads, dh=dh, F=F, splits=splits, blocks=nb)
     return kernel(dh, kv_group, requests)(
-        inputs=[token, pos, dw.embed, dw.qkv, dw.o, dw.gate_up, dw.down, dw.lm_head, dw.in_norm, dw.post_norm,
-                dw.q_norm, dw.k_norm, dw.norm, dw.inv_freq, sync, k_all, v_all, written, *(pair or ())],
-        template=[("D", D), ("HQ", heads), ("HKV", kv_heads), ("DH", dh), ("FF", F), ("NL", layers), ("V", V),
-                  ("CAP", cap), ("NB", nb), ("S", splits), ("BLOCK", BLOCK), ("EPS_BITS", float_bits(eps)),
-                  ("SCALE_BITS", float_bits(dh ** -0.5)), ("SPIN", SPIN_CYCLES), ("STAMPS", stamps),
-                  ("KVG", kv_group), ("NST", KV_STAGES), ("FOLD", fold), ("NR", requests)],
-        grid=(nb * BLOCK, 1, 1), threadgroup=(BLOCK, 1, 1),
-        output_shapes=[(requests * V,), (4 * requests,), (4 * requests,), (size,),
-                       (2 * (10 * layers + 3) if stamps else 2,), written.shape] + [written.shape] * (requests - 1),
+        inputs=[
+            token,
+            pos,
+            dw.embed,
+            dw.qkv,
+            dw.o,
+            dw.gate_up,
+            dw.down,
+            dw.lm_head,
+            dw.in_norm,
+            dw.post_norm,
+            dw.q_norm,
+            dw.k_norm,
+            dw.norm,
+            dw.inv_freq,
+            sync,
+            k_all,
+            v_all,
+            written,
+            *(pair or ()),
+        ],
+        template=[
+            ("D", D),
+            ("HQ", heads),
+            ("HKV", kv_heads),
+            ("DH", dh),
+            ("FF", F),
+            ("NL", layers),
+            ("V", V),
+            ("CAP", cap),
+            ("NB", nb),
+            ("S", splits),
+            ("BLOCK", BLOCK),
+            ("EPS_BITS", float_bits(eps)),
+            ("SCALE_BITS", float_bits(dh**-0.5)),
+            ("SPIN", SPIN_CYCLES),
+            ("STAMPS", stamps),
+            ("KVG", kv_group),
+            ("NST", KV_STAGES),
+            ("FOLD", fold),
+            ("NR", requests),
+        ],
+        grid=(nb * BLOCK, 1, 1),
+        threadgroup=(BLOCK, 1, 1),
+        output_shapes=[
+            (requests * V,),
+            (4 * requests,),
+            (4 * requests,),
+            (size,),
+            (2 * (10 * layers + 3) if stamps else 2,),
+            written.shape,
+        ]
+        + [written.shape] * (requests - 1),
         output_dtypes=[mx.float32, mx.uint32, mx.int32, mx.float32, mx.uint64] + [written.dtype] * requests,
-        init_value=float("nan") if poison else None)
+        init_value=float("nan") if poison else None,
+    )
 
 
 def decode_persistent(token, pos, dw: DecodeWeights, k_all, v_all, written, sync, **kw):
@@ -290,24 +417,31 @@ def decode_persistent_pair(first: tuple, second: tuple, dw: DecodeWeights, sync,
     for each, decode_persistent's (logits (V,), token (), pos + 1 (1,), [], [], the fence advanced) (keywords
     as `launch`; `sync` is the pair's own, naming both requests' mailboxes)."""
     token, pos, k_all, v_all, written = first
-    logits, tok, next_pos, _, _, fence, fence1 = launch(token, pos, dw, k_all, v_all, written, sync,
-                                                        pair=tuple(second), **kw)
+    logits, tok, next_pos, _, _, fence, fence1 = launch(
+        token, pos, dw, k_all, v_all, written, sync, pair=tuple(second), **kw
+    )
     V = dw.embed.shape[0]
-    return [(logits[q * V:(q + 1) * V], tok[4 * q], next_pos[4 * q:4 * q + 1], [], [], f)
-            for q, f in enumerate((fence, fence1))]
+    return [
+        (logits[q * V : (q + 1) * V], tok[4 * q], next_pos[4 * q : 4 * q + 1], [], [], f)
+        for q, f in enumerate((fence, fence1))
+    ]
 
 
 def decode_persistent_pair_ops(first: tuple, second: tuple, dw: DecodeWeights, sync=None, **kw) -> list[tuple]:
     """The pair's oracle: each request's decode_persistent_ops -> for each, (logits, token, pos + 1, ks, vs, fence)
     with the new rows (Hkv, 1, Dh) per layer for the caller to store."""
-    return [decode_persistent_ops(token, pos, dw, k_all, v_all, written, **kw)
-            for token, pos, k_all, v_all, written in (first, second)]
+    return [
+        decode_persistent_ops(token, pos, dw, k_all, v_all, written, **kw)
+        for token, pos, k_all, v_all, written in (first, second)
+    ]
 
 
 def check_token(token: int) -> int:
     """A token id observed on the host; ERROR_TOKEN (a wait at a grid barrier timed out) raises."""
     if token == ERROR_TOKEN:
-        raise RuntimeError("the persistent decode kernel failed: a wait at a grid barrier timed out (its blocks "
-                           "were not all resident, or one stalled for ~1 s), or its input token or position was "
-                           "out of range; run with PDLIB_DECODE=kernels")
+        raise RuntimeError(
+            "the persistent decode kernel failed: a wait at a grid barrier timed out (its blocks "
+            "were not all resident, or one stalled for ~1 s), or its input token or position was "
+            "out of range; run with PDLIB_DECODE=kernels"
+        )
     return token

@@ -23,9 +23,14 @@ def rope_inv_freq(head_dim: int, *, base: float) -> mx.array:
     half = head_dim // 2
     if _inv_freq_kernel is None:
         return mx.exp(-mx.arange(half, dtype=mx.float32) * (math.log(base) / half))
-    (out,) = _inv_freq_kernel(inputs=[mx.array([math.log2(base)], mx.float32)], template=[("HALF", half)],
-                              grid=(half, 1, 1), threadgroup=(half, 1, 1), output_shapes=[(half,)],
-                              output_dtypes=[mx.float32])
+    (out,) = _inv_freq_kernel(
+        inputs=[mx.array([math.log2(base)], mx.float32)],
+        template=[("HALF", half)],
+        grid=(half, 1, 1),
+        threadgroup=(half, 1, 1),
+        output_shapes=[(half,)],
+        output_dtypes=[mx.float32],
+    )
     return out
 
 

@@ -32,8 +32,8 @@ import mlx.core as mx
 
 from pdlib import settings
 
-SPAWN_TIMEOUT_S = 120.0   # the worker's imports and its "hello"
-JOIN_TIMEOUT_S = 60.0     # mx.distributed.init on rank 0 (the ring's accept blocks while holding the GIL)
+SPAWN_TIMEOUT_S = 120.0  # the worker's imports and its "hello"
+JOIN_TIMEOUT_S = 60.0  # mx.distributed.init on rank 0 (the ring's accept blocks while holding the GIL)
 
 
 class WorkerError(RuntimeError):
@@ -96,6 +96,7 @@ def _hard_deadline(seconds: float | None):
         yield
         return
     import faulthandler
+
     faulthandler.dump_traceback_later(seconds, exit=True)
     try:
         yield
@@ -113,8 +114,10 @@ class PrefillWorker:
         if cls._instance is None:
             cls._instance = cls()
         elif cls._instance.broken:
-            raise WorkerError(f"this process's prefill worker failed earlier ({cls._instance.broken}); MLX keeps "
-                              f"one distributed group per process, so start a new process for disagg")
+            raise WorkerError(
+                f"this process's prefill worker failed earlier ({cls._instance.broken}); MLX keeps "
+                f"one distributed group per process, so start a new process for disagg"
+            )
         return cls._instance
 
     def __init__(self):
@@ -122,10 +125,11 @@ class PrefillWorker:
         self.backend = backend()
         self._dir = tempfile.TemporaryDirectory(prefix="pdlib-disagg-")
         # the worker's stderr; PDLIB_DISAGG_WORKER_LOG keeps it past the run (a GPU box's only trace of it)
-        self._stderr = open(settings.get("PDLIB_DISAGG_WORKER_LOG") or os.path.join(self._dir.name, "worker.stderr"),
-                            "w+b")
-        down_r, self._down = os.pipe()   # commands, rank 0 -> worker
-        self._up, up_w = os.pipe()       # replies, worker -> rank 0
+        self._stderr = open(
+            settings.get("PDLIB_DISAGG_WORKER_LOG") or os.path.join(self._dir.name, "worker.stderr"), "w+b"
+        )
+        down_r, self._down = os.pipe()  # commands, rank 0 -> worker
+        self._up, up_w = os.pipe()  # replies, worker -> rank 0
         env = dict(os.environ, MLX_RANK="1", PYTHONUNBUFFERED="1")
         mine: dict[str, str] = {"MLX_RANK": "0"}
         if self.backend == "ring":
@@ -139,10 +143,23 @@ class PrefillWorker:
                 env[k] = mine[k] = v
             env["CUDA_VISIBLE_DEVICES"] = settings.get("PDLIB_PREFILL_GPU") or _second_gpu()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pdlib.run.disagg.worker", "--commands", str(down_r), "--replies", str(up_w),
-             "--backend", self.backend],
-            pass_fds=(down_r, up_w), env=env, stdin=subprocess.DEVNULL, stdout=self._stderr,
-            stderr=self._stderr)
+            [
+                sys.executable,
+                "-m",
+                "pdlib.run.disagg.worker",
+                "--commands",
+                str(down_r),
+                "--replies",
+                str(up_w),
+                "--backend",
+                self.backend,
+            ],
+            pass_fds=(down_r, up_w),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self._stderr,
+            stderr=self._stderr,
+        )
         os.close(down_r)
         os.close(up_w)
         self._buf = b""
@@ -152,15 +169,19 @@ class PrefillWorker:
             saved = {k: os.environ.get(k) for k in mine}
             os.environ.update(mine)
             try:
-                with _alarm(JOIN_TIMEOUT_S, "joining the distributed group with the prefill worker"), \
-                        _hard_deadline(JOIN_TIMEOUT_S + 30 if self.backend == "nccl" else None):
+                with (
+                    _alarm(JOIN_TIMEOUT_S, "joining the distributed group with the prefill worker"),
+                    _hard_deadline(JOIN_TIMEOUT_S + 30 if self.backend == "nccl" else None),
+                ):
                     self.group = mx.distributed.init(strict=True, backend=self.backend)
             finally:
                 for k, v in saved.items():
                     os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
             if self.group.size() != 2 or self.group.rank() != 0:
-                self.fail(f"the distributed group has rank {self.group.rank()} of {self.group.size()}, "
-                          f"expected rank 0 of 2 (is MLX_RANK/MLX_HOSTFILE set by a launcher?)")
+                self.fail(
+                    f"the distributed group has rank {self.group.rank()} of {self.group.size()}, "
+                    f"expected rank 0 of 2 (is MLX_RANK/MLX_HOSTFILE set by a launcher?)"
+                )
         except BaseException as e:
             if not isinstance(e, WorkerError):
                 self.kill()
@@ -202,8 +223,7 @@ class PrefillWorker:
                 return msg
             left = deadline - time.monotonic()
             if left <= 0:
-                self.fail(f"prefill worker sent no {kind!r} within {timeout_s:.0f} s"
-                          + (f" ({what})" if what else ""))
+                self.fail(f"prefill worker sent no {kind!r} within {timeout_s:.0f} s" + (f" ({what})" if what else ""))
             select.select([self._up], [], [], min(left, 0.5))
 
     # -- failure -----------------------------------------------------------------------------------------

@@ -25,15 +25,14 @@ import time
 
 import mlx.core as mx
 
-from pdlib.run.disagg import transfer
-from pdlib.run.disagg.launch import PrefillWorker, WorkerError
 from pdlib import settings
 from pdlib.engine import Output
-from pdlib.errors import InputError
+from pdlib.run.disagg import transfer
+from pdlib.run.disagg.launch import PrefillWorker, WorkerError
 from pdlib.run.executor import RemoteSteps, now
 from pdlib.scheduler import Disagg, Step, interleave, iter_plan
 
-SETUP_TIMEOUT_S = 900.0    # the worker loads the weights (synthetic Qwen3-0.6B: ~11 s on the CPU)
+SETUP_TIMEOUT_S = 900.0  # the worker loads the weights (synthetic Qwen3-0.6B: ~11 s on the CPU)
 # From the signal to "ready" (B's whole prompt on the worker), and the collective itself (then the worker is
 # killed, which fails the collective). PDLIB_DISAGG_TIMEOUT_S overrides both (the tests' hung worker).
 PREFILL_TIMEOUT_S, TRANSFER_TIMEOUT_S = 600.0, 120.0
@@ -81,8 +80,10 @@ class _TransferMonitor:
                 continue
             self.worker.kill(self.reason)
             if self.worker.backend == "nccl":
-                sys.stderr.write(f"error: the K/V transfer from the prefill worker failed ({self.reason}); NCCL "
-                                 f"cannot abandon a collective, so this process exits\n")
+                sys.stderr.write(
+                    f"error: the K/V transfer from the prefill worker failed ({self.reason}); NCCL "
+                    f"cannot abandon a collective, so this process exits\n"
+                )
                 sys.stderr.flush()
                 os._exit(1)
             return
@@ -129,21 +130,29 @@ class RemotePrefill:
         if n != self.shape[3]:
             raise ValueError(f"a remote prefill of {n} tokens; the worker prefills {self.shape[3]}")
         if not self.ready():
-            self._got(self.worker.wait_message("ready", timeout_s=_timeout_s(PREFILL_TIMEOUT_S),
-                                               what=WAITING_FOR))
+            self._got(self.worker.wait_message("ready", timeout_s=_timeout_s(PREFILL_TIMEOUT_S), what=WAITING_FOR))
         t_start = now()
         monitor = _TransferMonitor(self.worker)
         try:
             kv, logits = transfer.receive(self.shape, self.vocab, mode=self.mode, group=self.worker.group)
         except RuntimeError as e:  # the ring's "connection to a peer was lost"
-            self.worker.fail(f"the K/V transfer from the prefill worker failed"
-                             f"{' (%s)' % monitor.reason if monitor.reason else ''}: {str(e).splitlines()[0]}")
+            self.worker.fail(
+                f"the K/V transfer from the prefill worker failed"
+                f"{f' ({monitor.reason})' if monitor.reason else ''}: {str(e).splitlines()[0]}"
+            )
         finally:
             monitor.stop()
         t_end = now()
         out = engine.install(req, kv, logits, mx.array(self.token, dtype=mx.uint32))
-        return out, {"site": "worker", "bytes": transfer.payload_bytes(self.shape, self.vocab), "mode": self.mode,
-                     "t_dispatch": self.t_dispatch, "t_ready": self.t_ready, "t_start": t_start, "t_end": t_end}
+        return out, {
+            "site": "worker",
+            "bytes": transfer.payload_bytes(self.shape, self.vocab),
+            "mode": self.mode,
+            "t_dispatch": self.t_dispatch,
+            "t_ready": self.t_ready,
+            "t_start": t_start,
+            "t_end": t_end,
+        }
 
 
 class DisaggSession:
@@ -152,25 +161,45 @@ class DisaggSession:
     def __init__(self, params, *, prompt_ids, config):
         self.params, self.mode, self.prefill_chunk = params, transfer_mode(), prefill_chunk(params)
         self.worker = PrefillWorker.get()
-        self.worker.send({"cmd": "setup", "model": params.model, "prompt": [int(t) for t in prompt_ids],
-                          "capacity": params.prompt_tokens + params.output_tokens,
-                          "chunk_size": self.prefill_chunk, "lossless_decode_weights": params.lossless_decode_weights,
-                          "logical_reset": params.logical_cache_reset, "mode": self.mode})
+        self.worker.send(
+            {
+                "cmd": "setup",
+                "model": params.model,
+                "prompt": [int(t) for t in prompt_ids],
+                "capacity": params.prompt_tokens + params.output_tokens,
+                "chunk_size": self.prefill_chunk,
+                "lossless_decode_weights": params.lossless_decode_weights,
+                "logical_reset": params.logical_cache_reset,
+                "mode": self.mode,
+            }
+        )
         prefill = self.worker.wait_message("setup", timeout_s=SETUP_TIMEOUT_S, what="loading the weights")
-        self.shape = (config.num_hidden_layers, 2, config.num_key_value_heads, params.prompt_tokens,
-                      config.head_dim)
+        self.shape = (config.num_hidden_layers, 2, config.num_key_value_heads, params.prompt_tokens, config.head_dim)
         self.vocab = config.vocab_size
-        self.workers = {"backend": self.worker.backend, "transfer": self.mode, "prefill_chunk": self.prefill_chunk,
-                        "decode": {"rank": 0, "device": str(mx.default_device()), "pid": os.getpid(),
-                                   "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")},
-                        "prefill": {"rank": 1, **{k: v for k, v in prefill.items() if k != "kind"}}}
+        self.workers = {
+            "backend": self.worker.backend,
+            "transfer": self.mode,
+            "prefill_chunk": self.prefill_chunk,
+            "decode": {
+                "rank": 0,
+                "device": str(mx.default_device()),
+                "pid": os.getpid(),
+                "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            },
+            "prefill": {"rank": 1, **{k: v for k, v in prefill.items() if k != "kind"}},
+        }
 
     def walk(self, validated: list[Step]) -> RemoteSteps:
         """The live `disagg` policy bound to a fresh RemotePrefill, held to `validated` per request."""
         p = self.params
         remote = RemotePrefill(self.worker, shape=self.shape, vocab=self.vocab, mode=self.mode)
-        live = iter_plan("disagg", prompt_tokens=p.prompt_tokens, output_tokens=p.output_tokens,
-                         chunk_size=p.chunk_size, policy=Disagg(ready=remote.ready))
+        live = iter_plan(
+            "disagg",
+            prompt_tokens=p.prompt_tokens,
+            output_tokens=p.output_tokens,
+            chunk_size=p.chunk_size,
+            policy=Disagg(ready=remote.ready),
+        )
         return RemoteSteps(interleave(live, validated), remote)
 
 

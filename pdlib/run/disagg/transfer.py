@@ -6,7 +6,7 @@
 
 `send`/`recv` have no CUDA implementation in MLX 0.32.4, so the transfer is an `all_sum` in which the decode
 worker contributes zeros: x + 0 is x exactly in FP32 (and NaN stays NaN), so what arrives is bit for bit what
-was sent. Two shapes, both measured (notes/disagg.md): "whole", one collective over K/V and logits packed
+was sent. Two shapes, both measured (docs/gpu.md): "whole", one collective over K/V and logits packed
 into one FP32 vector; "layers", one collective per layer's K/V and one for the logits. Both sides must use
 the same mode and shapes (the "setup" message fixes them). `MODES[0]` is the default. The payload is packed
 and evaluated before the worker says "ready", so A's pause is the collective alone; both sides name their
@@ -35,8 +35,11 @@ def pack(kv: mx.array, logits: mx.array, *, mode: str) -> list[mx.array]:
     """The prefill worker's arrays for the collectives, in order, evaluated."""
     _check(mode)
     kv, logits = kv.astype(mx.float32), logits.astype(mx.float32)
-    parts = ([mx.concatenate([kv.reshape(-1), logits.reshape(-1)])] if mode == "whole"
-             else [kv[i] for i in range(kv.shape[0])] + [logits])
+    parts = (
+        [mx.concatenate([kv.reshape(-1), logits.reshape(-1)])]
+        if mode == "whole"
+        else [kv[i] for i in range(kv.shape[0])] + [logits]
+    )
     mx.eval(parts)
     return parts
 

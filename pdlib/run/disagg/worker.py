@@ -28,11 +28,11 @@ def _reply(out, **msg) -> None:
 def serve(commands, replies, *, backend: str) -> int:
     import mlx.core as mx
 
-    from pdlib.run.disagg import transfer
     from pdlib import settings
     from pdlib.engine import Engine
     from pdlib.engine.kernels import BACKEND
     from pdlib.report.io import environment
+    from pdlib.run.disagg import transfer
     from pdlib.weights import load_model
 
     _reply(replies, kind="hello")
@@ -52,14 +52,26 @@ def serve(commands, replies, *, backend: str) -> int:
                 models[msg["model"]] = load_model(msg["model"])
             model = models[msg["model"]]
             # it only prefills: no decode weights for the persistent kernel to stack
-            engine = Engine(model, capacity=msg["capacity"], lossless_decode_weights=msg["lossless_decode_weights"],
-                            decode="kernels", token_read="item")   # it prefills only
+            engine = Engine(
+                model,
+                capacity=msg["capacity"],
+                lossless_decode_weights=msg["lossless_decode_weights"],
+                decode="kernels",
+                token_read="item",
+            )  # it prefills only
             engine.add_request("B", msg["prompt"])
             env = environment(BACKEND)
-            _reply(replies, kind="setup", device=str(mx.default_device()), device_name=env["device_name"],
-                   backend=env["backend"], mlx=env["mlx"], pid=os.getpid(),
-                   # each process numbers its visible GPUs from 0: this says which of the host's it was
-                   CUDA_VISIBLE_DEVICES=os.environ.get("CUDA_VISIBLE_DEVICES"))
+            _reply(
+                replies,
+                kind="setup",
+                device=str(mx.default_device()),
+                device_name=env["device_name"],
+                backend=env["backend"],
+                mlx=env["mlx"],
+                pid=os.getpid(),
+                # each process numbers its visible GPUs from 0: this says which of the host's it was
+                CUDA_VISIBLE_DEVICES=os.environ.get("CUDA_VISIBLE_DEVICES"),
+            )
         elif cmd == "prefill":
             prefills += 1
             if prefills == int(fault_at):
@@ -86,6 +98,7 @@ def _die_with_parent() -> None:
     if sys.platform.startswith("linux"):
         import ctypes
         import signal
+
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
