@@ -80,7 +80,8 @@ SWITCHES = {
             "PDLIB_DISAGG_TIMEOUT_S",
             (float,),
             None,
-            "seconds a disaggregated prefill and transfer may take; unset: 600 and 120",
+            "seconds a disaggregated prefill and transfer may take; unset: 20x the worker's own prefill of B at "
+            "setup (at least 30 s) and 120 s",
         ),
         Switch("PDLIB_DISAGG_WORKER_LOG", (str,), None, "a path that keeps the prefill worker's stderr"),
         Switch("PDLIB_DISAGG_WORKER_FAULT", (str,), None, "test hook: exit@N makes the N-th prefill command exit 1"),

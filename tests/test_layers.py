@@ -131,3 +131,15 @@ def test_the_checks_see_a_planted_fault(monkeypatch):
     ):
         with pytest.raises(AssertionError):
             check()
+
+
+def test_every_test_listed_as_slow_exists():
+    """A renamed test must not drop out of the slow list unnoticed (it would then slow `make test-fast`)."""
+    from conftest import SLOW
+
+    tests_dir = PKG.parent / "tests"
+    for path, names in SLOW.items():
+        defined = {
+            n.name for n in ast.walk(ast.parse((tests_dir / path).read_text())) if isinstance(n, ast.FunctionDef)
+        }
+        assert names == "*" or set(names) <= defined, (path, set(names) - defined)

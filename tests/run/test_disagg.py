@@ -3,8 +3,10 @@ receives its K/V over MLX's ring backend on localhost; the gate checks what arri
 transfer; a planted transfer fault fails the gate; a dead or hung worker ends the run with one error line."""
 
 import os
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -64,6 +66,37 @@ def test_disagg_passes_the_gate_and_a_trial_records_the_transfer(tiny, monkeypat
     w = exp.workers()
     assert w["backend"] == "ring" and w["transfer"] == mode
     assert w["decode"]["pid"] == os.getpid() and w["prefill"]["pid"] != os.getpid()
+    # the wait for a silent worker, scaled from its own prefill of B at setup
+    assert w["prefill"]["prefill_s"] > 0 and w["ready_timeout_s"] == max(30.0, 20 * w["prefill"]["prefill_s"])
+
+
+def test_the_wait_for_a_silent_worker_scales_with_its_prefill(monkeypatch):
+    from pdlib.run.disagg.remote import ready_timeout_s
+
+    monkeypatch.delenv("PDLIB_DISAGG_TIMEOUT_S", raising=False)
+    assert ready_timeout_s(0.01) == 30.0 and ready_timeout_s(4.0) == 80.0
+    monkeypatch.setenv("PDLIB_DISAGG_TIMEOUT_S", "3")
+    assert ready_timeout_s(4.0) == 3.0
+
+
+def test_orphaned_folders_of_dead_parents_are_swept(tmp_path, monkeypatch):
+    import tempfile
+
+    from pdlib.run.disagg import launch
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    folders = {}
+    for name, pid in (("dead", gone.stdout.strip()), ("alive", str(os.getpid())), ("unowned", None)):
+        folders[name] = tmp_path / f"{launch.DIR_PREFIX}{name}"
+        folders[name].mkdir()
+        if pid is not None:
+            (folders[name] / launch.OWNER).write_text(pid)
+    (tmp_path / "other").mkdir()
+    launch._sweep_orphans()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["other", f"{launch.DIR_PREFIX}alive", f"{launch.DIR_PREFIX}unowned"]
+    )
 
 
 @pytest.mark.parametrize(
@@ -200,3 +233,29 @@ def test_a_worker_that_dies_or_hangs_mid_run_ends_it_cleanly(tmp_path, fault, sa
     assert p.returncode == 1 and errors == [f"error: {says}"], p.stderr
     assert not out.exists() and not list(tmp_path.iterdir())
     assert _marked_processes(marker) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_parent_killed_mid_run_leaves_no_folder_and_no_worker(tmp_path, sig):
+    """Killed while the worker hangs in the warmup's prefill (after the group was joined): nothing of the
+    run's is left in the temp folder, and the worker follows its parent."""
+    marker, tmp, log = uuid.uuid4().hex, tmp_path / "tmp", tmp_path / "worker.log"
+    tmp.mkdir()
+    cmd = [sys.executable, "-m", "pdlib", "run", "--model", "synthetic:tiny", "--prompt-tokens", "64"]
+    cmd += ["--output-tokens", "8", "--chunk-size", "16", "--policies", "disagg", "--trials", "1", "--quiet"]
+    env = dict(os.environ, TMPDIR=str(tmp), PDLIB_DISAGG_WORKER_FAULT="hang@2", PDLIB_DISAGG_TIMEOUT_S="120")
+    env.update(PDLIB_DISAGG_WORKER_LOG=str(log), PDLIB_TEST_MARKER=marker)
+    p = subprocess.Popen(cmd + ["--output", str(tmp_path / "r.json")], cwd=ROOT, env=env, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 90
+    while not (log.exists() and "hang at prefill 2" in log.read_text()):
+        assert p.poll() is None and time.monotonic() < deadline, p.stderr.read()
+        time.sleep(0.2)
+    p.send_signal(sig)
+    p.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while _marked_processes(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _marked_processes(marker) == []
+    assert [f.name for f in tmp.iterdir() if f.name.startswith("pdlib-disagg-")] == []
+    assert not (tmp_path / "r.json").exists()

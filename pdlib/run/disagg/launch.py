@@ -20,6 +20,7 @@ import contextlib
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -34,6 +35,26 @@ from pdlib import settings
 
 SPAWN_TIMEOUT_S = 120.0  # the worker's imports and its "hello"
 JOIN_TIMEOUT_S = 60.0  # mx.distributed.init on rank 0 (the ring's accept blocks while holding the GIL)
+
+
+DIR_PREFIX, OWNER = "pdlib-disagg-", "owner.pid"
+
+
+def _sweep_orphans() -> None:
+    """Remove the folders of earlier parents killed between spawning their worker and joining the group (the
+    only window in which one exists): those whose owner process is gone."""
+    root = tempfile.gettempdir()
+    for name in os.listdir(root):
+        path = os.path.join(root, name)
+        if not name.startswith(DIR_PREFIX):
+            continue
+        try:
+            with open(os.path.join(path, OWNER)) as f:
+                os.kill(int(f.read()), 0)  # raises if no such process
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except (OSError, ValueError):
+            pass  # not ours to judge: no owner file, another user's, or being written
 
 
 class WorkerError(RuntimeError):
@@ -123,7 +144,11 @@ class PrefillWorker:
     def __init__(self):
         self.broken: str | None = None
         self.backend = backend()
-        self._dir = tempfile.TemporaryDirectory(prefix="pdlib-disagg-")
+        _sweep_orphans()
+        # the hostfile and the worker's stderr live here only until the group is joined (_forget_files)
+        self._dir = tempfile.TemporaryDirectory(prefix=DIR_PREFIX)
+        with open(os.path.join(self._dir.name, OWNER), "w") as f:
+            f.write(str(os.getpid()))
         # the worker's stderr; PDLIB_DISAGG_WORKER_LOG keeps it past the run (a GPU box's only trace of it)
         self._stderr = open(
             settings.get("PDLIB_DISAGG_WORKER_LOG") or os.path.join(self._dir.name, "worker.stderr"), "w+b"
@@ -188,6 +213,13 @@ class PrefillWorker:
             else:
                 self.kill(str(e))
             raise
+        finally:
+            self._forget_files()
+
+    def _forget_files(self) -> None:
+        """Both ranks have read the hostfile, and the stderr file stays readable through its open handle: the
+        folder goes now, so a parent killed later (SIGKILL included, which no handler sees) leaves nothing."""
+        self._dir.cleanup()
 
     # -- side channel ------------------------------------------------------------------------------------
     def send(self, msg: dict) -> None:

@@ -32,14 +32,21 @@ from pdlib.run.disagg.launch import PrefillWorker, WorkerError
 from pdlib.run.executor import RemoteSteps, now
 from pdlib.scheduler import Disagg, Step, interleave, iter_plan
 
-SETUP_TIMEOUT_S = 900.0  # the worker loads the weights (synthetic Qwen3-0.6B: ~11 s on the CPU)
-# From the signal to "ready" (B's whole prompt on the worker), and the collective itself (then the worker is
-# killed, which fails the collective). PDLIB_DISAGG_TIMEOUT_S overrides both (the tests' hung worker).
-PREFILL_TIMEOUT_S, TRANSFER_TIMEOUT_S = 600.0, 120.0
+SETUP_TIMEOUT_S = 900.0  # the worker loads the weights and prefills B once (synthetic Qwen3-0.6B: ~11 s, CPU)
+# From the signal to "ready" (B's whole prompt on the worker): READY_FACTOR times the worker's own untimed
+# prefill of the same prompt at setup (which also compiled, so it is the slow one), at least READY_MIN_S.
+# The collective itself: TRANSFER_TIMEOUT_S (then the worker is killed, which fails the collective).
+# PDLIB_DISAGG_TIMEOUT_S overrides both.
+READY_FACTOR, READY_MIN_S, TRANSFER_TIMEOUT_S = 20.0, 30.0, 120.0
 
 
 def _timeout_s(default: float) -> float:
     return settings.get("PDLIB_DISAGG_TIMEOUT_S") or default
+
+
+def ready_timeout_s(setup_prefill_s: float) -> float:
+    """How long a silent worker may take to say "ready": scaled from its own prefill of B's prompt."""
+    return _timeout_s(max(READY_MIN_S, READY_FACTOR * setup_prefill_s))
 
 
 def transfer_mode() -> str:
@@ -98,8 +105,8 @@ WAITING_FOR = "B's prefill on the worker"
 class RemotePrefill:
     """One run's remote prefill of B: start (t0), ready (poll), receive (the transfer and install)."""
 
-    def __init__(self, worker: PrefillWorker, *, shape: tuple, vocab: int, mode: str):
-        self.worker, self.shape, self.vocab, self.mode = worker, shape, vocab, mode
+    def __init__(self, worker: PrefillWorker, *, shape: tuple, vocab: int, mode: str, timeout_s: float):
+        self.worker, self.shape, self.vocab, self.mode, self.timeout_s = worker, shape, vocab, mode, timeout_s
         self.t_dispatch = self.t_ready = self.token = None
 
     def start(self, engine=None) -> None:
@@ -130,7 +137,7 @@ class RemotePrefill:
         if n != self.shape[3]:
             raise ValueError(f"a remote prefill of {n} tokens; the worker prefills {self.shape[3]}")
         if not self.ready():
-            self._got(self.worker.wait_message("ready", timeout_s=_timeout_s(PREFILL_TIMEOUT_S), what=WAITING_FOR))
+            self._got(self.worker.wait_message("ready", timeout_s=self.timeout_s, what=WAITING_FOR))
         t_start = now()
         monitor = _TransferMonitor(self.worker)
         try:
@@ -173,13 +180,17 @@ class DisaggSession:
                 "mode": self.mode,
             }
         )
-        prefill = self.worker.wait_message("setup", timeout_s=SETUP_TIMEOUT_S, what="loading the weights")
+        prefill = self.worker.wait_message(
+            "setup", timeout_s=SETUP_TIMEOUT_S, what="loading the weights and prefilling B once"
+        )
+        self.ready_timeout_s = ready_timeout_s(prefill["prefill_s"])
         self.shape = (config.num_hidden_layers, 2, config.num_key_value_heads, params.prompt_tokens, config.head_dim)
         self.vocab = config.vocab_size
         self.workers = {
             "backend": self.worker.backend,
             "transfer": self.mode,
             "prefill_chunk": self.prefill_chunk,
+            "ready_timeout_s": self.ready_timeout_s,
             "decode": {
                 "rank": 0,
                 "device": str(mx.default_device()),
@@ -192,7 +203,9 @@ class DisaggSession:
     def walk(self, validated: list[Step]) -> RemoteSteps:
         """The live `disagg` policy bound to a fresh RemotePrefill, held to `validated` per request."""
         p = self.params
-        remote = RemotePrefill(self.worker, shape=self.shape, vocab=self.vocab, mode=self.mode)
+        remote = RemotePrefill(
+            self.worker, shape=self.shape, vocab=self.vocab, mode=self.mode, timeout_s=self.ready_timeout_s
+        )
         live = iter_plan(
             "disagg",
             prompt_tokens=p.prompt_tokens,

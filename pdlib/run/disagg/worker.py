@@ -5,10 +5,11 @@ decode worker through a collective (transfer.py). Started by launch.PrefillWorke
 
 Side channel, one JSON object per line. Commands: {"cmd": "setup", model, prompt, capacity, chunk_size,
 lossless_decode_weights, logical_reset, mode} builds the engine for B's prompt (the weights are loaded once per
-model spec); {"cmd": "prefill"} resets B, runs its prompt in chunk_size chunks (the whole prompt by default:
-remote.prefill_chunk), replies {"kind": "ready", "token"}
-once its K/V and first output are computed, then joins the transfer; {"cmd": "quit"}. A closed command pipe
-also ends the worker. Any failure: {"kind": "error", "error": one line}, then exit code 1.
+model spec) and prefills it once, untimed, replying with that prefill's seconds (`prefill_s`); {"cmd":
+"prefill"} resets B, runs its prompt in chunk_size chunks (the whole prompt by default: remote.prefill_chunk),
+replies {"kind": "ready", "token"} once its K/V and first output are computed, then joins the transfer;
+{"cmd": "quit"}. A closed command pipe also ends the worker. Any failure: {"kind": "error", "error": one
+line}, then exit code 1.
 Test hook: PDLIB_DISAGG_WORKER_FAULT=exit@N makes the N-th prefill command exit with code 1 before
 replying; hang@N makes it sleep instead (the decode worker's timeout must end the run).
 """
@@ -23,6 +24,17 @@ import time
 def _reply(out, **msg) -> None:
     out.write(json.dumps(msg) + "\n")
     out.flush()
+
+
+def _prefill(engine, setup):
+    """B reset, then its whole prompt in setup's chunks; the last chunk's Output, its token evaluated."""
+    P, chunk = len(setup["prompt"]), setup["chunk_size"]
+    engine.reset("B", logical=setup["logical_reset"])
+    out = None
+    for start in range(0, P, chunk):
+        out = engine.prefill_chunk("B", min(chunk, P - start))
+    out.token.item()
+    return out
 
 
 def serve(commands, replies, *, backend: str) -> int:
@@ -60,6 +72,11 @@ def serve(commands, replies, *, backend: str) -> int:
                 token_read="item",
             )  # it prefills only
             engine.add_request("B", msg["prompt"])
+            # one untimed prefill of B's prompt: compiles what it needs, and its time scales the decode
+            # worker's wait for a silent worker (remote.ready_timeout_s)
+            t0 = time.perf_counter()
+            _prefill(engine, setup)
+            prefill_s = time.perf_counter() - t0
             env = environment(BACKEND)
             _reply(
                 replies,
@@ -71,6 +88,7 @@ def serve(commands, replies, *, backend: str) -> int:
                 pid=os.getpid(),
                 # each process numbers its visible GPUs from 0: this says which of the host's it was
                 CUDA_VISIBLE_DEVICES=os.environ.get("CUDA_VISIBLE_DEVICES"),
+                prefill_s=round(prefill_s, 6),
             )
         elif cmd == "prefill":
             prefills += 1
@@ -79,12 +97,8 @@ def serve(commands, replies, *, backend: str) -> int:
                 if fault == "hang":
                     time.sleep(3600)
                 os._exit(1)
-            P, chunk = len(setup["prompt"]), setup["chunk_size"]
-            engine.reset("B", logical=setup["logical_reset"])
-            out = None
-            for start in range(0, P, chunk):
-                out = engine.prefill_chunk("B", min(chunk, P - start))
-            payload = transfer.pack(engine.kv("B", 0, P), out.logits, mode=setup["mode"])
+            out = _prefill(engine, setup)
+            payload = transfer.pack(engine.kv("B", 0, len(setup["prompt"])), out.logits, mode=setup["mode"])
             _reply(replies, kind="ready", token=out.token.item())
             transfer.send(payload, group=group)
         else:
