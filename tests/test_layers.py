@@ -12,7 +12,7 @@ LAYERS = [
     ("pdlib.errors",),
     ("pdlib.text", "pdlib.tolerance", "pdlib.scheduler"),
     ("pdlib.config", "pdlib.settings"),
-    ("pdlib.prompts", "pdlib.weights"),
+    ("pdlib.prompts", "pdlib.weights", "pdlib.checkpoint", "pdlib.traces", "pdlib.workload"),
     ("pdlib.report",),
     ("pdlib.interrupt",),
     ("pdlib.engine",),

@@ -1,0 +1,385 @@
+"""Metrics of a serving run of N requests, and the rate searches for capacity and goodput, in numpy only.
+
+A run is a list of requests, each {"arrival_ns": int, "emit_ns": [int, ...]}: ns since the run's start, the
+emits sorted (equal stamps allowed), the first not before the arrival, every request finished (one emit or more).
+
+    slos = slos_from_step(decode_ms=20.0, ttft_ms=2000.0)
+    s = run_summary(requests, slos)          # s["tbt_p99_ms"], s["ttft_p90_ms"], s["attain_strict"], ...
+    cap = search(measure, meets=capacity_criterion(slos["strict"]), lo=0.1, hi=64.0, known=cache)
+    good = search(measure, meets=goodput_criterion(slos["strict"]), lo=0.1, hi=64.0, known=cache)
+
+Per request: TTFT = first emit - arrival; TBT = each gap between consecutive emits; TPOT = (last emit - first
+emit) / (n - 1), undefined (NaN) for n = 1: such a request has no decode to be slow in, so it meets any TPOT
+SLO and is left out of the TPOT percentiles; E2E = last emit - arrival. Per run, TBT is summarised twice:
+pooled over all gaps (each gap weighs the same, so long requests dominate) and per request (each request's own
+p99 or max gap, then the median or p90 over the requests with a gap: stalls hitting each short request once
+show there and can vanish in the pooled p99). Percentiles are numpy's default linear interpolation over integer
+ns, converted to ms once.
+
+The search (the same for both numbers) treats each repetition index r as one fixed workload sample (the
+caller's seed for rep r) and searches its own threshold: geometric bracketing from `start` (doubling until a
+rate fails, or halving until one passes, within [lo, hi]), then geometric bisection until the failing rate is
+within `precision` of the passing one. A rep's capacity is its highest passing rate. The reported capacity is
+the lower median over reps: where each rep passes below its threshold and fails above it, that is the highest
+rate at which at least half the reps pass, i.e. the median over reps meets the SLO. The CI is [lowest passing
+rate (0 for a rep with none), highest failing rate (None if a rep never failed)] over reps: it contains every
+rep's threshold, so by the order-statistic argument it covers the median threshold of the rep population with
+probability >= 1 - 2^(1-R) (R=5: 93.75%), with no assumption on its distribution. Rates are rounded to 6
+significant digits, so a rate read back from a JSONL cache is the same key and a resumed search (`known`) takes
+the same path and measures nothing twice.
+"""
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pdlib.errors import InputError
+
+NS_PER_MS = 1e6
+
+
+# ---- requests -------------------------------------------------------------------------------------------------
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int | np.integer) and not isinstance(x, bool)
+
+
+def check_requests(requests) -> list[tuple[int, np.ndarray]]:
+    """(arrival_ns, emit_ns as int64) per request, or an InputError naming the first bad request."""
+    if not isinstance(requests, list | tuple) or not requests:
+        raise InputError(f"requests must be a non-empty list of {{'arrival_ns', 'emit_ns'}} dicts, got {requests!r}")
+    out = []
+    for i, r in enumerate(requests):
+        if not isinstance(r, dict) or "arrival_ns" not in r or "emit_ns" not in r:
+            raise InputError(f"request {i} must be a dict with 'arrival_ns' and 'emit_ns', got {r!r}")
+        arrival = r["arrival_ns"]
+        if not _is_int(arrival) or arrival < 0:
+            raise InputError(f"request {i}: arrival_ns must be an integer >= 0, got {arrival!r}")
+        emit = np.asarray(r["emit_ns"])
+        if emit.ndim != 1 or emit.size == 0:
+            raise InputError(f"request {i}: emit_ns must be a non-empty list (an unfinished request has no metrics)")
+        if emit.dtype.kind not in "iu":  # a float or bool stamp is not an ns count
+            raise InputError(f"request {i}: emit_ns must hold integers (ns), got dtype {emit.dtype}")
+        emit = emit.astype(np.int64)
+        if emit[0] < arrival:
+            raise InputError(f"request {i}: first emit {int(emit[0])} ns is before its arrival {arrival} ns")
+        if np.any(np.diff(emit) < 0):
+            k = int(np.argmax(np.diff(emit) < 0))
+            raise InputError(f"request {i}: emit_ns not sorted at index {k + 1} ({int(emit[k])} > {int(emit[k + 1])})")
+        out.append((int(arrival), emit))
+    return out
+
+
+def request_metrics(requests) -> dict:
+    """Per request, in ns: arrival, ttft, e2e, n_out (int64 arrays), tpot (float64, NaN where n_out = 1), gaps
+    (a list of int64 arrays, one per request, empty where n_out = 1)."""
+    checked = check_requests(requests)
+    arrival = np.array([a for a, _ in checked], dtype=np.int64)
+    first = np.array([e[0] for _, e in checked], dtype=np.int64)
+    last = np.array([e[-1] for _, e in checked], dtype=np.int64)
+    n_out = np.array([e.size for _, e in checked], dtype=np.int64)
+    decode = n_out > 1
+    tpot = np.full(n_out.size, np.nan)
+    tpot[decode] = (last - first)[decode] / (n_out - 1)[decode]
+    return {
+        "arrival_ns": arrival,
+        "ttft_ns": first - arrival,
+        "e2e_ns": last - arrival,
+        "n_out": n_out,
+        "tpot_ns": tpot,
+        "gaps_ns": [np.diff(e) for _, e in checked],
+        "last_ns": last,
+    }
+
+
+# ---- SLOs -----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Slo:
+    """Absolute bounds in ms, the same for every system measured. tbt_ms bounds the run's pooled P99 TBT
+    (capacity), tpot_ms each request's TPOT (goodput), ttft_ms the run's P90 TTFT (capacity) and each request's
+    TTFT (goodput). `name` keys the run summary's attainment field, attain_<name>."""
+
+    ttft_ms: float
+    tbt_ms: float
+    tpot_ms: float
+    name: str
+
+    def __post_init__(self):
+        for k in ("ttft_ms", "tbt_ms", "tpot_ms"):
+            v = getattr(self, k)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not (0 < v < math.inf):
+                raise InputError(f"Slo {k} must be a positive finite number of ms, got {v!r}")
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise InputError(f"Slo name must be an identifier (it names a summary field), got {self.name!r}")
+
+
+def slos_from_step(decode_ms: float, ttft_ms: float, *, strict: float = 5.0, relaxed: float = 25.0) -> dict:
+    """{"strict": Slo, "relaxed": Slo}, scaled to the model as Sarathi-Serve does: both per-token bounds (P99 TBT
+    and TPOT) are `strict` (5x) or `relaxed` (25x) times `decode_ms`, one decode step's time without prefill
+    interference (the caller states its batch and context). The same number bounds a tail gap (TBT) and a mean
+    (TPOT): TPOT forgives a rare stall that TBT does not. ttft_ms is the caller's, the same in both."""
+    if isinstance(decode_ms, bool) or not isinstance(decode_ms, int | float) or not (0 < decode_ms < math.inf):
+        raise InputError(f"decode_ms must be a positive finite number, got {decode_ms!r}")
+    return {
+        name: Slo(ttft_ms=ttft_ms, tbt_ms=k * decode_ms, tpot_ms=k * decode_ms, name=name)
+        for name, k in (("strict", strict), ("relaxed", relaxed))
+    }
+
+
+def _slo_list(slos) -> list[Slo]:
+    out = list(slos.values()) if isinstance(slos, dict) else list(slos)
+    if not all(isinstance(s, Slo) for s in out):
+        raise InputError(f"slos must be Slo objects, got {out!r}")
+    names = [s.name for s in out]
+    if len(set(names)) != len(names):
+        raise InputError(f"slo names must differ (each names a summary field), got {names}")
+    return out
+
+
+def attainment(m: dict, slo: Slo) -> np.ndarray:
+    """Per request (of request_metrics' `m`): whether it meets both the TTFT and the TPOT bound (a bound is met
+    at equality; a one-token request meets any TPOT bound)."""
+    ttft_ok = m["ttft_ns"] <= slo.ttft_ms * NS_PER_MS
+    tpot_ok = m["n_out"] == 1
+    tpot_ok[~tpot_ok] = m["tpot_ns"][~tpot_ok] <= slo.tpot_ms * NS_PER_MS
+    return ttft_ok & tpot_ok
+
+
+# ---- per run --------------------------------------------------------------------------------------------------
+
+
+def _pct_ms(values_ns: np.ndarray, qs) -> list[float]:
+    if values_ns.size == 0:
+        return [math.nan] * len(qs)
+    return [float(v) / NS_PER_MS for v in np.percentile(values_ns, qs)]
+
+
+def run_summary(requests, slos: Iterable[Slo] | dict = ()) -> dict:
+    """One run's metrics as a flat dict of numbers (ms unless named otherwise; NaN where undefined): TTFT
+    p50/p90/p99, TBT pooled p50/p99/p99.9/max, TBT per request (median and p90 over requests of each one's
+    p99 gap, median of each one's max gap), TPOT p50/p90, E2E p50/p90, throughput in output tokens/s over
+    first arrival to last emit, and per Slo attain_<name>: the share of requests meeting its TTFT and TPOT."""
+    m = request_metrics(requests)
+    gaps = [g for g in m["gaps_ns"] if g.size]
+    pooled = np.concatenate(gaps) if gaps else np.zeros(0, dtype=np.int64)
+    own_p99 = np.array([np.percentile(g, 99) for g in gaps])
+    own_max = np.array([g.max() for g in gaps], dtype=np.int64)
+    tpot = m["tpot_ns"][~np.isnan(m["tpot_ns"])]
+    ttft = _pct_ms(m["ttft_ns"], [50, 90, 99])
+    tbt = _pct_ms(pooled, [50, 99, 99.9, 100])
+    req_p99 = _pct_ms(own_p99, [50, 90])
+    span_ns = int(m["last_ns"].max() - m["arrival_ns"].min())
+    n_tokens = int(m["n_out"].sum())
+    out = {
+        "n_requests": int(m["n_out"].size),
+        "n_output_tokens": n_tokens,
+        "n_gaps": int(pooled.size),
+        "span_ms": span_ns / NS_PER_MS,
+        "ttft_p50_ms": ttft[0],
+        "ttft_p90_ms": ttft[1],
+        "ttft_p99_ms": ttft[2],
+        "tbt_p50_ms": tbt[0],
+        "tbt_p99_ms": tbt[1],
+        "tbt_p999_ms": tbt[2],
+        "tbt_max_ms": tbt[3],
+        "tbt_req_p99_p50_ms": req_p99[0],
+        "tbt_req_p99_p90_ms": req_p99[1],
+        "tbt_req_max_p50_ms": _pct_ms(own_max, [50])[0],
+        "tpot_p50_ms": _pct_ms(tpot, [50])[0],
+        "tpot_p90_ms": _pct_ms(tpot, [90])[0],
+        "e2e_p50_ms": _pct_ms(m["e2e_ns"], [50])[0],
+        "e2e_p90_ms": _pct_ms(m["e2e_ns"], [90])[0],
+        "throughput_tok_s": n_tokens / (span_ns / 1e9) if span_ns else math.nan,
+    }
+    for slo in _slo_list(slos):
+        out[f"attain_{slo.name}"] = float(attainment(m, slo).mean())
+    return out
+
+
+# ---- criteria -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """What one run's summary must meet: every `at_most` field <= its bound and every `at_least` field >= its
+    bound. A NaN field meets no bound: a run without the quantity cannot show it met it."""
+
+    name: str
+    at_most: dict = field(default_factory=dict)
+    at_least: dict = field(default_factory=dict)
+
+    def metric(self, summary: dict) -> dict:
+        """The summary's fields this criterion reads (recorded with every measured point)."""
+        missing = [k for k in (*self.at_most, *self.at_least) if k not in summary]
+        if missing:
+            raise KeyError(f"{self.name}: the run summary has no {missing} (attain_<name> needs the Slo passed)")
+        return {k: summary[k] for k in (*self.at_most, *self.at_least)}
+
+    def __call__(self, summary: dict) -> bool:
+        v = self.metric(summary)
+        return all(v[k] <= b for k, b in self.at_most.items()) and all(v[k] >= b for k, b in self.at_least.items())
+
+
+def capacity_criterion(slo: Slo) -> Criterion:
+    """Sarathi-Serve's capacity: pooled P99 TBT and P90 TTFT within the SLO."""
+    return Criterion(f"capacity_{slo.name}", at_most={"tbt_p99_ms": slo.tbt_ms, "ttft_p90_ms": slo.ttft_ms})
+
+
+def goodput_criterion(slo: Slo, share: float = 0.9) -> Criterion:
+    """DistServe's goodput: at least `share` of the requests meet both the TTFT and the TPOT bound (the summary
+    must have been made with this Slo)."""
+    if not 0 < share <= 1:
+        raise InputError(f"share must be in (0, 1], got {share!r}")
+    return Criterion(f"goodput_{slo.name}", at_least={f"attain_{slo.name}": share})
+
+
+# ---- the rate search ------------------------------------------------------------------------------------------
+
+
+def grid_rate(rate: float) -> float:
+    """A rate as the search measures and keys it: 6 significant digits, so it survives a JSON round trip as text."""
+    return float(f"{rate:.6g}")
+
+
+def known_from_records(records: Iterable[dict]) -> dict:
+    """A `known` cache for search from stored rows {"rate", "rep", "summary"} (e.g. read back from a JSONL)."""
+    return {(grid_rate(r["rate"]), int(r["rep"])): r["summary"] for r in records}
+
+
+def _one_rep(passes, rep: int, lo: float, hi: float, start: float, precision: float, budget: int) -> dict:
+    """One rep's bracketing and bisection: its highest passing rate (`lo`) and lowest failing one (`hi`)."""
+    n, ok, bad = 0, None, None
+
+    def step(x):
+        nonlocal n
+        n += 1
+        return passes(x, rep)
+
+    def done(status):
+        return {"rep": rep, "status": status, "lo": ok, "hi": bad, "measurements": n}
+
+    x = start
+    if step(x):
+        ok = x
+        while ok < hi:  # doubling up to hi
+            if n >= budget:
+                return done("budget")
+            x = grid_rate(min(2 * x, hi))
+            if not step(x):
+                bad = x
+                break
+            ok = x
+        else:
+            return done("all_pass")
+    else:
+        bad = x
+        while bad > lo:  # halving down to lo
+            if n >= budget:
+                return done("budget")
+            x = grid_rate(max(x / 2, lo))
+            if step(x):
+                ok = x
+                break
+            bad = x
+        else:
+            return done("none_pass")
+    while bad > ok * (1 + precision):
+        if n >= budget:
+            return done("budget")
+        x = grid_rate(math.sqrt(ok * bad))
+        if not ok < x < bad:  # the grid has no rate left between them
+            break
+        if step(x):
+            ok = x
+        else:
+            bad = x
+    return done("bracketed")
+
+
+_STATUS = {"bracketed": "found", "none_pass": "none", "all_pass": "at_least", "budget": "budget"}
+
+
+def search(
+    measure: Callable[[float, int], dict],
+    *,
+    meets: Callable[[dict], bool],
+    lo: float,
+    hi: float,
+    reps: int = 5,
+    start: float | None = None,
+    precision: float = 0.05,
+    max_per_rep: int = 16,
+    known: dict | None = None,
+) -> dict:
+    """The highest rate multiplier in [lo, hi] at which `meets(measure(rate, rep))` holds, with a CI (the module
+    docstring says how). `known` maps (rate, rep) to summaries already measured; each new one is added to it,
+    so a search resumed with it (or with known_from_records of the caller's log) measures nothing twice, and a
+    capacity and a goodput search over the same workload share their measurements. `start` defaults to the
+    geometric mean of lo and hi; `max_per_rep` caps one rep's measurements (cache hits count, so a resumed
+    search follows the same path).
+
+    Returns: value (the rate; 0.0 when none passes), status ("found", "none": not even lo passes, "at_least":
+    hi passes, "budget": max_per_rep ran out), text, ci [low, high] (high None when unbounded), ci_level,
+    per-rep results, every point {rate, rep, metric, pass} in search order, measured (new measure calls) and
+    reused (cache hits)."""
+    for k, v in (("lo", lo), ("hi", hi)):
+        if isinstance(v, bool) or not isinstance(v, int | float) or not (0 < v < math.inf):
+            raise InputError(f"{k} must be a positive finite rate, got {v!r}")
+    lo, hi = grid_rate(lo), grid_rate(hi)
+    if hi < lo:
+        raise InputError(f"hi ({hi:g}) must be >= lo ({lo:g})")
+    start = grid_rate(math.sqrt(lo * hi) if start is None else start)
+    if not lo <= start <= hi:
+        raise InputError(f"start ({start:g}) must lie in [lo, hi] = [{lo:g}, {hi:g}]")
+    if not isinstance(reps, int) or isinstance(reps, bool) or reps < 1:
+        raise InputError(f"reps must be an integer >= 1, got {reps!r}")
+    if not isinstance(max_per_rep, int) or isinstance(max_per_rep, bool) or max_per_rep < 1:
+        raise InputError(f"max_per_rep must be an integer >= 1, got {max_per_rep!r}")
+    if not 0 < precision < math.inf:
+        raise InputError(f"precision must be a positive relative width, got {precision!r}")
+    known = {} if known is None else known
+    metric = getattr(meets, "metric", lambda s: None)
+    points, counts = [], {"measured": 0, "reused": 0}
+
+    def passes(rate, rep):
+        key = (rate, rep)
+        if key in known:
+            counts["reused"] += 1
+        else:
+            known[key] = measure(rate, rep)
+            counts["measured"] += 1
+        ok = bool(meets(known[key]))
+        points.append({"rate": rate, "rep": rep, "metric": metric(known[key]), "pass": ok})
+        return ok
+
+    per = [_one_rep(passes, r, lo, hi, start, precision, max_per_rep) for r in range(reps)]
+    est = [p["lo"] or 0.0 for p in per]  # a rep with no passing rate has capacity 0
+    mid = per[sorted(range(reps), key=lambda r: est[r])[(reps - 1) // 2]]  # the lower median: a measured rate
+    value, status = est[mid["rep"]], _STATUS[mid["status"]]
+    uppers = [p["hi"] for p in per]
+    text = {
+        "found": f"{value:.4g}",
+        "none": f"none (fails at {lo:g})",
+        "at_least": f">= {hi:g}",
+        "budget": f"{value:.4g} (search budget spent)",
+    }[status]
+    return {
+        "criterion": getattr(meets, "name", None),
+        "value": value,
+        "status": status,
+        "text": text,
+        "ci": [min(est), None if None in uppers else max(uppers)],
+        "ci_level": 1 - 2.0 ** (1 - reps),
+        "lo": lo,
+        "hi": hi,
+        "precision": precision,
+        "reps": per,
+        "points": points,
+        "measured": counts["measured"],
+        "reused": counts["reused"],
+    }
