@@ -268,7 +268,7 @@ def _read_json(path):
 
 
 def cmd_notebooks(args) -> int:
-    from pdlib.publish.notebooks import NotebookFailed, run_notebooks
+    from pdlib.publish.notebooks import Interrupted, NotebookFailed, run_notebooks
     from pdlib.publish.runs import shown
 
     try:
@@ -285,8 +285,8 @@ def cmd_notebooks(args) -> int:
     except NotebookFailed as e:
         print(f"error: {e}", file=sys.stderr)
         return e.code
-    except KeyboardInterrupt:
-        print("interrupted: the output folder keeps the notebooks finished so far", file=sys.stderr)
+    except Interrupted as e:  # the folder is cleaned up; the message says what is left
+        print(f"interrupted: {e}", file=sys.stderr)
         return INTERRUPTED
     print(f"done in {run['seconds']:.0f} s; open:")
     for path in run["html"]:
@@ -425,7 +425,7 @@ def _parser() -> argparse.ArgumentParser:
         "--out",
         metavar="DIR",
         help="output folder (default: outputs/local/<params stem>; required with "
-        "--report and --sweep; -2, -3, ... if it holds files)",
+        "--report and --sweep; -2, -3, ... if it exists)",
     )
     n.add_argument("--quiet", action="store_true", help="no progress bar")
     d = command(

@@ -2,6 +2,8 @@
 
     with interruptible():          # in the CLI's main(); a no-op outside the main thread
         run_experiment(...)        # Ctrl-C: KeyboardInterrupt at the next Python line, or exit 130 anyway
+    with patient(15, note="interrupted: ..."):  # the main thread only waits on other processes: 15 s to stop them
+    with shielded():                            # cleanup that must not stop half-way: Ctrl-C is ignored
 
 Python runs a SIGINT handler only between bytecodes of the main thread, and one `mx.eval` (a CPU reference
 pass over a long prompt, say) can hold the main thread in C++ for minutes. The C-level handler still writes
@@ -23,6 +25,8 @@ GRACE_S = 1.0
 EXIT_CODE = 130  # 128 + SIGINT, what a shell reports for a process killed by Ctrl-C
 MESSAGE = "interrupted: nothing half-written is left"
 stop_requested = threading.Event()
+# The watchdog's wait and its last words; patient() changes them for its body.
+_grace = {"seconds": GRACE_S, "note": f"{MESSAGE} (stopped during a computation)"}
 
 
 def _hard_exit():
@@ -30,7 +34,7 @@ def _hard_exit():
         with contextlib.suppress(OSError):
             os.unlink(tmp)
     with contextlib.suppress(Exception):
-        sys.stderr.write(f"\n{MESSAGE} (stopped during a computation)\n")
+        sys.stderr.write(f"\n{_grace['note']}\n")
         sys.stderr.flush()
     os._exit(EXIT_CODE)
 
@@ -45,7 +49,7 @@ def _watch(read_fd: int, done: threading.Event):
             return
         if signal.SIGINT in data:
             stop_requested.set()
-            if not done.wait(GRACE_S):  # the main thread did not unwind in time: it is stuck in C++
+            if not done.wait(_grace["seconds"]):  # the main thread did not unwind in time: it is stuck in C++
                 _hard_exit()
             return
 
@@ -73,3 +77,28 @@ def interruptible():
         os.close(write_fd)  # wakes the watcher: read returns b""
         watcher.join(timeout=1)
         os.close(read_fd)
+
+
+@contextlib.contextmanager
+def patient(seconds: float, *, note: str):
+    """For a body whose main thread only waits (on threads, child processes) and needs time to stop them on
+    Ctrl-C: the watchdog waits `seconds` instead of GRACE_S, and if it exits anyway it prints `note`."""
+    previous = dict(_grace)
+    _grace.update(seconds=seconds, note=note)
+    try:
+        yield
+    finally:
+        _grace.update(previous)
+
+
+@contextlib.contextmanager
+def shielded():
+    """Ctrl-C is ignored in the body (main thread only; elsewhere a no-op): cleanup that must not stop half-way."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -23,16 +23,13 @@ import numpy as np
 import pandas as pd
 
 from pdlib.errors import InputError
+from pdlib.report.checks import check_report  # shape and claims: tokens, gate, event stamps
 from pdlib.report.io import read_text
 from pdlib.report.metrics import NS_PER_MS, slo_chunks, trial_metrics  # numpy-only, shared with the CLI summary
-from pdlib.report.schema import EVENT_KINDS, REQUESTS, SCHEMA, TOP_LEVEL_KEYS
+from pdlib.report.schema import REQUESTS
 
 RATIO_METRICS = ("a_gap_max_ms", "a_gap_p99_ms", "b_ttft_ms", "makespan_ms", "throughput_tok_s")
 MIN_BOOT_TRIALS = 5  # fewer paired trials make a bootstrap CI of the median meaningless
-TRIAL_KEYS = ("policy", "trial", "makespan_ns", "requests", "events")
-REQUEST_KEYS = ("output_ids", "timed_from", "emit_ns")
-EVENT_KEYS = ("kind", "req", "start", "stop", "t_start_ns", "t_end_ns")
-STEP_STAMPS = ("t_start_ns", "t_issued_ns", "t_wait_ns", "t_end_ns")  # a step's clock readings, in order
 # steps_frame's parts of a step's time, by column, with the name tables and charts give each
 STEP_PARTS = {
     "issue_ms": "host issuing",
@@ -56,94 +53,10 @@ def load_report(path) -> dict:
     return report
 
 
-def _require(ok, message):
-    """For what a report file says (user input): InputError, one line."""
-    if not ok:
-        raise InputError(message)
-
-
 def _expect(ok, message):
     """For how the library is called (a programming error, not bad input): ValueError."""
     if not ok:
         raise ValueError(message)
-
-
-def check_report(report: dict, *, where: str = "report") -> None:
-    """Schema, top-level keys, and per trial: both requests with consistent ids/emissions/makespan."""
-    _require(isinstance(report, dict), f"{where}: top level is not a JSON object")
-    _require(report.get("schema") == SCHEMA, f"{where}: schema is {report.get('schema')!r}, expected {SCHEMA!r}")
-    missing = [k for k in TOP_LEVEL_KEYS if k not in report]
-    _require(not missing, f"{where}: missing top-level keys: {', '.join(missing)}")
-    trials = report["trials"]
-    _require(isinstance(trials, list), f"{where}: 'trials' must be a list")
-    _require(trials, f"{where}: holds no trials (a --validate-only run?): nothing to analyse")
-    seen = set()
-    for i, trial in enumerate(trials):
-        _check_trial(trial, f"{where}: trials[{i}]")
-        key = (trial["policy"], trial["trial"])
-        _require(key not in seen, f"{where}: trials[{i}] repeats policy {key[0]!r} trial {key[1]}")
-        seen.add(key)
-
-
-def _check_trial(trial, where):
-    _require(isinstance(trial, dict), f"{where}: not an object")
-    missing = [k for k in TRIAL_KEYS if k not in trial]
-    _require(not missing, f"{where}: missing keys: {', '.join(missing)}")
-    where = f"{where} ({trial['policy']} trial {trial['trial']})"
-    requests = trial["requests"] if isinstance(trial["requests"], dict) else {}
-    for name in REQUESTS:
-        _check_request(requests.get(name), f"{where} request {name}")
-    # Makespan is by definition the last emission of either request; anything else is a writer bug.
-    last = max(requests[r]["emit_ns"][-1] for r in REQUESTS)
-    _require(trial["makespan_ns"] == last, f"{where}: makespan_ns {trial['makespan_ns']} != last emission {last} ns")
-    _require(isinstance(trial["events"], list), f"{where}: events must be a list")
-    for j, ev in enumerate(trial["events"]):
-        _require(
-            isinstance(ev, dict) and all(k in ev for k in EVENT_KEYS),
-            f"{where} events[{j}]: needs keys {', '.join(EVENT_KEYS)}",
-        )
-        _require(
-            ev["kind"] in EVENT_KINDS and ev["req"] in REQUESTS,
-            f"{where} events[{j}]: kind {ev['kind']!r} / req {ev['req']!r} not in {EVENT_KINDS} / {REQUESTS}",
-        )
-        stamps = [k for k in STEP_STAMPS if k in ev]
-        if len(stamps) > 2:  # a step's inner clock readings, where recorded
-            times = [ev[k] for k in stamps]
-            _require(
-                all(isinstance(t, int) for t in times) and times == sorted(times),
-                f"{where} events[{j}]: {', '.join(stamps)} must be integers in that order, got "
-                f"{', '.join(map(repr, times))}",
-            )
-        if "cpu_issue_ns" in ev:  # the host thread's CPU time while issuing the step: a part of that span
-            cpu = ev["cpu_issue_ns"]
-            _require("t_issued_ns" in ev, f"{where} events[{j}]: cpu_issue_ns without t_issued_ns")
-            span = ev["t_issued_ns"] - ev["t_start_ns"]
-            _require(
-                isinstance(cpu, int) and not isinstance(cpu, bool) and 0 <= cpu <= span,
-                f"{where} events[{j}]: cpu_issue_ns {cpu!r} must be an integer from 0 to t_issued_ns - "
-                f"t_start_ns ({span})",
-            )
-
-
-def _check_request(req, where):
-    _require(isinstance(req, dict), f"{where}: missing")
-    missing = [k for k in REQUEST_KEYS if k not in req]
-    _require(not missing, f"{where}: lacks {', '.join(missing)}")
-    ids, start, emit = req["output_ids"], req["timed_from"], req["emit_ns"]
-    _require(isinstance(ids, list) and isinstance(emit, list), f"{where}: output_ids and emit_ns must be lists")
-    _require(
-        isinstance(start, int) and 0 <= start <= len(ids), f"{where}: timed_from {start!r} is not in [0, {len(ids)}]"
-    )
-    _require(
-        len(emit) == len(ids) - start,
-        f"{where}: {len(emit)} emit_ns for {len(ids)} output_ids from timed_from {start} (expected {len(ids) - start})",
-    )
-    e = np.asarray(emit)
-    _require(e.size > 0, f"{where}: no timed outputs")
-    _require(
-        e.dtype.kind in "iu" and e[0] >= 0 and not np.any(np.diff(e) < 0),
-        f"{where}: emit_ns must be non-negative, non-decreasing integer ns",
-    )
 
 
 def policy_order(report: dict) -> list:

@@ -9,8 +9,9 @@ or notebook 04 alone for a chunk-size sweep.
 
 Every parameter of each notebook is injected (the params file's values, repository-relative paths), so the
 executed notebook's one parameters cell says exactly what ran. The folder is `out`, or
-outputs/local/<params stem> (git-ignored), or `-2`, `-3`, ... when that one already holds files (said on
-stdout; nothing is ever overwritten). Each executed notebook is exported to offline HTML (pdlib.publish.export).
+outputs/local/<params stem> (git-ignored), or `-2`, `-3`, ... when that one exists (said on stdout; nothing is
+ever overwritten): creating the folder claims it, so two runs at once never share one (runs.fresh_dir).
+Each executed notebook is exported to offline HTML (pdlib.publish.export).
 With a report, it is first copied into the folder as report.json.gz (the JSON byte for byte, compressed), and
 the notebooks read it there, so their parameters name the folder's own report, never a scratch path; 01 then
 shows what a run shows instead of running trials. A published notebook stores each chart once: its PNG (with
@@ -24,13 +25,26 @@ frontier.md, frontier.png, 04_chunk_sweep.ipynb and .html.
 
 To republish a committed folder from a new report (nothing is overwritten, so move the old folder away first):
     python -m pdlib notebooks --report new/report.json --out outputs/qwen3-0.6b-h200
+
+Ctrl-C: papermill runs in a worker thread, so the interrupt reaches the caller at once; it kills the kernel,
+then removes the folder if no notebook had finished, else keeps the finished ones and marks the folder with
+INCOMPLETE.txt, and raises Interrupted saying which. Each kernel's connection file and stderr (its log lines,
+a crash's traceback) go to a temp folder removed after the run, not to /tmp or the terminal.
 """
 
 import ast
+import contextlib
+import logging
+import os
+import shutil
+import signal
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
+from pdlib import interrupt
 from pdlib.errors import InputError
 from pdlib.publish import runs
 from pdlib.publish.runs import ROOT, shown
@@ -48,6 +62,8 @@ KERNEL = "python3"
 KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]  # not its per-start warning about plain-TCP transport
 # Exit codes by the exception a notebook raised: bad input is 2, as everywhere in the CLI.
 EXIT_CODES = {"InputError": 2}
+STOP_S = 10.0  # after Ctrl-C, the most the killed kernel's notebook gets to unwind before the folder is cleaned
+INCOMPLETE = "INCOMPLETE.txt"  # in a folder whose run was interrupted after some notebooks finished
 
 
 class NotebookFailed(Exception):
@@ -56,6 +72,10 @@ class NotebookFailed(Exception):
     def __init__(self, message: str, code: int = 1):
         super().__init__(message)
         self.code = code
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C stopped the run after its folder was cleaned up; the message says what is left."""
 
 
 def defaults(name: str) -> dict:
@@ -78,7 +98,8 @@ def run_notebooks(params_file=None, *, report=None, out=None, quiet: bool = Fals
 
     Returns {"out_dir", "report", "notebooks", "html", "seconds"}. Raises InputError for a bad params
     file or report (before any folder is made or kernel starts) and NotebookFailed when a notebook raises;
-    the folder then keeps the failed notebook and its HTML, with the traceback."""
+    the folder then keeps the failed notebook and its HTML, with its error (one line for an InputError, else
+    the traceback). Interrupted on Ctrl-C, after cleaning the folder up."""
     from pdlib.analysis import present
     from pdlib.config import RunParams
 
@@ -99,23 +120,31 @@ def run_notebooks(params_file=None, *, report=None, out=None, quiet: bool = Fals
     missing = [n for n in NOTEBOOKS if not (NOTEBOOK_DIR / f"{n}.ipynb").is_file()]
     if missing:
         raise InputError(f"notebooks {', '.join(missing)} not found in {NOTEBOOK_DIR} (run from a checkout)")
-    base = Path(out) if out is not None else runs.LOCAL / params_file.stem
-    out_dir = runs.fresh_dir(base)
-    if out_dir != base:
-        log(f"{shown(base)} already holds files from an earlier run; this run writes to {shown(out_dir)}")
-    else:
-        log(f"writing to {shown(out_dir)}")
+    out_dir = _claim(Path(out) if out is not None else runs.LOCAL / params_file.stem, log)
     folder, report_path = runs.for_notebook(out_dir), runs.for_notebook(out_dir / runs.REPORT)
     if report is not None:  # 01 shows it in place: its parameters name the published file
-        copy_report(report, out_dir / runs.REPORT)
         first["report_source"] = report_path
     ours = {
         "01_run_trials": {**values, **first, "output_dir": folder, "quiet": True},
         "02_analyze_gaps": {"report_path": report_path, "output_dir": folder},
         "03_figures": {"report_path": report_path, "output_dir": folder},
     }
-    run = _execute(ours, out_dir, quiet=quiet, log=log)
+
+    def copy():
+        if report is not None:
+            copy_report(report, out_dir / runs.REPORT)
+
+    run = _run(ours, out_dir, before=copy, quiet=quiet, log=log)
     return {**run, "report": out_dir / runs.REPORT}
+
+
+def _claim(base: Path, log) -> Path:
+    out_dir = runs.fresh_dir(base).absolute()  # cleanup after Ctrl-C must not depend on the cwd
+    if out_dir != base.absolute():
+        log(f"{shown(base)} already exists; this run writes to {shown(out_dir)}")
+    else:
+        log(f"writing to {shown(out_dir)}")
+    return out_dir
 
 
 def run_sweep_notebook(sweep_dir, *, out, quiet: bool = False, log=print) -> dict:
@@ -131,16 +160,14 @@ def run_sweep_notebook(sweep_dir, *, out, quiet: bool = False, log=print) -> dic
     sweep = frontier.load_sweep(sweep_dir)
     if not (NOTEBOOK_DIR / f"{SWEEP_NOTEBOOK}.ipynb").is_file():
         raise InputError(f"notebook {SWEEP_NOTEBOOK} not found in {NOTEBOOK_DIR} (run from a checkout)")
-    out_dir = runs.fresh_dir(Path(out))
-    log(
-        f"{shown(out)} already holds files; this run writes to {shown(out_dir)}"
-        if out_dir != Path(out)
-        else f"writing to {shown(out_dir)}"
-    )
+    out_dir = _claim(Path(out), log)
     reports = out_dir / SWEEP_REPORTS
-    copy_file(sweep_dir / SWEEP_INDEX, reports / SWEEP_INDEX)
-    for name in sweep["reports"]:
-        copy_report(report_file(sweep_dir / name), reports / f"{name}.gz")
+
+    def copy():
+        copy_file(sweep_dir / SWEEP_INDEX, reports / SWEEP_INDEX)
+        for name in sweep["reports"]:
+            copy_report(report_file(sweep_dir / name), reports / f"{name}.gz")
+
     ours = {
         SWEEP_NOTEBOOK: {
             "sweep_dir": runs.for_notebook(reports),
@@ -148,13 +175,109 @@ def run_sweep_notebook(sweep_dir, *, out, quiet: bool = False, log=print) -> dic
             "quiet": True,
         }
     }
-    return _execute(ours, out_dir, quiet=quiet, log=log)
+    return _run(ours, out_dir, before=copy, quiet=quiet, log=log)
 
 
-def _execute(ours: dict, out_dir: Path, *, quiet: bool, log) -> dict:
+def _run(ours: dict, out_dir: Path, *, before, quiet: bool, log) -> dict:
+    """`before()` then _execute, in a worker thread; this thread waits, so Ctrl-C reaches it at once: it then
+    stops the run (_stop) and raises Interrupted saying what is left. Any other error is re-raised here."""
+    state = {"finished": [], "running": "", "kernels": [], "stop": threading.Event()}
+    result = {}
+
+    def work():
+        try:
+            before()
+            result["run"] = _execute(ours, out_dir, state, quiet=quiet, log=log)
+        except BaseException as e:  # re-raised in the calling thread
+            result["error"] = e
+
+    worker = threading.Thread(target=work, name="pdlib-notebooks", daemon=True)
+    note = f"interrupted: stopped before cleaning up; {shown(out_dir)} may hold an unfinished run"
+    with interrupt.patient(STOP_S + 5, note=note):
+        try:
+            worker.start()
+            while worker.is_alive():
+                worker.join(0.1)
+        except KeyboardInterrupt:
+            with interrupt.shielded():
+                raise Interrupted(_stop(worker, out_dir, state)) from None
+    if "error" in result:
+        raise result["error"]
+    return result["run"]
+
+
+def _stop(worker: threading.Thread, out_dir: Path, state: dict) -> str:
+    """Kill the kernel (and one that starts meanwhile), give the worker STOP_S to unwind, clean the folder."""
+    state["stop"].set()
+    deadline = time.monotonic() + STOP_S
+    while worker.is_alive() and time.monotonic() < deadline:
+        for km in state["kernels"]:
+            _kill(km)
+        worker.join(0.1)
+    return _clean(out_dir, state["finished"], state["running"])
+
+
+def _kill(km) -> None:
+    """SIGKILL a kernel's process group (it runs in its own session): no traceback, nothing left running."""
+    provisioner = getattr(km, "provisioner", None)
+    process = getattr(provisioner, "process", None)
+    if process is None or process.poll() is not None:
+        return
+    with contextlib.suppress(OSError):
+        if getattr(provisioner, "pgid", None) and hasattr(os, "killpg"):
+            os.killpg(provisioner.pgid, signal.SIGKILL)
+        else:
+            process.kill()
+
+
+def _clean(out_dir: Path, finished: list, running: str) -> str:
+    """After Ctrl-C: remove the folder (made by this run) when no notebook finished; else keep the finished
+    ones, drop the working files (hidden: papermill's copy, temp files) and write INCOMPLETE. Says which."""
+    if not finished:
+        shutil.rmtree(out_dir, ignore_errors=True)
+        if not out_dir.exists():
+            return f"removed the unfinished run folder {shown(out_dir)}"
+        return f"could not remove all of {shown(out_dir)}: it holds an unfinished run"
+    for path in out_dir.glob(".*"):
+        with contextlib.suppress(OSError):
+            path.unlink()
+    write_new(
+        out_dir / INCOMPLETE,
+        f"This run was interrupted while {running or 'finishing'} ran: only {', '.join(finished)} finished "
+        f"(each notebook with its HTML and files); the files of the rest are missing or partial.\n",
+        what="note",
+    )
+    return f"{shown(out_dir)} keeps {', '.join(finished)} (finished) and is marked incomplete ({INCOMPLETE})"
+
+
+def _kernel_manager(runtime: Path, started: list):
+    """nbclient's kernel manager class, with the kernel's connection file and stderr in `runtime` and its
+    working directory notebooks/; each instance is appended to `started`, for _stop."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class Manager(AsyncKernelManager):
+        def __init__(self, **kw):
+            super().__init__(**{"connection_file": str(runtime / f"kernel-{len(started) + 1}.json"), **kw})
+            self.stderr_path = runtime / f"kernel-{len(started) + 1}.stderr"
+            started.append(self)
+
+        async def start_kernel(self, **kw):
+            with open(self.stderr_path, "ab") as stderr:
+                await super().start_kernel(**{"cwd": str(NOTEBOOK_DIR), "stderr": stderr, **kw})
+
+    return Manager
+
+
+def _last_line(path: Path) -> str:
+    with contextlib.suppress(OSError):
+        return _one_line("\n".join(reversed(path.read_text(errors="replace").splitlines())))
+    return ""
+
+
+def _execute(ours: dict, out_dir: Path, state: dict, *, quiet: bool, log) -> dict:
     """Run each notebook named in `ours` (in order) with its defaults overridden by `ours[name]`, into out_dir,
     and export each to HTML; NotebookFailed on the first that raises. Papermill writes a hidden working copy;
-    the notebook is then stored once (one_copy_per_chart), through write_new."""
+    the notebook is then stored once (one_copy_per_chart), through write_new. After _stop, nothing is written."""
     import papermill as pm
     from nbclient.exceptions import DeadKernelError
     from papermill.exceptions import PapermillExecutionError
@@ -162,38 +285,56 @@ def _execute(ours: dict, out_dir: Path, *, quiet: bool, log) -> dict:
     from pdlib.publish.export import export_html
 
     progress = not quiet and sys.stderr.isatty()
+    quiet_log = logging.getLogger("papermill")  # nbclient logs through it: "Kernel died ...", said below anyway
+    if not quiet_log.handlers:
+        quiet_log.addHandler(logging.NullHandler())  # else Python's last-resort handler prints it to stderr
     done, html, t_start = [], [], time.perf_counter()
-    for name, values in ours.items():
-        nb_out, working = out_dir / f"{name}.ipynb", out_dir / f".{name}.running.ipynb"
-        t0 = time.perf_counter()
-        try:
-            # shown(): papermill records these paths in the notebook; _store sets them repository-relative
-            pm.execute_notebook(
-                shown(NOTEBOOK_DIR / f"{name}.ipynb"),
-                shown(working),
-                parameters={**defaults(name), **values},
-                kernel_name=KERNEL,
-                cwd=str(NOTEBOOK_DIR),
-                progress_bar=progress,
-                extra_arguments=KERNEL_ARGS,
-            )
-        except PapermillExecutionError as e:
-            page = export_html(_store(working, nb_out, name)) if working.exists() else nb_out
-            raise NotebookFailed(
-                f"notebook {name} failed: {e.ename}: {_one_line(e.evalue)} (traceback in {shown(page)})",
-                EXIT_CODES.get(e.ename, 1),
-            ) from None
-        except DeadKernelError:
-            raise NotebookFailed(
-                f"the kernel died while running {name} (out of memory, or a crash in MLX?); "
-                f"the partial notebook is {shown(nb_out)}"
-            ) from None
-        finally:  # done, died or interrupted: the notebook as far as it ran
-            if working.exists():
-                _store(working, nb_out, name)
-        done.append(nb_out)
-        html.append(export_html(nb_out))
-        log(f"{name}: {time.perf_counter() - t0:.1f} s")
+    with tempfile.TemporaryDirectory(prefix="pdlib-kernel-") as runtime:
+        manager = _kernel_manager(Path(runtime), state["kernels"])
+        for name, values in ours.items():
+            if state["stop"].is_set():
+                raise KeyboardInterrupt
+            state["running"] = name
+            nb_out, working = out_dir / f"{name}.ipynb", out_dir / f".{name}.running.ipynb"
+            t0 = time.perf_counter()
+            try:
+                # shown(): papermill records these paths in the notebook; _store sets them repository-relative
+                pm.execute_notebook(
+                    shown(NOTEBOOK_DIR / f"{name}.ipynb"),
+                    shown(working),
+                    parameters={**defaults(name), **values},
+                    kernel_name=KERNEL,
+                    progress_bar=progress,
+                    extra_arguments=KERNEL_ARGS,
+                    kernel_manager_class=manager,  # its kernel starts in notebooks/, as papermill's cwd= would
+                )
+            except PapermillExecutionError as e:
+                if state["stop"].is_set():
+                    raise
+                page = export_html(_store(working, nb_out, name)) if working.exists() else nb_out
+                raise NotebookFailed(
+                    f"notebook {name}: {_one_line(e.evalue)} (see {shown(page)})"
+                    if e.ename in EXIT_CODES
+                    else f"notebook {name} failed: {e.ename}: {_one_line(e.evalue)} (traceback in {shown(page)})",
+                    EXIT_CODES.get(e.ename, 1),
+                ) from None
+            except DeadKernelError:
+                if state["stop"].is_set():
+                    raise
+                said = _last_line(state["kernels"][-1].stderr_path)
+                raise NotebookFailed(
+                    f"the kernel died while running {name} (out of memory, or a crash in MLX?); "
+                    f"the partial notebook is {shown(nb_out)}" + (f"; the kernel's last line: {said}" if said else "")
+                ) from None
+            finally:  # done or died: the notebook as far as it ran; stopped by Ctrl-C: nothing
+                if state["stop"].is_set():
+                    working.unlink(missing_ok=True)
+                elif working.exists():
+                    _store(working, nb_out, name)
+            done.append(nb_out)
+            html.append(export_html(nb_out))
+            state["finished"].append(name)
+            log(f"{name}: {time.perf_counter() - t0:.1f} s")
     return {"out_dir": out_dir, "notebooks": done, "html": html, "seconds": time.perf_counter() - t_start}
 
 

@@ -1,7 +1,7 @@
 """Where runs live, and notebook 01's one call: paths from the repository root, fresh run folders, run-or-copy.
 
     runs.repo_path("params/smoke-cpu.yaml")     # absolute, whatever the kernel's working directory
-    runs.fresh_dir(runs.LOCAL / "run")          # outputs/local/run, or run-2, run-3, ... (made here)
+    runs.fresh_dir(runs.LOCAL / "run")          # outputs/local/run, or run-2, run-3, ... (made here, atomically)
     report = runs.load_or_run(params, output=out / runs.REPORT)
 
 Runs nobody asked to keep go to outputs/local/ (git-ignored); the committed folders under outputs/ are
@@ -44,16 +44,17 @@ def for_notebook(path) -> str:
 
 
 def fresh_dir(base) -> Path:
-    """`base` if it is missing or empty, else the first of base-2, base-3, ... that is (created here)."""
+    """A folder made here: `base`, else the first of base-2, base-3, ... that does not exist. Creating it is
+    the claim (mkdir fails atomically on an existing name), so two concurrent runs never share a folder; an
+    existing folder, even an empty one, is never written into."""
     base = Path(base)
     for k in range(1, 10_000):
         path = base if k == 1 else base.with_name(f"{base.name}-{k}")
         try:
-            path.mkdir(parents=True)  # atomic: two concurrent runs never get the same folder
+            path.mkdir(parents=True)
             return path
         except FileExistsError:
-            if path.is_dir() and not any(path.iterdir()):
-                return path
+            continue
         except OSError as e:
             raise InputError(f"cannot create output folder {str(path)!r}: {e.strerror}") from None
     raise InputError(f"no free folder next to {str(base)!r}")

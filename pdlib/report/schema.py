@@ -35,6 +35,7 @@ A report is one JSON object:
       "trials": [
         {"policy": "eager", "trial": 1, "position": 0,       # trial number (1-based), place in that
                                                              # trial's policy order (0-based)
+         "peer": true, "agreement": {"A": n, "B": n},        # only on a peer's trials (below)
          "makespan_ns": 51750000000,
          "requests": {
             "A": {"output_ids": [...],   # every output id, A's untimed first token included
@@ -68,8 +69,18 @@ With an slo policy, a top-level "slo": {"tbt_slo_ms", "target_from": "params" | 
 
 All times are integer nanoseconds relative to t0 (the instant A is ready for its next decode and B arrives).
 A's first timed token has a gap measured from t0 (its "initial resumption gap"); every later gap is the
-difference of consecutive emission times. Warmups are not in the report (they are untimed and checked only
-against the reference tokens).
+difference of consecutive emission times. Warmups are not in the report (they are untimed; the runner holds
+each to reference_tokens by the same rule as a trial, and stops before any report is written if one differs).
+
+What a report claims, checked when it is read (report/checks.py, InputError naming the first problem):
+- a policy with trials passed its gate: validation[policy]["passed"] is true;
+- its trials ran what the gate validated: every trial's output_ids, per request, equal reference_tokens
+  exactly (and reference_tokens equal validation[policy]["tokens"], where recorded);
+- every event lies inside its trial, in clock order: 0 <= t_start_ns <= t_end_ns <= makespan_ns.
+A peer (a system timed on the same workload but never gated, such as mlx-lm's own batching) marks each of
+its trials "peer": true and has no validation entry; instead of equalling the reference, each trial carries
+"agreement": {"A": n, "B": n}, how many leading output ids equal reference_tokens (A's untimed first output
+included). A policy's trials are all peer or none.
 """
 
 SCHEMA = "pdlib.report/1"

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from pdlib.engine import Engine
+from pdlib.report.checks import mismatch
 from pdlib.run.executor import Hook, execute
 from pdlib.scheduler import Prefill, Step
 
@@ -132,15 +133,10 @@ def run_once(
 
 
 def check_tokens(run: RunRecord, reference_tokens: dict[str, list[int]], *, what: str) -> None:
-    for r in ("A", "B"):
-        got, want = run.output_ids[r], reference_tokens[r]
-        if got != want:
-            i = next((i for i, (g, w) in enumerate(zip(got, want)) if g != w), min(len(got), len(want)))
-            raise TokenMismatch(
-                f"{what}: policy {run.policy!r}, request {r} differs from the validated reference "
-                f"at output {i}: got {got[i] if i < len(got) else 'nothing'}, "
-                f"expected {want[i] if i < len(want) else 'nothing'}"
-            )
+    for r in ("A", "B"):  # the same rule a report's trials are checked by when it is read
+        diff = mismatch(run.output_ids[r], reference_tokens[r])
+        if diff:
+            raise TokenMismatch(f"{what}: policy {run.policy!r}, request {r} {diff}")
 
 
 def trial_orders(policies: list[str], trials: int) -> list[list[str]]:

@@ -5,8 +5,9 @@
                          a_emits=ms(2500, 2520), b_emits=ms(2400, 2510, 2530))
 
 a_emits / b_emits may be one list (every trial), a dict {policy: list}, or a callable
-(policy, trial) -> list. Events are plausible, not a faithful schedule: B's reset at t0, B's prefill
-chunks spread over [t0, B's first emission), and one decode ending at every later emission.
+(policy, trial) -> list. Every policy passed its gate and every trial's output ids equal reference_tokens.
+Events are plausible, not a faithful schedule: B's reset at t0, B's prefill chunks spread over [t0, B's
+first emission), and one decode ending at every later emission.
 """
 
 import math
@@ -67,6 +68,10 @@ def _events(a, b, *, prompt_tokens, chunk_size):
     return sorted(events, key=lambda ev: ev["t_start_ns"])
 
 
+def _order(policies, trial):
+    return list(policies) if trial % 2 else list(reversed(policies))
+
+
 def make_report(
     *, policies=("eager", "chunked"), trials=1, a_emits=None, b_emits=None, prompt_tokens=256, chunk_size=64
 ) -> dict:
@@ -74,31 +79,36 @@ def make_report(
     alternates them), and trials are listed in run order."""
     a_emits = ms(*DEFAULT_A) if a_emits is None else a_emits
     b_emits = ms(*DEFAULT_B) if b_emits is None else b_emits
+    order = [(t, pos, policy) for t in range(1, trials + 1) for pos, policy in enumerate(_order(policies, t))]
+    emits = {(t, policy): (_pick(a_emits, policy, t), _pick(b_emits, policy, t)) for t, _, policy in order}
+    # Every trial's outputs equal the reference, as a real report's do: a trial given fewer emissions than
+    # the longest has the rest as untimed outputs ahead of its timed ones.
+    reference = {
+        "A": _ids(max(len(a) for a, _ in emits.values()) + 1, 11),
+        "B": _ids(max(len(b) for _, b in emits.values()), 500),
+    }
     runs = []
-    for t in range(1, trials + 1):
-        order = list(policies) if t % 2 else list(reversed(policies))
-        for pos, policy in enumerate(order):
-            a, b = _pick(a_emits, policy, t), _pick(b_emits, policy, t)
-            runs.append(
-                {
-                    "policy": policy,
-                    "trial": t,
-                    "position": pos,
-                    "makespan_ns": max(a[-1], b[-1]),
-                    "requests": {
-                        "A": {"output_ids": _ids(len(a) + 1, 11), "timed_from": 1, "emit_ns": a},
-                        "B": {"output_ids": _ids(len(b), 500), "timed_from": 0, "emit_ns": b},
-                    },
-                    "events": _events(a, b, prompt_tokens=prompt_tokens, chunk_size=chunk_size),
-                }
-            )
-    first = runs[0]["requests"]
+    for t, pos, policy in order:
+        a, b = emits[t, policy]
+        runs.append(
+            {
+                "policy": policy,
+                "trial": t,
+                "position": pos,
+                "makespan_ns": max(a[-1], b[-1]),
+                "requests": {
+                    r: {"output_ids": list(reference[r]), "timed_from": len(reference[r]) - len(e), "emit_ns": e}
+                    for r, e in (("A", a), ("B", b))
+                },
+                "events": _events(a, b, prompt_tokens=prompt_tokens, chunk_size=chunk_size),
+            }
+        )
     return {
         "schema": SCHEMA,
         "created_utc": "2026-01-01T00:00:00Z",
         "params": {
             "prompt_tokens": prompt_tokens,
-            "output_tokens": len(first["B"]["output_ids"]),
+            "output_tokens": len(reference["B"]),
             "chunk_size": chunk_size,
             "policies": list(policies),
             "trials": trials,
@@ -127,7 +137,7 @@ def make_report(
             "git_commit": None,
         },
         "sources": {},
-        "validation": {p: {"passed": True} for p in policies},
-        "reference_tokens": {r: first[r]["output_ids"] for r in REQUESTS},
+        "validation": {p: {"passed": True, "tokens": {r: list(ids) for r, ids in reference.items()}} for p in policies},
+        "reference_tokens": {r: list(ids) for r, ids in reference.items()},
         "trials": runs,
     }

@@ -220,7 +220,7 @@ def test_second_run_goes_to_a_new_folder_and_says_where_to_look(run, params_file
     assert main(["notebooks", "--params", str(params_file), "--out", str(first), "--quiet"]) == 0
     second = first.with_name(first.name + "-2")
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == f"{first} already holds files from an earlier run; this run writes to {second}"
+    assert lines[0] == f"{first} already exists; this run writes to {second}"
     assert [ln.strip() for ln in lines[-4:-1]] == [str(second / f"{n}.html") for n in nbk.NOTEBOOKS]
     assert (second / runs.REPORT).is_file() and (second / "03_figures.html").is_file()
     assert {p.name: p.stat().st_mtime_ns for p in first.iterdir()} == before
@@ -244,8 +244,10 @@ def test_error_inside_a_notebook_is_one_line(tmp_path, capsys):
     params.write_text(yaml.safe_dump({**PARAMS, "model": "synthetic:nosuch"}))
     assert main(["notebooks", "--params", str(params), "--out", str(tmp_path / "o"), "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "01_run_trials failed: InputError: unknown model preset 'nosuch'" in err
-    assert (tmp_path / "o" / "01_run_trials.html").is_file()  # the traceback is kept
+    assert err.count("\n") == 1 and err.startswith("error: notebook 01_run_trials: unknown model preset 'nosuch'")
+    assert (tmp_path / "o" / "01_run_trials.html").is_file()  # the error is kept
+    (error,) = [o for o in outputs(tmp_path / "o" / "01_run_trials.ipynb") if o.output_type == "error"]
+    assert error.traceback == [f"error: {error.evalue}"]  # one line in the notebook too
     assert not (tmp_path / "o" / runs.REPORT).exists()
 
 
@@ -431,10 +433,7 @@ def test_report_second_render_goes_to_a_new_folder(rendered, capsys):
     before = {p.name: p.stat().st_mtime_ns for p in first.iterdir()}
     assert main(["notebooks", "--report", str(SMALL_REPORT), "--out", str(first), "--quiet"]) == 0
     second = first.with_name(first.name + "-2")
-    assert (
-        capsys.readouterr().out.splitlines()[0]
-        == f"{first} already holds files from an earlier run; this run writes to {second}"
-    )
+    assert capsys.readouterr().out.splitlines()[0] == f"{first} already exists; this run writes to {second}"
     assert (second / runs.REPORT).read_bytes() == (first / runs.REPORT).read_bytes()
     assert {p.name: p.stat().st_mtime_ns for p in first.iterdir()} == before
 
@@ -499,11 +498,10 @@ def test_load_or_run_copies_once_and_never_overwrites(tmp_path, capsys):
 
 def test_fresh_dir(tmp_path):
     assert runs.fresh_dir(tmp_path / "a") == tmp_path / "a"  # made
-    assert runs.fresh_dir(tmp_path / "a") == tmp_path / "a"  # still empty: reused
-    (tmp_path / "a" / "x").touch()
-    (tmp_path / "a-2").mkdir()
-    (tmp_path / "a-2" / "y").touch()
-    assert runs.fresh_dir(tmp_path / "a") == tmp_path / "a-3"
+    assert runs.fresh_dir(tmp_path / "a") == tmp_path / "a-2"  # exists, even empty: never shared
+    (tmp_path / "a-3").touch()  # a file is in the way too
+    assert runs.fresh_dir(tmp_path / "a") == tmp_path / "a-4"
+    assert runs.fresh_dir(tmp_path / "new" / "b") == tmp_path / "new" / "b"  # parents made
 
 
 def test_paths_resolve_from_the_repository_root(monkeypatch, tmp_path):
