@@ -48,6 +48,11 @@ SLOW = {
         "test_a_step_records_when_the_host_had_issued_it_and_began_waiting",
     ),
     "run/test_overlap.py": ("test_the_issues_validate_command_passes_every_policy",),
+    "publish/test_notebook_inputs.py": (
+        "test_bare_papermill_refuses_in_one_line",
+        "test_cli_prints_a_notebooks_refusal_in_one_line_exit_2",
+        "test_ctrl_c_leaves_no_partial_run_no_traceback_no_kernel_files",
+    ),
 }
 
 

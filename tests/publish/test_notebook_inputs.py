@@ -63,7 +63,6 @@ def test_every_notebook_checks_its_parameters_before_anything_else():
 
 
 # ---- bare papermill: the notebook's error output is one line ------------------------------------------
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "name, args, line",
     [
@@ -99,7 +98,6 @@ def test_bare_papermill_refuses_in_one_line(tmp_path, name, args, line):
 
 
 # ---- python -m pdlib notebooks: one line `error: ...`, exit 2 ----------------------------------------
-@pytest.mark.slow
 def test_cli_prints_a_notebooks_refusal_in_one_line_exit_2(tmp_path, capsys, monkeypatch):
     defaults = nbk.defaults  # the runner injecting a parameter the notebook lacks (e.g. one renamed there)
     monkeypatch.setattr(nbk, "defaults", lambda name: {**defaults(name), "bogus": 1})
@@ -135,7 +133,6 @@ def test_concurrent_claims_never_share_a_folder(tmp_path):
 
 
 # ---- Ctrl-C ------------------------------------------------------------------------------------------
-@pytest.mark.slow
 @pytest.mark.parametrize("during", ["01_run_trials", "02_analyze_gaps"])
 def test_ctrl_c_leaves_no_partial_run_no_traceback_no_kernel_files(tmp_path, during):
     out, scratch, runtime = tmp_path / "out", tmp_path / "tmp", tmp_path / "runtime"

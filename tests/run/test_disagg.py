@@ -235,7 +235,6 @@ def test_a_worker_that_dies_or_hangs_mid_run_ends_it_cleanly(tmp_path, fault, sa
     assert _marked_processes(marker) == []
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_a_parent_killed_mid_run_leaves_no_folder_and_no_worker(tmp_path, sig):
     """Killed while the worker hangs in the warmup's prefill (after the group was joined): nothing of the
