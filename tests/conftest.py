@@ -48,6 +48,7 @@ SLOW = {
         "test_a_step_records_when_the_host_had_issued_it_and_began_waiting",
     ),
     "run/test_overlap.py": ("test_the_issues_validate_command_passes_every_policy",),
+    "run/test_serve.py": ("test_the_smoke_params_serve_every_policy_through_the_gate",),
     "publish/test_notebook_inputs.py": (
         "test_bare_papermill_refuses_in_one_line",
         "test_cli_prints_a_notebooks_refusal_in_one_line_exit_2",

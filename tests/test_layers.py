@@ -10,7 +10,7 @@ PKG = Path(__file__).resolve().parent.parent / "pdlib"
 # Lowest first; a module may import its own layer's modules and any below it, never one above.
 LAYERS = [
     ("pdlib.errors",),
-    ("pdlib.text", "pdlib.tolerance", "pdlib.scheduler"),
+    ("pdlib.text", "pdlib.tolerance", "pdlib.scheduler", "pdlib.batching"),
     ("pdlib.config", "pdlib.settings"),
     ("pdlib.prompts", "pdlib.weights", "pdlib.checkpoint", "pdlib.traces", "pdlib.workload"),
     ("pdlib.report",),
@@ -19,7 +19,7 @@ LAYERS = [
     ("pdlib.run",),
     ("pdlib.tools", "pdlib.analysis"),
     ("pdlib.publish",),
-    ("pdlib.__main__", "pdlib"),
+    ("pdlib.cli", "pdlib.__main__", "pdlib"),
 ]
 # analysis reads reports only: it never reaches the engine, a run or a tool (nor MLX, checked elsewhere)
 APART = {"pdlib.analysis": ("pdlib.engine", "pdlib.run", "pdlib.tools"), "pdlib.tools": ("pdlib.analysis",)}

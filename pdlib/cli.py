@@ -1,0 +1,274 @@
+"""The command line's parser: every command's flags with their help and defaults (`python -m pdlib` runs it).
+
+Flags that mirror RunParams default to None ("not given"), so a params file's value, then RunParams' default,
+applies; the help shows which. A bad flag is one InputError line, exit 2, like every other bad input.
+"""
+
+import argparse
+
+from pdlib.errors import InputError
+
+
+class _Help(argparse.HelpFormatter):
+    """Each flag's default after its help, unless the help already says it or there is none to say."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default:" in text or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, as for every other bad input
+        raise InputError(f"{self.prog}: {message}")
+
+
+def _defaults():
+    from pdlib.config import RunParams
+
+    return RunParams()
+
+
+def _policies() -> str:
+    from pdlib.config import POLICY_ALIASES
+    from pdlib.scheduler import POLICIES  # pure step logic: no MLX
+
+    aliases = ", ".join(f"{a} = {p}" for a, p in POLICY_ALIASES.items())
+    return f"{' '.join(POLICIES)} ({aliases})"
+
+
+def run_options(p: argparse.ArgumentParser) -> None:
+    """Flags that mirror RunParams; None means 'not given' so the params file, then RunParams' default, applies."""
+    d = _defaults()
+
+    def default(name):
+        return f"default: the params file's, else {getattr(d, name)}"
+
+    p.add_argument("--params", metavar="YAML", help="RunParams keys (params/*.yaml); flags override it")
+    p.add_argument(
+        "--model",
+        help="preset (qwen3-0.6b, tiny), synthetic:PRESET[@SEED], HF repo id or a checkpoint "
+        f"directory ({default('model')})",
+    )
+    p.add_argument("--prompt-tokens", type=int, metavar="N", help=f"each request's prompt ({default('prompt_tokens')})")
+    p.add_argument(
+        "--output-tokens",
+        type=int,
+        metavar="N",
+        help=f"greedy outputs per request, at least 2 ({default('output_tokens')})",
+    )
+    p.add_argument(
+        "--chunk-size",
+        type=int,
+        metavar="N",
+        help=f"prompt tokens per prefill step, the same for every policy ({default('chunk_size')})",
+    )
+    p.add_argument(
+        "--policies",
+        nargs="+",
+        metavar="POLICY",
+        help=f"any of: {_policies()} (default: the params file's, else {' '.join(d.policies)})",
+    )
+    p.add_argument(
+        "--logical-cache-reset",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="B's reset at t0 only rewinds its cache; --no-logical-cache-reset reallocates it "
+        f"({default('logical_cache_reset')})",
+    )
+    p.add_argument(
+        "--no-lossless-decode-weights",
+        dest="lossless_decode_weights",
+        action="store_false",
+        default=None,
+        help="decode reads the FP32 weights as they are, not bit-exact bf16 copies (for a checkpoint whose "
+        "weights bf16 cannot hold exactly; slower) (default: the params file's, else bf16 copies)",
+    )
+    p.add_argument(
+        "--validation-checkpoint-every",
+        type=int,
+        metavar="K",
+        help=f"the gate compares the whole cache every K outputs ({default('validation_checkpoint_every')})",
+    )
+    p.add_argument(
+        "--tbt-slo-ms",
+        type=float,
+        metavar="MS",
+        help="A's gap target for slo-chunked / slo-mixed; their chunk sizes come from a step-cost fit, at "
+        "most --chunk-size (default: the params file's, else 5x the fitted decode step)",
+    )
+    p.add_argument(
+        "--pipeline-decodes",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="issue a step of decodes before the tokens of the one before it are observed, so the "
+        f"host's launch overlaps the device's work ({default('pipeline_decodes')})",
+    )
+    p.add_argument(
+        "--poll-during-chunks",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="with pipelined decodes, issue a prompt chunk before the decodes ahead of it are observed "
+        "and look for their tokens between its layers, through the kernel's mailbox "
+        f"({default('poll_during_chunks')})",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def trial_options(p: argparse.ArgumentParser) -> None:
+    d = _defaults()
+    p.add_argument(
+        "--trials",
+        type=int,
+        metavar="N",
+        help=f"paired timed trials per policy (default: the params file's, else {d.trials})",
+    )
+    p.add_argument(
+        "--warmups",
+        type=int,
+        metavar="N",
+        help=f"untimed runs per policy before them (default: the params file's, else {d.warmups})",
+    )
+
+
+def params_from(args):
+    """RunParams from the run options: the params file's values, then the flags given over them."""
+    from pdlib.config import RunParams
+
+    keys = (
+        "model",
+        "prompt_tokens",
+        "output_tokens",
+        "chunk_size",
+        "policies",
+        "trials",
+        "warmups",
+        "logical_cache_reset",
+        "lossless_decode_weights",
+        "validation_checkpoint_every",
+        "tbt_slo_ms",
+        "pipeline_decodes",
+        "poll_during_chunks",
+    )
+    given = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
+    return RunParams.from_yaml(args.params, **given) if args.params else RunParams(**given)
+
+
+def parser(commands: dict, *, description: str) -> argparse.ArgumentParser:
+    """Every command's flags, help and defaults; `commands` maps each name to its handler (checked complete)."""
+    from pdlib import __version__
+
+    fmt = _Help
+    parser = _Parser(
+        prog="python -m pdlib",
+        description=description,
+        formatter_class=fmt,
+        epilog="python -m pdlib COMMAND --help says more; README.md has the quickstart",
+    )
+    parser.add_argument("--version", action="version", version=f"pdlib {__version__}")
+    sub = parser.add_subparsers(dest="command", title="commands", metavar="COMMAND", parser_class=_Parser)
+
+    def command(name, help):
+        if name not in commands:
+            raise ValueError(f"no handler for command {name!r}")
+        return sub.add_parser(name, help=help, description=help, formatter_class=fmt)
+
+    v = command("validate", "check every policy's steps against the FP32 reference, time nothing")
+    run_options(v)
+    r = command("run", "validate every policy, then time paired trials and write the report")
+    run_options(r)
+    trial_options(r)
+    r.add_argument(
+        "--output", metavar="PATH", help="the report (JSON); must not exist (required unless --validate-only)"
+    )
+    r.add_argument("--validate-only", action="store_true", help="run the validation gate and nothing else")
+    s = command(
+        "serve",
+        "serve a workload of N requests with arrivals (an Azure trace, Poisson, the pair) under each policy, "
+        "every request's tokens checked against the FP32 reference",
+    )
+    s.add_argument("--params", metavar="YAML", required=True, help="a serving params file (params/serve-*.yaml)")
+    s.add_argument("--output", metavar="PATH", help="the report (JSON, .json.gz compressed); must not exist")
+    n = command(
+        "notebooks",
+        "execute notebooks 01-03 (trials, or a given report) or 04 (a sweep) "
+        "into a fresh folder, each with its offline HTML page",
+    )
+    source = n.add_mutually_exclusive_group(required=True)
+    source.add_argument("--params", metavar="YAML", help="RunParams keys: run the trials")
+    source.add_argument("--report", help="report.json from `run` (e.g. on another machine): render it, run nothing")
+    source.add_argument(
+        "--sweep", metavar="DIR", help="a folder written by `sweep`: notebook 04 only (the chunk-size frontier)"
+    )
+    n.add_argument(
+        "--out",
+        metavar="DIR",
+        help="output folder (default: outputs/local/<params stem>; required with "
+        "--report and --sweep; -2, -3, ... if it exists)",
+    )
+    n.add_argument("--quiet", action="store_true", help="no progress bar")
+    d = command("render", "rebuild every figure and table from a report (or bench-step's JSON) without rerunning")
+    d.add_argument("report", help="report.json written by run or the notebooks, or bench-step's JSON")
+    d.add_argument(
+        "--out", required=True, metavar="DIR", help="folder for the figures and tables; existing files are refused"
+    )
+    s = command("sweep", "one validated, timed run per (policy, chunk size), one report each, an index")
+    run_options(s)
+    trial_options(s)
+    s.add_argument(
+        "--chunk-sizes",
+        type=int,
+        nargs="+",
+        required=True,
+        metavar="N",
+        help="each swept policy (--policies) runs at each",
+    )
+    s.add_argument(
+        "--reference-policies",
+        nargs="*",
+        metavar="POLICY",
+        help="run once at the params' chunk_size (default: eager fifo overlap slo-chunked slo-mixed, those "
+        "registered and not swept)",
+    )
+    s.add_argument(
+        "--output", required=True, metavar="DIR", help="folder for the reports and index.json; must be new or empty"
+    )
+    k = command("check-kernels", "every GPU kernel against its MLX-ops twin (GPU only)")
+    k.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    k.add_argument("--output", metavar="PATH", help="JSON with every comparison; must not exist")
+    b = command(
+        "bench-step",
+        "decode and prefill times, pdlib next to mlx-lm (and transformers + "
+        "torch.compile where torch sees CUDA), same device and weights (GPU only)",
+    )
+    b.add_argument("--model", default="qwen3-0.6b", help="as for run")
+    b.add_argument(
+        "--contexts",
+        type=int,
+        nargs="+",
+        default=[1024, 4096, 5120],
+        metavar="N",
+        help="cache lengths a decode step is timed at",
+    )
+    b.add_argument("--tokens", type=int, default=200, help="timed decode tokens per context")
+    b.add_argument("--warmup", type=int, default=20, help="untimed decode tokens before them")
+    b.add_argument("--prefill-tokens", type=int, default=4096, help="the prompt prefilled whole and in chunks")
+    b.add_argument("--chunk-size", type=int, default=128, help="the chunk of the chunked prefills")
+    b.add_argument(
+        "--no-peers",
+        dest="peers",
+        action="store_false",
+        default=None,
+        help="skip transformers' Qwen3 (FP32 and bf16, static cache, torch.compile); default: measure "
+        "it where torch sees a CUDA device",
+    )
+    b.add_argument("--output", metavar="PATH", help="JSON; must not exist")
+    f = command("profile-step", "where one decode step's time goes, variant by variant (GPU only)")
+    f.add_argument("--model", default="synthetic:qwen3-0.6b", help="as for run")
+    f.add_argument("--context", type=int, default=4096, help="the cache length of the profiled step")
+    f.add_argument("--steps", type=int, default=50, help="timed steps per variant")
+    f.add_argument("--output", metavar="PATH", help="JSON; must not exist")
+    if set(sub.choices) != set(commands):
+        raise ValueError(f"commands without a parser: {sorted(set(commands) - set(sub.choices))}")
+    return parser

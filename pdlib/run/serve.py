@@ -1,0 +1,281 @@
+"""Serving N requests that arrive over time on one Engine: each policy replays a workload's arrivals on the clock,
+every token is stamped, and every request's ids must equal the FP32 reference's for that request alone.
+
+    report = serve_params_file("params/serve-smoke-cpu.yaml", output="out/serve.json")   # the CLI's entry
+    report = run_serving(load_model("synthetic:tiny"), workload, policy=["eager", "mixed"], chunk_size=32)
+    print(summary_table(report))
+
+A run: every request is added to the engine (its cache allocated) and reset before the clock starts at 0
+(`time.perf_counter_ns`). Then, until every request has finished: admit the requests whose arrival_ns the clock
+has passed; ask the policy (pdlib.batching) for a step; if it has none, wait for the next arrival (sleep, then
+spin); else run the step as one `Engine.batch`, observe each output token (`Output.observe`) and stamp it with
+the clock; a step without a token ends when its parts' K/V are written. Each step is logged (its parts
+`[name, n]` or `[name, null]` for a decode, its start and end). Steps are not pipelined: each one is observed
+before the next is issued. Warmups, when asked for, are whole runs first, checked and then dropped.
+
+Capacity: the engine gives every request its own cache of one capacity, max(prompt + output) over the
+workload (the last output is never fed back, so that holds every position): one cache shape, so no step is
+compiled again for another, and all N caches are allocated before the clock starts (KV_CACHE_LIMIT_BYTES
+refuses a workload whose caches would not fit; a paged cache is for the GPU version).
+
+The gate (pdlib/run/serve_gate.py) checks tokens only, after each run: a mismatch stops everything with one
+line and nothing is written. Not in this version, and next: the full checks of the two-request gate (every
+step's logits and every request's K/V at 1e-3 against the reference, on a replay of the logged step sequence).
+"""
+
+import datetime
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+
+import mlx.core as mx
+
+from pdlib.batching import check_step, make_batch_policy
+from pdlib.engine import Engine, check_token
+from pdlib.engine.kernels import BACKEND
+from pdlib.errors import InputError
+from pdlib.report.io import claim_output, environment, source_hashes, write_report
+from pdlib.report.serving import run_summary
+from pdlib.run.serve_gate import NEAR_TIE_MARGIN, check_request, reference_sequences
+from pdlib.run.serve_params import ServeParams, load_serve_params
+from pdlib.scheduler import Prefill, RequestState
+from pdlib.weights import LoadedModel, load_model
+from pdlib.workload import Workload, iter_prompts
+
+SCHEMA = "pdlib.serve/1"
+now = time.perf_counter_ns
+KV_CACHE_LIMIT_BYTES = 16 << 30
+SPIN_NS = 1_000_000  # the last stretch of a wait for an arrival is spun, not slept: sleep overshoots
+
+
+def _wait_until(t_ns: int) -> None:
+    while (left := t_ns - now()) > 0:
+        if left > 2 * SPIN_NS:
+            time.sleep((left - SPIN_NS) / 1e9)
+
+
+def serve_once(engine: Engine, workload: Workload, policy: str, *, chunk_size: int) -> dict:
+    """One timed run of `policy` on `workload` (its requests already added to `engine`): per request its
+    output ids, emit stamps and admission, and the step log; every stamp in ns since the clock's start."""
+    names, n = workload.names, workload.n
+    arrival = workload.arrival_ns.tolist()
+    prompt, output = workload.prompt_tokens.tolist(), workload.output_tokens.tolist()
+    for name in names:  # untimed: the caches are allocated once; each run only rewinds them
+        engine.reset(name, logical=True)
+    chooser = make_batch_policy(policy)
+    states: dict[str, RequestState] = {}
+    running: list[RequestState] = []
+    ids: dict[str, list[int]] = {name: [] for name in names}
+    emits: dict[str, list[int]] = {name: [] for name in names}
+    admitted = [0] * n
+    work_log, t_start_log, t_end_log = [], [], []
+    idle_ns, nxt, finished = 0, 0, 0
+    mx.synchronize()
+    t0 = now()
+    while finished < n:
+        t = now() - t0
+        while nxt < n and arrival[nxt] <= t:
+            states[names[nxt]] = RequestState(names[nxt], prompt[nxt], output[nxt])
+            running.append(states[names[nxt]])
+            admitted[nxt] = t
+            nxt += 1
+        step = chooser.next_step(running, chunk_size=chunk_size)
+        if step is None:
+            if running or nxt == n:
+                raise RuntimeError(f"policy {policy!r} stopped with {len(running)} requests running")
+            _wait_until(t0 + arrival[nxt])
+            idle_ns += now() - t0 - t
+            continue
+        check_step(step, states)
+        parts = [(w.req, w.n if isinstance(w, Prefill) else None) for w in step.work]
+        t_start = now()
+        outs = engine.batch(parts)
+        quiet = []
+        for (name, _), out in zip(parts, outs):
+            if out is None:
+                c = engine.requests[name].cache
+                quiet += [*c.k, *c.v, c.written]
+            else:
+                ids[name].append(check_token(out.observe()))
+                emits[name].append(now() - t0)
+        if quiet:  # a chunk that yields no token is done when its K/V are
+            mx.eval(quiet)
+        t_end = now()
+        work_log.append([list(p) for p in parts])
+        t_start_log.append(t_start - t0)
+        t_end_log.append(t_end - t0)
+        done = 0
+        for w in step.work:
+            states[w.req].apply(w)
+            done += states[w.req].finished
+        if done:
+            running = [r for r in running if not r.finished]
+            finished += done
+    requests = [
+        {
+            "name": name,
+            "arrival_ns": arrival[i],
+            "admitted_ns": admitted[i],
+            "prompt_tokens": prompt[i],
+            "output_tokens": output[i],
+            "emit_ns": emits[name],
+            "output_ids": ids[name],
+        }
+        for i, name in enumerate(names)
+    ]
+    steps = {"work": work_log, "t_start_ns": t_start_log, "t_end_ns": t_end_log}
+    return {"policy": policy, "requests": requests, "steps": steps, "idle_ns": idle_ns, "makespan_ns": t_end_log[-1]}
+
+
+def gate(run: dict, refs: dict) -> list[dict]:
+    """Check every request of a run (serve_gate.check_request, in request order; the first mismatch raises) and
+    record each one's check; returns the near-ties."""
+    ties = []
+    for r in run["requests"]:
+        r["check"] = check_request(r["name"], r["output_ids"], refs[r["name"]], policy=run["policy"])
+        if r["check"]["status"] == "near-tie":
+            ties.append({"policy": run["policy"], "request": r["name"], **r["check"]})
+    return ties
+
+
+def kv_cache_bytes(model: LoadedModel, *, requests: int, capacity: int) -> int:
+    c = model.config
+    return 2 * 4 * requests * capacity * c.num_hidden_layers * c.num_key_value_heads * c.head_dim  # K and V, FP32
+
+
+def run_serving(
+    model: LoadedModel,
+    workload: Workload,
+    *,
+    policy: str | Sequence[str],
+    chunk_size: int,
+    slos=None,
+    warmups: int = 0,
+    refs: dict | None = None,
+    params: dict | None = None,
+    params_file=None,
+) -> dict:
+    """Serve `workload` under each policy named (one name or several, run in order on one engine), gate every
+    run's tokens, and return the report (schema pdlib.serve/1; `summary_table` shows it). `slos`: a dict of
+    report.serving.Slo for the attainment fields; `refs`: reference sequences already computed (serve_gate),
+    else computed here and timed; `params`: what the report records as its params (the params file's)."""
+    policies = [policy] if isinstance(policy, str) else list(policy)
+    for p in policies:
+        make_batch_policy(p)  # an unknown name is refused before any work
+    cfg = model.config
+    total = (workload.prompt_tokens + workload.output_tokens).tolist()
+    capacity = max(total)
+    if capacity > cfg.max_position_embeddings:
+        i = total.index(capacity)
+        raise InputError(
+            f"request {workload.names[i]}: prompt + output = {capacity} exceeds the model's "
+            f"{cfg.max_position_embeddings} positions (lower max_total_tokens)"
+        )
+    cache_bytes = kv_cache_bytes(model, requests=workload.n, capacity=capacity)
+    if cache_bytes > KV_CACHE_LIMIT_BYTES:
+        raise InputError(
+            f"{workload.n} caches of {capacity} positions need {cache_bytes / 2**30:.1f} GiB "
+            f"(over {KV_CACHE_LIMIT_BYTES >> 30} GiB): serve fewer requests or shorter ones"
+        )
+    prompts = {p.name: p for p in iter_prompts(workload, vocab_size=cfg.vocab_size, tokenizer=model.tokenizer)}
+    reference_s = None
+    if refs is None:
+        outputs = dict(zip(workload.names, workload.output_tokens.tolist()))
+        refs, reference_s = reference_sequences(model, {k: p.token_ids for k, p in prompts.items()}, outputs)
+    t = time.perf_counter()
+    engine = Engine(model, capacity=capacity)
+    for name in workload.names:
+        engine.add_request(name, prompts[name].token_ids)
+    setup_s = time.perf_counter() - t
+    runs, near_ties = [], []
+    slos = slos or {}
+    for p in policies:
+        t = time.perf_counter()
+        for _ in range(warmups):
+            gate(serve_once(engine, workload, p, chunk_size=chunk_size), refs)
+        warmup_s = time.perf_counter() - t
+        run = serve_once(engine, workload, p, chunk_size=chunk_size)
+        near_ties += gate(run, refs)
+        run["warmup_s"] = warmup_s
+        run["summary"] = run_summary(run["requests"], slos)
+        runs.append(run)
+    env = environment(BACKEND)
+    env.update(engine.settings)
+    return {
+        "schema": SCHEMA,
+        "created_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "params": params or {"model": model.source.get("spec"), "chunk_size": chunk_size, "policies": policies},
+        "workload": workload.to_dict(),
+        "model": model.source,
+        "prompts": {
+            "tokenizer": next(iter(prompts.values())).tokenizer,
+            "sha256": [p.sha256 for p in prompts.values()],
+        },
+        "slos": {k: asdict(s) for k, s in slos.items()},
+        "engine": {"capacity": capacity, "kv_cache_bytes": cache_bytes, "setup_s": setup_s, "warmups": warmups},
+        "gate": {
+            "checks": "tokens",  # logits and K/V on a replay of the step log: not yet (module docstring)
+            "reference_s": reference_s,
+            "near_tie_margin": NEAR_TIE_MARGIN,
+            "near_ties": near_ties,
+            "references": {name: refs[name].to_dict() for name in workload.names},
+        },
+        "environment": env,
+        "sources": source_hashes(params_file),
+        "runs": runs,
+    }
+
+
+def write_serving_report(path, report: dict):
+    """The report through the one writer (atomic, never over an existing file; .gz compresses)."""
+    if report.get("schema") != SCHEMA:
+        raise ValueError(f"not a serving report: schema {report.get('schema')!r}")
+    return write_report(path, report)
+
+
+def serve_params_file(params_file, *, output=None) -> dict:
+    """What `python -m pdlib serve --params FILE --output PATH` runs: the output path is claimed first (an
+    existing one is refused before any work), then the run, then the report is written (nothing on failure)."""
+    if output is not None:
+        output = claim_output(output)
+    workload_params, params = load_serve_params(params_file)
+    report = serve(workload_params, params, params_file=params_file)
+    if output is not None:
+        write_serving_report(output, report)
+    return report
+
+
+def serve(workload_params: dict, params: ServeParams, *, params_file=None, refs: dict | None = None) -> dict:
+    """run_serving with a params file's values."""
+    return run_serving(
+        load_model(params.model),
+        Workload.from_params(workload_params),
+        policy=params.policies,
+        chunk_size=params.chunk_size,
+        slos=params.slos(),
+        warmups=params.warmups,
+        refs=refs,
+        params={**params.to_dict(), "workload": workload_params},
+        params_file=params_file,
+    )
+
+
+def summary_table(report: dict) -> str:
+    """One line per policy: TTFT, TBT, TPOT, throughput, makespan, near-ties; then the gate's time."""
+    cols = ("ttft_p50_ms", "ttft_p90_ms", "tbt_p50_ms", "tbt_p99_ms", "tpot_p50_ms", "throughput_tok_s")
+    head = f"{'policy':<8} {'steps':>6} " + " ".join(f"{c:>16}" for c in (*cols, "makespan_s")) + "  near-ties"
+    lines = [head]
+    for run in report["runs"]:
+        s = run["summary"]
+        ties = sum(r["check"]["status"] == "near-tie" for r in run["requests"])
+        vals = " ".join(f"{s[c]:>16.3f}" for c in cols)
+        lines.append(
+            f"{run['policy']:<8} {len(run['steps']['work']):>6} {vals} {run['makespan_ns'] / 1e9:>16.3f}  {ties}"
+        )
+    g, w = report["gate"], report["workload"]
+    ref = "given" if g["reference_s"] is None else f"{g['reference_s']:.2f} s"
+    lines.append(
+        f"{w['requests']} requests over {w['duration_s']:.2f} s ({w['source']}); tokens gated against the FP32 "
+        f"reference ({ref}), {len(g['near_ties'])} near-ties"
+    )
+    return "\n".join(lines)
