@@ -4,11 +4,25 @@ from pdlib.config import preset
 cfg = preset("qwen3-0.6b")          # or "tiny" for fast CPU tests
 """
 
+import math
 from dataclasses import asdict, dataclass, fields
 
 from pdlib.errors import InputError, check_int
 
 POLICY_ALIASES = {"slo": "slo-chunked"}
+
+
+# Sizes, head counts and the layer count: each an integer >= 1
+SIZE_FIELDS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+    "max_position_embeddings",
+)
 
 
 @dataclass(frozen=True)
@@ -26,11 +40,21 @@ class ModelConfig:
     tie_word_embeddings: bool = True
 
     def __post_init__(self):
+        for name in SIZE_FIELDS:
+            check_int(name, getattr(self, name), 1)
+        if self.head_dim % 2:  # RoPE rotates the two halves of each head
+            raise InputError(f"head_dim must be an even integer, got {self.head_dim}")
         if self.num_attention_heads % self.num_key_value_heads:
             raise InputError(
                 f"num_attention_heads={self.num_attention_heads} is not a multiple of "
-                f"num_key_value_heads={self.num_key_value_heads}"
+                f"num_key_value_heads={self.num_key_value_heads}; each key/value head serves a whole group of heads"
             )
+        for name in ("rope_theta", "rms_norm_eps"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+                raise InputError(f"{name} must be a finite number > 0, got {value!r}")
+        if not isinstance(self.tie_word_embeddings, bool):
+            raise InputError(f"tie_word_embeddings must be true or false, got {self.tie_word_embeddings!r}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -43,6 +67,8 @@ class ModelConfig:
     def from_hf_dict(cls, d: dict) -> "ModelConfig":
         """A Qwen3 config.json (transformers 4.x or 5.x layout); every option pdlib does not implement is refused
         by name (`check_supported`), and values transformers would default differently are required."""
+        if not isinstance(d, dict):
+            raise InputError(f"checkpoint config.json holds {d!r:.60}; expected an object of option: value")
         check_supported(d)
         d = dict(d, rope_theta=rope_theta(d))
         d.setdefault("tie_word_embeddings", False)  # transformers' Qwen3Config default
@@ -51,7 +77,10 @@ class ModelConfig:
         missing = sorted(n for n in names if n not in d)
         if missing:
             raise InputError(f"checkpoint config.json lacks {', '.join(missing)}")
-        return cls(**{k: d[k] for k in names})
+        try:
+            return cls(**{k: d[k] for k in names})
+        except InputError as e:
+            raise InputError(f"checkpoint config.json: {e}") from None
 
 
 def _refuse(option: str, value, note: str):
@@ -76,8 +105,11 @@ def rope_dicts(d: dict) -> list[tuple[str, dict]]:
 def rope_theta(d: dict) -> float:
     """The one RoPE base: top-level or under rope_parameters; missing or conflicting values are refused (transformers
     would default to 1e4, mlx-lm refuses, so guessing would run a different model)."""
-    thetas = {d["rope_theta"]} if d.get("rope_theta") is not None else set()
-    thetas |= {r["rope_theta"] for _, r in rope_dicts(d) if r.get("rope_theta") is not None}
+    found = [("rope_theta", d.get("rope_theta"))] + [(f"{k}.rope_theta", r.get("rope_theta")) for k, r in rope_dicts(d)]
+    for where, value in found:  # checked here, since a list or a string would not hash or sort with the rest
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise InputError(f"checkpoint config.json sets {where}={value!r}; expected a number")
+    thetas = {value for _, value in found if value is not None}
     if not thetas:
         raise InputError("checkpoint config.json lacks rope_theta (neither top-level nor under rope_parameters)")
     if len(thetas) > 1:
@@ -103,6 +135,10 @@ def check_supported(d: dict) -> None:
             f"sliding_window={d.get('sliding_window')!r}; pdlib runs full attention in every layer",
         )
     layer_types = d.get("layer_types")
+    if layer_types is not None and (
+        not isinstance(layer_types, list) or not all(isinstance(t, str) for t in layer_types)
+    ):
+        _refuse("layer_types", layer_types, "a list of 'full_attention', one per layer")
     if layer_types is not None and any(t != "full_attention" for t in layer_types):
         _refuse("layer_types", sorted(set(layer_types)), "full_attention in every layer only")
     for where, r in rope_dicts(d):
@@ -151,6 +187,8 @@ def preset(name: str) -> ModelConfig:
 
 # -- run parameters: one schema for the CLI, the params/*.yaml files and the notebooks ----------------
 
+_KINDS = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
+
 
 @dataclass(frozen=True)
 class RunParams:
@@ -170,7 +208,7 @@ class RunParams:
     poll_during_chunks: bool = True  # with them, issue a prompt chunk at once and poll the decodes ahead (ditto)
 
     def __post_init__(self):
-        if isinstance(self.policies, str):
+        if not isinstance(self.policies, (list, tuple)) or not all(isinstance(p, str) for p in self.policies):
             raise InputError(f"policies must be a list of policy names, got {self.policies!r}")
         # `slo` is short for slo-chunked (pdlib/run/slo.py)
         object.__setattr__(self, "policies", tuple(POLICY_ALIASES.get(p, p) for p in self.policies))
@@ -224,18 +262,38 @@ class RunParams:
 
         try:
             with open(path, encoding="utf-8") as f:
-                data = yaml.safe_load(f) or {}
+                data = yaml.safe_load(f)
         except UnicodeDecodeError as e:  # a ValueError, not an OSError: it would escape as a traceback
             raise InputError(f"params file {str(path)!r} is not UTF-8 text ({e.reason})") from None
         except (OSError, yaml.YAMLError) as e:
-            raise InputError(f"cannot read params file {str(path)!r}: {str(e).splitlines()[0]}") from None
-        if not isinstance(data, dict):
-            raise InputError(f"params file {str(path)!r} must hold a mapping of parameter: value")
+            mark = getattr(e, "problem_mark", None)  # a YAML syntax error's first line only says what it was reading
+            ok = mark is not None and getattr(e, "problem", None)
+            why = (
+                f"{e.problem} at line {mark.line + 1}, column {mark.column + 1}"
+                if ok
+                else (str(e).splitlines() or [type(e).__name__])[0]
+            )
+            raise InputError(f"cannot read params file {str(path)!r}: {why}") from None
         known = {f.name for f in fields(cls)}
+        accepted = f"accepted: {', '.join(sorted(known))}"
+        # Refused rather than run: every default is the full workload, minutes to hours of device time
+        if data is None or data == {}:
+            raise InputError(
+                f"params file {str(path)!r} is empty; it must set at least one parameter ({accepted}), "
+                f"or leave out --params to run the defaults"
+            )
+        if not isinstance(data, dict):
+            raise InputError(
+                f"params file {str(path)!r} holds {_KINDS.get(type(data), type(data).__name__)} {data!r:.60}; "
+                f"it must hold a mapping of parameter: value ({accepted})"
+            )
+        odd = [k for k in data if not isinstance(k, str)]
+        if odd:
+            raise InputError(
+                f"params file {str(path)!r} has key {odd[0]!r} of type {type(odd[0]).__name__}; keys are parameter "
+                f"names ({accepted})"
+            )
         unknown = sorted(set(data) - known)
         if unknown:
-            raise InputError(
-                f"params file {str(path)!r} has unknown key(s) {', '.join(unknown)}; "
-                f"accepted: {', '.join(sorted(known))}"
-            )
+            raise InputError(f"params file {str(path)!r} has unknown key(s) {', '.join(unknown)}; {accepted}")
         return cls(**{**data, **overrides})

@@ -8,7 +8,6 @@ option or a tensor it does not implement is refused by name, never dropped, sinc
 directory with mlx-lm's own loader and would otherwise compute a different model.
 """
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
+from pdlib.checkpoint import check_safetensors_files, read_json_object
 from pdlib.config import PRESETS, ModelConfig, preset
 from pdlib.errors import InputError
 
@@ -138,8 +138,12 @@ def checkpoint_model(directory: Path, *, spec: str, revision: str | None) -> Loa
             f"checkpoint directory {str(directory)!r} needs config.json and *.safetensors "
             f"(found config.json: {config_path.is_file()}, safetensors files: {len(files)})"
         )
-    cfg = ModelConfig.from_hf_dict(json.loads(config_path.read_text()))
+    # Everything is checked before a tensor is read: a broken file fails here, not inside MLX's loader
+    cfg = ModelConfig.from_hf_dict(read_json_object(config_path))
+    check_safetensors_files(directory, files)
+    tokenizer = load_tokenizer(directory)
     tensors = read_tensors(files, where=str(directory))
+    check_layer_count(cfg, tensors, where=str(directory))
     check_shapes(cfg, tensors, where=str(directory))
     check_all_used(cfg, tensors, where=str(directory))
     weights = {k: tensors[k].astype(mx.float32) for k in expected_shapes(cfg)}
@@ -152,7 +156,7 @@ def checkpoint_model(directory: Path, *, spec: str, revision: str | None) -> Loa
         "seed": None,
         "config": cfg.to_dict(),
     }
-    return LoadedModel(cfg, weights, source, tokenizer=load_tokenizer(directory))
+    return LoadedModel(cfg, weights, source, tokenizer=tokenizer)
 
 
 def load_tokenizer(directory: Path):
@@ -161,19 +165,40 @@ def load_tokenizer(directory: Path):
         return None
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    try:
+        return AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    except Exception as e:  # tokenizers and transformers raise many types for a broken file
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise InputError(
+            f"{directory}: cannot load its tokenizer ({type(e).__name__}: {first}); a checkpoint's tokenizer.json "
+            f"and tokenizer_config.json must load with transformers' AutoTokenizer, or be absent (byte prompts)"
+        ) from None
 
 
 def read_tensors(files: list[Path], *, where: str) -> dict[str, mx.array]:
     """Every tensor of every shard; a name stored twice is refused, since only one copy could be used."""
     tensors = {}
     for f in files:
-        shard = mx.load(str(f))
+        try:
+            shard = mx.load(str(f))
+        except (RuntimeError, ValueError) as e:  # past the header checks: a fault they do not foresee
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise InputError(f"{where}: MLX cannot load {f.name} ({first})") from None
         twice = sorted(tensors.keys() & shard.keys())
         if twice:
             raise InputError(f"{where}: tensor {twice[0]} is stored in more than one file (again in {f.name})")
         tensors.update(shard)
     return tensors
+
+
+def check_layer_count(cfg: ModelConfig, tensors: dict, *, where: str) -> None:
+    """num_hidden_layers against the layers stored, before `expected_shapes` lists every layer's names."""
+    stored = {int(m.group(1)) for k in tensors if (m := re.match(r"model\.layers\.(\d+)\.", k))}
+    if cfg.num_hidden_layers > len(stored):
+        raise InputError(
+            f"{where}: config.json sets num_hidden_layers={cfg.num_hidden_layers} but the checkpoint stores "
+            f"{len(stored)} layer(s); expected the two to match"
+        )
 
 
 def check_all_used(cfg: ModelConfig, tensors: dict, *, where: str) -> None:

@@ -146,6 +146,42 @@ def test_hf_config_option_pdlib_does_not_implement_is_refused_by_name(change, ne
     assert needle in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        ({"num_key_value_heads": 0}, "num_key_value_heads must be an integer >= 1, got 0"),
+        ({"num_attention_heads": -16}, "num_attention_heads must be an integer >= 1, got -16"),
+        ({"hidden_size": "1024"}, "hidden_size must be an integer >= 1, got '1024'"),
+        ({"num_hidden_layers": 2.5}, "num_hidden_layers must be an integer >= 1, got 2.5"),
+        ({"vocab_size": True}, "vocab_size must be an integer >= 1, got True"),
+        ({"max_position_embeddings": 0}, "max_position_embeddings must be an integer >= 1, got 0"),
+        ({"intermediate_size": None}, "intermediate_size must be an integer >= 1, got None"),
+        ({"head_dim": 127}, "head_dim must be an even integer, got 127"),
+        ({"num_key_value_heads": 3}, "num_attention_heads=16 is not a multiple of num_key_value_heads=3"),
+        ({"rope_theta": 0}, "rope_theta must be a finite number > 0, got 0"),
+        ({"rope_theta": float("inf")}, "rope_theta must be a finite number > 0, got inf"),
+        ({"rope_theta": [1e6]}, "rope_theta=[1000000.0]; expected a number"),
+        ({"rope_theta": "1e6"}, "rope_theta='1e6'; expected a number"),
+        ({"rms_norm_eps": float("nan")}, "rms_norm_eps must be a finite number > 0, got nan"),
+        ({"rms_norm_eps": -1e-6}, "rms_norm_eps must be a finite number > 0, got -1e-06"),
+        ({"tie_word_embeddings": "yes"}, "tie_word_embeddings must be true or false, got 'yes'"),
+        ({"layer_types": "full_attention"}, "layer_types='full_attention'"),
+        ({"layer_types": [{"a": 1}]}, "layer_types=[{'a': 1}]"),
+    ],
+)
+def test_hf_config_bad_value_names_the_key_and_what_is_accepted(change, needle):
+    with pytest.raises(InputError) as e:
+        ModelConfig.from_hf_dict({**QWEN3_06B_CONFIG, **change})
+    msg = str(e.value)
+    assert msg.startswith("checkpoint config.json") and needle in msg and "\n" not in msg, msg
+
+
+@pytest.mark.parametrize("value", [[1, 2], "qwen3", None, 3])
+def test_hf_config_that_is_not_an_object_is_refused(value):
+    with pytest.raises(InputError, match="expected an object of option: value"):
+        ModelConfig.from_hf_dict(value)
+
+
 # -- RunParams -----------------------------------------------------------------------------------------
 
 
@@ -241,10 +277,48 @@ def test_from_yaml_reads_and_overrides_win(tmp_path):
     assert (q.chunk_size, q.policies, q.prompt_tokens) == (32, ("chunked",), 300)
 
 
-def test_from_yaml_empty_file_gives_defaults(tmp_path):
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "null\n", "~\n", "{}\n"])
+def test_from_yaml_refuses_an_empty_file(tmp_path, text):
+    """Every default is the full workload (minutes of device time): an empty file is a mistake, not a request."""
     f = tmp_path / "empty.yaml"
-    f.write_text("")
-    assert RunParams.from_yaml(f) == RunParams()
+    f.write_text(text)
+    with pytest.raises(InputError) as e:
+        RunParams.from_yaml(f)
+    msg = str(e.value)
+    assert f"params file {str(f)!r} is empty" in msg and "leave out --params" in msg
+    assert all(name in msg.split("accepted:", 1)[1] for name in FIELDS)
+
+
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("1: 2\n", "has key 1 of type int"),
+        ("chunk_size: 8\n1: 2\n", "has key 1 of type int"),
+        ("chunk_size: 8\ntrue: 1\nbogus: 2\n", "has key True of type bool"),
+        ("~: 1\n", "has key None of type NoneType"),
+        ("1.5: 1\nchunksize: 2\n", "has key 1.5 of type float"),
+    ],
+)
+def test_from_yaml_refuses_a_key_that_is_not_a_name(tmp_path, text, needle):
+    f = tmp_path / "p.yaml"
+    f.write_text(text)
+    with pytest.raises(InputError) as e:
+        RunParams.from_yaml(f)
+    msg = str(e.value)
+    assert needle in msg and "keys are parameter names" in msg and "chunk_size" in msg.split("accepted:", 1)[1]
+
+
+def test_from_yaml_syntax_error_names_the_problem_and_the_place(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text("chunk_size: 8\n? [1, 2]\n: 3\n")
+    with pytest.raises(InputError, match="found unhashable key at line 2, column 3"):
+        RunParams.from_yaml(f)
+
+
+@pytest.mark.parametrize("value", [5, [[1]], [1, 2], {"eager": 1}])
+def test_policies_that_are_not_a_list_of_names_are_refused(value):
+    with pytest.raises(InputError, match="policies must be a list of policy names"):
+        RunParams(policies=value)
 
 
 def test_from_yaml_rejects_unknown_keys_listing_accepted_ones(tmp_path):
@@ -279,11 +353,11 @@ def test_from_yaml_unreadable_file(tmp_path):
     assert "cannot read params file" in str(e.value) and "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("text", ["- eager\n- chunked\n", "just a string\n", "42\n"])
+@pytest.mark.parametrize("text", ["- eager\n- chunked\n", "just a string\n", "42\n", "[]\n", "false\n"])
 def test_from_yaml_rejects_non_mapping(tmp_path, text):
     f = tmp_path / "p.yaml"
     f.write_text(text)
-    with pytest.raises(InputError, match="must hold a mapping"):
+    with pytest.raises(InputError, match="must hold a mapping of parameter: value \\(accepted: chunk_size"):
         RunParams.from_yaml(f)
 
 
@@ -344,6 +418,18 @@ def test_cli_params_file_errors_exit_2(tmp_path, capsys):
     assert "cannot read params file" in _one_error_line(capsys)
 
 
+@pytest.mark.parametrize(
+    "text, needle",
+    [("", "is empty; it must set at least one parameter"), ("1: 2\n", "has key 1 of type int")],
+    ids=["empty", "number key"],
+)
+def test_cli_params_file_empty_or_with_a_number_key_exits_2(tmp_path, capsys, text, needle):
+    f = tmp_path / "p.yaml"
+    f.write_text(text)
+    assert main(["validate", "--params", str(f)]) == 2
+    assert needle in _one_error_line(capsys)
+
+
 def test_cli_params_file_not_utf8_exits_2_writing_nothing(tmp_path, capsys):
     f = tmp_path / "bad.yaml"
     f.write_bytes(b"model: \xff\xfe\n")
@@ -396,11 +482,11 @@ def test_cli_check_kernels_without_a_gpu_is_one_line(capsys):
 def test_cli_flag_turns_a_params_file_setting_off(tmp_path):
     import argparse
 
-    from pdlib.__main__ import _params, _run_options
+    from pdlib.cli import params_from, run_options
 
     f = tmp_path / "p.yaml"
     f.write_text("logical_cache_reset: true\n")
     parser = argparse.ArgumentParser()
-    _run_options(parser)
-    assert _params(parser.parse_args(["--params", str(f)])).logical_cache_reset is True
-    assert _params(parser.parse_args(["--params", str(f), "--no-logical-cache-reset"])).logical_cache_reset is False
+    run_options(parser)
+    assert params_from(parser.parse_args(["--params", str(f)])).logical_cache_reset is True
+    assert params_from(parser.parse_args(["--params", str(f), "--no-logical-cache-reset"])).logical_cache_reset is False

@@ -348,3 +348,155 @@ def test_checkpoint_config_missing_fields(tmp_path, tiny0):
     with pytest.raises(InputError) as e:
         load_model(str(d))
     assert "intermediate_size" in str(e.value)
+
+
+# -- broken checkpoint files: one InputError naming the file, before anything is loaded -----------------------
+
+
+def _safetensors_bytes(tensors: dict, tmp_path) -> bytes:
+    f = tmp_path / "scratch.safetensors"
+    mx.save_safetensors(str(f), tensors)
+    return f.read_bytes()
+
+
+def _header_length(data: bytes) -> int:
+    return int.from_bytes(data[:8], "little")
+
+
+def _with_header(header: dict, data: bytes = b"") -> bytes:
+    raw = json.dumps(header).encode()
+    return len(raw).to_bytes(8, "little") + raw + data
+
+
+def _broken(tmp_path, tiny0, name: str, make):
+    """A good tiny checkpoint whose file `name` is replaced by make(original bytes)."""
+    d = _write_checkpoint(tmp_path / "broken", tiny0.weights)
+    original = (d / name).read_bytes()
+    (d / name).write_bytes(make(original))
+    return d
+
+
+BROKEN = {
+    "config cut in half": ("config.json", lambda b: b[: len(b) // 2], ["config.json", "not valid JSON", "truncated"]),
+    "config empty": ("config.json", lambda b: b"", ["config.json", "is empty", "expected a JSON object"]),
+    "config a list": ("config.json", lambda b: b"[1, 2]", ["config.json", "JSON array [1, 2]", "a JSON object"]),
+    "config not utf-8": ("config.json", lambda b: b"\xff" + b, ["config.json", "not UTF-8"]),
+    "config kv heads 0": (
+        "config.json",
+        lambda b: json.dumps({**json.loads(b), "num_key_value_heads": 0}).encode(),
+        ["num_key_value_heads must be an integer >= 1, got 0"],
+    ),
+    "weights cut in half": (
+        "model.safetensors",
+        lambda b: b[: len(b) // 2],
+        ["model.safetensors is truncated", "of the data section, which holds"],
+    ),
+    "weights cut in the header": (
+        "model.safetensors",
+        lambda b: b[: 8 + _header_length(b) // 2],
+        ["model.safetensors is cut inside its header", "a truncated file"],
+    ),
+    "weights cut in the length": (
+        "model.safetensors",
+        lambda b: b[:5],
+        ["cut short (5 bytes)", "8-byte header length"],
+    ),
+    "weights empty": ("model.safetensors", lambda b: b"", ["model.safetensors is empty (0 bytes)"]),
+    "weights header not json": (
+        "model.safetensors",
+        lambda b: (4).to_bytes(8, "little") + b"{{{{" + b[8:],
+        ["header that is not JSON", "data_offsets"],
+    ),
+    "weights header a list": ("model.safetensors", lambda b: _with_header([1]), ["JSON array for a header"]),
+    "weights offsets too short": (
+        "model.safetensors",
+        lambda b: _with_header(
+            {"model.norm.weight": {"dtype": "F32", "shape": [64], "data_offsets": [0, 8]}}, b"\0" * 8
+        ),
+        ["tensor model.norm.weight is F32 (64,) (256 bytes)", "span 8"],
+    ),
+    "weights malformed entry": (
+        "model.safetensors",
+        lambda b: _with_header({"model.norm.weight": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}}),
+        ["tensor model.norm.weight has the header entry", "sizes >= 0"],
+    ),
+    "weights fp8": (
+        "model.safetensors",
+        lambda b: _with_header(
+            {"model.norm.weight": {"dtype": "F8_E4M3", "shape": [4], "data_offsets": [0, 4]}}, b"\0" * 4
+        ),
+        ["dtype 'F8_E4M3'", "reads F32, F16, BF16 only"],
+    ),
+    "tokenizer broken": ("tokenizer.json", lambda b: b"{", ["cannot load its tokenizer", "AutoTokenizer"]),
+}
+
+
+@pytest.mark.parametrize("case", list(BROKEN))
+def test_broken_checkpoint_file_is_one_input_error(tmp_path, tiny0, case, monkeypatch):
+    """No tensor is read from a checkpoint whose files are broken: the error names the file and the fault."""
+    name, make, needles = BROKEN[case]
+    if name == "tokenizer.json":
+        d = _write_checkpoint(tmp_path / "broken", tiny0.weights)
+        (d / name).write_bytes(make(b""))
+    else:
+        d = _broken(tmp_path, tiny0, name, make)
+    monkeypatch.setattr(W.mx, "load", lambda *a, **k: pytest.fail("a tensor was loaded"))
+    with pytest.raises(InputError) as e:
+        load_model(str(d))
+    msg = str(e.value)
+    assert "\n" not in msg
+    for needle in needles:
+        assert needle in msg, msg
+
+
+def test_config_with_more_layers_than_stored_is_refused_before_listing_them(tmp_path, tiny0):
+    """A huge num_hidden_layers is refused by count, not by building a name for every layer."""
+    d = _broken(
+        tmp_path, tiny0, "config.json", lambda b: json.dumps({**json.loads(b), "num_hidden_layers": 10**9}).encode()
+    )
+    with pytest.raises(InputError, match=r"num_hidden_layers=1000000000 but the checkpoint stores 3 layer\(s\)"):
+        load_model(str(d))
+
+
+def test_sharded_index_naming_an_absent_shard_is_refused(tmp_path, tiny0):
+    d = _write_shards(tmp_path / "sharded", tiny0, {})
+    weight_map = {k: "model-00001-of-00002.safetensors" for k in tiny0.weights}
+    weight_map["model.norm.weight"] = "model-00002-of-00003.safetensors"
+    (d / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    with pytest.raises(InputError, match="names shard model-00002-of-00003.safetensors, which is not in"):
+        load_model(str(d))
+    (d / "model.safetensors.index.json").write_text('{"weight_map": {"a": ')
+    with pytest.raises(InputError, match="index.json is not valid JSON"):
+        load_model(str(d))
+
+
+def test_sharded_index_and_metadata_of_a_whole_checkpoint_pass(tmp_path, tiny0):
+    d = _write_shards(tmp_path / "sharded", tiny0, {})
+    weight_map = {k: f.name for f in sorted(d.glob("*.safetensors")) for k in mx.load(str(f))}
+    (d / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": 1}, "weight_map": weight_map})
+    )
+    assert _same(load_model(str(d)).weights, tiny0.weights)
+
+
+CLI_CASES = [
+    "config cut in half",
+    "config a list",
+    "config kv heads 0",
+    "weights cut in half",
+    "weights cut in the header",
+    "weights empty",
+]
+
+
+@pytest.mark.parametrize("case", CLI_CASES)
+def test_cli_broken_checkpoint_is_one_line_and_exit_2(tmp_path, tiny0, case, capsys):
+    from pdlib.__main__ import main
+
+    name, make, needles = BROKEN[case]
+    d = _broken(tmp_path, tiny0, name, make)
+    argv = ["validate", "--model", str(d), "--prompt-tokens", "24", "--output-tokens", "4", "--chunk-size", "8"]
+    assert main([*argv, "--quiet"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: ") and needles[0] in err
