@@ -208,16 +208,17 @@ def _check_request(req, where):
     _require(not missing, f"{where}: lacks {', '.join(missing)}")
     ids, start, emit = req["output_ids"], req["timed_from"], req["emit_ns"]
     _require(isinstance(ids, list) and isinstance(emit, list), f"{where}: output_ids and emit_ns must be lists")
-    _require(
-        isinstance(start, int) and 0 <= start <= len(ids), f"{where}: timed_from {start!r} is not in [0, {len(ids)}]"
-    )
+    _require(_is_int(start) and 0 <= start <= len(ids), f"{where}: timed_from {start!r} is not in [0, {len(ids)}]")
+    _require(all(_is_int(i) for i in ids), f"{where}: output_ids must be integer token ids")
     _require(
         len(emit) == len(ids) - start,
         f"{where}: {len(emit)} emit_ns for {len(ids)} output_ids from timed_from {start} (expected {len(ids) - start})",
     )
-    e = np.asarray(emit)
-    _require(e.size > 0, f"{where}: no timed outputs")
+    _require(emit, f"{where}: no timed outputs")
+    # element by element first: a nested list or a float would make numpy fail or round, not refuse
+    _require(all(_is_int(t) for t in emit), f"{where}: emit_ns must be non-negative, non-decreasing integer ns")
+    e = np.asarray(emit, dtype=np.int64)
     _require(
-        e.dtype.kind in "iu" and e[0] >= 0 and not np.any(np.diff(e) < 0),
+        e[0] >= 0 and not np.any(np.diff(e) < 0),
         f"{where}: emit_ns must be non-negative, non-decreasing integer ns",
     )
