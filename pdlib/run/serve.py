@@ -19,8 +19,10 @@ compiled again for another, and all N caches are allocated before the clock star
 refuses a workload whose caches would not fit; a paged cache is for the GPU version).
 
 The gate (pdlib/run/serve_gate.py) checks tokens only, after each run: a mismatch stops everything with one
-line and nothing is written. Not in this version, and next: the full checks of the two-request gate (every
-step's logits and every request's K/V at 1e-3 against the reference, on a replay of the logged step sequence).
+line and nothing is written. Peers (pdlib/run/peer.py: mlx-lm's BatchGenerator) run after the policies on the
+same workload and clock; they are timed, not gated: each request records its agreement with the reference.
+Not in this version, and next: the full checks of the two-request gate (every step's logits and every
+request's K/V at 1e-3 against the reference, on a replay of the logged step sequence).
 """
 
 import datetime
@@ -36,22 +38,16 @@ from pdlib.engine.kernels import BACKEND
 from pdlib.errors import InputError
 from pdlib.report.io import claim_output, environment, source_hashes, write_report
 from pdlib.report.serving import run_summary
+from pdlib.run.clock import now, wait_until
+from pdlib.run.peer import SYSTEM, run_peers
 from pdlib.run.serve_gate import NEAR_TIE_MARGIN, check_request, reference_sequences
-from pdlib.run.serve_params import ServeParams, load_serve_params
+from pdlib.run.serve_params import PEER_DTYPES, ServeParams, load_serve_params, peer_name
 from pdlib.scheduler import Prefill, RequestState
 from pdlib.weights import LoadedModel, load_model
 from pdlib.workload import Workload, iter_prompts
 
 SCHEMA = "pdlib.serve/1"
-now = time.perf_counter_ns
 KV_CACHE_LIMIT_BYTES = 16 << 30
-SPIN_NS = 1_000_000  # the last stretch of a wait for an arrival is spun, not slept: sleep overshoots
-
-
-def _wait_until(t_ns: int) -> None:
-    while (left := t_ns - now()) > 0:
-        if left > 2 * SPIN_NS:
-            time.sleep((left - SPIN_NS) / 1e9)
 
 
 def serve_once(engine: Engine, workload: Workload, policy: str, *, chunk_size: int) -> dict:
@@ -83,7 +79,7 @@ def serve_once(engine: Engine, workload: Workload, policy: str, *, chunk_size: i
         if step is None:
             if running or nxt == n:
                 raise RuntimeError(f"policy {policy!r} stopped with {len(running)} requests running")
-            _wait_until(t0 + arrival[nxt])
+            wait_until(t0 + arrival[nxt])
             idle_ns += now() - t0 - t
             continue
         check_step(step, states)
@@ -154,14 +150,20 @@ def run_serving(
     refs: dict | None = None,
     params: dict | None = None,
     params_file=None,
+    peers: Sequence[tuple[str, int]] = (),
 ) -> dict:
     """Serve `workload` under each policy named (one name or several, run in order on one engine), gate every
-    run's tokens, and return the report (schema pdlib.serve/1; `summary_table` shows it). `slos`: a dict of
-    report.serving.Slo for the attainment fields; `refs`: reference sequences already computed (serve_gate),
-    else computed here and timed; `params`: what the report records as its params (the params file's)."""
+    run's tokens, then run each peer, and return the report (schema pdlib.serve/1; `summary_table` shows it).
+    `slos`: a dict of report.serving.Slo for the attainment fields; `refs`: reference sequences already computed
+    (serve_gate), else computed here and timed; `params`: what the report records as its params (the params
+    file's); `peers`: (dtype, prefill_step_size) per mlx-lm peer run (peer.py), marked "peer": true in `runs`,
+    with each request's agreement in place of the gate's check."""
     policies = [policy] if isinstance(policy, str) else list(policy)
     for p in policies:
         make_batch_policy(p)  # an unknown name is refused before any work
+    for dtype, step in peers:
+        if dtype not in PEER_DTYPES or not isinstance(step, int) or step < 1:
+            raise InputError(f"peer ({dtype!r}, {step!r}): expected a dtype of {', '.join(PEER_DTYPES)}, a size >= 1")
     cfg = model.config
     total = (workload.prompt_tokens + workload.output_tokens).tolist()
     capacity = max(total)
@@ -199,12 +201,20 @@ def run_serving(
         run["warmup_s"] = warmup_s
         run["summary"] = run_summary(run["requests"], slos)
         runs.append(run)
+    token_ids = {k: p.token_ids for k, p in prompts.items()}
+    runs += run_peers(model, workload, token_ids, refs, peers, warmups=warmups, slos=slos)
     env = environment(BACKEND)
     env.update(engine.settings)
     return {
         "schema": SCHEMA,
         "created_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "params": params or {"model": model.source.get("spec"), "chunk_size": chunk_size, "policies": policies},
+        "params": params
+        or {
+            "model": model.source.get("spec"),
+            "chunk_size": chunk_size,
+            "policies": policies,
+            "peers": [peer_name(*p) for p in peers],
+        },
         "workload": workload.to_dict(),
         "model": model.source,
         "prompts": {
@@ -257,20 +267,28 @@ def serve(workload_params: dict, params: ServeParams, *, params_file=None, refs:
         refs=refs,
         params={**params.to_dict(), "workload": workload_params},
         params_file=params_file,
+        peers=params.peer_configs(),
     )
 
 
 def summary_table(report: dict) -> str:
-    """One line per policy: TTFT, TBT, TPOT, throughput, makespan, near-ties; then the gate's time."""
+    """One line per run: TTFT, TBT, TPOT, throughput, makespan, and its tokens: a policy's near-ties (gated), a
+    peer's agreement with the reference (not gated); then the gate's time."""
     cols = ("ttft_p50_ms", "ttft_p90_ms", "tbt_p50_ms", "tbt_p99_ms", "tpot_p50_ms", "throughput_tok_s")
-    head = f"{'policy':<8} {'steps':>6} " + " ".join(f"{c:>16}" for c in (*cols, "makespan_s")) + "  near-ties"
+    width = max(8, *(len(run["policy"]) for run in report["runs"]))
+    head = f"{'run':<{width}} {'steps':>6} " + " ".join(f"{c:>16}" for c in (*cols, "makespan_s")) + "  tokens"
     lines = [head]
     for run in report["runs"]:
         s = run["summary"]
-        ties = sum(r["check"]["status"] == "near-tie" for r in run["requests"])
+        if run.get("peer"):
+            agreed = sum(r["agreement"] for r in run["requests"])
+            tokens = f"peer: {agreed}/{sum(r['output_tokens'] for r in run['requests'])} agree"
+        else:
+            tokens = f"gated: {sum(r['check']['status'] == 'near-tie' for r in run['requests'])} near-ties"
         vals = " ".join(f"{s[c]:>16.3f}" for c in cols)
         lines.append(
-            f"{run['policy']:<8} {len(run['steps']['work']):>6} {vals} {run['makespan_ns'] / 1e9:>16.3f}  {ties}"
+            f"{run['policy']:<{width}} {len(run['steps']['work']):>6} {vals} {run['makespan_ns'] / 1e9:>16.3f}  "
+            f"{tokens}"
         )
     g, w = report["gate"], report["workload"]
     ref = "given" if g["reference_s"] is None else f"{g['reference_s']:.2f} s"
@@ -278,4 +296,6 @@ def summary_table(report: dict) -> str:
         f"{w['requests']} requests over {w['duration_s']:.2f} s ({w['source']}); tokens gated against the FP32 "
         f"reference ({ref}), {len(g['near_ties'])} near-ties"
     )
+    if any(run.get("peer") for run in report["runs"]):
+        lines.append(f"peers ({SYSTEM}): timed, not gated; agree = leading tokens equal to the reference's")
     return "\n".join(lines)

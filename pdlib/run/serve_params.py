@@ -9,6 +9,11 @@
     policies: [eager, chunked, mixed, fifo]
     warmups: 1                       # full untimed runs per policy first (compiles every step shape), checked too
     slo: {decode_ms: 2.0, ttft_ms: 500.0}   # optional: report.serving.slos_from_step's strict/relaxed SLOs
+    peers: [mlx-lm-fp32@2048, mlx-lm-bf16@chunk]   # optional: mlx-lm's BatchGenerator (pdlib/run/peer.py)
+
+A peer is spelled `mlx-lm-<dtype>@<prefill_step_size>`: dtype fp32 or bf16, the size a positive integer or
+`chunk` (the params' chunk_size); each is one timed run, named in the report with `chunk` resolved
+(`mlx-lm-bf16@32`).
 
 Every key is refused unless known, with one line naming it and what is accepted.
 """
@@ -21,6 +26,25 @@ from pdlib.report.serving import slos_from_step
 from pdlib.workload import Workload
 
 SLO_KEYS = ("decode_ms", "ttft_ms")
+PEER_SYSTEM = "mlx-lm"
+PEER_DTYPES = ("fp32", "bf16")
+
+
+def peer_name(dtype: str, prefill_step_size: int) -> str:
+    return f"{PEER_SYSTEM}-{dtype}@{prefill_step_size}"
+
+
+def parse_peer(spec, chunk_size: int) -> tuple[str, int]:
+    """(dtype, prefill_step_size) of a peer's spelling (module docstring), or InputError, one line."""
+    expected = f"expected {PEER_SYSTEM}-<{'|'.join(PEER_DTYPES)}>@<prefill_step_size|chunk>, e.g. mlx-lm-fp32@2048"
+    head, _, size = spec.partition("@") if isinstance(spec, str) else ("", "", "")
+    system, _, dtype = head.rpartition("-")
+    if system != PEER_SYSTEM or dtype not in PEER_DTYPES or not (size == "chunk" or size.isascii() and size.isdigit()):
+        raise InputError(f"peers: unknown peer {spec!r}; {expected}")
+    step = chunk_size if size == "chunk" else int(size)
+    if step < 1:
+        raise InputError(f"peers: {spec!r} needs a prefill_step_size >= 1")
+    return dtype, step
 
 
 @dataclass(frozen=True)
@@ -30,6 +54,7 @@ class ServeParams:
     policies: tuple[str, ...] = ("eager", "chunked", "mixed", "fifo")
     warmups: int = 0
     slo: dict | None = None  # {decode_ms, ttft_ms} for slos_from_step
+    peers: tuple[str, ...] = ()  # mlx-lm's BatchGenerator, timed beside the policies (module docstring)
 
     def __post_init__(self):
         if not isinstance(self.model, str) or not self.model:
@@ -50,6 +75,16 @@ class ServeParams:
             if not isinstance(self.slo, dict) or set(self.slo) != set(SLO_KEYS):
                 raise InputError(f"slo must be null or a mapping of exactly {', '.join(SLO_KEYS)}, got {self.slo!r}")
             self.slos()  # refuses a bad number now, not after the run
+        if not isinstance(self.peers, (list, tuple)):
+            raise InputError(f"peers must be a list like [mlx-lm-fp32@2048, mlx-lm-bf16@chunk], got {self.peers!r}")
+        object.__setattr__(self, "peers", tuple(self.peers))
+        names = [peer_name(*c) for c in self.peer_configs()]
+        if len(set(names)) != len(names):
+            raise InputError(f"peers must not repeat (chunk is {self.chunk_size}), got {' '.join(names)}")
+
+    def peer_configs(self) -> list[tuple[str, int]]:
+        """(dtype, prefill_step_size) per peer, in order."""
+        return [parse_peer(p, self.chunk_size) for p in self.peers]
 
     def slos(self) -> dict:
         return {} if self.slo is None else slos_from_step(self.slo["decode_ms"], self.slo["ttft_ms"])
@@ -57,6 +92,7 @@ class ServeParams:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["policies"] = list(self.policies)
+        d["peers"] = list(self.peers)
         return d
 
 

@@ -1,0 +1,196 @@
+"""The peer: mlx-lm's own continuous batching (`mlx_lm.generate.BatchGenerator`, what `mlx_lm.server` runs) on the
+same workload, weights and clock as the policies in the same run; timed, never gated.
+
+    model = peer_model(load_model("synthetic:tiny"), "bf16")      # mlx-lm's Qwen3 on pdlib's weights, cast
+    run = peer_once(model, workload, prompts, dtype="bf16", prefill_step_size=2048)   # serve_once's shape
+    runs = run_peers(model, workload, prompts, refs, [("fp32", 2048), ("bf16", 32)], warmups=1)
+
+The model is the reference's (pdlib/run/reference.py: mlx-lm's Qwen3 built from pdlib's weights): FP32 as it is,
+or a fresh one cast to bf16, so the gate's FP32 reference is never touched. Sampling is greedy (an argmax), there
+are no stop tokens, and each request's max_tokens is its output_tokens: every request emits exactly that many
+tokens. completion_batch_size and prefill_batch_size are both the workload's N (mlx_lm.server's defaults are 32
+and 8), so no request waits on a batch limit that the workload's concurrency could hit.
+
+A run: the generator is built before the clock starts at 0 (`time.perf_counter_ns`, serve.py's clock). Until every
+request has ended: insert the requests whose arrival the clock has passed (one prompt, its max_tokens); when none
+is in the generator, wait for the next arrival; else call `next()` once. One call is one step of mlx-lm's loop:
+a decode of every generating request (GenerationBatch.next issues the forward for the next token and reads the
+token the previous step computed), the requests whose prompt is done join generation (a one-token forward of the
+prompt's last token, which samples the first output), then one prompt pass of at most prefill_step_size tokens
+of every request still in its prompt (one right-padded batch). `next()` returns the step's tokens together,
+after its prompt pass: each token is stamped then, when the host (and a server's loop) sees it. Each step is
+logged as serve.py's are: decodes `[name, null]`, prompt tokens `[name, n]` (from the progress mlx-lm reports,
+the join's one token included), start and end.
+
+Agreement replaces the gate: per request, how many leading output ids equal the FP32 reference's
+(pdlib.report.checks.agreement). A peer that loses or changes a token shows it there; a request the generator
+drops (two empty steps in a row while it is unfinished) ends short, and the run goes on.
+"""
+
+import copy
+import time
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten
+from mlx_lm.generate import BatchGenerator
+
+from pdlib.errors import check_int
+from pdlib.report.checks import agreement
+from pdlib.report.serving import run_summary
+from pdlib.run.clock import now, wait_until
+from pdlib.run.reference import Reference
+from pdlib.run.serve_params import PEER_DTYPES, peer_name
+from pdlib.weights import LoadedModel
+from pdlib.workload import Workload
+
+SYSTEM = "mlx-lm BatchGenerator"
+DTYPES = dict(zip(PEER_DTYPES, (mx.float32, mx.bfloat16)))
+
+
+def greedy(logprobs: mx.array) -> mx.array:
+    return mx.argmax(logprobs, axis=-1)
+
+
+def model_dtype(model: nn.Module) -> str | None:
+    """The PEER_DTYPES name of the model's floating parameters' one dtype, else None."""
+    kinds = {v.dtype for _, v in tree_flatten(model.parameters()) if mx.issubdtype(v.dtype, mx.floating)}
+    names = [k for k, d in DTYPES.items() if kinds == {d}]
+    return names[0] if names else None
+
+
+def peer_model(model: LoadedModel, dtype: str) -> nn.Module:
+    """A fresh reference model (its own arrays) in `dtype`."""
+    ref = Reference(model).model
+    if dtype != "fp32":
+        ref.set_dtype(DTYPES[dtype])
+    return ref
+
+
+def peer_once(ref_model: nn.Module, workload: Workload, prompts, *, dtype: str, prefill_step_size: int) -> dict:
+    """One timed run of mlx-lm's BatchGenerator on `workload` (module docstring), shaped like serve_once's result.
+    `ref_model`: mlx-lm's model; when its parameters are not `dtype`, a copy is cast (peer_model's is not copied);
+    `prompts`: {name: token ids}."""
+    if dtype not in DTYPES:
+        raise ValueError(f"peer dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
+    check_int("prefill_step_size", prefill_step_size, 1)
+    model = ref_model if model_dtype(ref_model) == dtype else _cast_copy(ref_model, dtype)
+    names, n = workload.names, workload.n
+    arrival = workload.arrival_ns.tolist()
+    prompt, output = workload.prompt_tokens.tolist(), workload.output_tokens.tolist()
+    token_lists = [list(prompts[name]) for name in names]  # insert's type, made before the clock starts
+    gen = BatchGenerator(
+        model,
+        sampler=greedy,
+        completion_batch_size=n,
+        prefill_batch_size=n,
+        prefill_step_size=prefill_step_size,
+    )
+    ids: list[list[int]] = [[] for _ in names]
+    emits: list[list[int]] = [[] for _ in names]
+    admitted, lost = [0] * n, [False] * n
+    index, progress, live = {}, {}, set()  # uid -> request; uid -> prompt tokens done; requests in the generator
+    work_log, t_start_log, t_end_log = [], [], []
+    idle_ns = nxt = ended = empty = 0
+    try:
+        mx.synchronize(gen.stream)  # mlx-lm works on its own stream: nothing of a run before is left running
+        mx.synchronize()
+        t0 = now()
+        while ended < n:
+            t = now() - t0
+            while nxt < n and arrival[nxt] <= t:
+                (uid,) = gen.insert([token_lists[nxt]], max_tokens=[output[nxt]])
+                index[uid], progress[uid], admitted[nxt] = nxt, 0, t
+                live.add(nxt)
+                nxt += 1
+            if not live:
+                wait_until(t0 + arrival[nxt])
+                idle_ns += now() - t0 - t
+                continue
+            t_start = now() - t0
+            prompt_out, gen_out = gen.next()
+            t_end = now() - t0
+            work = []
+            for r in gen_out:
+                i = index[r.uid]
+                ids[i].append(int(r.token))
+                emits[i].append(t_end)
+                work.append([names[i], None])
+                if r.finish_reason is not None:
+                    live.discard(i)
+                    ended += 1
+            for r in prompt_out:
+                work.append([names[index[r.uid]], r.progress[0] - progress[r.uid]])
+                progress[r.uid] = r.progress[0]
+            empty = 0 if work else empty + 1
+            if empty == 2:  # the generator holds nothing, yet these never finished: they end short
+                for i in live:
+                    lost[i] = True
+                ended += len(live)
+                live.clear()
+            if work:
+                work_log.append(work)
+                t_start_log.append(t_start)
+                t_end_log.append(t_end)
+        mx.synchronize(gen.stream)  # the forward issued after the last token is not left running into what follows
+    finally:
+        gen.close()
+    requests = [
+        {
+            "name": name,
+            "arrival_ns": arrival[i],
+            "admitted_ns": admitted[i],
+            "prompt_tokens": prompt[i],
+            "output_tokens": output[i],
+            "emit_ns": emits[i],
+            "output_ids": ids[i],
+            **({"lost": True} if lost[i] else {}),
+        }
+        for i, name in enumerate(names)
+    ]
+    return {
+        "policy": peer_name(dtype, prefill_step_size),
+        "peer": True,
+        "system": SYSTEM,
+        "dtype": dtype,
+        "prefill_step_size": prefill_step_size,
+        "batch_sizes": {"completion": n, "prefill": n},
+        "requests": requests,
+        "steps": {"work": work_log, "t_start_ns": t_start_log, "t_end_ns": t_end_log},
+        "idle_ns": idle_ns,
+        "makespan_ns": t_end_log[-1],
+    }
+
+
+def _cast_copy(model: nn.Module, dtype: str) -> nn.Module:
+    out = copy.deepcopy(model)
+    out.set_dtype(DTYPES[dtype])
+    return out
+
+
+def record_agreement(run: dict, refs: dict) -> None:
+    """Each request's `agreement`: its leading output ids equal to the FP32 reference's (refs: serve_gate's)."""
+    for r in run["requests"]:
+        r["agreement"] = agreement(r["output_ids"], refs[r["name"]].tokens)
+
+
+def run_peers(
+    model: LoadedModel, workload: Workload, prompts, refs: dict, peers, *, warmups: int = 0, slos=None
+) -> list[dict]:
+    """One timed run per (dtype, prefill_step_size) in `peers`, each after `warmups` untimed ones, with its
+    agreement and report.serving's summary (over the requests that emitted a token: a peer may lose one)."""
+    models: dict[str, nn.Module] = {}
+    runs = []
+    for dtype, step in peers:
+        if dtype not in models:
+            models[dtype] = peer_model(model, dtype)
+        t = time.perf_counter()
+        for _ in range(warmups):
+            peer_once(models[dtype], workload, prompts, dtype=dtype, prefill_step_size=step)
+        warmup_s = time.perf_counter() - t
+        run = peer_once(models[dtype], workload, prompts, dtype=dtype, prefill_step_size=step)
+        record_agreement(run, refs)
+        run["warmup_s"] = warmup_s
+        run["summary"] = run_summary([r for r in run["requests"] if r["emit_ns"]], slos or {})
+        runs.append(run)
+    return runs
