@@ -11,6 +11,7 @@ import copy
 import gzip
 import io
 import json
+import keyword
 import tempfile
 from dataclasses import fields
 from pathlib import Path
@@ -254,7 +255,8 @@ PARAMETERS_CELL = _notebook_cells()[0]
     values=st.dictionaries(
         st.one_of(
             st.sampled_from(FIELDS + ["output_dir", "params_file", "quiet"]),
-            st.from_regex(r"[a-z_]{1,10}", fullmatch=True),
+            # a keyword fails in papermill's own injected cell, before any of the notebook's code runs
+            st.from_regex(r"[a-z_]{1,10}", fullmatch=True).filter(lambda n: not keyword.iskeyword(n)),
         ),
         st.one_of(*[v for v in FIELD_VALUES.values()], junk),
         max_size=4,
