@@ -128,6 +128,24 @@ def _seconds_to_ns(name: str, value) -> int:
     return int((Decimal(str(value)) * NS_PER_S).to_integral_value())
 
 
+def trace_window(trace: Trace, window_s=None) -> tuple[int, int]:
+    """[lo, hi): the indices of `trace`'s requests inside window_s (the whole trace for None), or InputError."""
+    if window_s is None:
+        return 0, trace.n
+    if not isinstance(window_s, (list, tuple)) or len(window_s) != 2:
+        raise InputError(f"window_s must be [start, end] in seconds, got {window_s!r}")
+    a, b = (_seconds_to_ns(f"window_s {x}", v) for x, v in zip(("start", "end"), window_s))
+    if a >= b:
+        raise InputError(f"window_s={list(window_s)} is empty: it needs start < end")
+    lo, hi = (int(i) for i in np.searchsorted(trace.arrival_ns, [a, b], side="left"))
+    if lo == hi:
+        raise InputError(
+            f"window_s={list(window_s)} holds no request of trace {trace.name!r} "
+            f"(its {trace.n} requests arrive over [0, {trace.duration_s:.3f}] s)"
+        )
+    return lo, hi
+
+
 def _summary(a: np.ndarray) -> dict:
     p50, p90 = np.percentile(a, [50, 90])  # numpy's default: linear between order statistics
     return {"p50": round(float(p50), 3), "p90": round(float(p90), 3), "max": int(a.max()), "total": int(a.sum())}
@@ -226,19 +244,7 @@ class Workload:
         source: str | None = None,
     ) -> Workload:
         """A window of `trace` (the module docstring's trace options), rate-multiplied and clipped."""
-        lo, hi = 0, trace.n
-        if window_s is not None:
-            if not isinstance(window_s, (list, tuple)) or len(window_s) != 2:
-                raise InputError(f"window_s must be [start, end] in seconds, got {window_s!r}")
-            a, b = (_seconds_to_ns(f"window_s {x}", v) for x, v in zip(("start", "end"), window_s))
-            if a >= b:
-                raise InputError(f"window_s={list(window_s)} is empty: it needs start < end")
-            lo, hi = (int(i) for i in np.searchsorted(trace.arrival_ns, [a, b], side="left"))
-            if lo == hi:
-                raise InputError(
-                    f"window_s={list(window_s)} holds no request of trace {trace.name!r} "
-                    f"(its {trace.n} requests arrive over [0, {trace.duration_s:.3f}] s)"
-                )
+        lo, hi = trace_window(trace, window_s)
         if first is not None:
             check_int("first", first, 1)
             if first > hi - lo:

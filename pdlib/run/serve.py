@@ -139,6 +139,27 @@ def kv_cache_bytes(model: LoadedModel, *, requests: int, capacity: int) -> int:
     return 2 * 4 * requests * capacity * c.num_hidden_layers * c.num_key_value_heads * c.head_dim  # K and V, FP32
 
 
+def serving_capacity(model: LoadedModel, workload: Workload) -> tuple[int, int]:
+    """(cache capacity, bytes of all N caches) for `workload`, or InputError when the model or memory cannot
+    hold it (module docstring)."""
+    total = (workload.prompt_tokens + workload.output_tokens).tolist()
+    capacity = max(total)
+    limit = model.config.max_position_embeddings
+    if capacity > limit:
+        i = total.index(capacity)
+        raise InputError(
+            f"request {workload.names[i]}: prompt + output = {capacity} exceeds the model's "
+            f"{limit} positions (lower max_total_tokens)"
+        )
+    cache_bytes = kv_cache_bytes(model, requests=workload.n, capacity=capacity)
+    if cache_bytes > KV_CACHE_LIMIT_BYTES:
+        raise InputError(
+            f"{workload.n} caches of {capacity} positions need {cache_bytes / 2**30:.1f} GiB "
+            f"(over {KV_CACHE_LIMIT_BYTES >> 30} GiB): serve fewer requests or shorter ones"
+        )
+    return capacity, cache_bytes
+
+
 def run_serving(
     model: LoadedModel,
     workload: Workload,
@@ -165,20 +186,7 @@ def run_serving(
         if dtype not in PEER_DTYPES or not isinstance(step, int) or step < 1:
             raise InputError(f"peer ({dtype!r}, {step!r}): expected a dtype of {', '.join(PEER_DTYPES)}, a size >= 1")
     cfg = model.config
-    total = (workload.prompt_tokens + workload.output_tokens).tolist()
-    capacity = max(total)
-    if capacity > cfg.max_position_embeddings:
-        i = total.index(capacity)
-        raise InputError(
-            f"request {workload.names[i]}: prompt + output = {capacity} exceeds the model's "
-            f"{cfg.max_position_embeddings} positions (lower max_total_tokens)"
-        )
-    cache_bytes = kv_cache_bytes(model, requests=workload.n, capacity=capacity)
-    if cache_bytes > KV_CACHE_LIMIT_BYTES:
-        raise InputError(
-            f"{workload.n} caches of {capacity} positions need {cache_bytes / 2**30:.1f} GiB "
-            f"(over {KV_CACHE_LIMIT_BYTES >> 30} GiB): serve fewer requests or shorter ones"
-        )
+    capacity, cache_bytes = serving_capacity(model, workload)
     prompts = {p.name: p for p in iter_prompts(workload, vocab_size=cfg.vocab_size, tokenizer=model.tokenizer)}
     reference_s = None
     if refs is None:

@@ -10,14 +10,20 @@
     warmups: 1                       # full untimed runs per policy first (compiles every step shape), checked too
     slo: {decode_ms: 2.0, ttft_ms: 500.0}   # optional: report.serving.slos_from_step's strict/relaxed SLOs
     peers: [mlx-lm-fp32@2048, mlx-lm-bf16@chunk]   # optional: mlx-lm's BatchGenerator (pdlib/run/peer.py)
+    search: {lo: 0.25, hi: 64, reps: 3, precision: 0.1, max_per_rep: 8, start: null,   # optional: the rate
+             slo: {decode_ms: null, ttft_ms: null}, criteria: [capacity, goodput]}     # searches (serve_search.py)
 
 A peer is spelled `mlx-lm-<dtype>@<prefill_step_size>`: dtype fp32 or bf16, the size a positive integer or
 `chunk` (the params' chunk_size); each is one timed run, named in the report with `chunk` resolved
 (`mlx-lm-bf16@32`).
 
+A `search` section is read only by a search (pdlib/run/serve_search.py); a plain serve ignores it. Every key in
+it may be left out (SEARCH_DEFAULTS); a `null` SLO number is measured on the machine at the search's start.
+
 Every key is refused unless known, with one line naming it and what is accepted.
 """
 
+import math
 from dataclasses import asdict, dataclass, fields
 
 from pdlib.batching import BATCH_POLICIES
@@ -28,6 +34,53 @@ from pdlib.workload import Workload
 SLO_KEYS = ("decode_ms", "ttft_ms")
 PEER_SYSTEM = "mlx-lm"
 PEER_DTYPES = ("fp32", "bf16")
+CRITERIA = ("capacity", "goodput")
+SEARCH_DEFAULTS = {
+    "lo": 0.25,
+    "hi": 64.0,
+    "reps": 3,
+    "precision": 0.1,
+    "max_per_rep": 8,
+    "start": None,  # None: the geometric mean of lo and hi (report.serving.search)
+    "slo": {"decode_ms": None, "ttft_ms": None},  # None: measured (serve_search.calibrate)
+    "criteria": list(CRITERIA),
+}
+
+
+def _positive(name: str, v, *, null: bool = False) -> None:
+    if v is None and null:
+        return
+    if isinstance(v, bool) or not isinstance(v, int | float) or not (0 < v < math.inf):
+        raise InputError(f"{name} must be a positive finite number{' or null' if null else ''}, got {v!r}")
+
+
+def search_settings(spec) -> dict:
+    """The `search` section with its defaults filled in, or InputError, one line."""
+    if not isinstance(spec, dict):
+        raise InputError(f"search must be a mapping with keys of: {', '.join(SEARCH_DEFAULTS)}, got {spec!r}")
+    unknown = sorted(str(k) for k in spec if k not in SEARCH_DEFAULTS)
+    if unknown:
+        raise InputError(f"search: unknown key(s) {', '.join(unknown)}; accepted: {', '.join(SEARCH_DEFAULTS)}")
+    out = {**SEARCH_DEFAULTS, **spec}
+    for k in ("lo", "hi", "precision"):
+        _positive(f"search {k}", out[k])
+    _positive("search start", out["start"], null=True)
+    if out["hi"] < out["lo"] or out["start"] is not None and not out["lo"] <= out["start"] <= out["hi"]:
+        raise InputError(f"search needs lo <= start <= hi, got lo {out['lo']}, start {out['start']}, hi {out['hi']}")
+    check_int("search reps", out["reps"], 1)
+    check_int("search max_per_rep", out["max_per_rep"], 1)
+    slo = out["slo"]
+    if not isinstance(slo, dict) or set(slo) - set(SLO_KEYS):
+        raise InputError(f"search slo must be a mapping of {', '.join(SLO_KEYS)} (each a number or null), got {slo!r}")
+    out["slo"] = {k: slo.get(k) for k in SLO_KEYS}
+    for k, v in out["slo"].items():
+        _positive(f"search slo {k}", v, null=True)
+    crit = out["criteria"]
+    ok = isinstance(crit, list | tuple) and crit and all(c in CRITERIA for c in crit) and len(set(crit)) == len(crit)
+    if not ok:
+        raise InputError(f"search criteria must be a non-empty list of {', '.join(CRITERIA)}, no repeats; got {crit!r}")
+    out["criteria"] = list(crit)
+    return out
 
 
 def peer_name(dtype: str, prefill_step_size: int) -> str:
@@ -55,6 +108,7 @@ class ServeParams:
     warmups: int = 0
     slo: dict | None = None  # {decode_ms, ttft_ms} for slos_from_step
     peers: tuple[str, ...] = ()  # mlx-lm's BatchGenerator, timed beside the policies (module docstring)
+    search: dict | None = None  # the rate searches' settings (search_settings; module docstring)
 
     def __post_init__(self):
         if not isinstance(self.model, str) or not self.model:
@@ -78,6 +132,8 @@ class ServeParams:
         if not isinstance(self.peers, (list, tuple)):
             raise InputError(f"peers must be a list like [mlx-lm-fp32@2048, mlx-lm-bf16@chunk], got {self.peers!r}")
         object.__setattr__(self, "peers", tuple(self.peers))
+        if self.search is not None:
+            object.__setattr__(self, "search", search_settings(self.search))
         names = [peer_name(*c) for c in self.peer_configs()]
         if len(set(names)) != len(names):
             raise InputError(f"peers must not repeat (chunk is {self.chunk_size}), got {' '.join(names)}")

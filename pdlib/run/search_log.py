@@ -1,0 +1,135 @@
+"""A rate search's log: one JSON line per measured run, appended as soon as the run ends, so a search killed at
+any point resumes from every run it finished (pdlib/run/serve_search.py).
+
+    log = SearchLog(path, identity, note=print)   # locks the file; reads what is there; refuses another search's
+    if log.header is None:
+        log.start({"slo": ...})                   # a new log: its header line, written once
+    log.append({"policy": "mixed", "rate": 2.0, "rep": 0, "summary": {...}, "gate": {...}})
+    log.records                                   # every point in the log, in order
+    log.close()
+
+Line 1 is the header: {"schema", "identity", "created_utc", ...}. `identity` is what decides a measured point's
+numbers (the model, the workload, chunk size, warmups, the SLO settings, the rep rule, the machine and the engine's
+switches); a log whose identity differs is refused with one line naming the first field that differs, so points of
+another workload or machine never mix in. Each later line is one point. Every line is written with one write,
+then fsync: a process killed mid-write leaves at most a partial last line (no newline), which is cut off with a
+note and measured again; any other damaged line is refused. The file is locked (flock) while a search holds it,
+so two searches never append to one log.
+"""
+
+import datetime
+import fcntl
+import json
+import os
+from pathlib import Path
+
+from pdlib.errors import InputError
+
+LOG_SCHEMA = "pdlib.serve-search-log/1"
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def first_difference(a, b, path: str = "") -> str | None:
+    """The first key path where two JSON values differ ("workload.first: 8 != 16"), or None."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            d = first_difference(a.get(k), b.get(k), f"{path}.{k}" if path else k)
+            if d:
+                return d
+        return None
+    return None if a == b else f"{path or 'value'}: {json.dumps(a)} != {json.dumps(b)}"
+
+
+class SearchLog:
+    def __init__(self, path, identity: dict, *, note=None):
+        self.path = Path(path)
+        self.identity = json.loads(json.dumps(identity))  # as it reads back
+        self.note = note or (lambda line: None)
+        self.header, self.records, self.cut = None, [], 0
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
+        except OSError as e:
+            raise InputError(f"cannot open search log {str(self.path)!r}: {e.strerror or e}") from None
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self.fd)
+            raise InputError(f"search log {str(self.path)!r} is in use by another search") from None
+        try:
+            self._read()
+        except BaseException:
+            self.close()
+            raise
+
+    def _read(self):
+        with open(self.fd, "rb", closefd=False) as f:
+            data = f.read()
+        if data and not data.endswith(b"\n"):  # a line cut by a kill: its run is measured again
+            keep = data.rfind(b"\n") + 1
+            self.cut = len(data) - keep
+            os.ftruncate(self.fd, keep)
+            data = data[:keep]
+            self.note(f"search log {self.path}: ignored a partial last line ({self.cut} bytes) left by a killed run")
+        lines = data.splitlines()
+        if not lines:
+            return
+        where = f"search log {str(self.path)!r}"
+        try:
+            header = json.loads(lines[0])
+        except ValueError:
+            header = None
+        if not isinstance(header, dict) or header.get("schema") != LOG_SCHEMA:
+            raise InputError(f"{where} is not a search log (line 1 is not a {LOG_SCHEMA} header)")
+        diff = first_difference(header.get("identity"), self.identity)
+        if diff:
+            raise InputError(
+                f"{where} was made with other params or on another machine ({diff}); "
+                f"use a new log, or the params it was made with"
+            )
+        for i, line in enumerate(lines[1:], start=2):
+            try:
+                r = json.loads(line)
+                ok = isinstance(r, dict) and {"policy", "rate", "rep", "summary"} <= set(r)
+            except ValueError:
+                ok = False
+            if not ok:
+                raise InputError(f"{where}: line {i} is damaged (not a measured point); only a last line may be cut")
+            self.records.append(r)
+        self.header = header
+
+    def start(self, fields: dict) -> dict:
+        """Write the header of a new log: schema, identity, created_utc and `fields`."""
+        if self.header is not None:
+            raise RuntimeError("the log has a header already")
+        self.header = {"schema": LOG_SCHEMA, "identity": self.identity, "created_utc": utc_now(), **fields}
+        self._write(self.header)
+        return self.header
+
+    def append(self, record: dict) -> None:
+        """One measured point, on disk (fsync) before this returns."""
+        if self.header is None:
+            raise RuntimeError("a point before the log's header")
+        self._write(record)
+        self.records.append(json.loads(json.dumps(record)))
+
+    def _write(self, obj: dict) -> None:
+        line = (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+        n = os.write(self.fd, line)  # O_APPEND: at the end, in one write
+        if n != len(line):
+            raise OSError(f"search log {self.path}: wrote {n} of {len(line)} bytes")
+        os.fsync(self.fd)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # releases the lock
+            self.fd = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

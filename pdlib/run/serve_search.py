@@ -1,0 +1,416 @@
+"""Capacity and goodput per policy and per peer: report.serving.search over the rate, one measured run per
+(rate, rep), every run logged as it ends so a search resumes across commands and sessions.
+
+    report = search_params_file("params/serve-search-smoke-cpu.yaml", output="out/search.json", log="out/s.jsonl")
+    print(search_table(report))
+    w = rep_workload(workload_params, rate=4.0, rep=1)          # the workload one point runs
+    point = measure(bench, "mixed", 4.0, 1)                      # {"summary", "gate", "makespan_s", "wall_s"}
+
+The rate: a trace's `rate_multiplier` (arrivals divided by it), a poisson source's `rate` (requests/s); the
+params' own value is replaced by each measured rate. A rep is one fixed workload sample (REP_RULE):
+- poisson: seed + rep (the lengths do not depend on the rate: the gaps are drawn first, always n - 1 of them);
+- a trace with `first: K`: the rep-th block of K consecutive requests of the window (of the whole trace without
+  window_s): requests [i0 + rep*K, i0 + (rep+1)*K), i0 the window's first; refused if the window holds fewer than
+  reps*K. Consecutive blocks keep the trace's own burstiness, which a time slice of fixed length would too, but
+  with a fixed N (one cache size, one reference cost per rep);
+- a trace with window_s [a, b) and no `first`: the window moved by rep*(b - a) seconds;
+- a whole trace (neither): one sample only, reps must be 1.
+Rep 0 is the params' workload itself (Workload.from_params at that rate).
+
+A measured point runs one policy (serve.serve_once, gated as `serve` gates: a token mismatch stops the search with
+one line) or one peer (peer.peer_once, timed, its agreement recorded) on that workload, after the params' warmups,
+and keeps report.serving.run_summary with both SLOs' attainment. What every point shares is made once per
+search (`Bench`): the model, one Engine (capacity: the largest over the reps, so every step keeps one cache
+shape), each rep's prompts and FP32 references (per request: computed once per rep, reused at every rate), and
+mlx-lm's models for the peers.
+
+SLOs (report.serving.slos_from_step): strict and relaxed TBT/TPOT are 5x and 25x one decode step; TTFT is one
+number for both. `search.slo.decode_ms: null` measures the step here (`calibrate`: the median of DECODE_STEPS
+single-request decode steps at the workload's median prompt length); `ttft_ms: null` is TTFT_FACTOR times the
+measured uncontended TTFT of the workload's p90 prompt (prefilled alone in chunk_size chunks to its first
+token): Splitwise's P90 TTFT SLO is 3x the uncontended, and at a low rate P90 TTFT is about that prompt's, so
+the bound is met with room for some queueing and fails once queueing builds. The measured values are in the
+log's header: a resumed search uses them, never a second measurement.
+
+Searches: per run, per SLO (strict, relaxed) and per criterion (capacity: pooled P99 TBT and P90 TTFT within the
+SLO; goodput: >= 90% of requests meet TTFT and TPOT), report.serving.search over [lo, hi]. The four searches of a
+run share one `known` cache of its summaries, seeded from the log (search_log.py), so no point is measured twice.
+"""
+
+import dataclasses
+import math
+import sys
+import time
+from dataclasses import asdict
+from decimal import Decimal
+
+import mlx.core as mx
+import numpy as np
+
+from pdlib.engine import Engine, check_token
+from pdlib.engine.kernels import BACKEND
+from pdlib.errors import InputError, check_int
+from pdlib.report.io import claim_output, environment, sha256_file, source_hashes, write_report
+from pdlib.report.serving import (
+    capacity_criterion,
+    goodput_criterion,
+    grid_rate,
+    known_from_records,
+    run_summary,
+    search,
+    slos_from_step,
+)
+from pdlib.run.clock import now
+from pdlib.run.peer import peer_model, peer_once, record_agreement
+from pdlib.run.search_log import SearchLog, utc_now
+from pdlib.run.serve import gate, serve_once, serving_capacity
+from pdlib.run.serve_gate import reference_sequences
+from pdlib.run.serve_params import ServeParams, load_serve_params, peer_name, search_settings
+from pdlib.traces import Trace, load_trace
+from pdlib.weights import load_model
+from pdlib.workload import LIMITS, TRACE_SOURCES, Workload, iter_prompts, trace_window
+
+SCHEMA = "pdlib.serve-search/1"
+REP_RULE = "pdlib.serve-search.rep/1: poisson seed+rep; trace first:K the rep-th K-block; window_s moved rep widths"
+TTFT_FACTOR = 3.0
+DECODE_STEPS = 20
+DECODE_WARM = 3  # untimed steps before them: the first ones compile
+PREFILL_REPEATS = 5  # timed prefills of the p90 prompt, after one untimed
+SLO_NAMES = ("strict", "relaxed")
+
+
+# ---- a rep's workload ----------------------------------------------------------------------------------------
+
+
+def rep_sample(workload_params: dict, rep: int) -> dict:
+    """What makes rep `rep` its own sample (module docstring): {"seed"}, {"trace_rows": [i, j]} (trace indices) or
+    {"window_s": [a, b]}; InputError when the params cannot give that rep."""
+    check_int("rep", rep, 0)
+    source, first, window = (workload_params.get(k) for k in ("source", "first", "window_s"))
+    if source == "poisson":
+        return {"seed": workload_params.get("seed", 0) + rep}
+    if source not in TRACE_SOURCES:
+        raise InputError(
+            f"a rate search needs arrivals to speed up: source azure-code, azure-conv or poisson, not {source!r}"
+        )
+    trace = load_trace(TRACE_SOURCES[source])
+    lo, hi = trace_window(trace, window)
+    if first is None and window is None:
+        if rep:
+            raise InputError("reps > 1 on a whole trace: set `first: K` (rep r: the r-th K requests) or window_s")
+        return {"trace_rows": [0, trace.n]}
+    if first is None:
+        a, b = (Decimal(str(x)) for x in window)
+        return {"window_s": [float(a + rep * (b - a)), float(b + rep * (b - a))]}
+    check_int("first", first, 1)
+    start = lo + rep * first
+    if start + first > hi:
+        where = f"window_s={list(window)}" if window is not None else f"trace {source}"
+        raise InputError(
+            f"rep {rep} needs requests [{start}, {start + first}) of {where}, which holds {hi - lo} "
+            f"({(hi - lo) // first} reps of first={first}): lower reps or first"
+        )
+    return {"trace_rows": [start, start + first]}
+
+
+def rep_workload(workload_params: dict, rate: float, rep: int) -> Workload:
+    """The workload of one point: the params' at `rate` (a trace's rate_multiplier, poisson's rate), rep's sample."""
+    sample = rep_sample(workload_params, rep)
+    p = dict(workload_params)
+    p["rate" if p.get("source") == "poisson" else "rate_multiplier"] = rate
+    if rep == 0 or "seed" in sample or "window_s" in sample:  # rep 0: the plain workload
+        return Workload.from_params({**p, **({} if rep == 0 else sample)})
+    i, j = sample["trace_rows"]
+    t = load_trace(TRACE_SOURCES[p["source"]])
+    sub = Trace(t.name, t.arrival_ns[i:j] - t.arrival_ns[i], t.prompt_tokens[i:j], t.output_tokens[i:j], t.start)
+    limits = {k: p.get(k) for k in LIMITS}
+    w = Workload.from_trace(sub, first=p["first"], rate_multiplier=rate, source=p["source"], **limits)
+    return dataclasses.replace(w, options={**w.options, "trace_requests": t.n})
+
+
+# ---- what every point shares ---------------------------------------------------------------------------------
+
+
+def _prefill(engine: Engine, name: str, n: int, chunk_size: int) -> int:
+    """Prefill `name` alone in chunks, each done when its K/V are (as serve_once's steps); its first token."""
+    out = None
+    while n:
+        k = min(chunk_size, n)
+        out = engine.batch([(name, k)])[0]
+        if out is None:
+            c = engine.requests[name].cache
+            mx.eval([*c.k, *c.v, c.written])
+        n -= k
+    return check_token(out.observe())
+
+
+def calibrate(model, workload: Workload, *, chunk_size: int) -> dict:
+    """One decode step (ms, the median of DECODE_STEPS) of one request at the workload's median prompt length,
+    and the uncontended TTFT (ms, median of PREFILL_REPEATS) of its p90 prompt in chunk_size chunks."""
+    t = time.perf_counter()
+    p50 = max(1, round(float(np.median(workload.prompt_tokens))))
+    p90 = max(1, math.ceil(float(np.percentile(workload.prompt_tokens, 90))))
+    n_dec = DECODE_WARM + DECODE_STEPS
+    w = Workload("calibration", np.zeros(2, np.int64), np.array([p50, p90]), np.array([n_dec + 1, 1]))
+    ids = [p.token_ids for p in iter_prompts(w, vocab_size=model.config.vocab_size, tokenizer=model.tokenizer)]
+    engine = Engine(model, capacity=max(p50 + n_dec + 2, p90 + 1))
+    engine.add_request("decode", ids[0])
+    engine.add_request("prefill", ids[1])
+    prefill = []
+    for _ in range(1 + PREFILL_REPEATS):
+        engine.reset("prefill", logical=True)
+        mx.synchronize()
+        t0 = now()
+        _prefill(engine, "prefill", p90, chunk_size)
+        prefill.append((now() - t0) / 1e6)
+    engine.reset("decode", logical=True)
+    _prefill(engine, "decode", p50, chunk_size)
+    decode = []
+    for _ in range(n_dec):
+        t0 = now()
+        check_token(engine.batch([("decode", None)])[0].observe())
+        decode.append((now() - t0) / 1e6)
+    return {
+        "decode_ms": float(np.median(decode[DECODE_WARM:])),
+        "decode_samples_ms": decode[DECODE_WARM:],
+        "decode_prompt_tokens": p50,
+        "prefill_ms": float(np.median(prefill[1:])),
+        "prefill_samples_ms": prefill[1:],
+        "prefill_prompt_tokens": p90,
+        "chunk_size": chunk_size,
+        "ttft_factor": TTFT_FACTOR,
+        "wall_s": time.perf_counter() - t,
+    }
+
+
+class Bench:
+    """What the points of one search share (module docstring), each part made on first use: a search whose
+    points are all in its log loads nothing."""
+
+    def __init__(self, workload_params: dict, params: ServeParams, reps: int):
+        self.workload_params, self.params = workload_params, params
+        self.samples = [rep_workload(workload_params, 1.0, r) for r in range(reps)]  # refuses a rep it can't make
+        self.capacity = max(int((w.prompt_tokens + w.output_tokens).max()) for w in self.samples)
+        self.peers = {peer_name(*c): c for c in params.peer_configs()}
+        self.slos: dict = {}
+        self._model, self.engine, self.in_engine = None, None, None
+        self.prepared: dict = {}
+        self.peer_models: dict = {}
+
+    @property
+    def model(self):
+        if self._model is None:
+            self._model = load_model(self.params.model)
+        return self._model
+
+    def prepare(self, rep: int, w: Workload) -> dict:
+        """rep's prompts and references, made once (its lengths are the same at every rate; keyed by them too)."""
+        key = (rep, w.prompt_tokens.tobytes(), w.output_tokens.tobytes())
+        if key not in self.prepared:
+            serving_capacity(self.model, w)
+            m = self.model
+            prompts = {
+                p.name: p.token_ids for p in iter_prompts(w, vocab_size=m.config.vocab_size, tokenizer=m.tokenizer)
+            }
+            refs, seconds = reference_sequences(m, prompts, dict(zip(w.names, w.output_tokens.tolist())))
+            self.prepared[key] = {"key": key, "prompts": prompts, "refs": refs, "reference_s": seconds}
+        return self.prepared[key]
+
+    def engine_for(self, prep: dict) -> Engine:
+        """The one engine, holding `prep`'s requests (added again when the rep changes)."""
+        if self.engine is None:
+            self.engine = Engine(self.model, capacity=self.capacity)
+        if self.in_engine != prep["key"]:
+            self.engine.requests.clear()
+            for name, ids in prep["prompts"].items():
+                self.engine.add_request(name, ids)
+            self.in_engine = prep["key"]
+        return self.engine
+
+    def peer_model(self, dtype: str):
+        if dtype not in self.peer_models:
+            self.peer_models[dtype] = peer_model(self.model, dtype)
+        return self.peer_models[dtype]
+
+
+def measure(bench: Bench, policy: str, rate: float, rep: int) -> dict:
+    """One point: `policy` (or a peer's name) on rep's workload at `rate`, after the params' warmups; its summary
+    (both SLOs' attainment), its gate (near-ties) or agreement (a peer), makespan and wall time."""
+    t = time.perf_counter()
+    w = rep_workload(bench.workload_params, rate, rep)
+    prep = bench.prepare(rep, w)
+    refs, warmups, chunk = prep["refs"], bench.params.warmups, bench.params.chunk_size
+    if policy in bench.peers:
+        dtype, step = bench.peers[policy]
+        model = bench.peer_model(dtype)
+        for _ in range(warmups):
+            peer_once(model, w, prep["prompts"], dtype=dtype, prefill_step_size=step)
+        run = peer_once(model, w, prep["prompts"], dtype=dtype, prefill_step_size=step)
+        record_agreement(run, refs)
+        rs = run["requests"]
+        check = {
+            "peer": True,
+            "agreement": sum(r["agreement"] for r in rs),
+            "tokens": sum(r["output_tokens"] for r in rs),
+            "lost": sum(bool(r.get("lost")) for r in rs),
+        }
+    else:
+        engine = bench.engine_for(prep)
+        for _ in range(warmups):
+            gate(serve_once(engine, w, policy, chunk_size=chunk), refs)
+        run = serve_once(engine, w, policy, chunk_size=chunk)
+        check = {"checks": "tokens", "near_ties": gate(run, refs)}
+    summary = run_summary([r for r in run["requests"] if r["emit_ns"]], bench.slos)
+    return {
+        "summary": summary,
+        "gate": check,
+        "makespan_s": run["makespan_ns"] / 1e9,
+        "wall_s": time.perf_counter() - t,
+    }
+
+
+# ---- the searches --------------------------------------------------------------------------------------------
+
+
+def search_identity(workload_params: dict, params: ServeParams, settings: dict) -> dict:
+    """What decides a point's numbers (search_log.py): a log made with anything else is refused."""
+    env = environment(BACKEND)
+    return {
+        "model": params.model,
+        "workload": {k: v for k, v in workload_params.items() if k not in ("rate", "rate_multiplier")},
+        "chunk_size": params.chunk_size,
+        "warmups": params.warmups,
+        "slo": settings["slo"],
+        "rep_rule": REP_RULE,
+        "machine": {k: env.get(k) for k in ("backend", "device_name", "mlx", "mlx_lm", "settings")},
+    }
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _point_line(policy: str, rate: float, rep: int, point: dict) -> str:
+    s = point["summary"]
+    attain = " ".join(f"{n} {s[f'attain_{n}']:.2f}" for n in SLO_NAMES if f"attain_{n}" in s)
+    return (
+        f"{policy} rate {rate:g} rep {rep}: TTFT p90 {s['ttft_p90_ms']:.1f} ms, TBT p99 {s['tbt_p99_ms']:.1f} ms, "
+        f"attained {attain} ({point['wall_s']:.1f} s)"
+    )
+
+
+def search_params_file(params_file, *, output=None, log, note=None) -> dict:
+    """What `python -m pdlib serve --params FILE --search --output OUT --log LOG` runs: per policy and peer, per SLO
+    and criterion, the rate search (module docstring); every measured point appended to `log` as it ends (made,
+    or resumed when it holds this search's points); the report (schema pdlib.serve-search/1) written to `output`
+    (claimed first: an existing one is refused before any work) and returned. `note`: where a line per point
+    goes (stderr by default)."""
+    t_start = time.perf_counter()
+    note = note or _stderr
+    if output is not None:
+        output = claim_output(output)
+    workload_params, params = load_serve_params(params_file)
+    settings = params.search if params.search is not None else search_settings({})
+    bench = Bench(workload_params, params, settings["reps"])
+    runs = [(p, False) for p in params.policies] + [(name, True) for name in bench.peers]
+    with SearchLog(log, search_identity(workload_params, params, settings), note=note) as lg:
+        from_log, cut = len(lg.records), lg.cut
+        if lg.header is None:
+            given = settings["slo"]
+            calib = None
+            if given["decode_ms"] is None or given["ttft_ms"] is None:
+                calib = calibrate(bench.model, bench.samples[0], chunk_size=params.chunk_size)
+            slo = {
+                "decode_ms": calib["decode_ms"] if given["decode_ms"] is None else given["decode_ms"],
+                "ttft_ms": TTFT_FACTOR * calib["prefill_ms"] if given["ttft_ms"] is None else given["ttft_ms"],
+                "measured": [k for k in ("decode_ms", "ttft_ms") if given[k] is None],
+            }
+            fields = {"params_file_sha256": sha256_file(params_file), "search": settings, "slo": slo}
+            lg.start({**fields, "calibration": calib})
+        header = lg.header
+        slos = slos_from_step(header["slo"]["decode_ms"], header["slo"]["ttft_ms"])
+        bench.slos = slos
+        counts = {"measured": 0}
+        searches = []
+        for name, peer in runs:
+            known = known_from_records(r for r in lg.records if r["policy"] == name)
+
+            def measured(rate, rep, name=name):
+                point = measure(bench, name, rate, rep)
+                lg.append({"policy": name, "rate": grid_rate(rate), "rep": rep, **point, "created_utc": utc_now()})
+                counts["measured"] += 1
+                note(_point_line(name, rate, rep, point))
+                return point["summary"]
+
+            for slo_name in SLO_NAMES:
+                for criterion in settings["criteria"]:
+                    make = capacity_criterion if criterion == "capacity" else goodput_criterion
+                    result = search(
+                        measured,
+                        meets=make(slos[slo_name]),
+                        lo=settings["lo"],
+                        hi=settings["hi"],
+                        reps=settings["reps"],
+                        start=settings["start"],
+                        precision=settings["precision"],
+                        max_per_rep=settings["max_per_rep"],
+                        known=known,
+                    )
+                    searches.append(
+                        {"policy": name, "peer": peer, "slo": slo_name, "criterion": criterion, "result": result}
+                    )
+                    note(f"{name}: {criterion} at the {slo_name} SLO: {result['text']} (CI {_ci(result)})")
+        points = len(lg.records)
+    report = {
+        "schema": SCHEMA,
+        "created_utc": utc_now(),
+        "params": {**params.to_dict(), "workload": workload_params, "search": settings},
+        "workload": bench.samples[0].to_dict(),  # at rate 1
+        "rep_rule": REP_RULE,
+        "reps": [
+            {"rep": r, **rep_sample(workload_params, r), "requests": w.n, "duration_s": w.duration_s}
+            for r, w in enumerate(bench.samples)
+        ],
+        "slos": {k: asdict(s) for k, s in slos.items()},
+        "decode_step_ms": header["slo"]["decode_ms"],
+        "slo_measured": header["slo"]["measured"],
+        "calibration": header.get("calibration"),
+        "searches": searches,
+        "measurements": {"new": counts["measured"], "from_log": from_log, "in_log": points, "cut_bytes": cut},
+        "log": {"path": str(log), "created_utc": header["created_utc"]},
+        "wall_s": time.perf_counter() - t_start,
+        "environment": environment(BACKEND),
+        "sources": source_hashes(params_file),
+    }
+    if output is not None:
+        write_report(output, report)
+    return report
+
+
+def _ci(result: dict) -> str:
+    lo, hi = result["ci"]
+    return f"[{lo:.4g}, {'unbounded' if hi is None else f'{hi:.4g}'}]"
+
+
+def search_table(report: dict) -> str:
+    """One line per run: each (criterion, SLO) search's value and CI; then the SLOs and the measurement counts."""
+    if report.get("schema") != SCHEMA:
+        raise ValueError(f"not a search report: schema {report.get('schema')!r}")
+    cols = list(dict.fromkeys((s["criterion"], s["slo"]) for s in report["searches"]))
+    by_run: dict = {}
+    for s in report["searches"]:
+        by_run.setdefault(s["policy"], {})[(s["criterion"], s["slo"])] = s["result"]
+    rows = [["run", *(f"{c} {s}" for c, s in cols)]]
+    for run, results in by_run.items():
+        rows.append([run, *(f"{r['text']} CI {_ci(r)}" if (r := results.get(c)) else "-" for c in cols)])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(x.ljust(w) for x, w in zip(row, widths)).rstrip() for row in rows]
+    slo = report["slos"]["strict"]
+    m = report["measurements"]
+    lines.append(
+        f"rate = {'requests/s' if report['workload']['source'] == 'poisson' else 'rate multiplier'}; decode step "
+        f"{report['decode_step_ms']:.3g} ms, TBT/TPOT strict {slo['tbt_ms']:.3g} ms, relaxed "
+        f"{report['slos']['relaxed']['tbt_ms']:.3g} ms, TTFT {slo['ttft_ms']:.3g} ms; "
+        f"{m['new']} runs measured, {m['from_log']} from the log; {report['wall_s']:.1f} s"
+    )
+    return "\n".join(lines)

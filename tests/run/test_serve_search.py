@@ -1,0 +1,267 @@
+"""The rate searches as a runnable thing (pdlib.run.serve_search): with `measure` replaced by a deterministic fake
+whose summaries cross each SLO at a known rate, every policy's and peer's searches come out where they should and
+share their points; a killed search (its log cut mid-line) resumes measuring only what was lost; a log of other
+params is refused; each rep is its own workload sample; and one small real search runs end to end through the
+gate on the tiny model.
+
+    .venv/bin/python -m pytest -q tests/run/test_serve_search.py
+"""
+
+import fcntl
+import json
+
+import numpy as np
+import pytest
+
+from pdlib.errors import InputError
+from pdlib.report.io import read_text
+from pdlib.run import serve_search
+from pdlib.run.search_log import LOG_SCHEMA
+from pdlib.run.serve_params import load_serve_params
+from pdlib.run.serve_search import SCHEMA, rep_sample, rep_workload, search_params_file, search_table
+from pdlib.traces import load_trace
+from pdlib.workload import Workload, clip_lengths
+
+PRECISION = 0.05
+SLOS = ("strict", "relaxed")
+# The fake's thresholds (rate multiplier) at rep 0; rep r's are (1 + 0.05 r) times these.
+BASE = {"chunked": 4.0, "mixed": 8.0, "mlx-lm-bf16@32": 2.0}
+PARAMS = f"""
+model: synthetic:tiny
+workload: {{source: azure-code, first: 8, max_prompt_tokens: 256, max_output_tokens: 16}}
+chunk_size: 32
+policies: [chunked, mixed]
+peers: [mlx-lm-bf16@chunk]
+search: {{lo: 0.25, hi: 64, reps: 3, precision: {PRECISION}, max_per_rep: 16, slo: {{decode_ms: 1.0, ttft_ms: 100}}}}
+"""
+
+
+def threshold(policy, rep, slo, criterion):
+    """Where the fake crosses: capacity at thr (strict) and 5 thr (relaxed); goodput at thr/2 and 2 thr."""
+    thr = BASE[policy] * (1 + 0.05 * rep)
+    return thr * {("strict", "capacity"): 1, ("relaxed", "capacity"): 5, ("strict", "goodput"): 0.5}.get(
+        (slo, criterion), 2
+    )
+
+
+class Fake:
+    """measure's stand-in: decode_ms 1 makes the TBT SLOs 5 and 25 ms; TTFT 10 ms always meets 100 ms."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, bench, policy, rate, rep):
+        self.calls.append((policy, rate, rep))
+        thr = BASE[policy] * (1 + 0.05 * rep)
+        summary = {
+            "tbt_p99_ms": 5 * rate / thr,
+            "ttft_p90_ms": 10.0,
+            "attain_strict": 1.0 if rate <= thr / 2 else 0.5,
+            "attain_relaxed": 1.0 if rate <= 2 * thr else 0.5,
+        }
+        return {"summary": summary, "gate": {"checks": "fake"}, "makespan_s": 0.0, "wall_s": 0.0}
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    f = Fake()
+    monkeypatch.setattr(serve_search, "measure", f)
+    return f
+
+
+@pytest.fixture
+def params(tmp_path):
+    path = tmp_path / "search.yaml"
+    path.write_text(PARAMS)
+    return path
+
+
+def test_the_searches_find_every_runs_thresholds_and_share_their_points(tmp_path, params, fake):
+    notes = []
+    report = search_params_file(params, output=tmp_path / "out.json", log=tmp_path / "log.jsonl", note=notes.append)
+    assert report["schema"] == SCHEMA and json.loads(read_text(tmp_path / "out.json"))["schema"] == SCHEMA
+    s = report["searches"]
+    assert [(x["policy"], x["peer"], x["slo"], x["criterion"]) for x in s] == [
+        (p, p.startswith("mlx-lm"), slo, c) for p in BASE for slo in SLOS for c in ("capacity", "goodput")
+    ]
+    for x in s:
+        r = x["result"]
+        want = threshold(x["policy"], 1, x["slo"], x["criterion"])  # the lower median of 3 reps: rep 1's
+        assert r["status"] == "found" and want / (1 + PRECISION) <= r["value"] <= want, (x, r["value"], want)
+        assert r["criterion"] == f"{x['criterion']}_{x['slo']}"
+        lo, hi = r["ci"]
+        assert lo <= threshold(x["policy"], 0, x["slo"], x["criterion"]) and hi > threshold(
+            x["policy"], 2, x["slo"], x["criterion"]
+        )
+    # the four searches of a run share its points: each (rate, rep) measured once, the rest reused
+    assert len(fake.calls) == len(set(fake.calls)) == report["measurements"]["new"]
+    assert sum(x["result"]["measured"] for x in s) == len(fake.calls)
+    for p in BASE:
+        seen = {(q["rate"], q["rep"]) for x in s if x["policy"] == p for q in x["result"]["points"]}
+        assert seen == {(rate, rep) for q, rate, rep in fake.calls if q == p}
+    assert sum(x["result"]["reused"] for x in s) > 0
+    lines = (tmp_path / "log.jsonl").read_text().splitlines()
+    assert json.loads(lines[0])["schema"] == LOG_SCHEMA and len(lines) == 1 + len(fake.calls)
+    assert {"policy", "rate", "rep", "summary", "gate", "created_utc"} <= set(json.loads(lines[1]))
+    assert report["slos"]["strict"]["tbt_ms"] == 5.0 and report["slos"]["relaxed"]["tpot_ms"] == 25.0
+    assert report["slo_measured"] == [] and report["calibration"] is None  # both given: nothing measured
+    assert [r["trace_rows"] for r in report["reps"]] == [[0, 8], [8, 16], [16, 24]]
+    assert "mixed" in search_table(report) and len(notes) == len(fake.calls) + len(s)
+
+
+def test_a_killed_search_resumes_and_measures_only_what_it_lost(tmp_path, params, fake):
+    first = search_params_file(params, output=tmp_path / "a.json", log=tmp_path / "log.jsonl", note=lambda _: None)
+    n = len(fake.calls)
+    again = search_params_file(params, output=tmp_path / "b.json", log=tmp_path / "log.jsonl", note=lambda _: None)
+    assert len(fake.calls) == n and again["measurements"] == {"new": 0, "from_log": n, "in_log": n, "cut_bytes": 0}
+    # killed while writing point k: the log ends in the middle of its line
+    k = 7
+    data = (tmp_path / "log.jsonl").read_bytes()
+    starts = [i + 1 for i, b in enumerate(data) if b == ord("\n")]  # starts[j]: where line j + 2 begins
+    cut = starts[k] + (starts[k + 1] - starts[k]) // 2  # inside point k + 1's line (1-based)
+    (tmp_path / "cut.jsonl").write_bytes(data[:cut])
+    notes = []
+    fake.calls.clear()
+    resumed = search_params_file(params, output=tmp_path / "c.json", log=tmp_path / "cut.jsonl", note=notes.append)
+    assert len(fake.calls) == n - k and resumed["measurements"]["from_log"] == k
+    assert resumed["measurements"]["cut_bytes"] == cut - starts[k]
+    assert "ignored a partial last line" in notes[0]
+    assert [x["result"]["value"] for x in resumed["searches"]] == [x["result"]["value"] for x in first["searches"]]
+    assert [x["result"]["ci"] for x in resumed["searches"]] == [x["result"]["ci"] for x in first["searches"]]
+    assert (tmp_path / "cut.jsonl").read_bytes().count(b"\n") == 1 + n  # whole again, every line complete
+
+
+def test_a_log_of_other_params_or_a_damaged_one_is_refused(tmp_path, params, fake):
+    log = tmp_path / "log.jsonl"
+    search_params_file(params, log=log, note=lambda _: None)
+    other = tmp_path / "other.yaml"
+    other.write_text(PARAMS.replace("first: 8", "first: 6"))
+    with pytest.raises(InputError) as e:
+        search_params_file(other, log=log, note=lambda _: None)
+    assert "other params or on another machine (workload.first: 8 != 6)" in str(e.value) and "\n" not in str(e.value)
+    # settings that do not change a point's numbers reuse them: more reps measure only the new rep
+    more = tmp_path / "more.yaml"
+    more.write_text(PARAMS.replace("reps: 3", "reps: 4"))
+    n = len(fake.calls)
+    search_params_file(more, log=log, note=lambda _: None)
+    assert {rep for _, _, rep in fake.calls[n:]} == {3}
+    lines = log.read_text().splitlines()
+    damaged = tmp_path / "damaged.jsonl"
+    damaged.write_text("\n".join([lines[0], lines[1][:20], *lines[2:]]) + "\n")
+    with pytest.raises(InputError, match="line 2 is damaged"):
+        search_params_file(params, log=damaged, note=lambda _: None)
+    with open(log, "rb") as held:  # another search holds it: refused, never appended to by two
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(InputError, match="is in use by another search"):
+            search_params_file(params, log=log, note=lambda _: None)
+    (tmp_path / "notalog.jsonl").write_text('{"schema": "pdlib.serve/1"}\n')
+    with pytest.raises(InputError, match="is not a search log"):
+        search_params_file(params, log=tmp_path / "notalog.jsonl", note=lambda _: None)
+
+
+def test_an_existing_output_is_refused_before_any_work(tmp_path, params, fake):
+    (tmp_path / "out.json").write_text("{}")
+    with pytest.raises(InputError, match="already exists"):
+        search_params_file(params, output=tmp_path / "out.json", log=tmp_path / "log.jsonl")
+    assert not (tmp_path / "log.jsonl").exists() and fake.calls == []
+
+
+# ---- reps ----------------------------------------------------------------------------------------------------
+
+
+def same(a: Workload, b: Workload) -> bool:
+    arrays = ("arrival_ns", "prompt_tokens", "output_tokens")
+    return all(np.array_equal(getattr(a, k), getattr(b, k)) for k in arrays) and a.to_dict() == b.to_dict()
+
+
+def test_rep_0_is_the_plain_workload_and_each_rep_its_own_sample():
+    code = {"source": "azure-code", "first": 8, "max_prompt_tokens": 256}
+    assert same(rep_workload(code, 2.5, 0), Workload.from_params({**code, "rate_multiplier": 2.5}))
+    window = {**code, "window_s": [29, 60]}
+    assert same(rep_workload(window, 1.0, 0), Workload.from_params(window))
+    t = load_trace("code")
+    i = int(np.searchsorted(t.arrival_ns, 29 * 10**9))
+    w = rep_workload(window, 2.0, 2)  # requests [i + 16, i + 24) of the trace, arrivals halved
+    assert rep_sample(window, 2) == {"trace_rows": [i + 16, i + 24]}
+    p, o, _ = clip_lengths(t.prompt_tokens[i + 16 : i + 24], t.output_tokens[i + 16 : i + 24], max_prompt_tokens=256)
+    assert np.array_equal(w.prompt_tokens, p) and np.array_equal(w.output_tokens, o)
+    rel = t.arrival_ns[i + 16 : i + 24] - t.arrival_ns[i + 16]
+    assert np.array_equal(w.arrival_ns, np.rint(rel / 2.0).astype(np.int64))
+    assert w.options["first"] == 8 and w.options["rate_multiplier"] == 2.0 and w.options["trace_requests"] == t.n
+    poisson = {"source": "poisson", "rate": 9.0, "n": 5, "seed": 7, "prompt": 20, "output": 3}
+    assert same(rep_workload(poisson, 9.0, 0), Workload.from_params(poisson))
+    assert same(rep_workload(poisson, 3.0, 2), Workload.from_params({**poisson, "rate": 3.0, "seed": 9}))
+    slices = {"source": "azure-conv", "window_s": [10, 20.5]}
+    assert rep_sample(slices, 2) == {"window_s": [31.0, 41.5]}
+    assert same(rep_workload(slices, 1.0, 2), Workload.from_params({**slices, "window_s": [31.0, 41.5]}))
+
+
+@pytest.mark.parametrize(
+    "params, rep, message",
+    [
+        ({"source": "azure-code"}, 1, "reps > 1 on a whole trace"),
+        ({"source": "azure-code", "window_s": [0, 0.12], "first": 2}, 1, "needs requests [2, 4) of window_s"),
+        ({"source": "pair", "prompt_tokens": 8, "output_tokens": 2}, 0, "needs arrivals to speed up"),
+    ],
+)
+def test_a_rep_the_params_cannot_give_is_refused_in_one_line(params, rep, message):
+    with pytest.raises(InputError) as e:
+        rep_workload(params, 1.0, rep)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "search, message",
+    [
+        ("{lo: 2, hi: 1}", "lo <= start <= hi"),
+        ("{reps: 0}", "search reps must be an integer >= 1"),
+        ("{criteria: [capacity, latency]}", "search criteria must be a non-empty list of capacity, goodput"),
+        ("{slo: {decode_ms: -1}}", "search slo decode_ms must be a positive finite number or null"),
+        ("{budget: 3}", "search: unknown key(s) budget"),
+    ],
+)
+def test_bad_search_settings_are_refused_in_one_line(tmp_path, search, message):
+    path = tmp_path / "p.yaml"
+    path.write_text(f"workload: {{source: poisson, rate: 1, n: 2, seed: 0, prompt: 8, output: 2}}\nsearch: {search}\n")
+    with pytest.raises(InputError) as e:
+        load_serve_params(path)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_smoke_params_load():
+    w, p = load_serve_params("params/serve-search-smoke-cpu.yaml")
+    assert p.search["reps"] == 2 and p.search["slo"] == {"decode_ms": None, "ttft_ms": None}
+    assert [rep_workload(w, 1.0, r).n for r in range(p.search["reps"])] == [8, 8]
+
+
+# ---- one real search -----------------------------------------------------------------------------------------
+
+
+def test_a_small_real_search_runs_through_the_gate_and_resumes(tmp_path, monkeypatch):
+    params = tmp_path / "real.yaml"
+    params.write_text(
+        "model: synthetic:tiny\nchunk_size: 16\npolicies: [mixed]\npeers: [mlx-lm-fp32@chunk]\n"
+        "workload: {source: poisson, rate: 1.0, n: 4, seed: 0, prompt: 24, output: 3}\n"
+        "search: {lo: 40, hi: 160, reps: 1, precision: 1.0, max_per_rep: 3, criteria: [capacity, goodput]}\n"
+    )
+    log = tmp_path / "log.jsonl"
+    report = search_params_file(params, output=tmp_path / "out.json.gz", log=log, note=lambda _: None)
+    cal = report["calibration"]
+    assert report["slo_measured"] == ["decode_ms", "ttft_ms"] and cal["decode_prompt_tokens"] == 24
+    assert report["decode_step_ms"] == cal["decode_ms"] > 0 and len(cal["decode_samples_ms"]) == 20
+    assert report["slos"]["strict"]["ttft_ms"] == pytest.approx(3 * cal["prefill_ms"])
+    assert len(report["searches"]) == 8 and {x["peer"] for x in report["searches"]} == {False, True}
+    n = report["measurements"]["new"]
+    assert 2 <= n <= 2 * 3
+    points = [json.loads(line) for line in log.read_text().splitlines()[1:]]
+    assert len(points) == n
+    for pt in points:
+        assert pt["summary"]["n_requests"] == 4 and "attain_strict" in pt["summary"]
+        if pt["policy"] == "mixed":
+            assert pt["gate"] == {"checks": "tokens", "near_ties": []}
+        else:
+            assert pt["gate"]["agreement"] == pt["gate"]["tokens"] == 12 and pt["gate"]["lost"] == 0
+    monkeypatch.setattr(serve_search, "load_model", lambda spec: pytest.fail("a resumed search loaded the model"))
+    again = search_params_file(params, log=log, note=lambda _: None)  # nothing left to measure, nothing loaded
+    assert again["measurements"]["new"] == 0 and again["calibration"] == cal
+    assert [x["result"]["value"] for x in again["searches"]] == [x["result"]["value"] for x in report["searches"]]
