@@ -8,6 +8,7 @@
     python -m pdlib notebooks --report gpu-report.json --out outputs/x      # render a report made elsewhere
     python -m pdlib sweep --params params/smoke-cpu.yaml --chunk-sizes 8 16 32 64 --policies chunked --output /tmp/s
     python -m pdlib notebooks --sweep /tmp/s --out /tmp/s-frontier         # the chunk-size frontier (notebook 04)
+    python -m pdlib notebooks --serve /tmp/serve.json.gz --out /tmp/serve  # a serving report (notebook 05)
     python -m pdlib check-kernels; python -m pdlib bench-step --output bench.json   # on a GPU
     python -m pdlib profile-step --output profile.json                              # on a GPU
 
@@ -72,14 +73,20 @@ def cmd_run(args) -> int:
 
 def cmd_serve(args) -> int:
     from pdlib.run.serve import serve_params_file, summary_table
+    from pdlib.run.serve_search import search_params_file, search_table
     from pdlib.run.trial import TokenMismatch
 
+    if args.search != (args.log is not None):
+        raise InputError("serve: --search and --log go together (the log is where a search resumes from)")
     try:
-        report = serve_params_file(args.params, output=args.output)
+        if args.search:
+            report = search_params_file(args.params, output=args.output, log=args.log)
+        else:
+            report = serve_params_file(args.params, output=args.output)
     except TokenMismatch as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(summary_table(report))
+    print(search_table(report) if args.search else summary_table(report))
     if args.output:
         print(f"report: {args.output}")
     return 0
@@ -144,12 +151,20 @@ def cmd_notebooks(args) -> int:
     try:
         if args.report is not None and args.out is None:
             raise InputError("notebooks --report needs --out DIR (the report has no params file to name it)")
+        if args.search_report is not None and args.serve is None:
+            raise InputError("notebooks --search-report goes with --serve REPORT (notebook 05)")
         if args.sweep is not None:
             from pdlib.publish.notebooks import run_sweep_notebook
 
             if args.out is None:
                 raise InputError("notebooks --sweep needs --out DIR")
             run = run_sweep_notebook(args.sweep, out=args.out, quiet=args.quiet)
+        elif args.serve is not None:
+            from pdlib.publish.notebooks import run_serve_notebook
+
+            if args.out is None:
+                raise InputError("notebooks --serve needs --out DIR")
+            run = run_serve_notebook(args.serve, out=args.out, search=args.search_report, quiet=args.quiet)
         else:
             run = run_notebooks(args.params, report=args.report, out=args.out, quiet=args.quiet)
     except NotebookFailed as e:

@@ -190,9 +190,17 @@ def parser(commands: dict, *, description: str) -> argparse.ArgumentParser:
     )
     s.add_argument("--params", metavar="YAML", required=True, help="a serving params file (params/serve-*.yaml)")
     s.add_argument("--output", metavar="PATH", help="the report (JSON, .json.gz compressed); must not exist")
+    s.add_argument(
+        "--search",
+        action="store_true",
+        help="search each policy's and peer's capacity and goodput over the rate (the params' search: section)",
+    )
+    s.add_argument(
+        "--log", metavar="PATH", help="with --search: the JSONL log of measured points; a search resumes from it"
+    )
     n = command(
         "notebooks",
-        "execute notebooks 01-03 (trials, or a given report) or 04 (a sweep) "
+        "execute notebooks 01-03 (trials, or a given report), 04 (a sweep) or 05 (a serving report) "
         "into a fresh folder, each with its offline HTML page",
     )
     source = n.add_mutually_exclusive_group(required=True)
@@ -201,11 +209,19 @@ def parser(commands: dict, *, description: str) -> argparse.ArgumentParser:
     source.add_argument(
         "--sweep", metavar="DIR", help="a folder written by `sweep`: notebook 04 only (the chunk-size frontier)"
     )
+    source.add_argument(
+        "--serve", metavar="REPORT", help="a report written by `serve`: notebook 05 only (latency, timeline, SLOs)"
+    )
+    n.add_argument(
+        "--search-report",
+        metavar="REPORT",
+        help="with --serve: a report of `serve --search`, for notebook 05's capacity and goodput charts",
+    )
     n.add_argument(
         "--out",
         metavar="DIR",
         help="output folder (default: outputs/local/<params stem>; required with "
-        "--report and --sweep; -2, -3, ... if it exists)",
+        "--report, --sweep and --serve; -2, -3, ... if it exists)",
     )
     n.add_argument("--quiet", action="store_true", help="no progress bar")
     d = command("render", "rebuild every figure and table from a report (or bench-step's JSON) without rerunning")

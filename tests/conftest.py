@@ -14,6 +14,7 @@ SLOW = {
     "publish/test_notebooks.py": "*",
     "tools/test_bench.py": "*",
     "engine/test_crosscheck_hf.py": "*",
+    "publish/test_serve_notebook.py": ("test_notebooks_serve_renders_the_report_into_a_fresh_folder",),
     "publish/test_sweep.py": (
         "test_04_run_all_as_shipped_sweeps_the_smoke_experiment_into_a_fresh_local_folder",
         "test_04_renders_the_sweep_into_a_fresh_folder",

@@ -1,9 +1,10 @@
 """Run the three notebooks with papermill for one params file (or one finished report) into a fresh folder;
-or notebook 04 alone for a chunk-size sweep.
+or notebook 04 alone for a chunk-size sweep, or 05 alone for a serving report.
 
     python -m pdlib notebooks --params params/smoke-cpu.yaml          # -> outputs/local/smoke-cpu[-N]/
     python -m pdlib notebooks --report h200.json --out outputs/h200   # a report run elsewhere: no trials
     python -m pdlib notebooks --sweep sweeps/h200 --out outputs/h200-sweep   # 04: the frontier of a sweep folder
+    python -m pdlib notebooks --serve serve.json.gz --out outputs/h200-serve  # 05: a `serve` report
     from pdlib.publish.notebooks import run_notebooks
     run = run_notebooks("params/smoke-cpu.yaml", out="/tmp/x")        # {"out_dir", "report", "html", ...}
 
@@ -21,7 +22,9 @@ Layout of the folder (the same names as `python -m pdlib render REPORT --out DIR
 report.json.gz; metrics.csv, summary.csv, summary.md, ratios.csv (02); headline.png, gap_timeline.png and
 gap_ecdf.png (03); 0N_*.ipynb and 0N_*.html. For a sweep (04): reports/ (index.json and each point's
 report as <name>.json.gz, copied from the sweep folder, which is only read), sweep_metrics.csv, frontier.csv,
-frontier.md, frontier.png, 04_chunk_sweep.ipynb and .html.
+frontier.md, frontier.png, 04_chunk_sweep.ipynb and .html. For a serving report (05): report.json.gz,
+serving_summary.csv, serving_requests.csv, latency.png, timeline.png, attainment.png (and rate_curves.png,
+capacity.png when the report holds rate searches), 05_serving.ipynb and .html.
 
 To republish a committed folder from a new report (nothing is overwritten, so move the old folder away first):
     python -m pdlib notebooks --report new/report.json --out outputs/qwen3-0.6b-h200
@@ -58,6 +61,9 @@ SWEEP_NOTEBOOK = "04_chunk_sweep"  # run on its own, for a sweep folder: `notebo
 SWEEP_TABLES = ("sweep_metrics.csv", "frontier.csv", "frontier.md")
 SWEEP_FIGURES = ("frontier",)
 SWEEP_REPORTS = "reports"  # a sweep's published folder: its index and reports, beside 04's page
+SERVE_NOTEBOOK = "05_serving"  # run on its own, for a serving report: `notebooks --serve REPORT --out OUT`
+SERVE_TABLES = ("serving_summary.csv", "serving_requests.csv")
+SERVE_FIGURES = ("latency", "timeline", "attainment")  # analysis.serving_charts.FIGURES
 KERNEL = "python3"
 KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]  # not its per-start warning about plain-TCP transport
 # Exit codes by the exception a notebook raised: bad input is 2, as everywhere in the CLI.
@@ -176,6 +182,35 @@ def run_sweep_notebook(sweep_dir, *, out, quiet: bool = False, log=print) -> dic
         }
     }
     return _run(ours, out_dir, before=copy, quiet=quiet, log=log)
+
+
+def run_serve_notebook(report, *, out, search=None, quiet: bool = False, log=print) -> dict:
+    """Execute 05_serving for a report `python -m pdlib serve` wrote, into a fresh folder (`out`, or `-2`, ...):
+    the report copied in as report.json.gz, then the executed notebook, which reads that copy, its HTML,
+    SERVE_TABLES and the figures. Returns {"out_dir", "report", "notebooks", "html", "seconds"}; InputError
+    before any folder is made or kernel starts when the report cannot be read."""
+    from pdlib.analysis import serving
+
+    report = Path(report)
+    serving.load_serving_report(report)
+    if search is not None:
+        serving.load_search_report(search)
+    if not (NOTEBOOK_DIR / f"{SERVE_NOTEBOOK}.ipynb").is_file():
+        raise InputError(f"notebook {SERVE_NOTEBOOK} not found in {NOTEBOOK_DIR} (run from a checkout)")
+    out_dir = _claim(Path(out), log)
+    dest = out_dir / runs.REPORT
+    params = {"report_path": runs.for_notebook(dest), "output_dir": runs.for_notebook(out_dir)}
+    search_dest = out_dir / "search.json.gz"
+    if search is not None:  # copied beside the report, so the folder holds what its page shows
+        params["search_path"] = runs.for_notebook(search_dest)
+
+    def before():
+        copy_report(report, dest)
+        if search is not None:
+            copy_report(search, search_dest)
+
+    run = _run({SERVE_NOTEBOOK: params}, out_dir, before=before, quiet=quiet, log=log)
+    return {**run, "report": dest}
 
 
 def _run(ours: dict, out_dir: Path, *, before, quiet: bool, log) -> dict:

@@ -50,7 +50,7 @@ def test_unknown_is_what_papermill_injected_beyond_the_parameters_cell():
 
 
 def test_every_notebook_checks_its_parameters_before_anything_else():
-    for name in (*nbk.NOTEBOOKS, nbk.SWEEP_NOTEBOOK):
+    for name in (*nbk.NOTEBOOKS, nbk.SWEEP_NOTEBOOK, nbk.SERVE_NOTEBOOK):
         nb = nbformat.read(nbk.NOTEBOOK_DIR / f"{name}.ipynb", as_version=4)
         cells = [c for c in nb.cells if c.cell_type == "code"]
         assert "parameters" in cells[0].metadata.get("tags", [])

@@ -85,7 +85,7 @@ def assert_ran_clean(nb_path):
 
 # ---- the notebooks as committed --------------------------------------------------------------------
 def test_source_notebooks_are_clean_with_literal_parameters():
-    for name in nbk.NOTEBOOKS:
+    for name in (*nbk.NOTEBOOKS, nbk.SERVE_NOTEBOOK):
         nb = nbformat.read(nbk.NOTEBOOK_DIR / f"{name}.ipynb", as_version=4)
         assert nb.cells[0].cell_type == "markdown"  # says what the notebook does
         code = [c for c in nb.cells if c.cell_type == "code"]

@@ -1,0 +1,96 @@
+"""Notebook 05 on a serving report: `python -m pdlib notebooks --serve REPORT --out DIR` copies the report in, runs
+05 on that copy into the fresh folder with its offline page, the tables and one PNG per chart (the rate-search
+charts too when the report holds searches); a bad report or a missing --out is one line, exit 2, no folder."""
+
+import ast
+import base64
+import gzip
+import json
+import re
+
+import nbformat
+import pandas as pd
+import pytest
+from analysis.serve_reports import make_serve_report, synthetic_searches  # tests/ is on sys.path (conftest.py)
+
+from pdlib.__main__ import main
+from pdlib.analysis import serving as sv
+from pdlib.analysis import serving_charts as sc
+from pdlib.publish import notebooks as nbk
+from pdlib.publish import runs
+from pdlib.report.serving import slos_from_step
+
+pytest.importorskip("papermill")
+pytest.importorskip("vl_convert")
+
+SLOS = slos_from_step(2.0, 30.0)
+
+
+def test_05_has_a_required_report_and_the_house_parameters():
+    assert nbk.defaults(nbk.SERVE_NOTEBOOK) == {
+        "report_path": None,
+        "output_dir": None,
+        "slo": None,
+        "timeline_run": None,
+        "timeline_first": 0,
+        "timeline_requests": 12,
+    }
+    assert set(nbk.SERVE_FIGURES) == set(sc.FIGURES)
+
+
+def test_notebooks_serve_renders_the_report_into_a_fresh_folder(tmp_path, capsys):
+    report = make_serve_report(slos=SLOS)
+    report["searches"] = synthetic_searches(SLOS["strict"])
+    source = tmp_path / "serve.json"
+    source.write_text(json.dumps(report))
+    out = tmp_path / "o"
+    assert main(["notebooks", "--serve", str(source), "--out", str(out), "--quiet"]) == 0
+    said = capsys.readouterr().out.splitlines()
+    assert said[0] == f"writing to {out}" and said[-1] == f"report, tables and figures: {out}/"
+    figures = [*sc.FIGURES, *sc.SEARCH_FIGURES]
+    assert {p.name for p in out.iterdir()} == {
+        runs.REPORT,
+        *nbk.SERVE_TABLES,
+        *(f"{n}.png" for n in figures),
+        "05_serving.ipynb",
+        "05_serving.html",
+    }
+    assert gzip.decompress((out / runs.REPORT).read_bytes()) == source.read_bytes()  # the JSON byte for byte
+
+    nb = nbformat.read(out / "05_serving.ipynb", as_version=4)
+    (injected,) = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    values = {s.targets[0].id: ast.literal_eval(s.value) for s in ast.parse(injected.source).body}
+    assert set(values) == set(nbk.defaults(nbk.SERVE_NOTEBOOK))
+    assert values["report_path"] == str(out / runs.REPORT) and values["output_dir"] == str(out)  # the folder's copy
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    for o in outputs:
+        assert o.output_type != "error" and not (o.output_type == "stream" and o.name == "stderr"), o
+    pngs = [o["data"]["image/png"] for o in outputs if "image/png" in o.get("data", {})]
+    assert len(pngs) == len(figures)  # each chart once, the PNG alone
+    assert not [m for o in outputs for m in o.get("data", {}) if m.startswith(nbk.CHART_MIMES)]
+    for name in figures:  # the page shows the saved file's bytes
+        assert base64.b64encode((out / f"{name}.png").read_bytes()).decode() in pngs
+    markdown = [o["data"]["text/markdown"] for o in outputs if "text/markdown" in o.get("data", {})]
+    assert sv.findings(report, SLOS) in markdown  # the prose is analysis.serving.findings on the same numbers
+
+    html = (out / "05_serving.html").read_text()
+    assert not re.search(r"<script[^>]*src=[\"']?https?:", html)
+    assert "<title>05 · Serving a trace</title>" in html
+    assert len(re.findall(r'output_dir</span>\s*<span class="o">=</span>', html)) == 1  # one parameters cell
+    imgs = re.findall(r"<img[^>]*>", html)
+    assert len(imgs) == len(figures) and all(re.search(r'alt="[^"]{40,}"', img) for img in imgs)
+    summary = pd.read_csv(out / "serving_summary.csv")
+    assert summary["run"].tolist() == ["chunked", "fifo", "mlx-lm fp32 @64"]
+    assert summary["ttft_p90_ms"].tolist() == pytest.approx(sv.summary_frame(report)["ttft_p90_ms"].tolist())
+
+
+def test_notebooks_serve_refuses_a_bad_report_in_one_line(tmp_path, capsys):
+    bad = tmp_path / "two-request.json"
+    bad.write_text(json.dumps({"schema": "pdlib.report/1"}))
+    out = tmp_path / "o"
+    assert main(["notebooks", "--serve", str(bad), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: {bad}: schema 'pdlib.report/1' is not a serving report")
+    assert main(["notebooks", "--serve", str(bad)]) == 2
+    assert capsys.readouterr().err == "error: notebooks --serve needs --out DIR\n"
+    assert not out.exists()
