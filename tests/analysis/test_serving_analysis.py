@@ -354,3 +354,22 @@ def test_unreadable_files_are_refused_in_one_line(report, tmp_path):
         with pytest.raises(InputError, match=said) as e:
             sv.load_serving_report(path)
         assert str(e.value).startswith(str(path)) and "\n" not in str(e.value)
+
+
+def test_a_search_report_is_grouped_by_run_and_checked(searches, tmp_path):
+    """The shape `serve --search` writes (a list of {policy, slo, criterion, result}) becomes {run: results}."""
+    listed = [
+        {"policy": run, "peer": False, "slo": "strict", "criterion": r["criterion"], "result": r}
+        for run, results in searches.items()
+        for r in results
+    ]
+    path = tmp_path / "search.json.gz"
+    path.write_bytes(gzip.compress(json.dumps({"schema": sv.SEARCH_SCHEMA, "searches": listed}).encode()))
+    assert sv.load_search_report(path) == searches
+    path.write_text(json.dumps({"schema": "pdlib.serve/1", "searches": listed}))
+    with pytest.raises(InputError, match=r"search.json.gz: not a search report \(expected schema"):
+        sv.load_search_report(path)
+    broken = [{**listed[0], "result": {**listed[0]["result"], "ci": [1]}}]
+    path.write_text(json.dumps({"schema": sv.SEARCH_SCHEMA, "searches": broken}))
+    with pytest.raises(InputError, match=r"search.json.gz: searches\[.*\]\[0\] is not a search result"):
+        sv.load_search_report(path)

@@ -265,3 +265,17 @@ def test_a_small_real_search_runs_through_the_gate_and_resumes(tmp_path, monkeyp
     again = search_params_file(params, log=log, note=lambda _: None)  # nothing left to measure, nothing loaded
     assert again["measurements"]["new"] == 0 and again["calibration"] == cal
     assert [x["result"]["value"] for x in again["searches"]] == [x["result"]["value"] for x in report["searches"]]
+
+
+def test_the_cli_pairs_search_with_its_log(tmp_path, capsys):
+    from pdlib.__main__ import main
+
+    for argv in (["--search"], ["--log", str(tmp_path / "log.jsonl")]):
+        assert main(["serve", "--params", "params/serve-search-smoke-cpu.yaml", *argv]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert err == ["error: serve: --search and --log go together (the log is where a search resumes from)"]
+    assert not (tmp_path / "log.jsonl").exists()
+    assert main(["notebooks", "--params", "params/smoke-cpu.yaml", "--search-report", "x.json"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: notebooks --search-report goes with --serve REPORT (notebook 05)"
+    ]
