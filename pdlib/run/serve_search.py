@@ -1,5 +1,5 @@
 """Capacity and goodput per policy and per peer: report.serving.search over the rate, one measured run per
-(rate, rep), every run logged as it ends so a search resumes across commands and sessions.
+(rate, rep), every run logged as it ends so a search resumes in a later command.
 
     report = search_params_file("params/serve-search-smoke-cpu.yaml", output="out/search.json", log="out/s.jsonl")
     print(search_table(report))
