@@ -29,6 +29,7 @@ SLOS = slos_from_step(2.0, 30.0)
 def test_05_has_a_required_report_and_the_house_parameters():
     assert nbk.defaults(nbk.SERVE_NOTEBOOK) == {
         "report_path": None,
+        "search_path": None,
         "output_dir": None,
         "slo": None,
         "timeline_run": None,
