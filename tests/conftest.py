@@ -21,7 +21,14 @@ SLOW = {
         "test_sweep_writes_one_report_per_point_and_the_index",
         "test_a_failing_point_stops_the_sweep_and_the_index_lists_completed_points",
     ),
-    "analysis/test_render.py": ("test_render_draws_bench_steps_json_and_its_table",),
+    "analysis/test_render.py": (
+        "test_render_draws_bench_steps_json_and_its_table",
+        "test_a_bench_json_without_its_numbers_is_a_one_line_error",
+    ),
+    "test_no_traceback.py": (
+        "test_a_params_file_runs_or_is_refused_in_one_line",
+        "test_a_report_file_renders_or_is_refused_in_one_line",
+    ),
     "engine/test_mailbox.py": (
         "test_bench_step_reads_the_persistent_kernels_tokens_from_the_mailbox_and_the_per_op_kernels_by_item",
         "test_the_pairs_mailbox_check_passes_the_kernels_contract_and_fails_each_fault",
