@@ -79,6 +79,32 @@ def render(title: str, text: str) -> str:
     return f"{title}\n\n{text}\n\n"
 
 
+def encoder(vocab_size: int, tokenizer=None):
+    """(encode, tokenizer name): the byte mapping (needs vocab_size >= 256), or the tokenizer's
+    `encode(text, add_special_tokens=False)` with every id checked to lie in [0, vocab_size)."""
+    check_int("vocab_size", vocab_size, 1)
+    if tokenizer is None:
+        if vocab_size < BYTE_VOCAB:
+            raise InputError(
+                f"vocab_size={vocab_size} is too small for the byte mapping: "
+                f"it needs vocab_size >= {BYTE_VOCAB} (or pass a tokenizer)"
+            )
+        return byte_tokens, "bytes"
+    name = str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
+
+    def encode(text: str) -> list[int]:
+        ids = [int(i) for i in tokenizer.encode(text, add_special_tokens=False)]
+        bad = [i for i in ids if not 0 <= i < vocab_size]
+        if bad:
+            raise InputError(
+                f"tokenizer {name!r} produced id {bad[0]} outside [0, vocab_size={vocab_size}): "
+                "the tokenizer does not match the model's vocab_size"
+            )
+        return ids
+
+    return encode, name
+
+
 def make_prompts(*, n_tokens: int, vocab_size: int, tokenizer=None, names=("A", "B")) -> dict[str, Prompt]:
     """One prompt of exactly `n_tokens` ids per name, each from its own run of corpus documents.
 
@@ -90,26 +116,7 @@ def make_prompts(*, n_tokens: int, vocab_size: int, tokenizer=None, names=("A", 
     names = tuple(names)
     if not names or len(set(names)) != len(names) or not all(isinstance(n, str) and n for n in names):
         raise InputError(f"names={names!r} is not accepted: need distinct non-empty strings")
-    if tokenizer is None:
-        if vocab_size < BYTE_VOCAB:
-            raise InputError(
-                f"vocab_size={vocab_size} is too small for the byte mapping: "
-                f"it needs vocab_size >= {BYTE_VOCAB} (or pass a tokenizer)"
-            )
-        encode, tok_name = byte_tokens, "bytes"
-    else:
-        tok_name = str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
-
-        def encode(text: str) -> list[int]:
-            ids = [int(i) for i in tokenizer.encode(text, add_special_tokens=False)]
-            bad = [i for i in ids if not 0 <= i < vocab_size]
-            if bad:
-                raise InputError(
-                    f"tokenizer {tok_name!r} produced id {bad[0]} outside [0, vocab_size="
-                    f"{vocab_size}): the tokenizer does not match the model's vocab_size"
-                )
-            return ids
-
+    encode, tok_name = encoder(vocab_size, tokenizer)
     docs = _corpus()
     if len(docs) < len(names):
         raise InputError(f"names={names!r}: the corpus has only {len(docs)} documents")

@@ -56,7 +56,7 @@ from decimal import Decimal
 import numpy as np
 
 from pdlib.errors import InputError, check_int
-from pdlib.prompts import BYTE_VOCAB, Prompt, byte_tokens, load_corpus, make_prompts, render
+from pdlib.prompts import Prompt, encoder, load_corpus, make_prompts, render
 from pdlib.traces import NS_PER_S, TRACES, Trace, load_trace
 
 TRACE_SOURCES = {"azure-code": "code", "azure-conv": "conv"}
@@ -362,31 +362,6 @@ def _draw(spec: dict, column: str, rng: np.random.Generator, n: int) -> np.ndarr
 # ---- prompts ----
 
 
-def _encoder(vocab_size: int, tokenizer):
-    """(encode, tokenizer name) as make_prompts encodes: the byte mapping, or the tokenizer with its ids checked."""
-    check_int("vocab_size", vocab_size, 1)
-    if tokenizer is None:
-        if vocab_size < BYTE_VOCAB:
-            raise InputError(
-                f"vocab_size={vocab_size} is too small for the byte mapping: "
-                f"it needs vocab_size >= {BYTE_VOCAB} (or pass a tokenizer)"
-            )
-        return byte_tokens, "bytes"
-    name = str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
-
-    def encode(text: str) -> list[int]:
-        ids = [int(i) for i in tokenizer.encode(text, add_special_tokens=False)]
-        bad = [i for i in ids if not 0 <= i < vocab_size]
-        if bad:
-            raise InputError(
-                f"tokenizer {name!r} produced id {bad[0]} outside [0, vocab_size={vocab_size}): "
-                "the tokenizer does not match the model's vocab_size"
-            )
-        return ids
-
-    return encode, name
-
-
 def iter_prompts(w: Workload, *, vocab_size: int, tokenizer=None) -> Iterator[Prompt]:
     """The prompt of each request of `w`, in order, by its prompt_rule (module docstring). A generator: a
     whole trace's prompts are tens of millions of ids, so a caller may keep only those it still needs."""
@@ -395,7 +370,7 @@ def iter_prompts(w: Workload, *, vocab_size: int, tokenizer=None) -> Iterator[Pr
         made = make_prompts(n_tokens=lengths[0], vocab_size=vocab_size, tokenizer=tokenizer, names=w.names)
         yield from (made[name] for name in w.names)
         return
-    encode, tok_name = _encoder(vocab_size, tokenizer)
+    encode, tok_name = encoder(vocab_size, tokenizer)
     docs = load_corpus()
     pieces = [encode(render(*d)) for d in docs]
     stream = np.fromiter((i for p in pieces for i in p), dtype="<u4")
