@@ -64,8 +64,9 @@ def cmd_run(args) -> int:
         print(summary_table(report["trials"], params.policies, stall_threshold_ms=params.stall_threshold_ms))
         if report.get("slo"):
             print(slo_table(report))
-        if overlap_line(report["trials"]):
-            print(overlap_line(report["trials"]))
+        for policy in ("overlap", "partition"):
+            if line := overlap_line(report["trials"], policy):
+                print(line)
     if args.output:
         print(f"report: {args.output}")
     return 0
@@ -267,6 +268,32 @@ def cmd_profile_step(args) -> int:
     return 0
 
 
+def cmd_partition_curve(args) -> int:
+    from pdlib.errors import check_int
+    from pdlib.report.io import claim_output, write_report
+
+    if args.output:
+        claim_output(args.output)
+    for name, values, lo in (("--prompts", args.prompts, 1), ("--sms", args.sms, 0)):
+        for v in values:
+            check_int(name, v, lo)
+    check_int("--steps", args.steps, 1)
+    check_int("--repeats", args.repeats, 1)
+    _gpu_only("partition-curve")
+    from pdlib.engine.kernels import BACKEND
+
+    if BACKEND != "cuda":
+        raise InputError(f"partition-curve splits the SMs with CUDA green contexts; here the backend is {BACKEND}")
+    from pdlib.tools.partition_curve import format_rows, probe
+
+    result = probe(args.model, args.prompts, args.sms, args.steps, args.repeats)
+    print(format_rows(result))
+    if args.output:
+        write_report(args.output, result)
+        print(f"json: {args.output}")
+    return 0
+
+
 COMMANDS = {
     "validate": cmd_validate,
     "run": cmd_run,
@@ -277,6 +304,7 @@ COMMANDS = {
     "check-kernels": cmd_check_kernels,
     "bench-step": cmd_bench_step,
     "profile-step": cmd_profile_step,
+    "partition-curve": cmd_partition_curve,
 }
 
 

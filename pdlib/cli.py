@@ -285,6 +285,16 @@ def parser(commands: dict, *, description: str) -> argparse.ArgumentParser:
     f.add_argument("--context", type=int, default=4096, help="the cache length of the profiled step")
     f.add_argument("--steps", type=int, default=50, help="timed steps per variant")
     f.add_argument("--output", metavar="PATH", help="JSON; must not exist")
+    c = command(
+        "partition-curve",
+        "the partition policy's k curve: A's decode on k SMs, B's prefill on the rest, alone and together (CUDA only)",
+    )
+    c.add_argument("--model", default="qwen3-0.6b", help="as for run")
+    c.add_argument("--prompts", type=int, nargs="+", default=[4096, 16384], help="prompt lengths (A's and B's)")
+    c.add_argument("--sms", type=int, nargs="+", default=[0, 16, 32, 48, 64, 80], help="A's SMs (0: overlap, no split)")
+    c.add_argument("--steps", type=int, default=64, help="A's timed decode steps alone")
+    c.add_argument("--repeats", type=int, default=3, help="runs of B's prefill and of both together (median)")
+    c.add_argument("--output", metavar="PATH", help="JSON; must not exist")
     if set(sub.choices) != set(commands):
         raise ValueError(f"commands without a parser: {sorted(set(commands) - set(sub.choices))}")
     return parser

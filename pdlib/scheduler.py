@@ -104,8 +104,8 @@ class Policy:
     May keep tiny private state, so make a fresh instance per run."""
 
     name: ClassVar[str]
-    remote_prefill: ClassVar[str | None] = None  # where else B's prompt runs: "worker" (pdlib/disagg) or
-    # "stream" (pdlib/run/overlap.py); None: in the steps
+    remote_prefill: ClassVar[str | None] = None  # where else B's prompt runs: "worker" (pdlib/disagg),
+    # "stream" (pdlib/run/overlap.py) or "slice" (pdlib/run/partition.py); None: in the steps
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -264,9 +264,18 @@ class Overlap(_PrefillElsewhere):
     remote_prefill = "stream"
 
 
+class Partition(_PrefillElsewhere):
+    """B's whole prompt on a slice of the device's SMs (pdlib/run/partition.py) while A decodes on the rest:
+    overlap's steps, with the cores split instead of shared, so B's prefill cannot take A's."""
+
+    name = "partition"
+    remote_prefill = "slice"
+
+
 def interleave(live: Iterable[Step], validated: list[Step]) -> Iterator[Step]:
-    """For a policy whose interleaving depends on timing (disagg, overlap): the live steps, each part held to the
-    validated plan *per request* (every token exactly once, in order); the order across requests is free.
+    """For a policy whose interleaving depends on timing (disagg, overlap, partition): the live steps, each
+    part held to the validated plan *per request* (every token exactly once, in order); the order across
+    requests is free.
     The gate's checks are per request, so this is what makes a timed run the validated one."""
     queues: dict[str, list[Work]] = {}
     for s in validated:

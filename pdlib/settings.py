@@ -72,6 +72,13 @@ SWITCHES = {
             None,
             "how the host reads a decode's token; unset: mailbox where the persistent kernel decodes, else item",
         ),
+        Switch(
+            "PDLIB_PARTITION_SMS",
+            (int,),
+            48,
+            "the partition policy's SMs for A's decodes while B's prompt runs on the rest (CUDA; rounded up to "
+            "a multiple of 8)",
+        ),
         # the runners' and tools'
         Switch("PDLIB_OVERLAP_TIMEOUT_S", (float,), 600.0, "seconds the overlap runner waits for a prefill"),
         Switch("PDLIB_DISAGG_TRANSFER", ("whole", "layers"), "whole", "the K/V transfer's collective shape"),
@@ -105,6 +112,7 @@ ENGINE = tuple(
         "PDLIB_PREFILL_ATTENTION",
         "PDLIB_STEP_DISPATCH",
         "PDLIB_TOKEN_READ",
+        "PDLIB_PARTITION_SMS",
     )
 )  # those that change what the engine computes or how it is timed
 

@@ -395,7 +395,17 @@ def test_cli_bad_input_exits_2_with_one_line(capsys, argv, needle):
 def test_cli_alone_lists_its_commands_and_every_flag_says_its_default(capsys):
     assert main([]) == 0
     out = capsys.readouterr().out
-    for command in ("validate", "run", "notebooks", "render", "sweep", "check-kernels", "bench-step", "profile-step"):
+    for command in (
+        "validate",
+        "run",
+        "notebooks",
+        "render",
+        "sweep",
+        "check-kernels",
+        "bench-step",
+        "profile-step",
+        "partition-curve",
+    ):
         assert f"    {command}" in out
     with pytest.raises(SystemExit) as stop:
         main(["--version"])

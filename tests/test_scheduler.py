@@ -140,7 +140,17 @@ def test_adding_a_policy_is_one_class():
             type("Again", (Policy,), {"name": "eager"})
     finally:
         POLICIES.pop("b_first", None)
-    assert list(POLICIES) == ["eager", "chunked", "fifo", "mixed", "slo-chunked", "slo-mixed", "disagg", "overlap"]
+    assert list(POLICIES) == [
+        "eager",
+        "chunked",
+        "fifo",
+        "mixed",
+        "slo-chunked",
+        "slo-mixed",
+        "disagg",
+        "overlap",
+        "partition",
+    ]
 
 
 def test_fresh_policy_per_make():

@@ -85,24 +85,35 @@ def summary_table(trials: list[dict], policies, *, stall_threshold_ms: float = 1
     return text_table(head, rows, right_from=1)
 
 
-def overlap_line(trials: list[dict]) -> str | None:
-    """What overlap's second stream did, measured: how many of A's tokens came out while B's prefill was in
-    flight. That says A was not stopped; whether the device ran both at once shows in A's gaps and in B's
-    prefill time against a policy that runs it alone."""
-    ms = [trial_metrics(t) for t in trials if t["policy"] == "overlap"]
+def overlap_line(trials: list[dict], policy: str = "overlap") -> str | None:
+    """What overlap's second stream (or partition's slice) did, measured: how many of A's tokens came out while
+    B's prefill was in flight. That says A was not stopped; whether the device ran both at once shows in A's
+    gaps and in B's prefill time against a policy that runs it alone."""
+    ms = [trial_metrics(t) for t in trials if t["policy"] == policy]
     if not ms:
         return None
     during = [m["a_tokens_in_b_prefill"] for m in ms]
     prefill = np.median([m["b_prefill_end_ms"] - m["b_prefill_start_ms"] for m in ms])
+    where = "on the second stream" if policy == "overlap" else f"on its {_slice(trials, policy)}"
     if max(during) == 0:
         return (
-            f"overlap: A emitted no token while B's prefill was in flight on the second stream (median "
+            f"{policy}: A emitted no token while B's prefill was in flight {where} (median "
             f"{prefill:.1f} ms) in any of {len(ms)} trials: A waited for all of it"
         )
     return (
-        f"overlap: A emitted a median {np.median(during):g} tokens (min {min(during)}, max {max(during)}) while "
-        f"B's prefill was in flight on the second stream (median {prefill:.1f} ms)"
+        f"{policy}: A emitted a median {np.median(during):g} tokens (min {min(during)}, max {max(during)}) while "
+        f"B's prefill was in flight {where} (median {prefill:.1f} ms)"
     )
+
+
+def _slice(trials: list[dict], policy: str) -> str:
+    """B's slice as partition's trials recorded it: its SMs, or that the backend had no split."""
+    for t in trials:
+        for e in t["events"] if t["policy"] == policy else ():
+            if e.get("site") == "slice":
+                split = e.get("split")
+                return f"slice of {e['b_sms']} SMs (A's: {e['a_sms']})" if split else "stream (no SM split here)"
+    return "slice"
 
 
 def chunk_gaps(trials: list[dict], chunks: list[dict]) -> list[list[float]]:

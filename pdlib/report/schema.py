@@ -57,9 +57,11 @@ A report is one JSON object:
       ]
     }
 
-B's prompt run elsewhere (disagg, overlap): its one prefill event carries "remote": true and "site":
-"worker" (disagg: from the prefill worker's signal to the decode worker seeing its "ready") or "stream"
-(overlap: from its dispatch on the second stream to the waiter seeing it done). Disagg adds a "transfer" event
+B's prompt run elsewhere (disagg, overlap, partition): its one prefill event carries "remote": true and
+"site": "worker" (disagg: from the prefill worker's signal to the decode worker seeing its "ready"), "stream"
+(overlap: from its dispatch on the second stream to the waiter seeing it done) or "slice" (partition: the same
+on B's slice of the SMs, with "split": whether the SMs were split, "a_sms" and "b_sms": each slice's SMs,
+null without a split). Disagg adds a "transfer" event
 (req B, start 0, stop = prompt tokens) with "bytes" and "mode", spanning the collective on the decode worker;
 environment["workers"] names both workers' devices (and each one's CUDA_VISIBLE_DEVICES), the backend
 (ring | nccl), the transfer mode and the prefill worker's chunk ("prefill_chunk", tokens).

@@ -39,9 +39,12 @@ B's prefill elsewhere: a step source may carry a `remote` (`RemoteSteps`): disag
 the executor starts it (`remote.start(engine)`), after issuing each timed step lets it dispatch its next
 piece (`remote.advance()`: overlap's next layer), and a `Prefill(remote=True)` step joins it
 (`remote.receive`): B's K/V are in B's cache and its first output is here after it, and the result records
-the prefill's own times (and disagg's transfer). Everything else is unchanged.
+the prefill's own times (and disagg's transfer). A remote with `issuing()` (partition's, pdlib/run/partition.py)
+says where each step is issued: inside it, A's steps run on their slice of the SMs. Everything else is
+unchanged.
 """
 
+import contextlib
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -140,6 +143,8 @@ def execute(
     while the decodes ahead are polled (above)."""
     timed = False
     remote = getattr(steps, "remote", None)  # where B's prefill runs, if not in the steps (RemoteSteps)
+    # where a step is issued: partition's remote puts A's steps on its slice while B's prefill is out
+    issuing = getattr(remote, "issuing", contextlib.nullcontext)
     pending = None  # a step issued whose tokens are not observed yet: (index, step, results, t_start, timed)
 
     def observe(
@@ -201,7 +206,8 @@ def execute(
                 h.on_t0(t, t_reset)
         t_start = now()
         cpu_start = cpu_now()
-        results = _receive(engine, step, remote) if remote_step else _issue(engine, step, look if polls else None)
+        with issuing():
+            results = _receive(engine, step, remote) if remote_step else _issue(engine, step, look if polls else None)
         cpu_end, t_issued = cpu_now(), now()
         cpu_issue = min(cpu_end - cpu_start, t_issued - t_start)  # two clocks: the wall one may be slewed a few µs
         for r in results:

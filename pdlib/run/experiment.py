@@ -63,6 +63,7 @@ class Experiment:
         self._step_cost: StepCost | None = None
         self._disagg = None  # the prefill worker's session, made when a disagg run first needs it
         self._overlap = None  # the second stream's, for overlap
+        self._partition = None  # the SM slices', for partition
 
     @property
     def traces(self) -> dict[str, ReferenceTrace]:
@@ -100,7 +101,8 @@ class Experiment:
         (a remote-prefill policy: per request, its interleaving depends on timing; pdlib/run/disagg/remote.py)."""
         site = POLICIES[policy].remote_prefill
         if site is not None:
-            return (self.overlap() if site == "stream" else self.disagg()).walk(self.plan(policy))
+            session = {"stream": self.overlap, "slice": self.partition, "worker": self.disagg}[site]()
+            return session.walk(self.plan(policy))
         return follow(iter_plan(policy, **self._shape(policy)), self.plan(policy))
 
     @property
@@ -219,6 +221,13 @@ class Experiment:
 
             self._overlap = OverlapSession(self.params)
         return self._overlap
+
+    def partition(self):
+        if self._partition is None:
+            from pdlib.run.partition import PartitionSession
+
+            self._partition = PartitionSession(self.params)
+        return self._partition
 
     def workers(self) -> dict | None:
         """Both workers' devices and the transfer's shape, once a disagg run has used them."""

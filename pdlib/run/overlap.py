@@ -80,7 +80,7 @@ class StreamPrefill:
         `force`); after the last layer, the first output."""
         if self._stages is None or (not force and self.layers_dispatched - self.layers_done >= self.IN_FLIGHT):
             return
-        with mx.stream(self.stream):
+        with self._place():
             try:
                 arrays = next(self._stages)
             except StopIteration as done:
@@ -98,6 +98,10 @@ class StreamPrefill:
         self._stages = None
         c = self._cache
         self._queue.put((LAST, [self.output.token, self.output.logits, c.k, c.v, c.written]))
+
+    def _place(self):
+        """Where B's layers are issued: the second stream."""
+        return mx.stream(self.stream)
 
     def _wait(self) -> None:
         try:

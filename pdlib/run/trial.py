@@ -81,6 +81,8 @@ class Recorder(Hook):
                         "site": x["site"],
                         "t_start_ns": x["t_dispatch"] - self.t0,
                         "t_end_ns": x["t_ready"] - self.t0,
+                        # partition: the slices' SMs (None and split false where the backend has none)
+                        **{k: x[k] for k in ("split", "a_sms", "b_sms") if x["site"] == "slice"},
                     }
                 )
                 if x["site"] == "worker":  # disagg: the join is the K/V transfer

@@ -17,6 +17,7 @@ from pdlib.engine.kernels.gemm import CANDIDATES
 from pdlib.errors import InputError
 from pdlib.tools.check_rows import bf16_normal, compare, evaluated, fence_row, slot_rows
 from pdlib.tools.persistent_check import check_persistent_decode
+from pdlib.tools.slice_check import check_slices
 
 
 def gemv_cases():
@@ -389,6 +390,7 @@ def check_kernels(*, seed: int = 0, progress: bool = False) -> list[dict]:
         check_qk_rope_store,
         check_write_chain,
         check_persistent_decode,
+        check_slices,
     ]
     rows = []
     with tqdm(families, desc="check-kernels", unit="family", file=sys.stderr, disable=not progress) as bar:

@@ -12,7 +12,7 @@ from pdlib.engine import kernels as K
 from pdlib.tools.check_rows import bf16_normal, compare, evaluated, fence_row, slot_rows
 
 
-def _random_decode_weights(L: int, D: int, Hq: int, Hkv: int, Dh: int, F: int, V: int) -> "K.DecodeWeights":
+def random_decode_weights(L: int, D: int, Hq: int, Hkv: int, Dh: int, F: int, V: int) -> "K.DecodeWeights":
     norm = lambda *shape: 1.0 + 0.1 * mx.random.normal(shape)  # noqa: E731
     return K.DecodeWeights(
         embed=mx.random.normal((V, D)),
@@ -30,7 +30,7 @@ def _random_decode_weights(L: int, D: int, Hq: int, Hkv: int, Dh: int, F: int, V
     )
 
 
-def _persistent_case(
+def persistent_case(
     seed: int, *, L: int, pos: int, cap: int, sync: mx.array, blocks: int | None = None, fold: bool = False
 ) -> list:
     """One decode step in one launch against its ops twin at Qwen3-0.6B's layer shapes, fresh random weights:
@@ -41,7 +41,7 @@ def _persistent_case(
     D, Hq, Hkv, Dh, F, V = 1024, 16, 8, 128, 3072, 151936
     kw = dict(heads=Hq, kv_heads=Hkv, eps=1e-6)
     mx.random.seed(seed)
-    dw = _random_decode_weights(L, D, Hq, Hkv, Dh, F, V)
+    dw = random_decode_weights(L, D, Hq, Hkv, Dh, F, V)
     kc, vc = _stale_caches((L, Hkv, cap, Dh), pos)
     fence = K.new_fence() + seed % 7
     token, p = mx.array(pos * 37 % V, mx.uint32), mx.array([pos], mx.int32)
@@ -90,17 +90,17 @@ def _decode_rows(
     return rows
 
 
-def _persistent_pair_case(
+def persistent_pair_case(
     seed: int, *, L: int, positions: tuple[int, int], cap: int, sync: mx.array, blocks: int | None = None
 ) -> list:
     """Two requests' decode steps in one launch (decode_persistent_pair) against each one's ops twin, as
-    `_persistent_case` checks one: per request the logits, the token, pos + 1, every layer's new K and V slot,
+    `persistent_case` checks one: per request the logits, the token, pos + 1, every layer's new K and V slot,
     every other slot of both caches as it was, each fence advanced once. The two caches hold different
     contents and the requests different tokens and positions, so a request that read the other's shows."""
     D, Hq, Hkv, Dh, F, V = 1024, 16, 8, 128, 3072, 151936
     kw = dict(heads=Hq, kv_heads=Hkv, eps=1e-6)
     mx.random.seed(seed)
-    dw = _random_decode_weights(L, D, Hq, Hkv, Dh, F, V)
+    dw = random_decode_weights(L, D, Hq, Hkv, Dh, F, V)
     reqs, before = [], []
     for q, pos in enumerate(positions):
         kc, vc = _stale_caches((L, Hkv, cap, Dh), pos)
@@ -129,7 +129,7 @@ def check_persistent_pairs(seed: int, tiny_pair, too_many: int) -> list[dict]:
     rows, cap, L, Hkv, nb = [], 4096 + 64, 28, 8, P.sm_count()
     sync = P.new_sync()
     for i, positions in enumerate([(0, 4095), (639, cap - 1)]):
-        rows += _persistent_pair_case(seed * 100 + 70 + i, L=L, positions=positions, cap=cap, sync=sync)
+        rows += persistent_pair_case(seed * 100 + 70 + i, L=L, positions=positions, cap=cap, sync=sync)
     barriers, items = 2 * P.barriers_per_layer(False) * L, 2 * max(1, nb // (2 * Hkv)) * L
     want = (
         mx.zeros(sync.shape)
@@ -141,7 +141,7 @@ def check_persistent_pairs(seed: int, tiny_pair, too_many: int) -> list[dict]:
         .add(items)
     )
     rows += evaluated([compare("persistent/sync buffer", "pair, after 2 steps", sync.astype(mx.float32), want)])
-    rows += _persistent_pair_case(seed * 100 + 80, L=2, positions=(639, 100), cap=640, sync=P.new_sync(), blocks=6)
+    rows += persistent_pair_case(seed * 100 + 80, L=2, positions=(639, 100), cap=640, sync=P.new_sync(), blocks=6)
     sync = P.new_sync()
     first = tiny_pair(sync, too_many, (0, 3))
     again = tiny_pair(sync, 2, (0, 3))  # a grid that fits, on the flagged buffer
@@ -199,7 +199,7 @@ def check_persistent_pair_mailbox(tiny_pair) -> list[dict]:
 
 
 def check_persistent_decode(seed: int) -> list[dict]:
-    """The persistent decode kernel (`_persistent_case`), as it runs and with o_proj folded into attention,
+    """The persistent decode kernel (`persistent_case`), as it runs and with o_proj folded into attention,
     each: 28 layers at positions 0, 639, 4,095 and the cache's last slot, one sync buffer reused by all of
     them, as a request's steps reuse theirs (afterwards its barrier count and every block's flag stand at 4
     steps' barriers, each head's count at 4 steps' attention items, and every other word is zero); a grid of
@@ -216,7 +216,7 @@ def check_persistent_decode(seed: int) -> list[dict]:
         _, tok, *_ = K.decode_persistent(
             mx.array(5, mx.uint32),
             mx.array([pos], mx.int32),
-            _random_decode_weights(1, 256, 2, 1, 128, 512, 1024),
+            random_decode_weights(1, 256, 2, 1, 128, 512, 1024),
             cache,
             cache + 0.0,
             K.new_fence(),
@@ -236,7 +236,7 @@ def check_persistent_decode(seed: int) -> list[dict]:
         folded = ", folded" if fold else ""
         sync = P.new_sync()
         for i, pos in enumerate([0, 639, 4095, cap - 1]):
-            rows += _persistent_case(seed * 100 + 50 + i, L=L, pos=pos, cap=cap, sync=sync, fold=fold)
+            rows += persistent_case(seed * 100 + 50 + i, L=L, pos=pos, cap=cap, sync=sync, fold=fold)
         # read after the launches ran (evaluated)
         barriers, items = 4 * P.barriers_per_layer(fold) * L, 4 * max(1, nb // Hkv) * L
         want = (
@@ -249,7 +249,7 @@ def check_persistent_decode(seed: int) -> list[dict]:
             .add(items)
         )
         rows += evaluated([compare("persistent/sync buffer", "after 4 steps" + folded, sync.astype(mx.float32), want)])
-        rows += _persistent_case(seed * 100 + 60, L=2, pos=639, cap=640, sync=P.new_sync(), blocks=6, fold=fold)
+        rows += persistent_case(seed * 100 + 60, L=2, pos=639, cap=640, sync=P.new_sync(), blocks=6, fold=fold)
         sync = P.new_sync()
         first = tiny_step(sync, too_many, fold)
         again = tiny_step(sync, 2, fold)  # a grid that fits, on the flagged buffer
@@ -265,7 +265,7 @@ def check_persistent_decode(seed: int) -> list[dict]:
         )
 
     def tiny_pair(sync, blocks, positions):
-        dw = _random_decode_weights(1, 256, 2, 1, 128, 512, 1024)
+        dw = random_decode_weights(1, 256, 2, 1, 128, 512, 1024)
         caches = [mx.zeros((1, 1, 32, 128)) for _ in positions]
         reqs = [
             (mx.array(5 + q, mx.uint32), mx.array([pos], mx.int32), c, c + 0.0, K.new_fence())

@@ -58,6 +58,7 @@ from pdlib import settings
 from pdlib.engine.kernels.backend import BACKEND, PRELUDE, cuda_sm_count, float_bits, source
 from pdlib.engine.kernels.decode_attention import QK_NORM_ROPE, decode_attention_ops
 from pdlib.engine.kernels.gemv import gemv_ops
+from pdlib.engine.kernels.slices import current_sms
 
 BLOCK = 256
 FOLD_ENV, BLOCKS_ENV = "PDLIB_PERSISTENT_FOLD", "PDLIB_PERSISTENT_BLOCKS"
@@ -187,8 +188,11 @@ def kernel(dh: int, kv_group: int = KV_GROUP, requests: int = 1):
 
 def sm_count() -> int:
     """Streaming multiprocessors of CUDA device 0 (backend.cuda_sm_count); PDLIB_PERSISTENT_BLOCKS overrides it
-    (fewer blocks stay co-resident; more may deadlock, which the barrier's timeout reports)."""
-    return settings.get(BLOCKS_ENV) or cuda_sm_count()
+    (fewer blocks stay co-resident; more may deadlock, which the barrier's timeout reports). Inside an SM
+    slice's `active()` block (slices.py), at most that slice's SMs: a block past them would never be resident."""
+    within = current_sms()
+    asked = settings.get(BLOCKS_ENV) or within or cuda_sm_count()
+    return min(asked, within) if within else asked
 
 
 def new_sync(*mailboxes: int) -> mx.array:

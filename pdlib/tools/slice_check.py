@@ -1,0 +1,70 @@
+"""check-kernels' rows for the persistent decode on SM slices (engine/kernels/slices.py), as the partition
+policy runs it: steps on slice A (its grid sized to the slice) against the ops twin, many positions on one
+reused sync buffer, then a step on slice B on that same buffer (a grid of another size), a pair on slice A,
+and a grid too large for the slice, which must come back as the barrier's timeout, not a hang.
+
+    rows = check_slices(seed=0)      # [] where there are no green contexts (only CUDA has them)
+"""
+
+import mlx.core as mx
+
+from pdlib import settings
+from pdlib.config import preset
+from pdlib.engine import kernels as K
+from pdlib.engine.kernels import slices
+from pdlib.tools.check_rows import compare, evaluated
+from pdlib.tools.persistent_check import persistent_case, persistent_pair_case, random_decode_weights
+
+
+def _on(where: slices.Slice, rows: list[dict]) -> list[dict]:
+    for r in rows:
+        r["case"] = f"{where.sms} SMs, {r['case']}"
+    return rows
+
+
+def check_slices(seed: int) -> list[dict]:
+    P = K.persistent_decode
+    if K.BACKEND != "cuda" or not P.available(preset("qwen3-0.6b"), packed=True):
+        return []
+    pair = slices.split(settings.get("PDLIB_PARTITION_SMS"))
+    rows, cap, L = [], 4096 + 64, 28
+    sync = P.new_sync()
+    with pair.a.active():
+        for i, pos in enumerate([0, 639, 4095]):  # many tokens on one buffer, as a request's steps reuse theirs
+            rows += _on(pair.a, persistent_case(seed * 100 + 90 + i, L=L, pos=pos, cap=cap, sync=sync))
+    with pair.b.active():  # the other slice, another grid size, the same buffer
+        rows += _on(pair.b, persistent_case(seed * 100 + 93, L=L, pos=cap - 1, cap=cap, sync=sync))
+    with pair.a.active():
+        pair_rows = persistent_pair_case(seed * 100 + 94, L=L, positions=(100, 4095), cap=cap, sync=P.new_sync())
+        rows += _on(pair.a, pair_rows)
+        too_many = 16 * pair.a.sms  # more blocks of 256 threads than the slice holds at once
+        cache = mx.zeros((1, 1, 32, 128))
+        bad = P.new_sync()
+        _, tok, *_ = K.decode_persistent(
+            mx.array(5, mx.uint32),
+            mx.array([0], mx.int32),
+            random_decode_weights(1, 256, 2, 1, 128, 512, 1024),
+            cache,
+            cache + 0.0,
+            K.new_fence(),
+            bad,
+            heads=2,
+            kv_heads=1,
+            eps=1e-6,
+            blocks=too_many,
+        )
+        mx.eval(tok)
+        rows += evaluated(
+            [
+                compare(
+                    "persistent/barrier timeout",
+                    f"{pair.a.sms} SMs, {too_many} blocks",
+                    mx.stack([tok, bad[P.SY_ERR]]).astype(mx.float32),
+                    mx.array([P.ERROR_TOKEN, 1]).astype(mx.float32),
+                )
+            ]
+        )
+    return rows
+
+
+__all__ = ["check_slices"]
