@@ -18,11 +18,12 @@ workload (the last output is never fed back, so that holds every position): one 
 compiled again for another, and all N caches are allocated before the clock starts (KV_CACHE_LIMIT_BYTES
 refuses a workload whose caches would not fit; a paged cache is for the GPU version).
 
-The gate (pdlib/run/serve_gate.py) checks tokens only, after each run: a mismatch stops everything with one
-line and nothing is written. Peers (pdlib/run/peer.py: mlx-lm's BatchGenerator) run after the policies on the
-same workload and clock; they are timed, not gated: each request records its agreement with the reference.
-Not in this version, and next: the full checks of the two-request gate (every step's logits and every
-request's K/V at 1e-3 against the reference, on a replay of the logged step sequence).
+The gate, after each run: every request's tokens against the FP32 reference (pdlib/run/serve_gate.py), then
+the run's logged steps replayed, untimed, with the two-request gate's full checks (every output's logits, every
+K/V slot, checkpoints, 1e-3) on `replay` sampled requests (pdlib/run/serve_replay.py). A failure stops
+everything with one line and nothing is written. Peers (pdlib/run/peer.py: mlx-lm's BatchGenerator) run after
+the policies on the same workload and clock; they are timed, not gated: each request records its agreement
+with the reference.
 """
 
 import datetime
@@ -42,6 +43,7 @@ from pdlib.run.clock import now, wait_until
 from pdlib.run.peer import SYSTEM, run_peers
 from pdlib.run.serve_gate import NEAR_TIE_MARGIN, check_request, reference_sequences
 from pdlib.run.serve_params import PEER_DTYPES, ServeParams, load_serve_params, peer_name
+from pdlib.run.serve_replay import replay_gate
 from pdlib.scheduler import Prefill, RequestState
 from pdlib.weights import LoadedModel, load_model
 from pdlib.workload import Workload, iter_prompts
@@ -172,13 +174,15 @@ def run_serving(
     params: dict | None = None,
     params_file=None,
     peers: Sequence[tuple[str, int]] = (),
+    replay: int = 4,
 ) -> dict:
     """Serve `workload` under each policy named (one name or several, run in order on one engine), gate every
     run's tokens, then run each peer, and return the report (schema pdlib.serve/1; `summary_table` shows it).
     `slos`: a dict of report.serving.Slo for the attainment fields; `refs`: reference sequences already computed
     (serve_gate), else computed here and timed; `params`: what the report records as its params (the params
     file's); `peers`: (dtype, prefill_step_size) per mlx-lm peer run (peer.py), marked "peer": true in `runs`,
-    with each request's agreement in place of the gate's check."""
+    with each request's agreement in place of the gate's check; `replay`: requests per run checked in full on a
+    replay of its steps (0: none)."""
     policies = [policy] if isinstance(policy, str) else list(policy)
     for p in policies:
         make_batch_policy(p)  # an unknown name is refused before any work
@@ -198,6 +202,7 @@ def run_serving(
         engine.add_request(name, prompts[name].token_ids)
     setup_s = time.perf_counter() - t
     runs, near_ties = [], []
+    token_ids = {k: p.token_ids for k, p in prompts.items()}
     slos = slos or {}
     for p in policies:
         t = time.perf_counter()
@@ -206,10 +211,11 @@ def run_serving(
         warmup_s = time.perf_counter() - t
         run = serve_once(engine, workload, p, chunk_size=chunk_size)
         near_ties += gate(run, refs)
+        if replay:
+            run["replay"] = replay_gate(engine, model, run, token_ids, sample=replay, seed=len(runs))
         run["warmup_s"] = warmup_s
         run["summary"] = run_summary(run["requests"], slos)
         runs.append(run)
-    token_ids = {k: p.token_ids for k, p in prompts.items()}
     runs += run_peers(model, workload, token_ids, refs, peers, warmups=warmups, slos=slos)
     env = environment(BACKEND)
     env.update(engine.settings)
@@ -232,7 +238,8 @@ def run_serving(
         "slos": {k: asdict(s) for k, s in slos.items()},
         "engine": {"capacity": capacity, "kv_cache_bytes": cache_bytes, "setup_s": setup_s, "warmups": warmups},
         "gate": {
-            "checks": "tokens",  # logits and K/V on a replay of the step log: not yet (module docstring)
+            "checks": "tokens, and in full on a replay" if replay else "tokens",  # module docstring
+            "replay_requests": replay,
             "reference_s": reference_s,
             "near_tie_margin": NEAR_TIE_MARGIN,
             "near_ties": near_ties,
@@ -276,6 +283,7 @@ def serve(workload_params: dict, params: ServeParams, *, params_file=None, refs:
         params={**params.to_dict(), "workload": workload_params},
         params_file=params_file,
         peers=params.peer_configs(),
+        replay=params.replay_requests,
     )
 
 

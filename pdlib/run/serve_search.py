@@ -17,12 +17,12 @@ params' own value is replaced by each measured rate. A rep is one fixed workload
 - a whole trace (neither): one sample only, reps must be 1.
 Rep 0 is the params' workload itself (Workload.from_params at that rate).
 
-A measured point runs one policy (serve.serve_once, gated as `serve` gates: a token mismatch stops the search with
-one line) or one peer (peer.peer_once, timed, its agreement recorded) on that workload, after the params' warmups,
-and keeps report.serving.run_summary with both SLOs' attainment. What every point shares is made once per
-search (`Bench`): the model, one Engine (capacity: the largest over the reps, so every step keeps one cache
-shape), each rep's prompts and FP32 references (per request: computed once per rep, reused at every rate), and
-mlx-lm's models for the peers.
+A measured point runs one policy (serve.serve_once, gated as `serve` gates: a token mismatch, or a failed check
+on the replay of its steps, stops the search with one line) or one peer (peer.peer_once, timed, its agreement
+recorded) on that workload, after the params' warmups, and keeps report.serving.run_summary with both SLOs'
+attainment. What every point shares is made once per search (`Bench`): the model, one Engine (capacity: the
+largest over the reps, so every step keeps one cache shape), each rep's prompts and FP32 references (per
+request: computed once per rep, reused at every rate), and mlx-lm's models for the peers.
 
 SLOs (report.serving.slos_from_step): strict and relaxed TBT/TPOT are 5x and 25x one decode step; TTFT is one
 number for both. `search.slo.decode_ms: null` measures the step here (`calibrate`: the median of DECODE_STEPS
@@ -66,6 +66,7 @@ from pdlib.run.search_log import SearchLog, utc_now
 from pdlib.run.serve import gate, serve_once, serving_capacity
 from pdlib.run.serve_gate import reference_sequences
 from pdlib.run.serve_params import ServeParams, load_serve_params, peer_name, search_settings
+from pdlib.run.serve_replay import replay_gate
 from pdlib.traces import Trace, load_trace
 from pdlib.weights import load_model
 from pdlib.workload import LIMITS, TRACE_SOURCES, Workload, iter_prompts, trace_window
@@ -260,6 +261,11 @@ def measure(bench: Bench, policy: str, rate: float, rep: int) -> dict:
             gate(serve_once(engine, w, policy, chunk_size=chunk), refs)
         run = serve_once(engine, w, policy, chunk_size=chunk)
         check = {"checks": "tokens", "near_ties": gate(run, refs)}
+        if bench.params.replay_requests:  # each point's own step sequence, replayed with the full checks
+            check["checks"] = "tokens, and in full on a replay"
+            check["replay"] = replay_gate(
+                engine, bench.model, run, prep["prompts"], sample=bench.params.replay_requests, seed=rep
+            )
     summary = run_summary([r for r in run["requests"] if r["emit_ns"]], bench.slos)
     return {
         "summary": summary,

@@ -11,6 +11,7 @@ A failure raises `ValidationError` naming the check, request, position and layer
 Comparisons run on the device as the steps go; only scalars come back to the host.
 """
 
+from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
 import mlx.core as mx
@@ -192,7 +193,7 @@ class Gate(Hook):
         self.engine, self.traces, self.result = engine, traces, result
         self.check = _Checker(result)
         self.checkpoint_every, self.on_step_done = checkpoint_every, on_step
-        self.emitted = {"A": 0, "B": 0}
+        self.emitted: dict[str, int] = defaultdict(int)  # outputs checked per request
         self.pending: dict[str, list[int]] = {}  # request -> [start, stop) of decode slots not yet compared
 
     def on_step(self, index, step, results, t_start, t_end, *, timed):

@@ -48,6 +48,7 @@ def test_check_kernels_refuses_on_the_cpu():
                 "qk_rope_store",
                 "write_chain",
                 "persistent_decode",
+                "slices",
             ],
         ),
         (
@@ -60,7 +61,7 @@ def test_check_kernels_runs_each_family_once_in_order_with_a_bar_on_stderr(monke
     import pdlib.tools.kernel_check as KC
 
     monkeypatch.setattr(K, "BACKEND", backend)
-    for name in families + ["gemm", "gemm_epilogue", "flash_attention"]:
+    for name in families + ["gemm", "gemm_epilogue", "flash_attention", "slices"]:
         monkeypatch.setattr(KC, f"check_{name}", lambda seed, name=name: [{"kernel": name, "seed": seed}])
     rows = KC.check_kernels(seed=3, progress=True)
     assert [r["kernel"] for r in rows] == families and {r["seed"] for r in rows} == {3}

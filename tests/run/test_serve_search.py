@@ -258,7 +258,10 @@ def test_a_small_real_search_runs_through_the_gate_and_resumes(tmp_path, monkeyp
     for pt in points:
         assert pt["summary"]["n_requests"] == 4 and "attain_strict" in pt["summary"]
         if pt["policy"] == "mixed":
-            assert pt["gate"] == {"checks": "tokens", "near_ties": []}
+            assert pt["gate"]["checks"] == "tokens, and in full on a replay" and pt["gate"]["near_ties"] == []
+            replay = pt["gate"]["replay"]  # 4 of the point's own 4 requests, every check made
+            assert replay["passed"] and len(replay["requests"]) == 4 and replay["skipped_near_ties"] == []
+            assert all(replay["checks"][k]["count"] > 0 for k in ("prefix_kv", "logits", "token", "decode_kv"))
         else:
             assert pt["gate"]["agreement"] == pt["gate"]["tokens"] == 12 and pt["gate"]["lost"] == 0
     monkeypatch.setattr(serve_search, "load_model", lambda spec: pytest.fail("a resumed search loaded the model"))

@@ -1,0 +1,114 @@
+"""The full gate on a serving run (pdlib/run/serve_replay.py): the logged steps replayed with the two-request
+gate's checks on sampled requests. A good run passes with every check made; a K/V slot or a logit planted
+wrong in the replay fails it, naming the request; a step log that is not the run is refused; a request that
+diverged at a near tie is left out and named."""
+
+import copy
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from pdlib.engine import Engine
+from pdlib.run.serve import run_serving
+from pdlib.run.serve_gate import NEAR_TIE_MARGIN, reference_sequences
+from pdlib.run.serve_replay import replay_gate
+from pdlib.run.validate import ValidationError
+from pdlib.workload import Workload, iter_prompts
+
+MS = 1_000_000
+CHUNK = 16
+
+
+@pytest.fixture(scope="module")
+def workload():
+    return Workload(
+        "test",
+        np.array([0, 2 * MS, 4 * MS, 6 * MS, 8 * MS]),
+        np.array([40, 70, 24, 56, 33]),
+        np.array([5, 4, 6, 3, 2]),
+    )
+
+
+@pytest.fixture(scope="module")
+def prompts(tiny, workload):
+    return {p.name: p.token_ids for p in iter_prompts(workload, vocab_size=tiny.config.vocab_size)}
+
+
+@pytest.fixture(scope="module")
+def report(tiny, workload):
+    return run_serving(tiny, workload, policy="mixed", chunk_size=CHUNK, replay=5)
+
+
+def engine_for(tiny, workload, prompts):
+    e = Engine(tiny, capacity=int((workload.prompt_tokens + workload.output_tokens).max()))
+    for name in workload.names:
+        e.add_request(name, prompts[name])
+    return e
+
+
+def test_a_run_is_replayed_with_every_check_on_its_sample(report):
+    (run,) = report["runs"]
+    replay = run["replay"]
+    assert report["gate"]["checks"] == "tokens, and in full on a replay" and report["gate"]["replay_requests"] == 5
+    assert replay["passed"] and replay["requests"] == ["r0", "r1", "r2", "r3", "r4"]
+    assert 0 < replay["steps"] <= len(run["steps"]["work"])  # the steps with a sampled request in them
+    c = replay["checks"]
+    assert c["token"]["count"] == c["logits"]["count"] == 5 + 4 + 6 + 3 + 2
+    assert c["decode_kv"]["count"] == 4 + 3 + 5 + 2 + 1  # every decode's slot: all outputs but the prompt's
+    assert c["prefix_kv"]["count"] >= 5 and c["prefix_kv"]["worst_ratio"] <= 1
+    assert 0 < replay["min_margin"] < float("inf") and replay["seconds"] > 0
+
+
+def test_a_sample_is_drawn_from_the_run_with_its_seed(tiny, workload, prompts, report):
+    (run,) = report["runs"]
+    picks = [replay_gate(engine_for(tiny, workload, prompts), tiny, run, prompts, sample=2, seed=s) for s in (3, 3)]
+    assert picks[0]["requests"] == picks[1]["requests"] and len(picks[0]["requests"]) == 2
+    assert picks[0]["checks"]["token"]["count"] < report["runs"][0]["replay"]["checks"]["token"]["count"]
+
+
+def test_a_planted_wrong_slot_or_logit_fails_naming_the_request(tiny, workload, prompts, report, monkeypatch):
+    (run,) = report["runs"]
+    real = Engine.batch
+
+    def wrong_slot(self, parts, **kw):  # r2's decode writes its K slot off by 0.01
+        outs = real(self, parts, **kw)
+        for (name, n), out in zip(parts, outs):
+            if name == "r2" and n is None:
+                c = self.requests[name].cache
+                c.k[0] = c.k[0] + 0.01
+        return outs
+
+    monkeypatch.setattr(Engine, "batch", wrong_slot)
+    with pytest.raises(ValidationError, match=r"decode_kv check, request r2, position 24, layer 0:"):
+        replay_gate(engine_for(tiny, workload, prompts), tiny, run, prompts, sample=5)
+
+    def wrong_logit(self, parts, **kw):  # r3's outputs come back with one logit moved
+        outs = real(self, parts, **kw)
+        for (name, _), out in zip(parts, outs):
+            if name == "r3" and out is not None:
+                out.logits = out.logits + mx.where(mx.arange(out.logits.size) == 7, 0.5, 0.0)
+        return outs
+
+    monkeypatch.setattr(Engine, "batch", wrong_logit)
+    with pytest.raises(ValidationError, match=r"logits check, request r3"):
+        replay_gate(engine_for(tiny, workload, prompts), tiny, run, prompts, sample=5)
+
+
+def test_a_step_log_that_is_not_the_run_is_refused(tiny, workload, prompts, report):
+    run = copy.deepcopy(report["runs"][0])
+    run["requests"][1]["output_ids"][-1] ^= 1  # the run says r1 emitted another last token
+    with pytest.raises(RuntimeError, match=r"gave r1 other tokens than the run \(output 3: "):
+        replay_gate(engine_for(tiny, workload, prompts), tiny, run, prompts, sample=1)
+
+
+def test_a_request_diverged_at_a_near_tie_is_left_out_and_named(tiny, workload, prompts):
+    outputs = dict(zip(workload.names, workload.output_tokens.tolist()))
+    refs, _ = reference_sequences(tiny, prompts, outputs)
+    planted = copy.deepcopy(refs)
+    r = planted["r1"]
+    pick = r.tokens[1]
+    r.tokens[1], r.runner_up[1], r.margin[1] = pick ^ 1, pick, NEAR_TIE_MARGIN / 2
+    report = run_serving(tiny, workload, policy="eager", chunk_size=CHUNK, refs=planted, replay=5)
+    replay = report["runs"][0]["replay"]
+    assert replay["skipped_near_ties"] == ["r1"] and replay["requests"] == ["r0", "r2", "r3", "r4"]
