@@ -16,7 +16,7 @@ endif
 RUN_EXTRAS := $(MLX_EXTRA)notebooks
 TEST_EXTRAS := $(MLX_EXTRA)notebooks,test
 
-.PHONY: setup setup-test test test-fast lint run lab gpu clean
+.PHONY: setup setup-test test test-fast lint run lab gpu gpu-partition clean
 setup: $(VENV)/.installed-$(subst $(comma),-,$(RUN_EXTRAS))
 setup-test: $(VENV)/.installed-$(subst $(comma),-,$(TEST_EXTRAS))
 
@@ -60,6 +60,18 @@ gpu:
 	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib check-kernels --output "$(OUT)/check-kernels.json"
 	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib bench-step --output "$(OUT)/bench-step.json"
 	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib run --params $(GPU_PARAMS) --output "$(OUT)/report.json"
+
+# The partition policy on one CUDA GPU: check-kernels (its slice rows included), the k curve, then eager,
+# chunked, overlap and partition at 4,096/1,024/128 (5 trials) and 16,384/256/512 (3 trials).
+gpu-partition:
+	@test -n "$(OUT)" || { echo "error: make gpu-partition needs OUT=DIR (a new folder for the results)" >&2; exit 2; }
+	@test ! -e "$(OUT)" || test -z "$$(ls -A "$(OUT)")" || { echo "error: $(OUT) holds files; results are never overwritten" >&2; exit 2; }
+	mkdir -p "$(OUT)"
+	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib check-kernels --output "$(OUT)/check-kernels.json"
+	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib partition-curve --output "$(OUT)/partition-curve.json"
+	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
+		--policies eager chunked overlap partition --output "$(OUT)/report-4k.json"
+	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib run --params params/qwen3-0.6b-16384x256.yaml --output "$(OUT)/report-16k.json"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
