@@ -45,6 +45,7 @@ def cmd_validate(args) -> int:
 
 
 def cmd_run(args) -> int:
+    from pdlib.config import peer_name
     from pdlib.report.metrics import overlap_line, slo_table, summary_table
     from pdlib.run.runner import run_experiment
     from pdlib.run.trial import TokenMismatch
@@ -61,7 +62,8 @@ def cmd_run(args) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     if report["trials"]:
-        print(summary_table(report["trials"], params.policies, stall_threshold_ms=params.stall_threshold_ms))
+        names = [*params.policies, *(peer_name(*params.peer_config(p)) for p in params.peers)]
+        print(summary_table(report["trials"], names, stall_threshold_ms=params.stall_threshold_ms))
         if report.get("slo"):
             print(slo_table(report))
         for policy in ("overlap", "partition"):

@@ -130,6 +130,13 @@ def trial_options(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"untimed runs per policy before them (default: the params file's, else {d.warmups})",
     )
+    p.add_argument(
+        "--peers",
+        nargs="*",
+        metavar="PEER",
+        help="systems timed beside the policies, never gated: mlx-lm's own continuous batching as "
+        "mlx-lm-<fp32|bf16>@<prefill_step_size|chunk>, e.g. mlx-lm-fp32@2048 (default: the params file's, else none)",
+    )
 
 
 def params_from(args):
@@ -150,6 +157,7 @@ def params_from(args):
         "tbt_slo_ms",
         "pipeline_decodes",
         "poll_during_chunks",
+        "peers",
     )
     given = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
     return RunParams.from_yaml(args.params, **given) if args.params else RunParams(**given)

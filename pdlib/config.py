@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass, fields
 from pdlib.errors import InputError, check_int
 
 POLICY_ALIASES = {"slo": "slo-chunked"}
+PEER_SYSTEM = "mlx-lm"  # a peer: a system timed beside the policies on the same workload, never gated
+PEER_DTYPES = ("fp32", "bf16")
 
 
 # Sizes, head counts and the layer count: each an integer >= 1
@@ -187,6 +189,25 @@ def preset(name: str) -> ModelConfig:
 
 # -- run parameters: one schema for the CLI, the params/*.yaml files and the notebooks ----------------
 
+
+def peer_name(dtype: str, prefill_step_size: int) -> str:
+    return f"{PEER_SYSTEM}-{dtype}@{prefill_step_size}"
+
+
+def parse_peer(spec, chunk_size: int) -> tuple[str, int]:
+    """(dtype, prefill_step_size) of a peer's spelling, `mlx-lm-<dtype>@<prefill_step_size>` (dtype fp32 or
+    bf16, the size a positive integer or `chunk`: the params' chunk_size), or InputError, one line."""
+    expected = f"expected {PEER_SYSTEM}-<{'|'.join(PEER_DTYPES)}>@<prefill_step_size|chunk>, e.g. mlx-lm-fp32@2048"
+    head, _, size = spec.partition("@") if isinstance(spec, str) else ("", "", "")
+    system, _, dtype = head.rpartition("-")
+    if system != PEER_SYSTEM or dtype not in PEER_DTYPES or not (size == "chunk" or size.isascii() and size.isdigit()):
+        raise InputError(f"peers: unknown peer {spec!r}; {expected}")
+    step = chunk_size if size == "chunk" else int(size)
+    if step < 1:
+        raise InputError(f"peers: {spec!r} needs a prefill_step_size >= 1")
+    return dtype, step
+
+
 _KINDS = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
 
 
@@ -206,6 +227,7 @@ class RunParams:
     tbt_slo_ms: float | None = None  # A's gap target for the slo policies; None: 5x decode (pdlib/run/slo.py)
     pipeline_decodes: bool = True  # issue a step of decodes before the one before it is observed (executor.py)
     poll_during_chunks: bool = True  # with them, issue a prompt chunk at once and poll the decodes ahead (ditto)
+    peers: tuple[str, ...] = ()  # mlx-lm's BatchGenerator timed beside the policies, e.g. mlx-lm-fp32@2048
 
     def __post_init__(self):
         if not isinstance(self.policies, (list, tuple)) or not all(isinstance(p, str) for p in self.policies):
@@ -236,12 +258,22 @@ class RunParams:
                 raise InputError(f"policies: unknown policy {p!r}; expected one of: {', '.join(POLICIES)}")
         if len(set(self.policies)) != len(self.policies):
             raise InputError(f"policies must not repeat, got {' '.join(self.policies)}")
+        if not isinstance(self.peers, (list, tuple)):
+            raise InputError(f"peers must be a list like [mlx-lm-fp32@2048, mlx-lm-bf16@chunk], got {self.peers!r}")
+        object.__setattr__(self, "peers", tuple(self.peers))
+        names = [peer_name(*self.peer_config(p)) for p in self.peers]
+        if len(set(names)) != len(names):
+            raise InputError(f"peers must not repeat (chunk is {self.chunk_size}), got {' '.join(self.peers)}")
         if self.tbt_slo_ms is not None and (
             isinstance(self.tbt_slo_ms, bool)
             or not isinstance(self.tbt_slo_ms, (int, float))
             or not 0 < self.tbt_slo_ms < float("inf")
         ):
             raise InputError(f"tbt_slo_ms must be a finite number > 0, got {self.tbt_slo_ms!r}")
+
+    def peer_config(self, spec: str) -> tuple[str, int]:
+        """(dtype, prefill_step_size) of one of `peers`."""
+        return parse_peer(spec, self.chunk_size)
 
     def check_positions(self, cfg: ModelConfig) -> None:
         if self.prompt_tokens + self.output_tokens > cfg.max_position_embeddings:
@@ -253,6 +285,7 @@ class RunParams:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["policies"] = list(self.policies)
+        d["peers"] = list(self.peers)
         return d
 
     @classmethod

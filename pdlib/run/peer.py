@@ -4,6 +4,8 @@ same workload, weights and clock as the policies in the same run; timed, never g
     model = peer_model(load_model("synthetic:tiny"), "bf16")      # mlx-lm's Qwen3 on pdlib's weights, cast
     run = peer_once(model, workload, prompts, dtype="bf16", prefill_step_size=2048)   # serve_once's shape
     runs = run_peers(model, workload, prompts, refs, [("fp32", 2048), ("bf16", 32)], warmups=1)
+    trials = pair_trials(model, prompts, 1024, [("fp32", 2048)], trials=5, warmups=1, reference_tokens=ref,
+                         first_position=4)   # the two-request report's peer trials
 
 The model is the reference's (pdlib/run/reference.py: mlx-lm's Qwen3 built from pdlib's weights): FP32 as it is,
 or a fresh one cast to bf16, so the gate's FP32 reference is never touched. Sampling is greedy (an argmax), there
@@ -35,12 +37,12 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten
 from mlx_lm.generate import BatchGenerator
 
+from pdlib.config import PEER_DTYPES, peer_name
 from pdlib.errors import check_int
 from pdlib.report.checks import agreement
 from pdlib.report.serving import run_summary
 from pdlib.run.clock import now, wait_until
 from pdlib.run.reference import Reference
-from pdlib.run.serve_params import PEER_DTYPES, peer_name
 from pdlib.weights import LoadedModel
 from pdlib.workload import Workload
 
@@ -160,6 +162,114 @@ def peer_once(ref_model: nn.Module, workload: Workload, prompts, *, dtype: str, 
         "idle_ns": idle_ns,
         "makespan_ns": t_end_log[-1],
     }
+
+
+def pair_run(ref_model: nn.Module, prompts: dict, output_tokens: int, *, dtype: str, prefill_step_size: int) -> dict:
+    """The two-request workload on mlx-lm's BatchGenerator, shaped like a report trial (pdlib/report/schema.py)
+    without its number, position and agreement: A's prompt goes in first and the generator runs until A's first
+    output (A's set-up, untimed); at t0 B's prompt goes in, and the clock runs until both have all
+    `output_tokens`. Each step's tokens are stamped when `next()` returns them; the events are B's prompt
+    passes (kind prefill, its positions) and every decode that emitted a token (its cache position)."""
+    if dtype not in DTYPES:
+        raise ValueError(f"peer dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
+    check_int("prefill_step_size", prefill_step_size, 1)
+    model = ref_model if model_dtype(ref_model) == dtype else _cast_copy(ref_model, dtype)
+    gen = BatchGenerator(
+        model, sampler=greedy, completion_batch_size=2, prefill_batch_size=2, prefill_step_size=prefill_step_size
+    )
+    names, lengths = {}, {r: len(prompts[r]) for r in ("A", "B")}
+    ids, emits, events, done, progress = {"A": [], "B": []}, {"A": [], "B": []}, [], set(), {}
+    try:
+        (uid,) = gen.insert([list(prompts["A"])], max_tokens=[output_tokens])
+        names[uid] = "A"
+        empty = 0
+        while not ids["A"]:  # A's set-up: its prompt and first output, before t0
+            prompt_out, gen_out = gen.next()
+            ids["A"] += [int(r.token) for r in gen_out]
+            empty = _stalled(empty, prompt_out or gen_out, "A's set-up")
+        mx.synchronize(gen.stream)
+        t0 = now()
+        (uid,) = gen.insert([list(prompts["B"])], max_tokens=[output_tokens])
+        names[uid], progress[uid] = "B", 0
+        while len(done) < 2:
+            t_start = now() - t0
+            prompt_out, gen_out = gen.next()
+            t_end = now() - t0
+            for r in prompt_out:
+                req = names[r.uid]
+                events.append(_event("prefill", req, progress[r.uid], r.progress[0], t_start, t_end))
+                progress[r.uid] = r.progress[0]
+            for r in gen_out:
+                req = names[r.uid]
+                position = lengths[req] + len(ids[req]) - 1  # where the step that made this token wrote
+                ids[req].append(int(r.token))
+                emits[req].append(t_end)
+                if req == "A" or len(ids[req]) > 1:  # B's first token comes from its prompt pass
+                    events.append(_event("decode", req, position, position + 1, t_start, t_end))
+                if r.finish_reason is not None:
+                    done.add(req)
+            empty = _stalled(empty, prompt_out or gen_out, f"{sorted({'A', 'B'} - done)} unfinished")
+        mx.synchronize(gen.stream)
+    finally:
+        gen.close()
+    return {
+        "policy": peer_name(dtype, prefill_step_size),
+        "peer": True,
+        "makespan_ns": max(emits["A"][-1], emits["B"][-1]),
+        "requests": {
+            "A": {"output_ids": ids["A"], "timed_from": 1, "emit_ns": emits["A"]},
+            "B": {"output_ids": ids["B"], "timed_from": 0, "emit_ns": emits["B"]},
+        },
+        "events": events,
+    }
+
+
+def pair_trials(
+    model: LoadedModel,
+    prompts: dict,
+    output_tokens: int,
+    peers,
+    *,
+    trials: int,
+    warmups: int,
+    reference_tokens: dict,
+    first_position: int,
+    on_run=None,
+) -> list[dict]:
+    """Per peer (dtype, prefill_step_size): `warmups` untimed pair runs, then `trials` timed ones, each a report
+    trial marked peer with its agreement (leading outputs equal to `reference_tokens`) and placed after the
+    policies (`first_position` + its index)."""
+    models: dict[str, nn.Module] = {}
+    out = []
+    for j, (dtype, step) in enumerate(peers):
+        if dtype not in models:
+            models[dtype] = peer_model(model, dtype)
+        for i in range(warmups + trials):
+            run = pair_run(models[dtype], prompts, output_tokens, dtype=dtype, prefill_step_size=step)
+            if i >= warmups:
+                ids = {r: run["requests"][r]["output_ids"] for r in ("A", "B")}
+                run.update(
+                    trial=i - warmups + 1,
+                    position=first_position + j,
+                    agreement={r: agreement(ids[r], reference_tokens[r]) for r in ids},
+                )
+                out.append(run)
+            if on_run:
+                on_run()
+    return out
+
+
+def _stalled(empty: int, progressed, what: str) -> int:
+    """Steps in a row without progress; two of them: the generator holds nothing it will finish."""
+    if progressed:
+        return 0
+    if empty + 1 == 2:
+        raise RuntimeError(f"mlx-lm's BatchGenerator stopped making progress: {what}")
+    return empty + 1
+
+
+def _event(kind: str, req: str, start: int, stop: int, t_start: int, t_end: int) -> dict:
+    return {"kind": kind, "req": req, "start": start, "stop": stop, "t_start_ns": t_start, "t_end_ns": t_end}
 
 
 def _cast_copy(model: nn.Module, dtype: str) -> nn.Module:

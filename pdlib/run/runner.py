@@ -3,7 +3,8 @@
     report = run_experiment(RunParams.from_yaml("params/smoke-cpu.yaml"), output="outputs/x/report.json")
 
 Order: claim the output path (refuse before any work), set up, validate every policy (the gate), warmups,
-paired timed trials, then write the report atomically.
+paired timed trials, the peers' warmups and trials (pdlib/run/peer.py: timed, never gated), then write the
+report atomically.
 """
 
 import sys
@@ -70,7 +71,7 @@ def run_experiment(
     reference = {r: validation[params.policies[0]].tokens[r] for r in REQUESTS}
     trials = []
     if not validate_only:
-        runs = len(params.policies) * (params.warmups + params.trials)
+        runs = (len(params.policies) + len(params.peers)) * (params.warmups + params.trials)
         with tqdm(total=runs, desc="warmups+trials", unit="run", **bar) as progress:
             walks = {p: partial(exp.walk, p) for p in params.policies}
             trials = run_trials(
@@ -84,6 +85,20 @@ def run_experiment(
                 pipeline=params.pipeline_decodes,
                 poll=params.poll_during_chunks,
             )
+            if params.peers:  # timed beside the policies, never gated: each trial carries its agreement
+                from pdlib.run.peer import pair_trials
+
+                trials += pair_trials(
+                    exp.model,
+                    {r: exp.prompts[r].token_ids for r in REQUESTS},
+                    params.output_tokens,
+                    [params.peer_config(p) for p in params.peers],
+                    trials=params.trials,
+                    warmups=params.warmups,
+                    reference_tokens=reference,
+                    first_position=len(params.policies),
+                    on_run=progress.update,
+                )
     report = build_report(
         params=params.to_dict(),
         model=d["model"],

@@ -34,6 +34,7 @@ from dataclasses import asdict
 import mlx.core as mx
 
 from pdlib.batching import check_step, make_batch_policy
+from pdlib.config import PEER_DTYPES, peer_name
 from pdlib.engine import Engine, check_token
 from pdlib.engine.kernels import BACKEND
 from pdlib.errors import InputError
@@ -42,7 +43,7 @@ from pdlib.report.serving import run_summary
 from pdlib.run.clock import now, wait_until
 from pdlib.run.peer import SYSTEM, run_peers
 from pdlib.run.serve_gate import NEAR_TIE_MARGIN, check_request, reference_sequences
-from pdlib.run.serve_params import PEER_DTYPES, ServeParams, load_serve_params, peer_name
+from pdlib.run.serve_params import ServeParams, load_serve_params
 from pdlib.run.serve_replay import replay_gate
 from pdlib.scheduler import Prefill, RequestState
 from pdlib.weights import LoadedModel, load_model

@@ -28,13 +28,12 @@ import math
 from dataclasses import asdict, dataclass, fields
 
 from pdlib.batching import BATCH_POLICIES
+from pdlib.config import parse_peer, peer_name
 from pdlib.errors import InputError, check_int
 from pdlib.report.serving import slos_from_step
 from pdlib.workload import Workload
 
 SLO_KEYS = ("decode_ms", "ttft_ms")
-PEER_SYSTEM = "mlx-lm"
-PEER_DTYPES = ("fp32", "bf16")
 CRITERIA = ("capacity", "goodput")
 SEARCH_DEFAULTS = {
     "lo": 0.25,
@@ -82,23 +81,6 @@ def search_settings(spec) -> dict:
         raise InputError(f"search criteria must be a non-empty list of {', '.join(CRITERIA)}, no repeats; got {crit!r}")
     out["criteria"] = list(crit)
     return out
-
-
-def peer_name(dtype: str, prefill_step_size: int) -> str:
-    return f"{PEER_SYSTEM}-{dtype}@{prefill_step_size}"
-
-
-def parse_peer(spec, chunk_size: int) -> tuple[str, int]:
-    """(dtype, prefill_step_size) of a peer's spelling (module docstring), or InputError, one line."""
-    expected = f"expected {PEER_SYSTEM}-<{'|'.join(PEER_DTYPES)}>@<prefill_step_size|chunk>, e.g. mlx-lm-fp32@2048"
-    head, _, size = spec.partition("@") if isinstance(spec, str) else ("", "", "")
-    system, _, dtype = head.rpartition("-")
-    if system != PEER_SYSTEM or dtype not in PEER_DTYPES or not (size == "chunk" or size.isascii() and size.isdigit()):
-        raise InputError(f"peers: unknown peer {spec!r}; {expected}")
-    step = chunk_size if size == "chunk" else int(size)
-    if step < 1:
-        raise InputError(f"peers: {spec!r} needs a prefill_step_size >= 1")
-    return dtype, step
 
 
 @dataclass(frozen=True)

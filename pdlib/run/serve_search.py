@@ -47,6 +47,7 @@ from decimal import Decimal
 import mlx.core as mx
 import numpy as np
 
+from pdlib.config import peer_name
 from pdlib.engine import Engine, check_token
 from pdlib.engine.kernels import BACKEND
 from pdlib.errors import InputError, check_int
@@ -65,7 +66,7 @@ from pdlib.run.peer import peer_model, peer_once, record_agreement
 from pdlib.run.search_log import SearchLog, utc_now
 from pdlib.run.serve import gate, serve_once, serving_capacity
 from pdlib.run.serve_gate import reference_sequences
-from pdlib.run.serve_params import ServeParams, load_serve_params, peer_name, search_settings
+from pdlib.run.serve_params import ServeParams, load_serve_params, search_settings
 from pdlib.run.serve_replay import replay_gate
 from pdlib.traces import Trace, load_trace
 from pdlib.weights import load_model

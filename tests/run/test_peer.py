@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from mlx_lm.models import qwen3
 
+from pdlib.config import RunParams
 from pdlib.errors import InputError
 from pdlib.report.checks import agreement
 from pdlib.report.serving import run_summary
@@ -207,9 +208,10 @@ def test_the_smoke_params_name_fp32_and_bf16_peers_at_2048_and_at_the_chunk():
         ("mlx-lm-fp32@32", "peers must be a list"),
     ],
 )
-def test_bad_peers_are_refused_in_one_line(peers, message):
+@pytest.mark.parametrize("params", [ServeParams, RunParams])
+def test_bad_peers_are_refused_in_one_line(peers, message, params):
     with pytest.raises(InputError) as e:
-        ServeParams(chunk_size=32, peers=peers)
+        params(chunk_size=32, peers=peers)
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
