@@ -18,6 +18,11 @@ only the steps differ.
 - mixed (Sarathi-Serve's stall-free batches): every step is every ready decode plus prompt chunks of the
   waiting requests in arrival order, up to chunk_size prompt tokens in all (several prompts may share them).
 - fifo: one request at a time, in arrival order, to completion: its prompt in chunks, then one decode a step.
+- overlap: every step is one decode round; prompts run elsewhere, one at a time in arrival order, as one whole
+  prefill on a second stream of the device (`remote_prefill`: the serving loop starts the prompt `next_remote`
+  names, and joins it with a `Prefill(remote=True)` step once it is done).
+- partition: overlap with the SMs split (CUDA green contexts): the prompt on one slice, the decode rounds on
+  the other while it runs (pdlib/run/partition.py).
 
 A new policy is one `BatchPolicy` subclass with a `name`; it registers itself in `BATCH_POLICIES`.
 """
@@ -36,6 +41,7 @@ class BatchPolicy:
     private state, so make a fresh instance per run."""
 
     name: ClassVar[str]
+    remote_prefill: ClassVar[str | None] = None  # where else prompts run: "stream" or "slice"; None: in the steps
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -46,6 +52,10 @@ class BatchPolicy:
 
     def next_step(self, running: list[RequestState], *, chunk_size: int) -> Step | None:
         raise NotImplementedError
+
+    def next_remote(self, running: list[RequestState]) -> RequestState | None:
+        """For a remote-prefill policy, with its prompt lane free: the request whose prompt starts there now."""
+        return None
 
 
 def as_step(work: list[Work]) -> Step | None:
@@ -126,6 +136,26 @@ class Fifo(BatchPolicy):
         return chunk(r, chunk_size) if not r.prompt_done else Decode(r.name)
 
 
+class Overlap(BatchPolicy):
+    """Every step a decode round; prompts elsewhere, one at a time, earliest arrival first."""
+
+    name = "overlap"
+    remote_prefill = "stream"
+
+    def next_step(self, running, *, chunk_size):
+        return decode_round(running)
+
+    def next_remote(self, running):
+        return first_waiting(running)
+
+
+class Partition(Overlap):
+    """Overlap with the device's SMs split between the prompt and the decode rounds."""
+
+    name = "partition"
+    remote_prefill = "slice"
+
+
 def make_batch_policy(name: str) -> BatchPolicy:
     if name not in BATCH_POLICIES:
         raise InputError(f"unknown serving policy {name!r}; expected one of: {', '.join(BATCH_POLICIES)}")
@@ -148,7 +178,8 @@ def simulate(
 ) -> list[Step]:
     """Every step a policy takes on `requests` (name, prompt_tokens, output_tokens, arrival), in arrival order,
     on a clock that counts steps: a request arriving at k is running before step k (the (k+1)-th step); when the
-    policy has nothing to do, the clock jumps to the next arrival. Each step is checked legal before it is taken."""
+    policy has nothing to do, the clock jumps to the next arrival. Each step is checked legal before it is taken.
+    A remote-prefill policy's prompt is done one step after it starts (its join is the next step)."""
     return list(iter_simulate(policy, requests, chunk_size=chunk_size))
 
 
@@ -163,13 +194,21 @@ def iter_simulate(
     states: dict[str, RequestState] = {}
     running: list[RequestState] = []
     nxt, clock = 0, 0
+    lane = None  # a remote-prefill policy's prompt in flight: it is done one step after it starts
     while nxt < len(requests) or running:
         while nxt < len(requests) and requests[nxt][3] <= clock:
             name, p, o, _ = requests[nxt]
             states[name] = RequestState(name, p, o)
             running.append(states[name])
             nxt += 1
-        step = policy.next_step(running, chunk_size=chunk_size)
+        step = None
+        if lane is not None:
+            step, lane = Prefill(lane.name, lane.prompt_tokens - lane.prefilled, remote=True), None
+        elif policy.remote_prefill and (lane := policy.next_remote(running)) is not None:
+            pass
+        step = step or policy.next_step(running, chunk_size=chunk_size)
+        if step is None and lane is not None:  # nothing else to do: the prompt is joined at once
+            step, lane = Prefill(lane.name, lane.prompt_tokens - lane.prefilled, remote=True), None
         if step is None:
             if running:
                 raise RuntimeError(f"policy {policy.name!r} stopped with requests running: {running}")

@@ -71,6 +71,28 @@ def test_two_staggered_requests_hand_checked(policy):
     assert simulate(policy, TWO, chunk_size=8) == EXPECTED_TWO[policy]
 
 
+@pytest.mark.parametrize("policy", ["overlap", "partition"])
+def test_a_remote_prefill_policy_decodes_in_rounds_and_joins_each_prompt_whole(policy):
+    R = lambda r, n: P(r, n, remote=True)  # noqa: E731
+    steps = simulate(policy, [("A", 8, 3, 0), ("B", 6, 3, 1), ("C", 4, 2, 1)], chunk_size=4)
+    # each prompt starts when the lane is free (earliest arrival first) and is joined at the next step; the
+    # decode rounds go on meanwhile
+    assert steps == [R("A", 8), D("A"), R("B", 6), B(D("A"), D("B")), R("C", 4), B(D("B"), D("C"))]
+    assert all(s.work[0].remote for s in steps if isinstance(s, P))
+
+
+def test_on_the_pair_overlap_gives_each_request_the_two_request_overlaps_parts():
+    two = plan("overlap", prompt_tokens=40, output_tokens=5, chunk_size=16)
+    timed = two[t0_index(two) :]
+    n = simulate("overlap", [("A", 40, 5, 0), ("B", 40, 5, 1)], chunk_size=16)
+    assert n[0] == P("A", 40, remote=True)  # A's set-up: its prompt, run elsewhere and joined
+    for r in "AB":
+        after = [w for s in n[1:] for w in s.work if w.req == r]
+        two_request = [w for s in timed for w in s.work if w.req == r]
+        assert after == two_request
+        assert [getattr(w, "remote", False) for w in after] == [getattr(w, "remote", False) for w in two_request]
+
+
 def test_idle_until_the_next_arrival():
     """Nothing running: the clock jumps to the next arrival instead of stopping."""
     steps = simulate("eager", [("A", 4, 1, 0), ("B", 4, 1, 50)], chunk_size=8)
@@ -107,9 +129,11 @@ def test_every_step_legal_and_every_request_finishes(policy, spec, chunk):
         assert len({w.req for w in s.work}) == len(s.work)
         for w in s.work:
             states[w.req].apply(w)  # legal again, independently
-            if isinstance(w, Prefill):
+            if isinstance(w, Prefill) and not w.remote:
                 assert w.n <= chunk
-        prefill = sum(w.n for w in s.work if isinstance(w, Prefill))
+            if isinstance(w, Prefill) and w.remote:  # a prompt run elsewhere is joined whole, in a step alone
+                assert BATCH_POLICIES[policy].remote_prefill and s.work == (w,) and w.n == states[w.req].prompt_tokens
+        prefill = sum(w.n for w in s.work if isinstance(w, Prefill) and not w.remote)
         assert prefill <= chunk  # mixed's budget; the others carry one chunk at most
     assert all(r.finished for r in states.values())
 

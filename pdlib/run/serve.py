@@ -13,6 +13,11 @@ the clock; a step without a token ends when its parts' K/V are written. Each ste
 `[name, n]` or `[name, null]` for a decode, its start and end). Steps are not pipelined: each one is observed
 before the next is issued. Warmups, when asked for, are whole runs first, checked and then dropped.
 
+A policy that prefills elsewhere (overlap, partition) has a prompt lane (serve_lane.py): when it is free, the
+prompt the policy names starts there as one whole prefill, a layer dispatched after each step; the loop joins
+it (a `Prefill(remote=True)` step: its first token observed) at the first step after it is done, or at once,
+waiting, when there is nothing else to run. The join is logged as `[name, n]` and its index in `joins`.
+
 Capacity: the engine gives every request its own cache of one capacity, max(prompt + output) over the
 workload (the last output is never fed back, so that holds every position): one cache shape, so no step is
 compiled again for another, and all N caches are allocated before the clock starts (KV_CACHE_LIMIT_BYTES
@@ -43,6 +48,7 @@ from pdlib.report.serving import run_summary
 from pdlib.run.clock import now, wait_until
 from pdlib.run.peer import SYSTEM, run_peers
 from pdlib.run.serve_gate import NEAR_TIE_MARGIN, check_request, reference_sequences
+from pdlib.run.serve_lane import PromptLane
 from pdlib.run.serve_params import ServeParams, load_serve_params
 from pdlib.run.serve_replay import replay_gate
 from pdlib.scheduler import Prefill, RequestState
@@ -62,6 +68,8 @@ def serve_once(engine: Engine, workload: Workload, policy: str, *, chunk_size: i
     for name in names:  # untimed: the caches are allocated once; each run only rewinds them
         engine.reset(name, logical=True)
     chooser = make_batch_policy(policy)
+    lane = PromptLane(chooser.remote_prefill) if chooser.remote_prefill else None
+    joins: list[int] = []  # the steps that joined a prompt run on the lane
     states: dict[str, RequestState] = {}
     running: list[RequestState] = []
     ids: dict[str, list[int]] = {name: [] for name in names}
@@ -78,7 +86,15 @@ def serve_once(engine: Engine, workload: Workload, policy: str, *, chunk_size: i
             running.append(states[names[nxt]])
             admitted[nxt] = t
             nxt += 1
-        step = chooser.next_step(running, chunk_size=chunk_size)
+        step = None
+        if lane is not None:
+            if lane.ready():
+                step = _join(lane)
+            elif not lane.busy and (r := chooser.next_remote(running)) is not None:
+                lane.start(engine, r.name, r.prompt_tokens)  # its first layer goes out now
+        step = step or chooser.next_step(running, chunk_size=chunk_size)
+        if step is None and lane is not None and lane.busy:
+            step = _join(lane)  # nothing else to do: wait for the prompt
         if step is None:
             if running or nxt == n:
                 raise RuntimeError(f"policy {policy!r} stopped with {len(running)} requests running")
@@ -88,7 +104,15 @@ def serve_once(engine: Engine, workload: Workload, policy: str, *, chunk_size: i
         check_step(step, states)
         parts = [(w.req, w.n if isinstance(w, Prefill) else None) for w in step.work]
         t_start = now()
-        outs = engine.batch(parts)
+        if isinstance(step, Prefill) and step.remote:
+            outs = [lane.join(engine)[0]]
+            joins.append(len(work_log))
+        elif lane is not None:
+            with lane.issuing():
+                outs = engine.batch(parts)
+            lane.advance()  # the prompt's next layer, while this step runs
+        else:
+            outs = engine.batch(parts)
         quiet = []
         for (name, _), out in zip(parts, outs):
             if out is None:
@@ -123,7 +147,13 @@ def serve_once(engine: Engine, workload: Workload, policy: str, *, chunk_size: i
         for i, name in enumerate(names)
     ]
     steps = {"work": work_log, "t_start_ns": t_start_log, "t_end_ns": t_end_log}
+    if lane is not None:
+        steps["joins"] = joins  # these steps joined a prompt run on the lane (a whole prefill, replayed as one)
     return {"policy": policy, "requests": requests, "steps": steps, "idle_ns": idle_ns, "makespan_ns": t_end_log[-1]}
+
+
+def _join(lane: PromptLane) -> Prefill:
+    return Prefill(lane.current.req, lane.current.n, remote=True)
 
 
 def gate(run: dict, refs: dict) -> list[dict]:
