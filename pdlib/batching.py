@@ -17,6 +17,8 @@ only the steps differ.
 - chunked (decode-first): rounds of one decode round, then at most one prompt chunk (earliest-arrived first).
 - mixed (Sarathi-Serve's stall-free batches): every step is every ready decode plus prompt chunks of the
   waiting requests in arrival order, up to chunk_size prompt tokens in all (several prompts may share them).
+- slo: mixed with each step's prompt tokens from a time budget (a TBT target and a fitted step cost), at most
+  chunk_size.
 - fifo: one request at a time, in arrival order, to completion: its prompt in chunks, then one decode a step.
 - overlap: every step is one decode round; prompts run elsewhere, one at a time in arrival order, as one whole
   prefill on a second stream of the device (`remote_prefill`: the serving loop starts the prompt `next_remote`
@@ -27,7 +29,7 @@ only the steps differ.
 A new policy is one `BatchPolicy` subclass with a `name`; it registers itself in `BATCH_POLICIES`.
 """
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import ClassVar
 
 from pdlib.errors import InputError, check_int
@@ -106,22 +108,44 @@ class Chunked(BatchPolicy):
         return chunk(w, chunk_size)
 
 
+def mixed_step(running: list[RequestState], budget: int) -> Step | None:
+    """Every ready decode plus prompt chunks of the waiting requests in arrival order, `budget` tokens in all."""
+    work: list[Work] = [Decode(r.name) for r in running if r.ready]
+    for r in running:
+        if budget == 0:
+            break
+        if not r.prompt_done:
+            c = chunk(r, budget)
+            work.append(c)
+            budget -= c.n
+    return as_step(work)
+
+
 class Mixed(BatchPolicy):
     """Stall-free batches: every ready decode rides with up to chunk_size prompt tokens, as one engine step."""
 
     name = "mixed"
 
     def next_step(self, running, *, chunk_size):
-        work: list[Work] = [Decode(r.name) for r in running if r.ready]
-        budget = chunk_size
-        for r in running:
-            if budget == 0:
-                break
-            if not r.prompt_done:
-                c = chunk(r, budget)
-                work.append(c)
-                budget -= c.n
-        return as_step(work)
+        return mixed_step(running, chunk_size)
+
+
+class Slo(BatchPolicy):
+    """mixed under a time budget: each step carries as many prompt tokens (at most chunk_size) as keep its
+    predicted time under a time-between-tokens target; `budget(running)` says how many (pdlib/run/serve_slo.py:
+    from a step cost fitted on the device, as Sarathi-Serve picks its token budget from the TBT SLO)."""
+
+    name = "slo"
+    needs_budget = True
+
+    def __init__(self, budget: Callable[[list[RequestState]], int]):
+        self.budget = budget
+
+    def next_step(self, running, *, chunk_size):
+        n = self.budget(running)
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"the slo budget must be a whole number >= 1 of prompt tokens, got {n!r}")
+        return mixed_step(running, min(n, chunk_size))
 
 
 class Fifo(BatchPolicy):
@@ -156,10 +180,16 @@ class Partition(Overlap):
     remote_prefill = "slice"
 
 
-def make_batch_policy(name: str) -> BatchPolicy:
+def make_batch_policy(name: str, *, budget: Callable[[list[RequestState]], int] | None = None) -> BatchPolicy:
+    """A fresh policy; `budget` for the one that needs it (slo)."""
     if name not in BATCH_POLICIES:
         raise InputError(f"unknown serving policy {name!r}; expected one of: {', '.join(BATCH_POLICIES)}")
-    return BATCH_POLICIES[name]()
+    cls = BATCH_POLICIES[name]
+    if getattr(cls, "needs_budget", False):
+        if budget is None:
+            raise ValueError(f"serving policy {name!r} needs a budget (pdlib/run/serve_slo.py)")
+        return cls(budget)
+    return cls()
 
 
 def check_step(step: Step, states: dict[str, RequestState]) -> None:

@@ -115,6 +115,15 @@ def test_on_the_pair_the_tokens_each_request_gets_are_the_two_request_policys(po
         assert [w for s in n[3:] for w in s.work if w.req == r] == [w for s in timed for w in s.work if w.req == r]
 
 
+def varying_budget(running):
+    """A budget that changes from step to step, as a time budget does: 1 to 5 tokens."""
+    return 1 + sum(r.emitted + r.prefilled for r in running) % 5
+
+
+def make(name):
+    return make_batch_policy(name, budget=varying_budget if name == "slo" else None)
+
+
 reqs = st.lists(st.tuples(st.integers(1, 80), st.integers(1, 8), st.integers(0, 12)), min_size=1, max_size=6)
 
 
@@ -123,7 +132,7 @@ reqs = st.lists(st.tuples(st.integers(1, 80), st.integers(1, 8), st.integers(0, 
 def test_every_step_legal_and_every_request_finishes(policy, spec, chunk):
     arrivals = sorted(a for *_, a in spec)
     requests = [(f"r{i}", p, o, a) for i, ((p, o, _), a) in enumerate(zip(spec, arrivals))]
-    steps = simulate(policy, requests, chunk_size=chunk)  # checks each step legal before taking it
+    steps = simulate(make(policy), requests, chunk_size=chunk)  # checks each step legal before taking it
     states = {n: RequestState(n, p, o) for n, p, o, _ in requests}
     for s in steps:
         assert len({w.req for w in s.work}) == len(s.work)
@@ -181,11 +190,30 @@ def test_chunked_decodes_first_in_each_round():
 
 def test_nothing_running_is_no_step():
     for name in BATCH_POLICIES:
-        assert make_batch_policy(name).next_step([], chunk_size=8) is None
+        assert make(name).next_step([], chunk_size=8) is None
+
+
+def test_slo_is_mixed_with_each_steps_prompt_tokens_from_its_budget():
+    seen = []
+
+    def budget(running):
+        seen.append([r.name for r in running])
+        return 3 if len(seen) % 2 else 50  # 50: more than chunk_size, which still bounds it
+
+    steps = simulate(make_batch_policy("slo", budget=budget), TWO, chunk_size=8)
+    assert steps[:3] == [P("A", 3), B(P("A", 5), P("B", 3)), B(D("A"), P("B", 3))]  # prompts share a budget
+    assert all(sum(w.n for w in s.work if isinstance(w, P)) <= (3 if i % 2 == 0 else 8) for i, s in enumerate(steps))
+    with pytest.raises(ValueError, match="needs a budget"):
+        make_batch_policy("slo")
+    with pytest.raises(ValueError, match="whole number >= 1"):
+        simulate(make_batch_policy("slo", budget=lambda running: 0), TWO, chunk_size=8)
 
 
 def test_unknown_policy_is_refused_with_the_accepted_names():
-    with pytest.raises(InputError, match="unknown serving policy 'lifo'; expected one of: eager, chunked, mixed, fifo"):
+    with pytest.raises(
+        InputError,
+        match="unknown serving policy 'lifo'; expected one of: eager, chunked, mixed, slo, fifo, overlap, partition$",
+    ):
         make_batch_policy("lifo")
     with pytest.raises(InputError):
         simulate("lifo", THREE, chunk_size=8)

@@ -38,7 +38,7 @@ from dataclasses import asdict
 
 import mlx.core as mx
 
-from pdlib.batching import check_step, make_batch_policy
+from pdlib.batching import BATCH_POLICIES, check_step, make_batch_policy
 from pdlib.config import PEER_DTYPES, peer_name
 from pdlib.engine import Engine, check_token
 from pdlib.engine.kernels import BACKEND
@@ -51,6 +51,7 @@ from pdlib.run.serve_gate import NEAR_TIE_MARGIN, check_request, reference_seque
 from pdlib.run.serve_lane import PromptLane
 from pdlib.run.serve_params import ServeParams, load_serve_params
 from pdlib.run.serve_replay import replay_gate
+from pdlib.run.serve_slo import slo_budget
 from pdlib.scheduler import Prefill, RequestState
 from pdlib.weights import LoadedModel, load_model
 from pdlib.workload import Workload, iter_prompts
@@ -59,15 +60,16 @@ SCHEMA = "pdlib.serve/1"
 KV_CACHE_LIMIT_BYTES = 16 << 30
 
 
-def serve_once(engine: Engine, workload: Workload, policy: str, *, chunk_size: int) -> dict:
+def serve_once(engine: Engine, workload: Workload, policy: str, *, chunk_size: int, budget=None) -> dict:
     """One timed run of `policy` on `workload` (its requests already added to `engine`): per request its
-    output ids, emit stamps and admission, and the step log; every stamp in ns since the clock's start."""
+    output ids, emit stamps and admission, and the step log; every stamp in ns since the clock's start.
+    `budget`: the slo policy's (serve_slo.step_budget)."""
     names, n = workload.names, workload.n
     arrival = workload.arrival_ns.tolist()
     prompt, output = workload.prompt_tokens.tolist(), workload.output_tokens.tolist()
     for name in names:  # untimed: the caches are allocated once; each run only rewinds them
         engine.reset(name, logical=True)
-    chooser = make_batch_policy(policy)
+    chooser = make_batch_policy(policy, budget=budget)
     lane = PromptLane(chooser.remote_prefill) if chooser.remote_prefill else None
     joins: list[int] = []  # the steps that joined a prompt run on the lane
     states: dict[str, RequestState] = {}
@@ -216,7 +218,8 @@ def run_serving(
     replay of its steps (0: none)."""
     policies = [policy] if isinstance(policy, str) else list(policy)
     for p in policies:
-        make_batch_policy(p)  # an unknown name is refused before any work
+        if p not in BATCH_POLICIES:  # refused before any work
+            raise InputError(f"unknown serving policy {p!r}; expected one of: {', '.join(BATCH_POLICIES)}")
     for dtype, step in peers:
         if dtype not in PEER_DTYPES or not isinstance(step, int) or step < 1:
             raise InputError(f"peer ({dtype!r}, {step!r}): expected a dtype of {', '.join(PEER_DTYPES)}, a size >= 1")
@@ -235,12 +238,13 @@ def run_serving(
     runs, near_ties = [], []
     token_ids = {k: p.token_ids for k, p in prompts.items()}
     slos = slos or {}
+    slo, budget = slo_budget(engine, workload, chunk_size=chunk_size, slos=slos) if "slo" in policies else ({}, None)
     for p in policies:
         t = time.perf_counter()
         for _ in range(warmups):
-            gate(serve_once(engine, workload, p, chunk_size=chunk_size), refs)
+            gate(serve_once(engine, workload, p, chunk_size=chunk_size, budget=budget), refs)
         warmup_s = time.perf_counter() - t
-        run = serve_once(engine, workload, p, chunk_size=chunk_size)
+        run = serve_once(engine, workload, p, chunk_size=chunk_size, budget=budget)
         near_ties += gate(run, refs)
         if replay:
             run["replay"] = replay_gate(engine, model, run, token_ids, sample=replay, seed=len(runs))
@@ -267,6 +271,7 @@ def run_serving(
             "sha256": [p.sha256 for p in prompts.values()],
         },
         "slos": {k: asdict(s) for k, s in slos.items()},
+        **({"slo_policy": slo} if slo else {}),
         "engine": {"capacity": capacity, "kv_cache_bytes": cache_bytes, "setup_s": setup_s, "warmups": warmups},
         "gate": {
             "checks": "tokens, and in full on a replay" if replay else "tokens",  # module docstring

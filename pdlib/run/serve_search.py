@@ -68,6 +68,7 @@ from pdlib.run.serve import gate, serve_once, serving_capacity
 from pdlib.run.serve_gate import reference_sequences
 from pdlib.run.serve_params import ServeParams, load_serve_params, search_settings
 from pdlib.run.serve_replay import replay_gate
+from pdlib.run.serve_slo import slo_budget
 from pdlib.traces import Trace, load_trace
 from pdlib.weights import load_model
 from pdlib.workload import LIMITS, TRACE_SOURCES, Workload, iter_prompts, trace_window
@@ -198,6 +199,7 @@ class Bench:
         self._model, self.engine, self.in_engine = None, None, None
         self.prepared: dict = {}
         self.peer_models: dict = {}
+        self.slo = None  # the slo policy's (record, budget), calibrated once per command (serve_slo.py)
 
     @property
     def model(self):
@@ -229,6 +231,11 @@ class Bench:
             self.in_engine = prep["key"]
         return self.engine
 
+    def slo_for(self, engine: Engine, w: Workload) -> tuple[dict, object]:
+        if self.slo is None:
+            self.slo = slo_budget(engine, w, chunk_size=self.params.chunk_size, slos=self.slos)
+        return self.slo
+
     def peer_model(self, dtype: str):
         if dtype not in self.peer_models:
             self.peer_models[dtype] = peer_model(self.model, dtype)
@@ -258,10 +265,13 @@ def measure(bench: Bench, policy: str, rate: float, rep: int) -> dict:
         }
     else:
         engine = bench.engine_for(prep)
+        slo, budget = bench.slo_for(engine, w) if policy == "slo" else (None, None)
         for _ in range(warmups):
-            gate(serve_once(engine, w, policy, chunk_size=chunk), refs)
-        run = serve_once(engine, w, policy, chunk_size=chunk)
+            gate(serve_once(engine, w, policy, chunk_size=chunk, budget=budget), refs)
+        run = serve_once(engine, w, policy, chunk_size=chunk, budget=budget)
         check = {"checks": "tokens", "near_ties": gate(run, refs)}
+        if slo is not None:  # calibrated once per command: each point says with what
+            check["slo_policy"] = slo
         if bench.params.replay_requests:  # each point's own step sequence, replayed with the full checks
             check["checks"] = "tokens, and in full on a replay"
             check["replay"] = replay_gate(

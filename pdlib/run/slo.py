@@ -137,28 +137,35 @@ def _timed(fn) -> float:
 
 
 def calibrate(
-    engine: Engine, *, prompt_tokens: int, ceiling: int, logical_reset: bool, passes: int = 2, decodes: int = 8
+    engine: Engine,
+    *,
+    prompt_tokens: int,
+    ceiling: int,
+    logical_reset: bool,
+    passes: int = 2,
+    decodes: int = 8,
+    req: str = "B",
 ) -> StepCost:
-    """Time B's prompt in chunks of ceiling, ceiling/2, ceiling/4, ... in turn (so sizes and contexts vary),
-    then a few of B's decodes; the first pass only warms up (compilation). Untimed set-up: it runs before the
-    gate, and B is reset by every run."""
+    """Time request `req`'s prompt in chunks of ceiling, ceiling/2, ceiling/4, ... in turn (so sizes and contexts
+    vary), then a few of its decodes; the first pass only warms up (compilation). Untimed set-up: it runs before
+    the gate, and every run resets the request."""
     sizes = probe_sizes(ceiling)
     decodes = min(decodes, engine.capacity - prompt_tokens)
     points, decode = [], []
     for p in range(passes):
-        engine.reset("B", logical=logical_reset)
+        engine.reset(req, logical=logical_reset)
         done, k = 0, 0
         while done < prompt_tokens:
             n = min(sizes[k % len(sizes)], prompt_tokens - done)
-            ms = _timed(lambda: engine.prefill_chunk("B", n))
+            ms = _timed(lambda: engine.prefill_chunk(req, n))
             if p == passes - 1:
                 points.append((n, done, ms))
             done, k = done + n, k + 1
         for _ in range(decodes):
-            ms = _timed(lambda: engine.decode("B").observe())
+            ms = _timed(lambda: engine.decode(req).observe())
             if p == passes - 1:
                 decode.append(ms)
-    engine.reset("B", logical=logical_reset)
+    engine.reset(req, logical=logical_reset)
     return fit(points, decode_ms=statistics.median(decode))
 
 

@@ -1,0 +1,57 @@
+"""The serving `slo` policy's budget (pdlib/run/serve_slo.py): the largest prompt chunk whose predicted step meets
+the target, shrinking as decode rows and their caches grow, one quantum where nothing fits, the whole ceiling
+when no prompt waits; through `serve` it is calibrated once, recorded, and its runs pass the gate."""
+
+import numpy as np
+import pytest
+
+from pdlib.report.serving import slos_from_step
+from pdlib.run.serve import run_serving
+from pdlib.run.serve_slo import predicted_ms, step_budget
+from pdlib.run.slo import StepCost
+from pdlib.scheduler import RequestState
+from pdlib.workload import Workload
+
+COST = StepCost(a=1.0, b=0.1, c=0.001, decode_ms=1.2, points=[], spread_ms=0.0)
+
+
+def state(name, prompt, prefilled, emitted=0, outputs=10):
+    return RequestState(name, prompt, outputs, prefilled=prefilled, emitted=emitted)
+
+
+def test_the_prediction_is_the_fits_form_over_the_steps_rows():
+    running = [state("d", 100, 100, emitted=5), state("p", 300, 64)]
+    # one decode at 104 cached positions, 32 prompt tokens from 64: a + b (1 + 32) + c (104 + 32 * 64)
+    assert predicted_ms(COST, running, 32) == pytest.approx(1.0 + 0.1 * 33 + 0.001 * (104 + 32 * 64))
+
+
+def test_the_budget_is_the_largest_quantized_chunk_that_meets_the_target():
+    budget = step_budget(COST, tbt_ms=8.0, ceiling=256)
+    alone = [state("p", 1000, 0)]
+    n = budget(alone)
+    assert n % 16 == 0 and predicted_ms(COST, alone, n) <= 8.0 < predicted_ms(COST, alone, n + 16)
+    busy = [state(f"d{i}", 2000, 2000, emitted=1) for i in range(8)] + alone
+    assert budget(busy) < n  # decode rows and their caches take part of the step
+    assert budget([state("d", 50, 50, emitted=1)]) == 256  # no prompt waits
+    crowded = [state(f"d{i}", 4000, 4000, emitted=1) for i in range(40)] + alone
+    assert predicted_ms(COST, crowded, 1) > 8.0 and budget(crowded) == 16  # nothing fits: one quantum
+
+
+@pytest.fixture(scope="module")
+def workload():
+    ms = 1_000_000
+    return Workload("slo", np.array([0, 1 * ms, 2 * ms, 3 * ms]), np.array([16, 120, 90, 60]), np.array([30, 4, 4, 3]))
+
+
+def test_serve_calibrates_once_records_the_target_and_gates_the_runs(tiny, workload):
+    report = run_serving(tiny, workload, policy=["mixed", "slo"], chunk_size=32, replay=2)
+    slo = report["slo_policy"]
+    assert slo["target_from"] == "5x decode" and slo["tbt_ms"] == pytest.approx(5 * slo["cost"]["decode_ms"])
+    assert slo["calibrated_on"] == "r1"  # the longest prompt
+    assert all(r["check"]["status"] == "ok" for run in report["runs"] for r in run["requests"])
+    # a target no step can meet: every step's prompt tokens are one quantum (32 // 16)
+    strict = slos_from_step(1e-6, 1000.0)
+    tight = run_serving(tiny, workload, policy="slo", chunk_size=32, slos=strict, replay=0)
+    assert tight["slo_policy"]["target_from"] == "strict slo"
+    chunks = {sum(n for _, n in step if n) for step in tight["runs"][0]["steps"]["work"]} - {0}
+    assert chunks == {2}  # the quantum: every prompt here is even, so no shorter last chunk
