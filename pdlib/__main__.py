@@ -227,6 +227,8 @@ def cmd_bench_step(args) -> int:
         ("--prefill-tokens", args.prefill_tokens, 1),
         ("--chunk-size", args.chunk_size, 1),
         ("--warmup", args.warmup, 0),
+        *(("--rounds", n, 1) for n in args.rounds),
+        ("--round-context", args.round_context, 1),
     ]:
         check_int(name, value, lo)
     _gpu_only("bench-step")
@@ -243,6 +245,8 @@ def cmd_bench_step(args) -> int:
         prefill_tokens=args.prefill_tokens,
         chunk=args.chunk_size,
         peers=args.peers,
+        rounds=tuple(args.rounds),
+        round_context=args.round_context,
     )
     print(format_table(result))
     if args.output:

@@ -280,6 +280,14 @@ def parser(commands: dict, *, description: str) -> argparse.ArgumentParser:
     b.add_argument("--prefill-tokens", type=int, default=4096, help="the prompt prefilled whole and in chunks")
     b.add_argument("--chunk-size", type=int, default=128, help="the chunk of the chunked prefills")
     b.add_argument(
+        "--rounds",
+        type=int,
+        nargs="*",
+        default=[1, 8, 32],
+        help="requests in a decode round timed in each PDLIB_DECODE_ROUND mode (none: skip the rounds)",
+    )
+    b.add_argument("--round-context", type=int, default=2048, help="the cache length of every round's requests")
+    b.add_argument(
         "--no-peers",
         dest="peers",
         action="store_false",

@@ -39,6 +39,13 @@ SWITCHES = {
             "pair",
             "a step's two decodes in one persistent launch, or one launch each",
         ),
+        Switch(
+            "PDLIB_DECODE_ROUND",
+            ("each", "step"),
+            "each",
+            "a step of three or more decodes: one decode launch each, or one ragged engine step (the weights "
+            "read once for all rows, attention per row)",
+        ),
         Switch("PDLIB_PERSISTENT_FOLD", ("0", "1"), "0", "1: o_proj folded into the persistent kernel's attention"),
         Switch("PDLIB_PERSISTENT_BLOCKS", (int,), None, "the persistent kernel's blocks; unset: the SM count"),
         Switch(
@@ -104,6 +111,7 @@ ENGINE = tuple(
     in (
         "PDLIB_DECODE",
         "PDLIB_PAIR_DECODE",
+        "PDLIB_DECODE_ROUND",
         "PDLIB_PERSISTENT_FOLD",
         "PDLIB_PERSISTENT_BLOCKS",
         "PDLIB_PREFILL_GEMM",

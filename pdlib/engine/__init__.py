@@ -73,6 +73,11 @@ class Request:
         return min(self.cache.length, self.prompt.size)
 
 
+# PDLIB_DECODE_ROUND: a step of three or more decodes (a serving policy's decode round) as one decode launch
+# each (`each`), or as one ragged engine step (`step`: the prefill path's matmuls, every weight read once for
+# all rows, attention per row at its own length). Two decodes share the persistent pair launch either way.
+ROUND_ENV = "PDLIB_DECODE_ROUND"
+
 # PDLIB_STEP_DISPATCH: how a step with a prompt chunk reaches the device. `layers` (the default) starts each
 # layer as soon as it is built (as prefill_stages does), so the device need not wait for the host to build a
 # 28-layer step; `step` builds every layer's graph, then starts it. The same arithmetic either way.
@@ -92,6 +97,7 @@ class Engine:
         token_read: str | None = None,
     ):
         self.dispatch = settings.get(DISPATCH_ENV)  # a bad value is refused here
+        self.decode_round = settings.get(ROUND_ENV)
         self.model = Qwen3(
             model,
             lossless_decode_weights=lossless_decode_weights,
@@ -125,9 +131,10 @@ class Engine:
     def batch(self, parts: list[tuple[str, int | None]], *, between=None) -> list[Output | None]:
         """One engine step over several requests: (name, n) prefills the next n prompt tokens, (name, None)
         decodes one token; at most one part per request. With a prompt chunk, the rows share the weight reads
-        (Qwen3.step). Decodes alone run on the decode path instead (a ragged step of decode rows is far slower
-        than the decode kernels): two of them in one persistent launch where the model pairs
-        decodes (Qwen3.pairs), else back to back. Returns each part's
+        (Qwen3.step). Decodes alone run on the decode path instead (a ragged step of two decode rows is far
+        slower than the decode kernels): two of them in one persistent launch where the model pairs decodes
+        (Qwen3.pairs); three or more back to back, or as one ragged step (PDLIB_DECODE_ROUND=step: the weights
+        read once for all rows). Returns each part's
         output: a decode's, or the first output of the chunk that finishes a prompt. `between()` is called
         after each layer of a step with a prompt chunk is started (layer dispatch; never with PDLIB_STEP_DISPATCH
         =step): the executor looks there for the tokens of the step ahead."""
@@ -136,7 +143,8 @@ class Engine:
         if all(n is None for _, n in parts):
             if len(parts) == 2 and self.model.pairs:
                 return self._decode_pair([name for name, _ in parts])
-            return [self.decode(name) for name, _ in parts]
+            if len(parts) < 3 or self.decode_round == "each":
+                return [self.decode(name) for name, _ in parts]
         segments = [self._segment(name, n) for name, n in parts]
         reqs = [self.requests[name] for name, _ in parts]
         if self.dispatch == "step":
@@ -163,6 +171,7 @@ class Engine:
             "step_dispatch": self.dispatch,
             "token_read": m.token_read,
             "pair_decode": "pair" if m.pairs else "each",
+            "decode_round": self.decode_round,
         }
 
     def prefill_stages(self, name: str, n: int):

@@ -58,4 +58,9 @@ def format_table(result: dict) -> str:
     for key in PREFILLS:
         if all(key in e[n] for n in e):
             lines.append(row(key.replace("_s", " s").replace("prefill_", "prefill "), key))
+    r = result.get("rounds")
+    for n in r["rows"] if r else ():  # pdlib's alone: a step of n decodes, each mode, against its byte floor
+        floor = r["floor_ms"][str(n)]
+        cells = "  ".join(f"{m} {v[str(n)]:.4g} ms ({v[str(n)] / floor:.1f}x)" for m, v in r["ms"].items())
+        lines.append(f"{'round of ' + str(n) + ' @ ' + str(r['context']):26s} {cells}  floor {floor:.3f} ms")
     return "\n".join(lines)

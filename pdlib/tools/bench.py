@@ -26,7 +26,8 @@ from pdlib.report.bench import SCHEMA
 from pdlib.report.io import environment
 from pdlib.run.reference import Reference
 from pdlib.settings import decode_mode
-from pdlib.tools.timing import ms_since, prefills
+from pdlib.tools.bench_rounds import bench_rounds
+from pdlib.tools.timing import ms_since, observed, prefills
 from pdlib.weights import LoadedModel
 
 
@@ -54,17 +55,6 @@ def decode_bytes(cfg, context: int) -> int:
 
 def _prompt(cfg, n: int) -> list[int]:
     return [(i * 7919 + 13) % min(cfg.vocab_size, 50000) for i in range(n)]
-
-
-def _observed(run, n: int, warmup: int) -> list[float]:
-    """ms of each of n calls of run() (a step issued and its tokens observed), after `warmup` untimed ones."""
-    times = []
-    for i in range(warmup + n):
-        t0 = time.perf_counter_ns()
-        run()
-        if i >= warmup:
-            times.append(ms_since(t0))
-    return times
 
 
 def _pipelined(step, first, n: int, warmup: int, observe=lambda token: token.item()) -> list[float]:
@@ -106,7 +96,7 @@ def bench_pdlib(
         engine.add_request("X", _prompt(cfg, ctx))
         engine.reset("X", logical=True)
         engine.prefill_chunk("X", ctx).token.item()
-        times = _observed(lambda: check_token(engine.decode("X").observe()), tokens, warmup)
+        times = observed(lambda: check_token(engine.decode("X").observe()), tokens, warmup)
         out["decode_ms_median"][str(ctx)] = statistics.median(times)
         out["decode_ms_all"][str(ctx)] = times
         piped = _pipelined(lambda _: engine.decode("X"), engine.decode("X"), tokens, warmup, Output.observe)
@@ -139,7 +129,7 @@ def _pair_steps(engine: Engine, cfg, ctx: int, tokens: int, warmup: int) -> tupl
         engine.reset(name, logical=True)
         engine.prefill_chunk(name, ctx).token.item()
     pair = [("X2", None), ("Y2", None)]
-    times = _observed(lambda: [check_token(o.observe()) for o in engine.batch(pair)], tokens, warmup)
+    times = observed(lambda: [check_token(o.observe()) for o in engine.batch(pair)], tokens, warmup)
 
     def observe(outs):  # the step's tokens: the first checked here, the second by _pipelined
         check_token(outs[0].observe())
@@ -200,15 +190,22 @@ def bench_step(
     chunk: int = 128,
     repeats: int = 3,
     peers: bool | None = None,
+    rounds=(1, 8, 32),
+    round_context: int = 2048,
     log=print,
 ) -> dict:
-    """`peers`: measure transformers' Qwen3 too (None: when torch sees a CUDA device)."""
+    """`peers`: measure transformers' Qwen3 too (None: when torch sees a CUDA device); `rounds`: the row counts
+    of pdlib's decode rounds at `round_context` (bench_rounds.py; none: skipped)."""
     kw = dict(
         contexts=contexts, tokens=tokens, warmup=warmup, prefill_tokens=prefill_tokens, chunk=chunk, repeats=repeats
     )
     bw = copy_bandwidth()
     log(f"device-to-device copy: {bw / 1e12:.2f} TB/s")
     engines = {"pdlib": bench_pdlib(model, **kw)}
+    mx.clear_cache()
+    weights = decode_bytes(model.config, 0)
+    round_kw = dict(context=round_context, tokens=tokens, warmup=warmup, bandwidth=bw, weights=weights)
+    decode_rounds = bench_rounds(model, rows=tuple(rounds), **round_kw) if rounds else None
     mx.clear_cache()
     if decode_mode() is None and persistent_decode.available(model.config, packed=True):
         # pdlib decodes with the persistent kernel here: the per-operation kernels it replaced, beside it
@@ -238,6 +235,7 @@ def bench_step(
         "copy_bandwidth_Bps": bw,
         "floors": floors,
         "engines": engines,
+        **({"rounds": decode_rounds} if decode_rounds else {}),
         "python": platform.python_version(),
     }
 

@@ -1,6 +1,8 @@
-"""What bench-step's engines share, so each is timed the same way: a millisecond clock and the three prefills.
+"""What bench-step's engines share, so each is timed the same way: a millisecond clock, observed steps and the
+three prefills.
 
 ms = ms_since(time.perf_counter_ns())
+times = observed(run, n=200, warmup=20)                              # ms of each run(), after warmups
 out = prefills(prefill, prefill_tokens=4096, chunk=128, repeats=3)   # prefill(n, synced) -> seconds
 """
 
@@ -10,6 +12,17 @@ import time
 
 def ms_since(t0: int) -> float:
     return (time.perf_counter_ns() - t0) / 1e6
+
+
+def observed(run, n: int, warmup: int) -> list[float]:
+    """ms of each of n calls of run() (a step issued and its tokens observed), after `warmup` untimed ones."""
+    times = []
+    for i in range(warmup + n):
+        t0 = time.perf_counter_ns()
+        run()
+        if i >= warmup:
+            times.append(ms_since(t0))
+    return times
 
 
 def prefills(prefill, *, prefill_tokens: int, chunk: int, repeats: int) -> dict:

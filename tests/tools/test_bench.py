@@ -8,12 +8,13 @@ from pdlib.report.bench import format_table
 from pdlib.tools.bench import bench_step
 
 SIZES = dict(contexts=(32, 48), tokens=3, warmup=1, prefill_tokens=40, chunk=16, repeats=1)
+ROUNDS = dict(rounds=(1, 3), round_context=24)
 KEYS = {"decode_ms_median", "decode_ms_all", "prefill_whole_s", "prefill_chunked_s", "prefill_chunked_synced_s"}
 OURS = KEYS | {"decode_pipelined_ms_median"}  # pdlib's and mlx-lm's
 
 
 def test_bench_step_measures_every_engine_alike_and_prints_them(tiny):
-    result = bench_step(tiny, peers=False, log=lambda *a: None, **SIZES)
+    result = bench_step(tiny, peers=False, log=lambda *a: None, **SIZES, **ROUNDS)
     assert set(result["engines"]) == {"pdlib", "mlx-lm"}
     for name, e in result["engines"].items():
         assert OURS <= set(e), name
@@ -21,9 +22,15 @@ def test_bench_step_measures_every_engine_alike_and_prints_them(tiny):
         assert all(len(v) == 3 for v in e["decode_ms_all"].values())
         assert all(e[k] > 0 for k in KEYS if k.endswith("_s")) and all(e["decode_pipelined_ms_median"].values())
     table = format_table(result).splitlines()
-    assert "mlx-lm" in table[0] and len(table) == 1 + 2 + 2 + 3
+    assert "mlx-lm" in table[0] and len(table) == 1 + 2 + 2 + 3 + 2
     assert table[3].startswith("decode pipelined ms @ 32")
-    assert table[-1].startswith("prefill chunked synced s")
+    assert table[-3].startswith("prefill chunked synced s")
+    assert table[-1].startswith("round of 3 @ 24") and " each " in table[-1] and " step " in table[-1]
+    r = result["rounds"]
+    assert r["rows"] == [1, 3] and set(r["ms"]) == {"each", "step"} and all(v > 0 for v in r["ms"]["step"].values())
+    # the floor: the weights once plus every row's K/V, so a row more adds one cache's bytes
+    per_row = tiny.config.num_hidden_layers * tiny.config.num_key_value_heads * tiny.config.head_dim * 8 * 24
+    assert r["bytes"]["3"] - r["bytes"]["1"] == 2 * per_row
 
 
 def test_the_transformers_peer_decodes_pdlibs_tokens(tiny):
@@ -72,6 +79,6 @@ def test_a_peer_that_fails_is_recorded_and_the_rest_kept(tiny, monkeypatch):
         raise RuntimeError("CUDA error: out of memory\nmore")
 
     monkeypatch.setattr(bench_hf, "bench_hf", broken)
-    result = bench_step(tiny, peers=True, log=lambda *a: None, **SIZES)
+    result = bench_step(tiny, peers=True, log=lambda *a: None, **SIZES, rounds=())
     assert result["engines"]["hf-fp32"] == {"error": "RuntimeError: CUDA error: out of memory"}
     assert "hf-bf16" not in format_table(result) and "pdlib" in format_table(result)

@@ -1,0 +1,61 @@
+"""bench-step's decode rounds: one step that decodes N requests at one context (a serving policy's decode round),
+timed in each PDLIB_DECODE_ROUND mode, next to its byte floor: the bf16 weights read once plus every row's FP32
+K/V cache, over the device-to-device copy bandwidth measured in the same run.
+
+    rounds = bench_rounds(model, rows=(1, 8, 32), context=2048, tokens=50, warmup=5, bandwidth=bw)
+
+`each`: a decode launch per request (two share the paired persistent launch); `step`: one ragged engine step, the
+weights read once for all rows (the mode applies from three rows; below that both modes run the same launches).
+Every round's tokens are observed on the host, as a serving loop observes them; the median over `tokens` rounds.
+"""
+
+import statistics
+
+from pdlib.engine import Engine, check_token
+from pdlib.tools.timing import observed
+from pdlib.weights import LoadedModel
+
+MODES = ("each", "step")
+
+
+def kv_bytes(cfg, context: int) -> int:
+    """One request's FP32 K and V over `context` positions, every layer."""
+    return cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * 2 * 4 * context
+
+
+def round_bytes(cfg, context: int, rows: int, weights: int) -> int:
+    return weights + rows * kv_bytes(cfg, context)
+
+
+def _prompt(cfg, n: int, row: int) -> list[int]:
+    return [(i * 7919 + 13 + row * 104729) % min(cfg.vocab_size, 50000) for i in range(n)]
+
+
+def bench_rounds(
+    model: LoadedModel, *, rows=(1, 8, 32), context: int, tokens: int, warmup: int, bandwidth: float, weights: int
+) -> dict:
+    """Median ms of a round of N decodes per mode and N; `weights`: the bytes a decode step reads of them."""
+    cfg = model.config
+    engine = Engine(model, capacity=context + warmup + tokens + 2)
+    names = [f"R{i}" for i in range(max(rows))]
+    for i, name in enumerate(names):
+        engine.add_request(name, _prompt(cfg, context, i))
+    out = {"context": context, "rows": list(rows), "ms": {m: {} for m in MODES}, "bytes": {}, "floor_ms": {}}
+    for mode in MODES:
+        engine.decode_round = mode
+        for n in rows:
+            parts = [(name, None) for name in names[:n]]
+            for name in names[:n]:
+                engine.reset(name, logical=True)
+                engine.prefill_chunk(name, context).token.item()
+            times = observed(
+                lambda parts=parts: [check_token(o.observe()) for o in engine.batch(parts)], tokens, warmup
+            )
+            out["ms"][mode][str(n)] = statistics.median(times)
+    for n in rows:
+        b = round_bytes(cfg, context, n, weights)
+        out["bytes"][str(n)], out["floor_ms"][str(n)] = b, b / bandwidth * 1e3
+    return out
+
+
+__all__ = ["MODES", "bench_rounds", "kv_bytes", "round_bytes"]
