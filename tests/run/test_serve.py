@@ -214,7 +214,7 @@ def test_a_planted_near_tie_is_reported_and_a_planted_far_one_fails(tiny, worklo
 
 def test_the_smoke_params_load(tmp_path):
     w, p = load_serve_params("params/serve-smoke-cpu.yaml")
-    assert Workload.from_params(w).n == 20 and p.policies == ("eager", "chunked", "mixed", "fifo")
+    assert Workload.from_params(w).n == 20 and p.policies == tuple(BATCH_POLICIES)  # every policy, in CI
     assert p.chunk_size == 32 and p.model == "synthetic:tiny"
 
 
@@ -261,7 +261,8 @@ def test_the_report_is_written_once(tmp_path, good):
 def test_the_smoke_params_serve_every_policy_through_the_gate(tmp_path):
     report = serve_params_file("params/serve-smoke-cpu.yaml", output=tmp_path / "serve.json")
     gated = [r["policy"] for r in report["runs"] if not r.get("peer")]
-    assert gated == ["eager", "chunked", "mixed", "fifo"]
+    assert gated == list(BATCH_POLICIES)
+    assert all(r["replay"]["passed"] and len(r["replay"]["requests"]) == 4 for r in report["runs"] if not r.get("peer"))
     peers = [r["policy"] for r in report["runs"] if r.get("peer")]  # after the policies, never gated
     assert peers == ["mlx-lm-fp32@2048", "mlx-lm-fp32@32", "mlx-lm-bf16@2048", "mlx-lm-bf16@32"]
     assert all(r["summary"]["n_requests"] == 20 for r in report["runs"])
