@@ -87,6 +87,13 @@ SWITCHES = {
             "a multiple of 8)",
         ),
         # the runners' and tools'
+        Switch(
+            "PDLIB_KV_CACHE_GIB",
+            (float,),
+            16.0,
+            "GiB a serving run's N caches may take in all (each request's cache holds the workload's longest "
+            "prompt + output; an H200 holds ~100 GiB of them beside the model)",
+        ),
         Switch("PDLIB_OVERLAP_TIMEOUT_S", (float,), 600.0, "seconds the overlap runner waits for a prefill"),
         Switch("PDLIB_DISAGG_TRANSFER", ("whole", "layers"), "whole", "the K/V transfer's collective shape"),
         Switch("PDLIB_DISAGG_PREFILL_CHUNK", ("whole", int), "whole", "the prefill worker's chunk in tokens"),

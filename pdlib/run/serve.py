@@ -20,8 +20,8 @@ waiting, when there is nothing else to run. The join is logged as `[name, n]` an
 
 Capacity: the engine gives every request its own cache of one capacity, max(prompt + output) over the
 workload (the last output is never fed back, so that holds every position): one cache shape, so no step is
-compiled again for another, and all N caches are allocated before the clock starts (KV_CACHE_LIMIT_BYTES
-refuses a workload whose caches would not fit; a paged cache is for the GPU version).
+compiled again for another, and all N caches are allocated before the clock starts (PDLIB_KV_CACHE_GIB, 16 by
+default, refuses a workload whose caches would not fit; a paged cache is for the GPU version).
 
 The gate, after each run: every request's tokens against the FP32 reference (pdlib/run/serve_gate.py), then
 the run's logged steps replayed, untimed, with the two-request gate's full checks (every output's logits, every
@@ -38,6 +38,7 @@ from dataclasses import asdict
 
 import mlx.core as mx
 
+from pdlib import settings
 from pdlib.batching import BATCH_POLICIES, check_step, make_batch_policy
 from pdlib.config import PEER_DTYPES, peer_name
 from pdlib.engine import Engine, check_token
@@ -57,7 +58,6 @@ from pdlib.weights import LoadedModel, load_model
 from pdlib.workload import Workload, iter_prompts
 
 SCHEMA = "pdlib.serve/1"
-KV_CACHE_LIMIT_BYTES = 16 << 30
 
 
 def serve_once(engine: Engine, workload: Workload, policy: str, *, chunk_size: int, budget=None) -> dict:
@@ -187,10 +187,11 @@ def serving_capacity(model: LoadedModel, workload: Workload) -> tuple[int, int]:
             f"{limit} positions (lower max_total_tokens)"
         )
     cache_bytes = kv_cache_bytes(model, requests=workload.n, capacity=capacity)
-    if cache_bytes > KV_CACHE_LIMIT_BYTES:
+    limit_gib = settings.get("PDLIB_KV_CACHE_GIB")
+    if cache_bytes > limit_gib * 2**30:
         raise InputError(
             f"{workload.n} caches of {capacity} positions need {cache_bytes / 2**30:.1f} GiB "
-            f"(over {KV_CACHE_LIMIT_BYTES >> 30} GiB): serve fewer requests or shorter ones"
+            f"(over PDLIB_KV_CACHE_GIB={limit_gib:g}): serve fewer requests or shorter ones, or raise it"
         )
     return capacity, cache_bytes
 

@@ -267,3 +267,13 @@ def test_the_smoke_params_serve_every_policy_through_the_gate(tmp_path):
     assert peers == ["mlx-lm-fp32@2048", "mlx-lm-fp32@32", "mlx-lm-bf16@2048", "mlx-lm-bf16@32"]
     assert all(r["summary"]["n_requests"] == 20 for r in report["runs"])
     assert (tmp_path / "serve.json").exists()
+
+
+def test_the_caches_memory_cap_is_a_setting_and_refused_in_one_line(tiny, workload, monkeypatch):
+    from pdlib.run.serve import serving_capacity
+
+    capacity, total = serving_capacity(tiny, workload)
+    assert capacity == 70 + 4  # the longest prompt + output holds every request
+    monkeypatch.setenv("PDLIB_KV_CACHE_GIB", str(total / 2**30 / 2))  # half of what the six caches need
+    with pytest.raises(InputError, match=r"6 caches of 74 positions need .* \(over PDLIB_KV_CACHE_GIB=.*raise it"):
+        serving_capacity(tiny, workload)
