@@ -62,7 +62,8 @@ gpu:
 	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib run --params $(GPU_PARAMS) --output "$(OUT)/report.json"
 
 # The partition policy on one CUDA GPU: check-kernels (its slice rows included), the k curve, then eager,
-# chunked, overlap and partition at 4,096/1,024/128 (5 trials) and 16,384/256/512 (3 trials).
+# chunked, overlap and partition at 4,096/1,024/128 (5 trials, and the params file's two mlx-lm peers) and
+# 16,384/256/512 (3 trials).
 gpu-partition:
 	@test -n "$(OUT)" || { echo "error: make gpu-partition needs OUT=DIR (a new folder for the results)" >&2; exit 2; }
 	@test ! -e "$(OUT)" || test -z "$$(ls -A "$(OUT)")" || { echo "error: $(OUT) holds files; results are never overwritten" >&2; exit 2; }

@@ -19,7 +19,7 @@ with 1. Ctrl-C stops any command within about a second (exit 130) and leaves no 
 import sys
 
 from pdlib.cli import params_from, parser
-from pdlib.errors import InputError
+from pdlib.errors import InputError, RunFailure
 from pdlib.interrupt import EXIT_CODE as INTERRUPTED
 from pdlib.interrupt import MESSAGE as INTERRUPT_MESSAGE
 from pdlib.interrupt import interruptible
@@ -77,7 +77,6 @@ def cmd_run(args) -> int:
 def cmd_serve(args) -> int:
     from pdlib.run.serve import serve_params_file, summary_table
     from pdlib.run.serve_search import search_params_file, search_table
-    from pdlib.run.trial import TokenMismatch
 
     if args.search != (args.log is not None):
         raise InputError("serve: --search and --log go together (the log is where a search resumes from)")
@@ -86,7 +85,7 @@ def cmd_serve(args) -> int:
             report = search_params_file(args.params, output=args.output, log=args.log)
         else:
             report = serve_params_file(args.params, output=args.output)
-    except TokenMismatch as e:
+    except RunFailure as e:  # a token that differs, a failed replay check
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(search_table(report) if args.search else summary_table(report))
@@ -326,7 +325,7 @@ def main(argv=None) -> int:
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except OSError as e:  # e.g. a full disk while writing the report
+    except (OSError, RunFailure) as e:  # a full disk while writing the report; a failed check or device
         print(f"error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

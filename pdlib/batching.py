@@ -17,7 +17,7 @@ only the steps differ.
 - chunked (decode-first): rounds of one decode round, then at most one prompt chunk (earliest-arrived first).
 - mixed (Sarathi-Serve's stall-free batches): every step is every ready decode plus prompt chunks of the
   waiting requests in arrival order, up to chunk_size prompt tokens in all (several prompts may share them).
-- slo: mixed with each step's prompt tokens from a time budget (a TBT target and a fitted step cost), at most
+- slo-mixed: mixed with each step's prompt tokens from a time budget (a TBT target and a fitted step cost), at most
   chunk_size.
 - fifo: one request at a time, in arrival order, to completion: its prompt in chunks, then one decode a step.
 - overlap: every step is one decode round; prompts run elsewhere, one at a time in arrival order, as one whole
@@ -135,7 +135,7 @@ class Slo(BatchPolicy):
     predicted time under a time-between-tokens target; `budget(running)` says how many (pdlib/run/serve_slo.py:
     from a step cost fitted on the device, as Sarathi-Serve picks its token budget from the TBT SLO)."""
 
-    name = "slo"
+    name = "slo-mixed"
     needs_budget = True
 
     def __init__(self, budget: Callable[[list[RequestState]], int]):
@@ -144,7 +144,7 @@ class Slo(BatchPolicy):
     def next_step(self, running, *, chunk_size):
         n = self.budget(running)
         if not isinstance(n, int) or n < 1:
-            raise ValueError(f"the slo budget must be a whole number >= 1 of prompt tokens, got {n!r}")
+            raise ValueError(f"the slo-mixed budget must be a whole number >= 1 of prompt tokens, got {n!r}")
         return mixed_step(running, min(n, chunk_size))
 
 
@@ -181,7 +181,7 @@ class Partition(Overlap):
 
 
 def make_batch_policy(name: str, *, budget: Callable[[list[RequestState]], int] | None = None) -> BatchPolicy:
-    """A fresh policy; `budget` for the one that needs it (slo)."""
+    """A fresh policy; `budget` for the one that needs it (slo-mixed)."""
     if name not in BATCH_POLICIES:
         raise InputError(f"unknown serving policy {name!r}; expected one of: {', '.join(BATCH_POLICIES)}")
     cls = BATCH_POLICIES[name]

@@ -121,7 +121,7 @@ def varying_budget(running):
 
 
 def make(name):
-    return make_batch_policy(name, budget=varying_budget if name == "slo" else None)
+    return make_batch_policy(name, budget=varying_budget if name == "slo-mixed" else None)
 
 
 reqs = st.lists(st.tuples(st.integers(1, 80), st.integers(1, 8), st.integers(0, 12)), min_size=1, max_size=6)
@@ -200,19 +200,20 @@ def test_slo_is_mixed_with_each_steps_prompt_tokens_from_its_budget():
         seen.append([r.name for r in running])
         return 3 if len(seen) % 2 else 50  # 50: more than chunk_size, which still bounds it
 
-    steps = simulate(make_batch_policy("slo", budget=budget), TWO, chunk_size=8)
+    steps = simulate(make_batch_policy("slo-mixed", budget=budget), TWO, chunk_size=8)
     assert steps[:3] == [P("A", 3), B(P("A", 5), P("B", 3)), B(D("A"), P("B", 3))]  # prompts share a budget
     assert all(sum(w.n for w in s.work if isinstance(w, P)) <= (3 if i % 2 == 0 else 8) for i, s in enumerate(steps))
     with pytest.raises(ValueError, match="needs a budget"):
-        make_batch_policy("slo")
+        make_batch_policy("slo-mixed")
     with pytest.raises(ValueError, match="whole number >= 1"):
-        simulate(make_batch_policy("slo", budget=lambda running: 0), TWO, chunk_size=8)
+        simulate(make_batch_policy("slo-mixed", budget=lambda running: 0), TWO, chunk_size=8)
 
 
 def test_unknown_policy_is_refused_with_the_accepted_names():
     with pytest.raises(
         InputError,
-        match="unknown serving policy 'lifo'; expected one of: eager, chunked, mixed, slo, fifo, overlap, partition$",
+        match="unknown serving policy 'lifo'; expected one of: eager, chunked, mixed, slo-mixed, fifo, overlap, "
+        "partition$",
     ):
         make_batch_policy("lifo")
     with pytest.raises(InputError):

@@ -104,11 +104,13 @@ def findings(metrics: pd.DataFrame, summary: pd.DataFrame, *, stall_threshold_ms
         raise ValueError("findings: the summary is empty")
     med = summary.set_index(["policy", "metric"])["median"]
     n = metrics.groupby("policy", sort=False)["trial"].nunique()
+    peers = set(metrics.loc[metrics["peer"], "policy"]) if "peer" in metrics else set()
+    gated = [r for r in policies if r not in peers]
     lines = []
     if {"eager", "chunked"} <= set(policies):
         p, q = "eager", "chunked"
-    elif len(policies) >= 2:
-        p, q = policies[:2]
+    elif len(gated) >= 2:
+        p, q = gated[:2]
     else:
         p = q = None
     if p:
@@ -135,7 +137,9 @@ def findings(metrics: pd.DataFrame, summary: pd.DataFrame, *, stall_threshold_ms
             f"- **{r}:** A's worst gap {_ms(med[r, 'a_gap_max_ms'])}, B's first token at "
             f"{_ms(med[r, 'b_ttft_ms'])}{base}, makespan {_ms(med[r, 'makespan_ms'])} (medians)."
         )
-        if "chunked" in policies:  # the baseline every newer policy is measured against, paired by trial
+        if r in peers:  # its trials ran after the policies': medians only, no pairing
+            line += " A peer, never gated: its trials ran after the policies', so it is compared by medians."
+        elif "chunked" in policies:  # the baseline every newer policy is measured against, paired by trial
             _, ratios = an.paired_ratios(metrics, numerator=r, denominator="chunked")
             ratio = ratios.set_index("metric")
             line += (

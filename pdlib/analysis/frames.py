@@ -236,7 +236,12 @@ def metrics_frame(report: dict, *, stall_threshold_ms: float = 100.0) -> pd.Data
         f"stall_threshold_ms must be a finite number >= 0, got {stall_threshold_ms!r}",
     )
     rows = [
-        {"policy": t["policy"], "trial": t["trial"], **trial_metrics(t, stall_threshold_ms=stall_threshold_ms)}
+        {
+            "policy": t["policy"],
+            "trial": t["trial"],
+            "peer": bool(t.get("peer")),  # timed beside the policies, never gated, its trials after theirs
+            **trial_metrics(t, stall_threshold_ms=stall_threshold_ms),
+        }
         for t in _trials(report)
     ]
     return pd.DataFrame(rows)
@@ -244,8 +249,8 @@ def metrics_frame(report: dict, *, stall_threshold_ms: float = 100.0) -> pd.Data
 
 # ---- summaries and ratios --------------------------------------------------------------------------
 def metric_columns(metrics: pd.DataFrame) -> list:
-    """The numeric metric columns (everything but policy, trial and the phase label)."""
-    return [c for c in metrics.select_dtypes("number").columns if c != "trial"]
+    """The numeric metric columns (everything but policy, trial, the peer flag and the phase label)."""
+    return [c for c in metrics.select_dtypes("number").columns if c not in ("trial", "peer")]
 
 
 def summary_frame(metrics: pd.DataFrame) -> pd.DataFrame:

@@ -26,6 +26,7 @@ import threading
 import mlx.core as mx
 
 from pdlib import settings
+from pdlib.errors import RunFailure
 from pdlib.run.executor import RemoteSteps, now
 from pdlib.scheduler import Overlap, Step, interleave, iter_plan
 
@@ -80,7 +81,7 @@ class StreamPrefill:
         `force`); after the last layer, the first output."""
         if self._stages is None or (not force and self.layers_dispatched - self.layers_done >= self.IN_FLIGHT):
             return
-        with self._place():
+        with self.place():
             try:
                 arrays = next(self._stages)
             except StopIteration as done:
@@ -99,7 +100,7 @@ class StreamPrefill:
         c = self._cache
         self._queue.put((LAST, [self.output.token, self.output.logits, c.k, c.v, c.written]))
 
-    def _place(self):
+    def place(self):
         """Where B's layers are issued: the second stream."""
         return mx.stream(self.stream)
 
@@ -133,10 +134,10 @@ class StreamPrefill:
         # B's prefill, t0 to its results on the host: a generous bound, so a hang becomes an error, not a stuck run
         timeout_s = settings.get("PDLIB_OVERLAP_TIMEOUT_S")
         if not self._done.wait(timeout_s):
-            raise RuntimeError(f"B's prefill on the second stream did not finish within {timeout_s:.0f} s")
+            raise RunFailure(f"B's prefill on the second stream did not finish within {timeout_s:.0f} s")
         self._waiter.join()
         if self._error is not None:
-            raise RuntimeError(f"B's prefill on the second stream failed: {self._error}") from self._error
+            raise RunFailure(f"B's prefill on the second stream failed: {self._error}") from self._error
         return self.output, {
             "site": "stream",
             "stream": str(self.stream),

@@ -51,7 +51,7 @@ class SlicePrefill(StreamPrefill):
         self.pair = pair
         self.joined = False
 
-    def _place(self):
+    def place(self):
         return self.pair.b.active()
 
     def issuing(self):

@@ -38,7 +38,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.generate import BatchGenerator
 
 from pdlib.config import PEER_DTYPES, peer_name
-from pdlib.errors import check_int
+from pdlib.errors import RunFailure, check_int
 from pdlib.report.checks import agreement
 from pdlib.report.serving import run_summary
 from pdlib.run.clock import now, wait_until
@@ -264,7 +264,7 @@ def _stalled(empty: int, progressed, what: str) -> int:
     if progressed:
         return 0
     if empty + 1 == 2:
-        raise RuntimeError(f"mlx-lm's BatchGenerator stopped making progress: {what}")
+        raise RunFailure(f"mlx-lm's BatchGenerator stopped making progress: {what}")
     return empty + 1
 
 

@@ -48,6 +48,7 @@ from pdlib.report.io import claim_output, environment, source_hashes, write_repo
 from pdlib.report.serving import run_summary
 from pdlib.run.clock import now, wait_until
 from pdlib.run.peer import SYSTEM, run_peers
+from pdlib.run.reference import Reference
 from pdlib.run.serve_gate import NEAR_TIE_MARGIN, check_request, reference_sequences
 from pdlib.run.serve_lane import PromptLane
 from pdlib.run.serve_params import ServeParams, load_serve_params
@@ -72,6 +73,7 @@ def serve_once(engine: Engine, workload: Workload, policy: str, *, chunk_size: i
     chooser = make_batch_policy(policy, budget=budget)
     lane = PromptLane(chooser.remote_prefill) if chooser.remote_prefill else None
     joins: list[int] = []  # the steps that joined a prompt run on the lane
+    sliced: list[int] = []  # the steps issued on slice A (partition, while a prompt was out)
     states: dict[str, RequestState] = {}
     running: list[RequestState] = []
     ids: dict[str, list[int]] = {name: [] for name in names}
@@ -110,6 +112,8 @@ def serve_once(engine: Engine, workload: Workload, policy: str, *, chunk_size: i
             outs = [lane.join(engine)[0]]
             joins.append(len(work_log))
         elif lane is not None:
+            if lane.on_slice:
+                sliced.append(len(work_log))
             with lane.issuing():
                 outs = engine.batch(parts)
             lane.advance()  # the prompt's next layer, while this step runs
@@ -151,6 +155,8 @@ def serve_once(engine: Engine, workload: Workload, policy: str, *, chunk_size: i
     steps = {"work": work_log, "t_start_ns": t_start_log, "t_end_ns": t_end_log}
     if lane is not None:
         steps["joins"] = joins  # these steps joined a prompt run on the lane (a whole prefill, replayed as one)
+    if lane is not None and lane.site == "slice":
+        steps["sliced"] = sliced  # these ran on slice A: its grid size, which the replay must use too
     return {"policy": policy, "requests": requests, "steps": steps, "idle_ns": idle_ns, "makespan_ns": t_end_log[-1]}
 
 
@@ -236,10 +242,12 @@ def run_serving(
     for name in workload.names:
         engine.add_request(name, prompts[name].token_ids)
     setup_s = time.perf_counter() - t
-    runs, near_ties = [], []
+    runs, near_ties, reference = [], [], None
     token_ids = {k: p.token_ids for k, p in prompts.items()}
     slos = slos or {}
-    slo, budget = slo_budget(engine, workload, chunk_size=chunk_size, slos=slos) if "slo" in policies else ({}, None)
+    slo, budget = (
+        slo_budget(engine, workload, chunk_size=chunk_size, slos=slos) if "slo-mixed" in policies else ({}, None)
+    )
     for p in policies:
         t = time.perf_counter()
         for _ in range(warmups):
@@ -248,7 +256,10 @@ def run_serving(
         run = serve_once(engine, workload, p, chunk_size=chunk_size, budget=budget)
         near_ties += gate(run, refs)
         if replay:
-            run["replay"] = replay_gate(engine, model, run, token_ids, sample=replay, seed=len(runs))
+            reference = reference or Reference(model)
+            run["replay"] = replay_gate(
+                engine, model, run, token_ids, sample=replay, seed=len(runs), reference=reference
+            )
         run["warmup_s"] = warmup_s
         run["summary"] = run_summary(run["requests"], slos)
         runs.append(run)

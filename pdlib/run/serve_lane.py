@@ -40,11 +40,14 @@ class PromptLane:
         lane.start(engine)
         self.current = lane
 
+    @property
+    def on_slice(self) -> bool:
+        """A step issued now runs on slice A (a partition's prompt is out)."""
+        return isinstance(self.current, SlicePrefill)
+
     def issuing(self):
         """Where the loop issues a step: slice A while a partition's prompt is out, else as it would."""
-        if isinstance(self.current, SlicePrefill):
-            return self.current.issuing()
-        return contextlib.nullcontext()
+        return self.current.issuing() if self.on_slice else contextlib.nullcontext()
 
     def advance(self) -> None:
         if self.current is not None:

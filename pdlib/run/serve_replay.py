@@ -6,19 +6,24 @@ sample of the run's requests.
     record = replay_gate(engine, model, run, prompt_ids, sample=4, seed=0, checkpoint_every=16)
 
 A timed run's steps depend on when requests arrived, so each run is replayed as it ran: the same parts in the
-same steps (`run["steps"]["work"]`), through the same Engine.batch. Every request's replayed tokens must equal
-the run's (the replay is the run, or the check means nothing), and each sampled request is checked against a
-reference that prefills its prompt alone and decodes it greedily (FP32, mlx-lm's Qwen3 on upcast weights):
-in a batched step each row must compute what it would alone. The sample is drawn, seeded, from the requests
-whose tokens matched the reference exactly (a near tie may flip a token, after which the continuation is the
-engine's own and no reference step describes it; those requests are named and left out).
+same steps (`run["steps"]["work"]`), through the same Engine.batch, those partition issued on slice A on it
+again (`steps["sliced"]`: the persistent decode's grid, so the order of its sums, follows the slice). Every
+request's replayed tokens must equal the run's (the replay is the run, or the check means nothing), and each
+sampled request is checked against a reference that prefills its prompt alone and decodes it greedily (FP32,
+mlx-lm's Qwen3 on upcast weights): in a batched step each row must compute what it would alone. The sample is
+drawn, seeded, from the requests whose tokens matched the reference exactly (a near tie may flip a token,
+after which the continuation is the engine's own and no reference step describes it; those requests are
+named and left out).
 """
 
+import contextlib
 import random
 import time
 
 from pdlib.engine import Engine, check_token
+from pdlib.errors import RunFailure
 from pdlib.run.executor import WorkResult
+from pdlib.run.partition import slice_pair
 from pdlib.run.reference import Reference
 from pdlib.run.validate import Gate, ReferenceTrace, ValidationResult
 from pdlib.scheduler import Decode, Prefill
@@ -34,26 +39,31 @@ def replay_gate(
     sample: int,
     seed: int = 0,
     checkpoint_every: int = 16,
+    reference: Reference | None = None,
 ) -> dict:
     """Replay `run` on `engine` (its requests added) and check `sample` of its requests in full; the record
     says which were checked, how long it took and each check's count and worst error. A failed check raises
-    ValidationError; a replay whose tokens differ from the run's raises RuntimeError."""
+    ValidationError; a replay whose tokens differ from the run's raises RunFailure. `reference`: the FP32 model
+    to check against, made once by a caller that replays many runs (else made here)."""
     t = time.perf_counter()
     requests = run["requests"]
     exact = [r["name"] for r in requests if r.get("check", {}).get("status") == "ok"]
     skipped = [r["name"] for r in requests if r["name"] not in exact]
     chosen = set(random.Random(seed).sample(exact, min(sample, len(exact))))
-    reference = Reference(model)
+    reference = reference or Reference(model)
     traces = {name: ReferenceTrace(reference, prompt_ids[name]) for name in chosen}
     result = ValidationResult(f"{run['policy']} (replay)")
     gate = Gate(engine, traces, result, checkpoint_every=checkpoint_every)
     for r in requests:
         engine.reset(r["name"], logical=True)
     ids: dict[str, list[int]] = {r["name"]: [] for r in requests}
+    sliced = set(run["steps"].get("sliced", ()))
     for index, parts in enumerate(run["steps"]["work"]):
         parts = [(name, n) for name, n in parts]
         starts = [engine.requests[name].length for name, _ in parts]
-        outs = engine.batch(parts)
+        # a step that ran on partition's slice A runs there again: the decode's grid, so its sums, follow the slice
+        with slice_pair().a.active() if index in sliced else contextlib.nullcontext():
+            outs = engine.batch(parts)
         checked = []
         for (name, n), start, out in zip(parts, starts, outs):
             r = WorkResult(Decode(name) if n is None else Prefill(name, n), start, engine.requests[name].length, out)
@@ -67,7 +77,7 @@ def replay_gate(
     gate.finish()
     for r in requests:
         if ids[r["name"]] != r["output_ids"]:
-            raise RuntimeError(
+            raise RunFailure(
                 f"the replay of {run['policy']}'s steps gave {r['name']} other tokens than the run "
                 f"({_first_difference(ids[r['name']], r['output_ids'])}): the steps logged are not the steps run"
             )

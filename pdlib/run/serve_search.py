@@ -63,6 +63,7 @@ from pdlib.report.serving import (
 )
 from pdlib.run.clock import now
 from pdlib.run.peer import peer_model, peer_once, record_agreement
+from pdlib.run.reference import Reference
 from pdlib.run.search_log import SearchLog, utc_now
 from pdlib.run.serve import gate, serve_once, serving_capacity
 from pdlib.run.serve_gate import reference_sequences
@@ -200,6 +201,7 @@ class Bench:
         self.prepared: dict = {}
         self.peer_models: dict = {}
         self.slo = None  # the slo policy's (record, budget), calibrated once per command (serve_slo.py)
+        self._reference = None
 
     @property
     def model(self):
@@ -230,6 +232,13 @@ class Bench:
                 self.engine.add_request(name, ids)
             self.in_engine = prep["key"]
         return self.engine
+
+    @property
+    def reference(self) -> Reference:
+        """The FP32 model the replays check against, made once."""
+        if self._reference is None:
+            self._reference = Reference(self.model)
+        return self._reference
 
     def slo_for(self, engine: Engine, w: Workload) -> tuple[dict, object]:
         if self.slo is None:
@@ -265,7 +274,7 @@ def measure(bench: Bench, policy: str, rate: float, rep: int) -> dict:
         }
     else:
         engine = bench.engine_for(prep)
-        slo, budget = bench.slo_for(engine, w) if policy == "slo" else (None, None)
+        slo, budget = bench.slo_for(engine, w) if policy == "slo-mixed" else (None, None)
         for _ in range(warmups):
             gate(serve_once(engine, w, policy, chunk_size=chunk, budget=budget), refs)
         run = serve_once(engine, w, policy, chunk_size=chunk, budget=budget)
@@ -275,7 +284,13 @@ def measure(bench: Bench, policy: str, rate: float, rep: int) -> dict:
         if bench.params.replay_requests:  # each point's own step sequence, replayed with the full checks
             check["checks"] = "tokens, and in full on a replay"
             check["replay"] = replay_gate(
-                engine, bench.model, run, prep["prompts"], sample=bench.params.replay_requests, seed=rep
+                engine,
+                bench.model,
+                run,
+                prep["prompts"],
+                sample=bench.params.replay_requests,
+                seed=rep,
+                reference=bench.reference,
             )
     summary = run_summary([r for r in run["requests"] if r["emit_ns"]], bench.slos)
     return {
@@ -290,13 +305,15 @@ def measure(bench: Bench, policy: str, rate: float, rep: int) -> dict:
 
 
 def search_identity(workload_params: dict, params: ServeParams, settings: dict) -> dict:
-    """What decides a point's numbers (search_log.py): a log made with anything else is refused."""
+    """What decides a point's numbers and how it was checked (search_log.py): a log made with anything else is
+    refused."""
     env = environment(BACKEND)
     return {
         "model": params.model,
         "workload": {k: v for k, v in workload_params.items() if k not in ("rate", "rate_multiplier")},
         "chunk_size": params.chunk_size,
         "warmups": params.warmups,
+        "replay_requests": params.replay_requests,
         "slo": settings["slo"],
         "rep_rule": REP_RULE,
         "machine": {k: env.get(k) for k in ("backend", "device_name", "mlx", "mlx_lm", "settings")},

@@ -1,17 +1,18 @@
-"""The serving `slo` policy's budget: how many prompt tokens a step may carry beside its decodes and still meet a
+"""The serving `slo-mixed` policy's budget: how many prompt tokens a step may carry beside its decodes and still meet a
 time-between-tokens target, from a step cost fitted on this engine (pdlib/run/slo.py's StepCost).
 
     cost = calibrate_serving(engine, workload, chunk_size=256)        # untimed, before the runs
     budget = step_budget(cost, tbt_ms=14.0, ceiling=256)
-    policy = make_batch_policy("slo", budget=budget)
+    policy = make_batch_policy("slo-mixed", budget=budget)
 
 A step of D decode rows, at cache lengths c_i, plus a prompt chunk of n tokens from position s costs
 a + b (D + n) + c (sum c_i + n s) ms (the fit's form: weights once a step, per-row work, attention over the
-prefix). The budget is the largest n, 1 .. ceiling, whose predicted time is at most the target, rounded down
-to a multiple of ceiling/16 (a run compiles a few step shapes, not one per size). As in the two-request rule,
-the target is taken as at least a one-token chunk's predicted step plus the fit's scatter (below that, smaller
-chunks buy the decodes less than one step's noise while delaying the prompt); where even one token misses, the
-budget is one quantum, so prompts still advance: the run's TBT then shows the target could not hold.
+prefix). The budget is the largest n, 1 .. ceiling, whose predicted time is at most the limit: the target, or
+a one-token chunk's predicted step plus the fit's scatter if that is more (as in the two-request rule: below
+it, smaller chunks buy the decodes less than one step's noise while delaying the prompt). An n of at least
+ceiling/16 (the quantum) is rounded down to a multiple of it, so a run compiles few step shapes; where even one
+token misses the target, the budget is at least one quantum, so prompts still advance and the run's TBT shows
+the target could not hold.
 """
 
 from collections.abc import Callable

@@ -15,12 +15,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from pdlib.engine import Engine
+from pdlib.errors import RunFailure
 from pdlib.report.checks import mismatch
 from pdlib.run.executor import Hook, execute
 from pdlib.scheduler import Prefill, Step
 
 
-class TokenMismatch(RuntimeError):
+class TokenMismatch(RunFailure):
     """A warmup or timed run produced a token sequence that differs from the validated reference."""
 
 

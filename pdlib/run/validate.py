@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 import mlx.core as mx
 
 from pdlib.engine import Engine
+from pdlib.errors import RunFailure
 from pdlib.run.executor import Hook, WorkResult, execute
 from pdlib.run.reference import Reference
 from pdlib.scheduler import Prefill, Step
@@ -26,7 +27,7 @@ DECODE_KV_BATCH = 16
 CHECKS = ("prefix_kv", "logits", "token", "decode_kv", "checkpoint_kv")
 
 
-class ValidationError(RuntimeError):
+class ValidationError(RunFailure):
     def __init__(self, message: str, result: "ValidationResult"):
         super().__init__(message)
         self.result = result

@@ -1,7 +1,8 @@
 """check-kernels' rows for the persistent decode on SM slices (engine/kernels/slices.py), as the partition
 policy runs it: steps on slice A (its grid sized to the slice) against the ops twin, many positions on one
-reused sync buffer, then a step on slice B on that same buffer (a grid of another size), a pair on slice A,
-and a grid too large for the slice, which must come back as the barrier's timeout, not a hang.
+reused sync buffer, then a step on slice B on that same buffer (a grid of another size), a pair on slice A
+and then on the whole device on one buffer, and a grid too large for the slice, which must come back as the
+barrier's timeout, not a hang.
 
     rows = check_slices(seed=0)      # [] where there are no green contexts (only CUDA has them)
 """
@@ -34,9 +35,13 @@ def check_slices(seed: int) -> list[dict]:
             rows += _on(pair.a, persistent_case(seed * 100 + 90 + i, L=L, pos=pos, cap=cap, sync=sync))
     with pair.b.active():  # the other slice, another grid size, the same buffer
         rows += _on(pair.b, persistent_case(seed * 100 + 93, L=L, pos=cap - 1, cap=cap, sync=sync))
+    pair_sync = P.new_sync()  # a pair on slice A, then on the whole device, as after partition's join
     with pair.a.active():
-        pair_rows = persistent_pair_case(seed * 100 + 94, L=L, positions=(100, 4095), cap=cap, sync=P.new_sync())
-        rows += _on(pair.a, pair_rows)
+        rows += _on(pair.a, persistent_pair_case(seed * 100 + 94, L=L, positions=(100, 4095), cap=cap, sync=pair_sync))
+    for r in persistent_pair_case(seed * 100 + 95, L=L, positions=(639, 7), cap=cap, sync=pair_sync):
+        r["case"] = f"whole device after a slice, {r['case']}"
+        rows.append(r)
+    with pair.a.active():
         too_many = 16 * pair.a.sms  # more blocks of 256 threads than the slice holds at once
         cache = mx.zeros((1, 1, 32, 128))
         bad = P.new_sync()

@@ -7,7 +7,6 @@ position in B's prefill) fail the gate. The SM split itself is a GPU matter: che
 import mlx.core as mx
 import pytest
 
-import pdlib.run.overlap as overlap
 import pdlib.run.partition as partition
 from pdlib.config import RunParams
 from pdlib.engine import Engine
@@ -82,17 +81,24 @@ def run_trials(run) -> list[dict]:
 def test_b_goes_out_on_slice_b(tiny, monkeypatch):
     exp = experiment(tiny, policies=("partition",))
     pair = partition.slice_pair()
-    streams = []
-    real = overlap.StreamPrefill.advance
+    streams = []  # the stream each of B's layers was built and started on
+    real = Engine._layer_by_layer
 
-    def advance(self, *, force=False):
-        with self._place():
-            streams.append(mx.default_stream(mx.default_device()))
-        return real(self, force=force)
+    def spy(self, reqs, segments):
+        gen = real(self, reqs, segments)
+        mine = reqs[0] is self.requests["B"]
+        while True:
+            if mine:
+                streams.append(mx.default_stream(mx.default_device()))
+            try:
+                arrays = next(gen)
+            except StopIteration as done:
+                return done.value
+            yield arrays
 
-    monkeypatch.setattr(overlap.StreamPrefill, "advance", advance)
+    monkeypatch.setattr(Engine, "_layer_by_layer", spy)
     run_once(exp.engine, "partition", steps=exp.walk("partition"), logical_reset=True)
-    assert streams and all(s == pair.b.stream for s in streams)
+    assert len(streams) > tiny.config.num_hidden_layers and all(s == pair.b.stream for s in streams)
 
 
 def test_a_wrong_prompt_token_in_bs_prefill_fails_the_gate(tiny, monkeypatch):

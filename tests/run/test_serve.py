@@ -227,7 +227,7 @@ def test_the_smoke_params_load(tmp_path):
         ),
         (
             "policies: [eager, lifo]\nworkload: {source: pair, prompt_tokens: 8, output_tokens: 2}\n",
-            "unknown serving policy 'lifo'; expected one of: eager, chunked, mixed, slo, fifo, overlap, partition",
+            "unknown serving policy 'lifo'; expected one of: " + ", ".join(BATCH_POLICIES),
         ),
         ("workload: {source: azure-code, first: 3, rate: 2}\n", "unknown key(s) rate for source azure-code"),
         ("chunk_size: 16\n", "needs a workload"),

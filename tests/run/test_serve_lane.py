@@ -59,3 +59,25 @@ def test_a_prompt_corrupted_on_the_lane_is_caught(tiny, workload, monkeypatch):
     monkeypatch.setattr(overlap.StreamPrefill, "start", start)
     with pytest.raises(TokenMismatch, match="request r0 differs from the validated reference"):
         run_serving(tiny, workload, policy="overlap", chunk_size=32, replay=4)
+
+
+def test_partitions_rounds_run_on_slice_a_while_a_prompt_is_out_and_are_logged(tiny, workload, monkeypatch):
+    from pdlib.engine import Engine
+    from pdlib.run.partition import slice_pair
+
+    seen = []  # the stream each Engine.batch call was issued on
+    real = Engine.batch
+
+    def spy(self, parts, **kw):
+        seen.append(mx.default_stream(mx.default_device()))
+        return real(self, parts, **kw)
+
+    monkeypatch.setattr(Engine, "batch", spy)
+    run = run_serving(tiny, workload, policy="partition", chunk_size=32, replay=0)["runs"][0]
+    steps = run["steps"]
+    issued = [i for i in range(len(steps["work"])) if i not in steps["joins"]]  # a join issues nothing
+    assert len(seen) == len(issued)
+    on_a = [i for i, s in zip(issued, seen) if s == slice_pair().a.stream]
+    assert on_a and on_a == steps["sliced"]  # exactly the steps issued while a prompt was out
+    default = mx.default_stream(mx.default_device())
+    assert all(s == default for i, s in zip(issued, seen) if i not in on_a)

@@ -112,3 +112,25 @@ def test_a_request_diverged_at_a_near_tie_is_left_out_and_named(tiny, workload, 
     report = run_serving(tiny, workload, policy="eager", chunk_size=CHUNK, refs=planted, replay=5)
     replay = report["runs"][0]["replay"]
     assert replay["skipped_near_ties"] == ["r1"] and replay["requests"] == ["r0", "r2", "r3", "r4"]
+
+
+def test_a_failed_replay_check_is_one_error_line_from_the_cli(tmp_path, monkeypatch, capsys):
+    from pdlib.__main__ import main
+    from pdlib.run import serve_replay
+
+    real = serve_replay.ReferenceTrace.output
+
+    def shifted(self, i):  # the reference's logits moved by 0.5: every output's logits check fails
+        logits, token = real(self, i)
+        return logits + 0.5, token
+
+    monkeypatch.setattr(serve_replay.ReferenceTrace, "output", shifted)
+    params = tmp_path / "p.yaml"
+    params.write_text(
+        "model: synthetic:tiny\npolicies: [mixed]\nworkload: {source: pair, prompt_tokens: 8, output_tokens: 2}\n"
+    )
+    out = tmp_path / "r.json"
+    assert main(["serve", "--params", str(params), "--output", str(out)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and not out.exists()
+    assert err[0].startswith("error: validation failed for policy 'mixed (replay)': logits check, request A")

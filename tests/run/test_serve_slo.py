@@ -1,4 +1,4 @@
-"""The serving `slo` policy's budget (pdlib/run/serve_slo.py): the largest prompt chunk whose predicted step meets
+"""The serving `slo-mixed` policy's budget (pdlib/run/serve_slo.py): the largest prompt chunk whose predicted step meets
 the target, shrinking as decode rows and their caches grow, one quantum where nothing fits, the whole ceiling
 when no prompt waits; through `serve` it is calibrated once, recorded, and its runs pass the gate."""
 
@@ -37,6 +37,17 @@ def test_the_budget_is_the_largest_quantized_chunk_that_meets_the_target():
     assert predicted_ms(COST, crowded, 1) > 8.0 and budget(crowded) == 16  # nothing fits: one quantum
 
 
+def test_where_one_token_misses_the_fits_scatter_may_allow_more_than_a_quantum():
+    scattered = StepCost(a=1.0, b=0.1, c=0.001, decode_ms=1.2, points=[], spread_ms=6.0)
+    crowded = [state(f"d{i}", 4000, 4000, emitted=1) for i in range(40)] + [state("p", 1000, 0)]
+    floor = predicted_ms(scattered, crowded, 1)
+    n = step_budget(scattered, tbt_ms=8.0, ceiling=256)(crowded)
+    assert floor > 8.0 and n > 16 and n % 16 == 0  # the limit is the one-token step plus the scatter
+    assert predicted_ms(scattered, crowded, n) <= floor + 6.0 < predicted_ms(scattered, crowded, n + 16)
+    few = step_budget(COST, tbt_ms=1.4, ceiling=256)([state("p", 1000, 0)])
+    assert 1 <= few < 16  # under a quantum where only that many fit: not rounded up past the target
+
+
 @pytest.fixture(scope="module")
 def workload():
     ms = 1_000_000
@@ -44,14 +55,14 @@ def workload():
 
 
 def test_serve_calibrates_once_records_the_target_and_gates_the_runs(tiny, workload):
-    report = run_serving(tiny, workload, policy=["mixed", "slo"], chunk_size=32, replay=2)
+    report = run_serving(tiny, workload, policy=["mixed", "slo-mixed"], chunk_size=32, replay=2)
     slo = report["slo_policy"]
     assert slo["target_from"] == "5x decode" and slo["tbt_ms"] == pytest.approx(5 * slo["cost"]["decode_ms"])
     assert slo["calibrated_on"] == "r1"  # the longest prompt
     assert all(r["check"]["status"] == "ok" for run in report["runs"] for r in run["requests"])
     # a target no step can meet: every step's prompt tokens are one quantum (32 // 16)
     strict = slos_from_step(1e-6, 1000.0)
-    tight = run_serving(tiny, workload, policy="slo", chunk_size=32, slos=strict, replay=0)
+    tight = run_serving(tiny, workload, policy="slo-mixed", chunk_size=32, slos=strict, replay=0)
     assert tight["slo_policy"]["target_from"] == "strict slo"
     chunks = {sum(n for _, n in step if n) for step in tight["runs"][0]["steps"]["work"]} - {0}
     assert chunks == {2}  # the quantum: every prompt here is even, so no shorter last chunk

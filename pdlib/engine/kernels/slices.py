@@ -4,9 +4,10 @@
     with pair.a.active():         # work issued here runs on A's SMs only; the persistent decode's grid
         engine.decode("A")        # is sized to them (sm_count), so its blocks stay co-resident
 
-A stream created while a green context is current runs only on that context's SMs (measured on an H200 with
-MLX 0.32.4: MLX's own kernels, custom kernels and their CUDA graphs alike). Arrays made on any stream are read
-on either: MLX orders the two streams through the arrays' events. The driver is reached through
+A stream created while a green context is current runs only on that context's SMs (seen on an H200 with MLX
+0.32.4 for MLX's own elementwise kernels and matmuls, and arrays made on MLX's default stream read correctly
+there; pdlib's custom kernels on a slice are what check-kernels' slice rows check). Arrays made on any stream
+are read on either: MLX orders the two streams through the arrays' events. The driver is reached through
 `cuda.bindings` (imported here only: CUDA machines carry it beside MLX; elsewhere split() says what is missing).
 """
 
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 
 from pdlib.engine.kernels.backend import BACKEND
-from pdlib.errors import InputError
+from pdlib.errors import InputError, RunFailure
 
 GROUP = 8  # SMs per green-context group on sm_90 (the driver rounds a request up to it)
 _current_sms: contextvars.ContextVar[int | None] = contextvars.ContextVar("pdlib_slice_sms", default=None)
@@ -62,7 +63,7 @@ def _driver():
 def _ok(driver, result, what: str):
     err, *rest = result
     if err != driver.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"SM slices: {what} failed ({err})")
+        raise RunFailure(f"SM slices: {what} failed ({err})")
     return rest[0] if len(rest) == 1 else rest
 
 

@@ -32,6 +32,7 @@ import time
 import mlx.core as mx
 
 from pdlib import settings
+from pdlib.errors import RunFailure
 
 SPAWN_TIMEOUT_S = 120.0  # the worker's imports and its "hello"
 JOIN_TIMEOUT_S = 60.0  # mx.distributed.init on rank 0 (the ring's accept blocks while holding the GIL)
@@ -57,7 +58,7 @@ def _sweep_orphans() -> None:
             pass  # not ours to judge: no owner file, another user's, or being written
 
 
-class WorkerError(RuntimeError):
+class WorkerError(RunFailure):
     """The prefill worker died, hung or broke the protocol; the message is one line for the CLI."""
 
 

@@ -1,0 +1,59 @@
+"""PDLIB_DECODE_ROUND: a step of three or more decodes as one launch each or as one ragged step. Both give every
+row what it would get alone (logits within the gate's tolerance, the same tokens, the same K/V slots), and a
+serving run in `step` mode passes the token gate and the full replay."""
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from pdlib.engine import Engine
+from pdlib.run.serve import run_serving
+from pdlib.tolerance import tolerance_stats
+from pdlib.workload import Workload
+
+LENGTHS = (20, 33, 47, 12)
+
+
+def engine_at(tiny, mode: str, monkeypatch) -> Engine:
+    monkeypatch.setenv("PDLIB_DECODE_ROUND", mode)
+    e = Engine(tiny, capacity=80)
+    for i, n in enumerate(LENGTHS):
+        e.add_request(f"r{i}", [(j * 31 + i * 7) % tiny.config.vocab_size for j in range(n)])
+        e.reset(f"r{i}", logical=True)
+        e.prefill_chunk(f"r{i}", n).token.item()
+    return e
+
+
+def test_a_round_as_one_step_gives_each_row_what_it_gets_alone(tiny, monkeypatch):
+    each, step = engine_at(tiny, "each", monkeypatch), engine_at(tiny, "step", monkeypatch)
+    assert (each.decode_round, step.decode_round) == ("each", "step") and step.settings["decode_round"] == "step"
+    parts = [(f"r{i}", None) for i in range(len(LENGTHS))]
+    for _ in range(4):
+        a, b = each.batch(parts), step.batch(parts)
+        assert [o.observe() for o in a] == [o.observe() for o in b]
+        for x, y in zip(a, b):
+            worst = float(tolerance_stats(y.logits[None], x.logits[None])[1, 0])  # |x - ref| over the allowed
+            assert worst <= 1.0
+    for i, n in enumerate(LENGTHS):  # every row wrote its own slots, at its own positions
+        kv_each, kv_step = each.kv(f"r{i}", n, n + 4), step.kv(f"r{i}", n, n + 4)
+        assert float(mx.abs(kv_each - kv_step).max()) < 1e-4
+
+
+def test_a_serving_run_in_step_mode_passes_the_gate_and_the_replay(tiny, monkeypatch):
+    monkeypatch.setenv("PDLIB_DECODE_ROUND", "step")
+    ms = 1_000_000
+    w = Workload("round", np.array([0, ms, 2 * ms, 3 * ms]), np.array([16, 24, 20, 12]), np.array([8, 6, 7, 5]))
+    report = run_serving(tiny, w, policy=["eager", "mixed"], chunk_size=16, replay=4)
+    assert report["environment"]["decode_round"] == "step"
+    for run in report["runs"]:
+        assert all(r["check"]["status"] == "ok" for r in run["requests"]) and run["replay"]["passed"]
+        assert any(len(s) >= 3 and all(n is None for _, n in s) for s in run["steps"]["work"])  # rounds of 3+
+
+
+@pytest.mark.parametrize("bad", ["both", "1"])
+def test_a_bad_mode_is_refused(tiny, monkeypatch, bad):
+    from pdlib.errors import InputError
+
+    monkeypatch.setenv("PDLIB_DECODE_ROUND", bad)
+    with pytest.raises(InputError, match=f"PDLIB_DECODE_ROUND must be each or step, got '{bad}'"):
+        Engine(tiny, capacity=8)
