@@ -7,8 +7,9 @@ For each prompt length and each k: A's decode steps alone on its slice (median m
 device's), B's prefill alone on the rest (s, first token and logits against the whole device's), then both at
 once as the `overlap` policy runs them (B's layers dispatched between A's steps), A's gaps while B's prefill
 is in flight and B's time to its first output, with B's layers one or two in flight. k = 0 is overlap
-itself: both streams on the whole device. Every token is compared with the whole device's: the partition
-changes where the arithmetic runs, never what it is (a mismatch is printed and recorded, not hidden).
+itself: both streams on the whole device. Every token is compared with the whole device's: on a slice the
+decode's split count follows the slice's SMs, so logits move by rounding and a near tie could flip a token (a
+mismatch is printed and recorded, not hidden).
 Untimed by the gate: the partition policy's runs (`run --policies partition`) are the gated measurement.
 """
 
