@@ -10,8 +10,12 @@ A run: every request is added to the engine (its cache allocated) and reset befo
 has passed; ask the policy (pdlib.batching) for a step; if it has none, wait for the next arrival (sleep, then
 spin); else run the step as one `Engine.batch`, observe each output token (`Output.observe`) and stamp it with
 the clock; a step without a token ends when its parts' K/V are written. Each step is logged (its parts
-`[name, n]` or `[name, null]` for a decode, its start and end). Steps are not pipelined: each one is observed
-before the next is issued. Warmups, when asked for, are whole runs first, checked and then dropped.
+`[name, n]` or `[name, null]` for a decode, its start and end). Pipelined decodes (`pipeline`, the params'
+`pipeline_decodes`, on by default): a step of decodes only is issued before the tokens of the step before it
+are observed (each decode's input token is on the device already, and which step comes next never depends
+on a token's value), so the host's work overlaps the device's, as in the two-request runs; a step with a
+prompt chunk, a join or a wait for an arrival first observes what is out. Warmups, when asked for, are whole
+runs first, checked and then dropped.
 
 A policy that prefills elsewhere (overlap, partition) has a prompt lane (serve_lane.py): when it is free, the
 prompt the policy names starts there as one whole prefill, a layer dispatched after each step; the loop joins
@@ -61,10 +65,12 @@ from pdlib.workload import Workload, iter_prompts
 SCHEMA = "pdlib.serve/1"
 
 
-def serve_once(engine: Engine, workload: Workload, policy: str, *, chunk_size: int, budget=None) -> dict:
+def serve_once(
+    engine: Engine, workload: Workload, policy: str, *, chunk_size: int, budget=None, pipeline: bool = True
+) -> dict:
     """One timed run of `policy` on `workload` (its requests already added to `engine`): per request its
     output ids, emit stamps and admission, and the step log; every stamp in ns since the clock's start.
-    `budget`: the slo policy's (serve_slo.step_budget)."""
+    `budget`: the slo policy's (serve_slo.step_budget); `pipeline`: pipelined decodes (module docstring)."""
     names, n = workload.names, workload.n
     arrival = workload.arrival_ns.tolist()
     prompt, output = workload.prompt_tokens.tolist(), workload.output_tokens.tolist()
@@ -81,6 +87,23 @@ def serve_once(engine: Engine, workload: Workload, policy: str, *, chunk_size: i
     admitted = [0] * n
     work_log, t_start_log, t_end_log = [], [], []
     idle_ns, nxt, finished = 0, 0, 0
+    pending = None  # a step issued whose tokens the host has not observed yet: (parts, outs, t_start)
+
+    def observe(parts, outs, t_start) -> None:
+        quiet = []
+        for (name, _), out in zip(parts, outs):
+            if out is None:
+                c = engine.requests[name].cache
+                quiet += [*c.k, *c.v, c.written]
+            else:
+                ids[name].append(check_token(out.observe()))
+                emits[name].append(now() - t0)
+        if quiet:  # a chunk that yields no token is done when its K/V are
+            mx.eval(quiet)
+        work_log.append([list(p) for p in parts])
+        t_start_log.append(t_start - t0)
+        t_end_log.append(now() - t0)
+
     mx.synchronize()
     t0 = now()
     while finished < n:
@@ -99,6 +122,10 @@ def serve_once(engine: Engine, workload: Workload, policy: str, *, chunk_size: i
         step = step or chooser.next_step(running, chunk_size=chunk_size)
         if step is None and lane is not None and lane.busy:
             step = _join(lane)  # nothing else to do: wait for the prompt
+        if step is None and pending is not None:  # what is issued is seen before waiting
+            observe(*pending)
+            pending = None
+            continue
         if step is None:
             if running or nxt == n:
                 raise RuntimeError(f"policy {policy!r} stopped with {len(running)} requests running")
@@ -107,39 +134,38 @@ def serve_once(engine: Engine, workload: Workload, policy: str, *, chunk_size: i
             continue
         check_step(step, states)
         parts = [(w.req, w.n if isinstance(w, Prefill) else None) for w in step.work]
+        remote = isinstance(step, Prefill) and step.remote
+        if pending is not None and not (pipeline and not remote and all(n is None for _, n in parts)):
+            observe(*pending)  # a step with a prompt in it goes out once the tokens before it are seen
+            pending = None
+        index = len(work_log) + (pending is not None)  # this step's place in the log
         t_start = now()
-        if isinstance(step, Prefill) and step.remote:
+        if remote:
             outs = [lane.join(engine)[0]]
-            joins.append(len(work_log))
+            joins.append(index)
         elif lane is not None:
             if lane.on_slice:
-                sliced.append(len(work_log))
+                sliced.append(index)
             with lane.issuing():
                 outs = engine.batch(parts)
             lane.advance()  # the prompt's next layer, while this step runs
         else:
             outs = engine.batch(parts)
-        quiet = []
-        for (name, _), out in zip(parts, outs):
-            if out is None:
-                c = engine.requests[name].cache
-                quiet += [*c.k, *c.v, c.written]
-            else:
-                ids[name].append(check_token(out.observe()))
-                emits[name].append(now() - t0)
-        if quiet:  # a chunk that yields no token is done when its K/V are
-            mx.eval(quiet)
-        t_end = now()
-        work_log.append([list(p) for p in parts])
-        t_start_log.append(t_start - t0)
-        t_end_log.append(t_end - t0)
-        done = 0
+        if pending is not None:  # the step before, seen while this one runs
+            observe(*pending)
+        pending = (parts, outs, t_start)
+        if not pipeline:
+            observe(*pending)
+            pending = None
+        done = 0  # the states move now: which step comes next does not depend on the tokens
         for w in step.work:
             states[w.req].apply(w)
             done += states[w.req].finished
         if done:
             running = [r for r in running if not r.finished]
             finished += done
+    if pending is not None:
+        observe(*pending)
     requests = [
         {
             "name": name,
@@ -215,6 +241,7 @@ def run_serving(
     params_file=None,
     peers: Sequence[tuple[str, int]] = (),
     replay: int = 4,
+    pipeline: bool = True,
 ) -> dict:
     """Serve `workload` under each policy named (one name or several, run in order on one engine), gate every
     run's tokens, then run each peer, and return the report (schema pdlib.serve/1; `summary_table` shows it).
@@ -222,7 +249,7 @@ def run_serving(
     (serve_gate), else computed here and timed; `params`: what the report records as its params (the params
     file's); `peers`: (dtype, prefill_step_size) per mlx-lm peer run (peer.py), marked "peer": true in `runs`,
     with each request's agreement in place of the gate's check; `replay`: requests per run checked in full on a
-    replay of its steps (0: none)."""
+    replay of its steps (0: none); `pipeline`: pipelined decodes (module docstring)."""
     policies = [policy] if isinstance(policy, str) else list(policy)
     for p in policies:
         if p not in BATCH_POLICIES:  # refused before any work
@@ -251,9 +278,9 @@ def run_serving(
     for p in policies:
         t = time.perf_counter()
         for _ in range(warmups):
-            gate(serve_once(engine, workload, p, chunk_size=chunk_size, budget=budget), refs)
+            gate(serve_once(engine, workload, p, chunk_size=chunk_size, budget=budget, pipeline=pipeline), refs)
         warmup_s = time.perf_counter() - t
-        run = serve_once(engine, workload, p, chunk_size=chunk_size, budget=budget)
+        run = serve_once(engine, workload, p, chunk_size=chunk_size, budget=budget, pipeline=pipeline)
         near_ties += gate(run, refs)
         if replay:
             reference = reference or Reference(model)
@@ -332,6 +359,7 @@ def serve(workload_params: dict, params: ServeParams, *, params_file=None, refs:
         params_file=params_file,
         peers=params.peer_configs(),
         replay=params.replay_requests,
+        pipeline=params.pipeline_decodes,
     )
 
 

@@ -13,6 +13,7 @@
     search: {lo: 0.25, hi: 64, reps: 3, precision: 0.1, max_per_rep: 8, start: null,   # optional: the rate
              slo: {decode_ms: null, ttft_ms: null}, criteria: [capacity, goodput]}     # searches (serve_search.py)
     replay_requests: 4               # optional: requests per run checked in full on a replay (serve_replay.py)
+    pipeline_decodes: true           # optional: a step of decodes issued before the one before is observed
 
 A peer is spelled `mlx-lm-<dtype>@<prefill_step_size>`: dtype fp32 or bf16, the size a positive integer or
 `chunk` (the params' chunk_size); each is one timed run, named in the report with `chunk` resolved
@@ -93,6 +94,7 @@ class ServeParams:
     peers: tuple[str, ...] = ()  # mlx-lm's BatchGenerator, timed beside the policies (module docstring)
     search: dict | None = None  # the rate searches' settings (search_settings; module docstring)
     replay_requests: int = 4  # requests per run checked in full on a replay of its steps (serve_replay.py)
+    pipeline_decodes: bool = True  # a step of decodes issued before the one before it is observed (serve.py)
 
     def __post_init__(self):
         if not isinstance(self.model, str) or not self.model:
@@ -100,6 +102,8 @@ class ServeParams:
         check_int("chunk_size", self.chunk_size, 1)
         check_int("warmups", self.warmups, 0)
         check_int("replay_requests", self.replay_requests, 0)
+        if not isinstance(self.pipeline_decodes, bool):
+            raise InputError(f"pipeline_decodes must be true or false, got {self.pipeline_decodes!r}")
         if not isinstance(self.policies, (list, tuple)) or not self.policies:
             raise InputError(f"policies must be a non-empty list of: {', '.join(BATCH_POLICIES)}")
         for p in self.policies:

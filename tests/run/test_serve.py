@@ -277,3 +277,22 @@ def test_the_caches_memory_cap_is_a_setting_and_refused_in_one_line(tiny, worklo
     monkeypatch.setenv("PDLIB_KV_CACHE_GIB", str(total / 2**30 / 2))  # half of what the six caches need
     with pytest.raises(InputError, match=r"6 caches of 74 positions need .* \(over PDLIB_KV_CACHE_GIB=.*raise it"):
         serving_capacity(tiny, workload)
+
+
+def test_pipelined_decodes_run_the_same_steps_and_overlap_the_host(tiny):
+    from pdlib.engine import Engine
+    from pdlib.run.serve import serve_once
+
+    w = Workload("p", np.zeros(4, np.int64), np.array([30, 12, 20, 9]), np.array([9, 7, 8, 6]))
+    e = Engine(tiny, capacity=40)
+    for p in iter_prompts(w, vocab_size=tiny.config.vocab_size):
+        e.add_request(p.name, p.token_ids)
+    runs = {pipe: serve_once(e, w, "mixed", chunk_size=16, pipeline=pipe) for pipe in (False, True)}
+    assert runs[True]["steps"]["work"] == runs[False]["steps"]["work"]  # arrivals at 0: the same steps
+    assert [r["output_ids"] for r in runs[True]["requests"]] == [r["output_ids"] for r in runs[False]["requests"]]
+    for pipe, run in runs.items():
+        s = run["steps"]
+        issued_early = [b < a for a, b in zip(s["t_end_ns"], s["t_start_ns"][1:])]  # issued before the last was seen
+        decodes_only = [all(n is None for _, n in step) for step in s["work"][1:]]
+        assert any(issued_early) == pipe
+        assert all(d for d, early in zip(decodes_only, issued_early) if early)  # only decode rounds go early
