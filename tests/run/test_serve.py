@@ -296,3 +296,20 @@ def test_pipelined_decodes_run_the_same_steps_and_overlap_the_host(tiny):
         decodes_only = [all(n is None for _, n in step) for step in s["work"][1:]]
         assert any(issued_early) == pipe
         assert all(d for d, early in zip(decodes_only, issued_early) if early)  # only decode rounds go early
+
+
+@pytest.mark.parametrize("name", ["serve-azure-code-h200", "serve-azure-conv-h200"])
+def test_the_h200_trace_params_load_and_say_what_their_caches_need(name):
+    from types import SimpleNamespace
+
+    from pdlib.config import preset
+    from pdlib.run.serve import kv_cache_bytes
+
+    w, p = load_serve_params(f"params/{name}.yaml")
+    work = Workload.from_params(w)
+    assert p.policies == tuple(BATCH_POLICIES) and p.search["reps"] == 2 and work.n == 48
+    qwen = SimpleNamespace(config=preset("qwen3-0.6b"))  # the shapes the header's GiB figure is for
+    capacity = int((work.prompt_tokens + work.output_tokens).max())
+    gib = kv_cache_bytes(qwen, requests=48, capacity=capacity) / 2**30
+    header = open(f"params/{name}.yaml").read().split("\nmodel:")[0]
+    assert f"{capacity:,} positions: 48 caches take {gib:.1f} GiB" in header
