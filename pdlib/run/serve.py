@@ -135,7 +135,7 @@ def serve_once(
         check_step(step, states)
         parts = [(w.req, w.n if isinstance(w, Prefill) else None) for w in step.work]
         remote = isinstance(step, Prefill) and step.remote
-        if pending is not None and not (pipeline and not remote and all(n is None for _, n in parts)):
+        if pending is not None and not (pipeline and not remote and all(k is None for _, k in parts)):
             observe(*pending)  # a step with a prompt in it goes out once the tokens before it are seen
             pending = None
         index = len(work_log) + (pending is not None)  # this step's place in the log
