@@ -46,7 +46,7 @@ def cmd_validate(args) -> int:
 
 def cmd_run(args) -> int:
     from pdlib.config import peer_name
-    from pdlib.report.metrics import overlap_line, slo_table, summary_table
+    from pdlib.report.metrics import goal_table, overlap_line, slo_table, summary_table
     from pdlib.run.runner import run_experiment
     from pdlib.run.trial import TokenMismatch
     from pdlib.run.validate import ValidationError
@@ -69,6 +69,8 @@ def cmd_run(args) -> int:
         for policy in ("overlap", "partition"):
             if line := overlap_line(report["trials"], policy):
                 print(line)
+        if goal := goal_table(report, names):
+            print(goal)
     if args.output:
         print(f"report: {args.output}")
     return 0

@@ -64,6 +64,13 @@ def check_report(report: dict, *, where: str = "report") -> None:
     _require(report.get("schema") == SCHEMA, f"{where}: schema is {report.get('schema')!r}, expected {SCHEMA!r}")
     missing = [k for k in TOP_LEVEL_KEYS if k not in report]
     _require(not missing, f"{where}: missing top-level keys: {', '.join(missing)}")
+    solo = report.get("solo")  # optional (older reports): the references a goal ratio divides by
+    if solo is not None:
+        ok = isinstance(solo, dict) and all(
+            isinstance(solo.get(k), int | float) and not isinstance(solo.get(k), bool) and 0 < solo[k] < float("inf")
+            for k in ("a_decode_ms", "b_prefill_s")
+        )
+        _require(ok, f"{where}: solo needs a_decode_ms and b_prefill_s, positive finite numbers; got {solo!r:.120}")
     trials = report["trials"]
     _require(isinstance(trials, list), f"{where}: 'trials' must be a list")
     _require(trials, f"{where}: holds no trials (a --validate-only run?): nothing to analyse")

@@ -244,6 +244,7 @@ def build_report(
     slo: dict | None = None,
     workers: dict | None = None,
     settings: dict | None = None,
+    solo: dict | None = None,
 ) -> dict:
     env = environment(backend)
     env.update(settings or {})  # what the engine ran as (Engine.settings: decode, prefill arithmetic, token read)
@@ -263,4 +264,6 @@ def build_report(
     }
     if slo is not None:  # only when an slo policy ran (report_schema.py)
         report["slo"] = slo
+    if solo is not None:  # each request alone on the device, before the trials (run/solo.py)
+        report["solo"] = solo
     return report

@@ -85,6 +85,28 @@ def summary_table(trials: list[dict], policies, *, stall_threshold_ms: float = 1
     return text_table(head, rows, right_from=1)
 
 
+GOAL = 1.5  # the partition issue's bar: A's worst gap and B's TTFT each within 1.5x of the request alone
+
+
+def goal_table(report: dict, policies) -> str | None:
+    """Per policy, its medians over the solo references (report["solo"], run/solo.py): A's worst gap over A's
+    decode step alone, B's first token over B's whole prefill alone; None for a report without them."""
+    solo = report.get("solo")
+    if not solo:
+        return None
+    head = ["policy", "A max gap / solo decode", "B TTFT / solo prefill", f"both <= {GOAL:g}x"]
+    rows = []
+    for policy in policies:
+        ms = [trial_metrics(t) for t in report["trials"] if t["policy"] == policy]
+        if not ms:
+            continue
+        a = np.median([m["a_gap_max_ms"] for m in ms]) / solo["a_decode_ms"]
+        b = np.median([m["b_ttft_ms"] for m in ms]) / (solo["b_prefill_s"] * 1e3)
+        rows.append([policy, f"{a:.2f}", f"{b:.2f}", "yes" if a <= GOAL and b <= GOAL else "no"])
+    line = f"alone: A's decode step {solo['a_decode_ms']:.3g} ms, B's whole prefill {solo['b_prefill_s'] * 1e3:.4g} ms"
+    return line + "\n" + text_table(head, rows, right_from=1)
+
+
 def overlap_line(trials: list[dict], policy: str = "overlap") -> str | None:
     """What overlap's second stream (or partition's slice) did, measured: how many of A's tokens came out while
     B's prefill was in flight. That says A was not stopped; whether the device ran both at once shows in A's

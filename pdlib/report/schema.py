@@ -68,6 +68,10 @@ null without a split). Disagg adds a "transfer" event
 environment["workers"] names both workers' devices (and each one's CUDA_VISIBLE_DEVICES), the backend
 (ring | nccl), the transfer mode and the prefill worker's chunk ("prefill_chunk", tokens).
 
+With trials, a top-level "solo": {"a_decode_ms", "a_decode_steps", "b_prefill_s", "b_prefill_repeats"}: A's
+median decode step and B's median whole-prompt prefill (to its first token), each alone on the device, measured
+after the gate and before the trials (run/solo.py; older reports lack it).
+
 With an slo policy, a top-level "slo": {"tbt_slo_ms", "target_from": "params" | "5x decode", "ceiling",
 "cost": slo.StepCost.to_dict(), "chunks": {policy: [{"start", "n", "predicted_gap_ms"}, ...]}}.
 

@@ -2,9 +2,9 @@
 
     report = run_experiment(RunParams.from_yaml("params/smoke-cpu.yaml"), output="outputs/x/report.json")
 
-Order: claim the output path (refuse before any work), set up, validate every policy (the gate), warmups,
-paired timed trials, the peers' warmups and trials (pdlib/run/peer.py: timed, never gated), then write the
-report atomically.
+Order: claim the output path (refuse before any work), set up, validate every policy (the gate), each request
+alone on the device (the solo references: run/solo.py), warmups, paired timed trials, the peers' warmups and
+trials (pdlib/run/peer.py: timed, never gated), then write the report atomically.
 """
 
 import sys
@@ -15,9 +15,12 @@ from tqdm import tqdm
 from pdlib.config import RunParams
 from pdlib.report.io import build_report, claim_output, write_report
 from pdlib.run.experiment import REQUESTS, Experiment
+from pdlib.run.solo import solo_references
 from pdlib.run.trial import run_trials
 from pdlib.scheduler import needs_chunk_rule
 from pdlib.text import run_line, validation_table
+
+SOLO_DECODES = 64  # A's decode steps alone, for the solo reference (run/solo.py)
 
 
 def run_experiment(
@@ -69,8 +72,15 @@ def run_experiment(
         validation = exp.validate(on_step=progress.update)
     log(validation_table({p: v.to_dict() for p, v in validation.items()}))
     reference = {r: validation[params.policies[0]].tokens[r] for r in REQUESTS}
-    trials = []
+    trials, solo = [], None
     if not validate_only:
+        solo = solo_references(
+            exp.engine, prompt_tokens=params.prompt_tokens, decodes=min(SOLO_DECODES, params.output_tokens - 1)
+        )
+        log(
+            f"alone on the device: A's decode step {solo['a_decode_ms']:.3g} ms, "
+            f"B's whole prefill {solo['b_prefill_s']:.3g} s"
+        )
         runs = (len(params.policies) + len(params.peers)) * (params.warmups + params.trials)
         with tqdm(total=runs, desc="warmups+trials", unit="run", **bar) as progress:
             walks = {p: partial(exp.walk, p) for p in params.policies}
@@ -111,6 +121,7 @@ def run_experiment(
         slo=exp.slo_details(),
         workers=exp.workers(),
         settings=exp.engine.settings,
+        solo=solo,
     )
     if out:
         write_report(out, report)

@@ -188,3 +188,26 @@ def test_the_cli_refuses_a_report_that_claims_too_much(tmp_path, capsys, damage,
     assert captured.err.startswith("error: ") and captured.err.count("\n") == 1, captured.err
     assert str(path) in captured.err and captured.out == ""
     assert not out.exists()
+
+
+# ---- the solo references and the goal's ratios ---------------------------------------------------------------
+def test_the_goal_table_divides_each_policys_medians_by_the_solo_references():
+    from pdlib.report.metrics import goal_table, trial_metrics
+
+    report = make_report(policies=("eager", "chunked"), trials=3)
+    assert goal_table(report, ["eager", "chunked"]) is None  # an older report: no references, no table
+    report["solo"] = {"a_decode_ms": 2.0, "a_decode_steps": 64, "b_prefill_s": 0.05, "b_prefill_repeats": 3}
+    an.check_report(report)
+    rows = {line.split()[0]: line.split()[1:] for line in goal_table(report, ["eager", "chunked"]).splitlines()[3:]}
+    for policy in ("eager", "chunked"):
+        ms = [trial_metrics(t) for t in report["trials"] if t["policy"] == policy]
+        a = sorted(m["a_gap_max_ms"] for m in ms)[1] / 2.0
+        b = sorted(m["b_ttft_ms"] for m in ms)[1] / 50.0
+        assert rows[policy] == [f"{a:.2f}", f"{b:.2f}", "yes" if a <= 1.5 and b <= 1.5 else "no"]
+
+
+@pytest.mark.parametrize("solo", [{"a_decode_ms": 2.0}, {"a_decode_ms": 0, "b_prefill_s": 0.1}, "fast"])
+def test_a_report_with_broken_solo_references_is_refused(solo):
+    report = make_report()
+    report["solo"] = solo
+    refused(report, "solo needs a_decode_ms and b_prefill_s")

@@ -157,7 +157,9 @@ def test_run_succeeds_and_prints_a_summary_row_per_policy(good):
 def test_report_header(good):
     r = good.report
     assert r["schema"] == SCHEMA == "pdlib.report/1"
-    assert list(r) == list(TOP_LEVEL_KEYS)
+    assert list(r)[: len(TOP_LEVEL_KEYS)] == list(TOP_LEVEL_KEYS) and list(r)[len(TOP_LEVEL_KEYS) :] == ["solo"]
+    solo = r["solo"]  # each request alone, after the gate: A's decode step and B's whole prefill
+    assert solo["a_decode_ms"] > 0 and solo["b_prefill_s"] > 0 and solo["a_decode_steps"] == min(64, OUT - 1)
     p = r["params"]
     assert (p["model"], p["prompt_tokens"], p["output_tokens"], p["chunk_size"]) == ("synthetic:tiny", P, OUT, CHUNK)
     assert (p["policies"], p["trials"], p["warmups"], p["logical_cache_reset"]) == (POLICIES, TRIALS, WARMUPS, True)
