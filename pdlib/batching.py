@@ -180,16 +180,46 @@ class Partition(Overlap):
     remote_prefill = "slice"
 
 
-def make_batch_policy(name: str, *, budget: Callable[[list[RequestState]], int] | None = None) -> BatchPolicy:
-    """A fresh policy; `budget` for the one that needs it (slo-mixed)."""
+class Turns:
+    """A policy whose rounds of decodes go out one decode a step, in arrival order (as the two-request eager,
+    chunked and overlap run A's and B's decodes in turn), every other step as the policy gives it."""
+
+    def __init__(self, policy: BatchPolicy):
+        self.policy, self.name, self.remote_prefill = policy, policy.name, policy.remote_prefill
+        self._queue: list[Decode] = []
+
+    def next_step(self, running, *, chunk_size):
+        if not self._queue:
+            step = self.policy.next_step(running, chunk_size=chunk_size)
+            if not isinstance(step, Batch) or not all(isinstance(w, Decode) for w in step.work):
+                return step
+            self._queue = list(step.work)
+        return self._queue.pop(0)
+
+    def next_remote(self, running):
+        return self.policy.next_remote(running)
+
+
+DECODE_ROUNDS = ("batched", "turns")
+
+
+def make_batch_policy(
+    name: str, *, budget: Callable[[list[RequestState]], int] | None = None, decode_rounds: str = "batched"
+) -> BatchPolicy:
+    """A fresh policy; `budget` for the one that needs it (slo-mixed); `decode_rounds`: a round of decodes as one
+    step (batched) or one decode a step in turn (turns: the two-request policies' steps on the pair)."""
     if name not in BATCH_POLICIES:
         raise InputError(f"unknown serving policy {name!r}; expected one of: {', '.join(BATCH_POLICIES)}")
+    if decode_rounds not in DECODE_ROUNDS:
+        raise InputError(f"decode_rounds must be one of {', '.join(DECODE_ROUNDS)}, got {decode_rounds!r}")
     cls = BATCH_POLICIES[name]
     if getattr(cls, "needs_budget", False):
         if budget is None:
             raise ValueError(f"serving policy {name!r} needs a budget (pdlib/run/serve_slo.py)")
-        return cls(budget)
-    return cls()
+        policy = cls(budget)
+    else:
+        policy = cls()
+    return Turns(policy) if decode_rounds == "turns" else policy
 
 
 def check_step(step: Step, states: dict[str, RequestState]) -> None:

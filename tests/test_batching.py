@@ -81,6 +81,18 @@ def test_a_remote_prefill_policy_decodes_in_rounds_and_joins_each_prompt_whole(p
     assert all(s.work[0].remote for s in steps if isinstance(s, P))
 
 
+@pytest.mark.parametrize("policy", ["eager", "chunked"])
+def test_in_turns_the_pair_takes_the_two_request_policys_very_steps(policy):
+    """decode_rounds="turns": a round of decodes goes out one decode a step, so after A's set-up the pair's
+    steps are the two-request plan's, step for step (the figures then compare too, not only the tokens)."""
+    two = plan(policy, prompt_tokens=40, output_tokens=5, chunk_size=16)
+    timed = two[t0_index(two) :]
+    n = simulate(make_batch_policy(policy, decode_rounds="turns"), [("A", 40, 5, 0), ("B", 40, 5, 3)], chunk_size=16)
+    assert n[3:] == timed and n[:3] == [P("A", 16), P("A", 16), P("A", 8)]
+    with pytest.raises(InputError, match="decode_rounds must be one of batched, turns, got 'pairs'"):
+        make_batch_policy(policy, decode_rounds="pairs")
+
+
 def test_on_the_pair_overlap_gives_each_request_the_two_request_overlaps_parts():
     two = plan("overlap", prompt_tokens=40, output_tokens=5, chunk_size=16)
     timed = two[t0_index(two) :]

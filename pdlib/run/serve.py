@@ -43,7 +43,7 @@ from dataclasses import asdict
 import mlx.core as mx
 
 from pdlib import settings
-from pdlib.batching import BATCH_POLICIES, check_step, make_batch_policy
+from pdlib.batching import BATCH_POLICIES, DECODE_ROUNDS, check_step, make_batch_policy
 from pdlib.config import PEER_DTYPES, peer_name
 from pdlib.engine import Engine, check_token
 from pdlib.engine.kernels import BACKEND
@@ -66,17 +66,25 @@ SCHEMA = "pdlib.serve/1"
 
 
 def serve_once(
-    engine: Engine, workload: Workload, policy: str, *, chunk_size: int, budget=None, pipeline: bool = True
+    engine: Engine,
+    workload: Workload,
+    policy: str,
+    *,
+    chunk_size: int,
+    budget=None,
+    pipeline: bool = True,
+    decode_rounds: str = "batched",
 ) -> dict:
     """One timed run of `policy` on `workload` (its requests already added to `engine`): per request its
     output ids, emit stamps and admission, and the step log; every stamp in ns since the clock's start.
-    `budget`: the slo policy's (serve_slo.step_budget); `pipeline`: pipelined decodes (module docstring)."""
+    `budget`: the slo policy's (serve_slo.step_budget); `pipeline`: pipelined decodes (module docstring);
+    `decode_rounds`: batching.make_batch_policy's."""
     names, n = workload.names, workload.n
     arrival = workload.arrival_ns.tolist()
     prompt, output = workload.prompt_tokens.tolist(), workload.output_tokens.tolist()
     for name in names:  # untimed: the caches are allocated once; each run only rewinds them
         engine.reset(name, logical=True)
-    chooser = make_batch_policy(policy, budget=budget)
+    chooser = make_batch_policy(policy, budget=budget, decode_rounds=decode_rounds)
     lane = PromptLane(chooser.remote_prefill) if chooser.remote_prefill else None
     joins: list[int] = []  # the steps that joined a prompt run on the lane
     sliced: list[int] = []  # the steps issued on slice A (partition, while a prompt was out)
@@ -242,6 +250,7 @@ def run_serving(
     peers: Sequence[tuple[str, int]] = (),
     replay: int = 4,
     pipeline: bool = True,
+    decode_rounds: str = "batched",
 ) -> dict:
     """Serve `workload` under each policy named (one name or several, run in order on one engine), gate every
     run's tokens, then run each peer, and return the report (schema pdlib.serve/1; `summary_table` shows it).
@@ -249,11 +258,14 @@ def run_serving(
     (serve_gate), else computed here and timed; `params`: what the report records as its params (the params
     file's); `peers`: (dtype, prefill_step_size) per mlx-lm peer run (peer.py), marked "peer": true in `runs`,
     with each request's agreement in place of the gate's check; `replay`: requests per run checked in full on a
-    replay of its steps (0: none); `pipeline`: pipelined decodes (module docstring)."""
+    replay of its steps (0: none); `pipeline`: pipelined decodes (module docstring); `decode_rounds`: a round
+    of decodes as one step or one decode a step (batching.make_batch_policy)."""
     policies = [policy] if isinstance(policy, str) else list(policy)
     for p in policies:
         if p not in BATCH_POLICIES:  # refused before any work
             raise InputError(f"unknown serving policy {p!r}; expected one of: {', '.join(BATCH_POLICIES)}")
+    if decode_rounds not in DECODE_ROUNDS:
+        raise InputError(f"decode_rounds must be one of {', '.join(DECODE_ROUNDS)}, got {decode_rounds!r}")
     for dtype, step in peers:
         if dtype not in PEER_DTYPES or not isinstance(step, int) or step < 1:
             raise InputError(f"peer ({dtype!r}, {step!r}): expected a dtype of {', '.join(PEER_DTYPES)}, a size >= 1")
@@ -275,12 +287,13 @@ def run_serving(
     slo, budget = (
         slo_budget(engine, workload, chunk_size=chunk_size, slos=slos) if "slo-mixed" in policies else ({}, None)
     )
+    how = dict(pipeline=pipeline, decode_rounds=decode_rounds)
     for p in policies:
         t = time.perf_counter()
         for _ in range(warmups):
-            gate(serve_once(engine, workload, p, chunk_size=chunk_size, budget=budget, pipeline=pipeline), refs)
+            gate(serve_once(engine, workload, p, chunk_size=chunk_size, budget=budget, **how), refs)
         warmup_s = time.perf_counter() - t
-        run = serve_once(engine, workload, p, chunk_size=chunk_size, budget=budget, pipeline=pipeline)
+        run = serve_once(engine, workload, p, chunk_size=chunk_size, budget=budget, **how)
         near_ties += gate(run, refs)
         if replay:
             reference = reference or Reference(model)
@@ -360,6 +373,7 @@ def serve(workload_params: dict, params: ServeParams, *, params_file=None, refs:
         peers=params.peer_configs(),
         replay=params.replay_requests,
         pipeline=params.pipeline_decodes,
+        decode_rounds=params.decode_rounds,
     )
 
 

@@ -14,6 +14,7 @@
              slo: {decode_ms: null, ttft_ms: null}, criteria: [capacity, goodput]}     # searches (serve_search.py)
     replay_requests: 4               # optional: requests per run checked in full on a replay (serve_replay.py)
     pipeline_decodes: true           # optional: a step of decodes issued before the one before is observed
+    decode_rounds: batched           # optional: or turns, one decode a step (the two-request policies' steps)
 
 A peer is spelled `mlx-lm-<dtype>@<prefill_step_size>`: dtype fp32 or bf16, the size a positive integer or
 `chunk` (the params' chunk_size); each is one timed run, named in the report with `chunk` resolved
@@ -28,7 +29,7 @@ Every key is refused unless known, with one line naming it and what is accepted.
 import math
 from dataclasses import asdict, dataclass, fields
 
-from pdlib.batching import BATCH_POLICIES
+from pdlib.batching import BATCH_POLICIES, DECODE_ROUNDS
 from pdlib.config import parse_peer, peer_name
 from pdlib.errors import InputError, check_int
 from pdlib.report.serving import slos_from_step
@@ -95,6 +96,7 @@ class ServeParams:
     search: dict | None = None  # the rate searches' settings (search_settings; module docstring)
     replay_requests: int = 4  # requests per run checked in full on a replay of its steps (serve_replay.py)
     pipeline_decodes: bool = True  # a step of decodes issued before the one before it is observed (serve.py)
+    decode_rounds: str = "batched"  # a round of decodes as one step, or "turns": one decode a step (batching.py)
 
     def __post_init__(self):
         if not isinstance(self.model, str) or not self.model:
@@ -102,6 +104,8 @@ class ServeParams:
         check_int("chunk_size", self.chunk_size, 1)
         check_int("warmups", self.warmups, 0)
         check_int("replay_requests", self.replay_requests, 0)
+        if self.decode_rounds not in DECODE_ROUNDS:
+            raise InputError(f"decode_rounds must be one of {', '.join(DECODE_ROUNDS)}, got {self.decode_rounds!r}")
         if not isinstance(self.pipeline_decodes, bool):
             raise InputError(f"pipeline_decodes must be true or false, got {self.pipeline_decodes!r}")
         if not isinstance(self.policies, (list, tuple)) or not self.policies:

@@ -275,10 +275,10 @@ def measure(bench: Bench, policy: str, rate: float, rep: int) -> dict:
     else:
         engine = bench.engine_for(prep)
         slo, budget = bench.slo_for(engine, w) if policy == "slo-mixed" else (None, None)
-        pipeline = bench.params.pipeline_decodes
+        how = dict(pipeline=bench.params.pipeline_decodes, decode_rounds=bench.params.decode_rounds)
         for _ in range(warmups):
-            gate(serve_once(engine, w, policy, chunk_size=chunk, budget=budget, pipeline=pipeline), refs)
-        run = serve_once(engine, w, policy, chunk_size=chunk, budget=budget, pipeline=pipeline)
+            gate(serve_once(engine, w, policy, chunk_size=chunk, budget=budget, **how), refs)
+        run = serve_once(engine, w, policy, chunk_size=chunk, budget=budget, **how)
         check = {"checks": "tokens", "near_ties": gate(run, refs)}
         if slo is not None:  # calibrated once per command: each point says with what
             check["slo_policy"] = slo
@@ -316,6 +316,7 @@ def search_identity(workload_params: dict, params: ServeParams, settings: dict) 
         "warmups": params.warmups,
         "replay_requests": params.replay_requests,
         "pipeline_decodes": params.pipeline_decodes,
+        "decode_rounds": params.decode_rounds,
         "slo": settings["slo"],
         "rep_rule": REP_RULE,
         "machine": {k: env.get(k) for k in ("backend", "device_name", "mlx", "mlx_lm", "settings")},

@@ -313,3 +313,14 @@ def test_the_h200_trace_params_load_and_say_what_their_caches_need(name):
     gib = kv_cache_bytes(qwen, requests=48, capacity=capacity) / 2**30
     header = open(f"params/{name}.yaml").read().split("\nmodel:")[0]
     assert f"{capacity:,} positions: 48 caches take {gib:.1f} GiB" in header
+
+
+def test_decode_rounds_in_turns_pass_the_gate_with_one_decode_a_step(tiny, workload, refs):
+    report = run_serving(
+        tiny, workload, policy=["eager", "chunked"], chunk_size=CHUNK, refs=refs, decode_rounds="turns"
+    )
+    for run in report["runs"]:
+        assert all(r["check"]["status"] == "ok" for r in run["requests"]) and run["replay"]["passed"]
+        assert all(sum(n is None for _, n in step) <= 1 for step in run["steps"]["work"])
+    with pytest.raises(InputError, match="decode_rounds must be one of batched, turns"):
+        run_serving(tiny, workload, policy="eager", chunk_size=CHUNK, decode_rounds="rounds")
