@@ -52,7 +52,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 
 from pdlib.engine import Engine, Output, check_token
-from pdlib.scheduler import Decode, Prefill, Step, Work, is_setup
+from pdlib.scheduler import POLICIES, Decode, Prefill, Step, Work, interleave, is_setup, iter_plan
 
 now = time.perf_counter_ns
 cpu_now = time.thread_time_ns  # this thread's CPU time
@@ -93,6 +93,19 @@ class RemoteSteps:
 
     def __iter__(self):
         return iter(self.steps)
+
+
+def remote_walk(policy: str, params, remote, validated: list[Step]) -> RemoteSteps:
+    """A remote-prefill policy (disagg, overlap, partition) deciding live, bound to `remote`'s `ready()` probe,
+    held to the validated plan per request (`scheduler.interleave`)."""
+    live = iter_plan(
+        policy,
+        prompt_tokens=params.prompt_tokens,
+        output_tokens=params.output_tokens,
+        chunk_size=params.chunk_size,
+        policy=POLICIES[policy](ready=remote.ready),
+    )
+    return RemoteSteps(interleave(live, validated), remote)
 
 
 def _receive(engine: Engine, step: Prefill, remote) -> list[WorkResult]:

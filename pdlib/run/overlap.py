@@ -27,8 +27,8 @@ import mlx.core as mx
 
 from pdlib import settings
 from pdlib.errors import RunFailure
-from pdlib.run.executor import RemoteSteps, now
-from pdlib.scheduler import Overlap, Step, interleave, iter_plan
+from pdlib.run.executor import RemoteSteps, now, remote_walk
+from pdlib.scheduler import Step
 
 _streams: dict[str, mx.Stream] = {}
 LAYER, LAST = "layer", "last"  # what the waiter is handed: one of B's layers, or the prefill's results
@@ -157,16 +157,8 @@ class OverlapSession:
         self.stream = second_stream()
 
     def walk(self, validated: list[Step]) -> RemoteSteps:
-        p = self.params
-        prefill = StreamPrefill("B", p.prompt_tokens, stream=self.stream)
-        live = iter_plan(
-            "overlap",
-            prompt_tokens=p.prompt_tokens,
-            output_tokens=p.output_tokens,
-            chunk_size=p.chunk_size,
-            policy=Overlap(ready=prefill.ready),
-        )
-        return RemoteSteps(interleave(live, validated), prefill)
+        prefill = StreamPrefill("B", self.params.prompt_tokens, stream=self.stream)
+        return remote_walk("overlap", self.params, prefill, validated)
 
 
 __all__ = ["OverlapSession", "StreamPrefill", "second_stream"]

@@ -24,9 +24,9 @@ import mlx.core as mx
 
 from pdlib import settings
 from pdlib.engine.kernels import BACKEND, slices
-from pdlib.run.executor import RemoteSteps
+from pdlib.run.executor import RemoteSteps, remote_walk
 from pdlib.run.overlap import StreamPrefill
-from pdlib.scheduler import Partition, Step, interleave, iter_plan
+from pdlib.scheduler import Step
 
 SMS_ENV = "PDLIB_PARTITION_SMS"
 _twins: dict[str, slices.SlicePair] = {}
@@ -81,16 +81,8 @@ class PartitionSession:
         self.pair = slice_pair()
 
     def walk(self, validated: list[Step]) -> RemoteSteps:
-        p = self.params
-        prefill = SlicePrefill("B", p.prompt_tokens, pair=self.pair)
-        live = iter_plan(
-            "partition",
-            prompt_tokens=p.prompt_tokens,
-            output_tokens=p.output_tokens,
-            chunk_size=p.chunk_size,
-            policy=Partition(ready=prefill.ready),
-        )
-        return RemoteSteps(interleave(live, validated), prefill)
+        prefill = SlicePrefill("B", self.params.prompt_tokens, pair=self.pair)
+        return remote_walk("partition", self.params, prefill, validated)
 
 
 __all__ = ["PartitionSession", "SlicePrefill", "slice_pair"]

@@ -29,8 +29,8 @@ from pdlib import settings
 from pdlib.engine import Output
 from pdlib.run.disagg import transfer
 from pdlib.run.disagg.launch import PrefillWorker, WorkerError
-from pdlib.run.executor import RemoteSteps, now
-from pdlib.scheduler import Disagg, Step, interleave, iter_plan
+from pdlib.run.executor import RemoteSteps, now, remote_walk
+from pdlib.scheduler import Step
 
 SETUP_TIMEOUT_S = 900.0  # the worker loads the weights and prefills B once (synthetic Qwen3-0.6B: ~11 s, CPU)
 # From the signal to "ready" (B's whole prompt on the worker): READY_FACTOR times the worker's own untimed
@@ -202,18 +202,10 @@ class DisaggSession:
 
     def walk(self, validated: list[Step]) -> RemoteSteps:
         """The live `disagg` policy bound to a fresh RemotePrefill, held to `validated` per request."""
-        p = self.params
         remote = RemotePrefill(
             self.worker, shape=self.shape, vocab=self.vocab, mode=self.mode, timeout_s=self.ready_timeout_s
         )
-        live = iter_plan(
-            "disagg",
-            prompt_tokens=p.prompt_tokens,
-            output_tokens=p.output_tokens,
-            chunk_size=p.chunk_size,
-            policy=Disagg(ready=remote.ready),
-        )
-        return RemoteSteps(interleave(live, validated), remote)
+        return remote_walk("disagg", self.params, remote, validated)
 
 
 __all__ = ["DisaggSession", "RemotePrefill", "WorkerError"]
