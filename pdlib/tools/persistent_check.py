@@ -198,6 +198,28 @@ def check_persistent_pair_mailbox(tiny_pair) -> list[dict]:
     )
 
 
+def tiny_step(sync: mx.array, blocks: int, fold: bool = False, pos: int = 0) -> mx.array:
+    """One step of a one-layer, one-KV-head model in one persistent launch of `blocks` blocks on `sync`: its
+    token, evaluated (the sync buffer is written in place, not an output: read it only after the kernel ran)."""
+    cache = mx.zeros((1, 1, 32, 128))
+    _, tok, *_ = K.decode_persistent(
+        mx.array(5, mx.uint32),
+        mx.array([pos], mx.int32),
+        random_decode_weights(1, 256, 2, 1, 128, 512, 1024),
+        cache,
+        cache + 0.0,
+        K.new_fence(),
+        sync,
+        heads=2,
+        kv_heads=1,
+        eps=1e-6,
+        blocks=blocks,
+        fold=fold,
+    )
+    mx.eval(tok)
+    return tok
+
+
 def check_persistent_decode(seed: int) -> list[dict]:
     """The persistent decode kernel (`persistent_case`), as it runs and with o_proj folded into attention,
     each: 28 layers at positions 0, 639, 4,095 and the cache's last slot, one sync buffer reused by all of
@@ -210,25 +232,6 @@ def check_persistent_decode(seed: int) -> list[dict]:
     P = K.persistent_decode
     if not P.available(preset("qwen3-0.6b"), packed=True):
         return []
-
-    def tiny_step(sync, blocks, fold, pos=0):
-        cache = mx.zeros((1, 1, 32, 128))
-        _, tok, *_ = K.decode_persistent(
-            mx.array(5, mx.uint32),
-            mx.array([pos], mx.int32),
-            random_decode_weights(1, 256, 2, 1, 128, 512, 1024),
-            cache,
-            cache + 0.0,
-            K.new_fence(),
-            sync,
-            heads=2,
-            kv_heads=1,
-            eps=1e-6,
-            blocks=blocks,
-            fold=fold,
-        )
-        mx.eval(tok)  # the sync buffer is written in place, not an output: read it only after the kernel ran
-        return tok
 
     rows, cap, L, Hkv, nb = [], 4096 + 64, 28, 8, P.sm_count()
     too_many = 16 * nb  # more blocks of 256 threads than the device holds at once

@@ -14,7 +14,7 @@ from pdlib.config import preset
 from pdlib.engine import kernels as K
 from pdlib.engine.kernels import slices
 from pdlib.tools.check_rows import compare, evaluated
-from pdlib.tools.persistent_check import persistent_case, persistent_pair_case, random_decode_weights
+from pdlib.tools.persistent_check import persistent_case, persistent_pair_case, tiny_step
 
 
 def _on(where: slices.Slice, rows: list[dict]) -> list[dict]:
@@ -43,22 +43,8 @@ def check_slices(seed: int) -> list[dict]:
         rows.append(r)
     with pair.a.active():
         too_many = 16 * pair.a.sms  # more blocks of 256 threads than the slice holds at once
-        cache = mx.zeros((1, 1, 32, 128))
         bad = P.new_sync()
-        _, tok, *_ = K.decode_persistent(
-            mx.array(5, mx.uint32),
-            mx.array([0], mx.int32),
-            random_decode_weights(1, 256, 2, 1, 128, 512, 1024),
-            cache,
-            cache + 0.0,
-            K.new_fence(),
-            bad,
-            heads=2,
-            kv_heads=1,
-            eps=1e-6,
-            blocks=too_many,
-        )
-        mx.eval(tok)
+        tok = tiny_step(bad, too_many)
         rows += evaluated(
             [
                 compare(
