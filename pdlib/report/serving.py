@@ -43,6 +43,24 @@ NS_PER_MS = 1e6
 # ---- requests -------------------------------------------------------------------------------------------------
 
 
+def request_records(workload, *, admitted: list, emits: list, ids: list, lost: list | None = None) -> list[dict]:
+    """A run's per-request records (serve.serve_once's and peer.peer_once's, the same shape): `admitted`,
+    `emits`, `ids` (and `lost`, a peer's requests that ended short) in the workload's request order."""
+    return [
+        {
+            "name": name,
+            "arrival_ns": int(workload.arrival_ns[i]),
+            "admitted_ns": admitted[i],
+            "prompt_tokens": int(workload.prompt_tokens[i]),
+            "output_tokens": int(workload.output_tokens[i]),
+            "emit_ns": emits[i],
+            "output_ids": ids[i],
+            **({"lost": True} if lost and lost[i] else {}),
+        }
+        for i, name in enumerate(workload.names)
+    ]
+
+
 def _is_int(x) -> bool:
     return isinstance(x, int | np.integer) and not isinstance(x, bool)
 

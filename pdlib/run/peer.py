@@ -40,7 +40,7 @@ from mlx_lm.generate import BatchGenerator
 from pdlib.config import PEER_DTYPES, peer_name
 from pdlib.errors import RunFailure, check_int
 from pdlib.report.checks import agreement
-from pdlib.report.serving import run_summary
+from pdlib.report.serving import request_records, run_summary
 from pdlib.run.clock import now, wait_until
 from pdlib.run.reference import Reference
 from pdlib.weights import LoadedModel
@@ -79,7 +79,7 @@ def peer_once(ref_model: nn.Module, workload: Workload, prompts, *, dtype: str, 
     model = ref_model if model_dtype(ref_model) == dtype else _cast_copy(ref_model, dtype)
     names, n = workload.names, workload.n
     arrival = workload.arrival_ns.tolist()
-    prompt, output = workload.prompt_tokens.tolist(), workload.output_tokens.tolist()
+    output = workload.output_tokens.tolist()
     token_lists = [list(prompts[name]) for name in names]  # insert's type, made before the clock starts
     gen = BatchGenerator(
         model,
@@ -137,19 +137,7 @@ def peer_once(ref_model: nn.Module, workload: Workload, prompts, *, dtype: str, 
         mx.synchronize(gen.stream)  # the forward issued after the last token is not left running into what follows
     finally:
         gen.close()
-    requests = [
-        {
-            "name": name,
-            "arrival_ns": arrival[i],
-            "admitted_ns": admitted[i],
-            "prompt_tokens": prompt[i],
-            "output_tokens": output[i],
-            "emit_ns": emits[i],
-            "output_ids": ids[i],
-            **({"lost": True} if lost[i] else {}),
-        }
-        for i, name in enumerate(names)
-    ]
+    requests = request_records(workload, admitted=admitted, emits=emits, ids=ids, lost=lost)
     return {
         "policy": peer_name(dtype, prefill_step_size),
         "peer": True,

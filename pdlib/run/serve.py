@@ -49,7 +49,7 @@ from pdlib.engine import Engine, check_token
 from pdlib.engine.kernels import BACKEND
 from pdlib.errors import InputError
 from pdlib.report.io import claim_output, environment, source_hashes, write_report
-from pdlib.report.serving import run_summary
+from pdlib.report.serving import request_records, run_summary
 from pdlib.run.clock import now, wait_until
 from pdlib.run.peer import SYSTEM, run_peers
 from pdlib.run.reference import Reference
@@ -174,18 +174,9 @@ def serve_once(
             finished += done
     if pending is not None:
         observe(*pending)
-    requests = [
-        {
-            "name": name,
-            "arrival_ns": arrival[i],
-            "admitted_ns": admitted[i],
-            "prompt_tokens": prompt[i],
-            "output_tokens": output[i],
-            "emit_ns": emits[name],
-            "output_ids": ids[name],
-        }
-        for i, name in enumerate(names)
-    ]
+    requests = request_records(
+        workload, admitted=admitted, emits=[emits[m] for m in names], ids=[ids[m] for m in names]
+    )
     steps = {"work": work_log, "t_start_ns": t_start_log, "t_end_ns": t_end_log}
     if lane is not None:
         steps["joins"] = joins  # these steps joined a prompt run on the lane (a whole prefill, replayed as one)
