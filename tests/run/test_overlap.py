@@ -5,8 +5,8 @@ error, not a hang."""
 
 import time
 
-import mlx.core as mx
 import pytest
+from plants import plant_prompt_token
 
 import pdlib.run.overlap as overlap
 from pdlib.__main__ import main
@@ -71,18 +71,7 @@ def test_overlap_passes_the_gate_and_a_trial_records_the_second_stream(tiny, chu
 
 
 def test_a_wrong_token_in_the_second_streams_prefill_is_caught_by_prefix_kv(tiny, monkeypatch):
-    real = overlap.StreamPrefill.start
-
-    def start(self, engine):  # the second stream prefills B's prompt with token 20 changed
-        r = engine.requests[self.req]
-        good = r.prompt
-        r.prompt = mx.concatenate([good[:20], (good[20:21] + 1) % tiny.config.vocab_size, good[21:]])
-        try:
-            real(self, engine)
-        finally:
-            r.prompt = good
-
-    monkeypatch.setattr(overlap.StreamPrefill, "start", start)
+    plant_prompt_token(monkeypatch, overlap.StreamPrefill, tiny.config.vocab_size, 20)
     with pytest.raises(ValidationError, match="prefix_kv check, request B, position 20, layer 0:"):
         experiment(tiny, policies=("overlap",)).validate()
 

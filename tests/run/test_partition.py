@@ -6,6 +6,7 @@ position in B's prefill) fail the gate. The SM split itself is a GPU matter: che
 
 import mlx.core as mx
 import pytest
+from plants import plant_prompt_token
 
 import pdlib.run.partition as partition
 from pdlib.config import RunParams
@@ -102,18 +103,7 @@ def test_b_goes_out_on_slice_b(tiny, monkeypatch):
 
 
 def test_a_wrong_prompt_token_in_bs_prefill_fails_the_gate(tiny, monkeypatch):
-    real = partition.SlicePrefill.start
-
-    def start(self, engine):  # slice B prefills B's prompt with token 20 changed
-        r = engine.requests[self.req]
-        good = r.prompt
-        r.prompt = mx.concatenate([good[:20], (good[20:21] + 1) % tiny.config.vocab_size, good[21:]])
-        try:
-            real(self, engine)
-        finally:
-            r.prompt = good
-
-    monkeypatch.setattr(partition.SlicePrefill, "start", start)
+    plant_prompt_token(monkeypatch, partition.SlicePrefill, tiny.config.vocab_size, 20)  # on slice B
     with pytest.raises(ValidationError, match="prefix_kv check, request B, position 20, layer 0:"):
         experiment(tiny, policies=("partition",)).validate()
 

@@ -5,6 +5,7 @@ corrupted on the lane is caught."""
 import mlx.core as mx
 import numpy as np
 import pytest
+from plants import plant_prompt_token
 
 import pdlib.run.overlap as overlap
 from pdlib.run.serve import run_serving
@@ -45,18 +46,7 @@ def test_each_prompt_is_joined_whole_once_in_arrival_order_with_decodes_in_betwe
 
 
 def test_a_prompt_corrupted_on_the_lane_is_caught(tiny, workload, monkeypatch):
-    real = overlap.StreamPrefill.start
-
-    def start(self, engine):  # the lane prefills the prompt with its 10th token changed
-        r = engine.requests[self.req]
-        good = r.prompt
-        r.prompt = mx.concatenate([good[:10], (good[10:11] + 1) % tiny.config.vocab_size, good[11:]])
-        try:
-            real(self, engine)
-        finally:
-            r.prompt = good
-
-    monkeypatch.setattr(overlap.StreamPrefill, "start", start)
+    plant_prompt_token(monkeypatch, overlap.StreamPrefill, tiny.config.vocab_size, 10)  # on the lane
     with pytest.raises(TokenMismatch, match="request r0 differs from the validated reference"):
         run_serving(tiny, workload, policy="overlap", chunk_size=32, replay=4)
 
