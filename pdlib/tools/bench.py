@@ -27,7 +27,7 @@ from pdlib.report.io import environment
 from pdlib.run.reference import Reference
 from pdlib.settings import decode_mode
 from pdlib.tools.bench_rounds import bench_rounds
-from pdlib.tools.timing import ms_since, observed, prefills
+from pdlib.tools.timing import bench_prompt, ms_since, observed, prefills
 from pdlib.weights import LoadedModel
 
 
@@ -51,10 +51,6 @@ def decode_bytes(cfg, context: int) -> int:
     per_layer = ((Hq + 2 * Hkv) * Dh * D + D * Hq * Dh + 2 * F * D + D * F) * 2  # bf16 matrices
     kv = L * Hkv * Dh * 2 * 4 * context  # FP32 K and V read
     return L * per_layer + V * D * 2 + kv
-
-
-def _prompt(cfg, n: int) -> list[int]:
-    return [(i * 7919 + 13) % min(cfg.vocab_size, 50000) for i in range(n)]
 
 
 def _pipelined(step, first, n: int, warmup: int, observe=lambda token: token.item()) -> list[float]:
@@ -93,7 +89,7 @@ def bench_pdlib(
     )
     out = {**engine.settings, "decode_ms_median": {}, "decode_ms_all": {}, "decode_pipelined_ms_median": {}}
     for ctx in contexts:
-        engine.add_request("X", _prompt(cfg, ctx))
+        engine.add_request("X", bench_prompt(cfg.vocab_size, ctx))
         engine.reset("X", logical=True)
         engine.prefill_chunk("X", ctx).token.item()
         times = observed(lambda: check_token(engine.decode("X").observe()), tokens, warmup)
@@ -106,7 +102,7 @@ def bench_pdlib(
                 out.setdefault("pair_step_ms_median", {})[str(ctx)],
                 out.setdefault("pair_step_pipelined_ms_median", {})[str(ctx)],
             ) = _pair_steps(engine, cfg, ctx, tokens, warmup)
-    engine.add_request("P", _prompt(cfg, prefill_tokens))
+    engine.add_request("P", bench_prompt(cfg.vocab_size, prefill_tokens))
 
     def prefill(n, synced=False):
         engine.reset("P", logical=True)
@@ -125,7 +121,7 @@ def _pair_steps(engine: Engine, cfg, ctx: int, tokens: int, warmup: int) -> tupl
     """Median ms of a step that decodes two requests at context ctx in one launch (Engine.batch of two decodes,
     as mixed's rounds after B's first token run): both tokens observed after each step, then pipelined."""
     for name in ("X2", "Y2"):
-        engine.add_request(name, _prompt(cfg, ctx))
+        engine.add_request(name, bench_prompt(cfg.vocab_size, ctx))
         engine.reset(name, logical=True)
         engine.prefill_chunk(name, ctx).token.item()
     pair = [("X2", None), ("Y2", None)]
@@ -147,7 +143,7 @@ def bench_mlx_lm(
     out = {"decode_ms_median": {}, "decode_ms_all": {}, "decode_pipelined_ms_median": {}}
     for ctx in contexts:
         cache = [LmCache() for _ in range(cfg.num_hidden_layers)]
-        tok = mx.argmax(ref(mx.array(_prompt(cfg, ctx))[None], cache=cache)[0, -1]).item()
+        tok = mx.argmax(ref(mx.array(bench_prompt(cfg.vocab_size, ctx))[None], cache=cache)[0, -1]).item()
         times = []
         for i in range(warmup + tokens):
             t0 = time.perf_counter_ns()
@@ -168,7 +164,7 @@ def bench_mlx_lm(
 
     def prefill(n, synced=False):
         cache = [LmCache() for _ in range(cfg.num_hidden_layers)]
-        prompt = mx.array(_prompt(cfg, prefill_tokens))[None]
+        prompt = mx.array(bench_prompt(cfg.vocab_size, prefill_tokens))[None]
         t0 = time.perf_counter_ns()
         for start in range(0, prefill_tokens, n):
             logits = ref(prompt[:, start : start + n], cache=cache)

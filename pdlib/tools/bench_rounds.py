@@ -12,7 +12,7 @@ Every round's tokens are observed on the host, as a serving loop observes them; 
 import statistics
 
 from pdlib.engine import Engine, check_token
-from pdlib.tools.timing import observed
+from pdlib.tools.timing import bench_prompt, observed
 from pdlib.weights import LoadedModel
 
 MODES = ("each", "step")
@@ -27,10 +27,6 @@ def round_bytes(cfg, context: int, rows: int, weights: int) -> int:
     return weights + rows * kv_bytes(cfg, context)
 
 
-def _prompt(cfg, n: int, row: int) -> list[int]:
-    return [(i * 7919 + 13 + row * 104729) % min(cfg.vocab_size, 50000) for i in range(n)]
-
-
 def bench_rounds(
     model: LoadedModel, *, rows=(1, 8, 32), context: int, tokens: int, warmup: int, bandwidth: float, weights: int
 ) -> dict:
@@ -39,7 +35,7 @@ def bench_rounds(
     engine = Engine(model, capacity=context + warmup + tokens + 2)
     names = [f"R{i}" for i in range(max(rows))]
     for i, name in enumerate(names):
-        engine.add_request(name, _prompt(cfg, context, i))
+        engine.add_request(name, bench_prompt(cfg.vocab_size, context, i))
     out = {"context": context, "rows": list(rows), "ms": {m: {} for m in MODES}, "bytes": {}, "floor_ms": {}}
     for mode in MODES:
         engine.decode_round = mode

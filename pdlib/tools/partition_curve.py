@@ -24,11 +24,8 @@ from pdlib.engine.kernels import slices
 from pdlib.engine.model import drain
 from pdlib.report.io import environment
 from pdlib.run.overlap import StreamPrefill, second_stream
+from pdlib.tools.timing import bench_prompt
 from pdlib.weights import load_model
-
-
-def _prompt(vocab: int, n: int, seed: int) -> list[int]:
-    return [(i * 7919 + 13 + seed * 104729) % min(vocab, 50000) for i in range(n)]
 
 
 def _ms(t0: int) -> float:
@@ -42,8 +39,8 @@ class Probe:
         self.prompt, self.steps = prompt, steps
         self.engine = Engine(model, capacity=prompt + self.MOST + 64)
         vocab = model.config.vocab_size
-        self.engine.add_request("A", _prompt(vocab, prompt, 1))
-        self.engine.add_request("B", _prompt(vocab, prompt, 2))
+        self.engine.add_request("A", bench_prompt(vocab, prompt, 1))
+        self.engine.add_request("B", bench_prompt(vocab, prompt, 2))
 
     def prep_a(self) -> None:
         e = self.engine

@@ -25,6 +25,11 @@ def observed(run, n: int, warmup: int) -> list[float]:
     return times
 
 
+def bench_prompt(vocab_size: int, n: int, row: int = 0) -> list[int]:
+    """n token ids of a fixed arithmetic pattern, another for each row (timing needs lengths, not text)."""
+    return [(i * 7919 + 13 + row * 104729) % min(vocab_size, 50000) for i in range(n)]
+
+
 def prefills(prefill, *, prefill_tokens: int, chunk: int, repeats: int) -> dict:
     """A whole prompt, the prompt in `chunk`-token pieces back to back, and each piece synced: medians of
     `repeats` after one untimed run of each."""
