@@ -75,7 +75,8 @@ class Request:
 
 # PDLIB_DECODE_ROUND: a step of three or more decodes (a serving policy's decode round) as one decode launch
 # each (`each`), or as one ragged engine step (`step`: the prefill path's matmuls, every weight read once for
-# all rows, attention per row at its own length). Two decodes share the persistent pair launch either way.
+# all rows; their attention one launch a layer where their caches share a pool, engine/rows.py). Two decodes
+# share the persistent pair launch either way.
 ROUND_ENV = "PDLIB_DECODE_ROUND"
 
 # PDLIB_STEP_DISPATCH: how a step with a prompt chunk reaches the device. `layers` (the default) starts each
@@ -95,6 +96,7 @@ class Engine:
         compile_steps: bool = True,
         decode: str | None = None,
         token_read: str | None = None,
+        slots: int | None = None,
     ):
         self.dispatch = settings.get(DISPATCH_ENV)  # a bad value is refused here
         self.decode_round = settings.get(ROUND_ENV)
@@ -108,6 +110,9 @@ class Engine:
         self.capacity = capacity
         self.prune_final_layer = prune_final_layer
         self.requests: dict[str, Request] = {}
+        # slots: the requests' caches in one pool of that many (a step's decode rows then attend in one launch a
+        # layer: engine/rows.py); None: a cache of its own each
+        self.pool = None if slots is None else self.model.new_pool(capacity, slots)
 
     def add_request(self, name: str, prompt_ids) -> None:
         ids, vocab = [int(i) for i in prompt_ids], self.model.cfg.vocab_size
@@ -117,7 +122,19 @@ class Engine:
         prompt = mx.array(ids, dtype=mx.int32)
         if prompt.size >= self.capacity:
             raise ValueError(f"prompt of {prompt.size} tokens leaves no room in a cache of {self.capacity}")
-        self.requests[name] = Request(prompt, self.model.new_cache(self.capacity))
+        self.remove_request(name)
+        cache = self.model.new_cache(self.capacity) if self.pool is None else self.pool.cache()
+        self.requests[name] = Request(prompt, cache)
+
+    def remove_request(self, name: str) -> None:
+        """Forget the request (if there is one), its pool slot given back."""
+        r = self.requests.pop(name, None)
+        if r is not None and self.pool is not None:
+            self.pool.give_back(r.cache)
+
+    def clear_requests(self) -> None:
+        for name in list(self.requests):
+            self.remove_request(name)
 
     def reset(self, name: str, *, logical: bool) -> None:
         """Forget the request's progress; logical keeps the cache allocation and only rewinds its length."""

@@ -9,6 +9,10 @@ Where the kernels write new slots in place (a GPU), K and V are each one array (
 layers' arrays are views of it: per-layer kernels take a view, the persistent decode takes the whole, so its
 launch has two cache buffers instead of 2 L. Where updates are functional (the CPU), each layer has its own
 array, so an update copies one layer's cache rather than every layer's.
+
+A pool (KVPool) holds many requests' caches of one capacity in one K and one V array (slots, L, Hkv, capacity,
+Dh), each cache a view of its slot, so that one launch reads every decode row's cache (kernels/decode_rows.py).
+Where updates are functional the pool only numbers its caches, which keep their own arrays.
 """
 
 import mlx.core as mx
@@ -16,11 +20,52 @@ import mlx.core as mx
 from pdlib.engine.kernels import install_kv, new_fence, read_after, store_kv, stores_kv_in_place
 
 
+class KVPool:
+    def __init__(self, *, slots: int, layers: int, kv_heads: int, head_dim: int, capacity: int):
+        if slots < 1:
+            raise ValueError(f"a pool needs at least one slot, got {slots}")
+        self.shape = (slots, layers, kv_heads, capacity, head_dim)
+        self.free = list(range(slots))
+        self.k = self.v = None
+        if stores_kv_in_place(head_dim):
+            self.k, self.v = mx.zeros(self.shape, mx.float32), mx.zeros(self.shape, mx.float32)
+            mx.eval(self.k, self.v)
+
+    def cache(self) -> "KVCache":
+        """A cache in the lowest free slot (its stale contents are never read: nothing reads past `length`)."""
+        if not self.free:
+            raise RuntimeError(f"every one of the pool's {self.shape[0]} cache slots is taken")
+        _, layers, kv_heads, capacity, head_dim = self.shape
+        slot = self.free.pop(0)
+        return KVCache(layers=layers, kv_heads=kv_heads, head_dim=head_dim, capacity=capacity, pool=self, slot=slot)
+
+    def give_back(self, cache: "KVCache") -> None:
+        if cache.pool is not self or cache.slot in self.free:
+            raise ValueError(f"slot {cache.slot} is not one of this pool's taken slots")
+        self.free.append(cache.slot)
+        self.free.sort()
+
+
 class KVCache:
-    def __init__(self, *, layers: int, kv_heads: int, head_dim: int, capacity: int):
+    def __init__(
+        self,
+        *,
+        layers: int,
+        kv_heads: int,
+        head_dim: int,
+        capacity: int,
+        pool: KVPool | None = None,
+        slot: int | None = None,
+    ):
         self.shape = (layers, kv_heads, capacity, head_dim)
+        self.pool, self.slot = pool, slot
         self.allocations = 0
         self.allocate()
+
+    @property
+    def pooled(self) -> bool:
+        """Whether K and V are views of a pool's arrays (a slot there)."""
+        return self.pool is not None and self.pool.k is not None
 
     @property
     def capacity(self) -> int:
@@ -33,7 +78,12 @@ class KVCache:
     def allocate(self) -> None:
         layers, *per_layer = self.shape
         if self.in_place:
-            self._k_all, self._v_all = mx.zeros(self.shape, mx.float32), mx.zeros(self.shape, mx.float32)
+            if self.pooled:
+                s = self.slot
+                self._k_all = self.pool.k[s : s + 1].reshape(self.shape)
+                self._v_all = self.pool.v[s : s + 1].reshape(self.shape)
+            else:
+                self._k_all, self._v_all = mx.zeros(self.shape, mx.float32), mx.zeros(self.shape, mx.float32)
             mx.eval(self._k_all, self._v_all)
             # a slice, not an integer index: MLX gathers (copies) for `a[i]`, and slices share the buffer
             self.k = [self._k_all[i : i + 1].reshape(per_layer) for i in range(layers)]
@@ -122,6 +172,8 @@ class KVCache:
     def reset(self, *, logical: bool) -> None:
         if logical:
             self._length, self._pos = 0, None
+        elif self.pooled:
+            raise ValueError("a cache in a pool's slot resets logically only (its buffer is the pool's)")
         else:
             self.k = self.v = self._k_all = self._v_all = self.written = None  # drop the old buffers first
             self.allocate()

@@ -13,9 +13,11 @@ import mlx.core as mx
 
 from pdlib import settings
 from pdlib.engine import kernels as K
-from pdlib.engine.cache import KVCache
+from pdlib.engine.cache import KVCache, KVPool
 from pdlib.engine.kernels import persistent_decode as persistent
+from pdlib.engine.kernels.arithmetic import prefill_arithmetic
 from pdlib.engine.parts import Layer, Segment, drain
+from pdlib.engine.rows import DecodeRows
 from pdlib.errors import InputError
 from pdlib.settings import decode_mode
 from pdlib.weights import LoadedModel, layer_names, pack_bf16
@@ -78,7 +80,7 @@ class Qwen3:
         # a bad PDLIB_PREFILL_* is refused here, not at a prefill
         K.flash_enabled(cfg.head_dim), K.gemm_enabled(), K.gemm_sum_choice(), K.qk_rope_enabled(cfg.head_dim)
         self._flash_arithmetic = K.flash_arithmetic()
-        self.prefill_arithmetic = self._prefill_arithmetic(lossless_decode_weights)
+        self.prefill_arithmetic = prefill_arithmetic(cfg.head_dim, packed=lossless_decode_weights)
         # one barrier buffer per cache (decodes of two requests may overlap), gone with its cache
         self.decode_weights, self._syncs = None, weakref.WeakKeyDictionary()
         # mailbox: the kernel also leaves each token where the host polls (kernels/mailbox.py); None:
@@ -128,40 +130,17 @@ class Qwen3:
             print(f"warning: {e}; reading tokens by .item()", file=sys.stderr)
             self.token_read = "item"
 
-    def _prefill_arithmetic(self, packed: bool) -> dict[str, str]:
-        """What the prefill's matmuls and attention run as here, by their switches' names (reports record it):
-        tf32x2 and bf16x3 need the bf16 copies, and without them run as tf32x3; off CUDA both are MLX's FP32
-        ops. With the matmul kernels, how a K split is summed (and the residual add or SwiGLU after it); with
-        flash, whether a chunk's q/k norms, RoPE and K/V store are one kernel."""
-        gemm = K.gemm_choice() if K.gemm_enabled() else "fp32"
-        if gemm != "fp32" and K.gemm_bf16_weights() and not packed:
-            gemm = "tf32x3"
-        attention = "flash" if self._flash_arithmetic == "fp32" else "flash-tf32x3"
-        if not K.flash_enabled(self.cfg.head_dim):
-            attention = "ops"
-        out = {"prefill_matmuls": gemm, "prefill_attention": attention}
-        if gemm != "fp32":
-            out["prefill_split_sums"] = K.gemm_sum_choice()
-        if attention != "ops":
-            out["prefill_qk"] = "kernel" if K.qk_rope_enabled(self.cfg.head_dim) else "ops"
-        return out
-
     def stacked_decode_weights(self) -> "persistent.DecodeWeights":
         """The decode weights with the layers stacked per kind, for the persistent kernel (and its twin)."""
         stack = lambda name: mx.stack([getattr(L, name) for L in self.layers])  # noqa: E731
+        per_layer = dict(qkv="d_qkv", o="d_o", gate_up="d_gate_up", down="d_down")
+        per_layer.update((n, n) for n in ("in_norm", "post_norm", "q_norm", "k_norm"))
         return persistent.DecodeWeights(
             embed=self.embed,
-            qkv=stack("d_qkv"),
-            o=stack("d_o"),
-            gate_up=stack("d_gate_up"),
-            down=stack("d_down"),
             lm_head=self.d_lm_head,
-            in_norm=stack("in_norm"),
-            post_norm=stack("post_norm"),
-            q_norm=stack("q_norm"),
-            k_norm=stack("k_norm"),
             norm=self.norm,
             inv_freq=self.inv_freq,
+            **{kind: stack(name) for kind, name in per_layer.items()},
         )
 
     def share_decode_weights(self) -> None:
@@ -177,6 +156,11 @@ class Qwen3:
         return KVCache(
             layers=c.num_hidden_layers, kv_heads=c.num_key_value_heads, head_dim=c.head_dim, capacity=capacity
         )
+
+    def new_pool(self, capacity: int, slots: int) -> KVPool:
+        c = self.cfg
+        shape = dict(layers=c.num_hidden_layers, kv_heads=c.num_key_value_heads, head_dim=c.head_dim)
+        return KVPool(slots=slots, capacity=capacity, **shape)
 
     # -- prefill ---------------------------------------------------------------------------------------
     # Everything but attention depends only on the chunk's length, so it runs as compiled functions (one
@@ -285,6 +269,7 @@ class Qwen3:
             rep = c.num_attention_heads // c.num_key_value_heads
             mask_rows = [K.query_rows(m, rep) for m in masks]
         emitting = [j for j, s in enumerate(segments) if s.emits]
+        rows = DecodeRows.of(segments, offsets, positions, c.head_dim)
 
         def last_rows(a: mx.array) -> mx.array:  # the emitting segments' last rows, by slices
             pieces = [a[offsets[j + 1] - 1 : offsets[j + 1]] for j in emitting]
@@ -298,8 +283,15 @@ class Qwen3:
             else:
                 q, k, v, raw = self._p_qkv(x, (L.t["wqkv"], L.d_qkv), L.t["qk_norm"], *rope)
             qs, solo, kv = {}, {}, {}  # per segment: query rows; a one-row one's attention output; keys, values
+            if rows is not None:  # the decode rows at once (engine/rows.py)
+                o_rows = rows.attend(i, L, raw, self.inv_freq, **shape)
+                solo = (
+                    dict.fromkeys(rows.js) if rows.whole else {j: o_rows[:, r : r + 1] for r, j in enumerate(rows.js)}
+                )
             for j, (s, a, b) in enumerate(zip(segments, offsets, offsets[1:])):
                 at = positions[a:b]
+                if j in solo:
+                    continue
                 if b - a == 1:
                     solo[j], k1, v1, s.cache.written = K.decode_attention(  # raw[a] would gather a copy
                         raw[a:b].reshape(-1),
@@ -360,8 +352,11 @@ class Qwen3:
                 if not emitting:
                     break
                 h, pruned = last_rows(h), True
-            o = [attend(j, last) for j in (emitting if last else range(len(segments)))]
-            o = o[0] if len(o) == 1 else mx.concatenate(o, axis=1)
+            if rows is not None and rows.whole:  # every row a decode, each emitting
+                o = o_rows
+            else:
+                o = [attend(j, last) for j in (emitting if last else range(len(segments)))]
+                o = o[0] if len(o) == 1 else mx.concatenate(o, axis=1)
             next_norm = self.layers[i + 1].in_norm if i < n_layers - 1 else self.norm
             h, x = self._p_out_mlp(
                 h,
@@ -388,7 +383,9 @@ class Qwen3:
 
     @staticmethod
     def _positions(segments: list[Segment]) -> mx.array:
-        """Every row's position, segment after segment."""
+        """Every row's position, segment after segment (a round of decodes: one array from the host, not N)."""
+        if len(segments) > 2 and all(s.size == 1 for s in segments):
+            return mx.array([s.start for s in segments], mx.int32)
         pieces = [mx.arange(s.start, s.start + s.size, dtype=mx.int32) for s in segments]
         return pieces[0] if len(pieces) == 1 else mx.concatenate(pieces)
 

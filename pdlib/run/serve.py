@@ -268,7 +268,7 @@ def run_serving(
         outputs = dict(zip(workload.names, workload.output_tokens.tolist()))
         refs, reference_s = reference_sequences(model, {k: p.token_ids for k, p in prompts.items()}, outputs)
     t = time.perf_counter()
-    engine = Engine(model, capacity=capacity)
+    engine = Engine(model, capacity=capacity, slots=workload.n)
     for name in workload.names:
         engine.add_request(name, prompts[name].token_ids)
     setup_s = time.perf_counter() - t

@@ -225,9 +225,9 @@ class Bench:
     def engine_for(self, prep: dict) -> Engine:
         """The one engine, holding `prep`'s requests (added again when the rep changes)."""
         if self.engine is None:
-            self.engine = Engine(self.model, capacity=self.capacity)
+            self.engine = Engine(self.model, capacity=self.capacity, slots=max(w.n for w in self.samples))
         if self.in_engine != prep["key"]:
-            self.engine.requests.clear()
+            self.engine.clear_requests()
             for name, ids in prep["prompts"].items():
                 self.engine.add_request(name, ids)
             self.in_engine = prep["key"]

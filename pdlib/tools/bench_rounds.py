@@ -5,7 +5,8 @@ K/V cache, over the device-to-device copy bandwidth measured in the same run.
     rounds = bench_rounds(model, rows=(1, 8, 32), context=2048, tokens=50, warmup=5, bandwidth=bw)
 
 `each`: a decode launch per request (two share the paired persistent launch); `step`: one ragged engine step, the
-weights read once for all rows (the mode applies from three rows; below that both modes run the same launches).
+weights read once for all rows and their attention one launch a layer over the requests' cache pool (the mode
+applies from three rows; below that both modes run the same launches).
 Every round's tokens are observed on the host, as a serving loop observes them; the median over `tokens` rounds.
 """
 
@@ -32,7 +33,7 @@ def bench_rounds(
 ) -> dict:
     """Median ms of a round of N decodes per mode and N; `weights`: the bytes a decode step reads of them."""
     cfg = model.config
-    engine = Engine(model, capacity=context + warmup + tokens + 2)
+    engine = Engine(model, capacity=context + warmup + tokens + 2, slots=max(rows))
     names = [f"R{i}" for i in range(max(rows))]
     for i, name in enumerate(names):
         engine.add_request(name, bench_prompt(cfg.vocab_size, context, i))

@@ -17,6 +17,7 @@ from pdlib.engine.kernels.gemm import CANDIDATES
 from pdlib.errors import InputError
 from pdlib.tools.check_rows import bf16_normal, compare, evaluated, fence_row, slot_rows
 from pdlib.tools.persistent_check import check_persistent_decode
+from pdlib.tools.rows_check import check_decode_rows
 from pdlib.tools.slice_check import check_slices
 
 
@@ -385,6 +386,7 @@ def check_kernels(*, seed: int = 0, progress: bool = False) -> list[dict]:
         check_gemv,
         *cuda,
         check_decode_attention,
+        check_decode_rows,
         check_kv_store,
         check_kv_install,
         check_qk_rope_store,

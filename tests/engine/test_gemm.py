@@ -540,7 +540,9 @@ def test_the_model_says_what_its_prefill_matmuls_run_as(monkeypatch, tiny, choic
 def test_the_model_says_whether_a_chunks_q_and_k_run_as_one_kernel(monkeypatch, tiny, qk):
     from pdlib.engine.model import Qwen3
 
-    monkeypatch.setattr(K, "flash_enabled", lambda head_dim: True)
-    monkeypatch.setattr(K, "qk_rope_enabled", lambda head_dim: qk == "kernel")
+    from pdlib.engine.kernels import arithmetic
+
+    monkeypatch.setattr(arithmetic, "flash_enabled", lambda head_dim: True)
+    monkeypatch.setattr(arithmetic, "qk_rope_enabled", lambda head_dim: qk == "kernel")
     q = Qwen3(tiny, compile_steps=False, decode="kernels")
     assert q.prefill_arithmetic["prefill_qk"] == qk and q.prefill_arithmetic["prefill_attention"] == "flash-tf32x3"

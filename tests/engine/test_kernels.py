@@ -43,6 +43,7 @@ def test_check_kernels_refuses_on_the_cpu():
                 "gemm_epilogue",
                 "flash_attention",
                 "decode_attention",
+                "decode_rows",
                 "kv_store",
                 "kv_install",
                 "qk_rope_store",
@@ -53,7 +54,16 @@ def test_check_kernels_refuses_on_the_cpu():
         ),
         (
             "metal",
-            ["gemv", "decode_attention", "kv_store", "kv_install", "qk_rope_store", "write_chain", "persistent_decode"],
+            [
+                "gemv",
+                "decode_attention",
+                "decode_rows",
+                "kv_store",
+                "kv_install",
+                "qk_rope_store",
+                "write_chain",
+                "persistent_decode",
+            ],
         ),
     ],
 )

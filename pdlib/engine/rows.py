@@ -1,0 +1,75 @@
+"""The decode rows of a ragged step (its one-row segments: a serving decode round, or decodes beside prompt
+chunks), attended all at once: per layer one decode_rows launch pair over the rows' caches in their pool where
+the kernel runs (kernels/decode_rows.py), else the single-row twin on each row. A step with fewer than two decode
+rows, or (where the kernel runs) rows whose caches are not in one pool, attends them one by one as before
+(Qwen3.stages). The rows' metadata is one int32 array a step, whatever the number of rows.
+
+    rows = DecodeRows.of(segments, offsets, positions, head_dim)      # None: attend row by row
+    o = rows.attend(i, layer, raw, inv_freq, heads=..., kv_heads=..., eps=...)   # (Hq, R, Dh)
+"""
+
+import functools
+
+import mlx.core as mx
+
+from pdlib.engine.kernels.decode_rows import available, decode_rows_kernel, decode_rows_ops, joined_fence
+from pdlib.engine.parts import Segment
+
+
+@functools.cache
+def layer_id(i: int) -> mx.array:
+    """Layer i's index for the kernel, made once: 16 bytes, since MLX keeps arrays of 8 or less in managed
+    memory, where a kernel's access is slow."""
+    a = mx.array([i, 0, 0, 0], mx.int32)
+    mx.eval(a)
+    return a
+
+
+class DecodeRows:
+    def __init__(self, segments: list[Segment], js: list[int], offsets: list[int], positions: mx.array, kernel: bool):
+        self.js, self.kernel = js, kernel
+        self.segments = [segments[j] for j in js]
+        self.rows = [(offsets[j], segments[j].start) for j in js]
+        self.positions = [positions[offsets[j] : offsets[j] + 1] for j in js]
+        self.whole = len(js) == len(segments)  # every segment is a decode row, in order: o is the step's
+        if kernel:
+            self.meta = mx.array([(r, s.cache.slot, p) for (r, p), s in zip(self.rows, self.segments)], mx.int32)
+
+    @classmethod
+    def of(cls, segments: list[Segment], offsets: list[int], positions: mx.array, head_dim: int) -> "DecodeRows | None":
+        js = [j for j, (a, b) in enumerate(zip(offsets, offsets[1:])) if b - a == 1]
+        if len(js) < 2:
+            return None
+        if not available(head_dim):
+            return cls(segments, js, offsets, positions, kernel=False)
+        pools = {id(segments[j].cache.pool) for j in js}
+        if len(pools) > 1 or not all(segments[j].cache.pooled for j in js):
+            return None  # the kernel reads one pool; caches apart go row by row
+        return cls(segments, js, offsets, positions, kernel=True)
+
+    def attend(self, i: int, layer, raw: mx.array, inv_freq: mx.array, **shape) -> mx.array:
+        """Layer i's attention output for every row, (Hq, R, Dh); each row's new K/V goes into its cache."""
+        caches = [s.cache for s in self.segments]
+        if self.kernel:
+            pool = caches[0].pool
+            o, written = decode_rows_kernel(
+                raw,
+                self.meta,
+                layer_id(i),
+                layer.q_norm,
+                layer.k_norm,
+                inv_freq,
+                pool.k,
+                pool.v,
+                joined_fence([c.written for c in caches]),
+                **shape,
+            )
+            for c in caches:
+                c.written = written
+            return o
+        o, ks, vs = decode_rows_ops(
+            raw, self.rows, layer.q_norm, layer.k_norm, inv_freq, [(c.k[i], c.v[i]) for c in caches], **shape
+        )
+        for c, s, at, k, v in zip(caches, self.segments, self.positions, ks, vs):
+            c.write(i, k[:, None], v[:, None], positions=at, start=s.start)
+        return o
