@@ -538,9 +538,8 @@ def test_the_model_says_what_its_prefill_matmuls_run_as(monkeypatch, tiny, choic
 
 @pytest.mark.parametrize("qk", ["kernel", "ops"])
 def test_the_model_says_whether_a_chunks_q_and_k_run_as_one_kernel(monkeypatch, tiny, qk):
-    from pdlib.engine.model import Qwen3
-
     from pdlib.engine.kernels import arithmetic
+    from pdlib.engine.model import Qwen3
 
     monkeypatch.setattr(arithmetic, "flash_enabled", lambda head_dim: True)
     monkeypatch.setattr(arithmetic, "qk_rope_enabled", lambda head_dim: qk == "kernel")
