@@ -397,8 +397,13 @@ def check_kernels(*, seed: int = 0, progress: bool = False) -> list[dict]:
     rows = []
     with tqdm(families, desc="check-kernels", unit="family", file=sys.stderr, disable=not progress) as bar:
         for check in bar:
-            bar.set_postfix_str(f"{check.__name__.removeprefix('check_')}, {len(rows)} rows so far")
-            rows += check(seed)
+            name = check.__name__.removeprefix("check_")
+            bar.set_postfix_str(f"{name}, {len(rows)} rows so far")
+            new = check(seed)
+            rows += new
+            if progress:  # a run cut short still says which families were done, and how they fared
+                failing = sum(not r["passed"] for r in new)
+                tqdm.write(f"check-kernels: {name}: {len(new)} rows, {failing} failing", file=sys.stderr)
     return rows
 
 
