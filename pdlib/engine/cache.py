@@ -26,6 +26,7 @@ class KVPool:
             raise ValueError(f"a pool needs at least one slot, got {slots}")
         self.shape = (slots, layers, kv_heads, capacity, head_dim)
         self.free = list(range(slots))
+        self.fences: dict[int, mx.array] = {}  # a given-back slot's last fence, for its next cache
         self.k = self.v = None
         if stores_kv_in_place(head_dim):
             self.k, self.v = mx.zeros(self.shape, mx.float32), mx.zeros(self.shape, mx.float32)
@@ -37,11 +38,15 @@ class KVPool:
             raise RuntimeError(f"every one of the pool's {self.shape[0]} cache slots is taken")
         _, layers, kv_heads, capacity, head_dim = self.shape
         slot = self.free.pop(0)
-        return KVCache(layers=layers, kv_heads=kv_heads, head_dim=head_dim, capacity=capacity, pool=self, slot=slot)
+        cache = KVCache(layers=layers, kv_heads=kv_heads, head_dim=head_dim, capacity=capacity, pool=self, slot=slot)
+        if slot in self.fences:  # its writes come after the last owner's, through the fence they left
+            cache.written = self.fences.pop(slot)
+        return cache
 
     def give_back(self, cache: "KVCache") -> None:
         if cache.pool is not self or cache.slot in self.free:
             raise ValueError(f"slot {cache.slot} is not one of this pool's taken slots")
+        self.fences[cache.slot] = cache.written
         self.free.append(cache.slot)
         self.free.sort()
 

@@ -31,7 +31,9 @@ class DecodeRows:
         self.segments = [segments[j] for j in js]
         self.rows = [(offsets[j], segments[j].start) for j in js]
         self.positions = [positions[offsets[j] : offsets[j] + 1] for j in js]
-        self.whole = len(js) == len(segments)  # every segment is a decode row, in order: o is the step's
+        # every segment one row, each emitting (a decode; not a one-token chunk short of its prompt's end): o is the
+        # step's as it comes, the final layer's pruned rows included
+        self.whole = len(js) == len(segments) and all(s.emits for s in self.segments)
         if kernel:
             self.meta = mx.array([(r, s.cache.slot, p) for (r, p), s in zip(self.rows, self.segments)], mx.int32)
 

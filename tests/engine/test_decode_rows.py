@@ -64,11 +64,34 @@ def test_rows_at_once_give_each_row_bit_for_bit_what_it_gets_alone(tiny, monkeyp
         assert mx.array_equal(e1.kv(f"r{i}", 0, n + 7), e2.kv(f"r{i}", 0, n + 7)).item()
 
 
+@pytest.mark.parametrize(
+    "parts", [[("r0", None), ("r1", None), ("p", 1)], [("p", 1), ("r3", None), ("r4", None)], [("p", 1), ("r0", None)]]
+)
+def test_a_one_token_chunk_short_of_its_prompts_end_beside_decodes(tiny, monkeypatch, parts):
+    """A one-row segment that emits nothing is attended with the rows but pruned from the last layer."""
+    seen = []
+    for rows in (True, False):
+        e = engine_with_rows(tiny, monkeypatch, rows=rows)
+        outs = [e.batch(parts) for _ in range(3)]
+        seen.append([[None if o is None else (o.observe(), o.logits) for o in out] for out in outs])
+        monkeypatch.undo()
+    for a, b in zip(*seen):
+        assert [x is None for x in a] == [y is None for y in b]
+        assert all(mx.array_equal(x[1], y[1]).item() and x[0] == y[0] for x, y in zip(a, b) if x is not None)
+
+
+def test_a_joined_fence_waits_on_every_row_and_keeps_the_least_count():
+    a, b = mx.array([5, 0, 0, 0], mx.uint32), mx.array([0, 0, 0, 0], mx.uint32)
+    assert D.joined_fence([a, a]) is a
+    assert D.joined_fence([a, b, a]).tolist() == [0, 0, 0, 0]  # a poisoned writer's zero carries on
+    assert D.joined_fence([a, b + 7]).tolist() == [5, 0, 0, 0]
+
+
 def fake_step(pooled: list[bool], pool_of: list[int], sizes: list[int]):
     caches = [SimpleNamespace(pooled=p, pool=q, slot=10 + i) for i, (p, q) in enumerate(zip(pooled, pool_of))]
     segments, start = [], 0
     for c, n in zip(caches, sizes):
-        segments.append(SimpleNamespace(cache=c, start=100 + start, size=n))
+        segments.append(SimpleNamespace(cache=c, start=100 + start, size=n, emits=True))
         start += n
     offsets = list(np.cumsum([0, *sizes]))
     return segments, [int(o) for o in offsets], mx.arange(sum(sizes))
@@ -89,6 +112,9 @@ def test_which_steps_take_the_rows_path(monkeypatch):
     assert R.DecodeRows.of(segs, offs, pos, 128) is None  # a cache of its own
     segs, offs, pos = fake_step([True] * 4, [0] * 4, [1] * 4)
     assert R.DecodeRows.of(segs, offs, pos, 128).whole
+    segs[1].emits = False  # a one-token chunk short of its prompt's end: attended with the rows, not emitting
+    rows = R.DecodeRows.of(segs, offs, pos, 128)
+    assert rows.js == [0, 1, 2, 3] and not rows.whole
 
 
 def test_a_planted_row_mix_up_fails_the_serving_gate(tiny, monkeypatch):
@@ -115,10 +141,12 @@ def test_a_pool_hands_out_its_lowest_free_slot_and_takes_it_back(tiny):
     assert [a.slot, b.slot, c.slot] == [0, 1, 2] and pool.free == []
     with pytest.raises(RuntimeError, match="every one of the pool's 3 cache slots is taken"):
         pool.cache()
+    b.written = mx.array([9, 0, 0, 0], mx.uint32)  # its last write's fence
     pool.give_back(b)
     with pytest.raises(ValueError, match="slot 1 is not one of this pool's taken slots"):
         pool.give_back(b)
-    assert pool.cache().slot == 1
+    again = pool.cache()
+    assert again.slot == 1 and again.written is b.written  # the slot's next writes wait on the last owner's
     e = Engine(tiny, capacity=16, slots=2)
     e.add_request("x", [1, 2, 3])
     e.add_request("x", [4, 5])  # the same name again: its old slot is given back first

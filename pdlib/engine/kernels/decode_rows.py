@@ -116,8 +116,8 @@ def decode_rows_ops(qkv, rows, q_norm, k_norm, inv_freq, caches, *, heads: int, 
 
 
 def joined_fence(fences: list[mx.array]) -> mx.array:
-    """One fence that depends on every one of `fences`: the one they share, or their concatenation (the kernel
-    reads word 0 and outputs a fence of one fence's size)."""
+    """One fence that depends on every one of `fences`: the one they share, or their least counter word by word
+    (so a zero, a poisoned writer's, carries on into every read after the launch)."""
     if all(f is fences[0] for f in fences):
         return fences[0]
-    return mx.concatenate(fences)
+    return mx.min(mx.stack(fences), axis=0)
