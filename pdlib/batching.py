@@ -25,6 +25,8 @@ only the steps differ.
   names, and joins it with a `Prefill(remote=True)` step once it is done).
 - partition: overlap with the SMs split (CUDA green contexts): the prompt on one slice, the decode rounds on
   the other while it runs (pdlib/run/partition.py).
+- disagg: overlap with the prompts on the prefill worker, a second GPU (pdlib/run/disagg/), their K/V sent over
+  on join.
 
 A new policy is one `BatchPolicy` subclass with a `name`; it registers itself in `BATCH_POLICIES`.
 """
@@ -43,7 +45,7 @@ class BatchPolicy:
     private state, so make a fresh instance per run."""
 
     name: ClassVar[str]
-    remote_prefill: ClassVar[str | None] = None  # where else prompts run: "stream" or "slice"; None: in the steps
+    remote_prefill: ClassVar[str | None] = None  # where else prompts run (serve_lane.SITES); None: in the steps
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -178,6 +180,14 @@ class Partition(Overlap):
 
     name = "partition"
     remote_prefill = "slice"
+
+
+class Disagg(Overlap):
+    """Overlap with the prompts on the prefill worker (a second GPU; the CPU's ring backend in CI), each one's
+    K/V sent over when it is joined."""
+
+    name = "disagg"
+    remote_prefill = "worker"
 
 
 class Turns:

@@ -10,7 +10,7 @@ directory with mlx-lm's own loader and would otherwise compute a different model
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import mlx.core as mx
@@ -228,10 +228,13 @@ def check_shapes(cfg: ModelConfig, weights: dict, *, where: str) -> None:
             raise InputError(f"{where}: weight {name} has shape {tuple(weights[name].shape)}, expected {shape}")
 
 
-def synthetic_model(preset_name: str, *, seed: int = 0) -> LoadedModel:
+def synthetic_model(preset_name: str, *, seed: int = 0, layers: int | None = None) -> LoadedModel:
     """Seeded weights with the preset's shapes. Every value is exactly representable in bf16 (so packing is
-    lossless) and the final norm is scaled so logits spread over ~4 units: greedy picks have clear margins."""
+    lossless) and the final norm is scaled so logits spread over ~4 units: greedy picks have clear margins.
+    `layers`: fewer layers than the preset's (check-kernels' small engines); the source records them."""
     cfg = preset(preset_name)
+    if layers is not None:
+        cfg = replace(cfg, num_hidden_layers=layers)
     rng = np.random.default_rng(seed)
     D = cfg.hidden_size
     emb_std = 0.02
@@ -252,7 +255,7 @@ def synthetic_model(preset_name: str, *, seed: int = 0) -> LoadedModel:
             scale = 0.5 if name.endswith(("o_proj.weight", "down_proj.weight")) else 1.0
             weights[name] = normal(shape, scale / math.sqrt(fan_in))
     source = {
-        "spec": f"synthetic:{preset_name}@{seed}",
+        "spec": f"synthetic:{preset_name}@{seed}" + ("" if layers is None else f" ({layers} layers)"),
         "source": "synthetic",
         "path": None,
         "revision": None,

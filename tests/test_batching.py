@@ -225,7 +225,7 @@ def test_unknown_policy_is_refused_with_the_accepted_names():
     with pytest.raises(
         InputError,
         match="unknown serving policy 'lifo'; expected one of: eager, chunked, mixed, slo-mixed, fifo, overlap, "
-        "partition$",
+        "partition, disagg$",
     ):
         make_batch_policy("lifo")
     with pytest.raises(InputError):

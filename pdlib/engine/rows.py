@@ -1,7 +1,7 @@
 """The decode rows of a ragged step (its one-row segments: a serving decode round, or decodes beside prompt
 chunks), attended all at once: per layer one decode_rows launch pair over the rows' caches in their pool where
 the kernel runs (kernels/decode_rows.py), else the single-row twin on each row. A step with fewer than two decode
-rows, or (where the kernel runs) rows whose caches are not in one pool, attends them one by one as before
+rows, or rows whose caches are not in one pool (Engine(slots=...) makes one), attends them one by one as before
 (Qwen3.stages). The rows' metadata is one int32 array a step, whatever the number of rows.
 
     rows = DecodeRows.of(segments, offsets, positions, head_dim)      # None: attend row by row
@@ -40,14 +40,13 @@ class DecodeRows:
     @classmethod
     def of(cls, segments: list[Segment], offsets: list[int], positions: mx.array, head_dim: int) -> "DecodeRows | None":
         js = [j for j, (a, b) in enumerate(zip(offsets, offsets[1:])) if b - a == 1]
-        if len(js) < 2:
+        caches = [segments[j].cache for j in js]
+        if len(js) < 2 or caches[0].pool is None or any(c.pool is not caches[0].pool for c in caches):
+            return None  # the rows' caches are not in one pool: row by row
+        kernel = available(head_dim)
+        if kernel and not all(c.pooled for c in caches):
             return None
-        if not available(head_dim):
-            return cls(segments, js, offsets, positions, kernel=False)
-        pools = {id(segments[j].cache.pool) for j in js}
-        if len(pools) > 1 or not all(segments[j].cache.pooled for j in js):
-            return None  # the kernel reads one pool; caches apart go row by row
-        return cls(segments, js, offsets, positions, kernel=True)
+        return cls(segments, js, offsets, positions, kernel=kernel)
 
     def attend(self, i: int, layer, raw: mx.array, inv_freq: mx.array, **shape) -> mx.array:
         """Layer i's attention output for every row, (Hq, R, Dh); each row's new K/V goes into its cache."""

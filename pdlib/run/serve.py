@@ -17,10 +17,11 @@ on a token's value), so the host's work overlaps the device's, as in the two-req
 prompt chunk, a join or a wait for an arrival first observes what is out. Warmups, when asked for, are whole
 runs first, checked and then dropped.
 
-A policy that prefills elsewhere (overlap, partition) has a prompt lane (serve_lane.py): when it is free, the
-prompt the policy names starts there as one whole prefill, a layer dispatched after each step; the loop joins
-it (a `Prefill(remote=True)` step: its first token observed) at the first step after it is done, or at once,
-waiting, when there is nothing else to run. The join is logged as `[name, n]` and its index in `joins`.
+A policy that prefills elsewhere (overlap, partition, disagg) has a prompt lane (serve_lane.py): when it is
+free, the prompt the policy names starts there as one whole prefill (a layer dispatched after each step; or on
+the prefill worker); the loop joins it (a `Prefill(remote=True)` step: its first token observed) at the first
+step after it is done, or at once, waiting, when there is nothing else to run. The join is logged as `[name, n]`
+and its index in `joins`; disagg's replay joins through the worker again, so the gate checks what arrived.
 
 Capacity: the engine gives every request its own cache of one capacity, max(prompt + output) over the
 workload (the last output is never fed back, so that holds every position): one cache shape, so no step is
@@ -74,18 +75,20 @@ def serve_once(
     budget=None,
     pipeline: bool = True,
     decode_rounds: str = "batched",
+    worker=None,
 ) -> dict:
     """One timed run of `policy` on `workload` (its requests already added to `engine`): per request its
     output ids, emit stamps and admission, and the step log; every stamp in ns since the clock's start.
     `budget`: the slo policy's (serve_slo.step_budget); `pipeline`: pipelined decodes (module docstring);
-    `decode_rounds`: batching.make_batch_policy's."""
+    `decode_rounds`: batching.make_batch_policy's; `worker`: disagg's prefill worker (prefill_worker)."""
     names, n = workload.names, workload.n
     arrival = workload.arrival_ns.tolist()
     prompt, output = workload.prompt_tokens.tolist(), workload.output_tokens.tolist()
     for name in names:  # untimed: the caches are allocated once; each run only rewinds them
         engine.reset(name, logical=True)
     chooser = make_batch_policy(policy, budget=budget, decode_rounds=decode_rounds)
-    lane = PromptLane(chooser.remote_prefill) if chooser.remote_prefill else None
+    site = chooser.remote_prefill
+    lane = PromptLane(site, worker=worker if site == "worker" else None) if site else None
     joins: list[int] = []  # the steps that joined a prompt run on the lane
     sliced: list[int] = []  # the steps issued on slice A (partition, while a prompt was out)
     states: dict[str, RequestState] = {}
@@ -185,6 +188,30 @@ def serve_once(
     return {"policy": policy, "requests": requests, "steps": steps, "idle_ns": idle_ns, "makespan_ns": t_end_log[-1]}
 
 
+def prefill_worker(model: LoadedModel, policies: Sequence[str], prompt_ids: dict[str, list[int]]):
+    """The prefill worker set up with every prompt, if a policy runs its prompts there (disagg), else None. Its
+    process is spawned once and kept (pdlib/run/disagg/launch.py); nothing of disagg is imported otherwise."""
+    if not any(BATCH_POLICIES[p].remote_prefill == "worker" for p in policies):
+        return None
+    from pdlib.run.disagg.remote import ServeSession
+
+    return ServeSession(model.source["spec"], prompt_ids, config=model.config)
+
+
+def remote_join(worker):
+    """For the replay: a logged join run again through `worker` (its prompt prefilled there, its K/V sent over),
+    so the gate checks what arrives; None (no worker): the replay prefills it here."""
+    if worker is None:
+        return None
+
+    def join(engine: Engine, req: str, n: int):
+        lane = worker.prefill(req, n)
+        lane.start(engine)
+        return lane.receive(engine, req, n)[0]
+
+    return join
+
+
 def _join(lane: PromptLane) -> Prefill:
     return Prefill(lane.current.req, lane.current.n, remote=True)
 
@@ -278,7 +305,8 @@ def run_serving(
     slo, budget = (
         slo_budget(engine, workload, chunk_size=chunk_size, slos=slos) if "slo-mixed" in policies else ({}, None)
     )
-    how = dict(pipeline=pipeline, decode_rounds=decode_rounds)
+    worker = prefill_worker(model, policies, token_ids)
+    how = dict(pipeline=pipeline, decode_rounds=decode_rounds, worker=worker)
     for p in policies:
         t = time.perf_counter()
         for _ in range(warmups):
@@ -288,8 +316,9 @@ def run_serving(
         near_ties += gate(run, refs)
         if replay:
             reference = reference or Reference(model)
+            join = remote_join(worker) if BATCH_POLICIES[p].remote_prefill == "worker" else None
             run["replay"] = replay_gate(
-                engine, model, run, token_ids, sample=replay, seed=len(runs), reference=reference
+                engine, model, run, token_ids, sample=replay, seed=len(runs), reference=reference, join=join
             )
         run["warmup_s"] = warmup_s
         run["summary"] = run_summary(run["requests"], slos)
@@ -316,6 +345,7 @@ def run_serving(
         "slos": {k: asdict(s) for k, s in slos.items()},
         **({"slo_policy": slo} if slo else {}),
         "engine": {"capacity": capacity, "kv_cache_bytes": cache_bytes, "setup_s": setup_s, "warmups": warmups},
+        **({"workers": worker.workers} if worker is not None else {}),
         "gate": {
             "checks": "tokens, and in full on a replay" if replay else "tokens",  # module docstring
             "replay_requests": replay,

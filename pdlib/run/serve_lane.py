@@ -1,8 +1,9 @@
-"""The prompt lane of a serving policy that prefills elsewhere (pdlib.batching's overlap and partition): one
-prompt at a time, as one whole prefill dispatched a layer at a time, on a second stream of the device
+"""The prompt lane of a serving policy that prefills elsewhere (pdlib.batching's overlap, partition and disagg):
+one prompt at a time, as one whole prefill dispatched a layer at a time, on a second stream of the device
 (overlap: pdlib/run/overlap.py's StreamPrefill) or on slice B of the SMs (partition: pdlib/run/partition.py's
 SlicePrefill), while the serving loop's decode rounds run on the first stream (partition: on slice A while a
-prompt is out).
+prompt is out); or on the prefill worker, its K/V sent over on join (disagg: the `worker` given, a
+pdlib/run/disagg/remote.py ServeSession).
 
     lane = PromptLane("stream")
     lane.start(engine, "r3", 812)        # r3's first layer goes out now
@@ -17,17 +18,19 @@ import contextlib
 from pdlib.run.overlap import StreamPrefill, second_stream
 from pdlib.run.partition import SlicePrefill, slice_pair
 
-SITES = ("stream", "slice")
+SITES = ("stream", "slice", "worker")
 
 
 class PromptLane:
-    def __init__(self, site: str):
+    def __init__(self, site: str, *, worker=None):
         if site not in SITES:
             raise ValueError(f"a prompt lane runs on one of {', '.join(SITES)}, not {site!r}")
-        self.site = site
+        if (site == "worker") != (worker is not None):
+            raise ValueError("a prompt lane on the prefill worker needs the worker's session, and only it")
+        self.site, self.worker = site, worker
         self.pair = slice_pair() if site == "slice" else None
-        self.stream = None if self.pair else second_stream()
-        self.current: StreamPrefill | None = None
+        self.stream = second_stream() if site == "stream" else None
+        self.current = None  # the prompt out: a StreamPrefill, a SlicePrefill or a RemotePrefill
 
     @property
     def busy(self) -> bool:
@@ -36,7 +39,12 @@ class PromptLane:
     def start(self, engine, req: str, n: int) -> None:
         if self.current is not None:
             raise RuntimeError(f"the prompt lane is busy with {self.current.req}'s prompt")
-        lane = SlicePrefill(req, n, pair=self.pair) if self.pair else StreamPrefill(req, n, stream=self.stream)
+        if self.worker is not None:
+            lane = self.worker.prefill(req, n)
+        elif self.pair is not None:
+            lane = SlicePrefill(req, n, pair=self.pair)
+        else:
+            lane = StreamPrefill(req, n, stream=self.stream)
         lane.start(engine)
         self.current = lane
 

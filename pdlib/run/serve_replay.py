@@ -40,11 +40,14 @@ def replay_gate(
     seed: int = 0,
     checkpoint_every: int = 16,
     reference: Reference | None = None,
+    join=None,
 ) -> dict:
     """Replay `run` on `engine` (its requests added) and check `sample` of its requests in full; the record
     says which were checked, how long it took and each check's count and worst error. A failed check raises
     ValidationError; a replay whose tokens differ from the run's raises RunFailure. `reference`: the FP32 model
-    to check against, made once by a caller that replays many runs (else made here)."""
+    to check against, made once by a caller that replays many runs (else made here). `join(engine, name, n)`: how
+    a logged join (`steps["joins"]`) is run again, returning its Output (disagg: through the prefill worker);
+    else as one whole prefill here."""
     t = time.perf_counter()
     requests = run["requests"]
     exact = [r["name"] for r in requests if r.get("check", {}).get("status") == "ok"]
@@ -58,12 +61,16 @@ def replay_gate(
         engine.reset(r["name"], logical=True)
     ids: dict[str, list[int]] = {r["name"]: [] for r in requests}
     sliced = set(run["steps"].get("sliced", ()))
+    joins = set(run["steps"].get("joins", ())) if join is not None else set()
     for index, parts in enumerate(run["steps"]["work"]):
         parts = [(name, n) for name, n in parts]
         starts = [engine.requests[name].length for name, _ in parts]
         # a step that ran on partition's slice A runs there again: the decode's grid, so its sums, follow the slice
-        with slice_pair().a.active() if index in sliced else contextlib.nullcontext():
-            outs = engine.batch(parts)
+        if index in joins:
+            outs = [join(engine, *parts[0])]
+        else:
+            with slice_pair().a.active() if index in sliced else contextlib.nullcontext():
+                outs = engine.batch(parts)
         checked = []
         for (name, n), start, out in zip(parts, starts, outs):
             r = WorkResult(Decode(name) if n is None else Prefill(name, n), start, engine.requests[name].length, out)

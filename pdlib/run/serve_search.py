@@ -47,6 +47,7 @@ from decimal import Decimal
 import mlx.core as mx
 import numpy as np
 
+from pdlib.batching import BATCH_POLICIES
 from pdlib.config import peer_name
 from pdlib.engine import Engine, check_token
 from pdlib.engine.kernels import BACKEND
@@ -65,7 +66,7 @@ from pdlib.run.clock import now
 from pdlib.run.peer import peer_model, peer_once, record_agreement
 from pdlib.run.reference import Reference
 from pdlib.run.search_log import SearchLog, utc_now
-from pdlib.run.serve import gate, serve_once, serving_capacity
+from pdlib.run.serve import gate, prefill_worker, remote_join, serve_once, serving_capacity
 from pdlib.run.serve_gate import reference_sequences
 from pdlib.run.serve_params import ServeParams, load_serve_params, search_settings
 from pdlib.run.serve_replay import replay_gate
@@ -198,6 +199,7 @@ class Bench:
         self.peers = {peer_name(*c): c for c in params.peer_configs()}
         self.slos: dict = {}
         self._model, self.engine, self.in_engine = None, None, None
+        self.worker = self.worker_key = None
         self.prepared: dict = {}
         self.peer_models: dict = {}
         self.slo = None  # the slo policy's (record, budget), calibrated once per command (serve_slo.py)
@@ -232,6 +234,15 @@ class Bench:
                 self.engine.add_request(name, ids)
             self.in_engine = prep["key"]
         return self.engine
+
+    def worker_for(self, prep: dict, policy: str):
+        """disagg's prefill worker, set up with `prep`'s prompts (again when the rep changes); None for a policy
+        that does not prefill there."""
+        if BATCH_POLICIES[policy].remote_prefill != "worker":
+            return None
+        if self.worker_key != prep["key"]:
+            self.worker, self.worker_key = prefill_worker(self.model, [policy], prep["prompts"]), prep["key"]
+        return self.worker
 
     @property
     def reference(self) -> Reference:
@@ -275,7 +286,8 @@ def measure(bench: Bench, policy: str, rate: float, rep: int) -> dict:
     else:
         engine = bench.engine_for(prep)
         slo, budget = bench.slo_for(engine, w) if policy == "slo-mixed" else (None, None)
-        how = dict(pipeline=bench.params.pipeline_decodes, decode_rounds=bench.params.decode_rounds)
+        worker = bench.worker_for(prep, policy)
+        how = dict(pipeline=bench.params.pipeline_decodes, decode_rounds=bench.params.decode_rounds, worker=worker)
         for _ in range(warmups):
             gate(serve_once(engine, w, policy, chunk_size=chunk, budget=budget, **how), refs)
         run = serve_once(engine, w, policy, chunk_size=chunk, budget=budget, **how)
@@ -292,6 +304,7 @@ def measure(bench: Bench, policy: str, rate: float, rep: int) -> dict:
                 sample=bench.params.replay_requests,
                 seed=rep,
                 reference=bench.reference,
+                join=remote_join(worker),
             )
     summary = run_summary([r for r in run["requests"] if r["emit_ns"]], bench.slos)
     return {

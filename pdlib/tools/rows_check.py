@@ -3,16 +3,19 @@ five-row step, in pool slots out of order, at positions 0, 1,000 and 5,119 of a 
 garbage past each, on the pool's second layer. Each row's output must equal, bit for bit, the single-row kernel's
 on a copy of its cache (the same blocks, so the same sums), and the twin's within the tolerance; each row's new
 K/V must be in its own slot at its own position and nothing else in the pool changed; the one fence, made from
-the rows' three (their least counter), must advance once.
+the rows' three (their least counter), must advance once. Then the engine's decode rows as serving runs them
+(`check_engine_rows`), bit for bit against each row attended alone.
 
     rows = check_decode_rows(seed=0)
 """
 
 import mlx.core as mx
 
+from pdlib.engine import Engine
 from pdlib.engine import kernels as K
 from pdlib.engine.kernels.decode_rows import decode_rows_kernel, decode_rows_ops, joined_fence
 from pdlib.tools.check_rows import compare, evaluated, fence_row
+from pdlib.weights import synthetic_model
 
 HQ, HKV, DH, CAP, LAYERS, SLOTS = 16, 8, 128, 5120 + 128, 2, 4
 ROWS = [(4, 2, 0), (1, 0, 1000), (2, 3, 5119)]  # (row of the step's q|k|v, slot, position)
@@ -78,4 +81,44 @@ def check_decode_rows(seed: int) -> list[dict]:
     out = evaluated(exact)
     for row in out:  # the same blocks as the single-row kernel's: the same bits, not merely close
         row["passed"] = row["max_abs"] == 0.0
-    return out + evaluated(rows)
+    return out + evaluated(rows) + check_engine_rows(seed)
+
+
+ENGINE_PROMPTS = (100, 517, 900)
+
+
+def _engine_run(model, *, pooled: bool) -> tuple[list, mx.array]:
+    """Three requests prefilled whole, then rounds of their three decodes, a step of two decodes beside a prompt
+    chunk, and rounds again, all as ragged steps: every output's (token, logits), and every request's K/V."""
+    engine = Engine(model, capacity=1024, slots=4 if pooled else None)
+    engine.decode_round = "step"
+    vocab = model.config.vocab_size
+    for i, n in enumerate(ENGINE_PROMPTS):
+        engine.add_request(f"r{i}", [(j * 7919 + i * 104729) % vocab for j in range(n)])
+        engine.prefill_chunk(f"r{i}", n).observe()
+    engine.add_request("p", [(j * 31 + 5) % vocab for j in range(200)])
+    decodes = [(f"r{i}", None) for i in range(len(ENGINE_PROMPTS))]
+    seen = []
+    for parts in [decodes] * 3 + [[("r0", None), ("p", 64), ("r2", None)]] + [decodes] * 3:
+        seen += [(o.observe(), o.logits) for o in engine.batch(parts) if o is not None]
+    kv = mx.concatenate([engine.kv(f"r{i}", 0, n + 7).reshape(-1) for i, n in enumerate(ENGINE_PROMPTS)])
+    return seen, kv
+
+
+def check_engine_rows(seed: int) -> list[dict]:
+    """The engine's decode rows as serving runs them (a pool, ragged steps of decode rows, one beside a chunk) on a
+    two-layer model of Qwen3-0.6B's shapes, against the same steps with each request's cache its own, which
+    attend row by row with the single-row kernel: the same logits, tokens and K/V, bit for bit (later steps read
+    the slots earlier ones stored, so a row written to the wrong place shows)."""
+    model = synthetic_model("qwen3-0.6b", seed=seed, layers=2)
+    (rows, kv_rows), (alone, kv_alone) = _engine_run(model, pooled=True), _engine_run(model, pooled=False)
+    case = f"prompts {'/'.join(map(str, ENGINE_PROMPTS))}"
+    out = evaluated(
+        [
+            compare("engine rows/logits", case, mx.stack([lg for _, lg in rows]), mx.stack([lg for _, lg in alone])),
+            compare("engine rows/kv", case, kv_rows, kv_alone),
+        ]
+    )
+    for row in out:  # bit for bit, or the rows are not what each row gets alone
+        row["passed"] = row["max_abs"] == 0.0 and [t for t, _ in rows] == [t for t, _ in alone]
+    return out

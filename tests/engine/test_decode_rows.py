@@ -87,8 +87,8 @@ def test_a_joined_fence_waits_on_every_row_and_keeps_the_least_count():
     assert D.joined_fence([a, b + 7]).tolist() == [5, 0, 0, 0]
 
 
-def fake_step(pooled: list[bool], pool_of: list[int], sizes: list[int]):
-    caches = [SimpleNamespace(pooled=p, pool=q, slot=10 + i) for i, (p, q) in enumerate(zip(pooled, pool_of))]
+def fake_step(pools: list, sizes: list[int], pooled: bool = True):
+    caches = [SimpleNamespace(pooled=pooled, pool=q, slot=10 + i) for i, q in enumerate(pools)]
     segments, start = [], 0
     for c, n in zip(caches, sizes):
         segments.append(SimpleNamespace(cache=c, start=100 + start, size=n, emits=True))
@@ -98,19 +98,21 @@ def fake_step(pooled: list[bool], pool_of: list[int], sizes: list[int]):
 
 
 def test_which_steps_take_the_rows_path(monkeypatch):
-    segs, offs, pos = fake_step([True] * 3, [0, 0, 0], [1, 5, 1])
-    monkeypatch.setattr(R, "available", lambda head_dim: False)  # the CPU: the twin, pooled or not
+    pool, other = object(), object()
+    segs, offs, pos = fake_step([pool] * 3, [1, 5, 1])
+    monkeypatch.setattr(R, "available", lambda head_dim: False)  # the CPU: the twin
     assert R.DecodeRows.of(segs[:2], offs[:3], pos, 16) is None  # one decode row: attended alone
     rows = R.DecodeRows.of(segs, offs, pos, 16)
     assert rows.js == [0, 2] and not rows.kernel and not rows.whole and rows.rows == [(0, 100), (6, 106)]
-    monkeypatch.setattr(R, "available", lambda head_dim: True)  # where the kernel runs: one pool, every cache in it
+    monkeypatch.setattr(R, "available", lambda head_dim: True)  # where the kernel runs
     rows = R.DecodeRows.of(segs, offs, pos, 128)
     assert rows.kernel and rows.meta.tolist() == [[0, 10, 100], [6, 12, 106]]
-    segs, offs, pos = fake_step([True, True], [0, 1], [1, 1])
-    assert R.DecodeRows.of(segs, offs, pos, 128) is None  # two pools
-    segs, offs, pos = fake_step([True, False], [0, 0], [1, 1])
-    assert R.DecodeRows.of(segs, offs, pos, 128) is None  # a cache of its own
-    segs, offs, pos = fake_step([True] * 4, [0] * 4, [1] * 4)
+    for available in (False, True):  # rows whose caches are not in one pool go row by row everywhere
+        monkeypatch.setattr(R, "available", lambda head_dim, a=available: a)
+        for pools in ([pool, other], [None, None], [pool, None]):
+            segs, offs, pos = fake_step(pools, [1, 1])
+            assert R.DecodeRows.of(segs, offs, pos, 128) is None, pools
+    segs, offs, pos = fake_step([pool] * 4, [1] * 4)
     assert R.DecodeRows.of(segs, offs, pos, 128).whole
     segs[1].emits = False  # a one-token chunk short of its prompt's end: attended with the rows, not emitting
     rows = R.DecodeRows.of(segs, offs, pos, 128)

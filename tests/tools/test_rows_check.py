@@ -1,7 +1,10 @@
-"""check-kernels' decode-rows rows run only on a GPU; here they run on the CPU with stand-in kernels (the twins,
-which store nothing), to show each row can fail: the outputs agree, so those rows pass, and since nothing was
-stored in the pool the slot rows fail while the rest of the pool is untouched."""
+"""check-kernels' decode-rows rows run only on a GPU; here they run on the CPU with stand-ins, to show each row can
+fail: with kernels that store nothing the outputs agree, so those rows pass, while the slot rows fail and the rest
+of the pool is untouched; the engine's rows pass as they are and fail with a planted mix-up of rows."""
 
+import pytest
+
+import pdlib.engine.rows as R
 import pdlib.tools.rows_check as RC
 from pdlib.engine import kernels as K
 from pdlib.engine.kernels.decode_rows import decode_rows_ops
@@ -19,9 +22,22 @@ def test_rows_that_store_nothing_fail_their_slot_rows(monkeypatch):
 
     monkeypatch.setattr(K, "decode_attention_kernel", single)
     monkeypatch.setattr(RC, "decode_rows_kernel", rows)
+    monkeypatch.setattr(RC, "check_engine_rows", lambda seed: [])  # below
     out = RC.check_decode_rows(0)
     verdict = {(r["kernel"], r["case"]): r["passed"] for r in out}
     assert len(verdict) == len(out) == 3 * 4 + 2 + 1
     for (kernel, case), passed in verdict.items():
         assert passed == (" slot" not in kernel), (kernel, case)
     assert all(r["max_abs"] == 0.0 for r in out if r["kernel"] == "decode_rows/o = single row")
+
+
+@pytest.mark.parametrize("planted", [False, True])
+def test_the_engine_rows_pass_and_fail_with_a_planted_mix_up(tiny, monkeypatch, planted):
+    monkeypatch.setattr(RC, "synthetic_model", lambda *a, **k: tiny)  # the tiny model's rows run the twin
+    if planted:
+        real = R.decode_rows_ops
+        mixed_up = lambda qkv, rows, *a, **k: real(qkv, [rows[-1], *rows[:-1]], *a, **k)  # noqa: E731
+        monkeypatch.setattr(R, "decode_rows_ops", mixed_up)
+    out = RC.check_engine_rows(0)
+    assert [r["kernel"] for r in out] == ["engine rows/logits", "engine rows/kv"]
+    assert all(r["passed"] != planted for r in out)

@@ -103,16 +103,20 @@ WAITING_FOR = "B's prefill on the worker"
 
 
 class RemotePrefill:
-    """One run's remote prefill of B: start (t0), ready (poll), receive (the transfer and install)."""
+    """One run's remote prefill of B: start (t0), ready (poll), receive (the transfer and install). `req`: a
+    serving request's prompt instead (ServeSession), named in the command."""
 
-    def __init__(self, worker: PrefillWorker, *, shape: tuple, vocab: int, mode: str, timeout_s: float):
+    def __init__(
+        self, worker: PrefillWorker, *, shape: tuple, vocab: int, mode: str, timeout_s: float, req: str | None = None
+    ):
         self.worker, self.shape, self.vocab, self.mode, self.timeout_s = worker, shape, vocab, mode, timeout_s
+        self.req, self.n = req, shape[3]
         self.t_dispatch = self.t_ready = self.token = None
 
     def start(self, engine=None) -> None:
         if self.t_dispatch is not None:
             raise RuntimeError("a RemotePrefill serves one run")
-        self.worker.send({"cmd": "prefill"})
+        self.worker.send({"cmd": "prefill"} if self.req is None else {"cmd": "prefill", "req": self.req})
         self.t_dispatch = now()
 
     def advance(self) -> None:
@@ -208,4 +212,49 @@ class DisaggSession:
         return remote_walk("disagg", self.params, remote, validated)
 
 
-__all__ = ["DisaggSession", "RemotePrefill", "WorkerError"]
+class ServeSession:
+    """The prefill worker for a serving run's `disagg` policy (pdlib.batching): every request's prompt sent at
+    setup, then one prompt at a time on request (`prefill`), its K/V and first output installed here on join."""
+
+    def __init__(self, model_spec: str, prompts: dict[str, list[int]], *, config, lossless_decode_weights: bool = True):
+        self.mode, self.config = transfer_mode(), config
+        chunk = settings.get("PDLIB_DISAGG_PREFILL_CHUNK")
+        self.worker = PrefillWorker.get()
+        self.lengths = {name: len(ids) for name, ids in prompts.items()}
+        self.worker.send(
+            {
+                "cmd": "setup",
+                "model": model_spec,
+                "prompts": {name: [int(t) for t in ids] for name, ids in prompts.items()},
+                "capacity": max(self.lengths.values()) + 1,
+                "chunk_size": 0 if chunk == "whole" else chunk,
+                "lossless_decode_weights": lossless_decode_weights,
+                "logical_reset": True,
+                "mode": self.mode,
+            }
+        )
+        prefill = self.worker.wait_message(
+            "setup", timeout_s=SETUP_TIMEOUT_S, what="loading the weights and prefilling the longest prompt once"
+        )
+        self.ready_timeout_s = ready_timeout_s(prefill["prefill_s"])
+        self.workers = {
+            "backend": self.worker.backend,
+            "transfer": self.mode,
+            "prefill_chunk": chunk,
+            "ready_timeout_s": self.ready_timeout_s,
+            "decode": {"rank": 0, "device": str(mx.default_device()), "pid": os.getpid()},
+            "prefill": {"rank": 1, **{k: v for k, v in prefill.items() if k != "kind"}},
+        }
+
+    def prefill(self, req: str, n: int) -> RemotePrefill:
+        """A RemotePrefill of `req`'s whole prompt (n tokens), not yet started."""
+        if self.lengths.get(req) != n:
+            raise ValueError(f"a remote prefill of {n} tokens of {req}; the worker holds {self.lengths.get(req)}")
+        c = self.config
+        shape = (c.num_hidden_layers, 2, c.num_key_value_heads, n, c.head_dim)
+        return RemotePrefill(
+            self.worker, shape=shape, vocab=c.vocab_size, mode=self.mode, timeout_s=self.ready_timeout_s, req=req
+        )
+
+
+__all__ = ["DisaggSession", "RemotePrefill", "ServeSession", "WorkerError"]

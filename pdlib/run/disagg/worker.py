@@ -8,8 +8,11 @@ lossless_decode_weights, logical_reset, mode} builds the engine for B's prompt (
 model spec) and prefills it once, untimed, replying with that prefill's seconds (`prefill_s`); {"cmd":
 "prefill"} resets B, runs its prompt in chunk_size chunks (the whole prompt by default: remote.prefill_chunk),
 replies {"kind": "ready", "token"} once its K/V and first output are computed, then joins the transfer;
-{"cmd": "quit"}. A closed command pipe also ends the worker. Any failure: {"kind": "error", "error": one
-line}, then exit code 1.
+{"cmd": "quit"}. A closed command pipe also ends the worker.
+Serving N requests (pdlib.batching's `disagg`): the setup carries `prompts` ({name: ids}) instead of `prompt`,
+and each {"cmd": "prefill", "req": name} prefills that request's prompt into the engine's one cache (a pool of
+one slot, the longest prompt's size; the setup's untimed prefill is the longest prompt's) and sends its K/V.
+Any failure: {"kind": "error", "error": one line}, then exit code 1.
 Test hook: PDLIB_DISAGG_WORKER_FAULT=exit@N makes the N-th prefill command exit with code 1 before
 replying; hang@N makes it sleep instead (the decode worker's timeout must end the run).
 """
@@ -33,6 +36,19 @@ def _prefill(engine, setup):
     out = None
     for start in range(0, P, chunk):
         out = engine.prefill_chunk("B", min(chunk, P - start))
+    out.token.item()
+    return out
+
+
+def _prefill_request(engine, setup, req: str):
+    """A serving request's whole prompt (in setup's chunks; 0: whole) into the engine's one cache."""
+    ids = setup["prompts"][req]
+    chunk = setup["chunk_size"] or len(ids)
+    engine.clear_requests()
+    engine.add_request(req, ids)
+    out = None
+    for start in range(0, len(ids), chunk):
+        out = engine.prefill_chunk(req, min(chunk, len(ids) - start))
     out.token.item()
     return out
 
@@ -64,18 +80,23 @@ def serve(commands, replies, *, backend: str) -> int:
                 models[msg["model"]] = load_model(msg["model"])
             model = models[msg["model"]]
             # it only prefills: no decode weights for the persistent kernel to stack
+            serving = "prompts" in msg
             engine = Engine(
                 model,
                 capacity=msg["capacity"],
                 lossless_decode_weights=msg["lossless_decode_weights"],
                 decode="kernels",
                 token_read="item",
+                slots=1 if serving else None,
             )  # it prefills only
-            engine.add_request("B", msg["prompt"])
-            # one untimed prefill of B's prompt: compiles what it needs, and its time scales the decode
-            # worker's wait for a silent worker (remote.ready_timeout_s)
+            # one untimed prefill of B's prompt (serving: the longest): compiles what it needs, and its time scales
+            # the decode worker's wait for a silent worker (remote.ready_timeout_s)
             t0 = time.perf_counter()
-            _prefill(engine, setup)
+            if serving:
+                _prefill_request(engine, setup, max(msg["prompts"], key=lambda k: len(msg["prompts"][k])))
+            else:
+                engine.add_request("B", msg["prompt"])
+                _prefill(engine, setup)
             prefill_s = time.perf_counter() - t0
             env = environment(BACKEND)
             _reply(
@@ -97,8 +118,14 @@ def serve(commands, replies, *, backend: str) -> int:
                 if fault == "hang":
                     time.sleep(3600)
                 os._exit(1)
-            out = _prefill(engine, setup)
-            payload = transfer.pack(engine.kv("B", 0, len(setup["prompt"])), out.logits, mode=setup["mode"])
+            if "req" in msg:
+                req = msg["req"]
+                out = _prefill_request(engine, setup, req)
+                kv = engine.kv(req, 0, len(setup["prompts"][req]))
+            else:
+                out = _prefill(engine, setup)
+                kv = engine.kv("B", 0, len(setup["prompt"]))
+            payload = transfer.pack(kv, out.logits, mode=setup["mode"])
             _reply(replies, kind="ready", token=out.token.item())
             transfer.send(payload, group=group)
         else:
