@@ -57,6 +57,27 @@ class Output:
         return None if self.mailbox is None else self.mailbox.peek(self.position)
 
 
+def observe_all(outs: list["Output | None"], seen=None) -> list[int | None]:
+    """Every output's token on the host (None for a part without one): each in a mailbox polled there, in order,
+    the rest read together, one device-to-host copy for all rather than one `.item()` each (a ragged step's rows
+    are done together anyway). `seen(i, token)` is called as each is seen (a serving loop stamps it then)."""
+    tokens = [None] * len(outs)
+    rest = [i for i, o in enumerate(outs) if o is not None and o.mailbox is None]
+    for i, o in enumerate(outs):
+        if o is not None and o.mailbox is not None:
+            tokens[i] = o.observe()
+            if seen:
+                seen(i, tokens[i])
+    read = [outs[rest[0]].observe()] if len(rest) == 1 else []
+    if len(rest) > 1:
+        read = mx.stack([outs[i].token.reshape(()) for i in rest]).tolist()
+    for i, t in zip(rest, read):
+        tokens[i] = t
+        if seen:
+            seen(i, t)
+    return tokens
+
+
 @dataclass
 class Request:
     prompt: mx.array  # (P,) int32

@@ -46,7 +46,7 @@ import mlx.core as mx
 from pdlib import settings
 from pdlib.batching import BATCH_POLICIES, DECODE_ROUNDS, check_step, make_batch_policy
 from pdlib.config import PEER_DTYPES, peer_name
-from pdlib.engine import Engine, check_token
+from pdlib.engine import Engine, check_token, observe_all
 from pdlib.engine.kernels import BACKEND
 from pdlib.errors import InputError
 from pdlib.report.io import claim_output, environment, source_hashes, write_report
@@ -101,14 +101,16 @@ def serve_once(
     pending = None  # a step issued whose tokens the host has not observed yet: (parts, outs, t_start)
 
     def observe(parts, outs, t_start) -> None:
+        def seen(i: int, token: int) -> None:  # stamped as it is seen
+            ids[parts[i][0]].append(check_token(token))
+            emits[parts[i][0]].append(now() - t0)
+
+        observe_all(outs, seen)
         quiet = []
         for (name, _), out in zip(parts, outs):
             if out is None:
                 c = engine.requests[name].cache
                 quiet += [*c.k, *c.v, c.written]
-            else:
-                ids[name].append(check_token(out.observe()))
-                emits[name].append(now() - t0)
         if quiet:  # a chunk that yields no token is done when its K/V are
             mx.eval(quiet)
         work_log.append([list(p) for p in parts])

@@ -12,7 +12,7 @@ Every round's tokens are observed on the host, as a serving loop observes them; 
 
 import statistics
 
-from pdlib.engine import Engine, check_token
+from pdlib.engine import Engine, check_token, observe_all
 from pdlib.tools.timing import bench_prompt, observed
 from pdlib.weights import LoadedModel
 
@@ -46,7 +46,7 @@ def bench_rounds(
                 engine.reset(name, logical=True)
                 engine.prefill_chunk(name, context).token.item()
             times = observed(
-                lambda parts=parts: [check_token(o.observe()) for o in engine.batch(parts)], tokens, warmup
+                lambda parts=parts: [check_token(t) for t in observe_all(engine.batch(parts))], tokens, warmup
             )
             out["ms"][mode][str(n)] = statistics.median(times)
     for n in rows:

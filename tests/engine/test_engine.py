@@ -327,3 +327,19 @@ def test_a_silent_steps_last_stage_starts_only_its_cache_writes(tiny, emits):
     *_, last = stages
     ours = {id(x) for x in (*cache.k, *cache.v, cache.written)}
     assert all(id(x) in ours for x in last) is not emits
+
+
+def test_a_steps_tokens_are_observed_together_and_each_is_seen_once(tiny):
+    from pdlib.engine import observe_all
+
+    e = Engine(tiny, capacity=64)
+    for i, n in enumerate((12, 20, 9)):
+        e.add_request(f"r{i}", [(j * 17 + i) % tiny.config.vocab_size + 1 for j in range(n)])
+    e.prefill_chunk("r0", 12).observe()
+    e.prefill_chunk("r1", 20).observe()
+    outs = e.batch([("r0", None), ("r2", 4), ("r1", None)])  # two decode rows and a chunk short of its end
+    seen = []
+    tokens = observe_all(outs, lambda i, t: seen.append((i, t)))
+    assert tokens[1] is None and tokens == [None if o is None else o.token.item() for o in outs]
+    assert seen == [(0, tokens[0]), (2, tokens[2])]
+    assert observe_all([outs[0]]) == [tokens[0]] and observe_all([None]) == [None]
