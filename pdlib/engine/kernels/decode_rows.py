@@ -6,10 +6,10 @@ each at its own position in its own cache: one launch pair a layer for all of th
 
 The kernel needs the rows' caches in one buffer: a pool (cache.KVPool), K and V each (slots, L, Hkv, cap, Dh),
 whose slots the requests' caches are views of. `meta` (R, 3) int32 gives each row (its row of the step's raw
-q|k|v projection, its cache's slot, its position); `layer` (1,) int32 the layer. Each block is the single-row
-kernel's block (decode_attention_partial.cu) with a row index, so a row's output and K/V slot are bit for bit
-what that kernel gives it (check-kernels compares them exactly); it stores every row's new K/V in place. One
-fence for all rows: the launch takes one that depends on every row's cache's fence and outputs the next, which
+q|k|v projection, its cache's slot, its position); `layer` int32, word 0 the layer (16 bytes: MLX keeps
+arrays of 8 bytes or less in managed memory). Each block is the single-row kernel's block
+(decode_attention_partial.cu) with a row index, so a row's output and K/V slot are bit for bit what that kernel
+gives it (check-kernels compares them exactly); it stores every row's new K/V in place. One fence for all rows: the launch takes one that depends on every row's cache's fence and outputs the next, which
 all their caches then share. o comes back (Hq, R, Dh), the layout a step of decode rows alone attends in.
 The ops twin is the single-row twin on each row: the rows' k and v come back for the caller to store.
 """
@@ -55,8 +55,8 @@ def decode_rows_kernel(
     eps: float,
     poison: bool = False,
 ):
-    """qkv: the step's raw projection (T, Hq + 2 Hkv, Dh) or flat; meta (R, 3) int32; layer (1,) int32; pool_k,
-    pool_v (slots, L, Hkv, cap, Dh). -> (o (Hq, R, Dh), the next fence)."""
+    """qkv: the step's raw projection (T, Hq + 2 Hkv, Dh) or flat; meta (R, 3) int32; layer: word 0 the layer;
+    pool_k, pool_v (slots, L, Hkv, cap, Dh). -> (o (Hq, R, Dh), the next fence)."""
     _, layers, Hkv, cap, Dh = pool_k.shape
     rows, nc = meta.shape[0], -(-cap // CHUNK)
     part_m, part_l, part_o, written = _partial(
