@@ -9,8 +9,9 @@ whose slots the requests' caches are views of. `meta` (R, 3) int32 gives each ro
 q|k|v projection, its cache's slot, its position); `layer` int32, word 0 the layer (16 bytes: MLX keeps
 arrays of 8 bytes or less in managed memory). Each block is the single-row kernel's block
 (decode_attention_partial.cu) with a row index, so a row's output and K/V slot are bit for bit what that kernel
-gives it (check-kernels compares them exactly); it stores every row's new K/V in place. One fence for all rows: the launch takes one that depends on every row's cache's fence and outputs the next, which
-all their caches then share. o comes back (Hq, R, Dh), the layout a step of decode rows alone attends in.
+gives it (check-kernels compares them exactly); it stores every row's new K/V in place. One fence for all
+rows: the launch takes one that depends on every row's cache's fence and outputs the next, which all their
+caches then share. o comes back (Hq, R, Dh), the layout a step of decode rows alone attends in.
 The ops twin is the single-row twin on each row: the rows' k and v come back for the caller to store.
 """
 
