@@ -244,9 +244,15 @@ class Engine:
         return Segment(r.cache, r.prompt[start:stop], start=r.cache.length, emits=stop == r.prompt.size)
 
     def _finish(self, reqs: list[Request], logits: list) -> list[Output | None]:
-        outs = [None if l is None else self._emit(r, l) for r, l in zip(reqs, logits)]
+        emitting = [l for l in logits if l is not None]
+        if len(emitting) < 2:
+            outs = [None if l is None else self._emit(r, l) for r, l in zip(reqs, logits)]
+        else:  # one argmax and one start for every row, not one each (a serving round of many)
+            picks = iter(mx.argmax(mx.stack(emitting), axis=-1))
+            outs = [None if l is None else self._emit(r, l, next(picks), start=False) for r, l in zip(reqs, logits)]
+            mx.async_eval([(o.token, o.logits) for o in outs if o is not None], [r.cache.lazy() for r in reqs])
         # MLX is lazy: start the work of parts that emit nothing now
-        mx.async_eval([(r.cache.k, r.cache.v, r.cache.written) for r, o in zip(reqs, outs) if o is None])
+        mx.async_eval([r.cache.lazy() for r, o in zip(reqs, outs) if o is None])
         return outs
 
     def decode(self, name: str) -> Output:
@@ -280,10 +286,11 @@ class Engine:
         return self._emit(r, logits, token)
 
     @staticmethod
-    def _emit(r: Request, logits: mx.array, token: mx.array | None = None) -> Output:
+    def _emit(r: Request, logits: mx.array, token: mx.array | None = None, *, start: bool = True) -> Output:
         token = mx.argmax(logits) if token is None else token
         r.next_token = token
-        mx.async_eval(token, logits, r.cache.k, r.cache.v, r.cache.written)
+        if start:  # else the caller starts it with the rest of its step
+            mx.async_eval(token, logits, r.cache.k, r.cache.v, r.cache.written)
         return Output(logits, token)
 
     def kv(self, name: str, start: int, stop: int) -> mx.array:

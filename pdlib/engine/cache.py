@@ -113,6 +113,11 @@ class KVCache:
     def v_all(self) -> mx.array:
         return self._v_all if self._v_all is not None else mx.stack(self.v)
 
+    def lazy(self) -> list[mx.array]:
+        """What a step may leave unevaluated here: the fence where writes are in place (K and V stay the buffers
+        they were, evaluated), else every layer's K and V too."""
+        return [self.written] if self.in_place else [*self.k, *self.v, self.written]
+
     @property
     def length(self) -> int:
         return self._length

@@ -272,6 +272,8 @@ class Qwen3:
         rows = DecodeRows.of(segments, offsets, positions, c.head_dim)
 
         def last_rows(a: mx.array) -> mx.array:  # the emitting segments' last rows, by slices
+            if len(emitting) == offsets[-1]:  # every row a segment of its own that emits: all of them
+                return a
             pieces = [a[offsets[j + 1] - 1 : offsets[j + 1]] for j in emitting]
             return pieces[0] if len(pieces) == 1 else mx.concatenate(pieces)
 
@@ -289,9 +291,9 @@ class Qwen3:
                     dict.fromkeys(rows.js) if rows.whole else {j: o_rows[:, r : r + 1] for r, j in enumerate(rows.js)}
                 )
             for j, (s, a, b) in enumerate(zip(segments, offsets, offsets[1:])):
-                at = positions[a:b]
                 if j in solo:
                     continue
+                at = positions[a:b]
                 if b - a == 1:
                     solo[j], k1, v1, s.cache.written = K.decode_attention(  # raw[a] would gather a copy
                         raw[a:b].reshape(-1),
@@ -370,7 +372,8 @@ class Qwen3:
             # the last layer's x is the final norm's: only an emitting step reads it, and a silent step's (kept by
             # prune=False) feeds nothing, not started, as `step` never evaluates it
             used = [h, x] if i < n_layers - 1 else [x] if emitting else []
-            yield [*used, *(a for s in segments for a in (s.cache.k[i], s.cache.v[i], s.cache.written))]
+            made = {id(a): a for s in segments for a in (s.cache.k[i], s.cache.v[i], s.cache.written)}  # rows share
+            yield [*used, *made.values()]
         for s in segments:
             s.cache.advance(s.size)
         if not emitting:

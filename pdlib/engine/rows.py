@@ -30,7 +30,7 @@ class DecodeRows:
         self.js, self.kernel = js, kernel
         self.segments = [segments[j] for j in js]
         self.rows = [(offsets[j], segments[j].start) for j in js]
-        self.positions = [positions[offsets[j] : offsets[j] + 1] for j in js]
+        self.all_positions, self.offsets = positions, offsets
         # every segment one row, each emitting (a decode; not a one-token chunk short of its prompt's end): o is the
         # step's as it comes, the final layer's pruned rows included
         self.whole = len(js) == len(segments) and all(s.emits for s in self.segments)
@@ -71,6 +71,7 @@ class DecodeRows:
         o, ks, vs = decode_rows_ops(
             raw, self.rows, layer.q_norm, layer.k_norm, inv_freq, [(c.k[i], c.v[i]) for c in caches], **shape
         )
-        for c, s, at, k, v in zip(caches, self.segments, self.positions, ks, vs):
+        for c, s, j, k, v in zip(caches, self.segments, self.js, ks, vs):
+            at = self.all_positions[self.offsets[j] : self.offsets[j] + 1]
             c.write(i, k[:, None], v[:, None], positions=at, start=s.start)
         return o
