@@ -63,6 +63,14 @@ def check_serving_report(report, *, where: str = "report") -> dict:
         need(isinstance(reqs, list) and reqs, f"{at}: requests must be a non-empty list")
         need(isinstance(steps, dict) and all(isinstance(steps.get(k), list) for k in STEP_KEYS), f"{at}: no step log")
         need(len({len(steps[k]) for k in STEP_KEYS}) == 1, f"{at}: the step log's lists differ in length")
+        replicas = steps.get("replica")  # a run of replicas: each step's, and each request's (serve_replicas.py)
+        need(
+            replicas is None
+            or isinstance(replicas, list)
+            and len(replicas) == len(steps["work"])
+            and all(_is_int(k) and k >= 0 for k in replicas),
+            f"{at}: steps.replica must give each step's replica (a whole number >= 0)",
+        )
         names = set()
         for j, r in enumerate(reqs):
             need(isinstance(r, dict) and isinstance(r.get("name"), str), f"{at}: request {j} has no name")
@@ -75,6 +83,10 @@ def check_serving_report(report, *, where: str = "report") -> dict:
             need(not emit or emit[0] >= r["arrival_ns"], f"{at}: request {name}: first emit before its arrival")
             need(all(a <= b for a, b in zip(emit, emit[1:])), f"{at}: request {name}: emit_ns not sorted")
             need(isinstance(r.get("check", {}), dict), f"{at}: request {name}: check is not an object")
+            need(
+                replicas is None or r.get("replica") in set(replicas) or not r["emit_ns"],
+                f"{at}: request {name}: its replica is none of the step log's",
+            )
         need(run.get("makespan_ns") is None or _is_int(run["makespan_ns"]), f"{at}: makespan_ns is not an integer")
         for k, (work, t0, t1) in enumerate(zip(*(steps[key] for key in STEP_KEYS))):
             need(_is_int(t0) and _is_int(t1) and t0 <= t1, f"{at}: step {k}: bad start or end")
@@ -286,19 +298,29 @@ def gaps_frame(report: dict) -> pd.DataFrame:
     """One row per inter-token gap: run, peer, request, index (the output it ends at, from 1), emit_ms, gap_ms,
     and the prompt work that ran inside it: prompt_steps and prompt_tokens of the steps that started within
     [previous emit, this emit), i.e. every step after the one that emitted the previous token, up to and
-    including the one that emitted this token (a token is stamped inside or at the end of its own step)."""
+    including the one that emitted this token (a token is stamped inside or at the end of its own step). A run of
+    replicas (serve_replicas.py) counts only the steps of the request's own replica."""
     parts = []
     for run in report["runs"]:
         work, t_start = run["steps"]["work"], np.asarray(run["steps"]["t_start_ns"], dtype=np.int64)
-        order = np.argsort(t_start, kind="stable")
-        tokens = np.array([sum(n for _, n in w if n is not None) for w in work], dtype=np.int64)[order]
-        cum_tokens = np.concatenate([[0], np.cumsum(tokens)])
-        cum_steps = np.concatenate([[0], np.cumsum(tokens > 0)])
-        starts = t_start[order]
+        replica = np.asarray(run["steps"].get("replica", [0] * len(work)), dtype=np.int64)
+        tokens_all = np.array([sum(n for _, n in w if n is not None) for w in work], dtype=np.int64)
+        by_replica = {}
+        for k in np.unique(replica).tolist():
+            mine = np.flatnonzero(replica == k)
+            order = mine[np.argsort(t_start[mine], kind="stable")]
+            tokens = tokens_all[order]
+            by_replica[k] = (
+                t_start[order],
+                np.concatenate([[0], np.cumsum(tokens)]),
+                np.concatenate([[0], np.cumsum(tokens > 0)]),
+            )
         for r in run["requests"]:
             emit = np.asarray(r["emit_ns"], dtype=np.int64)
             if emit.size < 2:
                 continue
+            none = (np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(1, np.int64))
+            starts, cum_tokens, cum_steps = by_replica.get(r.get("replica", 0), none)
             lo = np.searchsorted(starts, emit[:-1], side="left")
             hi = np.searchsorted(starts, emit[1:], side="left")
             parts.append(

@@ -58,6 +58,7 @@ from pdlib.run.serve_gate import NEAR_TIE_MARGIN, check_request, reference_seque
 from pdlib.run.serve_lane import PromptLane
 from pdlib.run.serve_params import ServeParams, load_serve_params
 from pdlib.run.serve_replay import replay_gate
+from pdlib.run.serve_replicas import resolve, serve_replicated
 from pdlib.run.serve_slo import slo_budget
 from pdlib.scheduler import Prefill, RequestState
 from pdlib.weights import LoadedModel, load_model
@@ -281,9 +282,8 @@ def run_serving(
     replay of its steps (0: none); `pipeline`: pipelined decodes (module docstring); `decode_rounds`: a round
     of decodes as one step or one decode a step (batching.make_batch_policy)."""
     policies = [policy] if isinstance(policy, str) else list(policy)
-    for p in policies:
-        if p not in BATCH_POLICIES:  # refused before any work
-            raise InputError(f"unknown serving policy {p!r}; expected one of: {', '.join(BATCH_POLICIES)}")
+    for p in policies:  # refused before any work
+        resolve(p)
     if decode_rounds not in DECODE_ROUNDS:
         raise InputError(f"decode_rounds must be one of {', '.join(DECODE_ROUNDS)}, got {decode_rounds!r}")
     for dtype, step in peers:
@@ -307,21 +307,42 @@ def run_serving(
     slo, budget = (
         slo_budget(engine, workload, chunk_size=chunk_size, slos=slos) if "slo-mixed" in policies else ({}, None)
     )
-    worker = prefill_worker(model, policies, token_ids)
-    how = dict(pipeline=pipeline, decode_rounds=decode_rounds, worker=worker)
+    worker = prefill_worker(model, [resolve(p)[0] for p in policies], token_ids)
+    how = dict(chunk_size=chunk_size, budget=budget, pipeline=pipeline, decode_rounds=decode_rounds, worker=worker)
     for p in policies:
+        base, replicas = resolve(p)
+
+        def checked(run: dict, timed: bool) -> dict:
+            """The run's tokens gated; a timed one's steps replayed with the full checks too."""
+            nonlocal near_ties, reference
+            run["policy"] = p  # a replica's run: named as the whole
+            ties = gate(run, refs)
+            if timed:
+                near_ties += ties
+            if timed and replay:
+                reference = reference or Reference(model)
+                join = remote_join(worker) if BATCH_POLICIES[base].remote_prefill == "worker" else None
+                run["replay"] = replay_gate(
+                    engine, model, run, token_ids, sample=replay, seed=len(runs), reference=reference, join=join
+                )
+            return run
+
+        def once(timed: bool) -> dict:
+            if replicas > 1:  # each replica's run checked before the next (serve_replicas.py)
+                return serve_replicated(
+                    workload,
+                    base,
+                    replicas=replicas,
+                    serve=lambda w: serve_once(engine, w, base, **how),
+                    check=lambda r: checked(r, timed),
+                )
+            return checked(serve_once(engine, workload, base, **how), timed)
+
         t = time.perf_counter()
         for _ in range(warmups):
-            gate(serve_once(engine, workload, p, chunk_size=chunk_size, budget=budget, **how), refs)
+            once(timed=False)
         warmup_s = time.perf_counter() - t
-        run = serve_once(engine, workload, p, chunk_size=chunk_size, budget=budget, **how)
-        near_ties += gate(run, refs)
-        if replay:
-            reference = reference or Reference(model)
-            join = remote_join(worker) if BATCH_POLICIES[p].remote_prefill == "worker" else None
-            run["replay"] = replay_gate(
-                engine, model, run, token_ids, sample=replay, seed=len(runs), reference=reference, join=join
-            )
+        run = once(timed=True)
         run["warmup_s"] = warmup_s
         run["summary"] = run_summary(run["requests"], slos)
         runs.append(run)

@@ -33,6 +33,7 @@ from pdlib.batching import BATCH_POLICIES, DECODE_ROUNDS
 from pdlib.config import parse_peer, peer_name
 from pdlib.errors import InputError, check_int
 from pdlib.report.serving import slos_from_step
+from pdlib.run.serve_replicas import resolve
 from pdlib.workload import Workload
 
 SLO_KEYS = ("decode_ms", "ttft_ms")
@@ -111,10 +112,12 @@ class ServeParams:
         if not isinstance(self.policies, (list, tuple)) or not self.policies:
             raise InputError(f"policies must be a non-empty list of: {', '.join(BATCH_POLICIES)}")
         for p in self.policies:
-            if p not in BATCH_POLICIES:
-                raise InputError(
-                    f"policies: unknown serving policy {p!r}; expected one of: {', '.join(BATCH_POLICIES)}"
-                )
+            if not isinstance(p, str):
+                raise InputError(f"policies: {p!r} is not a policy name; expected one of: {', '.join(BATCH_POLICIES)}")
+            try:
+                resolve(p)
+            except InputError as e:
+                raise InputError(f"policies: {e}") from None
         if len(set(self.policies)) != len(self.policies):
             raise InputError(f"policies must not repeat, got {' '.join(self.policies)}")
         object.__setattr__(self, "policies", tuple(self.policies))

@@ -16,7 +16,6 @@ import re
 import numpy as np
 import pytest
 
-import pdlib.engine
 from pdlib.batching import BATCH_POLICIES
 from pdlib.errors import InputError
 from pdlib.report.io import read_text
@@ -163,14 +162,16 @@ def test_a_planted_wrong_token_stops_the_run_and_nothing_is_written(tmp_path, mo
         "model: synthetic:tiny\nchunk_size: 16\npolicies: [mixed]\n"
         "workload: {source: poisson, rate: 200.0, n: 3, seed: 0, prompt: 20, output: 4}\n"
     )
-    real, calls = pdlib.engine.Output.observe, []
+    import pdlib.run.serve
 
-    def flipped(self):
+    real, calls = pdlib.run.serve.check_token, []
+
+    def flipped(token):  # the sixth token the run observes comes back wrong
         calls.append(1)
-        token = real(self)
+        token = real(token)
         return token ^ 1 if len(calls) == 6 else token
 
-    monkeypatch.setattr(pdlib.engine.Output, "observe", flipped)
+    monkeypatch.setattr(pdlib.run.serve, "check_token", flipped)
     out = tmp_path / "report.json"
     with pytest.raises(TokenMismatch) as e:
         serve_params_file(params, output=out)
