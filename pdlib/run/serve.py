@@ -273,14 +273,15 @@ def run_serving(
     pipeline: bool = True,
     decode_rounds: str = "batched",
 ) -> dict:
-    """Serve `workload` under each policy named (one name or several, run in order on one engine), gate every
-    run's tokens, then run each peer, and return the report (schema pdlib.serve/1; `summary_table` shows it).
-    `slos`: a dict of report.serving.Slo for the attainment fields; `refs`: reference sequences already computed
-    (serve_gate), else computed here and timed; `params`: what the report records as its params (the params
-    file's); `peers`: (dtype, prefill_step_size) per mlx-lm peer run (peer.py), marked "peer": true in `runs`,
-    with each request's agreement in place of the gate's check; `replay`: requests per run checked in full on a
-    replay of its steps (0: none); `pipeline`: pipelined decodes (module docstring); `decode_rounds`: a round
-    of decodes as one step or one decode a step (batching.make_batch_policy)."""
+    """Serve `workload` under each policy named (one name or several, run in order on one engine; `<policy>-x<K>`:
+    K replicas of it, serve_replicas.py), gate every run's tokens, then run each peer, and return the report
+    (schema pdlib.serve/1; `summary_table` shows it). `slos`: a dict of report.serving.Slo for the attainment
+    fields; `refs`: reference sequences already computed (serve_gate), else computed here and timed; `params`:
+    what the report records as its params (the params file's); `peers`: (dtype, prefill_step_size) per mlx-lm
+    peer run (peer.py), marked "peer": true in `runs`, with each request's agreement in place of the gate's
+    check; `replay`: requests per run checked in full on a replay of its steps (0: none); `pipeline`: pipelined
+    decodes (module docstring); `decode_rounds`: a round of decodes as one step or one decode a step
+    (batching.make_batch_policy)."""
     policies = [policy] if isinstance(policy, str) else list(policy)
     for p in policies:  # refused before any work
         resolve(p)
@@ -305,7 +306,9 @@ def run_serving(
     token_ids = {k: p.token_ids for k, p in prompts.items()}
     slos = slos or {}
     slo, budget = (
-        slo_budget(engine, workload, chunk_size=chunk_size, slos=slos) if "slo-mixed" in policies else ({}, None)
+        slo_budget(engine, workload, chunk_size=chunk_size, slos=slos)
+        if any(resolve(p)[0] == "slo-mixed" for p in policies)
+        else ({}, None)
     )
     worker = prefill_worker(model, [resolve(p)[0] for p in policies], token_ids)
     how = dict(chunk_size=chunk_size, budget=budget, pipeline=pipeline, decode_rounds=decode_rounds, worker=worker)

@@ -134,3 +134,8 @@ def test_a_search_measures_replicas_as_one_run_gated_replica_by_replica(tmp_path
     for pt in points:  # one request replayed in full on each replica
         replay = pt["gate"]["replay"]
         assert replay["passed"] and len(replay["replicas"]) == 2 and len(replay["requests"]) == 2
+
+
+def test_slo_mixed_replicas_get_the_fitted_budget(tiny, workload):
+    report = run_serving(tiny, workload, policy=["slo-mixed-x2"], chunk_size=16, replay=1)
+    assert report["slo_policy"]["tbt_ms"] > 0 and report["runs"][0]["replay"]["passed"]
