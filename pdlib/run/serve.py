@@ -219,6 +219,29 @@ def _join(lane: PromptLane) -> Prefill:
     return Prefill(lane.current.req, lane.current.n, remote=True)
 
 
+def gated_run(engine, workload, name: str, *, refs: dict, how: dict, replay=None, ties: list | None = None) -> dict:
+    """One run of `name` (a policy, or `<policy>-x<K>`: K replicas of it, serve_replicas.py, each checked before
+    the next), its tokens gated, its near-ties added to `ties` and its steps replayed by `replay(run)` when
+    given (a warmup passes neither); `how`: serve_once's settings."""
+    base, replicas = resolve(name)
+
+    def checked(run: dict) -> dict:
+        run["policy"] = name  # a replica's run: named as the whole
+        found = gate(run, refs)
+        if ties is not None:
+            ties.extend(found)
+        if replay is not None:
+            run["replay"] = replay(run)
+        return run
+
+    def one(w: Workload) -> dict:
+        return serve_once(engine, w, base, **how)
+
+    if replicas > 1:
+        return serve_replicated(workload, base, replicas=replicas, serve=one, check=checked)
+    return checked(one(workload))
+
+
 def gate(run: dict, refs: dict) -> list[dict]:
     """Check every request of a run (serve_gate.check_request, in request order; the first mismatch raises) and
     record each one's check; returns the near-ties."""
@@ -313,39 +336,20 @@ def run_serving(
     worker = prefill_worker(model, [resolve(p)[0] for p in policies], token_ids)
     how = dict(chunk_size=chunk_size, budget=budget, pipeline=pipeline, decode_rounds=decode_rounds, worker=worker)
     for p in policies:
-        base, replicas = resolve(p)
 
-        def checked(run: dict, timed: bool) -> dict:
-            """The run's tokens gated; a timed one's steps replayed with the full checks too."""
-            nonlocal near_ties, reference
-            run["policy"] = p  # a replica's run: named as the whole
-            ties = gate(run, refs)
-            if timed:
-                near_ties += ties
-            if timed and replay:
-                reference = reference or Reference(model)
-                join = remote_join(worker) if BATCH_POLICIES[base].remote_prefill == "worker" else None
-                run["replay"] = replay_gate(
-                    engine, model, run, token_ids, sample=replay, seed=len(runs), reference=reference, join=join
-                )
-            return run
-
-        def once(timed: bool) -> dict:
-            if replicas > 1:  # each replica's run checked before the next (serve_replicas.py)
-                return serve_replicated(
-                    workload,
-                    base,
-                    replicas=replicas,
-                    serve=lambda w: serve_once(engine, w, base, **how),
-                    check=lambda r: checked(r, timed),
-                )
-            return checked(serve_once(engine, workload, base, **how), timed)
+        def replayed(run: dict) -> dict:
+            nonlocal reference
+            reference = reference or Reference(model)
+            join = remote_join(worker) if BATCH_POLICIES[resolve(p)[0]].remote_prefill == "worker" else None
+            return replay_gate(
+                engine, model, run, token_ids, sample=replay, seed=len(runs), reference=reference, join=join
+            )
 
         t = time.perf_counter()
         for _ in range(warmups):
-            once(timed=False)
+            gated_run(engine, workload, p, refs=refs, how=how)
         warmup_s = time.perf_counter() - t
-        run = once(timed=True)
+        run = gated_run(engine, workload, p, refs=refs, how=how, replay=replayed if replay else None, ties=near_ties)
         run["warmup_s"] = warmup_s
         run["summary"] = run_summary(run["requests"], slos)
         runs.append(run)

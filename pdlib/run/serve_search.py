@@ -66,11 +66,11 @@ from pdlib.run.clock import now
 from pdlib.run.peer import peer_model, peer_once, record_agreement
 from pdlib.run.reference import Reference
 from pdlib.run.search_log import SearchLog, utc_now
-from pdlib.run.serve import gate, prefill_worker, remote_join, serve_once, serving_capacity
+from pdlib.run.serve import gated_run, prefill_worker, remote_join, serving_capacity
 from pdlib.run.serve_gate import reference_sequences
 from pdlib.run.serve_params import ServeParams, load_serve_params, search_settings
 from pdlib.run.serve_replay import replay_gate
-from pdlib.run.serve_replicas import resolve, serve_replicated
+from pdlib.run.serve_replicas import resolve
 from pdlib.run.serve_slo import slo_budget
 from pdlib.traces import Trace, load_trace
 from pdlib.weights import load_model
@@ -285,41 +285,31 @@ def measure(bench: Bench, policy: str, rate: float, rep: int) -> dict:
             "lost": sum(bool(r.get("lost")) for r in rs),
         }
     else:
-        base, replicas = resolve(policy)
+        base = resolve(policy)[0]
         engine = bench.engine_for(prep)
         slo, budget = bench.slo_for(engine, w) if base == "slo-mixed" else (None, None)
         worker = bench.worker_for(prep, base)
         how = dict(pipeline=bench.params.pipeline_decodes, decode_rounds=bench.params.decode_rounds, worker=worker)
+        how.update(chunk_size=chunk, budget=budget)
         check = {"checks": "tokens", "near_ties": []}
 
-        def checked(run: dict, timed: bool) -> dict:
-            run["policy"] = policy  # a replica's run: named as the whole
-            ties = gate(run, refs)
-            if timed:
-                check["near_ties"] += ties
-            if timed and bench.params.replay_requests:  # each point's own steps, replayed with the full checks
-                check["checks"] = "tokens, and in full on a replay"
-                run["replay"] = replay_gate(
-                    engine,
-                    bench.model,
-                    run,
-                    prep["prompts"],
-                    sample=bench.params.replay_requests,
-                    seed=rep,
-                    reference=bench.reference,
-                    join=remote_join(worker),
-                )
-            return run
-
-        def once(timed: bool) -> dict:
-            one = lambda sub: serve_once(engine, sub, base, chunk_size=chunk, budget=budget, **how)  # noqa: E731
-            if replicas > 1:
-                return serve_replicated(w, base, replicas=replicas, serve=one, check=lambda r: checked(r, timed))
-            return checked(one(w), timed)
+        def replayed(run: dict) -> dict:  # each point's own steps, replayed with the full checks
+            check["checks"] = "tokens, and in full on a replay"
+            return replay_gate(
+                engine,
+                bench.model,
+                run,
+                prep["prompts"],
+                sample=bench.params.replay_requests,
+                seed=rep,
+                reference=bench.reference,
+                join=remote_join(worker),
+            )
 
         for _ in range(warmups):
-            once(timed=False)
-        run = once(timed=True)
+            gated_run(engine, w, policy, refs=refs, how=how)
+        replay = replayed if bench.params.replay_requests else None
+        run = gated_run(engine, w, policy, refs=refs, how=how, replay=replay, ties=check["near_ties"])
         if "replay" in run:
             check["replay"] = run["replay"]
         if slo is not None:  # calibrated once per command: each point says with what
