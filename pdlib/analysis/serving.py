@@ -71,6 +71,7 @@ def check_serving_report(report, *, where: str = "report") -> dict:
             and all(_is_int(k) and k >= 0 for k in replicas),
             f"{at}: steps.replica must give each step's replica (a whole number >= 0)",
         )
+        known = set(replicas or ())
         names = set()
         for j, r in enumerate(reqs):
             need(isinstance(r, dict) and isinstance(r.get("name"), str), f"{at}: request {j} has no name")
@@ -84,7 +85,7 @@ def check_serving_report(report, *, where: str = "report") -> dict:
             need(all(a <= b for a, b in zip(emit, emit[1:])), f"{at}: request {name}: emit_ns not sorted")
             need(isinstance(r.get("check", {}), dict), f"{at}: request {name}: check is not an object")
             need(
-                replicas is None or r.get("replica") in set(replicas) or not r["emit_ns"],
+                replicas is None or _is_int(r.get("replica")) and r["replica"] in known or not r["emit_ns"],
                 f"{at}: request {name}: its replica is none of the step log's",
             )
         need(run.get("makespan_ns") is None or _is_int(run["makespan_ns"]), f"{at}: makespan_ns is not an integer")

@@ -36,6 +36,8 @@ class Output:
     token: mx.array  # greedy pick, scalar uint32, on the device
     mailbox: TokenMailbox | None = None  # where the kernel also leaves the token (PDLIB_TOKEN_READ=mailbox)
     position: int = 0  # the token's slot there: its position
+    picks: mx.array | None = None  # a step's picks for all its emitting rows, started with the step: this is [row]
+    row: int = 0
 
     def observe(self) -> int:
         """The token id on the host: polled from the mailbox where the kernel writes one, else by MLX's
@@ -58,23 +60,22 @@ class Output:
 
 
 def observe_all(outs: list["Output | None"], seen=None) -> list[int | None]:
-    """Every output's token on the host (None for a part without one): each in a mailbox polled there, in order,
-    the rest read together, one device-to-host copy for all rather than one `.item()` each (a ragged step's rows
-    are done together anyway). `seen(i, token)` is called as each is seen (a serving loop stamps it then)."""
-    tokens = [None] * len(outs)
-    rest = [i for i, o in enumerate(outs) if o is not None and o.mailbox is None]
+    """Every output's token on the host (None for a part without one), in order: one in a mailbox polled there;
+    the rows of one step's picks (Engine._finish) in one read of that array, which went out with its step (a
+    read of anything new would queue behind the steps issued since); any other by `.item()`. `seen(i, token)`
+    is called as each is seen (a serving loop stamps it then)."""
+    tokens, read = [None] * len(outs), {}
     for i, o in enumerate(outs):
-        if o is not None and o.mailbox is not None:
+        if o is None:
+            continue
+        if o.mailbox is None and o.picks is not None:
+            if id(o.picks) not in read:
+                read[id(o.picks)] = o.picks.tolist()
+            tokens[i] = read[id(o.picks)][o.row]
+        else:
             tokens[i] = o.observe()
-            if seen:
-                seen(i, tokens[i])
-    read = [outs[rest[0]].observe()] if len(rest) == 1 else []
-    if len(rest) > 1:
-        read = mx.stack([outs[i].token.reshape(()) for i in rest]).tolist()
-    for i, t in zip(rest, read):
-        tokens[i] = t
         if seen:
-            seen(i, t)
+            seen(i, tokens[i])
     return tokens
 
 
@@ -248,9 +249,14 @@ class Engine:
         if len(emitting) < 2:
             outs = [None if l is None else self._emit(r, l) for r, l in zip(reqs, logits)]
         else:  # one argmax and one start for every row, not one each (a serving round of many)
-            picks = iter(mx.argmax(mx.stack(emitting), axis=-1))
-            outs = [None if l is None else self._emit(r, l, next(picks), start=False) for r, l in zip(reqs, logits)]
-            mx.async_eval([(o.token, o.logits) for o in outs if o is not None], [r.cache.lazy() for r in reqs])
+            picks = mx.argmax(mx.stack(emitting), axis=-1)
+            rows = iter(range(len(emitting)))
+            outs = [
+                None if l is None else self._emit(r, l, picks[next(rows)], start=False) for r, l in zip(reqs, logits)
+            ]
+            for k, o in enumerate(o for o in outs if o is not None):
+                o.picks, o.row = picks, k
+            mx.async_eval(picks, [(o.token, o.logits) for o in outs if o is not None], [r.cache.lazy() for r in reqs])
         # MLX is lazy: start the work of parts that emit nothing now
         mx.async_eval([r.cache.lazy() for r, o in zip(reqs, outs) if o is None])
         return outs

@@ -307,7 +307,7 @@ def run_serving(
     (batching.make_batch_policy)."""
     policies = [policy] if isinstance(policy, str) else list(policy)
     for p in policies:  # refused before any work
-        resolve(p)
+        resolve(p, workload.n)
     if decode_rounds not in DECODE_ROUNDS:
         raise InputError(f"decode_rounds must be one of {', '.join(DECODE_ROUNDS)}, got {decode_rounds!r}")
     for dtype, step in peers:

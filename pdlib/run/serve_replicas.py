@@ -32,11 +32,13 @@ def replicated_name(policy: str, replicas: int) -> str:
 def parse_replicated(name: str) -> tuple[str, int] | None:
     """(policy, replicas) of a `<policy>-x<K>` name, else None."""
     policy, sep, k = name.rpartition(SUFFIX)
-    return (policy, int(k)) if sep and policy and k.isdigit() and int(k) >= 2 else None
+    canonical = k.isascii() and k.isdigit() and k == str(int(k))  # "2", not "02" (the run is named by int(k))
+    return (policy, int(k)) if sep and policy and canonical and int(k) >= 2 else None
 
 
-def resolve(name: str) -> tuple[str, int]:
-    """(policy, replicas) of a serving run's name, a policy (one server) or `<policy>-x<K>`, or InputError."""
+def resolve(name: str, requests: int | None = None) -> tuple[str, int]:
+    """(policy, replicas) of a serving run's name, a policy (one server) or `<policy>-x<K>`, or InputError; with
+    `requests`, a K over them too (each replica needs one)."""
     policy, k = parse_replicated(name) or (name, 1)
     if policy not in BATCH_POLICIES:
         raise InputError(
@@ -45,6 +47,8 @@ def resolve(name: str) -> tuple[str, int]:
         )
     if k > 1 and BATCH_POLICIES[policy].remote_prefill == "worker":
         raise InputError(f"serving policy {name!r}: {policy} already takes two GPUs; replicas of it are not built")
+    if requests is not None and k > requests:
+        raise InputError(f"serving policy {name!r}: {k} replicas for {requests} requests; each needs one")
     return policy, k
 
 
@@ -113,7 +117,7 @@ def merged(workload: Workload, policy: str, subs: list[tuple[dict, int]]) -> dic
         "replicas": len(subs),
         "requests": [by_name[name] for name in workload.names],
         "steps": steps,
-        "idle_ns": sum(run["idle_ns"] for run, _ in subs),
+        "idle_ns": sum(run["idle_ns"] for run, _ in subs),  # every replica's waits for arrivals, summed
         "replica_makespan_ns": makespans,
         "makespan_ns": max(makespans),
     }

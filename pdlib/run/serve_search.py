@@ -196,6 +196,8 @@ class Bench:
     def __init__(self, workload_params: dict, params: ServeParams, reps: int):
         self.workload_params, self.params = workload_params, params
         self.samples = [rep_workload(workload_params, 1.0, r) for r in range(reps)]  # refuses a rep it can't make
+        for p in params.policies:  # replicas for every rep's requests, or refused now
+            resolve(p, min(w.n for w in self.samples))
         self.capacity = max(int((w.prompt_tokens + w.output_tokens).max()) for w in self.samples)
         self.peers = {peer_name(*c): c for c in params.peer_configs()}
         self.slos: dict = {}

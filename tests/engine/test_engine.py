@@ -329,8 +329,10 @@ def test_a_silent_steps_last_stage_starts_only_its_cache_writes(tiny, emits):
     assert all(id(x) in ours for x in last) is not emits
 
 
-def test_a_steps_tokens_are_observed_together_and_each_is_seen_once(tiny):
-    from pdlib.engine import observe_all
+def test_a_steps_tokens_are_observed_together_and_each_is_seen_once(tiny, monkeypatch):
+    """The rows' picks go out with their step as one array; observe_all reads that array, making nothing new (a
+    new array would queue behind whatever was issued after the step, as a pipelined serving loop issues)."""
+    from pdlib.engine import Output, observe_all
 
     e = Engine(tiny, capacity=64)
     for i, n in enumerate((12, 20, 9)):
@@ -338,8 +340,14 @@ def test_a_steps_tokens_are_observed_together_and_each_is_seen_once(tiny):
     e.prefill_chunk("r0", 12).observe()
     e.prefill_chunk("r1", 20).observe()
     outs = e.batch([("r0", None), ("r2", 4), ("r1", None)])  # two decode rows and a chunk short of its end
-    seen = []
-    tokens = observe_all(outs, lambda i, t: seen.append((i, t)))
-    assert tokens[1] is None and tokens == [None if o is None else o.token.item() for o in outs]
-    assert seen == [(0, tokens[0]), (2, tokens[2])]
-    assert observe_all([outs[0]]) == [tokens[0]] and observe_all([None]) == [None]
+    assert outs[1] is None and outs[0].picks is outs[2].picks and (outs[0].row, outs[2].row) == (0, 1)
+    want = [None if o is None else mx.argmax(o.logits).item() for o in outs]
+    with monkeypatch.context() as m:
+        m.setattr(mx, "stack", lambda *a, **k: pytest.fail("observe_all made a new array"))
+        m.setattr(Output, "observe", lambda self: pytest.fail("observe_all read a row by itself"))
+        seen = []
+        tokens = observe_all(outs, lambda i, t: seen.append((i, t)))
+    assert tokens == want and seen == [(0, want[0]), (2, want[2])]
+    single = e.batch([("r0", None)])  # one row: its own token, by .item()
+    assert single[0].picks is None and observe_all(single) == [single[0].token.item()]
+    assert observe_all([None]) == [None]

@@ -30,8 +30,12 @@ def workload():
     )
 
 
-def test_disagg_serves_every_prompt_from_the_worker_and_its_replay_checks_what_arrived(tiny, workload):
+def test_disagg_serves_every_prompt_from_the_worker_and_its_replay_checks_what_arrived(tiny, workload, monkeypatch):
+    real, received = transfer.receive, []
+    monkeypatch.setattr(transfer, "receive", lambda *a, **k: received.append(a[0][3]) or real(*a, **k))
     report = run_serving(tiny, workload, policy=["disagg"], chunk_size=16, replay=4, warmups=1)
+    # every prompt crossed in the warmup, in the timed run and in its replay: none was prefilled here
+    assert sorted(received) == sorted(workload.prompt_tokens.tolist() * 3)
     (run,) = report["runs"]
     assert all(r["check"]["status"] == "ok" for r in run["requests"])
     joins = [run["steps"]["work"][i][0] for i in run["steps"]["joins"]]  # a step of one part each
@@ -100,13 +104,13 @@ def test_a_search_of_disagg_sets_the_worker_up_for_each_rep_and_gates_every_poin
     params = tmp_path / "d.yaml"
     params.write_text(
         "model: synthetic:tiny\nchunk_size: 16\npolicies: [disagg]\n"
-        "workload: {source: poisson, rate: 1.0, n: 4, seed: 0, prompt: 24, output: 3}\n"
+        "workload: {source: poisson, rate: 1.0, n: 4, seed: 0, prompt: {dist: uniform, lo: 12, hi: 40}, output: 3}\n"
         "search: {lo: 40, hi: 160, reps: 2, precision: 1.0, max_per_rep: 2, criteria: [capacity]}\n"
     )
     log = tmp_path / "log.jsonl"
     search_params_file(params, output=tmp_path / "out.json.gz", log=log, note=lambda _: None)
     points = [json.loads(line) for line in log.read_text().splitlines()[1:]]
-    assert {pt["rep"] for pt in points} == {0, 1}  # each rep's prompts were on the worker when it ran
+    assert {pt["rep"] for pt in points} == {0, 1}  # each rep's prompts (their lengths differ) on the worker
     for pt in points:
         replay = pt["gate"]["replay"]
         assert replay["passed"] and replay["checks"]["prefix_kv"]["count"] >= len(replay["requests"]) > 0

@@ -23,7 +23,7 @@ MS = 1_000_000
 def workload():
     return Workload(
         "replicas",
-        np.array([0, 0, 2 * MS, 5 * MS, 6 * MS, 9 * MS]),
+        np.array([0, MS, 2 * MS, 5 * MS, 6 * MS, 9 * MS]),  # replica 1's clock starts at 1 ms
         np.array([16, 24, 20, 12, 30, 18]),
         np.array([8, 6, 7, 5, 9, 4]),
     )
@@ -36,9 +36,10 @@ def report(tiny, workload):
 
 def test_requests_are_dealt_in_arrival_order_each_replica_on_its_own_clock(workload):
     (a, a0), (b, b0) = deal(workload, 2)
-    assert a.names == ("r0", "r2", "r4") and b.names == ("r1", "r3", "r5") and (a0, b0) == (0, 0)
+    assert a.names == ("r0", "r2", "r4") and b.names == ("r1", "r3", "r5") and (a0, b0) == (0, MS)
+    assert b.arrival_ns.tolist() == [0, 4 * MS, 8 * MS]
     (_, _), (c, c0), (_, _) = deal(workload, 3)
-    assert c.names == ("r1", "r4") and c0 == 0 and c.arrival_ns.tolist() == [0, 6 * MS]
+    assert c.names == ("r1", "r4") and c0 == MS and c.arrival_ns.tolist() == [0, 5 * MS]
     *_, (last, offset) = deal(workload, 6)
     assert last.names == ("r5",) and offset == 9 * MS and last.arrival_ns.tolist() == [0]
     for bad in (1, 7, 2.0, True):
@@ -92,6 +93,8 @@ def test_a_wrong_token_in_one_replica_stops_the_run_naming_it(tiny, workload):
         ("mixed-x1", "unknown serving policy 'mixed-x1'"),
         ("lifo-x2", "unknown serving policy 'lifo-x2'"),
         ("disagg-x2", "serving policy 'disagg-x2': disagg already takes two GPUs"),
+        ("mixed-x02", "unknown serving policy 'mixed-x02'"),
+        ("mixed-x\u00b2", "unknown serving policy 'mixed-x\u00b2'"),
     ],
 )
 def test_a_replicated_name_is_a_policy_and_a_count_of_two_or_more(name, message):
@@ -102,6 +105,14 @@ def test_a_replicated_name_is_a_policy_and_a_count_of_two_or_more(name, message)
     with pytest.raises(InputError, match=f"policies: {message}"):
         ServeParams(policies=(name,))
     assert ServeParams(policies=("mixed", "mixed-x2")).policies == ("mixed", "mixed-x2")
+    with pytest.raises(InputError, match="serving policy 'mixed-x7': 7 replicas for 6 requests; each needs one"):
+        resolve("mixed-x7", 6)
+
+
+def test_more_replicas_than_requests_is_refused_before_any_work(tiny, workload, monkeypatch):
+    monkeypatch.setattr("pdlib.run.serve.reference_sequences", lambda *a, **k: pytest.fail("work was done"))
+    with pytest.raises(InputError, match="'mixed-x7': 7 replicas for 6 requests"):
+        run_serving(tiny, workload, policy=["mixed", "mixed-x7"], chunk_size=16)
 
 
 def test_a_step_log_with_a_bad_replica_list_is_refused(report):

@@ -138,8 +138,10 @@ class RemotePrefill:
     def receive(self, engine, req: str, n: int) -> tuple[Output, dict]:
         if self.t_dispatch is None:
             raise RuntimeError("receive before start: the executor signals the prefill worker at t0")
-        if n != self.shape[3]:
-            raise ValueError(f"a remote prefill of {n} tokens; the worker prefills {self.shape[3]}")
+        if n != self.shape[3] or self.req is not None and req != self.req:
+            raise ValueError(
+                f"a remote prefill of {req}'s {n} tokens; the worker prefills {self.req or 'B'}'s {self.shape[3]}"
+            )
         if not self.ready():
             self._got(self.worker.wait_message("ready", timeout_s=self.timeout_s, what=WAITING_FOR))
         t_start = now()
@@ -242,7 +244,12 @@ class ServeSession:
             "transfer": self.mode,
             "prefill_chunk": chunk,
             "ready_timeout_s": self.ready_timeout_s,
-            "decode": {"rank": 0, "device": str(mx.default_device()), "pid": os.getpid()},
+            "decode": {
+                "rank": 0,
+                "device": str(mx.default_device()),
+                "pid": os.getpid(),
+                "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            },
             "prefill": {"rank": 1, **{k: v for k, v in prefill.items() if k != "kind"}},
         }
 

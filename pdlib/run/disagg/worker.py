@@ -91,11 +91,12 @@ def serve(commands, replies, *, backend: str) -> int:
             )  # it prefills only
             # one untimed prefill of B's prompt (serving: the longest): compiles what it needs, and its time scales
             # the decode worker's wait for a silent worker (remote.ready_timeout_s)
+            if not serving:
+                engine.add_request("B", msg["prompt"])
             t0 = time.perf_counter()
             if serving:
                 _prefill_request(engine, setup, max(msg["prompts"], key=lambda k: len(msg["prompts"][k])))
             else:
-                engine.add_request("B", msg["prompt"])
                 _prefill(engine, setup)
             prefill_s = time.perf_counter() - t0
             env = environment(BACKEND)
