@@ -64,13 +64,9 @@ def check_serving_report(report, *, where: str = "report") -> dict:
         need(isinstance(steps, dict) and all(isinstance(steps.get(k), list) for k in STEP_KEYS), f"{at}: no step log")
         need(len({len(steps[k]) for k in STEP_KEYS}) == 1, f"{at}: the step log's lists differ in length")
         replicas = steps.get("replica")  # a run of replicas: each step's, and each request's (serve_replicas.py)
-        need(
-            replicas is None
-            or isinstance(replicas, list)
-            and len(replicas) == len(steps["work"])
-            and all(_is_int(k) and k >= 0 for k in replicas),
-            f"{at}: steps.replica must give each step's replica (a whole number >= 0)",
-        )
+        fits = isinstance(replicas, list) and len(replicas) == len(steps["work"])
+        ok = replicas is None or fits and all(_is_int(k) and k >= 0 for k in replicas)
+        need(ok, f"{at}: steps.replica must give each step's replica (a whole number >= 0)")
         known = set(replicas or ())
         names = set()
         for j, r in enumerate(reqs):
