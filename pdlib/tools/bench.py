@@ -83,7 +83,7 @@ def bench_pdlib(
     # the per-operation kernels write no mailbox: beside the persistent kernel they are read by .item()
     engine = Engine(
         model,
-        capacity=max(max(contexts) + steps, prefill_tokens),
+        capacity=max(max(contexts) + steps, prefill_tokens + 1),  # a prompt needs one more position
         decode=decode,
         token_read="item" if decode == "kernels" else None,
     )

@@ -20,7 +20,7 @@ import time
 import mlx.core as mx
 
 from pdlib.engine import Engine, check_token
-from pdlib.engine.kernels import slices
+from pdlib.engine.kernels import BACKEND, slices
 from pdlib.engine.model import drain
 from pdlib.report.io import environment
 from pdlib.run.overlap import StreamPrefill, second_stream
@@ -104,9 +104,21 @@ class _nothing:
         return False
 
 
+def same_prefix(runs: list[list[int]], alone: list[int]) -> tuple[bool, int]:
+    """Whether every run's tokens start as `alone` does, over the tokens all of them have: (match, how many)."""
+    n = min(len(alone), *(len(r) for r in runs))
+    return all(r[:n] == alone[:n] for r in runs), n
+
+
 def probe(model_spec: str, prompts: list[int], ks: list[int], steps: int, repeats: int) -> dict:
     model = load_model(model_spec)
-    result = {"model": model.source, "environment": environment(), "steps": steps, "repeats": repeats, "rows": []}
+    result = {
+        "model": model.source,
+        "environment": environment(BACKEND),
+        "steps": steps,
+        "repeats": repeats,
+        "rows": [],
+    }
     for prompt in prompts:
         p = Probe(model, prompt, steps)
         p.a_alone()  # compiles and warms
@@ -135,14 +147,15 @@ def probe(model_spec: str, prompts: list[int], ks: list[int], steps: int, repeat
                     a_where, b_stream = None, second_stream()
                 for in_flight in (1, 2):
                     both = [p.together(a_where, b_stream, in_flight) for _ in range(repeats)]
-                    n = min(len(b["a_tokens"]) for b in both)
+                    match, n = same_prefix([b["a_tokens"] for b in both], a_tokens)
                     row[f"together_{in_flight}"] = {
                         "a_max_gap_ms": statistics.median(b["a_gaps_ms_max"] for b in both),
                         "a_median_gap_ms": statistics.median(b["a_gaps_ms_median"] for b in both),
                         "a_tokens_during": statistics.median(b["a_tokens_during"] for b in both),
                         "b_ttft_s": statistics.median(b["b_ttft_s"] for b in both),
                         "b_token_match": all(b["b_token"] == b_token for b in both),
-                        "a_tokens_match": all(b["a_tokens"][:n] == a_tokens[:n] for b in both),
+                        "a_tokens_match": match,
+                        "a_tokens_compared": n,
                     }
             except Exception as e:  # a probe row that fails says why and the others still run
                 row["error"] = f"{type(e).__name__}: {e}"
@@ -168,4 +181,4 @@ def format_rows(result: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["probe", "format_rows"]
+__all__ = ["probe", "format_rows", "same_prefix"]

@@ -82,3 +82,21 @@ def test_a_peer_that_fails_is_recorded_and_the_rest_kept(tiny, monkeypatch):
     result = bench_step(tiny, peers=True, log=lambda *a: None, **SIZES, rounds=())
     assert result["engines"]["hf-fp32"] == {"error": "RuntimeError: CUDA error: out of memory"}
     assert "hf-bf16" not in format_table(result) and "pdlib" in format_table(result)
+
+
+def test_the_partition_curve_compares_as_many_of_as_tokens_as_every_run_has():
+    """A's tokens beside B's prefill may outnumber A's run alone: only the tokens both have are compared."""
+    from pdlib.tools.partition_curve import same_prefix
+
+    alone = [5, 6, 7, 8]
+    assert same_prefix([[5, 6, 7, 8, 9, 10], [5, 6, 7]], alone) == (True, 3)
+    assert same_prefix([[5, 6, 7, 8, 9, 10]], alone) == (True, 4)
+    assert same_prefix([[5, 6, 0, 8, 9], [5, 6, 7, 8]], alone) == (False, 4)
+
+
+def test_bench_steps_contexts_may_be_shorter_than_its_prompt(tiny):
+    """The engine holds the whole prompt as well as every context's decodes (a prompt needs one more position)."""
+    from pdlib.tools.bench import bench_pdlib
+
+    out = bench_pdlib(tiny, contexts=[16], tokens=2, warmup=1, prefill_tokens=64, chunk=16, repeats=1)
+    assert out
