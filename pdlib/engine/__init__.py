@@ -246,8 +246,9 @@ class Engine:
 
     def _finish(self, reqs: list[Request], logits: list) -> list[Output | None]:
         emitting = [l for l in logits if l is not None]
-        if len(emitting) < 2:
+        if len(emitting) < 2:  # each emitting part starts itself (_emit)
             outs = [None if l is None else self._emit(r, l) for r, l in zip(reqs, logits)]
+            unstarted = [r for r, o in zip(reqs, outs) if o is None]
         else:  # one argmax and one start for every row, not one each (a serving round of many)
             picks = mx.argmax(mx.stack(emitting), axis=-1)
             rows = iter(range(len(emitting)))
@@ -256,9 +257,9 @@ class Engine:
             ]
             for k, o in enumerate(o for o in outs if o is not None):
                 o.picks, o.row = picks, k
-            mx.async_eval(picks, [(o.token, o.logits) for o in outs if o is not None], [r.cache.lazy() for r in reqs])
-        # MLX is lazy: start the work of parts that emit nothing now
-        mx.async_eval([r.cache.lazy() for r, o in zip(reqs, outs) if o is None])
+            mx.async_eval(picks, [(o.token, o.logits) for o in outs if o is not None])
+            unstarted = reqs
+        mx.async_eval([r.cache.lazy() for r in unstarted])  # MLX is lazy: start the cache writes now
         return outs
 
     def decode(self, name: str) -> Output:

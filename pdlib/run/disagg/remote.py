@@ -168,6 +168,24 @@ class RemotePrefill:
         }
 
 
+def workers_record(worker: PrefillWorker, mode: str, chunk, ready_timeout_s: float, prefill: dict) -> dict:
+    """What a report records of the two workers: this process (rank 0, decode) and the prefill worker as its
+    setup reply described itself."""
+    return {
+        "backend": worker.backend,
+        "transfer": mode,
+        "prefill_chunk": chunk,
+        "ready_timeout_s": ready_timeout_s,
+        "decode": {
+            "rank": 0,
+            "device": str(mx.default_device()),
+            "pid": os.getpid(),
+            "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        },
+        "prefill": {"rank": 1, **{k: v for k, v in prefill.items() if k != "kind"}},
+    }
+
+
 class DisaggSession:
     """One experiment's use of the (process-wide) prefill worker: B's prompt and shapes, set up once."""
 
@@ -192,19 +210,7 @@ class DisaggSession:
         self.ready_timeout_s = ready_timeout_s(prefill["prefill_s"])
         self.shape = (config.num_hidden_layers, 2, config.num_key_value_heads, params.prompt_tokens, config.head_dim)
         self.vocab = config.vocab_size
-        self.workers = {
-            "backend": self.worker.backend,
-            "transfer": self.mode,
-            "prefill_chunk": self.prefill_chunk,
-            "ready_timeout_s": self.ready_timeout_s,
-            "decode": {
-                "rank": 0,
-                "device": str(mx.default_device()),
-                "pid": os.getpid(),
-                "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
-            },
-            "prefill": {"rank": 1, **{k: v for k, v in prefill.items() if k != "kind"}},
-        }
+        self.workers = workers_record(self.worker, self.mode, self.prefill_chunk, self.ready_timeout_s, prefill)
 
     def walk(self, validated: list[Step]) -> RemoteSteps:
         """The live `disagg` policy bound to a fresh RemotePrefill, held to `validated` per request."""
@@ -239,19 +245,7 @@ class ServeSession:
             "setup", timeout_s=SETUP_TIMEOUT_S, what="loading the weights and prefilling the longest prompt once"
         )
         self.ready_timeout_s = ready_timeout_s(prefill["prefill_s"])
-        self.workers = {
-            "backend": self.worker.backend,
-            "transfer": self.mode,
-            "prefill_chunk": chunk,
-            "ready_timeout_s": self.ready_timeout_s,
-            "decode": {
-                "rank": 0,
-                "device": str(mx.default_device()),
-                "pid": os.getpid(),
-                "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
-            },
-            "prefill": {"rank": 1, **{k: v for k, v in prefill.items() if k != "kind"}},
-        }
+        self.workers = workers_record(self.worker, self.mode, chunk, self.ready_timeout_s, prefill)
 
     def prefill(self, req: str, n: int) -> RemotePrefill:
         """A RemotePrefill of `req`'s whole prompt (n tokens), not yet started."""
