@@ -83,30 +83,23 @@ class Qwen3:
         self.prefill_arithmetic = prefill_arithmetic(cfg.head_dim, packed=lossless_decode_weights)
         # one barrier buffer per cache (decodes of two requests may overlap), gone with its cache
         self.decode_weights, self._syncs = None, weakref.WeakKeyDictionary()
-        # mailbox: the kernel also leaves each token where the host polls (kernels/mailbox.py); None:
-        # PDLIB_TOKEN_READ's, else the mailbox wherever the persistent kernel decodes
+        # mailbox: the kernel also leaves each token where the host polls (kernels/mailbox.py), where it decodes
         chosen = token_read or K.token_read_choice()
         self.token_read = chosen or ("mailbox" if self.decode_mode == "persistent" else "item")
         self._boxes = weakref.WeakKeyDictionary()
-        # two requests' decodes in one step (a Batch of decodes, as mixed's rounds after B's first token): one
-        # persistent launch for both where it fits (PDLIB_PAIR_DECODE=pair, the default there), else one each
-        asked = settings.get(PAIR_ENV)  # a bad value is refused here
-        self.pairs = (
-            asked == "pair"
-            and self.decode_mode == "persistent"
-            and persistent.available(cfg, packed=lossless_decode_weights, requests=2)
-        )
+        # two requests' decodes in one step: one persistent launch for both where it fits (PDLIB_PAIR_DECODE=pair,
+        # the default there; a bad value is refused here), else one each
+        fits = persistent.available(cfg, packed=lossless_decode_weights, requests=2)
+        self.pairs = settings.get(PAIR_ENV) == "pair" and self.decode_mode == "persistent" and fits
         self._pair_syncs = weakref.WeakKeyDictionary()  # first cache -> {second cache: the pair's sync buffer}
         if self.decode_mode == "persistent":
             if not runs_here:
                 raise InputError(
-                    f"PDLIB_DECODE=persistent: the persistent decode kernel needs CUDA, head_dim 128, "
-                    f"bf16-packed decode weights and shapes within {persistent.SHARED_LIMIT} bytes of "
-                    f"shared memory; here: backend {K.BACKEND}, head_dim {cfg.head_dim}, packed "
-                    f"{lossless_decode_weights}, {persistent.shared_bytes(cfg)} bytes "
-                    f"(PDLIB_DECODE=kernels runs everywhere)"
+                    f"PDLIB_DECODE=persistent: the persistent decode kernel needs CUDA, head_dim 128, bf16-packed "
+                    f"decode weights and shapes within {persistent.SHARED_LIMIT} bytes of shared memory; here: "
+                    f"backend {K.BACKEND}, head_dim {cfg.head_dim}, packed {lossless_decode_weights}, "
+                    f"{persistent.shared_bytes(cfg)} bytes (PDLIB_DECODE=kernels runs everywhere)"
                 )
-            # One launch per token: nothing to compile (mx.compile did not shorten the host's time per token)
             self.decode_weights = self.stacked_decode_weights()
             mx.eval(self.decode_weights)
             self.share_decode_weights()
@@ -119,9 +112,8 @@ class Qwen3:
             )
 
     def _pin_mailbox(self, asked: bool) -> None:
-        """The process's mailbox region, pinned now rather than at the first decode. If it cannot be: an error
-        where PDLIB_TOKEN_READ (or the caller) asked for the mailbox; where it was only the default, `.item()`,
-        with a warning on stderr (reports record which ran)."""
+        """The process's mailbox region, pinned now rather than at the first decode; if it cannot be, an error where
+        PDLIB_TOKEN_READ (or the caller) asked for it, else `.item()` with a warning (reports record which ran)."""
         try:
             K.mailbox_region()
         except RuntimeError as e:
@@ -163,18 +155,27 @@ class Qwen3:
         return KVPool(slots=slots, capacity=capacity, **shape)
 
     # -- prefill ---------------------------------------------------------------------------------------
-    # Everything but attention depends only on the chunk's length, so it runs as compiled functions (one
-    # trace per length, shared by all layers: the weights are arguments). Attention is one flash kernel per
-    # segment where it runs (kernels/flash_prefill.py: CUDA), reading the cache in place; elsewhere MLX's ops
-    # read a cache prefix that grows every chunk, and since nothing in `attention_rows` depends on its length,
-    # it is compiled shapeless, once per query row count. On a GPU the host spends microseconds on each node
-    # of a step's graph: compiled pieces fuse elementwise work and skip
-    # Python, the weights' transposes are made once at load, each RMSNorm is MLX's fused one (one node, where
-    # the ops' square, mean and scale are four), and so is RoPE in a step of one request (mx.fast.rope, the
-    # reference's own: its positions run on from the step's first); a ragged step's rows are at scattered
-    # positions, so it rotates by tables made once per step. Where flash runs, what lies between the q|k|v
-    # GEMM and attention (q/k norms, RoPE, the K/V store) is one kernel per segment instead (kernels/qk_rope.py),
-    # and a decode's row goes to decode attention (`step`).
+    # All but attention depends only on the step's row count: compiled pieces (one trace per count, for every
+    # layer), fusing elementwise work and skipping Python, whose microseconds per graph node a GPU's host pays.
+    # Attention: where flash runs (CUDA), one kernel per segment for q/k norms, RoPE and the K/V store
+    # (kernels/qk_rope.py), then flash over the cache in place; elsewhere MLX's ops (`attention_rows`, compiled
+    # shapeless), RoPE from one request's first position or by tables. A decode's row: decode attention.
+    def warm(self, max_rows: int) -> list[int]:
+        """Run once, on zeros, each variant of the matmul kernels (kernels/gemm.py `variant`) a step of 1..max_rows
+        rows can meet, so that no timed step compiles one; returns the row counts run."""
+        c, L = self.cfg, self.layers[0]
+        names = zip(("wqkv", "wo", "w_gate_up", "w_down"), (L.d_qkv, L.d_o, L.d_gate_up, L.d_down))
+        wqkv, wo, up, down = [(L.t[n], d) for n, d in names]
+        seen, runs = set(), []
+        for m in range(1, max_rows + 1):
+            v = tuple(K.gemm_variant(m, *w) for w in (wqkv, wo, up, down, (self.lm_head_t, None)))
+            if v not in seen:
+                seen.add(v)
+                runs.append(m)
+                o = mx.zeros((c.num_attention_heads, m, c.head_dim))
+                h, x = self._p_out_mlp(mx.zeros((m, c.hidden_size)), o, wo, L.post_norm, up, down, self.norm)
+                mx.eval(self._p_proj(x, wqkv), h, K.linear_t(x, self.lm_head_t))
+        return runs
 
     def _proj(self, x, wqkv):
         """x: (T, D), the layer's normed input -> its q|k|v projection (T, Hq + 2 Hkv, Dh), as the GEMM leaves it."""

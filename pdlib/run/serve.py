@@ -280,6 +280,14 @@ def serving_capacity(model: LoadedModel, workload: Workload) -> tuple[int, int]:
     return capacity, cache_bytes
 
 
+def warm_engine(engine: Engine, workloads: Sequence[Workload], chunk_size: int) -> dict:
+    """Each matmul kernel variant a step of these workloads can meet, compiled before anything is timed (a step
+    carries at most a chunk, or a whole prompt, and a decode per request): the row counts run and the seconds."""
+    t = time.perf_counter()
+    rows = engine.model.warm(max(max(chunk_size, int(w.prompt_tokens.max())) + w.n for w in workloads))
+    return {"warm_rows": rows, "warm_s": time.perf_counter() - t}
+
+
 def run_serving(
     model: LoadedModel,
     workload: Workload,
@@ -325,6 +333,7 @@ def run_serving(
     for name in workload.names:
         engine.add_request(name, prompts[name].token_ids)
     setup_s = time.perf_counter() - t
+    warm = warm_engine(engine, [workload], chunk_size)
     runs, near_ties, reference = [], [], None
     token_ids = {k: p.token_ids for k, p in prompts.items()}
     slos = slos or {}
@@ -374,7 +383,13 @@ def run_serving(
         },
         "slos": {k: asdict(s) for k, s in slos.items()},
         **({"slo_policy": slo} if slo else {}),
-        "engine": {"capacity": capacity, "kv_cache_bytes": cache_bytes, "setup_s": setup_s, "warmups": warmups},
+        "engine": {
+            "capacity": capacity,
+            "kv_cache_bytes": cache_bytes,
+            "setup_s": setup_s,
+            "warmups": warmups,
+            **warm,
+        },
         **({"workers": worker.workers} if worker is not None else {}),
         "gate": {
             "checks": "tokens, and in full on a replay" if replay else "tokens",  # module docstring

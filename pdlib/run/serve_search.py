@@ -66,7 +66,7 @@ from pdlib.run.clock import now
 from pdlib.run.peer import peer_model, peer_once, record_agreement
 from pdlib.run.reference import Reference
 from pdlib.run.search_log import SearchLog, utc_now
-from pdlib.run.serve import gated_run, prefill_worker, remote_join, serving_capacity
+from pdlib.run.serve import gated_run, prefill_worker, remote_join, serving_capacity, warm_engine
 from pdlib.run.serve_gate import reference_sequences
 from pdlib.run.serve_params import ServeParams, load_serve_params, search_settings
 from pdlib.run.serve_replay import replay_gate
@@ -206,6 +206,7 @@ class Bench:
         self.prepared: dict = {}
         self.peer_models: dict = {}
         self.slo = None  # the slo policy's (record, budget), calibrated once per command (serve_slo.py)
+        self.warm = None  # serve.warm_engine's record, once per command: compiled before any point is timed
         self._reference = None
 
     @property
@@ -231,6 +232,7 @@ class Bench:
         """The one engine, holding `prep`'s requests (added again when the rep changes)."""
         if self.engine is None:
             self.engine = Engine(self.model, capacity=self.capacity, slots=max(w.n for w in self.samples))
+            self.warm = warm_engine(self.engine, self.samples, self.params.chunk_size)
         if self.in_engine != prep["key"]:
             self.engine.clear_requests()
             for name, ids in prep["prompts"].items():
@@ -439,6 +441,7 @@ def search_params_file(params_file, *, output=None, log, note=None) -> dict:
         "measurements": {"new": counts["measured"], "from_log": from_log, "in_log": points, "cut_bytes": cut},
         "log": {"path": str(log), "created_utc": header["created_utc"]},
         "wall_s": time.perf_counter() - t_start,
+        "warm": bench.warm,
         "environment": environment(BACKEND),
         "sources": source_hashes(params_file),
     }

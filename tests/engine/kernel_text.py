@@ -71,7 +71,12 @@ def wrapped(kernel: Kernel, backend: str, source: str) -> str:
             out.append(f"__global__ void {fn}(\n    {', '.join(params)}) {{\n{consts}\n{source}\n}}\n")
         else:
             params = (
-                [f"const device {METAL_TYPES[t]}* {n}" for n, t in kernel.inputs]
+                [
+                    p
+                    for n, t in kernel.inputs
+                    for p in [f"const device {METAL_TYPES[t]}* {n}"]
+                    + ([f"const constant int* {n}_shape"] if f"{n}_shape" in source else [])
+                ]
                 + [f"device {METAL_TYPES[t]}* {n}" for n, t in kernel.outputs]
                 + metal_attributes(source)
             )

@@ -204,6 +204,43 @@ def test_linear_t_picks_the_weight_and_the_kernel(monkeypatch, choice, rows):
     assert seen == ([want[choice, rows]] if (choice, rows) in want else [])
 
 
+@pytest.mark.parametrize("choice", ["tf32x3", "fp32", "wgmma", "bf16x3"])
+def test_variant_names_what_linear_t_launches(monkeypatch, choice):
+    """variant(M, w_t, w) is the tiles and K split linear_t's kernel launches with at M rows, None where MLX's
+    matmul runs: the key of what a step compiles (model.warm runs each once)."""
+    seen = []
+    monkeypatch.setenv("PDLIB_PREFILL_GEMM", choice)
+    monkeypatch.setattr(G, "BACKEND", "cuda")
+    monkeypatch.setattr(G, "cuda_sm_count", lambda: 132)
+    monkeypatch.setattr(G, "tf32x3_matmul", lambda x, w, *, shape, **kw: seen.append(shape) or x @ w.T)
+    w = mx.zeros((1024, 3072), mx.bfloat16)  # N = 1024, K = 3072: down_proj's
+    variants = set()
+    for rows in (1, 15, 16, 40, 64, 65, 128, 256, 257, 4096):
+        for weight in (w, None):
+            seen.clear()
+            G.linear_t(mx.zeros((rows, 3072)), w.astype(mx.float32).T, weight)
+            v = G.variant(rows, w.astype(mx.float32).T, weight)
+            assert v == ((seen[0], G.k_split(rows, 3072, 1024, 132, seen[0])) if seen else None), (rows, weight)
+            variants.add(v)
+    assert variants == {None} if choice == "fp32" else len(variants) >= 2  # MLX's, and the kernel's
+    monkeypatch.setattr(G, "BACKEND", "cpu")
+    assert G.variant(128, w.astype(mx.float32).T, w) is None
+
+
+def test_warm_runs_one_step_of_rows_per_variant(monkeypatch, tiny):
+    """model.warm runs the first row count of each new tuple of the step's five matmuls' variants, through the
+    compiled pieces; on this machine every matmul is MLX's, so one."""
+    from pdlib.engine.model import Qwen3
+
+    q = Qwen3(tiny, compile_steps=False)
+    assert q.warm(600) == [1]
+    ran = []
+    proj = q._p_proj
+    monkeypatch.setattr(q, "_p_proj", lambda x, w: ran.append(x.shape[0]) or proj(x, w))
+    monkeypatch.setattr(K, "gemm_variant", lambda m, w_t, w=None: None if m < 16 else (w is None, m // 100))
+    assert q.warm(250) == [1, 16, 100, 200] == ran
+
+
 def test_the_switch_defaults_to_tensor_cores_on_the_bf16_copies_on_cuda_only(monkeypatch):
     monkeypatch.delenv("PDLIB_PREFILL_GEMM", raising=False)
     monkeypatch.setattr(G, "BACKEND", "cuda")

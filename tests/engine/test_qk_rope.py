@@ -33,8 +33,8 @@ KERNEL = Kernel(
     ],
     [("q", "f32"), ("written", "u32")],
     [
-        dict(T=T, HQ=hq, HKV=hkv, DH=128, CAP=cap, EPS_BITS=float_bits(1e-6))
-        for T, _, cap, hq, hkv, _ in qk_rope_cases()
+        dict(HQ=hq, HKV=hkv, DH=128, CAP=cap, EPS_BITS=float_bits(1e-6))  # T is pos_shape[0]
+        for _, _, cap, hq, hkv, _ in qk_rope_cases()
     ],
 )
 
@@ -156,3 +156,26 @@ def test_the_metal_text_type_checks_against_standins(tmp_path):
         ["g++", "-std=c++17", "-fsyntax-only", "-Wno-unused", str(src)], capture_output=True, text=True
     )
     assert run.returncode == 0, run.stderr
+
+
+def test_one_kernel_serves_every_chunk_length(monkeypatch):
+    """The launch's template values do not name the chunk's length: MLX compiles a custom kernel once per set of
+    them, and a serving run whose chunk lengths follow the arrivals met a new one in most mixed steps."""
+    seen = []
+
+    def record(*, inputs, template, output_shapes, **_):
+        seen.append(template)
+        return [mx.zeros(s) for s in output_shapes]
+
+    monkeypatch.setattr(Q, "_kernel", record)
+    hq, hkv, cap = 4, 2, 64
+    cache = mx.zeros((hkv, cap, 128))
+    for T in (1, 19, 37):
+        raw = mx.zeros((T, hq + 2 * hkv, 128))
+        positions = mx.arange(T, dtype=mx.int32)
+        norms = mx.ones((128,)), mx.ones((128,))
+        Q.qk_rope_store_kernel(
+            raw, *norms, mx.ones((64,)), positions, cache, cache, K.new_fence(), heads=hq, kv_heads=hkv, eps=1e-6
+        )
+    assert len(seen) == 3 and seen[0] == seen[1] == seen[2]
+    assert "pos_shape[0]" in Q.SOURCE  # where the body reads T instead

@@ -67,6 +67,7 @@ def test_every_policy_passes_the_token_gate(good, refs, workload):
             assert r["check"] == {"status": "ok", "checked": n}
             assert r["output_ids"] == refs[r["name"]].tokens and len(r["emit_ns"]) == n
     assert good["engine"]["capacity"] == 70 + 4
+    assert good["engine"]["warm_rows"] == [1] and good["engine"]["warm_s"] > 0  # every matmul MLX's here
     json.dumps(good, allow_nan=True)  # the report is plain JSON
     assert "mixed" in summary_table(good)
 

@@ -24,6 +24,7 @@ from pdlib.engine.kernels.gemm import choice as gemm_choice
 from pdlib.engine.kernels.gemm import enabled as gemm_enabled
 from pdlib.engine.kernels.gemm import linear_t, tf32x3_matmul, tf32x3_ops
 from pdlib.engine.kernels.gemm import sum_choice as gemm_sum_choice
+from pdlib.engine.kernels.gemm import variant as gemm_variant
 from pdlib.engine.kernels.gemv import gemv, gemv_kernel, gemv_ops, linear
 from pdlib.engine.kernels.kv_store import install_kv, install_kv_kernel, store_kv, store_kv_kernel, store_kv_ops
 from pdlib.engine.kernels.mailbox import MailboxRegion, TokenMailbox
@@ -63,6 +64,7 @@ __all__ = [
     "gemm_choice",
     "gemm_enabled",
     "gemm_sum_choice",
+    "gemm_variant",
     "gemv",
     "gemv_kernel",
     "gemv_ops",

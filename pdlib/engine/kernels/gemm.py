@@ -370,6 +370,23 @@ def linear_t(
     return epilogue_ops(x @ w_t, **epilogue)
 
 
+def variant(M: int, w_t: mx.array, w: mx.array | None = None) -> tuple | None:
+    """What linear_t(x of M rows, w_t, w) launches of this module's, as (tiles, K split); None where MLX's matmul
+    runs. MLX compiles a custom kernel once per name and template values, so a step of a row count whose
+    variant is new compiles its kernels then (about a second each on the H200): model.warm runs each variant
+    once, before anything is timed."""
+    if not enabled():
+        return None
+    K, N = w_t.shape
+    if w is not None and w.dtype == mx.bfloat16 and bf16_weights() and tiles(M, K, N, bf16=True):
+        shape = BF16X3_TILES if choice() == "bf16x3" else CHUNK_TILES
+    elif tiles(M, K, N):
+        shape = chunk_tiles()
+    else:
+        return None
+    return shape, k_split(M, K, N, cuda_sm_count(), shape)
+
+
 def tf32x3_ops(x: mx.array, w: mx.array, **_) -> mx.array:
     """The oracle: the plain FP32 product (MLX_ENABLE_TF32=0 keeps MLX's own matmul FP32 on CUDA)."""
     return x @ w.astype(mx.float32).T

@@ -1,4 +1,6 @@
-    // one thread per float4 of the new keys (and values): (h, t, d4) over HKV x T x DH/4
+    // one thread per float4 of the new keys (and values): (h, t, d4) over HKV x T x DH/4; T from the shape, so
+    // one kernel serves every length
+    const int T = k_shape[1];
     const size_t i = (size_t)threadgroup_position_in_grid.x * threads_per_threadgroup.x
                      + thread_position_in_threadgroup.x;
     if (i == 0) written[0] = after[0] + 1u;

@@ -1,5 +1,5 @@
     // one thread per float4 of keys (and of values): (h, s, d4) over HKV x S x DH/4, S = start + T
-    const int start = pos[0], S = start + T;
+    const int T = k_shape[1], start = pos[0], S = start + T;   // T from the shape: one kernel for every length
     const size_t i = (size_t)threadgroup_position_in_grid.x * threads_per_threadgroup.x
                      + thread_position_in_threadgroup.x;
     if (i == 0) written[0] = after[0] + 1u;

@@ -46,14 +46,15 @@ def store_kv_ops(k, v, k_cache, v_cache, written, *, positions: mx.array | None 
 
 
 def store_kv_kernel(k, v, k_cache, v_cache, written, *, positions: mx.array, start: int):
-    """`positions` carries start to the kernel (a template value would compile one kernel per chunk);
-    the host's `start` only sizes the outputs. The caches come back as they went in: written in place."""
+    """`positions` carries start to the kernel, and k's shape the length (a template value would compile one
+    kernel per chunk); the host's `start` only sizes the outputs. The caches come back as they went in: written
+    in place."""
     Hkv, T, Dh = k.shape
     S = start + T
     n = Hkv * S * Dh // 4
     keys, values, written = _kernel(
         inputs=[k, v, positions, k_cache, v_cache, written],
-        template=[("T", T), ("HKV", Hkv), ("DH", Dh), ("CAP", k_cache.shape[1])],
+        template=[("HKV", Hkv), ("DH", Dh), ("CAP", k_cache.shape[1])],
         grid=(-(-n // 256) * 256, 1, 1),
         threadgroup=(256, 1, 1),
         output_shapes=[(Hkv, S, Dh), (Hkv, S, Dh), written.shape],
@@ -80,7 +81,7 @@ def install_kv_kernel(k, v, k_cache, v_cache, written, *, positions: mx.array, s
     n = Hkv * T * Dh // 4
     (written,) = _install(
         inputs=[k, v, positions, k_cache, v_cache, written],
-        template=[("T", T), ("HKV", Hkv), ("DH", Dh), ("CAP", k_cache.shape[1])],
+        template=[("HKV", Hkv), ("DH", Dh), ("CAP", k_cache.shape[1])],
         grid=(-(-n // 256) * 256, 1, 1),
         threadgroup=(256, 1, 1),
         output_shapes=[written.shape],

@@ -101,7 +101,6 @@ def qk_rope_store_kernel(
     q, written = _kernel(
         inputs=[raw, q_norm, k_norm, inv_freq, positions, k_cache, v_cache, written],
         template=[
-            ("T", T),
             ("HQ", heads),
             ("HKV", kv_heads),
             ("DH", Dh),

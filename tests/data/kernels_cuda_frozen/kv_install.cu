@@ -1,4 +1,5 @@
     // one thread per float4 of the new keys (and values): (h, t, d4) over HKV x T x DH/4
+    const int T = k_shape[1];
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i == 0) written[0] = after[0] + 1u;
     if (i >= (size_t)HKV * T * (DH / 4)) return;

@@ -1,6 +1,6 @@
 
     // one thread per float4 of keys (and of values): (h, s, d4) over HKV x S x DH/4, S = start + T
-    const int start = pos[0], S = start + T;
+    const int T = k_shape[1], start = pos[0], S = start + T;
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i == 0) written[0] = after[0] + 1u;
     if (i >= (size_t)HKV * S * (DH / 4)) return;
