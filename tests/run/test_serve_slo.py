@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from pdlib.report.serving import slos_from_step
-from pdlib.run.serve import run_serving
 from pdlib.run import serve_slo
+from pdlib.run.serve import run_serving
 from pdlib.run.serve_slo import predicted_ms, step_budget
 from pdlib.run.slo import StepCost
 from pdlib.scheduler import RequestState
