@@ -4,7 +4,7 @@
     report = search_params_file("params/serve-search-smoke-cpu.yaml", output="out/search.json", log="out/s.jsonl")
     print(search_table(report))
     w = rep_workload(workload_params, rate=4.0, rep=1)          # the workload one point runs
-    point = measure(bench, "mixed", 4.0, 1)                      # {"summary", "gate", "makespan_s", "wall_s"}
+    point = measure(bench, "mixed", 4.0, 1)     # {"summary", "gate", "warmups", "makespan_s", "wall_s"}
 
 The rate: a trace's `rate_multiplier` (arrivals divided by it), a poisson source's `rate` (requests/s); the
 params' own value is replaced by each measured rate. A rep is one fixed workload sample (REP_RULE):
@@ -19,8 +19,10 @@ Rep 0 is the params' workload itself (Workload.from_params at that rate).
 
 A measured point runs one policy (serve.serve_once, gated as `serve` gates: a token mismatch, or a failed check
 on the replay of its steps, stops the search with one line) or one peer (peer.peer_once, timed, its agreement
-recorded) on that workload, after the params' warmups, and keeps report.serving.run_summary with both SLOs'
-attainment. What every point shares is made once per search (`Bench`): the model, one Engine (capacity: the
+recorded) on that workload, and keeps report.serving.run_summary with both SLOs' attainment. The params'
+warmups are untimed runs of a policy (or peer) at its first point in a command, not at every point: with the
+matmul variants compiled first (serve.warm_engine) and no kernel compiled per chunk length, what a warmup
+compiles or allocates once serves every later rate; each point records the warmups run before it. What every point shares is made once per search (`Bench`): the model, one Engine (capacity: the
 largest over the reps, so every step keeps one cache shape), each rep's prompts and FP32 references (per
 request: computed once per rep, reused at every rate), and mlx-lm's models for the peers.
 
@@ -207,6 +209,7 @@ class Bench:
         self.peer_models: dict = {}
         self.slo = None  # the slo policy's (record, budget), calibrated once per command (serve_slo.py)
         self.warm = None  # serve.warm_engine's record, once per command: compiled before any point is timed
+        self.warmed: set = set()  # the policies and peers warmed up in this command
         self._reference = None
 
     @property
@@ -268,12 +271,15 @@ class Bench:
 
 
 def measure(bench: Bench, policy: str, rate: float, rep: int) -> dict:
-    """One point: `policy` (or a peer's name) on rep's workload at `rate`, after the params' warmups; its summary
-    (both SLOs' attainment), its gate (near-ties) or agreement (a peer), makespan and wall time."""
+    """One point: `policy` (or a peer's name) on rep's workload at `rate`, after the params' warmups if it is the
+    policy's first in this command; its summary (both SLOs' attainment), its gate (near-ties) or agreement (a
+    peer), the warmups run first, makespan and wall time."""
     t = time.perf_counter()
     w = rep_workload(bench.workload_params, rate, rep)
     prep = bench.prepare(rep, w)
-    refs, warmups, chunk = prep["refs"], bench.params.warmups, bench.params.chunk_size
+    refs, chunk = prep["refs"], bench.params.chunk_size
+    warmups = 0 if policy in bench.warmed else bench.params.warmups
+    bench.warmed.add(policy)
     if policy in bench.peers:
         dtype, step = bench.peers[policy]
         model = bench.peer_model(dtype)
@@ -322,6 +328,7 @@ def measure(bench: Bench, policy: str, rate: float, rep: int) -> dict:
     return {
         "summary": summary,
         "gate": check,
+        "warmups": warmups,
         "makespan_s": run["makespan_ns"] / 1e9,
         "wall_s": time.perf_counter() - t,
     }

@@ -240,7 +240,7 @@ def test_the_smoke_params_load():
 def test_a_small_real_search_runs_through_the_gate_and_resumes(tmp_path, monkeypatch):
     params = tmp_path / "real.yaml"
     params.write_text(
-        "model: synthetic:tiny\nchunk_size: 16\npolicies: [mixed]\npeers: [mlx-lm-fp32@chunk]\n"
+        "model: synthetic:tiny\nchunk_size: 16\npolicies: [mixed]\npeers: [mlx-lm-fp32@chunk]\nwarmups: 1\n"
         "workload: {source: poisson, rate: 1.0, n: 4, seed: 0, prompt: 24, output: 3}\n"
         "search: {lo: 40, hi: 160, reps: 1, precision: 1.0, max_per_rep: 3, criteria: [capacity, goodput]}\n"
     )
@@ -255,6 +255,9 @@ def test_a_small_real_search_runs_through_the_gate_and_resumes(tmp_path, monkeyp
     assert 2 <= n <= 2 * 3
     points = [json.loads(line) for line in log.read_text().splitlines()[1:]]
     assert len(points) == n
+    for run in ("mixed", "mlx-lm-fp32@16"):  # one warmup a command, before the run's first point
+        assert [pt["warmups"] for pt in points if pt["policy"] == run][:2] in ([1], [1, 0]), run
+    assert report["warm"]["warm_rows"] == [1]
     for pt in points:
         assert pt["summary"]["n_requests"] == 4 and "attain_strict" in pt["summary"]
         if pt["policy"] == "mixed":
