@@ -22,9 +22,10 @@ on the replay of its steps, stops the search with one line) or one peer (peer.pe
 recorded) on that workload, and keeps report.serving.run_summary with both SLOs' attainment. The params'
 warmups are untimed runs of a policy (or peer) at its first point in a command, not at every point: with the
 matmul variants compiled first (serve.warm_engine) and no kernel compiled per chunk length, what a warmup
-compiles or allocates once serves every later rate; each point records the warmups run before it. What every point shares is made once per search (`Bench`): the model, one Engine (capacity: the
-largest over the reps, so every step keeps one cache shape), each rep's prompts and FP32 references (per
-request: computed once per rep, reused at every rate), and mlx-lm's models for the peers.
+compiles or allocates once serves every later rate; each point records the warmups run before it. What every
+point shares is made once per search (`Bench`): the model, one Engine (capacity: the largest over the reps, so
+every step keeps one cache shape), each rep's prompts and FP32 references (per request: computed once per rep,
+reused at every rate), and mlx-lm's models for the peers.
 
 SLOs (report.serving.slos_from_step): strict and relaxed TBT/TPOT are 5x and 25x one decode step; TTFT is one
 number for both. `search.slo.decode_ms: null` measures the step here (`calibrate`: the median of DECODE_STEPS
