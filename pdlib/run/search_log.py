@@ -6,12 +6,16 @@ any point resumes from every run it finished (pdlib/run/serve_search.py).
         log.start({"slo": ...})                   # a new log: its header line, written once
     log.append({"policy": "mixed", "rate": 2.0, "rep": 0, "summary": {...}, "gate": {...}})
     log.records                                   # every point in the log, in order
+    log.add_references(key, {"r0": {...}})        # a rep's FP32 reference sequences, computed once per log
+    log.references(key)                           # those, or None
     log.close()
 
 Line 1 is the header: {"schema", "identity", "created_utc", ...}. `identity` is what decides a measured point's
 numbers (the model, the workload, chunk size, warmups, the SLO settings, the rep rule, the machine and the engine's
 switches); a log whose identity differs is refused with one line naming the first field that differs, so points of
-another workload or machine never mix in. Each later line is one point. Every line is written with one write,
+another workload or machine never mix in. Each later line is one point, or one rep's reference sequences
+({"references": key, "sequences": {...}}, key naming the rep and its prompts and output lengths): a resumed
+search reuses them rather than running the FP32 reference again. Every line is written with one write,
 then fsync: a process killed mid-write leaves at most a partial last line (no newline), which is cut off with a
 note and measured again; any other damaged line is refused. The file is locked (flock) while a search holds it,
 so two searches never append to one log.
@@ -49,6 +53,7 @@ class SearchLog:
         self.identity = json.loads(json.dumps(identity))  # as it reads back
         self.note = note or (lambda line: None)
         self.header, self.records, self.cut = None, [], 0
+        self._references: dict = {}  # json key -> sequences
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
@@ -93,12 +98,16 @@ class SearchLog:
         for i, line in enumerate(lines[1:], start=2):
             try:
                 r = json.loads(line)
-                ok = isinstance(r, dict) and {"policy", "rate", "rep", "summary"} <= set(r)
+                refs = isinstance(r, dict) and set(r) == {"references", "sequences"}
+                ok = refs or (isinstance(r, dict) and {"policy", "rate", "rep", "summary"} <= set(r))
             except ValueError:
                 ok = False
             if not ok:
                 raise InputError(f"{where}: line {i} is damaged (not a measured point); only a last line may be cut")
-            self.records.append(r)
+            if refs:
+                self._references[json.dumps(r["references"], sort_keys=True)] = r["sequences"]
+            else:
+                self.records.append(r)
         self.header = header
 
     def start(self, fields: dict) -> dict:
@@ -115,6 +124,17 @@ class SearchLog:
             raise RuntimeError("a point before the log's header")
         self._write(record)
         self.records.append(json.loads(json.dumps(record)))
+
+    def references(self, key: dict) -> dict | None:
+        """The sequences logged under `key` (add_references), or None."""
+        return self._references.get(json.dumps(json.loads(json.dumps(key)), sort_keys=True))
+
+    def add_references(self, key: dict, sequences: dict) -> None:
+        """One rep's reference sequences, on disk before this returns, found again by `references(key)`."""
+        if self.header is None:
+            raise RuntimeError("references before the log's header")
+        self._write({"references": key, "sequences": sequences})
+        self._references[json.dumps(json.loads(json.dumps(key)), sort_keys=True)] = json.loads(json.dumps(sequences))
 
     def _write(self, obj: dict) -> None:
         line = (json.dumps(obj, separators=(",", ":")) + "\n").encode()

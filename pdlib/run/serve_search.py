@@ -24,8 +24,8 @@ warmups are untimed runs of a policy (or peer) at its first point in a command, 
 matmul variants compiled first (serve.warm_engine) and no kernel compiled per chunk length, what a warmup
 compiles or allocates once serves every later rate; each point records the warmups run before it. What every
 point shares is made once per search (`Bench`): the model, one Engine (capacity: the largest over the reps, so
-every step keeps one cache shape), each rep's prompts and FP32 references (per request: computed once per rep,
-reused at every rate), and mlx-lm's models for the peers.
+every step keeps one cache shape), each rep's prompts and FP32 references (per request: computed once per rep
+and log, reused at every rate and by later commands), and mlx-lm's models for the peers.
 
 SLOs (report.serving.slos_from_step): strict and relaxed TBT/TPOT are 5x and 25x one decode step; TTFT is one
 number for both. `search.slo.decode_ms: null` measures the step here (`calibrate`: the median of DECODE_STEPS
@@ -70,7 +70,7 @@ from pdlib.run.peer import peer_model, peer_once, record_agreement
 from pdlib.run.reference import Reference
 from pdlib.run.search_log import SearchLog, utc_now
 from pdlib.run.serve import gated_run, prefill_worker, remote_join, serving_capacity, warm_engine
-from pdlib.run.serve_gate import reference_sequences
+from pdlib.run.serve_gate import ReferenceSeq, reference_sequences
 from pdlib.run.serve_params import ServeParams, load_serve_params, search_settings
 from pdlib.run.serve_replay import replay_gate
 from pdlib.run.serve_replicas import resolve
@@ -211,6 +211,8 @@ class Bench:
         self.slo = None  # the slo policy's (record, budget), calibrated once per command (serve_slo.py)
         self.warm = None  # serve.warm_engine's record, once per command: compiled before any point is timed
         self.warmed: set = set()  # the policies and peers warmed up in this command
+        self.log = None  # the search's log: each rep's FP32 references are kept there (search_log.py)
+        self.references = {"computed": 0, "from_log": 0, "seconds": 0.0}  # reps' references, this command
         self._reference = None
 
     @property
@@ -225,11 +227,26 @@ class Bench:
         if key not in self.prepared:
             serving_capacity(self.model, w)
             m = self.model
-            prompts = {
-                p.name: p.token_ids for p in iter_prompts(w, vocab_size=m.config.vocab_size, tokenizer=m.tokenizer)
+            made = list(iter_prompts(w, vocab_size=m.config.vocab_size, tokenizer=m.tokenizer))
+            prompts = {p.name: p.token_ids for p in made}
+            outputs = dict(zip(w.names, w.output_tokens.tolist()))
+            logged = {
+                "rep": rep,
+                "model": m.source,
+                "prompts": [p.sha256 for p in made],
+                "outputs": list(outputs.values()),
             }
-            refs, seconds = reference_sequences(m, prompts, dict(zip(w.names, w.output_tokens.tolist())))
-            self.prepared[key] = {"key": key, "prompts": prompts, "refs": refs, "reference_s": seconds}
+            found = self.log.references(logged) if self.log is not None else None
+            if found is not None:
+                refs = {name: ReferenceSeq(**seq) for name, seq in found.items()}
+                self.references["from_log"] += 1
+            else:
+                refs, seconds = reference_sequences(m, prompts, outputs)
+                self.references["computed"] += 1
+                self.references["seconds"] += seconds
+                if self.log is not None:
+                    self.log.add_references(logged, {name: dataclasses.asdict(r) for name, r in refs.items()})
+            self.prepared[key] = {"key": key, "prompts": prompts, "refs": refs}
         return self.prepared[key]
 
     def engine_for(self, prep: dict) -> Engine:
@@ -384,6 +401,7 @@ def search_params_file(params_file, *, output=None, log, note=None) -> dict:
     bench = Bench(workload_params, params, settings["reps"])
     runs = [(p, False) for p in params.policies] + [(name, True) for name in bench.peers]
     with SearchLog(log, search_identity(workload_params, params, settings), note=note) as lg:
+        bench.log = lg
         from_log, cut = len(lg.records), lg.cut
         if lg.header is None:
             given = settings["slo"]
@@ -450,6 +468,7 @@ def search_params_file(params_file, *, output=None, log, note=None) -> dict:
         "log": {"path": str(log), "created_utc": header["created_utc"]},
         "wall_s": time.perf_counter() - t_start,
         "warm": bench.warm,
+        "references": bench.references,
         "environment": environment(BACKEND),
         "sources": source_hashes(params_file),
     }

@@ -19,6 +19,7 @@ from pdlib.run import serve_search
 from pdlib.run.search_log import LOG_SCHEMA
 from pdlib.run.serve_params import load_serve_params
 from pdlib.run.serve_search import SCHEMA, rep_sample, rep_workload, search_params_file, search_table
+from pdlib.run.trial import TokenMismatch
 from pdlib.traces import load_trace
 from pdlib.workload import Workload, clip_lengths
 
@@ -237,7 +238,8 @@ def test_the_smoke_params_load():
 # ---- one real search -----------------------------------------------------------------------------------------
 
 
-def test_a_small_real_search_runs_through_the_gate_and_resumes(tmp_path, monkeypatch):
+def small_search(tmp_path):
+    """A real search on the tiny model: one policy, one peer, one rep; (params file, log, report)."""
     params = tmp_path / "real.yaml"
     params.write_text(
         "model: synthetic:tiny\nchunk_size: 16\npolicies: [mixed]\npeers: [mlx-lm-fp32@chunk]\nwarmups: 1\n"
@@ -245,7 +247,11 @@ def test_a_small_real_search_runs_through_the_gate_and_resumes(tmp_path, monkeyp
         "search: {lo: 40, hi: 160, reps: 1, precision: 1.0, max_per_rep: 3, criteria: [capacity, goodput]}\n"
     )
     log = tmp_path / "log.jsonl"
-    report = search_params_file(params, output=tmp_path / "out.json.gz", log=log, note=lambda _: None)
+    return params, log, search_params_file(params, output=tmp_path / "out.json.gz", log=log, note=lambda _: None)
+
+
+def test_a_small_real_search_runs_through_the_gate_and_resumes(tmp_path, monkeypatch):
+    params, log, report = small_search(tmp_path)
     cal = report["calibration"]
     assert report["slo_measured"] == ["decode_ms", "ttft_ms"] and cal["decode_prompt_tokens"] == 24
     assert report["decode_step_ms"] == cal["decode_ms"] > 0 and len(cal["decode_samples_ms"]) == 20
@@ -254,6 +260,7 @@ def test_a_small_real_search_runs_through_the_gate_and_resumes(tmp_path, monkeyp
     n = report["measurements"]["new"]
     assert 2 <= n <= 2 * 3
     points = [json.loads(line) for line in log.read_text().splitlines()[1:]]
+    points = [pt for pt in points if "policy" in pt]  # and one line of rep 0's references
     assert len(points) == n
     for run in ("mixed", "mlx-lm-fp32@16"):  # one warmup a command, before the run's first point
         assert [pt["warmups"] for pt in points if pt["policy"] == run][:2] in ([1], [1, 0]), run
@@ -267,10 +274,33 @@ def test_a_small_real_search_runs_through_the_gate_and_resumes(tmp_path, monkeyp
             assert all(replay["checks"][k]["count"] > 0 for k in ("prefix_kv", "logits", "token", "decode_kv"))
         else:
             assert pt["gate"]["agreement"] == pt["gate"]["tokens"] == 12 and pt["gate"]["lost"] == 0
+    assert report["references"]["computed"] == 1 and report["references"]["from_log"] == 0
     monkeypatch.setattr(serve_search, "load_model", lambda spec: pytest.fail("a resumed search loaded the model"))
     again = search_params_file(params, log=log, note=lambda _: None)  # nothing left to measure, nothing loaded
     assert again["measurements"]["new"] == 0 and again["calibration"] == cal
     assert [x["result"]["value"] for x in again["searches"]] == [x["result"]["value"] for x in report["searches"]]
+
+
+def test_a_resumed_search_gates_against_the_references_in_its_log(tmp_path, monkeypatch):
+    """A later command measuring new points on a rep takes that rep's reference sequences from the log rather
+    than running the FP32 reference again, and gates against them: a token changed there stops the search."""
+    params, log, report = small_search(tmp_path)
+    assert report["references"]["computed"] == 1
+    more = params.read_text().replace("policies: [mixed]", "policies: [mixed, chunked]")
+    params.write_text(more)
+    ran = []
+    monkeypatch.setattr(serve_search, "reference_sequences", lambda *a: ran.append(a) or pytest.fail("recomputed"))
+    lines = log.read_text().splitlines()
+    again = search_params_file(params, log=log, note=lambda _: None)
+    assert again["references"] == {"computed": 0, "from_log": 1, "seconds": 0.0} and not ran
+    assert again["measurements"]["new"] >= 1  # chunked's points, gated against the logged references
+    at = next(i for i, line in enumerate(lines) if '"references"' in line and '"sequences"' in line)
+    bad = json.loads(lines[at])
+    bad["sequences"]["r0"]["tokens"][0] += 1
+    log.write_text("\n".join(lines[:at] + [json.dumps(bad)] + lines[at + 1 :]) + "\n")
+    params.write_text(more.replace("chunked", "eager"))
+    with pytest.raises(TokenMismatch, match="request r0"):
+        search_params_file(params, log=log, note=lambda _: None)
 
 
 def test_the_cli_pairs_search_with_its_log(tmp_path, capsys):
