@@ -61,6 +61,11 @@ def format_table(result: dict) -> str:
     r = result.get("rounds")
     for n in r["rows"] if r else ():  # pdlib's alone: a step of n decodes, each mode, against its byte floor
         floor = r["floor_ms"][str(n)]
-        cells = "  ".join(f"{m} {v[str(n)]:.4g} ms ({v[str(n)] / floor:.1f}x)" for m, v in r["ms"].items())
+        host = r.get("host_ms", {})
+        cells = "  ".join(
+            f"{m} {v[str(n)]:.4g} ms ({v[str(n)] / floor:.1f}x"
+            + (f", host {host[m][str(n)]:.3g})" if m in host else ")")
+            for m, v in r["ms"].items()
+        )
         lines.append(f"{'round of ' + str(n) + ' @ ' + str(r['context']):26s} {cells}  floor {floor:.3f} ms")
     return "\n".join(lines)

@@ -8,12 +8,15 @@ K/V cache, over the device-to-device copy bandwidth measured in the same run.
 weights read once for all rows and their attention one launch a layer over the requests' cache pool (the mode
 applies from three rows; below that both modes run the same launches).
 Every round's tokens are observed on the host, as a serving loop observes them; the median over `tokens` rounds.
+`host_ms`: the median time in `Engine.batch` alone (building the round's graph and starting it, layer by layer,
+while the device runs what was started): near the round's whole time, the round is bound by the host.
 """
 
 import statistics
+import time
 
 from pdlib.engine import Engine, check_token, observe_all
-from pdlib.tools.timing import bench_prompt, observed
+from pdlib.tools.timing import bench_prompt, ms_since, observed
 from pdlib.weights import LoadedModel
 
 MODES = ("each", "step")
@@ -37,7 +40,8 @@ def bench_rounds(
     names = [f"R{i}" for i in range(max(rows))]
     for i, name in enumerate(names):
         engine.add_request(name, bench_prompt(cfg.vocab_size, context, i))
-    out = {"context": context, "rows": list(rows), "ms": {m: {} for m in MODES}, "bytes": {}, "floor_ms": {}}
+    out = {"context": context, "rows": list(rows), "ms": {m: {} for m in MODES}, "host_ms": {m: {} for m in MODES}}
+    out.update(bytes={}, floor_ms={})
     for mode in MODES:
         engine.decode_round = mode
         for n in rows:
@@ -45,10 +49,16 @@ def bench_rounds(
             for name in names[:n]:
                 engine.reset(name, logical=True)
                 engine.prefill_chunk(name, context).token.item()
-            times = observed(
-                lambda parts=parts: [check_token(t) for t in observe_all(engine.batch(parts))], tokens, warmup
-            )
-            out["ms"][mode][str(n)] = statistics.median(times)
+            host = []
+
+            def round_(parts=parts, host=host):
+                t0 = time.perf_counter_ns()
+                outs = engine.batch(parts)
+                host.append(ms_since(t0))
+                return [check_token(t) for t in observe_all(outs)]
+
+            out["ms"][mode][str(n)] = statistics.median(observed(round_, tokens, warmup))
+            out["host_ms"][mode][str(n)] = statistics.median(host[warmup:])
     for n in rows:
         b = round_bytes(cfg, context, n, weights)
         out["bytes"][str(n)], out["floor_ms"][str(n)] = b, b / bandwidth * 1e3
