@@ -83,10 +83,11 @@ def cmd_serve(args) -> int:
     if args.search != (args.log is not None):
         raise InputError("serve: --search and --log go together (the log is where a search resumes from)")
     try:
+        chosen = {"policies": args.policies, "peers": args.peers}
         if args.search:
-            report = search_params_file(args.params, output=args.output, log=args.log)
+            report = search_params_file(args.params, output=args.output, log=args.log, **chosen)
         else:
-            report = serve_params_file(args.params, output=args.output)
+            report = serve_params_file(args.params, output=args.output, **chosen)
     except RunFailure as e:  # a token that differs, a failed replay check
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -30,6 +30,12 @@ def _defaults():
     return RunParams()
 
 
+def _serving_policies() -> str:
+    from pdlib.batching import BATCH_POLICIES  # pure step logic: no MLX
+
+    return ", ".join(BATCH_POLICIES)
+
+
 def _policies() -> str:
     from pdlib.config import POLICY_ALIASES
     from pdlib.scheduler import POLICIES  # pure step logic: no MLX
@@ -205,6 +211,18 @@ def parser(commands: dict, *, description: str) -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--log", metavar="PATH", help="with --search: the JSONL log of measured points; a search resumes from it"
+    )
+    s.add_argument(
+        "--policies",
+        nargs="+",
+        metavar="NAME",
+        help=f"run these instead of the params file's: {_serving_policies()}, or <policy>-x<K> replicas",
+    )
+    s.add_argument(
+        "--peers",
+        nargs="*",
+        metavar="NAME",
+        help="these mlx-lm peers instead of the params file's, as mlx-lm-<fp32|bf16>@<size|chunk> (none: no peer)",
     )
     n = command(
         "notebooks",

@@ -412,12 +412,13 @@ def write_serving_report(path, report: dict):
     return write_report(path, report)
 
 
-def serve_params_file(params_file, *, output=None) -> dict:
+def serve_params_file(params_file, *, output=None, policies=None, peers=None) -> dict:
     """What `python -m pdlib serve --params FILE --output PATH` runs: the output path is claimed first (an
-    existing one is refused before any work), then the run, then the report is written (nothing on failure)."""
+    existing one is refused before any work), then the run, then the report is written (nothing on failure).
+    `policies`, `peers`: instead of the file's (--policies, --peers)."""
     if output is not None:
         output = claim_output(output)
-    workload_params, params = load_serve_params(params_file)
+    workload_params, params = load_serve_params(params_file, policies=policies, peers=peers)
     report = serve(workload_params, params, params_file=params_file)
     if output is not None:
         write_serving_report(output, report)

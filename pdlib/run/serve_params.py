@@ -148,9 +148,10 @@ class ServeParams:
         return d
 
 
-def load_serve_params(path) -> tuple[dict, ServeParams]:
+def load_serve_params(path, *, policies=None, peers=None) -> tuple[dict, ServeParams]:
     """(workload params for Workload.from_params, ServeParams) from a YAML file; the workload is built once
-    here, so a bad one is refused before any work."""
+    here, so a bad one is refused before any work. `policies`, `peers`: lists run instead of the file's (the
+    CLI's --policies, --peers), refused as the file's would be."""
     import yaml
 
     try:
@@ -173,4 +174,5 @@ def load_serve_params(path) -> tuple[dict, ServeParams]:
         raise InputError(f"params file {str(path)!r} needs a workload (pdlib/workload.py's keys)")
     workload = data.pop("workload")
     Workload.from_params(workload)
-    return dict(workload), ServeParams(**data)
+    given = {"policies": policies, "peers": peers}
+    return dict(workload), ServeParams(**{**data, **{k: list(v) for k, v in given.items() if v is not None}})

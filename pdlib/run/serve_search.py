@@ -386,17 +386,18 @@ def _point_line(policy: str, rate: float, rep: int, point: dict) -> str:
     )
 
 
-def search_params_file(params_file, *, output=None, log, note=None) -> dict:
+def search_params_file(params_file, *, output=None, log, note=None, policies=None, peers=None) -> dict:
     """What `python -m pdlib serve --params FILE --search --output OUT --log LOG` runs: per policy and peer, per SLO
     and criterion, the rate search (module docstring); every measured point appended to `log` as it ends (made,
     or resumed when it holds this search's points); the report (schema pdlib.serve-search/1) written to `output`
     (claimed first: an existing one is refused before any work) and returned. `note`: where a line per point
-    goes (stderr by default)."""
+    goes (stderr by default). `policies`, `peers`: instead of the file's (--policies, --peers; a log may be
+    resumed with others, so a command can search a few and report those)."""
     t_start = time.perf_counter()
     note = note or _stderr
     if output is not None:
         output = claim_output(output)
-    workload_params, params = load_serve_params(params_file)
+    workload_params, params = load_serve_params(params_file, policies=policies, peers=peers)
     settings = params.search if params.search is not None else search_settings({})
     bench = Bench(workload_params, params, settings["reps"])
     runs = [(p, False) for p in params.policies] + [(name, True) for name in bench.peers]

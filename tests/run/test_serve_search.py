@@ -315,3 +315,34 @@ def test_the_cli_pairs_search_with_its_log(tmp_path, capsys):
     assert capsys.readouterr().err.splitlines() == [
         "error: notebooks --search-report goes with --serve REPORT (notebook 05)"
     ]
+
+
+def test_the_cli_runs_the_policies_and_peers_it_is_given(tmp_path, capsys):
+    """--policies and --peers replace the params file's, for a plain serve and for a search (a log resumed with
+    others measures only theirs); a name the file could not hold is refused the same way, in one line."""
+    from pdlib.__main__ import main
+
+    read_report = lambda path: json.loads(read_text(path))  # noqa: E731
+    params = tmp_path / "p.yaml"
+    params.write_text(
+        "model: synthetic:tiny\nchunk_size: 16\npolicies: [mixed]\npeers: [mlx-lm-fp32@chunk]\n"
+        "workload: {source: poisson, rate: 1.0, n: 3, seed: 0, prompt: 20, output: 2}\n"
+        "search: {lo: 40, hi: 160, reps: 1, precision: 1.0, max_per_rep: 2, criteria: [capacity]}\n"
+    )
+    out = tmp_path / "serve.json"
+    assert (
+        main(["serve", "--params", str(params), "--policies", "chunked", "eager", "--peers", "--output", str(out)]) == 0
+    )
+    assert [r["policy"] for r in read_report(out)["runs"]] == ["chunked", "eager"]
+    log, found = tmp_path / "log.jsonl", tmp_path / "search.json"
+    argv = ["serve", "--params", str(params), "--search", "--log", str(log), "--output", str(found)]
+    assert main([*argv, "--policies", "chunked", "--peers"]) == 0
+    assert {s["policy"] for s in read_report(found)["searches"]} == {"chunked"}
+    assert {json.loads(line).get("policy") for line in log.read_text().splitlines()[1:]} - {None} == {"chunked"}
+    capsys.readouterr()
+    assert main(["serve", "--params", str(params), "--policies", "sjf", "--output", str(tmp_path / "x.json")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("error: policies:") and "sjf" in err[0] and "chunked" in err[0]
+    assert main(["serve", "--params", str(params), "--peers", "mlx-lm-fp16@2", "--output", str(tmp_path / "y")]) == 2
+    assert capsys.readouterr().err.startswith("error:") and not (tmp_path / "x.json").exists()
+    assert not (tmp_path / "y").exists()
