@@ -6,19 +6,19 @@ any point resumes from every run it finished (pdlib/run/serve_search.py).
         log.start({"slo": ...})                   # a new log: its header line, written once
     log.append({"policy": "mixed", "rate": 2.0, "rep": 0, "summary": {...}, "gate": {...}})
     log.records                                   # every point in the log, in order
-    log.add_references(key, {"r0": {...}})        # a rep's FP32 reference sequences, computed once per log
-    log.references(key)                           # those, or None
+    log.keep("references", key, {"r0": {...}})    # what a later command reuses (a rep's FP32 references)
+    log.recall("references", key)                 # that, or None
     log.close()
 
 Line 1 is the header: {"schema", "identity", "created_utc", ...}. `identity` is what decides a measured point's
 numbers (the model, the workload, chunk size, warmups, the SLO settings, the rep rule, the machine and the engine's
 switches); a log whose identity differs is refused with one line naming the first field that differs, so points of
-another workload or machine never mix in. Each later line is one point, or one rep's reference sequences
-({"references": key, "sequences": {...}}, key naming the rep and its prompts and output lengths): a resumed
-search reuses them rather than running the FP32 reference again. Every line is written with one write,
-then fsync: a process killed mid-write leaves at most a partial last line (no newline), which is cut off with a
-note and measured again; any other damaged line is refused. The file is locked (flock) while a search holds it,
-so two searches never append to one log.
+another workload or machine never mix in. Each later line is one point, or something kept for later commands
+({"kept": kind, "key": key, "value": ...}: a rep's reference sequences under the rep and its prompts, the
+slo policy's step-cost fit), which a resumed search reuses rather than measuring again. Every line is written
+with one write, then fsync: a process killed mid-write leaves at most a partial last line (no newline), which is
+cut off with a note and measured again; any other damaged line is refused. The file is locked (flock) while a
+search holds it, so two searches never append to one log.
 """
 
 import datetime
@@ -53,7 +53,7 @@ class SearchLog:
         self.identity = json.loads(json.dumps(identity))  # as it reads back
         self.note = note or (lambda line: None)
         self.header, self.records, self.cut = None, [], 0
-        self._references: dict = {}  # json key -> sequences
+        self._kept: dict = {}  # (kind, json key) -> value
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
@@ -98,14 +98,14 @@ class SearchLog:
         for i, line in enumerate(lines[1:], start=2):
             try:
                 r = json.loads(line)
-                refs = isinstance(r, dict) and set(r) == {"references", "sequences"}
-                ok = refs or (isinstance(r, dict) and {"policy", "rate", "rep", "summary"} <= set(r))
+                kept = isinstance(r, dict) and set(r) == {"kept", "key", "value"}
+                ok = kept or (isinstance(r, dict) and {"policy", "rate", "rep", "summary"} <= set(r))
             except ValueError:
                 ok = False
             if not ok:
                 raise InputError(f"{where}: line {i} is damaged (not a measured point); only a last line may be cut")
-            if refs:
-                self._references[json.dumps(r["references"], sort_keys=True)] = r["sequences"]
+            if kept:
+                self._kept[r["kept"], json.dumps(r["key"], sort_keys=True)] = r["value"]
             else:
                 self.records.append(r)
         self.header = header
@@ -125,16 +125,16 @@ class SearchLog:
         self._write(record)
         self.records.append(json.loads(json.dumps(record)))
 
-    def references(self, key: dict) -> dict | None:
-        """The sequences logged under `key` (add_references), or None."""
-        return self._references.get(json.dumps(json.loads(json.dumps(key)), sort_keys=True))
+    def recall(self, kind: str, key):
+        """The value kept under (kind, key), as it reads back, or None."""
+        return self._kept.get((kind, json.dumps(json.loads(json.dumps(key)), sort_keys=True)))
 
-    def add_references(self, key: dict, sequences: dict) -> None:
-        """One rep's reference sequences, on disk before this returns, found again by `references(key)`."""
+    def keep(self, kind: str, key, value) -> None:
+        """A value for later commands, on disk before this returns; recall(kind, key) finds it."""
         if self.header is None:
-            raise RuntimeError("references before the log's header")
-        self._write({"references": key, "sequences": sequences})
-        self._references[json.dumps(json.loads(json.dumps(key)), sort_keys=True)] = json.loads(json.dumps(sequences))
+            raise RuntimeError("a kept value before the log's header")
+        self._write({"kept": kind, "key": key, "value": value})
+        self._kept[kind, json.dumps(json.loads(json.dumps(key)), sort_keys=True)] = json.loads(json.dumps(value))
 
     def _write(self, obj: dict) -> None:
         line = (json.dumps(obj, separators=(",", ":")) + "\n").encode()

@@ -74,7 +74,8 @@ from pdlib.run.serve_gate import ReferenceSeq, reference_sequences
 from pdlib.run.serve_params import ServeParams, load_serve_params, search_settings
 from pdlib.run.serve_replay import replay_gate
 from pdlib.run.serve_replicas import resolve
-from pdlib.run.serve_slo import slo_budget
+from pdlib.run.serve_slo import slo_budget, step_budget
+from pdlib.run.slo import StepCost
 from pdlib.traces import Trace, load_trace
 from pdlib.weights import load_model
 from pdlib.workload import LIMITS, TRACE_SOURCES, Workload, iter_prompts, trace_window
@@ -208,7 +209,7 @@ class Bench:
         self.worker = self.worker_key = None
         self.prepared: dict = {}
         self.peer_models: dict = {}
-        self.slo = None  # the slo policy's (record, budget), calibrated once per command (serve_slo.py)
+        self.slo = None  # the slo policy's (record, budget), fitted once per log (serve_slo.py, slo_for)
         self.warm = None  # serve.warm_engine's record, once per command: compiled before any point is timed
         self.warmed: set = set()  # the policies and peers warmed up in this command
         self.log = None  # the search's log: each rep's FP32 references are kept there (search_log.py)
@@ -236,7 +237,7 @@ class Bench:
                 "prompts": [p.sha256 for p in made],
                 "outputs": list(outputs.values()),
             }
-            found = self.log.references(logged) if self.log is not None else None
+            found = self.log.recall("references", logged) if self.log is not None else None
             if found is not None:
                 refs = {name: ReferenceSeq(**seq) for name, seq in found.items()}
                 self.references["from_log"] += 1
@@ -245,7 +246,7 @@ class Bench:
                 self.references["computed"] += 1
                 self.references["seconds"] += seconds
                 if self.log is not None:
-                    self.log.add_references(logged, {name: dataclasses.asdict(r) for name, r in refs.items()})
+                    self.log.keep("references", logged, {name: dataclasses.asdict(r) for name, r in refs.items()})
             self.prepared[key] = {"key": key, "prompts": prompts, "refs": refs}
         return self.prepared[key]
 
@@ -278,8 +279,17 @@ class Bench:
         return self._reference
 
     def slo_for(self, engine: Engine, w: Workload) -> tuple[dict, object]:
+        """slo-mixed's (record, budget): fitted on the first point that needs it, kept in the log, so every point
+        of the search, in any command, runs with the one fit."""
         if self.slo is None:
-            self.slo = slo_budget(engine, w, chunk_size=self.params.chunk_size, slos=self.slos)
+            chunk = self.params.chunk_size
+            kept = self.log.recall("slo-fit", {"chunk_size": chunk}) if self.log is not None else None
+            if kept is None:
+                self.slo = slo_budget(engine, w, chunk_size=chunk, slos=self.slos)
+                if self.log is not None:
+                    self.log.keep("slo-fit", {"chunk_size": chunk}, self.slo[0])
+            else:
+                self.slo = kept, step_budget(StepCost(**kept["cost"]), tbt_ms=kept["tbt_ms"], ceiling=chunk)
         return self.slo
 
     def peer_model(self, dtype: str):
@@ -340,7 +350,7 @@ def measure(bench: Bench, policy: str, rate: float, rep: int) -> dict:
         run = gated_run(engine, w, policy, refs=refs, how=how, replay=replay, ties=check["near_ties"])
         if "replay" in run:
             check["replay"] = run["replay"]
-        if slo is not None:  # calibrated once per command: each point says with what
+        if slo is not None:  # fitted once per log: each point says with what
             check["slo_policy"] = slo
     summary = run_summary([r for r in run["requests"] if r["emit_ns"]], bench.slos)
     return {

@@ -294,9 +294,9 @@ def test_a_resumed_search_gates_against_the_references_in_its_log(tmp_path, monk
     again = search_params_file(params, log=log, note=lambda _: None)
     assert again["references"] == {"computed": 0, "from_log": 1, "seconds": 0.0} and not ran
     assert again["measurements"]["new"] >= 1  # chunked's points, gated against the logged references
-    at = next(i for i, line in enumerate(lines) if '"references"' in line and '"sequences"' in line)
+    at = next(i for i, line in enumerate(lines) if line.startswith('{"kept":"references"'))
     bad = json.loads(lines[at])
-    bad["sequences"]["r0"]["tokens"][0] += 1
+    bad["value"]["r0"]["tokens"][0] += 1
     log.write_text("\n".join(lines[:at] + [json.dumps(bad)] + lines[at + 1 :]) + "\n")
     params.write_text(more.replace("chunked", "eager"))
     with pytest.raises(TokenMismatch, match="request r0"):
@@ -346,3 +346,23 @@ def test_the_cli_runs_the_policies_and_peers_it_is_given(tmp_path, capsys):
     assert main(["serve", "--params", str(params), "--peers", "mlx-lm-fp16@2", "--output", str(tmp_path / "y")]) == 2
     assert capsys.readouterr().err.startswith("error:") and not (tmp_path / "x.json").exists()
     assert not (tmp_path / "y").exists()
+
+
+def test_slo_mixed_runs_with_one_fit_per_log(tmp_path, monkeypatch):
+    """The slo policy's step-cost fit is made at the search's first slo-mixed point and kept in the log: a later
+    command's points run with that fit, not a new one."""
+    params = tmp_path / "slo.yaml"
+    params.write_text(
+        "model: synthetic:tiny\nchunk_size: 16\npolicies: [slo-mixed]\n"
+        "workload: {source: poisson, rate: 1.0, n: 3, seed: 0, prompt: 20, output: 2}\n"
+        "search: {lo: 40, hi: 160, reps: 1, precision: 1.0, max_per_rep: 1, criteria: [capacity]}\n"
+    )
+    log = tmp_path / "log.jsonl"
+    search_params_file(params, log=log, note=lambda _: None)
+    (fit,) = [json.loads(x)["value"] for x in log.read_text().splitlines() if x.startswith('{"kept":"slo-fit"')]
+    monkeypatch.setattr(serve_search, "slo_budget", lambda *a, **k: pytest.fail("fitted again"))
+    params.write_text(params.read_text().replace("max_per_rep: 1", "max_per_rep: 3"))
+    again = search_params_file(params, log=log, note=lambda _: None)
+    assert again["measurements"]["new"] >= 1
+    points = [json.loads(x) for x in log.read_text().splitlines()[1:] if x.startswith('{"policy"')]
+    assert len(points) >= 2 and all(pt["gate"]["slo_policy"] == fit for pt in points)
