@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pdlib.analysis.serving_time import time_frame, time_line
 from pdlib.errors import InputError
 from pdlib.report.io import read_text
 from pdlib.report.serving import NS_PER_MS, Slo, request_metrics, run_summary, slos_from_step
@@ -473,7 +474,8 @@ def _versus(peer, best, col, what, *, high=False) -> str:
 def findings(report: dict, slos: dict | None = None) -> str:
     """Markdown bullets read off summary_frame and gaps_frame: the lowest TTFT p90 and pooled TBT p99, the
     highest throughput and attainment per SLO (each with every run's value), where long gaps happen (prompt work
-    inside a gap), and each peer against the best policy on each of these. Nothing else is claimed."""
+    inside a gap), where each run's time went (serving_time.py), and each peer against the best policy on each of
+    these. Nothing else is claimed."""
     slos = report_slos(report) if slos is None else slos
     s = summary_frame(report, slos)
     w, g = report["workload"], report["gate"]
@@ -498,8 +500,8 @@ def findings(report: dict, slos: dict | None = None) -> str:
                 high=True,
             )
         )
-    gaps = gaps_frame(report)
-    lines += [_stalls(gaps, run) for run in s["run"]]
+    gaps, times = gaps_frame(report), time_frame(report, label=run_label)
+    lines += [_stalls(gaps, run) for run in s["run"]] + [time_line(times, run) for run in s["run"]]
     policies = s[~s["peer"]]
     for _, peer in s[s["peer"]].iterrows():
         if policies.empty:

@@ -23,8 +23,8 @@ report.json.gz; metrics.csv, summary.csv, summary.md, ratios.csv (02); headline.
 gap_ecdf.png (03); 0N_*.ipynb and 0N_*.html. For a sweep (04): reports/ (index.json and each point's
 report as <name>.json.gz, copied from the sweep folder, which is only read), sweep_metrics.csv, frontier.csv,
 frontier.md, frontier.png, 04_chunk_sweep.ipynb and .html. For a serving report (05): report.json.gz,
-serving_summary.csv, serving_requests.csv, latency.png, timeline.png, attainment.png (and rate_curves.png,
-capacity.png when the report holds rate searches), 05_serving.ipynb and .html.
+serving_summary.csv, serving_requests.csv, serving_time.csv, latency.png, timeline.png, attainment.png (and
+rate_curves.png, capacity.png when the report holds rate searches), 05_serving.ipynb and .html.
 
 To republish a committed folder from a new report (nothing is overwritten, so move the old folder away first):
     python -m pdlib notebooks --report new/report.json --out outputs/qwen3-0.6b-h200
@@ -62,7 +62,7 @@ SWEEP_TABLES = ("sweep_metrics.csv", "frontier.csv", "frontier.md")
 SWEEP_FIGURES = ("frontier",)
 SWEEP_REPORTS = "reports"  # a sweep's published folder: its index and reports, beside 04's page
 SERVE_NOTEBOOK = "05_serving"  # run on its own, for a serving report: `notebooks --serve REPORT --out OUT`
-SERVE_TABLES = ("serving_summary.csv", "serving_requests.csv")
+SERVE_TABLES = ("serving_summary.csv", "serving_requests.csv", "serving_time.csv")
 SERVE_FIGURES = ("latency", "timeline", "attainment")  # analysis.serving_charts.FIGURES
 KERNEL = "python3"
 KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]  # not its per-start warning about plain-TCP transport

@@ -97,11 +97,11 @@ def serve_once(
     ids: dict[str, list[int]] = {name: [] for name in names}
     emits: dict[str, list[int]] = {name: [] for name in names}
     admitted = [0] * n
-    work_log, t_start_log, t_end_log = [], [], []
+    work_log, t_start_log, t_issued_log, t_end_log = [], [], [], []
     idle_ns, nxt, finished = 0, 0, 0
-    pending = None  # a step issued whose tokens the host has not observed yet: (parts, outs, t_start)
+    pending = None  # a step issued whose tokens the host has not observed yet: (parts, outs, t_start, t_issued)
 
-    def observe(parts, outs, t_start) -> None:
+    def observe(parts, outs, t_start, t_issued) -> None:
         def seen(i: int, token: int) -> None:  # stamped as it is seen
             ids[parts[i][0]].append(check_token(token))
             emits[parts[i][0]].append(now() - t0)
@@ -116,6 +116,7 @@ def serve_once(
             mx.eval(quiet)
         work_log.append([list(p) for p in parts])
         t_start_log.append(t_start - t0)
+        t_issued_log.append(t_issued - t0)
         t_end_log.append(now() - t0)
 
     mx.synchronize()
@@ -165,9 +166,10 @@ def serve_once(
             lane.advance()  # the prompt's next layer, while this step runs
         else:
             outs = engine.batch(parts)
+        t_issued = now()  # the host's part of the step ends: built and started
         if pending is not None:  # the step before, seen while this one runs
             observe(*pending)
-        pending = (parts, outs, t_start)
+        pending = (parts, outs, t_start, t_issued)
         if not pipeline:
             observe(*pending)
             pending = None
@@ -183,7 +185,7 @@ def serve_once(
     requests = request_records(
         workload, admitted=admitted, emits=[emits[m] for m in names], ids=[ids[m] for m in names]
     )
-    steps = {"work": work_log, "t_start_ns": t_start_log, "t_end_ns": t_end_log}
+    steps = {"work": work_log, "t_start_ns": t_start_log, "t_issued_ns": t_issued_log, "t_end_ns": t_end_log}
     if lane is not None:
         steps["joins"] = joins  # these steps joined a prompt run on the lane (a whole prefill, replayed as one)
     if lane is not None and lane.site == "slice":

@@ -92,7 +92,8 @@ def _shifted(values: list[int], offset: int) -> list[int]:
 
 def merged(workload: Workload, policy: str, subs: list[tuple[dict, int]]) -> dict:
     """One run of the replicas' runs, on the workload's clock."""
-    by_name, steps, makespans = {}, {"work": [], "t_start_ns": [], "t_end_ns": [], "replica": []}, []
+    by_name, makespans = {}, []
+    steps = {"work": [], "t_start_ns": [], "t_issued_ns": [], "t_end_ns": [], "replica": []}
     joins, sliced = [], []
     for k, (run, offset) in enumerate(subs):
         for r in run["requests"]:
@@ -102,6 +103,7 @@ def merged(workload: Workload, policy: str, subs: list[tuple[dict, int]]) -> dic
         s, base = run["steps"], len(steps["work"])
         steps["work"] += s["work"]
         steps["t_start_ns"] += _shifted(s["t_start_ns"], offset)
+        steps["t_issued_ns"] += _shifted(s["t_issued_ns"], offset)
         steps["t_end_ns"] += _shifted(s["t_end_ns"], offset)
         steps["replica"] += [k] * len(s["work"])
         joins += [base + i for i in s.get("joins", ())]

@@ -68,6 +68,9 @@ def test_every_policy_passes_the_token_gate(good, refs, workload):
             assert r["output_ids"] == refs[r["name"]].tokens and len(r["emit_ns"]) == n
     assert good["engine"]["capacity"] == 70 + 4
     assert good["engine"]["warm_rows"] == [1] and good["engine"]["warm_s"] > 0  # every matmul MLX's here
+    for run in good["runs"]:  # the host's part of each step: from its start to its issue, before its end
+        s = run["steps"]
+        assert all(a <= t <= b for a, t, b in zip(s["t_start_ns"], s["t_issued_ns"], s["t_end_ns"], strict=True))
     json.dumps(good, allow_nan=True)  # the report is plain JSON
     assert "mixed" in summary_table(good)
 
