@@ -6,6 +6,7 @@ without pytest, by `python -m pdlib check-kernels`.
 """
 
 import sys
+import time
 
 import mlx.core as mx
 from tqdm import tqdm
@@ -399,11 +400,13 @@ def check_kernels(*, seed: int = 0, progress: bool = False) -> list[dict]:
         for check in bar:
             name = check.__name__.removeprefix("check_")
             bar.set_postfix_str(f"{name}, {len(rows)} rows so far")
+            t = time.perf_counter()
             new = check(seed)
             rows += new
-            if progress:  # a run cut short still says which families were done, and how they fared
+            if progress:  # a run cut short still says which families were done, how they fared and how long
                 failing = sum(not r["passed"] for r in new)
-                tqdm.write(f"check-kernels: {name}: {len(new)} rows, {failing} failing", file=sys.stderr)
+                took = time.perf_counter() - t
+                tqdm.write(f"check-kernels: {name}: {len(new)} rows, {failing} failing, {took:.1f} s", file=sys.stderr)
     return rows
 
 

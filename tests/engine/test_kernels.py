@@ -3,6 +3,7 @@ outputs poisoned with NaN); on the CPU, where the twins are what runs, the twins
 straightforward NumPy versions of the same maths."""
 
 import inspect
+import re
 
 import mlx.core as mx
 import numpy as np
@@ -83,7 +84,8 @@ def test_check_kernels_runs_each_family_once_in_order_with_a_bar_on_stderr(monke
     out, err = capsys.readouterr()
     assert not out and f"{len(families)}/{len(families)}" in err and "check-kernels" in err
     # each family's line as it ends, so a run cut short says how far it got
-    assert "check-kernels: kv_store: 1 rows, 1 failing" in err and "check-kernels: gemv: 1 rows, 0 failing" in err
+    assert "check-kernels: kv_store: 1 rows, 1 failing, " in err and "check-kernels: gemv: 1 rows, 0 failing, " in err
+    assert re.search(r"check-kernels: gemv: 1 rows, 0 failing, \d+\.\d s", err)  # and how long it took
     KC.check_kernels(seed=3)
     assert capsys.readouterr() == ("", "")  # no bar unless asked (the tests, the library)
 
