@@ -278,7 +278,7 @@ class Qwen3:
             pieces = [a[offsets[j + 1] - 1 : offsets[j + 1]] for j in emitting]
             return pieces[0] if len(pieces) == 1 else mx.concatenate(pieces)
 
-        n_layers, pruned = len(self.layers), False
+        n_layers, pruned, in_place = len(self.layers), False, K.stores_kv_in_place(c.head_dim)
         shape = dict(heads=c.num_attention_heads, kv_heads=c.num_key_value_heads, eps=c.rms_norm_eps)
         for i, L in enumerate(self.layers):
             if fused:
@@ -370,10 +370,10 @@ class Qwen3:
                 (L.t["w_down"], L.d_down),
                 next_norm,
             )
-            # the last layer's x is the final norm's: only an emitting step reads it, and a silent step's (kept by
-            # prune=False) feeds nothing, not started, as `step` never evaluates it
+            # the last layer's x (the final norm's) feeds an emitting step only: a silent step's is never started
             used = [h, x] if i < n_layers - 1 else [x] if emitting else []
-            made = {id(a): a for s in segments for a in (s.cache.k[i], s.cache.v[i], s.cache.written)}  # rows share
+            # in place (a GPU) the caches' writes are done with the fence they share, else K and V are new arrays
+            made = {id(a): a for s in segments for a in (s.cache.k[i], s.cache.v[i], s.cache.written)[2 * in_place :]}
             yield [*used, *made.values()]
         for s in segments:
             s.cache.advance(s.size)
