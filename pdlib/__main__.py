@@ -265,11 +265,24 @@ def cmd_profile_step(args) -> int:
         claim_output(args.output)
     check_int("--context", args.context, 1)
     check_int("--steps", args.steps, 1)
+    for r in args.rounds or ():
+        check_int("--rounds", r, 3)  # fewer decodes go out as single launches, not as a step
     _gpu_only("profile-step")
-    from pdlib.tools.profile import format_rows, profile_step
+    if args.rounds:
+        from pdlib.tools.profile_round import format_rounds, profile_rounds
+        from pdlib.weights import load_model
 
-    result = profile_step(args.model, context=args.context, steps=args.steps)
-    print(format_rows(result))
+        rounds = profile_rounds(load_model(args.model), args.rounds, context=args.context, steps=args.steps)
+        from pdlib.engine.kernels import BACKEND
+        from pdlib.report.io import environment
+
+        result = {"context": args.context, "rounds": rounds, "environment": environment(BACKEND)}
+        print(format_rounds(rounds))
+    else:
+        from pdlib.tools.profile import format_rows, profile_step
+
+        result = profile_step(args.model, context=args.context, steps=args.steps)
+        print(format_rows(result))
     if args.output:
         write_report(args.output, result)
         print(f"json: {args.output}")

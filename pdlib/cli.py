@@ -318,6 +318,14 @@ def parser(commands: dict, *, description: str) -> argparse.ArgumentParser:
     f.add_argument("--model", default="synthetic:qwen3-0.6b", help="as for run")
     f.add_argument("--context", type=int, default=4096, help="the cache length of the profiled step")
     f.add_argument("--steps", type=int, default=50, help="timed steps per variant")
+    f.add_argument(
+        "--rounds",
+        type=int,
+        nargs="+",
+        metavar="R",
+        help="instead: where a round of R decodes as one step goes (its host part, its matmuls, its attention, "
+        "its LM head), at --context positions each",
+    )
     f.add_argument("--output", metavar="PATH", help="JSON; must not exist")
     c = command(
         "partition-curve",
