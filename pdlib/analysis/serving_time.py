@@ -12,6 +12,9 @@ A step covers [t_start, t_end]: from the host starting to build it to its tokens
 union, and a decode-only step's time under a prompt step counts as the prompt step's. Against the run's
 makespan these say whether prompt work (prefill stalls), the host, or the arrivals (an idle server) took it;
 `host_share` is the host's building time over the time some step was in flight: near 1, steps wait on the host.
+Under overlap, partition and disagg a prompt runs beside the steps (on a second stream, a slice, a worker): only
+the step that joins it carries its tokens, so their prompt work shows as that step's wait and as the decode
+steps it slows.
 """
 
 import numpy as np
