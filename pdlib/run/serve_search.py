@@ -18,14 +18,15 @@ params' own value is replaced by each measured rate. A rep is one fixed workload
 Rep 0 is the params' workload itself (Workload.from_params at that rate).
 
 A measured point runs one policy (serve.serve_once, gated as `serve` gates: a token mismatch, or a failed check
-on the replay of its steps, stops the search with one line) or one peer (peer.peer_once, timed, its agreement
-recorded) on that workload, and keeps report.serving.run_summary with both SLOs' attainment. The params'
-warmups are untimed runs of a policy (or peer) at its first point in a command, not at every point: with the
-matmul variants compiled first (serve.warm_engine) and no kernel compiled per chunk length, what a warmup
-compiles or allocates once serves every later rate; each point records the warmups run before it. What every
-point shares is made once per search (`Bench`): the model, one Engine (capacity: the largest over the reps, so
-every step keeps one cache shape), each rep's prompts and FP32 references (per request: computed once per rep
-and log, reused at every rate and by later commands), and mlx-lm's models for the peers.
+on the replay of its steps, run on the first point of each policy and rate, stops the search in one line) or
+one peer (peer.peer_once, timed, its agreement recorded) on that workload, and keeps report.serving.run_summary
+with both SLOs' attainment. The params' warmups are untimed runs of a policy (or peer) at its first point in a
+command, not at every point: with the matmul variants compiled first (serve.warm_engine) and no kernel compiled
+per chunk length, what a warmup compiles or allocates once serves every later rate; each point records the
+warmups run before it. What every point shares is made once per search (`Bench`): the model, one Engine
+(capacity: the largest over the reps, so every step keeps one cache shape), each rep's prompts and FP32
+references (per request: computed once per rep and log, reused at every rate and by later commands), and
+mlx-lm's models for the peers.
 
 SLOs (report.serving.slos_from_step): strict and relaxed TBT/TPOT are 5x and 25x one decode step; TTFT is one
 number for both. `search.slo.decode_ms: null` measures the step here (`calibrate`: the median of DECODE_STEPS
@@ -231,12 +232,7 @@ class Bench:
             made = list(iter_prompts(w, vocab_size=m.config.vocab_size, tokenizer=m.tokenizer))
             prompts = {p.name: p.token_ids for p in made}
             outputs = dict(zip(w.names, w.output_tokens.tolist()))
-            logged = {
-                "rep": rep,
-                "model": m.source,
-                "prompts": [p.sha256 for p in made],
-                "outputs": list(outputs.values()),
-            }
+            logged = dict(rep=rep, model=m.source, prompts=[p.sha256 for p in made], outputs=list(outputs.values()))
             found = self.log.recall("references", logged) if self.log is not None else None
             if found is not None:
                 refs = {name: ReferenceSeq(**seq) for name, seq in found.items()}
@@ -277,6 +273,13 @@ class Bench:
         if self._reference is None:
             self._reference = Reference(self.model)
         return self._reference
+
+    def replayed_at(self, policy: str, rate: float) -> bool:
+        """Whether the log holds a point of `policy` at `rate` (any rep) whose steps were replayed: the full checks
+        run on one step sequence per rate, the token gate on every point."""
+        at = grid_rate(rate)
+        recs = self.log.records if self.log is not None else ()
+        return any(r["policy"] == policy and r["rate"] == at and "replay" in r.get("gate", {}) for r in recs)
 
     def slo_for(self, engine: Engine, w: Workload) -> tuple[dict, object]:
         """slo-mixed's (record, budget): fitted on the first point that needs it, kept in the log, so every point
@@ -346,7 +349,7 @@ def measure(bench: Bench, policy: str, rate: float, rep: int) -> dict:
 
         for _ in range(warmups):
             gated_run(engine, w, policy, refs=refs, how=how)
-        replay = replayed if bench.params.replay_requests else None
+        replay = replayed if bench.params.replay_requests and not bench.replayed_at(policy, rate) else None
         run = gated_run(engine, w, policy, refs=refs, how=how, replay=replay, ties=check["near_ties"])
         if "replay" in run:
             check["replay"] = run["replay"]

@@ -110,7 +110,12 @@ def test_a_search_of_disagg_sets_the_worker_up_for_each_rep_and_gates_every_poin
     log = tmp_path / "log.jsonl"
     search_params_file(params, output=tmp_path / "out.json.gz", log=log, note=lambda _: None)
     points = [p for p in map(json.loads, log.read_text().splitlines()[1:]) if "policy" in p]  # not kept values
-    assert {pt["rep"] for pt in points} == {0, 1}  # each rep's prompts (their lengths differ) on the worker
+    assert {pt["rep"] for pt in points} == {0, 1}  # each rep's prompts (their lengths differ) on the worker,
+    # each point's tokens gated against its rep's references; the full checks on the first point of each rate
+    assert {pt["rate"] for pt in points} == {pt["rate"] for pt in points if "replay" in pt["gate"]}
     for pt in points:
+        if "replay" not in pt["gate"]:
+            assert pt["gate"]["checks"] == "tokens"
+            continue
         replay = pt["gate"]["replay"]
         assert replay["passed"] and replay["checks"]["prefix_kv"]["count"] >= len(replay["requests"]) > 0

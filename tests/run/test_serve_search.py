@@ -366,3 +366,24 @@ def test_slo_mixed_runs_with_one_fit_per_log(tmp_path, monkeypatch):
     assert again["measurements"]["new"] >= 1
     points = [json.loads(x) for x in log.read_text().splitlines()[1:] if x.startswith('{"policy"')]
     assert len(points) >= 2 and all(pt["gate"]["slo_policy"] == fit for pt in points)
+
+
+def test_the_full_checks_run_once_per_policy_and_rate(tmp_path):
+    """Every point passes the token gate; the replay with the full checks runs on one point per policy and rate
+    (the first measured there, of any rep), as many times as there are rates, not points."""
+    params = tmp_path / "two.yaml"
+    params.write_text(
+        "model: synthetic:tiny\nchunk_size: 16\npolicies: [mixed]\nreplay_requests: 1\n"
+        "workload: {source: poisson, rate: 1.0, n: 3, seed: 0, prompt: 20, output: 2}\n"
+        "search: {lo: 40, hi: 160, start: 80, reps: 2, precision: 1.0, max_per_rep: 2, criteria: [capacity]}\n"
+    )
+    log = tmp_path / "log.jsonl"
+    search_params_file(params, log=log, note=lambda _: None)
+    points = [json.loads(x) for x in log.read_text().splitlines()[1:] if x.startswith('{"policy"')]
+    by_rate: dict = {}
+    for pt in points:
+        by_rate.setdefault(pt["rate"], []).append(pt)
+    assert any(len(pts) == 2 for pts in by_rate.values())  # both reps started at 80
+    for pts in by_rate.values():
+        assert ["replay" in pt["gate"] for pt in pts] == [True] + [False] * (len(pts) - 1)
+        assert [pt["gate"]["checks"] for pt in pts[1:]] == ["tokens"] * (len(pts) - 1)
