@@ -47,6 +47,11 @@ def first_difference(a, b, path: str = "") -> str | None:
     return None if a == b else f"{path or 'value'}: {json.dumps(a)} != {json.dumps(b)}"
 
 
+def _kept_key(kind: str, key) -> tuple[str, str]:
+    """A kept value's index: its kind and its key as JSON text, keys sorted (the same whether read or written)."""
+    return kind, json.dumps(key, sort_keys=True)
+
+
 class SearchLog:
     def __init__(self, path, identity: dict, *, note=None):
         self.path = Path(path)
@@ -105,7 +110,7 @@ class SearchLog:
             if not ok:
                 raise InputError(f"{where}: line {i} is damaged (not a measured point); only a last line may be cut")
             if kept:
-                self._kept[r["kept"], json.dumps(r["key"], sort_keys=True)] = r["value"]
+                self._kept[_kept_key(r["kept"], r["key"])] = r["value"]
             else:
                 self.records.append(r)
         self.header = header
@@ -127,14 +132,14 @@ class SearchLog:
 
     def recall(self, kind: str, key):
         """The value kept under (kind, key), as it reads back, or None."""
-        return self._kept.get((kind, json.dumps(json.loads(json.dumps(key)), sort_keys=True)))
+        return self._kept.get(_kept_key(kind, key))
 
     def keep(self, kind: str, key, value) -> None:
         """A value for later commands, on disk before this returns; recall(kind, key) finds it."""
         if self.header is None:
             raise RuntimeError("a kept value before the log's header")
         self._write({"kept": kind, "key": key, "value": value})
-        self._kept[kind, json.dumps(json.loads(json.dumps(key)), sort_keys=True)] = json.loads(json.dumps(value))
+        self._kept[_kept_key(kind, key)] = json.loads(json.dumps(value))
 
     def _write(self, obj: dict) -> None:
         line = (json.dumps(obj, separators=(",", ":")) + "\n").encode()

@@ -20,17 +20,7 @@ from pdlib.engine import Engine, observe_all
 from pdlib.engine import kernels as K
 from pdlib.engine.parts import Segment
 from pdlib.engine.rows import DecodeRows
-
-
-def _ms(run, steps: int) -> float:
-    """Median ms of run() (built, started, waited for), after two untimed calls."""
-    run(), run()
-    times = []
-    for _ in range(steps):
-        t0 = time.perf_counter_ns()
-        run()
-        times.append((time.perf_counter_ns() - t0) / 1e6)
-    return statistics.median(times)
+from pdlib.tools.profile import timed
 
 
 def _weight_bytes(m: int, w_t: mx.array, w: mx.array | None) -> int:
@@ -56,7 +46,7 @@ def profile_round(engine: Engine, names: list[str], *, context: int, steps: int)
         host.append((time.perf_counter_ns() - t0) / 1e6)
         observe_all(outs)
 
-    out[f"round of {R}, tokens observed"] = {"ms": _ms(round_, steps), "bytes": None}
+    out[f"round of {R}, tokens observed"] = {"ms": timed(round_, steps), "bytes": None}
     out[f"round of {R}, host (Engine.batch returns)"] = {"ms": statistics.median(host[2:]), "bytes": None}
 
     D, H = cfg.hidden_size, cfg.num_attention_heads + 2 * cfg.num_key_value_heads
@@ -75,11 +65,11 @@ def profile_round(engine: Engine, names: list[str], *, context: int, steps: int)
         mx.eval([model._p_out_mlp(x, o, w[1], L.post_norm, w[2], w[3], L.in_norm) for L, w in zip(layers, weights)])
 
     out[f"{len(layers)} x q|k|v projection, {R} rows"] = {
-        "ms": _ms(proj, steps),
+        "ms": timed(proj, steps),
         "bytes": sum(_weight_bytes(R, *w[0]) for w in weights),
     }
     out[f"{len(layers)} x o_proj + MLP, {R} rows"] = {
-        "ms": _ms(mlp, steps),
+        "ms": timed(mlp, steps),
         "bytes": sum(_weight_bytes(R, *p) for w in weights for p in w[1:]),
     }
 
@@ -97,8 +87,8 @@ def profile_round(engine: Engine, names: list[str], *, context: int, steps: int)
             mx.eval([rows.attend(i, L, raw, model.inv_freq, **shape) for i, L in enumerate(layers)])
             mx.eval([r.cache.written for r in reqs])
 
-        out[f"{len(layers)} x attention over {R} rows' caches"] = {"ms": _ms(attend, steps), "bytes": R * kv_row}
-    head = {"ms": _ms(lambda: mx.eval(K.linear_t(x, model.lm_head_t)), steps)}
+        out[f"{len(layers)} x attention over {R} rows' caches"] = {"ms": timed(attend, steps), "bytes": R * kv_row}
+    head = {"ms": timed(lambda: mx.eval(K.linear_t(x, model.lm_head_t)), steps)}
     out[f"LM head, {R} rows"] = {**head, "bytes": _weight_bytes(R, model.lm_head_t, None)}
     return out
 

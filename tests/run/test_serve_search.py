@@ -238,6 +238,11 @@ def test_the_smoke_params_load():
 # ---- one real search -----------------------------------------------------------------------------------------
 
 
+def logged_points(log) -> list[dict]:
+    """A search log's measured points, in order (not its header, nor the values it keeps for later commands)."""
+    return [r for r in map(json.loads, log.read_text().splitlines()[1:]) if "policy" in r]
+
+
 def small_search(tmp_path):
     """A real search on the tiny model: one policy, one peer, one rep; (params file, log, report)."""
     params = tmp_path / "real.yaml"
@@ -259,8 +264,7 @@ def test_a_small_real_search_runs_through_the_gate_and_resumes(tmp_path, monkeyp
     assert len(report["searches"]) == 8 and {x["peer"] for x in report["searches"]} == {False, True}
     n = report["measurements"]["new"]
     assert 2 <= n <= 2 * 3
-    points = [json.loads(line) for line in log.read_text().splitlines()[1:]]
-    points = [pt for pt in points if "policy" in pt]  # and one line of rep 0's references
+    points = logged_points(log)  # beside them, one line of rep 0's references
     assert len(points) == n
     for run in ("mixed", "mlx-lm-fp32@16"):  # one warmup a command, before the run's first point
         assert [pt["warmups"] for pt in points if pt["policy"] == run][:2] in ([1], [1, 0]), run
@@ -338,7 +342,7 @@ def test_the_cli_runs_the_policies_and_peers_it_is_given(tmp_path, capsys):
     argv = ["serve", "--params", str(params), "--search", "--log", str(log), "--output", str(found)]
     assert main([*argv, "--policies", "chunked", "--peers"]) == 0
     assert {s["policy"] for s in read_report(found)["searches"]} == {"chunked"}
-    assert {json.loads(line).get("policy") for line in log.read_text().splitlines()[1:]} - {None} == {"chunked"}
+    assert {pt["policy"] for pt in logged_points(log)} == {"chunked"}
     capsys.readouterr()
     assert main(["serve", "--params", str(params), "--policies", "sjf", "--output", str(tmp_path / "x.json")]) == 2
     err = capsys.readouterr().err.splitlines()
@@ -364,7 +368,7 @@ def test_slo_mixed_runs_with_one_fit_per_log(tmp_path, monkeypatch):
     params.write_text(params.read_text().replace("max_per_rep: 1", "max_per_rep: 3"))
     again = search_params_file(params, log=log, note=lambda _: None)
     assert again["measurements"]["new"] >= 1
-    points = [json.loads(x) for x in log.read_text().splitlines()[1:] if x.startswith('{"policy"')]
+    points = logged_points(log)
     assert len(points) >= 2 and all(pt["gate"]["slo_policy"] == fit for pt in points)
 
 
@@ -379,7 +383,7 @@ def test_the_full_checks_run_once_per_policy_and_rate(tmp_path):
     )
     log = tmp_path / "log.jsonl"
     search_params_file(params, log=log, note=lambda _: None)
-    points = [json.loads(x) for x in log.read_text().splitlines()[1:] if x.startswith('{"policy"')]
+    points = logged_points(log)
     by_rate: dict = {}
     for pt in points:
         by_rate.setdefault(pt["rate"], []).append(pt)
