@@ -61,11 +61,14 @@ def format_table(result: dict) -> str:
     r = result.get("rounds")
     for n in r["rows"] if r else ():  # pdlib's alone: a step of n decodes, each mode, against its byte floor
         floor = r["floor_ms"][str(n)]
-        host = r.get("host_ms", {})
-        cells = "  ".join(
-            f"{m} {v[str(n)]:.4g} ms ({v[str(n)] / floor:.1f}x"
-            + (f", host {host[m][str(n)]:.3g})" if m in host else ")")
-            for m, v in r["ms"].items()
-        )
+        host, piped = r.get("host_ms", {}), r.get("pipelined_ms", {})
+
+        def cell(m: str, ms: float) -> str:  # observed; pipelined against the floor, and the host's part
+            if m not in piped:
+                return f"{m} {ms:.4g} ms ({ms / floor:.1f}x" + (f", host {host[m][str(n)]:.3g})" if m in host else ")")
+            p = piped[m][str(n)]
+            return f"{m} {ms:.4g} / pipelined {p:.4g} ms ({p / floor:.1f}x, host {host[m][str(n)]:.3g})"
+
+        cells = "  ".join(cell(m, v[str(n)]) for m, v in r["ms"].items())
         lines.append(f"{'round of ' + str(n) + ' @ ' + str(r['context']):26s} {cells}  floor {floor:.3f} ms")
     return "\n".join(lines)

@@ -27,7 +27,7 @@ from pdlib.report.io import environment
 from pdlib.run.reference import Reference
 from pdlib.settings import decode_mode
 from pdlib.tools.bench_rounds import bench_rounds
-from pdlib.tools.timing import bench_prompt, ms_since, observed, prefills
+from pdlib.tools.timing import bench_prompt, ms_since, observed, pipelined, prefills
 from pdlib.weights import LoadedModel
 
 
@@ -51,20 +51,6 @@ def decode_bytes(cfg, context: int) -> int:
     per_layer = ((Hq + 2 * Hkv) * Dh * D + D * Hq * Dh + 2 * F * D + D * F) * 2  # bf16 matrices
     kv = L * Hkv * Dh * 2 * 4 * context  # FP32 K and V read
     return L * per_layer + V * D * 2 + kv
-
-
-def _pipelined(step, first, n: int, warmup: int, observe=lambda token: token.item()) -> list[float]:
-    """ms between consecutive host observations of n tokens, each observed after the next step is issued:
-    `first` is the step whose token comes first, step(token) issues the next from the last (on the device);
-    `observe` reads a step's token on the host."""
-    seen, token = [], first
-    for _ in range(warmup + n + 1):
-        following = step(token)
-        check_token(observe(token))
-        seen.append(time.perf_counter_ns())
-        token = following
-    observe(token)
-    return [(b - a) / 1e6 for a, b in zip(seen[warmup:], seen[warmup + 1 :])]
 
 
 def bench_pdlib(
@@ -95,7 +81,7 @@ def bench_pdlib(
         times = observed(lambda: check_token(engine.decode("X").observe()), tokens, warmup)
         out["decode_ms_median"][str(ctx)] = statistics.median(times)
         out["decode_ms_all"][str(ctx)] = times
-        piped = _pipelined(lambda _: engine.decode("X"), engine.decode("X"), tokens, warmup, Output.observe)
+        piped = pipelined(lambda _: engine.decode("X"), engine.decode("X"), tokens, warmup, Output.observe)
         out["decode_pipelined_ms_median"][str(ctx)] = statistics.median(piped)
         if engine.model.pairs:
             (
@@ -131,7 +117,7 @@ def _pair_steps(engine: Engine, cfg, ctx: int, tokens: int, warmup: int) -> tupl
         check_token(outs[0].observe())
         return outs[1].observe()
 
-    piped = _pipelined(lambda _: engine.batch(pair), engine.batch(pair), tokens, warmup, observe)
+    piped = pipelined(lambda _: engine.batch(pair), engine.batch(pair), tokens, warmup, observe)
     return statistics.median(times), statistics.median(piped)
 
 
@@ -158,7 +144,7 @@ def bench_mlx_lm(
             mx.async_eval(following)
             return following
 
-        piped = _pipelined(step, step(mx.array(tok)), tokens, warmup)
+        piped = pipelined(step, step(mx.array(tok)), tokens, warmup)
         out["decode_pipelined_ms_median"][str(ctx)] = statistics.median(piped)
         del cache
 

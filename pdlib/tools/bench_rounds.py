@@ -7,16 +7,18 @@ K/V cache, over the device-to-device copy bandwidth measured in the same run.
 `each`: a decode launch per request (two share the paired persistent launch); `step`: one ragged engine step, the
 weights read once for all rows and their attention one launch a layer over the requests' cache pool (the mode
 applies from three rows; below that both modes run the same launches).
-Every round's tokens are observed on the host, as a serving loop observes them; the median over `tokens` rounds.
-`host_ms`: the median time in `Engine.batch` alone (building the round's graph and starting it, layer by layer,
-while the device runs what was started): near the round's whole time, the round is bound by the host.
+`ms`: every round's tokens observed on the host before the next round is built; `pipelined_ms`: the next round
+built and started before this one's tokens are read, as `serve` runs its decode rounds (pipeline_decodes), so the
+host's work hides behind the device's; the median over `tokens` rounds. `host_ms`: the median time in
+`Engine.batch` alone (building the round's graph and starting it, layer by layer, while the device runs what was
+started): near the pipelined round's time, the round is bound by the host.
 """
 
 import statistics
 import time
 
 from pdlib.engine import Engine, check_token, observe_all
-from pdlib.tools.timing import bench_prompt, ms_since, observed
+from pdlib.tools.timing import bench_prompt, ms_since, observed, pipelined
 from pdlib.weights import LoadedModel
 
 MODES = ("each", "step")
@@ -36,11 +38,12 @@ def bench_rounds(
 ) -> dict:
     """Median ms of a round of N decodes per mode and N; `weights`: the bytes a decode step reads of them."""
     cfg = model.config
-    engine = Engine(model, capacity=context + warmup + tokens + 2, slots=max(rows))
+    engine = Engine(model, capacity=context + 2 * (warmup + tokens + 2), slots=max(rows))  # observed, then pipelined
     names = [f"R{i}" for i in range(max(rows))]
     for i, name in enumerate(names):
         engine.add_request(name, bench_prompt(cfg.vocab_size, context, i))
-    out = {"context": context, "rows": list(rows), "ms": {m: {} for m in MODES}, "host_ms": {m: {} for m in MODES}}
+    out = {"context": context, "rows": list(rows)}
+    out.update({k: {m: {} for m in MODES} for k in ("ms", "pipelined_ms", "host_ms")})
     out.update(bytes={}, floor_ms={})
     for mode in MODES:
         engine.decode_round = mode
@@ -59,6 +62,15 @@ def bench_rounds(
 
             out["ms"][mode][str(n)] = statistics.median(observed(round_, tokens, warmup))
             out["host_ms"][mode][str(n)] = statistics.median(host[warmup:])
+
+            def seen(outs):  # every row's token checked; the first goes back to pipelined's own check
+                tokens_ = observe_all(outs)
+                for t in tokens_[1:]:
+                    check_token(t)
+                return tokens_[0]
+
+            piped = pipelined(lambda _, parts=parts: engine.batch(parts), engine.batch(parts), tokens, warmup, seen)
+            out["pipelined_ms"][mode][str(n)] = statistics.median(piped)
     for n in rows:
         b = round_bytes(cfg, context, n, weights)
         out["bytes"][str(n)], out["floor_ms"][str(n)] = b, b / bandwidth * 1e3

@@ -1,13 +1,16 @@
-"""What bench-step's engines share, so each is timed the same way: a millisecond clock, observed steps and the
-three prefills.
+"""What bench-step's engines share, so each is timed the same way: a millisecond clock, observed and pipelined
+steps and the three prefills.
 
 ms = ms_since(time.perf_counter_ns())
 times = observed(run, n=200, warmup=20)                              # ms of each run(), after warmups
+gaps = pipelined(step, step(None), n=200, warmup=20)                 # ms between tokens seen one step behind
 out = prefills(prefill, prefill_tokens=4096, chunk=128, repeats=3)   # prefill(n, synced) -> seconds
 """
 
 import statistics
 import time
+
+from pdlib.engine import check_token
 
 
 def ms_since(t0: int) -> float:
@@ -23,6 +26,20 @@ def observed(run, n: int, warmup: int) -> list[float]:
         if i >= warmup:
             times.append(ms_since(t0))
     return times
+
+
+def pipelined(step, first, n: int, warmup: int, observe=lambda token: token.item()) -> list[float]:
+    """ms between consecutive host observations of n tokens, each observed after the next step is issued:
+    `first` is the step whose token comes first, step(token) issues the next from the last (on the device);
+    `observe` reads a step's token on the host."""
+    seen, token = [], first
+    for _ in range(warmup + n + 1):
+        following = step(token)
+        check_token(observe(token))
+        seen.append(time.perf_counter_ns())
+        token = following
+    observe(token)
+    return [(b - a) / 1e6 for a, b in zip(seen[warmup:], seen[warmup + 1 :])]
 
 
 def bench_prompt(vocab_size: int, n: int, row: int = 0) -> list[int]:

@@ -30,7 +30,9 @@ def test_bench_step_measures_every_engine_alike_and_prints_them(tiny):
     assert r["rows"] == [1, 3] and set(r["ms"]) == {"each", "step"} and all(v > 0 for v in r["ms"]["step"].values())
     for mode, ms in r["host_ms"].items():  # the host's part of each round: some of it, never more
         assert all(0 < ms[n] <= r["ms"][mode][n] for n in ms), (mode, ms)
-    assert ", host " in table[-1]
+    assert ", host " in table[-1] and " / pipelined " in table[-1]
+    for mode, ms in r["pipelined_ms"].items():  # each row count measured pipelined too
+        assert set(ms) == {"1", "3"} and all(v > 0 for v in ms.values()), (mode, ms)
     # the floor: the weights once plus every row's K/V, so a row more adds one cache's bytes
     per_row = tiny.config.num_hidden_layers * tiny.config.num_key_value_heads * tiny.config.head_dim * 8 * 24
     assert r["bytes"]["3"] - r["bytes"]["1"] == 2 * per_row
