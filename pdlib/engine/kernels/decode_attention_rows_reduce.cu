@@ -1,7 +1,6 @@
     // grid: R * HQ blocks of DH threads: block (row, hq) merges the live chunks (those at or before the row's
     // position, meta[3 row + 2]) of the row's head hq, as decode_attention_reduce.cu does for one row, into o
-    // laid out (HQ, R, DH): a step of decode rows alone attends in that layout already.
-    const int R = threadgroups_per_grid.x / HQ;
+    // laid out (R, HQ, DH): o_proj's input rows as they lie, so no copy comes between.
     const int row = threadgroup_position_in_grid.x / HQ, hq = threadgroup_position_in_grid.x % HQ;
     const int t = thread_position_in_threadgroup.x, part = row * HQ + hq;
     const int live = min(NC, meta[3 * row + 2] / CHUNK + 1);
@@ -15,4 +14,4 @@
         Lsum += part_l[part * NC + c] * f;
         O += part_o[((size_t)part * NC + c) * DH + t] * f;
     }
-    o[((size_t)hq * R + row) * DH + t] = O / Lsum;
+    o[((size_t)row * HQ + hq) * DH + t] = O / Lsum;

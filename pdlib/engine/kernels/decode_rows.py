@@ -11,7 +11,8 @@ arrays of 8 bytes or less in managed memory). Each block is the single-row kerne
 (decode_attention_partial.cu) with a row index, so a row's output and K/V slot are bit for bit what that kernel
 gives it (check-kernels compares them exactly); it stores every row's new K/V in place. One fence for all
 rows: the launch takes one that depends on every row's cache's fence and outputs the next, which all their
-caches then share. o comes back (Hq, R, Dh), the layout a step of decode rows alone attends in.
+caches then share. o comes back (Hq, R, Dh) as the other attention paths give it, a view of the (R, Hq, Dh)
+rows the kernel writes, which o_proj then reads as they lie (no copy).
 The ops twin is the single-row twin on each row: the rows' k and v come back for the caller to store.
 """
 
@@ -86,11 +87,11 @@ def decode_rows_kernel(
         template=[("HQ", heads), ("NC", nc), ("DH", Dh), ("CHUNK", CHUNK)],
         grid=(rows * heads * Dh, 1, 1),
         threadgroup=(Dh, 1, 1),
-        output_shapes=[(heads, rows, Dh)],
+        output_shapes=[(rows, heads, Dh)],
         output_dtypes=[mx.float32],
         init_value=float("nan") if poison else None,
     )
-    return o, written
+    return o.swapaxes(0, 1), written  # a view: (R, Hq, Dh) rows as o_proj reads them
 
 
 def decode_rows_ops(qkv, rows, q_norm, k_norm, inv_freq, caches, *, heads: int, kv_heads: int, eps: float):
