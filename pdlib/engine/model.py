@@ -168,13 +168,13 @@ class Qwen3:
         wqkv, wo, up, down = [(L.t[n], d) for n, d in names]
         seen, runs = set(), []
         for m in range(1, max_rows + 1):
-            v = tuple(K.gemm_variant(m, *w) for w in (wqkv, wo, up, down, (self.lm_head_t, None)))
+            v = tuple(K.gemm_variant(m, *w) for w in (wqkv, wo, up, down, (self.lm_head_t, self.d_lm_head)))
             if v not in seen:
                 seen.add(v)
                 runs.append(m)
                 o = mx.zeros((c.num_attention_heads, m, c.head_dim))
                 h, x = self._p_out_mlp(mx.zeros((m, c.hidden_size)), o, wo, L.post_norm, up, down, self.norm)
-                mx.eval(self._p_proj(x, wqkv), h, K.linear_t(x, self.lm_head_t))
+                mx.eval(self._p_proj(x, wqkv), h, K.linear_t(x, self.lm_head_t, self.d_lm_head))
         return runs
 
     def _proj(self, x, wqkv):
@@ -379,7 +379,7 @@ class Qwen3:
             s.cache.advance(s.size)
         if not emitting:
             return [None] * len(segments)
-        logits = K.linear_t(x if pruned else last_rows(x), self.lm_head_t)  # (emitting, V); x: the final norm's
+        logits = K.linear_t(x if pruned else last_rows(x), self.lm_head_t, self.d_lm_head)  # (emitting, V)
         out = [None] * len(segments)
         for r, j in enumerate(emitting):
             out[j] = logits[r]

@@ -52,7 +52,7 @@ def check_gemv(seed: int) -> list[dict]:
 
 def gemm_cases():
     """(case, M, K, N, split, cancelling): the prefill's four matmuls at a chunk's 128 rows (by the default tiles
-    K in 4, 8 and 2 slices) and a whole prompt's rows, ragged row counts (down's 129 rows: 8 slices), a forced
+    K in 4, 8 and 2 slices) and a whole prompt's rows, the LM head at a decode round's rows, ragged row counts (down's 129 rows: 8 slices), a forced
     split. `cancelling`: one operand's rows are 1 + u 2^-12 (below TF32's
     10 mantissa bits, u in [0, 1)), the other's +-1 with as many of each sign, so the 2^-12 parts are the
     whole result: "x" puts them in x (the lo*hi products carry them), "w" in w (hi*lo); one TF32 product, or
@@ -66,6 +66,7 @@ def gemm_cases():
     yield "gate|up, 128 rows", 128, 1024, 6144, None, None
     yield "gate|up, 4096 rows", 4096, 1024, 6144, None, None
     yield "down, 129 rows", 129, 3072, 1024, None, None
+    yield "LM head, 32 rows", 32, 1024, 151936, None, None  # a decode round's emitting rows
     yield "17 rows, split 4", 17, 1024, 128, 4, None
     yield "cancelling in x, 200 rows", 200, 256, 128, None, "x"
     yield "cancelling in w, 200 rows", 200, 256, 128, None, "w"

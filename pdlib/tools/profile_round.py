@@ -88,8 +88,8 @@ def profile_round(engine: Engine, names: list[str], *, context: int, steps: int)
             mx.eval([r.cache.written for r in reqs])
 
         out[f"{len(layers)} x attention over {R} rows' caches"] = {"ms": timed(attend, steps), "bytes": R * kv_row}
-    head = {"ms": timed(lambda: mx.eval(K.linear_t(x, model.lm_head_t)), steps)}
-    out[f"LM head, {R} rows"] = {**head, "bytes": _weight_bytes(R, model.lm_head_t, None)}
+    head = {"ms": timed(lambda: mx.eval(K.linear_t(x, model.lm_head_t, model.d_lm_head)), steps)}
+    out[f"LM head, {R} rows"] = {**head, "bytes": _weight_bytes(R, model.lm_head_t, model.d_lm_head)}
     return out
 
 

@@ -268,8 +268,8 @@ def test_the_switch_defaults_to_tensor_cores_on_the_bf16_copies_on_cuda_only(mon
 def test_the_engine_sends_its_chunk_matmuls_through_it(monkeypatch, tiny, choice, dtype):
     """With the kernel enabled (a stand-in on the CPU: the exact emulation), a prompt step of 40 rows runs its
     four matmuls per layer through it, on the weights as loaded (no copy: w_t.T is row-contiguous) or, under
-    tf32x2, on the bf16 decode copies; the LM head's one row and a decode's do not; the logits equal the plain
-    path's within the gate's tolerance."""
+    tf32x2, on the bf16 decode copies; the LM head's one row and a decode's do not, the LM head of 16 rows does; the
+    logits equal the plain path's within the gate's tolerance."""
     from pdlib.engine.model import Qwen3, Segment
 
     calls = []
@@ -295,6 +295,10 @@ def test_the_engine_sends_its_chunk_matmuls_through_it(monkeypatch, tiny, choice
     calls.clear()
     q.step([Segment(cache, mx.array([7], mx.int32), start=40, emits=True)])
     assert not calls
+    # 16 emitting rows (a decode round's): the LM head goes through it too, on the bf16 copy where the layers do
+    caches = [q.new_cache(8) for _ in range(G.MIN_ROWS)]
+    q.step([Segment(kc, mx.array([5 + i], mx.int32), start=0, emits=True) for i, kc in enumerate(caches)])
+    assert calls[-1] == (G.MIN_ROWS, (c.vocab_size, c.hidden_size), dtype), calls[-1]
 
 
 @pytest.mark.parametrize("fault", [None, "scaled"])
