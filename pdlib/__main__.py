@@ -77,21 +77,26 @@ def cmd_run(args) -> int:
 
 
 def cmd_serve(args) -> int:
+    from pdlib.run.search_report import search_table, stopped_line
     from pdlib.run.serve import serve_params_file, summary_table
-    from pdlib.run.serve_search import search_params_file, search_table
+    from pdlib.run.serve_search import search_params_file
 
     if args.search != (args.log is not None):
         raise InputError("serve: --search and --log go together (the log is where a search resumes from)")
+    if args.budget_s is not None and not args.search:
+        raise InputError(f"serve: --budget-s {args.budget_s:g} bounds a search: give it with --search and --log")
     try:
         chosen = {"policies": args.policies, "peers": args.peers}
         if args.search:
-            report = search_params_file(args.params, output=args.output, log=args.log, **chosen)
+            report = search_params_file(args.params, output=args.output, log=args.log, budget_s=args.budget_s, **chosen)
         else:
             report = serve_params_file(args.params, output=args.output, **chosen)
     except RunFailure as e:  # a token that differs, a failed replay check
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(search_table(report) if args.search else summary_table(report))
+    if args.search and (line := stopped_line(report)):
+        print(line)
     if args.output:
         print(f"report: {args.output}")
     return 0

@@ -213,6 +213,13 @@ def parser(commands: dict, *, description: str) -> argparse.ArgumentParser:
         "--log", metavar="PATH", help="with --search: the JSONL log of measured points; a search resumes from it"
     )
     s.add_argument(
+        "--budget-s",
+        type=float,
+        metavar="SECONDS",
+        help="with --search: start no point that is not expected to end within SECONDS of the start, then write the "
+        "report of the searches finished (the log goes on from there)",
+    )
+    s.add_argument(
         "--policies",
         nargs="+",
         metavar="NAME",

@@ -2,7 +2,7 @@
 (rate, rep), every run logged as it ends so a search resumes in a later command.
 
     report = search_params_file("params/serve-search-smoke-cpu.yaml", output="out/search.json", log="out/s.jsonl")
-    print(search_table(report))
+    print(search_table(report))                                 # search_report.py: what a search prints
     w = rep_workload(workload_params, rate=4.0, rep=1)          # the workload one point runs
     point = measure(bench, "mixed", 4.0, 1)     # {"summary", "gate", "warmups", "makespan_s", "wall_s"}
 
@@ -43,7 +43,6 @@ run share one `known` cache of its summaries, seeded from the log (search_log.py
 
 import dataclasses
 import math
-import sys
 import time
 from dataclasses import asdict
 from decimal import Decimal
@@ -69,7 +68,9 @@ from pdlib.report.serving import (
 from pdlib.run.clock import now
 from pdlib.run.peer import peer_model, peer_once, record_agreement
 from pdlib.run.reference import Reference
+from pdlib.run.search_budget import Budget, BudgetSpent
 from pdlib.run.search_log import SearchLog, utc_now
+from pdlib.run.search_report import SCHEMA, SLO_NAMES, ci_text, point_line, stderr_line, stopped_line
 from pdlib.run.serve import gated_run, prefill_worker, remote_join, serving_capacity, warm_engine
 from pdlib.run.serve_gate import ReferenceSeq, reference_sequences
 from pdlib.run.serve_params import ServeParams, load_serve_params, search_settings
@@ -81,13 +82,11 @@ from pdlib.traces import Trace, load_trace
 from pdlib.weights import load_model
 from pdlib.workload import LIMITS, TRACE_SOURCES, Workload, iter_prompts, trace_window
 
-SCHEMA = "pdlib.serve-search/1"
 REP_RULE = "pdlib.serve-search.rep/1: poisson seed+rep; trace first:K the rep-th K-block; window_s moved rep widths"
 TTFT_FACTOR = 3.0
 DECODE_STEPS = 20
 DECODE_WARM = 3  # untimed steps before them: the first ones compile
 PREFILL_REPEATS = 5  # timed prefills of the p90 prompt, after one untimed
-SLO_NAMES = ("strict", "relaxed")
 
 
 # ---- a rep's workload ----------------------------------------------------------------------------------------
@@ -386,33 +385,55 @@ def search_identity(workload_params: dict, params: ServeParams, settings: dict) 
     }
 
 
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+def _run_searches(bench: Bench, name: str, peer: bool, settings: dict, budget: Budget, counts: dict, note) -> list:
+    """One run's (policy or peer) searches, per SLO and criterion, on one `known` cache seeded from the log; each
+    new point admitted by the budget, appended to the log as it ends."""
+    lg = bench.log
+    known = known_from_records(r for r in lg.records if r["policy"] == name)
+
+    def measured(rate, rep):
+        budget.admit(name, rate, rep, warmups=0 if name in bench.warmed else bench.params.warmups)
+        point = measure(bench, name, rate, rep)
+        lg.append({"policy": name, "rate": grid_rate(rate), "rep": rep, **point, "created_utc": utc_now()})
+        budget.record(rate, rep, point)
+        counts["measured"] += 1
+        note(point_line(name, rate, rep, point))
+        return point["summary"]
+
+    out = []
+    for slo_name in SLO_NAMES:
+        for criterion in settings["criteria"]:
+            make = capacity_criterion if criterion == "capacity" else goodput_criterion
+            result = search(
+                measured,
+                meets=make(bench.slos[slo_name]),
+                **{k: settings[k] for k in ("lo", "hi", "reps", "start", "precision", "max_per_rep")},
+                known=known,
+            )
+            out.append({"policy": name, "peer": peer, "slo": slo_name, "criterion": criterion, "result": result})
+            note(f"{name}: {criterion} at the {slo_name} SLO: {result['text']} (CI {ci_text(result)})")
+    return out
 
 
-def _point_line(policy: str, rate: float, rep: int, point: dict) -> str:
-    s = point["summary"]
-    attain = " ".join(f"{n} {s[f'attain_{n}']:.2f}" for n in SLO_NAMES if f"attain_{n}" in s)
-    return (
-        f"{policy} rate {rate:g} rep {rep}: TTFT p90 {s['ttft_p90_ms']:.1f} ms, TBT p99 {s['tbt_p99_ms']:.1f} ms, "
-        f"attained {attain} ({point['wall_s']:.1f} s)"
-    )
-
-
-def search_params_file(params_file, *, output=None, log, note=None, policies=None, peers=None) -> dict:
+def search_params_file(
+    params_file, *, output=None, log, note=None, policies=None, peers=None, budget_s: float | None = None
+) -> dict:
     """What `python -m pdlib serve --params FILE --search --output OUT --log LOG` runs: per policy and peer, per SLO
     and criterion, the rate search (module docstring); every measured point appended to `log` as it ends (made,
     or resumed when it holds this search's points); the report (schema pdlib.serve-search/1) written to `output`
     (claimed first: an existing one is refused before any work) and returned. `note`: where a line per point
     goes (stderr by default). `policies`, `peers`: instead of the file's (--policies, --peers; a log may be
-    resumed with others, so a command can search a few and report those)."""
+    resumed with others, so a command can search a few and report those). `budget_s` (--budget-s): no point
+    starts that is not expected to end within that many seconds of the call (search_budget.py); the report
+    then holds the searches finished and says where it `stopped`."""
     t_start = time.perf_counter()
-    note = note or _stderr
+    note = note or stderr_line
     if output is not None:
         output = claim_output(output)
     workload_params, params = load_serve_params(params_file, policies=policies, peers=peers)
     settings = params.search if params.search is not None else search_settings({})
     bench = Bench(workload_params, params, settings["reps"])
+    budget = Budget(budget_s, [w.duration_s for w in bench.samples])  # from the call: the setup counts
     runs = [(p, False) for p in params.policies] + [(name, True) for name in bench.peers]
     with SearchLog(log, search_identity(workload_params, params, settings), note=note) as lg:
         bench.log = lg
@@ -432,36 +453,13 @@ def search_params_file(params_file, *, output=None, log, note=None, policies=Non
         header = lg.header
         slos = slos_from_step(header["slo"]["decode_ms"], header["slo"]["ttft_ms"])
         bench.slos = slos
-        counts = {"measured": 0}
-        searches = []
-        for name, peer in runs:
-            known = known_from_records(r for r in lg.records if r["policy"] == name)
-
-            def measured(rate, rep, name=name):
-                point = measure(bench, name, rate, rep)
-                lg.append({"policy": name, "rate": grid_rate(rate), "rep": rep, **point, "created_utc": utc_now()})
-                counts["measured"] += 1
-                note(_point_line(name, rate, rep, point))
-                return point["summary"]
-
-            for slo_name in SLO_NAMES:
-                for criterion in settings["criteria"]:
-                    make = capacity_criterion if criterion == "capacity" else goodput_criterion
-                    result = search(
-                        measured,
-                        meets=make(slos[slo_name]),
-                        lo=settings["lo"],
-                        hi=settings["hi"],
-                        reps=settings["reps"],
-                        start=settings["start"],
-                        precision=settings["precision"],
-                        max_per_rep=settings["max_per_rep"],
-                        known=known,
-                    )
-                    searches.append(
-                        {"policy": name, "peer": peer, "slo": slo_name, "criterion": criterion, "result": result}
-                    )
-                    note(f"{name}: {criterion} at the {slo_name} SLO: {result['text']} (CI {_ci(result)})")
+        counts, searches, stopped = {"measured": 0}, [], None
+        try:
+            for name, peer in runs:
+                searches += _run_searches(bench, name, peer, settings, budget, counts, note)
+        except BudgetSpent as spent:
+            stopped = spent.record
+            note(stopped_line({"stopped": stopped}))
         points = len(lg.records)
     report = {
         "schema": SCHEMA,
@@ -478,6 +476,8 @@ def search_params_file(params_file, *, output=None, log, note=None, policies=Non
         "slo_measured": header["slo"]["measured"],
         "calibration": header.get("calibration"),
         "searches": searches,
+        "stopped": stopped,  # under --budget-s: the point it did not start (None: every search finished)
+        "budget": budget.to_dict(),
         "measurements": {"new": counts["measured"], "from_log": from_log, "in_log": points, "cut_bytes": cut},
         "log": {"path": str(log), "created_utc": header["created_utc"]},
         "wall_s": time.perf_counter() - t_start,
@@ -489,32 +489,3 @@ def search_params_file(params_file, *, output=None, log, note=None, policies=Non
     if output is not None:
         write_report(output, report)
     return report
-
-
-def _ci(result: dict) -> str:
-    lo, hi = result["ci"]
-    return f"[{lo:.4g}, {'unbounded' if hi is None else f'{hi:.4g}'}]"
-
-
-def search_table(report: dict) -> str:
-    """One line per run: each (criterion, SLO) search's value and CI; then the SLOs and the measurement counts."""
-    if report.get("schema") != SCHEMA:
-        raise ValueError(f"not a search report: schema {report.get('schema')!r}")
-    cols = list(dict.fromkeys((s["criterion"], s["slo"]) for s in report["searches"]))
-    by_run: dict = {}
-    for s in report["searches"]:
-        by_run.setdefault(s["policy"], {})[(s["criterion"], s["slo"])] = s["result"]
-    rows = [["run", *(f"{c} {s}" for c, s in cols)]]
-    for run, results in by_run.items():
-        rows.append([run, *(f"{r['text']} CI {_ci(r)}" if (r := results.get(c)) else "-" for c in cols)])
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(x.ljust(w) for x, w in zip(row, widths)).rstrip() for row in rows]
-    slo = report["slos"]["strict"]
-    m = report["measurements"]
-    lines.append(
-        f"rate = {'requests/s' if report['workload']['source'] == 'poisson' else 'rate multiplier'}; decode step "
-        f"{report['decode_step_ms']:.3g} ms, TBT/TPOT strict {slo['tbt_ms']:.3g} ms, relaxed "
-        f"{report['slos']['relaxed']['tbt_ms']:.3g} ms, TTFT {slo['ttft_ms']:.3g} ms; "
-        f"{m['new']} runs measured, {m['from_log']} from the log; {report['wall_s']:.1f} s"
-    )
-    return "\n".join(lines)

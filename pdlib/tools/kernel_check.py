@@ -52,8 +52,8 @@ def check_gemv(seed: int) -> list[dict]:
 
 def gemm_cases():
     """(case, M, K, N, split, cancelling): the prefill's four matmuls at a chunk's 128 rows (by the default tiles
-    K in 4, 8 and 2 slices) and a whole prompt's rows, the LM head at a decode round's rows, ragged row counts (down's 129 rows: 8 slices), a forced
-    split. `cancelling`: one operand's rows are 1 + u 2^-12 (below TF32's
+    K in 4, 8 and 2 slices) and a whole prompt's rows, the LM head at a decode round's rows, ragged row counts
+    (down's 129 rows: 8 slices), a forced split. `cancelling`: one operand's rows are 1 + u 2^-12 (below TF32's
     10 mantissa bits, u in [0, 1)), the other's +-1 with as many of each sign, so the 2^-12 parts are the
     whole result: "x" puts them in x (the lo*hi products carry them), "w" in w (hi*lo); one TF32 product, or
     a split missing that term, fails the row. "x deep": x's rows are 1 + 2^-8 + u 2^-16 and w's +-64, so the

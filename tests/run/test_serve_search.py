@@ -17,8 +17,9 @@ from pdlib.errors import InputError
 from pdlib.report.io import read_text
 from pdlib.run import serve_search
 from pdlib.run.search_log import LOG_SCHEMA
+from pdlib.run.search_report import SCHEMA, search_table
 from pdlib.run.serve_params import load_serve_params
-from pdlib.run.serve_search import SCHEMA, rep_sample, rep_workload, search_params_file, search_table
+from pdlib.run.serve_search import rep_sample, rep_workload, search_params_file
 from pdlib.run.trial import TokenMismatch
 from pdlib.traces import load_trace
 from pdlib.workload import Workload, clip_lengths

@@ -1,0 +1,61 @@
+"""A search command's time budget (`serve --search --budget-s`): under a per-command limit (a lent GPU's ten
+minutes, say), a point starts only when it is expected to end inside the budget, so the command stops between
+points and writes its report, rather than being killed in the middle of one with none; the log resumes it.
+
+    budget = Budget(540, spans=[36.0, 41.2])        # seconds; each rep's arrival span at rate 1
+    budget.admit("mixed", 4.0, 0, warmups=1)         # raises BudgetSpent where it would not fit
+    budget.record(4.0, 0, point)                     # learns what a run takes past its arrivals
+
+A point's expected time is (its arrival span at that rate + the overhead) x (1 + the warmups run before it).
+The overhead (a run's wall time past its arrivals: the drain, the gate, a replay, and in a command's first
+points the model, the references and the compiles) starts at FIRST_OVERHEAD_S and is then the largest seen in
+this command. Arrivals scale as 1/rate for a trace's multiplier and a Poisson rate alike.
+"""
+
+import math
+import time
+
+from pdlib.errors import InputError
+
+FIRST_OVERHEAD_S = 60.0
+
+
+class BudgetSpent(Exception):
+    """The next point would not end inside the budget: where the command stopped."""
+
+    def __init__(self, policy: str, rate: float, rep: int, expected_s: float, left_s: float):
+        super().__init__(f"{policy} at {rate:g} rep {rep}: expected {expected_s:.0f} s, {left_s:.0f} s left")
+        self.record = dict(policy=policy, rate=rate, rep=rep, expected_s=expected_s, left_s=left_s)
+
+
+class Budget:
+    def __init__(self, seconds: float | None, spans: list[float], clock=None):
+        if seconds is not None and (
+            isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds < math.inf
+        ):
+            raise InputError(f"--budget-s must be a positive number of seconds, got {seconds!r}")
+        self.seconds, self.spans = seconds, spans
+        self.clock = clock or (lambda: time.perf_counter())  # read when called: a test may stand in for it
+        self.t0, self.overhead, self.seen = self.clock(), FIRST_OVERHEAD_S, False
+
+    def left(self) -> float:
+        return math.inf if self.seconds is None else self.seconds - (self.clock() - self.t0)
+
+    def expect(self, rate: float, rep: int, warmups: int) -> float:
+        return (self.spans[rep] / rate + self.overhead) * (1 + warmups)
+
+    def admit(self, policy: str, rate: float, rep: int, *, warmups: int) -> None:
+        expected, left = self.expect(rate, rep, warmups), self.left()
+        if expected > left:
+            raise BudgetSpent(policy, rate, rep, expected, left)
+
+    def record(self, rate: float, rep: int, point: dict) -> None:
+        over = point["wall_s"] / (1 + point.get("warmups", 0)) - self.spans[rep] / rate
+        self.overhead = max(over, self.overhead if self.seen else 0.0)
+        self.seen = True
+
+    def to_dict(self) -> dict:
+        return {"budget_s": self.seconds, "overhead_s": self.overhead if self.seen else None}
+
+
+__all__ = ["FIRST_OVERHEAD_S", "Budget", "BudgetSpent"]

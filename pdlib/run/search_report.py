@@ -1,0 +1,66 @@
+"""What a search (serve_search.py) reports and prints: its schema, the SLOs it names, a line per measured point,
+the CI of a result, and the table of every run's searches.
+
+    print(search_table(report))
+"""
+
+import sys
+
+SCHEMA = "pdlib.serve-search/1"
+SLO_NAMES = ("strict", "relaxed")
+
+
+def stderr_line(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def point_line(policy: str, rate: float, rep: int, point: dict) -> str:
+    s = point["summary"]
+    attain = " ".join(f"{n} {s[f'attain_{n}']:.2f}" for n in SLO_NAMES if f"attain_{n}" in s)
+    return (
+        f"{policy} rate {rate:g} rep {rep}: TTFT p90 {s['ttft_p90_ms']:.1f} ms, TBT p99 {s['tbt_p99_ms']:.1f} ms, "
+        f"attained {attain} ({point['wall_s']:.1f} s)"
+    )
+
+
+def ci_text(result: dict) -> str:
+    lo, hi = result["ci"]
+    return f"[{lo:.4g}, {'unbounded' if hi is None else f'{hi:.4g}'}]"
+
+
+def search_table(report: dict) -> str:
+    """One line per run: each (criterion, SLO) search's value and CI; then the SLOs and the measurement counts."""
+    if report.get("schema") != SCHEMA:
+        raise ValueError(f"not a search report: schema {report.get('schema')!r}")
+    cols = list(dict.fromkeys((s["criterion"], s["slo"]) for s in report["searches"]))
+    by_run: dict = {}
+    for s in report["searches"]:
+        by_run.setdefault(s["policy"], {})[(s["criterion"], s["slo"])] = s["result"]
+    rows = [["run", *(f"{c} {s}" for c, s in cols)]]
+    for run, results in by_run.items():
+        rows.append([run, *(f"{r['text']} CI {ci_text(r)}" if (r := results.get(c)) else "-" for c in cols)])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(x.ljust(w) for x, w in zip(row, widths)).rstrip() for row in rows]
+    slo = report["slos"]["strict"]
+    m = report["measurements"]
+    lines.append(
+        f"rate = {'requests/s' if report['workload']['source'] == 'poisson' else 'rate multiplier'}; decode step "
+        f"{report['decode_step_ms']:.3g} ms, TBT/TPOT strict {slo['tbt_ms']:.3g} ms, relaxed "
+        f"{report['slos']['relaxed']['tbt_ms']:.3g} ms, TTFT {slo['ttft_ms']:.3g} ms; "
+        f"{m['new']} runs measured, {m['from_log']} from the log; {report['wall_s']:.1f} s"
+    )
+    return "\n".join(lines)
+
+
+def stopped_line(report: dict) -> str | None:
+    """Where a command under --budget-s stopped, if it did, and how it goes on."""
+    s = report.get("stopped")
+    if not s:
+        return None
+    return (
+        f"stopped before {s['policy']} at {s['rate']:g} rep {s['rep']}: expected {s['expected_s']:.0f} s, "
+        f"{s['left_s']:.0f} s left of --budget-s; the same command with the same --log goes on from there"
+    )
+
+
+__all__ = ["SCHEMA", "SLO_NAMES", "ci_text", "point_line", "search_table", "stderr_line", "stopped_line"]

@@ -1,0 +1,140 @@
+"""A search under --budget-s (pdlib.run.search_budget): a point starts only when it is expected to end inside the
+budget; a command stopped so writes the report of the searches it finished and says where it stopped; the same
+command with the same log goes on from there and comes out as an unbounded search does. The clock and `measure`
+are stand-ins: each fake point takes its `wall_s` of the fake clock.
+
+    .venv/bin/python -m pytest -q tests/run/test_search_budget.py
+"""
+
+import json
+import types
+
+import pytest
+
+from pdlib.errors import InputError
+from pdlib.run import search_budget, serve_search
+from pdlib.run.search_budget import Budget, BudgetSpent
+from pdlib.run.search_report import search_table, stopped_line
+from pdlib.run.serve_search import search_params_file
+
+PARAMS = """
+model: synthetic:tiny
+workload: {source: azure-code, first: 8, max_prompt_tokens: 256, max_output_tokens: 16}
+chunk_size: 32
+policies: [chunked, mixed]
+peers: []
+search: {lo: 0.25, hi: 64, reps: 2, precision: 0.1, max_per_rep: 8, slo: {decode_ms: 1.0, ttft_ms: 100}}
+"""
+THRESHOLD = {"chunked": 4.0, "mixed": 8.0}
+EXTRA_S = 2.0  # what a fake run takes past its arrivals
+
+
+class Clock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    c = Clock()
+    monkeypatch.setattr(search_budget, "time", types.SimpleNamespace(perf_counter=c))
+    return c
+
+
+@pytest.fixture
+def fake(monkeypatch, clock):
+    calls = []
+
+    def measure(bench, policy, rate, rep):
+        calls.append((policy, rate, rep))
+        warmups = 0 if policy in bench.warmed else 1
+        bench.warmed.add(policy)
+        wall = (bench.samples[rep].duration_s / rate + EXTRA_S) * (1 + warmups)
+        clock.t += wall
+        thr = THRESHOLD[policy] * (1 + 0.05 * rep)
+        summary = {"tbt_p99_ms": 5 * rate / thr, "ttft_p90_ms": 10.0, "attain_strict": 1.0, "attain_relaxed": 1.0}
+        return {"summary": summary, "gate": {"checks": "fake"}, "warmups": warmups, "makespan_s": 0, "wall_s": wall}
+
+    monkeypatch.setattr(serve_search, "measure", measure)
+    return calls
+
+
+@pytest.fixture
+def params(tmp_path):
+    path = tmp_path / "search.yaml"
+    path.write_text(PARAMS)
+    return path
+
+
+def test_a_budget_admits_what_fits_and_learns_the_overhead(clock):
+    b = Budget(100.0, spans=[40.0, 80.0])
+    assert b.expect(2.0, 0, warmups=0) == 20.0 + search_budget.FIRST_OVERHEAD_S
+    assert b.expect(2.0, 1, warmups=1) == 2 * (40.0 + search_budget.FIRST_OVERHEAD_S)
+    b.admit("chunked", 1.0, 0, warmups=0)  # 100 s of 100: it ends inside
+    with pytest.raises(BudgetSpent) as e:
+        b.admit("chunked", 0.8, 0, warmups=0)  # 110 s
+    assert e.value.record == dict(policy="chunked", rate=0.8, rep=0, expected_s=110.0, left_s=100.0)
+    clock.t += 30.0
+    b.record(2.0, 0, {"wall_s": 2 * 25.0, "warmups": 1})  # 5 s a run past its 20 s of arrivals
+    assert b.overhead == 5.0 and b.left() == 70.0 and b.expect(1.0, 0, warmups=0) == 45.0
+    b.record(4.0, 0, {"wall_s": 12.0})  # 2 s past: the largest seen stays
+    assert b.overhead == 5.0 and b.to_dict() == {"budget_s": 100.0, "overhead_s": 5.0}
+    unbounded = Budget(None, spans=[40.0])
+    unbounded.admit("mixed", 0.01, 0, warmups=9)
+    assert unbounded.to_dict() == {"budget_s": None, "overhead_s": None}
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("inf"), float("nan"), True, "60"])
+def test_a_budget_that_is_no_number_of_seconds_is_refused(bad):
+    with pytest.raises(InputError, match=r"--budget-s must be a positive number of seconds, got "):
+        Budget(bad, spans=[1.0])
+
+
+def test_a_stopped_search_reports_what_it_finished_and_goes_on_from_its_log(tmp_path, params, fake, monkeypatch):
+    whole = search_params_file(params, log=tmp_path / "whole.jsonl", note=lambda _: None)
+    order, fake[:] = list(fake), []
+    assert whole["stopped"] is None and whole["budget"]["budget_s"] is None
+    assert whole["budget"]["overhead_s"] == pytest.approx(EXTRA_S)  # the fake's time past its arrivals
+    notes = []
+    part = search_params_file(
+        params, output=tmp_path / "a.json", log=tmp_path / "log.jsonl", budget_s=150, note=notes.append
+    )
+    k = len(fake)
+    assert 0 < k < len(order) and fake == order[:k]  # the same points in the same order, up to where it stopped
+    s = part["stopped"]
+    assert (s["policy"], s["rate"], s["rep"]) == order[k]  # the next point of the unbounded search
+    assert s["expected_s"] > s["left_s"]
+    assert part["searches"] == [x for x in whole["searches"][: len(part["searches"])]]  # only whole searches
+    assert all(x["result"]["status"] != "budget" for x in part["searches"])
+    assert json.loads((tmp_path / "a.json").read_text())["stopped"] == s
+    assert notes[-1] == stopped_line(part) and "goes on from there" in notes[-1]
+    assert search_table(part)
+    lines = (tmp_path / "log.jsonl").read_text().splitlines()
+    assert len(lines) == 1 + k  # the header, then every point measured
+    fake[:] = []
+    rest = search_params_file(params, log=tmp_path / "log.jsonl", note=lambda _: None)
+    assert fake == order[k:] and rest["stopped"] is None
+    strip = lambda r: [(x["policy"], x["slo"], x["criterion"], x["result"]["value"], x["result"]["ci"]) for x in r]  # noqa: E731
+    assert strip(rest["searches"]) == strip(whole["searches"])
+
+
+def test_a_budget_too_small_for_any_point_measures_nothing(tmp_path, params, fake):
+    report = search_params_file(params, log=tmp_path / "log.jsonl", budget_s=10, note=lambda _: None)
+    assert fake == [] and report["searches"] == [] and report["stopped"]["policy"] == "chunked"
+    assert report["measurements"]["new"] == 0
+
+
+def test_the_cli_takes_a_budget_only_with_a_search(tmp_path, capsys):
+    from pdlib.__main__ import main
+
+    assert main(["serve", "--params", "params/serve-search-smoke-cpu.yaml", "--budget-s", "60"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: serve: --budget-s 60 bounds a search: give it with --search and --log"
+    ]
+    argv = ["serve", "--params", "params/serve-search-smoke-cpu.yaml", "--search", "--log", str(tmp_path / "l.jsonl")]
+    assert main([*argv, "--budget-s", "0"]) == 2
+    assert capsys.readouterr().err.splitlines() == ["error: --budget-s must be a positive number of seconds, got 0.0"]
+    assert not (tmp_path / "l.jsonl").exists()
