@@ -41,10 +41,10 @@ SWITCHES = {
         ),
         Switch(
             "PDLIB_DECODE_ROUND",
-            ("each", "step"),
+            ("each", "step", "compiled"),
             "each",
             "a step of three or more decodes: one decode launch each, or one ragged engine step (the weights "
-            "read once for all rows, attention per row)",
+            "read once for all rows, attention per row), or that step as one compiled function (a GPU)",
         ),
         Switch("PDLIB_PERSISTENT_FOLD", ("0", "1"), "0", "1: o_proj folded into the persistent kernel's attention"),
         Switch("PDLIB_PERSISTENT_BLOCKS", (int,), None, "the persistent kernel's blocks; unset: the SM count"),

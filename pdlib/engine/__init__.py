@@ -27,6 +27,7 @@ from pdlib.engine.kernels.mailbox import TokenMailbox
 from pdlib.engine.kernels.persistent_decode import ERROR_TOKEN
 from pdlib.engine.kernels.persistent_decode import check_token as check_token  # re-exported
 from pdlib.engine.model import Qwen3, Segment, drain
+from pdlib.engine.round import CompiledRounds
 from pdlib.weights import LoadedModel
 
 
@@ -97,8 +98,9 @@ class Request:
 
 # PDLIB_DECODE_ROUND: a step of three or more decodes (a serving policy's decode round) as one decode launch
 # each (`each`), or as one ragged engine step (`step`: the prefill path's matmuls, every weight read once for
-# all rows; their attention one launch a layer where their caches share a pool, engine/rows.py). Two decodes
-# share the persistent pair launch either way.
+# all rows; their attention one launch a layer where their caches share a pool, engine/rows.py), or as that
+# step compiled into one function a round replays (`compiled`, engine/round.py: where the rows kernel runs,
+# else `step`). Two decodes share the persistent pair launch either way.
 ROUND_ENV = "PDLIB_DECODE_ROUND"
 
 # PDLIB_STEP_DISPATCH: how a step with a prompt chunk reaches the device. `layers` (the default) starts each
@@ -135,6 +137,7 @@ class Engine:
         # slots: the requests' caches in one pool of that many (a step's decode rows then attend in one launch a
         # layer: engine/rows.py); None: a cache of its own each
         self.pool = None if slots is None else self.model.new_pool(capacity, slots)
+        self.rounds = CompiledRounds(self.model)  # PDLIB_DECODE_ROUND=compiled's (engine/round.py)
 
     def add_request(self, name: str, prompt_ids) -> None:
         ids, vocab = [int(i) for i in prompt_ids], self.model.cfg.vocab_size
@@ -186,6 +189,8 @@ class Engine:
                 return [self.decode(name) for name, _ in parts]
         segments = [self._segment(name, n) for name, n in parts]
         reqs = [self.requests[name] for name, _ in parts]
+        if self.decode_round == "compiled" and (logits := self.rounds(segments)) is not None:
+            return self._finish(reqs, logits)
         if self.dispatch == "step":
             return self._finish(reqs, self.model.step(segments, prune=self.prune_final_layer))
         layers = self._layer_by_layer(reqs, segments)  # each layer starts while the host builds the next

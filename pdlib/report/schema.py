@@ -27,8 +27,9 @@ A report is one JSON object:
                                     older reports lack it),
                       "pair_decode": "pair" | "each" (a step of two decodes as one persistent launch or one
                                      launch each: PDLIB_PAIR_DECODE; older reports lack it),
-                      "decode_round": "each" | "step" (a step of three or more decodes as one launch each or
-                                      one ragged step: PDLIB_DECODE_ROUND; older reports lack it),
+                      "decode_round": "each" | "step" | "compiled" (a step of three or more decodes as one
+                                      launch each, one ragged step, or that step compiled: PDLIB_DECODE_ROUND;
+                                      older reports lack it),
                       "settings": {"PDLIB_DECODE": .., ...} (every engine switch's effective value,
                                    settings.ENGINE; older reports lack it)},
       "sources": {"pdlib/engine/model.py": "<sha256>", ..., "params_file": null | "<sha256>"},

@@ -5,8 +5,9 @@ K/V cache, over the device-to-device copy bandwidth measured in the same run.
     rounds = bench_rounds(model, rows=(1, 8, 32), context=2048, tokens=50, warmup=5, bandwidth=bw)
 
 `each`: a decode launch per request (two share the paired persistent launch); `step`: one ragged engine step, the
-weights read once for all rows and their attention one launch a layer over the requests' cache pool (the mode
-applies from three rows; below that both modes run the same launches).
+weights read once for all rows and their attention one launch a layer over the requests' cache pool; `compiled`:
+that step as one compiled function (engine/round.py; where the rows kernel does not run, `step`'s launches). The
+modes apply from three rows; below that they run the same launches.
 `ms`: every round's tokens observed on the host before the next round is built; `pipelined_ms`: the next round
 built and started before this one's tokens are read, as `serve` runs its decode rounds (pipeline_decodes), so the
 host's work hides behind the device's; the median over `tokens` rounds. `host_ms`: the median time in
@@ -21,7 +22,7 @@ from pdlib.engine import Engine, check_token, observe_all
 from pdlib.tools.timing import bench_prompt, ms_since, observed, pipelined
 from pdlib.weights import LoadedModel
 
-MODES = ("each", "step")
+MODES = ("each", "step", "compiled")
 
 
 def kv_bytes(cfg, context: int) -> int:

@@ -4,7 +4,8 @@ garbage past each, on the pool's second layer. Each row's output must equal, bit
 on a copy of its cache (the same blocks, so the same sums), and the twin's within the tolerance; each row's new
 K/V must be in its own slot at its own position and nothing else in the pool changed; the one fence, made from
 the rows' three (their least counter), must advance once. Then the engine's decode rows as serving runs them
-(`check_engine_rows`), bit for bit against each row attended alone.
+(`check_engine_rows`), bit for bit against each row attended alone, and as compiled rounds (engine/round.py), within
+the tolerance with the same tokens.
 
     rows = check_decode_rows(seed=0)
 """
@@ -87,11 +88,12 @@ def check_decode_rows(seed: int) -> list[dict]:
 ENGINE_PROMPTS = (100, 517, 900)
 
 
-def _engine_run(model, *, pooled: bool) -> tuple[list, mx.array]:
+def _engine_run(model, *, pooled: bool, rounds: str = "step") -> tuple[list, mx.array]:
     """Three requests prefilled whole, then rounds of their three decodes, a step of two decodes beside a prompt
-    chunk, and rounds again, all as ragged steps: every output's (token, logits), and every request's K/V."""
+    chunk, and rounds again, all as ragged steps (`rounds`: PDLIB_DECODE_ROUND, "step" or "compiled"): every
+    output's (token, logits), and every request's K/V."""
     engine = Engine(model, capacity=1024, slots=4 if pooled else None)
-    engine.decode_round = "step"
+    engine.decode_round = rounds
     vocab = model.config.vocab_size
     for i, n in enumerate(ENGINE_PROMPTS):
         engine.add_request(f"r{i}", [(j * 7919 + i * 104729) % vocab for j in range(n)])
@@ -115,10 +117,25 @@ def check_engine_rows(seed: int) -> list[dict]:
     case = f"prompts {'/'.join(map(str, ENGINE_PROMPTS))}"
     out = evaluated(
         [
-            compare("engine rows/logits", case, mx.stack([lg for _, lg in rows]), mx.stack([lg for _, lg in alone])),
+            compare("engine rows/logits", case, stack(rows), stack(alone)),
             compare("engine rows/kv", case, kv_rows, kv_alone),
         ]
     )
     for row in out:  # bit for bit, or the rows are not what each row gets alone
         row["passed"] = row["max_abs"] == 0.0 and [t for t, _ in rows] == [t for t, _ in alone]
-    return out
+    # the rounds compiled (engine/round.py): the same launches, so within the tolerance of each row alone and
+    # the same tokens (a row stored in a wrong slot shows in the rounds after it)
+    compiled, kv_compiled = _engine_run(model, pooled=True, rounds="compiled")
+    more = evaluated(
+        [
+            compare("engine rows compiled/logits", case, stack(compiled), stack(alone)),
+            compare("engine rows compiled/kv", case, kv_compiled, kv_alone),
+        ]
+    )
+    for row in more:
+        row["passed"] = row["passed"] and [t for t, _ in compiled] == [t for t, _ in alone]
+    return out + more
+
+
+def stack(seen: list) -> mx.array:
+    return mx.stack([lg for _, lg in seen])

@@ -1,0 +1,73 @@
+"""A decode round as one compiled function (PDLIB_DECODE_ROUND=compiled): a step in which every part is a decode,
+three or more, their caches in one pool and attended by the rows kernel (a GPU). Qwen3.stages builds such a step
+layer by layer in Python (the q|k|v projection, the rows' attention, o_proj and the MLP, 28 times), host work a
+round repeats; here the same calls, layer for layer and launch for launch, form one function of (tokens, rows'
+metadata, fence, pool K, pool V) that mx.compile traces once per row count and MLX then replays without Python.
+Where the round does not qualify, the caller runs stages as before.
+
+    rounds = CompiledRounds(qwen3)
+    logits = rounds(segments)     # [(V,)] per segment, or None: not a round this runs
+"""
+
+import mlx.core as mx
+
+from pdlib.engine import kernels as K
+from pdlib.engine.kernels.decode_rows import available, decode_rows_kernel, joined_fence
+from pdlib.engine.parts import Segment
+from pdlib.engine.rows import layer_id
+
+
+class CompiledRounds:
+    def __init__(self, model):
+        self.model = model
+        self._round = mx.compile(self._layers)
+
+    def qualifies(self, segments: list[Segment]) -> bool:
+        caches = [s.cache for s in segments]
+        return (
+            len(segments) >= 3
+            and available(self.model.cfg.head_dim)
+            and all(s.size == 1 and s.emits for s in segments)
+            and caches[0].pool is not None
+            and all(c.pool is caches[0].pool and c.pooled for c in caches)
+            and len({id(c) for c in caches}) == len(caches)
+        )
+
+    def __call__(self, segments: list[Segment]) -> list[mx.array] | None:
+        if not self.qualifies(segments):
+            return None
+        for s in segments:  # as Qwen3.stages checks
+            if s.start != s.cache.length:
+                raise ValueError(f"segment at position {s.start} of a cache holding {s.cache.length}")
+            if s.start + 1 > s.cache.capacity:
+                raise RuntimeError(f"KV cache overflow: position {s.start} >= capacity {s.cache.capacity}")
+        caches = [s.cache for s in segments]
+        meta = mx.array([(r, c.slot, s.start) for r, (s, c) in enumerate(zip(segments, caches))], mx.int32)
+        tokens = mx.concatenate([s.tokens.astype(mx.int32) for s in segments])
+        pool = caches[0].pool
+        logits, written = self._round(tokens, meta, joined_fence([c.written for c in caches]), pool.k, pool.v)
+        for c in caches:
+            c.written = written
+            c.advance(1)
+        return [logits[r] for r in range(len(segments))]
+
+    def _layers(self, tokens, meta, after, pool_k, pool_v):
+        """stages' round, every row a decode that emits: (R, V) logits and the last layer's fence."""
+        m = self.model
+        c = m.cfg
+        shape = dict(heads=c.num_attention_heads, kv_heads=c.num_key_value_heads, eps=c.rms_norm_eps)
+        h = m.embed[tokens]
+        x = mx.fast.rms_norm(h, m.layers[0].in_norm, c.rms_norm_eps)
+        written = after
+        for i, L in enumerate(m.layers):
+            raw = m._proj(x, (L.t["wqkv"], L.d_qkv))
+            o, written = decode_rows_kernel(
+                raw, meta, layer_id(i), L.q_norm, L.k_norm, m.inv_freq, pool_k, pool_v, written, **shape
+            )
+            next_norm = m.layers[i + 1].in_norm if i < len(m.layers) - 1 else m.norm
+            wo, up, down = (L.t["wo"], L.d_o), (L.t["w_gate_up"], L.d_gate_up), (L.t["w_down"], L.d_down)
+            h, x = m._out_mlp(h, o, wo, L.post_norm, up, down, next_norm)
+        return K.linear_t(x, m.lm_head_t, m.d_lm_head), written
+
+
+__all__ = ["CompiledRounds"]
