@@ -46,6 +46,13 @@ SWITCHES = {
             "a step of three or more decodes: one decode launch each, or one ragged engine step (the weights "
             "read once for all rows, attention per row), or that step as one compiled function (a GPU)",
         ),
+        Switch(
+            "PDLIB_ROUND_GEMM",
+            ("mlx", "tiles16"),
+            "mlx",
+            "a step's matmuls of few rows (a decode round's): MLX's FP32 matmul below 16 rows and 64-row tensor-core "
+            "tiles from there, or 16-row bf16x3 tiles on the bf16 copies up to 32 rows",
+        ),
         Switch("PDLIB_PERSISTENT_FOLD", ("0", "1"), "0", "1: o_proj folded into the persistent kernel's attention"),
         Switch("PDLIB_PERSISTENT_BLOCKS", (int,), None, "the persistent kernel's blocks; unset: the SM count"),
         Switch(
@@ -119,6 +126,7 @@ ENGINE = tuple(
         "PDLIB_DECODE",
         "PDLIB_PAIR_DECODE",
         "PDLIB_DECODE_ROUND",
+        "PDLIB_ROUND_GEMM",
         "PDLIB_PERSISTENT_FOLD",
         "PDLIB_PERSISTENT_BLOCKS",
         "PDLIB_PREFILL_GEMM",

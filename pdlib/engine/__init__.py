@@ -124,6 +124,7 @@ class Engine:
     ):
         self.dispatch = settings.get(DISPATCH_ENV)  # a bad value is refused here
         self.decode_round = settings.get(ROUND_ENV)
+        self.round_gemm = settings.get("PDLIB_ROUND_GEMM")  # read by kernels/gemm.py; a bad value is refused here
         self.model = Qwen3(
             model,
             lossless_decode_weights=lossless_decode_weights,
@@ -216,6 +217,7 @@ class Engine:
             "token_read": m.token_read,
             "pair_decode": "pair" if m.pairs else "each",
             "decode_round": self.decode_round,
+            "round_gemm": self.round_gemm,
         }
 
     def prefill_stages(self, name: str, n: int):

@@ -67,6 +67,7 @@ def gemm_cases():
     yield "gate|up, 4096 rows", 4096, 1024, 6144, None, None
     yield "down, 129 rows", 129, 3072, 1024, None, None
     yield "LM head, 32 rows", 32, 1024, 151936, None, None  # a decode round's emitting rows
+    yield "q|k|v, 3 rows", 3, 1024, 4096, None, None  # a small round's, in part of one tile
     yield "17 rows, split 4", 17, 1024, 128, 4, None
     yield "cancelling in x, 200 rows", 200, 256, 128, None, "x"
     yield "cancelling in w, 200 rows", 200, 256, 128, None, "w"

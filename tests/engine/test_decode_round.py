@@ -55,5 +55,5 @@ def test_a_bad_mode_is_refused(tiny, monkeypatch, bad):
     from pdlib.errors import InputError
 
     monkeypatch.setenv("PDLIB_DECODE_ROUND", bad)
-    with pytest.raises(InputError, match=f"PDLIB_DECODE_ROUND must be each or step, got '{bad}'"):
+    with pytest.raises(InputError, match=f"PDLIB_DECODE_ROUND must be each or step or compiled, got '{bad}'"):
         Engine(tiny, capacity=8)

@@ -166,6 +166,31 @@ def test_the_split_fills_the_gpu_and_keeps_whole_steps():
             assert s == 1 or -(-M // shape.bm) * (N // shape.bn) * s <= 2 * sms
 
 
+def test_a_rounds_rows_take_16_row_tiles_on_the_bf16_copies_where_asked(monkeypatch):
+    """PDLIB_ROUND_GEMM=tiles16: from 1 to ROUND_ROWS rows on the bf16 copy, bf16x3 in ROUND_TILES; more rows, the
+    FP32 weight or another PDLIB_PREFILL_GEMM keep their launch; unset, MLX's matmul below MIN_ROWS as before."""
+    monkeypatch.setattr(G, "enabled", lambda: True)
+    monkeypatch.setattr(G, "cuda_sm_count", lambda: 132)
+    w_t, wb = mx.zeros((1024, 4096)), mx.zeros((4096, 1024), mx.bfloat16)
+    shape = lambda M, w=wb: (G.variant(M, w_t, w) or (None,))[0]  # noqa: E731
+    assert [shape(M) for M in (1, 8, 15, 16, 32, 33)] == [None] * 3 + [G.BF16X3_TILES] * 3
+    monkeypatch.setenv("PDLIB_ROUND_GEMM", "tiles16")
+    assert [shape(M) for M in (1, 8, 15, 16, 32)] == [G.ROUND_TILES] * 5 and G.ROUND_TILES.bf16x3
+    assert shape(33) == G.BF16X3_TILES and shape(8, None) is None and shape(16, None) == G.CHUNK_TILES
+    assert G.variant(8, w_t, wb)[1] == G.k_split(8, 1024, 4096, 132, G.ROUND_TILES) > 1  # 32 tiles: K split
+    monkeypatch.setenv("PDLIB_PREFILL_GEMM", "tf32x2")
+    assert shape(8) is None and shape(16) == G.CHUNK_TILES
+    monkeypatch.setenv("PDLIB_ROUND_GEMM", "16")
+    with pytest.raises(InputError, match="PDLIB_ROUND_GEMM must be mlx or tiles16, got '16'"):
+        shape(8)
+    calls = []
+    monkeypatch.setenv("PDLIB_PREFILL_GEMM", "bf16x3")
+    monkeypatch.setenv("PDLIB_ROUND_GEMM", "tiles16")
+    monkeypatch.setattr(G, "tf32x3_matmul", lambda x, w, *, shape, **e: calls.append((shape, w.dtype)) or x @ w.T)
+    G.linear_t(mx.zeros((8, 1024)), w_t, wb)
+    assert calls == [(G.ROUND_TILES, mx.bfloat16)]
+
+
 def test_it_takes_a_chunks_rows_and_leaves_a_decodes_and_on_fp32_weights_a_whole_prompts_to_mlx():
     assert G.tiles(16, 1024, 4096) and G.tiles(128, 1024, 4096) and G.tiles(256, 3072, 1024)
     assert not G.tiles(15, 1024, 4096) and not G.tiles(257, 1024, 4096) and not G.tiles(4096, 1024, 6144)

@@ -73,17 +73,23 @@ class Tiles(NamedTuple):
 
 # the launch shapes check-kernels checks. Warps of 32 x 64 split each x element half as often as 32 x 32 ones
 # (splitting x is most of a warp's instructions per mma); four of them on a 64x128 tile are the chunk's shape.
-# Then the default's, bf16x3's, on that tile, and the wgmma kernel's (PDLIB_PREFILL_GEMM=wgmma: exact, opt-in).
+# Then the default's, bf16x3's, on that tile, bf16x3 on 16-row tiles (a decode round's, opt-in), and the wgmma
+# kernel's (PDLIB_PREFILL_GEMM=wgmma: exact, opt-in).
 CANDIDATES = (
     Tiles(64, 128, 32, 3, 256, wn=64),
     Tiles(128, 64, 32, 3, 256, wn=64),
     Tiles(64, 64, 32, 3, 256),
     Tiles(128, 128, 64, 3, 128),
     Tiles(64, 128, 32, 3, 256, wn=64, bf16x3=True),
+    Tiles(16, 128, 16, 3, 256, wn=32, bf16x3=True),
     Tiles(64, 64, 0, 3, 256, wgmma=True),
 )
 CHUNK_TILES = CANDIDATES[0]
-BF16X3_TILES = CANDIDATES[-2]  # the default's on bf16 weights (PDLIB_PREFILL_GEMM=bf16x3)
+BF16X3_TILES = CANDIDATES[-3]  # the default's on bf16 weights (PDLIB_PREFILL_GEMM=bf16x3)
+# a decode round's rows (PDLIB_ROUND_GEMM=tiles16): 16-row tiles of bf16x3, one warp row of four 16 x 32 warps,
+# so 8 or 32 rows waste a half or none of a tile where 64-row ones waste 7/8 or 1/2; from one row up to ROUND_ROWS
+ROUND_TILES = CANDIDATES[-2]
+ROUND_ROWS = 32
 WGMMA_TILES = CANDIDATES[-1]  # PDLIB_PREFILL_GEMM=wgmma's
 MAX_ROWS = 256  # on FP32 weights more rows (a whole prompt's) run MLX's FP32 matmul, faster there; on
 # bf16 ones the kernel runs at every row count
@@ -362,12 +368,31 @@ def linear_t(
     if norm is not None and add is None:
         raise ValueError("linear_t's norm follows a residual add: pass add too")
     epilogue = {"add": add, "swiglu": swiglu, "norm": norm}
-    if enabled() and x.ndim == 2:
-        if w is not None and w.dtype == mx.bfloat16 and bf16_weights() and tiles(x.shape[0], *w_t.shape, bf16=True):
-            return tf32x3_matmul(x, w, shape=BF16X3_TILES if choice() == "bf16x3" else CHUNK_TILES, **epilogue)
-        if tiles(x.shape[0], *w_t.shape):
-            return tf32x3_matmul(x, w_t.T, shape=chunk_tiles(), **epilogue)
+    if enabled() and x.ndim == 2 and (shape := _shape(x.shape[0], w_t, w)) is not None:
+        return tf32x3_matmul(x, w if bf16_on(w) else w_t.T, shape=shape, **epilogue)
     return epilogue_ops(x @ w_t, **epilogue)
+
+
+ROUND_ENV = "PDLIB_ROUND_GEMM"
+
+
+def bf16_on(w: mx.array | None) -> bool:
+    """Whether linear_t takes `w`, the bf16 decode copy, rather than the FP32 weight."""
+    return w is not None and w.dtype == mx.bfloat16 and bf16_weights()
+
+
+def _shape(M: int, w_t: mx.array, w: mx.array | None) -> Tiles | None:
+    """The launch shape linear_t runs M rows in, None for MLX's matmul: on the bf16 copy, ROUND_TILES up to
+    ROUND_ROWS rows under PDLIB_ROUND_GEMM=tiles16 (bf16x3), else its tiles from MIN_ROWS; on the FP32 weight, a
+    chunk's rows (tiles())."""
+    K, N = w_t.shape
+    if bf16_on(w):
+        small = settings.get(ROUND_ENV) == "tiles16" and choice() == "bf16x3" and M <= ROUND_ROWS
+        if small and N % ROUND_TILES.bn == 0 and K % BK == 0:
+            return ROUND_TILES
+        if tiles(M, K, N, bf16=True):
+            return BF16X3_TILES if choice() == "bf16x3" else CHUNK_TILES
+    return chunk_tiles() if tiles(M, K, N) else None
 
 
 def variant(M: int, w_t: mx.array, w: mx.array | None = None) -> tuple | None:
@@ -375,16 +400,8 @@ def variant(M: int, w_t: mx.array, w: mx.array | None = None) -> tuple | None:
     runs. MLX compiles a custom kernel once per name and template values, so a step of a row count whose
     variant is new compiles its kernels then (about a second each on the H200): model.warm runs each variant
     once, before anything is timed."""
-    if not enabled():
-        return None
-    K, N = w_t.shape
-    if w is not None and w.dtype == mx.bfloat16 and bf16_weights() and tiles(M, K, N, bf16=True):
-        shape = BF16X3_TILES if choice() == "bf16x3" else CHUNK_TILES
-    elif tiles(M, K, N):
-        shape = chunk_tiles()
-    else:
-        return None
-    return shape, k_split(M, K, N, cuda_sm_count(), shape)
+    shape = _shape(M, w_t, w) if enabled() else None
+    return None if shape is None else (shape, k_split(M, *w_t.shape, cuda_sm_count(), shape))
 
 
 def tf32x3_ops(x: mx.array, w: mx.array, **_) -> mx.array:
