@@ -16,7 +16,7 @@ endif
 RUN_EXTRAS := $(MLX_EXTRA)notebooks
 TEST_EXTRAS := $(MLX_EXTRA)notebooks,test
 
-.PHONY: setup setup-test test test-fast lint run lab gpu gpu-partition clean
+.PHONY: setup setup-test test test-fast lint run lab gpu gpu-partition gpu-rounds clean
 setup: $(VENV)/.installed-$(subst $(comma),-,$(RUN_EXTRAS))
 setup-test: $(VENV)/.installed-$(subst $(comma),-,$(TEST_EXTRAS))
 
@@ -73,6 +73,23 @@ gpu-partition:
 	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
 		--policies eager chunked overlap partition --output "$(OUT)/report-4k.json"
 	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib run --params params/qwen3-0.6b-16384x256.yaml --output "$(OUT)/report-16k.json"
+
+# A serving decode round of N requests: check-kernels, then rounds of 1, 8 and 32 decodes at 2,048 positions in
+# every PDLIB_DECODE_ROUND mode (observed and pipelined, against the byte floor) and where a round's time goes,
+# each again with a round's matmuls in 16-row tiles (PDLIB_ROUND_GEMM=tiles16).
+ROUND_BENCH = --contexts 2048 --tokens 100 --no-peers
+ROUND_PROFILE = --rounds 8 32 --context 2048 --steps 20
+gpu-rounds:
+	@test -n "$(OUT)" || { echo "error: make gpu-rounds needs OUT=DIR (a new folder for the results)" >&2; exit 2; }
+	@test ! -e "$(OUT)" || test -z "$$(ls -A "$(OUT)")" || { echo "error: $(OUT) holds files; results are never overwritten" >&2; exit 2; }
+	mkdir -p "$(OUT)"
+	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib check-kernels --output "$(OUT)/check-kernels.json"
+	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib bench-step $(ROUND_BENCH) --rounds 1 8 32 --output "$(OUT)/bench-rounds.json"
+	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib profile-step $(ROUND_PROFILE) --output "$(OUT)/profile-rounds.json"
+	PDLIB_ROUND_GEMM=tiles16 MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib bench-step $(ROUND_BENCH) --rounds 8 32 \
+		--output "$(OUT)/bench-rounds-tiles16.json"
+	PDLIB_ROUND_GEMM=tiles16 MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib profile-step $(ROUND_PROFILE) \
+		--output "$(OUT)/profile-rounds-tiles16.json"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
