@@ -77,7 +77,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_serve(args) -> int:
-    from pdlib.run.search_report import search_table, stopped_line
+    from pdlib.run.search_report import search_table
     from pdlib.run.serve import serve_params_file, summary_table
     from pdlib.run.serve_search import search_params_file
 
@@ -95,8 +95,6 @@ def cmd_serve(args) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(search_table(report) if args.search else summary_table(report))
-    if args.search and (line := stopped_line(report)):
-        print(line)
     if args.output:
         print(f"report: {args.output}")
     return 0

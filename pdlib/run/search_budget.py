@@ -2,14 +2,15 @@
 minutes, say), a point starts only when it is expected to end inside the budget, so the command stops between
 points and writes its report, rather than being killed in the middle of one with none; the log resumes it.
 
-    budget = Budget(540, spans=[36.0, 41.2])        # seconds; each rep's arrival span at rate 1
+    budget = Budget(540, spans=[36.0, 41.2])        # seconds; each rep's arrival span at rate 1 (or set later)
     budget.admit("mixed", 4.0, 0, warmups=1)         # raises BudgetSpent where it would not fit
-    budget.record(4.0, 0, point)                     # learns what a run takes past its arrivals
+    budget.record(4.0, 0, point)                     # learns what a run takes past its arrivals and setup
 
-A point's expected time is (its arrival span at that rate + the overhead) x (1 + the warmups run before it).
-The overhead (a run's wall time past its arrivals: the drain, the gate, a replay, and in a command's first
-points the model, the references and the compiles) starts at FIRST_OVERHEAD_S and is then the largest seen in
-this command. Arrivals scale as 1/rate for a trace's multiplier and a Poisson rate alike.
+A point is admitted once what it shares with later points is made (the model, a rep's references, the engine
+and its compiles, a fit: serve_search.measure calls `admit` then), against the time left: its expected time is
+(its arrival span at that rate + the overhead) x (1 + the warmups run before it). The overhead (a run's wall
+time past its arrivals: the drain, the gate, a replay) starts at FIRST_OVERHEAD_S and is then the largest seen
+in this command, setup left out. Arrivals scale as 1/rate for a trace's multiplier and a Poisson rate alike.
 """
 
 import math
@@ -29,14 +30,14 @@ class BudgetSpent(Exception):
 
 
 class Budget:
-    def __init__(self, seconds: float | None, spans: list[float], clock=None):
+    def __init__(self, seconds: float | None, spans: list[float] | None = None, clock=None):
         if seconds is not None and (
             isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds < math.inf
         ):
             raise InputError(f"--budget-s must be a positive number of seconds, got {seconds!r}")
         self.seconds, self.spans = seconds, spans
         self.clock = clock or (lambda: time.perf_counter())  # read when called: a test may stand in for it
-        self.t0, self.overhead, self.seen = self.clock(), FIRST_OVERHEAD_S, False
+        self.t0, self.overhead, self.seen = self.clock(), FIRST_OVERHEAD_S, False  # made as the command starts
 
     def left(self) -> float:
         return math.inf if self.seconds is None else self.seconds - (self.clock() - self.t0)
@@ -50,7 +51,9 @@ class Budget:
             raise BudgetSpent(policy, rate, rep, expected, left)
 
     def record(self, rate: float, rep: int, point: dict) -> None:
-        over = point["wall_s"] / (1 + point.get("warmups", 0)) - self.spans[rep] / rate
+        """A measured point's time past its arrivals, per run, without its setup (what later points reuse)."""
+        runs = point["wall_s"] - point.get("setup_s", 0.0)
+        over = runs / (1 + point.get("warmups", 0)) - self.spans[rep] / rate
         self.overhead = max(over, self.overhead if self.seen else 0.0)
         self.seen = True
 

@@ -300,19 +300,30 @@ class Bench:
         return self.peer_models[dtype]
 
 
-def measure(bench: Bench, policy: str, rate: float, rep: int) -> dict:
+def measure(bench: Bench, policy: str, rate: float, rep: int, admit=None) -> dict:
     """One point: `policy` (or a peer's name) on rep's workload at `rate`, after the params' warmups if it is the
     policy's first in this command; its summary (both SLOs' attainment), its gate (near-ties) or agreement (a
-    peer), the warmups run first, makespan and wall time."""
+    peer), the warmups run first, makespan, wall time and `setup_s`, the part of it spent making what later points
+    share (the model, the references, the engine's compiles, a fit). `admit(warmups)`, called once that is made
+    and before any run, may refuse the point (search_budget.BudgetSpent)."""
     t = time.perf_counter()
     w = rep_workload(bench.workload_params, rate, rep)
     prep = bench.prepare(rep, w)
     refs, chunk = prep["refs"], bench.params.chunk_size
     warmups = 0 if policy in bench.warmed else bench.params.warmups
-    bench.warmed.add(policy)
     if policy in bench.peers:
         dtype, step = bench.peers[policy]
         model = bench.peer_model(dtype)
+    else:
+        base = resolve(policy)[0]
+        engine = bench.engine_for(prep)
+        slo, budget = bench.slo_for(engine, w) if base == "slo-mixed" else (None, None)
+        worker = bench.worker_for(prep, base)
+    setup_s = time.perf_counter() - t
+    if admit is not None:
+        admit(warmups)
+    bench.warmed.add(policy)
+    if policy in bench.peers:
         for _ in range(warmups):
             peer_once(model, w, prep["prompts"], dtype=dtype, prefill_step_size=step)
         run = peer_once(model, w, prep["prompts"], dtype=dtype, prefill_step_size=step)
@@ -325,10 +336,6 @@ def measure(bench: Bench, policy: str, rate: float, rep: int) -> dict:
             "lost": sum(bool(r.get("lost")) for r in rs),
         }
     else:
-        base = resolve(policy)[0]
-        engine = bench.engine_for(prep)
-        slo, budget = bench.slo_for(engine, w) if base == "slo-mixed" else (None, None)
-        worker = bench.worker_for(prep, base)
         how = dict(pipeline=bench.params.pipeline_decodes, decode_rounds=bench.params.decode_rounds, worker=worker)
         how.update(chunk_size=chunk, budget=budget)
         check = {"checks": "tokens", "near_ties": []}
@@ -361,6 +368,7 @@ def measure(bench: Bench, policy: str, rate: float, rep: int) -> dict:
         "warmups": warmups,
         "makespan_s": run["makespan_ns"] / 1e9,
         "wall_s": time.perf_counter() - t,
+        "setup_s": setup_s,
     }
 
 
@@ -385,22 +393,20 @@ def search_identity(workload_params: dict, params: ServeParams, settings: dict) 
     }
 
 
-def _run_searches(bench: Bench, name: str, peer: bool, settings: dict, budget: Budget, counts: dict, note) -> list:
-    """One run's (policy or peer) searches, per SLO and criterion, on one `known` cache seeded from the log; each
-    new point admitted by the budget, appended to the log as it ends."""
+def _run_searches(bench: Bench, name: str, peer: bool, settings: dict, budget: Budget, counts: dict, note, out):
+    """One run's (policy or peer) searches, per SLO and criterion, on one `known` cache seeded from the log, each
+    appended to `out` as it finishes; each new point admitted by the budget, appended to the log as it ends."""
     lg = bench.log
     known = known_from_records(r for r in lg.records if r["policy"] == name)
 
     def measured(rate, rep):
-        budget.admit(name, rate, rep, warmups=0 if name in bench.warmed else bench.params.warmups)
-        point = measure(bench, name, rate, rep)
+        point = measure(bench, name, rate, rep, admit=lambda warmups: budget.admit(name, rate, rep, warmups=warmups))
         lg.append({"policy": name, "rate": grid_rate(rate), "rep": rep, **point, "created_utc": utc_now()})
         budget.record(rate, rep, point)
         counts["measured"] += 1
         note(point_line(name, rate, rep, point))
         return point["summary"]
 
-    out = []
     for slo_name in SLO_NAMES:
         for criterion in settings["criteria"]:
             make = capacity_criterion if criterion == "capacity" else goodput_criterion
@@ -412,7 +418,6 @@ def _run_searches(bench: Bench, name: str, peer: bool, settings: dict, budget: B
             )
             out.append({"policy": name, "peer": peer, "slo": slo_name, "criterion": criterion, "result": result})
             note(f"{name}: {criterion} at the {slo_name} SLO: {result['text']} (CI {ci_text(result)})")
-    return out
 
 
 def search_params_file(
@@ -427,13 +432,14 @@ def search_params_file(
     starts that is not expected to end within that many seconds of the call (search_budget.py); the report
     then holds the searches finished and says where it `stopped`."""
     t_start = time.perf_counter()
+    budget = Budget(budget_s)  # its clock starts with the command; a bad value is refused before any work
     note = note or stderr_line
     if output is not None:
         output = claim_output(output)
     workload_params, params = load_serve_params(params_file, policies=policies, peers=peers)
     settings = params.search if params.search is not None else search_settings({})
     bench = Bench(workload_params, params, settings["reps"])
-    budget = Budget(budget_s, [w.duration_s for w in bench.samples])  # from the call: the setup counts
+    budget.spans = [w.duration_s for w in bench.samples]
     runs = [(p, False) for p in params.policies] + [(name, True) for name in bench.peers]
     with SearchLog(log, search_identity(workload_params, params, settings), note=note) as lg:
         bench.log = lg
@@ -456,7 +462,7 @@ def search_params_file(
         counts, searches, stopped = {"measured": 0}, [], None
         try:
             for name, peer in runs:
-                searches += _run_searches(bench, name, peer, settings, budget, counts, note)
+                _run_searches(bench, name, peer, settings, budget, counts, note, searches)
         except BudgetSpent as spent:
             stopped = spent.record
             note(stopped_line({"stopped": stopped}))

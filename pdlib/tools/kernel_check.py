@@ -121,9 +121,14 @@ def check_gemm(seed: int, cases=None, shapes=None, weights=("fp32", "bf16")) -> 
     return rows
 
 
-def epilogue_cases():
+def epilogue_cases(rounds: bool = False):
     """(case, M, K, N, epilogue): the layer's matmuls with what follows them, at the row counts whose K splits
-    the sum kernel carries (o_proj's and down's residual, gate|up's SwiGLU) and one whose split is 1 (ops)."""
+    the sum kernel carries (o_proj's and down's residual, gate|up's SwiGLU) and one whose split is 1 (ops);
+    `rounds`: a decode round's 8 rows too (deeper K splits)."""
+    if rounds:
+        yield "o_proj + residual, 8 rows", 8, 2048, 1024, "add"
+        yield "gate|up, SwiGLU, 8 rows", 8, 1024, 6144, "swiglu"
+        yield "down + residual, 8 rows", 8, 3072, 1024, "add"
     yield "o_proj + residual, 128 rows", 128, 2048, 1024, "add"
     yield "gate|up, SwiGLU, 128 rows", 128, 1024, 6144, "swiglu"
     yield "down + residual, 129 rows", 129, 3072, 1024, "add"
@@ -132,14 +137,15 @@ def epilogue_cases():
 
 
 def check_gemm_epilogue(seed: int, shapes=None) -> list[dict]:
-    """The matmul and its epilogue against MLX's FP32 ops, on bf16 weights, under the default's shape and
-    tf32x2's (CHUNK_TILES), a K split's sum and the epilogue by MLX's ops (gemm_epilogue rows), by gemm.summed's
-    one kernel (gemm_sum_fused: PDLIB_PREFILL_GEMM_SUM=fused) and, for a residual add, with the RMSNorm after it
-    in that kernel too (gemm_sum_norm: fused-norm; the residual and the normed rows, side by side)."""
+    """The matmul and its epilogue against MLX's FP32 ops, on bf16 weights, under the default's shape, a round's
+    (ROUND_TILES, 8 rows too) and tf32x2's (CHUNK_TILES), a K split's sum and the epilogue by MLX's ops
+    (gemm_epilogue rows), by gemm.summed's one kernel (gemm_sum_fused: PDLIB_PREFILL_GEMM_SUM=fused) and, for a
+    residual add, with the RMSNorm after it in that kernel too (gemm_sum_norm: fused-norm; the residual and the
+    normed rows, side by side)."""
     rows = []
     for sums, name in (("ops", "gemm_epilogue"), ("fused", "gemm_sum_fused"), ("fused-norm", "gemm_sum_norm")):
-        for shape in shapes or (G.BF16X3_TILES, G.CHUNK_TILES):
-            for i, (case, M, Kd, N, epi) in enumerate(epilogue_cases()):
+        for shape in shapes or (G.BF16X3_TILES, G.ROUND_TILES, G.CHUNK_TILES):
+            for i, (case, M, Kd, N, epi) in enumerate(epilogue_cases(rounds=shape == G.ROUND_TILES)):
                 if sums == "fused-norm" and epi != "add":
                     continue
                 mx.random.seed(seed * 100 + 90 + i)

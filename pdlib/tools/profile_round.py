@@ -51,7 +51,7 @@ def profile_round(engine: Engine, names: list[str], *, context: int, steps: int)
 
     D, H = cfg.hidden_size, cfg.num_attention_heads + 2 * cfg.num_key_value_heads
     x = mx.random.normal((R, D)) * 0.1
-    o = mx.random.normal((cfg.num_attention_heads, R, cfg.head_dim)) * 0.1
+    o = (mx.random.normal((R, cfg.num_attention_heads, cfg.head_dim)) * 0.1).swapaxes(0, 1)  # as the rows give it
     mx.eval(x, o)
     weights = [  # per layer: q|k|v, o, gate|up, down, each (transposed FP32 view, decode copy) as the step takes it
         [(L.t[n], d) for n, d in zip(("wqkv", "wo", "w_gate_up", "w_down"), (L.d_qkv, L.d_o, L.d_gate_up, L.d_down))]

@@ -38,7 +38,7 @@ def pipelined(step, first, n: int, warmup: int, observe=lambda token: token.item
         check_token(observe(token))
         seen.append(time.perf_counter_ns())
         token = following
-    observe(token)
+    check_token(observe(token))
     return [(b - a) / 1e6 for a, b in zip(seen[warmup:], seen[warmup + 1 :])]
 
 

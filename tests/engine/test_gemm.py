@@ -396,7 +396,7 @@ def test_the_epilogue_check_passes_the_layers_ops_and_fails_a_dropped_epilogue(m
 
     monkeypatch.delenv(G.SUM_ENV, raising=False)
     cases = [(c, min(M, 65), min(Kd, 256), min(N, 256), e) for c, M, Kd, N, e in epilogue_cases()]
-    monkeypatch.setattr("pdlib.tools.kernel_check.epilogue_cases", lambda: iter(cases))
+    monkeypatch.setattr("pdlib.tools.kernel_check.epilogue_cases", lambda rounds=False: iter(cases))
 
     asked = []
 

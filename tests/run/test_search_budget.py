@@ -27,6 +27,7 @@ search: {lo: 0.25, hi: 64, reps: 2, precision: 0.1, max_per_rep: 8, slo: {decode
 """
 THRESHOLD = {"chunked": 4.0, "mixed": 8.0}
 EXTRA_S = 2.0  # what a fake run takes past its arrivals
+SETUP_S = 30.0  # what a fake point makes first, once per policy and rep: never counted as a run's overhead
 
 
 class Clock:
@@ -46,17 +47,22 @@ def clock(monkeypatch):
 
 @pytest.fixture
 def fake(monkeypatch, clock):
-    calls = []
+    calls, made = [], set()
 
-    def measure(bench, policy, rate, rep):
-        calls.append((policy, rate, rep))
+    def measure(bench, policy, rate, rep, admit=None):
         warmups = 0 if policy in bench.warmed else 1
+        setup = SETUP_S if (policy, rep) not in made else 0.0  # a policy's engine, a rep's references: once
+        made.add((policy, rep))
+        clock.t += setup
+        admit(warmups)
+        calls.append((policy, rate, rep))
         bench.warmed.add(policy)
-        wall = (bench.samples[rep].duration_s / rate + EXTRA_S) * (1 + warmups)
-        clock.t += wall
+        wall = setup + (bench.samples[rep].duration_s / rate + EXTRA_S) * (1 + warmups)
+        clock.t += wall - setup
         thr = THRESHOLD[policy] * (1 + 0.05 * rep)
         summary = {"tbt_p99_ms": 5 * rate / thr, "ttft_p90_ms": 10.0, "attain_strict": 1.0, "attain_relaxed": 1.0}
-        return {"summary": summary, "gate": {"checks": "fake"}, "warmups": warmups, "makespan_s": 0, "wall_s": wall}
+        point = {"summary": summary, "gate": {"checks": "fake"}, "warmups": warmups, "makespan_s": 0, "wall_s": wall}
+        return {**point, "setup_s": setup}
 
     monkeypatch.setattr(serve_search, "measure", measure)
     return calls
@@ -107,7 +113,10 @@ def test_a_stopped_search_reports_what_it_finished_and_goes_on_from_its_log(tmp_
     s = part["stopped"]
     assert (s["policy"], s["rate"], s["rep"]) == order[k]  # the next point of the unbounded search
     assert s["expected_s"] > s["left_s"]
-    assert part["searches"] == [x for x in whole["searches"][: len(part["searches"])]]  # only whole searches
+    assert part["searches"] == whole["searches"][: len(part["searches"])]  # only whole searches, in order
+    finished = [n for n in notes if " SLO: " in n]
+    assert len(part["searches"]) == len(finished) > 0  # every search it finished, those of the stopped run too
+    assert len(part["searches"]) % 4 != 0  # stopped within a run's four searches: the case that matters
     assert all(x["result"]["status"] != "budget" for x in part["searches"])
     assert json.loads((tmp_path / "a.json").read_text())["stopped"] == s
     assert notes[-1] == stopped_line(part) and "goes on from there" in notes[-1]

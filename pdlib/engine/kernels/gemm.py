@@ -362,8 +362,8 @@ def linear_t(
     """x: (M, D) @ w_t with w_t: (D, N), the weight's transposed view made once at load (prefill): a step
     then holds no transpose per matmul; then `add` + it or its SwiGLU (epilogue_ops); with `norm` (weight,
     eps) and `add`, the pair (h, norm_ops(h, norm)): the residual and its RMSNorm. On tensor cores when
-    enabled() and the shapes tile, from `w`, the same weight as (N, D) bf16 (the decode copy), where given and
-    bf16_weights(), else from w_t (a K split's sum carries the epilogue, summed, unless
+    enabled() and _shape() gives a launch shape, from `w`, the same weight as (N, D) bf16 (the decode copy), where
+    given and bf16_weights(), else from w_t (a K split's sum carries the epilogue, summed, unless
     PDLIB_PREFILL_GEMM_SUM=ops; and the norm under fused-norm)."""
     if norm is not None and add is None:
         raise ValueError("linear_t's norm follows a residual add: pass add too")
