@@ -20,14 +20,8 @@ from pdlib.engine.rows import layer_id
 class CompiledRounds:
     def __init__(self, model):
         self.model = model
-        self._compiled = {}  # per stream: a compiled function replays its launches on the stream it was traced on
-
-    def compiled(self):
-        """The round compiled for the current stream (partition's decodes run on a slice's own stream)."""
-        key = repr(mx.default_stream(mx.default_device()))
-        if key not in self._compiled:
-            self._compiled[key] = mx.compile(self._layers)
-        return self._compiled[key]
+        # MLX keeps a trace per input shapes and per default stream (partition's decodes run on a slice's own)
+        self.compiled = mx.compile(self._layers)
 
     def qualifies(self, segments: list[Segment]) -> bool:
         caches = [s.cache for s in segments]
@@ -52,7 +46,7 @@ class CompiledRounds:
         meta = mx.array([(r, c.slot, s.start) for r, (s, c) in enumerate(zip(segments, caches))], mx.int32)
         tokens = mx.concatenate([s.tokens.astype(mx.int32) for s in segments])
         pool = caches[0].pool
-        logits, written = self.compiled()(tokens, meta, joined_fence([c.written for c in caches]), pool.k, pool.v)
+        logits, written = self.compiled(tokens, meta, joined_fence([c.written for c in caches]), pool.k, pool.v)
         for c in caches:
             c.written = written
             c.advance(1)

@@ -52,7 +52,7 @@ def test_the_rounds_function_gives_the_steps_logits(tiny, monkeypatch, planted):
     tokens = mx.concatenate([engine.requests[n].next_token.reshape(1).astype(mx.int32) for n in names])
     rounds = RD.CompiledRounds(engine.model)
     fence = new_fence()
-    logits, written = rounds.compiled()(tokens, mx.array(metas, mx.int32), fence, pool_k, pool_v)
+    logits, written = rounds.compiled(tokens, mx.array(metas, mx.int32), fence, pool_k, pool_v)
     want = [o.logits for o in engine.batch([(n, None) for n in names])]
     assert logits.shape == (3, vocab)
     assert int(written[0].item()) == int(fence[0].item()) + tiny.config.num_hidden_layers  # one fence a layer
@@ -87,7 +87,7 @@ def test_which_rounds_qualify_and_what_one_leaves_on_its_caches(tiny, monkeypatc
 
     monkeypatch.setattr(RD, "joined_fence", lambda fences: tuple(fences))
     rounds = RD.CompiledRounds(Qwen3(tiny, compile_steps=False))
-    rounds.compiled = lambda: fake_round
+    rounds.compiled = fake_round
     pool = types.SimpleNamespace(k="K", v="V")
     caches = [cache(2, 7, pool), cache(0, 3, pool), cache(1, 11, pool)]
     segs = [segment(c, t) for c, t in zip(caches, (40, 41, 42))]
@@ -107,14 +107,3 @@ def test_which_rounds_qualify_and_what_one_leaves_on_its_caches(tiny, monkeypatc
     caches[0].length += 1  # a segment that does not start at its cache's end is refused, as stages refuses it
     with pytest.raises(ValueError, match="segment at position 7 of a cache holding 9"):
         rounds(segs)
-
-
-def test_a_round_is_compiled_once_per_stream(tiny):
-    from pdlib.engine.model import Qwen3
-
-    rounds = RD.CompiledRounds(Qwen3(tiny, compile_steps=False))
-    here = rounds.compiled()
-    assert rounds.compiled() is here
-    with mx.stream(mx.new_stream(mx.default_device())):
-        other = rounds.compiled()
-    assert other is not here and rounds.compiled() is here
