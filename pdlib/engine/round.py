@@ -3,7 +3,8 @@ three or more, their caches in one pool and attended by the rows kernel (a GPU).
 layer by layer in Python (the q|k|v projection, the rows' attention, o_proj and the MLP, 28 times), host work a
 round repeats; here the same calls, layer for layer and launch for launch, form one function of (tokens, rows'
 metadata, fence, pool K, pool V) that mx.compile traces once per row count and MLX then replays without Python.
-Where the round does not qualify, the caller runs stages as before.
+Which rounds qualify is DecodeRows.of's rule (one launch pair a layer for every row) with every row emitting;
+elsewhere the caller runs stages as before.
 
     rounds = CompiledRounds(qwen3)
     logits = rounds(segments)     # [(V,)] per segment, or None: not a round this runs
@@ -12,9 +13,9 @@ Where the round does not qualify, the caller runs stages as before.
 import mlx.core as mx
 
 from pdlib.engine import kernels as K
-from pdlib.engine.kernels.decode_rows import available, decode_rows_kernel, joined_fence
+from pdlib.engine.kernels.decode_rows import decode_rows_kernel, joined_fence
 from pdlib.engine.parts import Segment
-from pdlib.engine.rows import layer_id
+from pdlib.engine.rows import DecodeRows, layer_id
 
 
 class CompiledRounds:
@@ -23,30 +24,21 @@ class CompiledRounds:
         # MLX keeps a trace per input shapes and per default stream (partition's decodes run on a slice's own)
         self.compiled = mx.compile(self._layers)
 
-    def qualifies(self, segments: list[Segment]) -> bool:
-        caches = [s.cache for s in segments]
-        return (
-            len(segments) >= 3
-            and available(self.model.cfg.head_dim)
-            and all(s.size == 1 and s.emits for s in segments)
-            and caches[0].pool is not None
-            and all(c.pool is caches[0].pool and c.pooled for c in caches)
-            and len({id(c) for c in caches}) == len(caches)
-        )
-
     def __call__(self, segments: list[Segment]) -> list[mx.array] | None:
-        if not self.qualifies(segments):
-            return None
+        caches = [s.cache for s in segments]
+        if len(segments) < 3 or any(s.size != 1 for s in segments) or len(set(map(id, caches))) < len(caches):
+            return None  # not a round (a repeated cache: stages refuses it)
+        rows = DecodeRows.of(segments, list(range(len(segments) + 1)), None, self.model.cfg.head_dim)
+        if rows is None or not rows.kernel or not rows.whole:
+            return None  # attended row by row, or a row that does not emit: stages runs it
         for s in segments:  # as Qwen3.stages checks
             if s.start != s.cache.length:
                 raise ValueError(f"segment at position {s.start} of a cache holding {s.cache.length}")
             if s.start + 1 > s.cache.capacity:
                 raise RuntimeError(f"KV cache overflow: position {s.start} >= capacity {s.cache.capacity}")
-        caches = [s.cache for s in segments]
-        meta = mx.array([(r, c.slot, s.start) for r, (s, c) in enumerate(zip(segments, caches))], mx.int32)
         tokens = mx.concatenate([s.tokens.astype(mx.int32) for s in segments])
         pool = caches[0].pool
-        logits, written = self.compiled(tokens, meta, joined_fence([c.written for c in caches]), pool.k, pool.v)
+        logits, written = self.compiled(tokens, rows.meta, joined_fence([c.written for c in caches]), pool.k, pool.v)
         for c in caches:
             c.written = written
             c.advance(1)

@@ -38,7 +38,11 @@ class DecodeRows:
             self.meta = mx.array([(r, s.cache.slot, p) for (r, p), s in zip(self.rows, self.segments)], mx.int32)
 
     @classmethod
-    def of(cls, segments: list[Segment], offsets: list[int], positions: mx.array, head_dim: int) -> "DecodeRows | None":
+    def of(
+        cls, segments: list[Segment], offsets: list[int], positions: mx.array | None, head_dim: int
+    ) -> "DecodeRows | None":
+        """The step's decode rows, or None: fewer than two, or their caches not in one pool. `positions`: every
+        row's, which only the ops twin reads (None where the caller runs the kernel alone)."""
         js = [j for j, (a, b) in enumerate(zip(offsets, offsets[1:])) if b - a == 1]
         caches = [segments[j].cache for j in js]
         if len(js) < 2 or caches[0].pool is None or any(c.pool is not caches[0].pool for c in caches):

@@ -14,6 +14,7 @@ import pytest
 
 from pdlib.engine import Engine
 from pdlib.engine import round as RD
+from pdlib.engine import rows as R
 from pdlib.engine.kernels.decode_attention import decode_attention_ops
 from pdlib.engine.kernels.fence import new_fence
 
@@ -78,7 +79,7 @@ def segment(c, token):
 def test_which_rounds_qualify_and_what_one_leaves_on_its_caches(tiny, monkeypatch):
     from pdlib.engine.model import Qwen3
 
-    monkeypatch.setattr(RD, "available", lambda head_dim: True)
+    monkeypatch.setattr(R, "available", lambda head_dim: True)
     seen = {}
 
     def fake_round(tokens, meta, after, pool_k, pool_v):

@@ -387,11 +387,12 @@ def _shape(M: int, w_t: mx.array, w: mx.array | None) -> Tiles | None:
     chunk's rows (tiles())."""
     K, N = w_t.shape
     if bf16_on(w):
-        small = settings.get(ROUND_ENV) == "tiles16" and choice() == "bf16x3" and M <= ROUND_ROWS
+        bf16x3 = choice() == "bf16x3"
+        small = settings.get(ROUND_ENV) == "tiles16" and bf16x3 and M <= ROUND_ROWS
         if small and N % ROUND_TILES.bn == 0 and K % BK == 0:
             return ROUND_TILES
         if tiles(M, K, N, bf16=True):
-            return BF16X3_TILES if choice() == "bf16x3" else CHUNK_TILES
+            return BF16X3_TILES if bf16x3 else CHUNK_TILES
     return chunk_tiles() if tiles(M, K, N) else None
 
 
