@@ -27,6 +27,7 @@ from pdlib.analysis.serving_time import time_frame, time_line
 from pdlib.errors import InputError
 from pdlib.report.io import read_text
 from pdlib.report.serving import NS_PER_MS, Slo, request_metrics, run_summary, slos_from_step
+from pdlib.report.serving_loss import gap_work
 
 SCHEMA = "pdlib.serve/1"  # pdlib.run.serve's; analysis never imports a run module
 SEARCH_SCHEMA = "pdlib.serve-search/1"  # pdlib.run.serve_search's
@@ -298,43 +299,22 @@ def gaps_frame(report: dict) -> pd.DataFrame:
     [previous emit, this emit), i.e. every step after the one that emitted the previous token, up to and
     including the one that emitted this token (a token is stamped inside or at the end of its own step). A run of
     replicas (serve_replicas.py) counts only the steps of the request's own replica."""
-    parts = []
-    for run in report["runs"]:
-        work, t_start = run["steps"]["work"], np.asarray(run["steps"]["t_start_ns"], dtype=np.int64)
-        replica = np.asarray(run["steps"].get("replica", [0] * len(work)), dtype=np.int64)
-        tokens_all = np.array([sum(n for _, n in w if n is not None) for w in work], dtype=np.int64)
-        by_replica = {}
-        for k in np.unique(replica).tolist():
-            mine = np.flatnonzero(replica == k)
-            order = mine[np.argsort(t_start[mine], kind="stable")]
-            tokens = tokens_all[order]
-            by_replica[k] = (
-                t_start[order],
-                np.concatenate([[0], np.cumsum(tokens)]),
-                np.concatenate([[0], np.cumsum(tokens > 0)]),
-            )
-        for r in run["requests"]:
-            emit = np.asarray(r["emit_ns"], dtype=np.int64)
-            if emit.size < 2:
-                continue
-            none = (np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(1, np.int64))
-            starts, cum_tokens, cum_steps = by_replica.get(r.get("replica", 0), none)
-            lo = np.searchsorted(starts, emit[:-1], side="left")
-            hi = np.searchsorted(starts, emit[1:], side="left")
-            parts.append(
-                pd.DataFrame(
-                    {
-                        "run": run_label(run),
-                        "peer": bool(run.get("peer")),
-                        "request": r["name"],
-                        "index": np.arange(1, emit.size),
-                        "emit_ms": emit[1:] / NS_PER_MS,
-                        "gap_ms": np.diff(emit) / NS_PER_MS,
-                        "prompt_steps": cum_steps[hi] - cum_steps[lo],
-                        "prompt_tokens": cum_tokens[hi] - cum_tokens[lo],
-                    }
-                )
-            )
+    parts = [
+        pd.DataFrame(
+            {
+                "run": run_label(run),
+                "peer": bool(run.get("peer")),
+                "request": g["name"],
+                "index": np.arange(1, g["gaps_ns"].size + 1),
+                "emit_ms": g["emit_ns"] / NS_PER_MS,
+                "gap_ms": g["gaps_ns"] / NS_PER_MS,
+                "prompt_steps": g["prompt_steps"],
+                "prompt_tokens": g["prompt_tokens"],
+            }
+        )
+        for run in report["runs"]
+        for g in gap_work(run)
+    ]
     cols = ["run", "peer", "request", "index", "emit_ms", "gap_ms", "prompt_steps", "prompt_tokens"]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=cols)
 

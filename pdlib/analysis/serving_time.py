@@ -20,8 +20,8 @@ steps it slows.
 import numpy as np
 import pandas as pd
 
-from pdlib.errors import InputError
 from pdlib.report.serving import NS_PER_MS
+from pdlib.report.serving_loss import time_split
 
 COLUMNS = [
     "run",
@@ -36,70 +36,25 @@ COLUMNS = [
 ]
 
 
-def _union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[list[int]] = []
-    for a, b in sorted(intervals):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return [(a, b) for a, b in out]
-
-
-def _measure(intervals) -> int:
-    return sum(b - a for a, b in intervals)
-
-
-def _overlap(xs: list[tuple[int, int]], ys: list[tuple[int, int]]) -> int:
-    """The measure of two unions' intersection (both sorted, disjoint)."""
-    total, i, j = 0, 0, 0
-    while i < len(xs) and j < len(ys):
-        lo, hi = max(xs[i][0], ys[j][0]), min(xs[i][1], ys[j][1])
-        total += max(0, hi - lo)
-        i, j = (i + 1, j) if xs[i][1] < ys[j][1] else (i, j + 1)
-    return total
-
-
-def _issued(run: dict, where: str) -> list[int] | None:
-    steps = run["steps"]
-    issued = steps.get("t_issued_ns")
-    if issued is None:
-        return None
-    ok = isinstance(issued, list) and len(issued) == len(steps["t_start_ns"])
-    ok = ok and all(
-        isinstance(t, int) and not isinstance(t, bool) and a <= t <= b
-        for a, t, b in zip(steps["t_start_ns"], issued, steps["t_end_ns"])
-    )
-    if not ok:
-        raise InputError(f"{where}: steps.t_issued_ns must give each step a time between its start and its end")
-    return issued
-
-
 def time_frame(report: dict, label=lambda run: run["policy"]) -> pd.DataFrame:
     """One row per run, named by `label(run)` (analysis.serving.run_label, as its tables name runs): its makespan
-    and where it went (module docstring), in ms; waiting_ms is NaN for a run of replicas (each replica waits on
-    its own), host_ms and host_share NaN where the steps have no issue times."""
+    and where it went (report.serving_loss.time_split), in ms; waiting_ms is NaN for a run of replicas (each
+    replica waits on its own), host_ms and host_share NaN where the steps have no issue times."""
     rows = []
     for i, run in enumerate(report["runs"]):
-        s = run["steps"]
-        spans = list(zip(s["t_start_ns"], s["t_end_ns"]))
-        prompt = _union([t for t, work in zip(spans, s["work"]) if any(n for _, n in work)])
-        decode = _union([t for t, work in zip(spans, s["work"]) if not any(n for _, n in work)])
-        busy = _union(prompt + decode)
-        makespan = run.get("makespan_ns") or (max(s["t_end_ns"]) if spans else 0)
-        issued = _issued(run, f"runs[{i}] ({run['policy']})")
-        host = np.nan if issued is None else sum(t - a for (a, _), t in zip(spans, issued)) / NS_PER_MS
+        t = time_split(run, f"runs[{i}] ({run['policy']})")
+        ms = {k: np.nan if v is None else v / NS_PER_MS for k, v in t.items()}
         rows.append(
             {
                 "run": label(run),
                 "peer": bool(run.get("peer")),
-                "makespan_ms": makespan / NS_PER_MS,
-                "prompt_steps_ms": _measure(prompt) / NS_PER_MS,
-                "decode_steps_ms": (_measure(decode) - _overlap(decode, prompt)) / NS_PER_MS,
-                "no_step_ms": (makespan - _measure(busy)) / NS_PER_MS,
-                "waiting_ms": np.nan if run.get("replicas") else run.get("idle_ns", 0) / NS_PER_MS,
-                "host_ms": host,
-                "host_share": host / (_measure(busy) / NS_PER_MS) if busy and issued is not None else np.nan,
+                "makespan_ms": ms["makespan"],
+                "prompt_steps_ms": ms["prompt_steps"],
+                "decode_steps_ms": ms["decode_steps"],
+                "no_step_ms": ms["no_step"],
+                "waiting_ms": ms["waiting"],
+                "host_ms": ms["host"],
+                "host_share": ms["host"] / ms["busy"] if t["busy"] and t["host"] is not None else np.nan,
             }
         )
     return pd.DataFrame(rows, columns=COLUMNS)

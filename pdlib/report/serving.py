@@ -341,10 +341,10 @@ def search(
     geometric mean of lo and hi; `max_per_rep` caps one rep's measurements (cache hits count, so a resumed
     search follows the same path).
 
-    Returns: value (the rate; 0.0 when none passes), status ("found", "none": not even lo passes, "at_least":
-    hi passes, "budget": max_per_rep ran out), text, ci [low, high] (high None when unbounded), ci_level,
-    per-rep results, every point {rate, rep, metric, pass} in search order, measured (new measure calls) and
-    reused (cache hits)."""
+    Returns: value (the rate; 0.0 when none passes), value_rep (the rep it is from), status ("found", "none": not
+    even lo passes, "at_least": hi passes, "budget": max_per_rep ran out), text, ci [low, high] (high None when
+    unbounded), ci_level, per-rep results, every point {rate, rep, metric, pass} in search order, measured (new
+    measure calls) and reused (cache hits)."""
     for k, v in (("lo", lo), ("hi", hi)):
         if isinstance(v, bool) or not isinstance(v, int | float) or not (0 < v < math.inf):
             raise InputError(f"{k} must be a positive finite rate, got {v!r}")
@@ -389,6 +389,7 @@ def search(
     return {
         "criterion": getattr(meets, "name", None),
         "value": value,
+        "value_rep": mid["rep"],
         "status": status,
         "text": text,
         "ci": [min(est), None if None in uppers else max(uppers)],

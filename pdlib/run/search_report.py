@@ -1,10 +1,12 @@
 """What a search (serve_search.py) reports and prints: its schema, the SLOs it names, a line per measured point,
-the CI of a result, and the table of every run's searches.
+the CI of a result, and the table of every run's searches with where each value is lost.
 
     print(search_table(report))
 """
 
 import sys
+
+from pdlib.report.serving_loss import limit_text
 
 SCHEMA = "pdlib.serve-search/1"
 SLO_NAMES = ("strict", "relaxed")
@@ -49,7 +51,12 @@ def search_table(report: dict) -> str:
         f"{report['slos']['relaxed']['tbt_ms']:.3g} ms, TTFT {slo['ttft_ms']:.3g} ms; "
         f"{m['new']} runs measured, {m['from_log']} from the log; {report['wall_s']:.1f} s"
     )
-    return "\n".join(lines)
+    lost = [
+        f"  {s['policy']} {s['criterion']} {s['slo']}: {limit_text(s['result']['limit'])}"
+        for s in report["searches"]
+        if "limit" in s["result"]
+    ]
+    return "\n".join(lines + (["where each value is lost (report.serving_loss):", *lost] if lost else []))
 
 
 def stopped_line(report: dict) -> str | None:

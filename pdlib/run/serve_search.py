@@ -39,6 +39,8 @@ log's header: a resumed search uses them, never a second measurement.
 Searches: per run, per SLO (strict, relaxed) and per criterion (capacity: pooled P99 TBT and P90 TTFT within the
 SLO; goodput: >= 90% of requests meet TTFT and TPOT), report.serving.search over [lo, hi]. The four searches of a
 run share one `known` cache of its summaries, seeded from the log (search_log.py), so no point is measured twice.
+Each point also keeps where its run lost latency (report.serving_loss.run_loss: prefill stalls, waiting, host
+time, peak memory), and each result its `limit`: the failing point that bounds its value and why it failed.
 """
 
 import dataclasses
@@ -65,13 +67,14 @@ from pdlib.report.serving import (
     search,
     slos_from_step,
 )
+from pdlib.report.serving_loss import limit_text, run_loss, search_limit
 from pdlib.run.clock import now
 from pdlib.run.peer import peer_model, peer_once, record_agreement
 from pdlib.run.reference import Reference
 from pdlib.run.search_budget import Budget, BudgetSpent
 from pdlib.run.search_log import SearchLog, utc_now
 from pdlib.run.search_report import SCHEMA, SLO_NAMES, ci_text, point_line, stderr_line, stopped_line
-from pdlib.run.serve import gated_run, prefill_worker, remote_join, serving_capacity, warm_engine
+from pdlib.run.serve import gated_run, kv_cache_bytes, prefill_worker, remote_join, serving_capacity, warm_engine
 from pdlib.run.serve_gate import ReferenceSeq, reference_sequences
 from pdlib.run.serve_params import ServeParams, load_serve_params, search_settings
 from pdlib.run.serve_replay import replay_gate
@@ -362,8 +365,12 @@ def measure(bench: Bench, policy: str, rate: float, rep: int, admit=None) -> dic
         if slo is not None:  # fitted once per log: each point says with what
             check["slo_policy"] = slo
     summary = run_summary([r for r in run["requests"] if r["emit_ns"]], bench.slos)
+    kv_bytes = kv_cache_bytes(bench.model, requests=1, capacity=1)  # FP32 K and V a position; a bf16 peer's half
+    if policy in bench.peers and dtype == "bf16":
+        kv_bytes //= 2
     return {
         "summary": summary,
+        "loss": run_loss(run, bench.slos, kv_bytes_per_position=kv_bytes),
         "gate": check,
         "warmups": warmups,
         "makespan_s": run["makespan_ns"] / 1e9,
@@ -397,11 +404,15 @@ def _run_searches(bench: Bench, name: str, peer: bool, settings: dict, budget: B
     """One run's (policy or peer) searches, per SLO and criterion, on one `known` cache seeded from the log, each
     appended to `out` as it finishes; each new point admitted by the budget, appended to the log as it ends."""
     lg = bench.log
-    known = known_from_records(r for r in lg.records if r["policy"] == name)
+    mine = [r for r in lg.records if r["policy"] == name]
+    known = known_from_records(mine)
+    records = {(grid_rate(r["rate"]), int(r["rep"])): r for r in mine}  # the points, for what bounds a search
 
     def measured(rate, rep):
         point = measure(bench, name, rate, rep, admit=lambda warmups: budget.admit(name, rate, rep, warmups=warmups))
-        lg.append({"policy": name, "rate": grid_rate(rate), "rep": rep, **point, "created_utc": utc_now()})
+        record = {"policy": name, "rate": grid_rate(rate), "rep": rep, **point, "created_utc": utc_now()}
+        lg.append(record)
+        records[grid_rate(rate), rep] = record
         budget.record(rate, rep, point)
         counts["measured"] += 1
         note(point_line(name, rate, rep, point))
@@ -410,14 +421,17 @@ def _run_searches(bench: Bench, name: str, peer: bool, settings: dict, budget: B
     for slo_name in SLO_NAMES:
         for criterion in settings["criteria"]:
             make = capacity_criterion if criterion == "capacity" else goodput_criterion
+            meets = make(bench.slos[slo_name])
             result = search(
                 measured,
-                meets=make(bench.slos[slo_name]),
+                meets=meets,
                 **{k: settings[k] for k in ("lo", "hi", "reps", "start", "precision", "max_per_rep")},
                 known=known,
             )
+            result["limit"] = search_limit(result, meets, bench.slos[slo_name], records)
             out.append({"policy": name, "peer": peer, "slo": slo_name, "criterion": criterion, "result": result})
-            note(f"{name}: {criterion} at the {slo_name} SLO: {result['text']} (CI {ci_text(result)})")
+            lost = limit_text(result["limit"])
+            note(f"{name}: {criterion} at the {slo_name} SLO: {result['text']} (CI {ci_text(result)}); {lost}")
 
 
 def search_params_file(

@@ -15,6 +15,8 @@ import pytest
 
 from pdlib.errors import InputError
 from pdlib.report.io import read_text
+from pdlib.report.serving import Slo, capacity_criterion, goodput_criterion
+from pdlib.report.serving_loss import failed_bounds
 from pdlib.run import serve_search
 from pdlib.run.search_log import LOG_SCHEMA
 from pdlib.run.search_report import SCHEMA, search_table
@@ -25,6 +27,7 @@ from pdlib.traces import load_trace
 from pdlib.workload import Workload, clip_lengths
 
 PRECISION = 0.05
+CAUSES = {"prefill stalls", "host time", "decode steps", "queueing", "prefill"}
 SLOS = ("strict", "relaxed")
 # The fake's thresholds (rate multiplier) at rep 0; rep r's are (1 + 0.05 r) times these.
 BASE = {"chunked": 4.0, "mixed": 8.0, "mlx-lm-bf16@32": 2.0}
@@ -282,6 +285,23 @@ def test_a_small_real_search_runs_through_the_gate_and_resumes(tmp_path, monkeyp
         else:
             assert pt["gate"]["agreement"] == pt["gate"]["tokens"] == 12 and pt["gate"]["lost"] == 0
     assert report["references"]["computed"] == 1 and report["references"]["from_log"] == 0
+    for pt in points:  # where each run lost latency, kept with its point
+        loss = pt["loss"]
+        assert 1 <= loss["peak_requests"] <= 4 and loss["peak_kv_gib"] > 0
+        assert 0 <= loss["tbt_over_strict_prompt"] <= loss["tbt_over_strict"] <= 4 * 2
+        assert 0 <= loss["prompt_steps_share"] <= 1 and 0 <= loss["no_step_share"] <= 1
+    by_key = {(pt["policy"], pt["rate"], pt["rep"]): pt for pt in points}
+    for x in report["searches"]:  # each value's limit: the failing point above it, and the bounds it broke there
+        r, lim = x["result"], x["result"]["limit"]
+        if r["reps"][0]["hi"] is None:
+            assert lim is None
+            continue
+        pt = by_key[x["policy"], lim["rate"], 0]
+        crit = {"capacity": capacity_criterion, "goodput": goodput_criterion}[x["criterion"]](
+            Slo(**report["slos"][x["slo"]])
+        )
+        assert lim["rate"] == r["reps"][0]["hi"] > r["value"] and lim["failed"] == failed_bounds(crit, pt["summary"])
+        assert lim["failed"] and json.dumps(lim["loss"]) == json.dumps(pt["loss"]) and set(lim["causes"]) <= CAUSES
     monkeypatch.setattr(serve_search, "load_model", lambda spec: pytest.fail("a resumed search loaded the model"))
     again = search_params_file(params, log=log, note=lambda _: None)  # nothing left to measure, nothing loaded
     assert again["measurements"]["new"] == 0 and again["calibration"] == cal
