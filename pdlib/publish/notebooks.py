@@ -63,6 +63,7 @@ SWEEP_FIGURES = ("frontier",)
 SWEEP_REPORTS = "reports"  # a sweep's published folder: its index and reports, beside 04's page
 SERVE_NOTEBOOK = "05_serving"  # run on its own, for a serving report: `notebooks --serve REPORT --out OUT`
 SERVE_TABLES = ("serving_summary.csv", "serving_requests.csv", "serving_time.csv")
+SEARCH_TABLES = ("serving_limits.csv",)  # with searches whose values are lost within their rates
 SERVE_FIGURES = ("latency", "timeline", "attainment")  # analysis.serving_charts.FIGURES
 KERNEL = "python3"
 KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]  # not its per-start warning about plain-TCP transport

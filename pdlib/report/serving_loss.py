@@ -293,28 +293,34 @@ def _failed_text(f: dict) -> str:
     return f"{_NAMES.get(f['field'], f['field'])} {f['value']:.4g} ms > {f['bound']:.4g} ms"
 
 
+def _n(k: int, noun: str) -> str:
+    return f"{k} {noun}{'' if k == 1 else 's'}"
+
+
 def limit_text(limit: dict | None) -> str:
     """One line: where the search's value is lost, the bounds that failed there, the causes and their numbers."""
     if limit is None:
         return "not lost within the searched rates"
-    text = f"lost at {limit['rate']:g} (rep {limit['rep']}): " + "; ".join(_failed_text(f) for f in limit["failed"])
+    text = f"lost at {limit['rate']:.4g} (rep {limit['rep']}): " + "; ".join(_failed_text(f) for f in limit["failed"])
     loss, n = limit["loss"], limit["slo"]
     if not loss:
         return text + " (the log's point has no breakdown)"
     parts = []
     if over := loss[f"tbt_over_{n}"]:
-        parts.append(f"{loss[f'tbt_over_{n}_prompt']} of {over} gaps over the TBT bound had prompt work inside")
+        parts.append(f"{loss[f'tbt_over_{n}_prompt']} of {_n(over, 'gap')} over the TBT bound had prompt work inside")
     if late := loss[f"ttft_over_{n}"]:
-        parts.append(f"{late} requests over the TTFT bound, {loss[f'ttft_over_{n}_wait_share']:.0%} of it waiting")
+        parts.append(
+            f"{_n(late, 'request')} over the TTFT bound, {loss[f'ttft_over_{n}_wait_share']:.0%} of it waiting"
+        )
     if slow := loss[f"tpot_over_{n}"]:
         share = loss[f"tpot_over_{n}_prompt_share"]
-        parts.append(f"{slow} over the TPOT bound, {share:.0%} of their gaps' time with prompt work")
+        parts.append(f"{_n(slow, 'request')} over the TPOT bound, {share:.0%} of their gaps' time with prompt work")
     parts.append(
         f"{loss['prompt_steps_share']:.0%} of the run in prompt steps, {loss['decode_steps_share']:.0%} decode-only"
     )
     if not math.isnan(loss["host_share"]):
         parts.append(f"the host {loss['host_share']:.0%} of busy time")
-    peak = f"at most {loss['peak_requests']} requests at once"
+    peak = f"at most {_n(loss['peak_requests'], 'request')} at once"
     if "peak_kv_gib" in loss:
         peak += f" ({loss['peak_kv_gib']:.2g} GiB of K/V)"
     parts.append(peak)

@@ -10,9 +10,11 @@ steps. The schedules are plausible, not any policy's exact choices; the numbers 
 test_serving_analysis.py.
 """
 
+import math
 from dataclasses import asdict
 
 from pdlib.report.serving import capacity_criterion, goodput_criterion, run_summary, search
+from pdlib.report.serving_loss import search_limit
 
 MS = 1_000_000
 REQUESTS = {"r0": (0, 64, 4), "r1": (10, 64, 3), "r2": (20, 32, 2)}  # name: arrival ms, prompt tokens, outputs
@@ -129,13 +131,41 @@ def fake_measure(scale: float):
     return measure
 
 
+def fake_loss(rate: float, scale: float, name: str) -> dict:
+    """A point's run_loss (report.serving_loss) at that rate: more gaps over the bound, most with a prompt."""
+    k = rate * scale
+    return {
+        "prompt_steps_share": 0.5,
+        "decode_steps_share": 0.3,
+        "no_step_share": 0.2,
+        "waiting_share": 0.1,
+        "host_share": 0.25,
+        f"tbt_over_{name}": int(10 * k),
+        f"tbt_over_{name}_prompt": int(8 * k),
+        f"ttft_over_{name}": int(2 * k),
+        f"ttft_over_{name}_wait_share": 0.75,
+        f"tpot_over_{name}": 0,
+        f"tpot_over_{name}_prompt_share": math.nan,
+        "peak_requests": 6,
+        "peak_positions": 600,
+    }
+
+
 def synthetic_searches(slo, scales=(("chunked", 1.0), ("mlx-lm fp32 @64", 1.5)), *, reps: int = 3) -> dict:
-    """{run label: [capacity search, goodput search]} of report.serving.search on fake_measure, sharing points."""
+    """{run label: [capacity search, goodput search]} of report.serving.search on fake_measure, sharing points,
+    each with its limit (report.serving_loss.search_limit) from fake_loss."""
     out = {}
     for label, scale in scales:
-        known = {}
-        out[label] = [
-            search(fake_measure(scale), meets=crit(slo), lo=0.1, hi=64.0, reps=reps, known=known)
-            for crit in (capacity_criterion, goodput_criterion)
-        ]
+        known, points, fake = {}, {}, fake_measure(scale)
+
+        def measure(rate, rep, fake=fake, points=points, scale=scale):
+            summary = fake(rate, rep)
+            points[rate, rep] = {"summary": summary, "loss": fake_loss(rate, scale, slo.name)}
+            return summary
+
+        out[label] = []
+        for crit in (capacity_criterion, goodput_criterion):
+            result = search(measure, meets=crit(slo), lo=0.1, hi=64.0, reps=reps, known=known)
+            result["limit"] = search_limit(result, crit(slo), slo, points)
+            out[label].append(result)
     return out

@@ -14,8 +14,10 @@ import pytest
 from analysis.serve_reports import make_serve_report, synthetic_searches  # tests/ is on sys.path (conftest.py)
 
 from pdlib.__main__ import main
+from pdlib.analysis import present
 from pdlib.analysis import serving as sv
 from pdlib.analysis import serving_charts as sc
+from pdlib.analysis import serving_limits as sl
 from pdlib.publish import notebooks as nbk
 from pdlib.publish import runs
 from pdlib.report.serving import slos_from_step
@@ -52,6 +54,7 @@ def test_notebooks_serve_renders_the_report_into_a_fresh_folder(tmp_path, capsys
     assert {p.name for p in out.iterdir()} == {
         runs.REPORT,
         *nbk.SERVE_TABLES,
+        *nbk.SEARCH_TABLES,
         *(f"{n}.png" for n in figures),
         "05_serving.ipynb",
         "05_serving.html",
@@ -73,6 +76,10 @@ def test_notebooks_serve_renders_the_report_into_a_fresh_folder(tmp_path, capsys
         assert base64.b64encode((out / f"{name}.png").read_bytes()).decode() in pngs
     markdown = [o["data"]["text/markdown"] for o in outputs if "text/markdown" in o.get("data", {})]
     assert sv.findings(report, SLOS) in markdown  # the prose is analysis.serving.findings on the same numbers
+    limits = sl.limits_frame(report["searches"])  # where each value is lost: the table and a line per search
+    assert len(limits) == 4 and present.markdown(sl.limits_table(limits)) in markdown
+    assert any(f"- **chunked**, capacity_strict: {limits['text'][0]}" in m for m in markdown)
+    assert pd.read_csv(out / "serving_limits.csv")["lost_at"].tolist() == pytest.approx(limits["lost_at"].tolist())
 
     html = (out / "05_serving.html").read_text()
     assert not re.search(r"<script[^>]*src=[\"']?https?:", html)

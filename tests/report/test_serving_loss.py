@@ -128,7 +128,7 @@ def test_the_limit_is_the_median_reps_lowest_failing_point():
     assert lim["failed"] == [{"field": "tbt_p99_ms", "value": 9.0, "bound": 5.0, "side": "at_most"}]
     assert lim["causes"] == ["prefill stalls"]  # 8 of 10 over-bound gaps with prompt work
     text = limit_text(lim)
-    assert f"lost at {lim['rate']:g} (rep 1)" in text and "8 of 10 gaps" in text and "7 requests at once" in text
+    assert f"lost at {lim['rate']:.4g} (rep 1)" in text and "8 of 10 gaps" in text and "7 requests at once" in text
     # the same point, its stalls elsewhere: the host or the decode steps
     for host, cause in ((0.7, "host time"), (0.1, "decode steps")):
         points[lim["rate"], 1]["loss"].update(tbt_over_strict_prompt=2, host_share=host)

@@ -1,0 +1,96 @@
+"""Where each searched value is lost (a search report's `limit` per result, report.serving_loss.search_limit), as
+a table notebook 05 shows.
+
+    frame = limits_frame(searches)      # searches: analysis.serving.load_search_report's {run: [results]}
+    table = limits_table(frame)         # for reading
+
+A row per run and search that failed somewhere: the value, the rate it was lost at (its median rep's lowest
+failing rate), the bounds broken there, the cause named by the rule in report.serving_loss, and the numbers
+behind it: of the gaps over the TBT bound, the share with prompt work inside; of the late requests' TTFT, the
+share spent waiting for their first prompt step; the host's share of busy time; the most requests at once.
+"""
+
+import math
+
+import pandas as pd
+
+from pdlib.errors import InputError
+from pdlib.report.serving_loss import limit_text
+
+COLUMNS = [
+    "run",
+    "search",
+    "value",
+    "lost_at",
+    "failed",
+    "causes",
+    "stall_share",
+    "wait_share",
+    "host_share",
+    "peak_requests",
+    "text",
+]
+
+
+def _limit(run: str, search: str, lim) -> dict | None:
+    if lim is None:
+        return None
+    keys = ("rate", "rep", "slo", "failed", "causes", "loss")
+    if not isinstance(lim, dict) or any(k not in lim for k in keys) or not isinstance(lim["failed"], list):
+        raise InputError(f"searches[{run!r}] {search}: limit must hold {', '.join(keys)}")
+    return lim
+
+
+def _ratio(part, whole) -> float:
+    return part / whole if whole else math.nan
+
+
+def limits_frame(searches: dict) -> pd.DataFrame:
+    """One row per run and search whose value is lost within the searched rates (module docstring); a result
+    without a `limit` (a report from before limits were kept) gives no row."""
+    rows = []
+    for run, results in searches.items():
+        for r in results:
+            lim = _limit(run, r["criterion"], r.get("limit"))
+            if lim is None:
+                continue
+            loss, n = lim["loss"] or {}, lim["slo"]
+            failed = ", ".join(f["field"] for f in lim["failed"])
+            rows.append(
+                {
+                    "run": run,
+                    "search": r["criterion"],
+                    "value": r.get("text", f"{r['value']:.4g}"),
+                    "lost_at": lim["rate"],
+                    "failed": failed,
+                    "causes": ", ".join(lim["causes"]) or "-",
+                    "stall_share": _ratio(loss.get(f"tbt_over_{n}_prompt", 0), loss.get(f"tbt_over_{n}", 0)),
+                    "wait_share": loss.get(f"ttft_over_{n}_wait_share", math.nan),
+                    "host_share": loss.get("host_share", math.nan),
+                    "peak_requests": loss.get("peak_requests", math.nan),
+                    "text": limit_text(lim),
+                }
+            )
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def limits_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """limits_frame for reading: shares as percentages, "-" where unknown."""
+    pct = lambda v: "-" if pd.isna(v) else f"{v:.0%}"  # noqa: E731
+    return pd.DataFrame(
+        {
+            "run": frame["run"],
+            "search": frame["search"],
+            "value": frame["value"],
+            "lost at": [f"{v:.4g}" for v in frame["lost_at"]],
+            "failed": frame["failed"],
+            "cause": frame["causes"],
+            "over-TBT gaps with a prompt": [pct(v) for v in frame["stall_share"]],
+            "late TTFT waiting": [pct(v) for v in frame["wait_share"]],
+            "host, of busy": [pct(v) for v in frame["host_share"]],
+            "peak requests": ["-" if pd.isna(v) else f"{v:g}" for v in frame["peak_requests"]],
+        }
+    )
+
+
+__all__ = ["COLUMNS", "limits_frame", "limits_table"]
