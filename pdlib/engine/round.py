@@ -8,12 +8,14 @@ elsewhere the caller runs stages as before.
 
     rounds = CompiledRounds(qwen3)
     logits = rounds(segments)     # [(V,)] per segment, or None: not a round this runs
+    rounds.trace(pool, range(3, 49))   # each row count's trace made now, not inside a timed step
 """
 
 import mlx.core as mx
 
 from pdlib.engine import kernels as K
-from pdlib.engine.kernels.decode_rows import decode_rows_kernel, joined_fence
+from pdlib.engine.kernels.decode_rows import available, decode_rows_kernel, joined_fence
+from pdlib.engine.kernels.fence import new_fence
 from pdlib.engine.parts import Segment
 from pdlib.engine.rows import DecodeRows, layer_id
 
@@ -43,6 +45,18 @@ class CompiledRounds:
             c.written = written
             c.advance(1)
         return [logits[r] for r in range(len(segments))]
+
+    def trace(self, pool, rows) -> list[int]:
+        """Trace the function for each row count in `rows` (3 up to the pool's slots) on `pool`'s K and V without
+        running it (the outputs are never evaluated), so that no timed round pays a trace: the row counts
+        traced; none where this pool's rounds never run here (the rows kernel is a GPU's)."""
+        if pool is None or pool.k is None or not available(self.model.cfg.head_dim):
+            return []
+        done = [r for r in rows if 3 <= r <= pool.shape[0]]
+        for r in done:
+            meta = mx.zeros((r, 3), mx.int32)
+            self.compiled(mx.zeros((r,), mx.int32), meta, new_fence(), pool.k, pool.v)
+        return done
 
     def _layers(self, tokens, meta, after, pool_k, pool_v):
         """stages' round, every row a decode that emits: (R, V) logits and the last layer's fence."""

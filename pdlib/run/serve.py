@@ -284,10 +284,13 @@ def serving_capacity(model: LoadedModel, workload: Workload) -> tuple[int, int]:
 
 def warm_engine(engine: Engine, workloads: Sequence[Workload], chunk_size: int) -> dict:
     """Each matmul kernel variant a step of these workloads can meet, compiled before anything is timed (a step
-    carries at most a chunk, or a whole prompt, and a decode per request): the row counts run and the seconds."""
+    carries at most a chunk, or a whole prompt, and a decode per request), and under PDLIB_DECODE_ROUND=compiled
+    each round's trace (engine/round.py): the row counts run, the rounds traced and the seconds."""
     t = time.perf_counter()
     rows = engine.model.warm(max(max(chunk_size, int(w.prompt_tokens.max())) + w.n for w in workloads))
-    return {"warm_rows": rows, "warm_s": time.perf_counter() - t}
+    most = max(w.n for w in workloads)
+    rounds = engine.rounds.trace(engine.pool, range(3, most + 1)) if engine.decode_round == "compiled" else []
+    return {"warm_rows": rows, "warm_rounds": rounds, "warm_s": time.perf_counter() - t}
 
 
 def run_serving(

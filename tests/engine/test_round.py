@@ -108,3 +108,34 @@ def test_which_rounds_qualify_and_what_one_leaves_on_its_caches(tiny, monkeypatc
     caches[0].length += 1  # a segment that does not start at its cache's end is refused, as stages refuses it
     with pytest.raises(ValueError, match="segment at position 7 of a cache holding 9"):
         rounds(segs)
+
+
+def test_trace_makes_each_row_counts_trace_before_any_round(tiny, monkeypatch):
+    """trace() runs the function's Python once per row count in range, evaluating nothing: a round of a traced
+    count then replays it (the layers' Python does not run again), a count left out is traced when it comes."""
+    calls = []
+
+    def counted(*args, **kw):
+        calls.append(args[1].shape[0])
+        return rows_standin(*args, **kw)
+
+    monkeypatch.setattr(RD, "decode_rows_kernel", counted)
+    monkeypatch.setattr(RD, "available", lambda head_dim: True)
+    engine = Engine(tiny, capacity=16)
+    c = tiny.config
+    shape = (4, c.num_hidden_layers, c.num_key_value_heads, 16, c.head_dim)
+    pool = types.SimpleNamespace(k=mx.zeros(shape), v=mx.zeros(shape), shape=shape)
+    rounds = RD.CompiledRounds(engine.model)
+    assert rounds.trace(pool, range(1, 9)) == [3, 4]  # 3 rows or more, at most the pool's 4 slots
+    layers = c.num_hidden_layers
+    assert calls == [3] * layers + [4] * layers
+    args = (mx.zeros((3,), mx.int32), mx.zeros((3, 3), mx.int32), new_fence(), pool.k, pool.v)
+    logits, _ = rounds.compiled(*args)
+    mx.eval(logits)
+    assert len(calls) == 2 * layers and logits.shape == (3, c.vocab_size)  # replayed, not traced again
+    bigger = RD.CompiledRounds(engine.model)
+    bigger.compiled(*args)
+    assert len(calls) == 3 * layers  # a function nobody traced for 3 rows traces at its first round
+    assert rounds.trace(None, range(3, 5)) == []  # no pool: rounds never run
+    monkeypatch.setattr(RD, "available", lambda head_dim: False)
+    assert rounds.trace(pool, range(3, 5)) == []  # no rows kernel (the CPU): nothing to trace
