@@ -16,7 +16,7 @@ endif
 RUN_EXTRAS := $(MLX_EXTRA)notebooks
 TEST_EXTRAS := $(MLX_EXTRA)notebooks,test
 
-.PHONY: setup setup-test test test-fast lint run lab gpu gpu-partition gpu-rounds clean
+.PHONY: setup setup-test test test-fast lint run lab gpu gpu-partition gpu-rounds gpu-search-pair clean
 setup: $(VENV)/.installed-$(subst $(comma),-,$(RUN_EXTRAS))
 setup-test: $(VENV)/.installed-$(subst $(comma),-,$(TEST_EXTRAS))
 
@@ -90,6 +90,28 @@ gpu-rounds:
 		--output "$(OUT)/bench-rounds-tiles16.json"
 	PDLIB_ROUND_GEMM=tiles16 MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib profile-step $(ROUND_PROFILE) \
 		--output "$(OUT)/profile-rounds-tiles16.json"
+
+# Two searches at once on a host with two GPUs, one params file a GPU (by default the code trace on the first and
+# the conversation trace on the second, so every comparison within a trace, policies and mlx-lm, stays on one
+# GPU). Each process has its own PTX cache (neither reads a module the other is still writing) and its own log,
+# which a later command resumes (SEARCH_LOGS, git-ignored; named after the params file). SEARCH_ARGS narrows
+# the runs (--policies ... --peers ...); SEARCH_BUDGET is --budget-s. What each prints goes to
+# OUT/<params name>.txt, its report to OUT/<params name>.json.gz; exit 1 if either failed.
+SEARCH_A ?= params/serve-azure-code-h200.yaml
+SEARCH_B ?= params/serve-azure-conv-h200.yaml
+SEARCH_BUDGET ?= 540
+SEARCH_LOGS ?= outputs/local
+SEARCH_ARGS ?=
+SEARCH_ENV = MLX_ENABLE_TF32=0 PDLIB_KV_CACHE_GIB=$${PDLIB_KV_CACHE_GIB:-90}
+search_one = CUDA_VISIBLE_DEVICES=$(1) MLX_PTX_CACHE_DIR=/tmp/mlx-ptx-gpu$(1) $(SEARCH_ENV) $(GPU_PY) -m pdlib serve \
+	--params $(2) --search --budget-s $(SEARCH_BUDGET) $(SEARCH_ARGS) --log "$(SEARCH_LOGS)/$(basename $(notdir $(2))).jsonl" \
+	--output "$(OUT)/$(basename $(notdir $(2))).json.gz" > "$(OUT)/$(basename $(notdir $(2))).txt" 2>&1
+gpu-search-pair:
+	@test -n "$(OUT)" || { echo "error: make gpu-search-pair needs OUT=DIR (a new folder for the results)" >&2; exit 2; }
+	@test ! -e "$(OUT)" || test -z "$$(ls -A "$(OUT)")" || { echo "error: $(OUT) holds files; results are never overwritten" >&2; exit 2; }
+	mkdir -p "$(OUT)" "$(SEARCH_LOGS)"
+	$(call search_one,0,$(SEARCH_A)) & a=$$!; $(call search_one,1,$(SEARCH_B)) & b=$$!; \
+	wait $$a; ra=$$?; wait $$b; rb=$$?; tail -n 4 "$(OUT)"/*.txt; test $$ra = 0 && test $$rb = 0
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
