@@ -1,5 +1,6 @@
 """What a search (serve_search.py) reports and prints: its schema, the SLOs it names, a line per measured point,
-the CI of a result, and the table of every run's searches with where each value is lost.
+the CI of a result, and the table of every run's searches, the best policy against mlx-lm and where each value
+is lost.
 
     print(search_table(report))
 """
@@ -7,6 +8,7 @@ the CI of a result, and the table of every run's searches with where each value 
 import sys
 
 from pdlib.report.serving_loss import limit_text
+from pdlib.report.serving_versus import versus, versus_line
 
 SCHEMA = "pdlib.serve-search/1"
 SLO_NAMES = ("strict", "relaxed")
@@ -31,7 +33,8 @@ def ci_text(result: dict) -> str:
 
 
 def search_table(report: dict) -> str:
-    """One line per run: each (criterion, SLO) search's value and CI; then the SLOs and the measurement counts."""
+    """One line per run: each (criterion, SLO) search's value and CI; then the SLOs and the measurement counts, the
+    best policy against mlx-lm's FP32 peer per search, and where each value is lost."""
     if report.get("schema") != SCHEMA:
         raise ValueError(f"not a search report: schema {report.get('schema')!r}")
     cols = list(dict.fromkeys((s["criterion"], s["slo"]) for s in report["searches"]))
@@ -51,6 +54,10 @@ def search_table(report: dict) -> str:
         f"{report['slos']['relaxed']['tbt_ms']:.3g} ms, TTFT {slo['ttft_ms']:.3g} ms; "
         f"{m['new']} runs measured, {m['from_log']} from the log; {report['wall_s']:.1f} s"
     )
+    rows = versus({run: list(results.values()) for run, results in by_run.items()})
+    if rows:
+        lines.append("the best policy against mlx-lm fp32 (report.serving_versus):")
+        lines += [f"  {versus_line(r)}" for r in rows]
     lost = [
         f"  {s['policy']} {s['criterion']} {s['slo']}: {limit_text(s['result']['limit'])}"
         for s in report["searches"]

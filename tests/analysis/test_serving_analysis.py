@@ -14,7 +14,7 @@ from serve_reports import MS, make_serve_report, synthetic_searches
 
 from pdlib.analysis import serving as sv
 from pdlib.analysis import serving_charts as sc
-from pdlib.analysis import serving_limits as sl
+from pdlib.analysis import serving_search as ss
 from pdlib.errors import InputError
 from pdlib.report.serving import run_summary, slos_from_step
 
@@ -379,17 +379,17 @@ def test_a_search_report_is_grouped_by_run_and_checked(searches, tmp_path):
 def test_the_limits_table_reads_each_searchs_limit(searches):
     """A row per run and search lost within its rates, its numbers from the limit; a result without one (a report
     from before limits were kept) gives no row; a limit missing a field is refused in one line."""
-    frame = sl.limits_frame(searches)
+    frame = ss.limits_frame(searches)
     lims = [(run, r["limit"]) for run, rs in searches.items() for r in rs if r["limit"]]
     assert frame["run"].tolist() == [run for run, _ in lims] and len(frame) > 0
     assert frame["lost_at"].tolist() == [lim["rate"] for _, lim in lims]
     first = lims[0][1]["loss"]
     assert frame["stall_share"][0] == pytest.approx(first["tbt_over_strict_prompt"] / first["tbt_over_strict"])
-    assert sl.limits_table(frame)["cause"].tolist() == [", ".join(lim["causes"]) for _, lim in lims]
+    assert ss.limits_table(frame)["cause"].tolist() == [", ".join(lim["causes"]) for _, lim in lims]
     old = {run: [{k: v for k, v in r.items() if k != "limit"} for r in rs] for run, rs in searches.items()}
-    assert sl.limits_frame(old).empty
+    assert ss.limits_frame(old).empty
     run = next(iter(searches))
     bad = {run: [{**searches[run][0], "limit": {"rate": 1.0}}]}
     with pytest.raises(InputError, match=r"limit must hold rate, rep, slo, failed, causes, loss") as e:
-        sl.limits_frame(bad)
+        ss.limits_frame(bad)
     assert "\n" not in str(e.value)

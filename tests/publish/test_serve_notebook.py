@@ -17,7 +17,7 @@ from pdlib.__main__ import main
 from pdlib.analysis import present
 from pdlib.analysis import serving as sv
 from pdlib.analysis import serving_charts as sc
-from pdlib.analysis import serving_limits as sl
+from pdlib.analysis import serving_search as ss
 from pdlib.publish import notebooks as nbk
 from pdlib.publish import runs
 from pdlib.report.serving import slos_from_step
@@ -76,8 +76,9 @@ def test_notebooks_serve_renders_the_report_into_a_fresh_folder(tmp_path, capsys
         assert base64.b64encode((out / f"{name}.png").read_bytes()).decode() in pngs
     markdown = [o["data"]["text/markdown"] for o in outputs if "text/markdown" in o.get("data", {})]
     assert sv.findings(report, SLOS) in markdown  # the prose is analysis.serving.findings on the same numbers
-    limits = sl.limits_frame(report["searches"])  # where each value is lost: the table and a line per search
-    assert len(limits) == 4 and present.markdown(sl.limits_table(limits)) in markdown
+    assert present.markdown(ss.versus_table(report["searches"])) in markdown  # the best policy against mlx-lm
+    limits = ss.limits_frame(report["searches"])  # where each value is lost: the table and a line per search
+    assert len(limits) == 4 and present.markdown(ss.limits_table(limits)) in markdown
     assert any(f"- **chunked**, capacity_strict: {limits['text'][0]}" in m for m in markdown)
     assert pd.read_csv(out / "serving_limits.csv")["lost_at"].tolist() == pytest.approx(limits["lost_at"].tolist())
 

@@ -1,7 +1,9 @@
-"""Where each searched value is lost (a search report's `limit` per result, report.serving_loss.search_limit), as
-a table notebook 05 shows.
+"""Tables of rate searches that notebook 05 shows: pdlib's best policy against mlx-lm per criterion
+(report.serving_versus), and where each searched value is lost (each result's `limit`,
+report.serving_loss.search_limit).
 
-    frame = limits_frame(searches)      # searches: analysis.serving.load_search_report's {run: [results]}
+    table = versus_table(searches)      # searches: analysis.serving.load_search_report's {run: [results]}
+    frame = limits_frame(searches)
     table = limits_table(frame)         # for reading
 
 A row per run and search that failed somewhere: the value, the rate it was lost at (its median rep's lowest
@@ -16,6 +18,7 @@ import pandas as pd
 
 from pdlib.errors import InputError
 from pdlib.report.serving_loss import limit_text
+from pdlib.report.serving_versus import versus
 
 COLUMNS = [
     "run",
@@ -30,6 +33,26 @@ COLUMNS = [
     "peak_requests",
     "text",
 ]
+
+
+def versus_table(searches: dict, dtype: str = "fp32") -> pd.DataFrame:
+    """Per criterion searched for both: the best policy's value and CI, the best `dtype` mlx-lm peer's, their
+    ratio with its interval, and whether it meets the target (report.serving_versus)."""
+    ci = lambda c: f"[{c[0]:.4g}, {'unbounded' if c[1] is None else f'{c[1]:.4g}'}]"  # noqa: E731
+    x = lambda v: "unbounded" if v is None else f"{v:.3g}"  # noqa: E731
+    rows = [
+        {
+            "search": r["criterion"],
+            "best policy": f"{r['policy']} {r['policy_value']:.4g} {ci(r['policy_ci'])}",
+            f"mlx-lm {dtype}": f"{r['peer']} {r['peer_value']:.4g} {ci(r['peer_ci'])}",
+            "ratio": "mlx-lm none"
+            if r["ratio"] is None
+            else f"{r['ratio']:.3g}x [{x(r['ratio_ci'][0])}, {x(r['ratio_ci'][1])}]",
+            f"{r['target']:g}x": "met" if r["meets"] else "not met",
+        }
+        for r in versus(searches, dtype=dtype)
+    ]
+    return pd.DataFrame(rows)
 
 
 def _limit(run: str, search: str, lim) -> dict | None:
@@ -93,4 +116,4 @@ def limits_table(frame: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-__all__ = ["COLUMNS", "limits_frame", "limits_table"]
+__all__ = ["COLUMNS", "limits_frame", "limits_table", "versus_table"]

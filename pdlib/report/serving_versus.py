@@ -1,0 +1,90 @@
+"""pdlib's best policy against mlx-lm, per searched criterion: the issue's headline ("the best policy at least 3x
+mlx-lm's FP32 capacity at each SLO, or a capacity where mlx-lm has none"), from rate searches' results.
+
+    rows = versus({"chunked": [...], "mixed": [...], "mlx-lm-fp32@2048": [...]})   # {run: search results}
+    print("\\n".join(versus_line(r) for r in rows))
+
+A run is a peer when its name is mlx-lm's (`mlx-lm-fp32@2048`, as `serve` names it, or `mlx-lm fp32 @2048`, as the
+analysis labels it); the peer compared is the best of the given dtype's (its default prefill step and the chunk
+size), so the ratio is against the stronger mlx-lm configuration. Per criterion (capacity_strict, ...): the
+policy with the highest value (the first of equals), the peer likewise, the ratio of their values and an interval
+for it from their CIs, [policy's low / peer's high, policy's high / peer's low] (None where an end is unbounded or
+a denominator 0): where both CIs hold their median thresholds, it holds the ratio of the two medians, so its
+coverage is at least 1 - (1 - c1) - (1 - c2) for the two searches' stated coverages. `meets`: the ratio is at
+least `target`, or the peer has no rate (0: none at the search's lo) where the policy has one.
+"""
+
+import re
+
+TARGET = 3.0
+_PEER = re.compile(r"^mlx-lm[- ](fp32|bf16) ?@(\d+)$")
+
+
+def peer_kind(name: str) -> tuple[str, int] | None:
+    """(dtype, prefill step) of an mlx-lm run's name, None for a pdlib policy."""
+    m = _PEER.match(name)
+    return (m.group(1), int(m.group(2))) if m else None
+
+
+def _best(runs: list[tuple[str, dict]]) -> tuple[str, dict] | None:
+    return max(runs, key=lambda nr: nr[1]["value"], default=None)  # max keeps the first of equals
+
+
+def _div(a, b):
+    return None if a is None or b is None or not b else a / b
+
+
+def versus(searches: dict, *, dtype: str = "fp32", target: float = TARGET) -> list[dict]:
+    """One row per criterion present for both a policy and a `dtype` peer (module docstring): criterion, policy,
+    policy_value, policy_ci, peer, peer_value, peer_ci, ratio (None where the peer has no rate), ratio_ci, meets."""
+    by: dict = {}
+    for run, results in searches.items():
+        kind = peer_kind(run)
+        if kind is not None and kind[0] != dtype:
+            continue
+        for r in results:
+            by.setdefault(r["criterion"], ([], []))[kind is not None].append((run, r))
+    rows = []
+    for criterion, (policies, peers) in by.items():
+        if not policies or not peers:
+            continue
+        (pol, p), (peer, q) = _best(policies), _best(peers)
+        ratio = _div(p["value"], q["value"])
+        rows.append(
+            {
+                "criterion": criterion,
+                "policy": pol,
+                "policy_value": p["value"],
+                "policy_ci": list(p["ci"]),
+                "peer": peer,
+                "peer_value": q["value"],
+                "peer_ci": list(q["ci"]),
+                "ratio": ratio,
+                "ratio_ci": [_div(p["ci"][0], q["ci"][1]), _div(p["ci"][1], q["ci"][0])],
+                "meets": (ratio is not None and ratio >= target) or (not q["value"] and p["value"] > 0),
+                "target": target,
+            }
+        )
+    return rows
+
+
+def _x(v) -> str:
+    return "unbounded" if v is None else f"{v:.3g}"
+
+
+def versus_line(row: dict) -> str:
+    """One line: the criterion, both values with their CIs, the ratio with its interval and the target."""
+    lo, hi = row["ratio_ci"]
+    if row["ratio"] is None:
+        ratio = "mlx-lm has none" if row["policy_value"] else "neither has a rate"
+    else:
+        ratio = f"{row['ratio']:.3g}x [{_x(lo)}, {_x(hi)}]"
+    ci = lambda c: f"[{c[0]:.4g}, {'unbounded' if c[1] is None else f'{c[1]:.4g}'}]"  # noqa: E731
+    return (
+        f"{row['criterion']}: {row['policy']} {row['policy_value']:.4g} {ci(row['policy_ci'])} vs {row['peer']} "
+        f"{row['peer_value']:.4g} {ci(row['peer_ci'])}: {ratio}; {row['target']:g}x target "
+        f"{'met' if row['meets'] else 'not met'}"
+    )
+
+
+__all__ = ["TARGET", "peer_kind", "versus", "versus_line"]
