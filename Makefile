@@ -16,7 +16,8 @@ endif
 RUN_EXTRAS := $(MLX_EXTRA)notebooks
 TEST_EXTRAS := $(MLX_EXTRA)notebooks,test
 
-.PHONY: setup setup-test test test-fast lint run lab gpu gpu-partition gpu-rounds gpu-search-pair clean
+.PHONY: setup setup-test test test-fast lint run lab gpu gpu-partition gpu-rounds gpu-search-pair gpu-cache-pack \
+	gpu-cache-unpack clean
 setup: $(VENV)/.installed-$(subst $(comma),-,$(RUN_EXTRAS))
 setup-test: $(VENV)/.installed-$(subst $(comma),-,$(TEST_EXTRAS))
 
@@ -110,8 +111,28 @@ gpu-search-pair:
 	@test -n "$(OUT)" || { echo "error: make gpu-search-pair needs OUT=DIR (a new folder for the results)" >&2; exit 2; }
 	@test ! -e "$(OUT)" || test -z "$$(ls -A "$(OUT)")" || { echo "error: $(OUT) holds files; results are never overwritten" >&2; exit 2; }
 	mkdir -p "$(OUT)" "$(SEARCH_LOGS)"
+	for i in 0 1; do test -d /tmp/mlx-ptx-gpu$$i || ! ls -d /tmp/mlx/*/ptx >/dev/null 2>&1 || \
+		cp -r "$$(ls -d /tmp/mlx/*/ptx | head -n 1)" /tmp/mlx-ptx-gpu$$i; done  # what check-kernels compiled
 	$(call search_one,0,$(SEARCH_A)) & a=$$!; $(call search_one,1,$(SEARCH_B)) & b=$$!; \
 	wait $$a; ra=$$?; wait $$b; rb=$$?; tail -n 4 "$(OUT)"/*.txt; test $$ra = 0 && test $$rb = 0
+
+# The kernels a GPU machine compiled (MLX's PTX caches and the driver's JIT cache), packed into OUT in 15 MiB
+# parts at the end of a session (what comes back from the machine is at most 16 MiB a file) and unpacked from
+# CACHE=DIR at the start of the next, where they go back to the same paths: a module whose source is unchanged
+# is then read, not compiled (MLX names each by a hash of its source; the driver checks its own keys).
+KERNEL_CACHES = /tmp/mlx /tmp/mlx-ptx-gpu0 /tmp/mlx-ptx-gpu1 $${CUDA_CACHE_PATH:-$$HOME/.nv/ComputeCache}
+gpu-cache-pack:
+	@test -n "$(OUT)" || { echo "error: make gpu-cache-pack needs OUT=DIR" >&2; exit 2; }
+	mkdir -p "$(OUT)"
+	paths=$$(for p in $(KERNEL_CACHES); do test -d "$$p" && echo "$$p"; done); \
+	test -n "$$paths" || { echo "error: no kernel cache on this machine ($(KERNEL_CACHES))" >&2; exit 2; }; \
+	tar -cPf - $$paths | xz -T0 -6 | split -b 15M - "$(OUT)/kernel-cache.tar.xz."; \
+	echo "$$(du -csh $$paths | tail -n 1 | cut -f 1) of kernel caches packed into $$(du -csh \
+		"$(OUT)"/kernel-cache.tar.xz.* | tail -n 1 | cut -f 1) (OUT/kernel-cache.tar.xz.*)"
+gpu-cache-unpack:
+	@test -n "$(CACHE)" || { echo "error: make gpu-cache-unpack needs CACHE=DIR (the parts gpu-cache-pack wrote)" >&2; exit 2; }
+	@ls "$(CACHE)"/kernel-cache.tar.xz.* >/dev/null 2>&1 || { echo "error: $(CACHE) holds no kernel-cache.tar.xz.* parts" >&2; exit 2; }
+	cat "$(CACHE)"/kernel-cache.tar.xz.* | xz -d | tar -xPf - && echo "kernel caches restored from $(CACHE)"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
