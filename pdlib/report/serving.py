@@ -149,7 +149,8 @@ def slos_from_step(decode_ms: float, ttft_ms: float, *, strict: float = 5.0, rel
     }
 
 
-def _slo_list(slos) -> list[Slo]:
+def slo_list(slos) -> list[Slo]:
+    """The Slo objects of a dict or a sequence, their names distinct (each names a summary field)."""
     out = list(slos.values()) if isinstance(slos, dict) else list(slos)
     if not all(isinstance(s, Slo) for s in out):
         raise InputError(f"slos must be Slo objects, got {out!r}")
@@ -214,7 +215,7 @@ def run_summary(requests, slos: Iterable[Slo] | dict = ()) -> dict:
         "e2e_p90_ms": _pct_ms(m["e2e_ns"], [90])[0],
         "throughput_tok_s": n_tokens / (span_ns / 1e9) if span_ns else math.nan,
     }
-    for slo in _slo_list(slos):
+    for slo in slo_list(slos):
         out[f"attain_{slo.name}"] = float(attainment(m, slo).mean())
     return out
 

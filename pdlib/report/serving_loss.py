@@ -25,8 +25,8 @@ run_loss, the fields (counts over the requests that emitted; shares NaN where no
 - per Slo name n: tbt_over_n, the pooled gaps over its TBT bound, and tbt_over_n_prompt, those with prompt work
   inside (prefill stalls); ttft_over_n, the requests over its TTFT bound, and ttft_over_n_wait_share, the part
   of their TTFT spent before their first prompt step started (queued behind other work, against their own
-  prefill); tpot_over_n, the requests over its TPOT bound, and tpot_over_n_prompt_share, the part of their gaps'
-  time in gaps with prompt work;
+  prefill; a request whose prompt no logged step carried counts all of it); tpot_over_n, the requests over its
+  TPOT bound, and tpot_over_n_prompt_share, the part of their gaps' time in gaps with prompt work;
 - peak_requests: the most requests between arrival and last token at once; peak_positions: the most positions
   (prompt + output) those held; peak_kv_gib: that in K/V bytes when `kv_bytes_per_position` is given: what a
   cache sized per request would need at the peak (every cache here is allocated before the run, so memory never
@@ -48,7 +48,7 @@ import math
 import numpy as np
 
 from pdlib.errors import InputError
-from pdlib.report.serving import NS_PER_MS, Criterion, Slo, _slo_list
+from pdlib.report.serving import NS_PER_MS, Criterion, Slo, slo_list
 
 GIB = 2**30
 HALF = 0.5  # the share at which a cause is named (module docstring)
@@ -205,7 +205,7 @@ def run_loss(run: dict, slos=(), *, kv_bytes_per_position: int | None = None) ->
     ttft = np.array([r["emit_ns"][0] - r["arrival_ns"] for r in requests], dtype=np.int64)
     start = np.array([first.get(r["name"], r["emit_ns"][0]) for r in requests], dtype=np.int64)
     wait = np.clip(start - np.array([r["arrival_ns"] for r in requests], dtype=np.int64), 0, ttft)
-    for slo in _slo_list(slos):
+    for slo in slo_list(slos):
         n = slo.name
         over = pooled > slo.tbt_ms * NS_PER_MS  # a bound is met at equality
         out[f"tbt_over_{n}"] = int(over.sum())
