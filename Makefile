@@ -110,6 +110,7 @@ search_one = CUDA_VISIBLE_DEVICES=$(1) MLX_PTX_CACHE_DIR=/tmp/mlx-ptx-gpu$(1) $(
 gpu-search-pair:
 	@test -n "$(OUT)" || { echo "error: make gpu-search-pair needs OUT=DIR (a new folder for the results)" >&2; exit 2; }
 	@test ! -e "$(OUT)" || test -z "$$(ls -A "$(OUT)")" || { echo "error: $(OUT) holds files; results are never overwritten" >&2; exit 2; }
+	@test "$(notdir $(SEARCH_A))" != "$(notdir $(SEARCH_B))" || { echo "error: SEARCH_A and SEARCH_B share a name, so would their logs" >&2; exit 2; }
 	mkdir -p "$(OUT)" "$(SEARCH_LOGS)"
 	for i in 0 1; do test -d /tmp/mlx-ptx-gpu$$i || ! ls -d /tmp/mlx/*/ptx >/dev/null 2>&1 || \
 		cp -r "$$(ls -d /tmp/mlx/*/ptx | head -n 1)" /tmp/mlx-ptx-gpu$$i; done  # what check-kernels compiled
@@ -121,8 +122,11 @@ gpu-search-pair:
 # CACHE=DIR at the start of the next, where they go back to the same paths: a module whose source is unchanged
 # is then read, not compiled (MLX names each by a hash of its source; the driver checks its own keys).
 KERNEL_CACHES = /tmp/mlx /tmp/mlx-ptx-gpu0 /tmp/mlx-ptx-gpu1 $${CUDA_CACHE_PATH:-$$HOME/.nv/ComputeCache}
+gpu-cache-pack gpu-cache-unpack: SHELL := /bin/bash
+gpu-cache-pack gpu-cache-unpack: .SHELLFLAGS := -o pipefail -c
 gpu-cache-pack:
-	@test -n "$(OUT)" || { echo "error: make gpu-cache-pack needs OUT=DIR" >&2; exit 2; }
+	@test -n "$(OUT)" || { echo "error: make gpu-cache-pack needs OUT=DIR (a new folder for the parts)" >&2; exit 2; }
+	@test ! -e "$(OUT)" || test -z "$$(ls -A "$(OUT)")" || { echo "error: $(OUT) holds files; results are never overwritten" >&2; exit 2; }
 	mkdir -p "$(OUT)"
 	paths=$$(for p in $(KERNEL_CACHES); do test -d "$$p" && echo "$$p"; done); \
 	test -n "$$paths" || { echo "error: no kernel cache on this machine ($(KERNEL_CACHES))" >&2; exit 2; }; \

@@ -4,7 +4,7 @@ reads; and, for a rate search, the point that bounds its value and what failed t
     split = time_split(run)                       # ns: prompt steps, decode-only steps, no step, waiting, host
     gaps = gap_work(run)                          # per request: its gaps and the prompt work inside each
     loss = run_loss(run, slos, kv_bytes_per_position=b)   # flat numbers (below)
-    lim = search_limit(result, criterion, point)  # the failing point above a search's value: bounds it broke
+    lim = search_limit(result, criterion, slo, points)   # what bounds a search's value: the bounds broken there
     print(limit_text(lim))
 
 A run is a serve or peer run: requests {name, arrival_ns, emit_ns, prompt_tokens, output_tokens} and steps
@@ -27,17 +27,19 @@ run_loss, the fields (counts over the requests that emitted; shares NaN where no
   of their TTFT spent before their first prompt step started (queued behind other work, against their own
   prefill; a request whose prompt no logged step carried counts all of it); tpot_over_n, the requests over its
   TPOT bound, and tpot_over_n_prompt_share, the part of their gaps' time in gaps with prompt work;
-- peak_requests: the most requests between arrival and last token at once; peak_positions: the most positions
-  (prompt + output) those held; peak_kv_gib: that in K/V bytes when `kv_bytes_per_position` is given: what a
-  cache sized per request would need at the peak (every cache here is allocated before the run, so memory never
-  holds a request back; this says how much of it the rate used).
+- peak_requests: the most requests between arrival and last token at any moment; peak_positions: the most
+  positions (prompt + output) live requests held at any moment; peak_kv_gib: that in K/V bytes when
+  `kv_bytes_per_position` is given: what caches sized per request would need at the peak (every cache here is
+  allocated before the run, so memory never holds a request back; this says how much of it the rate used).
 Under overlap, partition and disagg a prompt runs beside the steps and only the step that joins it carries its
 tokens: the wait then reads up to that step, and the gaps its prompt work slowed show none inside.
 
 search_limit: the search's value is its lower-median rep's highest passing rate (report.serving.search); the
-limit is that rep's lowest failing rate, the point's failed bounds and its run_loss (None where the log's point
-has none), and `causes`, named by these rules: a failed TBT bound is lost to "prefill stalls" when at least half
-its over-bound gaps had prompt work inside, else to "host time" when host_share >= 0.5, else to "decode steps";
+limit is that rep's lowest failing rate (None where it has none: every rate passed, or its budget ran out first),
+the point's failed bounds and its run_loss (None where the log's point has none), and `causes`, named by these
+rules: a failed TBT bound is lost to "prefill stalls" when at least half its over-bound gaps had prompt work
+inside, else to "host time" when host_share >= 0.5, else to "decode steps" (none named with no gap over it: a
+NaN p99);
 a failed TTFT bound (or a failed attainment with requests over the TTFT bound) to "queueing" when at least half
 of those requests' TTFT was wait, else to "prefill"; a failed attainment with requests over the TPOT bound to
 "prefill stalls" when at least half their gap time had prompt work inside, else "decode steps".
@@ -169,8 +171,8 @@ def first_prompt_start(run: dict) -> dict:
 
 
 def peaks(requests: list[dict]) -> tuple[int, int]:
-    """(the most requests live at once, the most positions they held): live from arrival to last emit; one
-    ending at the instant another arrives is not counted with it."""
+    """(the most requests live at any moment, the most positions live requests held at any moment): live from
+    arrival to last emit; one ending at the instant another arrives is not counted with it."""
     events = []
     for r in requests:
         size = int(r["prompt_tokens"]) + int(r["output_tokens"])
@@ -204,7 +206,7 @@ def run_loss(run: dict, slos=(), *, kv_bytes_per_position: int | None = None) ->
     first = first_prompt_start(run)
     ttft = np.array([r["emit_ns"][0] - r["arrival_ns"] for r in requests], dtype=np.int64)
     start = np.array([first.get(r["name"], r["emit_ns"][0]) for r in requests], dtype=np.int64)
-    wait = np.clip(start - np.array([r["arrival_ns"] for r in requests], dtype=np.int64), 0, ttft)
+    wait = start - np.array([r["arrival_ns"] for r in requests], dtype=np.int64)
     for slo in slo_list(slos):
         n = slo.name
         over = pooled > slo.tbt_ms * NS_PER_MS  # a bound is met at equality
@@ -245,14 +247,12 @@ def _causes(failed: list[dict], loss: dict | None, slo: Slo) -> list[str]:
         return []
     n, causes = slo.name, []
     fields = {f["field"] for f in failed}
-    if "tbt_p99_ms" in fields:
-        over, prompt = loss[f"tbt_over_{n}"], loss[f"tbt_over_{n}_prompt"]
+    if "tbt_p99_ms" in fields and (over := loss[f"tbt_over_{n}"]):  # none over: a NaN p99 (no gaps) names nothing
         host = loss["host_share"]
-        causes.append(
-            "prefill stalls" if over and prompt >= HALF * over else "host time" if host >= HALF else "decode steps"
-        )
+        stalls = loss[f"tbt_over_{n}_prompt"] >= HALF * over
+        causes.append("prefill stalls" if stalls else "host time" if host >= HALF else "decode steps")
     attain = f"attain_{n}" in fields
-    if "ttft_p90_ms" in fields or (attain and loss[f"ttft_over_{n}"]):
+    if ("ttft_p90_ms" in fields or attain) and loss[f"ttft_over_{n}"]:
         causes.append("queueing" if loss[f"ttft_over_{n}_wait_share"] >= HALF else "prefill")
     if attain and loss[f"tpot_over_{n}"]:
         causes.append("prefill stalls" if loss[f"tpot_over_{n}_prompt_share"] >= HALF else "decode steps")
@@ -300,7 +300,7 @@ def _n(k: int, noun: str) -> str:
 def limit_text(limit: dict | None) -> str:
     """One line: where the search's value is lost, the bounds that failed there, the causes and their numbers."""
     if limit is None:
-        return "not lost within the searched rates"
+        return "no failing rate measured"
     text = f"lost at {limit['rate']:.4g} (rep {limit['rep']}): " + "; ".join(_failed_text(f) for f in limit["failed"])
     loss, n = limit["loss"], limit["slo"]
     if not loss:

@@ -8,10 +8,12 @@ A run is a peer when its name is mlx-lm's (`mlx-lm-fp32@2048`, as `serve` names 
 analysis labels it); the peer compared is the best of the given dtype's (its default prefill step and the chunk
 size), so the ratio is against the stronger mlx-lm configuration. Per criterion (capacity_strict, ...): the
 policy with the highest value (the first of equals), the peer likewise, the ratio of their values and an interval
-for it from their CIs, [policy's low / peer's high, policy's high / peer's low] (None where an end is unbounded or
-a denominator 0): where both CIs hold their median thresholds, it holds the ratio of the two medians, so its
-coverage is at least 1 - (1 - c1) - (1 - c2) for the two searches' stated coverages. `meets`: the ratio is at
-least `target`, or the peer has no rate (0: none at the search's lo) where the policy has one.
+for it from their CIs, [policy's low / peer's high, policy's high / peer's low] (the low end 0 where the peer's
+CI has no upper end, the high end None where the policy's has none or the peer's low is 0): where both CIs hold
+their median thresholds, it holds the ratio of the two medians, so its coverage is at least 1 - (1 - c1) -
+(1 - c2) for the two searches' stated coverages (nothing at 2 reps, whose CIs claim 50% each: then it only
+shows the spread). `meets` reads the ratio of the values: at least `target`, or the peer has no rate (0: none
+at the search's lo) where the policy has one.
 """
 
 import re
@@ -60,7 +62,7 @@ def versus(searches: dict, *, dtype: str = "fp32", target: float = TARGET) -> li
                 "peer_value": q["value"],
                 "peer_ci": list(q["ci"]),
                 "ratio": ratio,
-                "ratio_ci": [_div(p["ci"][0], q["ci"][1]), _div(p["ci"][1], q["ci"][0])],
+                "ratio_ci": [0.0 if q["ci"][1] is None else _div(p["ci"][0], q["ci"][1]), _div(p["ci"][1], q["ci"][0])],
                 "meets": (ratio is not None and ratio >= target) or (not q["value"] and p["value"] > 0),
                 "target": target,
             }

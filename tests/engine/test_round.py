@@ -133,6 +133,13 @@ def test_trace_makes_each_row_counts_trace_before_any_round(tiny, monkeypatch):
     logits, _ = rounds.compiled(*args)
     mx.eval(logits)
     assert len(calls) == 2 * layers and logits.shape == (3, c.vocab_size)  # replayed, not traced again
+    monkeypatch.setattr(R, "available", lambda head_dim: True)  # a round through __call__, its inputs as it makes
+    caches = [cache(s, n, pool) for s, n in ((2, 5), (0, 3), (1, 9))]  # them: the traced function replays
+    for c in caches:
+        c.written = new_fence()
+    out = rounds([segment(c, t) for c, t in zip(caches, (7, 8, 9))])
+    mx.eval(out)
+    assert len(calls) == 2 * layers and [c.length for c in caches] == [6, 4, 10]
     bigger = RD.CompiledRounds(engine.model)
     bigger.compiled(*args)
     assert len(calls) == 3 * layers  # a function nobody traced for 3 rows traces at its first round

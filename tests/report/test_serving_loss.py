@@ -81,12 +81,22 @@ def test_run_loss_names_the_stalls_the_waits_and_the_peaks():
 
 def test_a_request_ending_as_another_arrives_is_not_live_with_it():
     reqs = [
+        {"arrival_ns": 5, "emit_ns": [9], "prompt_tokens": 7, "output_tokens": 1},  # listed first: order is time's
         {"arrival_ns": 0, "emit_ns": [5], "prompt_tokens": 3, "output_tokens": 1},
-        {"arrival_ns": 5, "emit_ns": [9], "prompt_tokens": 7, "output_tokens": 1},
     ]
     assert peaks(reqs) == (1, 8)
-    reqs[1]["arrival_ns"] = 4
+    reqs[0]["arrival_ns"] = 4
     assert peaks(reqs) == (2, 12)
+
+
+def test_a_step_with_no_prompt_tokens_is_not_prompt_work_and_an_unlogged_prompt_is_all_wait():
+    r = run()
+    r["steps"]["work"][2] = [["a", None], ["b", 0]]  # a part of no prompt tokens inside A's 3 -> 11 gap
+    gaps = {g["name"]: g for g in gap_work(r)}
+    assert gaps["a"]["prompt_steps"].tolist() == [0, 0, 1, 0]
+    assert run_loss(r, [SLO])["ttft_over_strict_wait_share"] == pytest.approx(2 / 20)  # not its first prompt step
+    r["steps"]["work"][3] = [["a", None]]  # B's prompt carried by no logged step: its whole TTFT counts as wait
+    assert run_loss(r, [SLO])["ttft_over_strict_wait_share"] == 1.0
 
 
 # ---- what bounds a search ----------------------------------------------------------------------------------
@@ -129,10 +139,12 @@ def test_the_limit_is_the_median_reps_lowest_failing_point():
     assert lim["causes"] == ["prefill stalls"]  # 8 of 10 over-bound gaps with prompt work
     text = limit_text(lim)
     assert f"lost at {lim['rate']:.4g} (rep 1)" in text and "8 of 10 gaps" in text and "7 requests at once" in text
-    # the same point, its stalls elsewhere: the host or the decode steps
-    for host, cause in ((0.7, "host time"), (0.1, "decode steps")):
-        points[lim["rate"], 1]["loss"].update(tbt_over_strict_prompt=2, host_share=host)
+    # the same point, its stalls elsewhere: the host or the decode steps; a share of exactly half is named
+    for prompt, host, cause in ((2, 0.7, "host time"), (2, 0.1, "decode steps"), (5, 0.1, "prefill stalls")):
+        points[lim["rate"], 1]["loss"].update(tbt_over_strict_prompt=prompt, host_share=host)
         assert search_limit(result, crit, SLO, points)["causes"] == [cause]
+    points[lim["rate"], 1]["loss"].update(tbt_over_strict=0, tbt_over_strict_prompt=0)  # a NaN p99: no gap over
+    assert search_limit(result, crit, SLO, points)["causes"] == []
 
 
 def test_a_goodput_limit_names_its_waits_and_a_bound_never_failed_has_none():
@@ -144,12 +156,22 @@ def test_a_goodput_limit_names_its_waits_and_a_bound_never_failed_has_none():
     assert "50% of requests met TTFT and TPOT (< 90%)" in limit_text(lim)
     points[lim["rate"], 0]["loss"]["ttft_over_strict_wait_share"] = 0.2
     assert search_limit(result, crit, SLO, points)["causes"] == ["prefill"]
+    points[lim["rate"], 0]["loss"].update(ttft_over_strict_wait_share=0.5)  # exactly half: named
+    assert search_limit(result, crit, SLO, points)["causes"] == ["queueing"]
+    for share, cause in ((0.5, "prefill stalls"), (0.2, "decode steps")):  # requests over the TPOT bound too
+        points[lim["rate"], 0]["loss"].update(tpot_over_strict=3, tpot_over_strict_prompt_share=share)
+        assert search_limit(result, crit, SLO, points)["causes"] == ["queueing", cause]
+    assert "3 requests over the TPOT bound, 20% of their gaps' time" in limit_text(
+        search_limit(result, crit, SLO, points)
+    )
+    points[lim["rate"], 0]["loss"].update(ttft_over_strict=0)  # late by TPOT alone: no TTFT cause
+    assert search_limit(result, crit, SLO, points)["causes"] == ["decode steps"]
     points[lim["rate"], 0].pop("loss")  # a point from a log written before losses were kept
     old = search_limit(result, crit, SLO, points)
     assert old["causes"] == [] and "no breakdown" in limit_text(old)
     always = search(measured({0: 100.0})[0], meets=crit, lo=0.5, hi=64, reps=1, start=2)
     assert always["status"] == "at_least" and search_limit(always, crit, SLO, {}) is None
-    assert limit_text(None) == "not lost within the searched rates"
+    assert limit_text(None) == "no failing rate measured"
 
 
 def test_a_limit_that_would_contradict_its_search_is_refused():

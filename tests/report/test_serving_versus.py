@@ -31,6 +31,8 @@ def test_the_best_policy_meets_the_best_fp32_peer():
     assert "mlx-lm has none; 3x target met" in versus_line(good)
     assert versus_line(cap).startswith("capacity_strict: mixed 6 [5, 8] vs mlx-lm-fp32@512 2 [1, 4]: 3x [1.25, 8]")
     assert not versus(searches, target=3.5)[0]["meets"]
+    open_peer = {**searches, "mlx-lm-fp32@512": [result("capacity_strict", 2.0, [1.0, None])]}  # passed at hi
+    assert versus(open_peer)[0]["ratio_ci"] == [0.0, 8.0] and "3x [0, 8]" in versus_line(versus(open_peer)[0])
     (bf16,) = versus(searches, dtype="bf16")
     assert bf16["ratio"] == pytest.approx(6.0 / 5.0) and not bf16["meets"]
 
