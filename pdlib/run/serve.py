@@ -52,6 +52,7 @@ from pdlib.errors import InputError
 from pdlib.report.io import claim_output, environment, source_hashes, write_report
 from pdlib.report.serving import request_records, run_summary
 from pdlib.run.clock import now, wait_until
+from pdlib.run.partition import slice_pair
 from pdlib.run.peer import SYSTEM, run_peers
 from pdlib.run.reference import Reference
 from pdlib.run.serve_gate import NEAR_TIE_MARGIN, check_request, reference_sequences
@@ -282,14 +283,18 @@ def serving_capacity(model: LoadedModel, workload: Workload) -> tuple[int, int]:
     return capacity, cache_bytes
 
 
-def warm_engine(engine: Engine, workloads: Sequence[Workload], chunk_size: int) -> dict:
+def warm_engine(engine: Engine, workloads: Sequence[Workload], chunk_size: int, policies: Sequence[str] = ()) -> dict:
     """Each matmul kernel variant a step of these workloads can meet, compiled before anything is timed (a step
     carries at most a chunk, or a whole prompt, and a decode per request), and under PDLIB_DECODE_ROUND=compiled
-    each round's trace (engine/round.py): the row counts run, the rounds traced and the seconds."""
+    each round's trace (engine/round.py), on partition's slice A too where `policies` hold it (MLX keeps a trace
+    per stream): the row counts run, the rounds traced and the seconds."""
     t = time.perf_counter()
     rows = engine.model.warm(max(max(chunk_size, int(w.prompt_tokens.max())) + w.n for w in workloads))
-    most = max(w.n for w in workloads)
-    rounds = engine.rounds.trace(engine.pool, range(3, most + 1)) if engine.decode_round == "compiled" else []
+    sizes = range(3, max(w.n for w in workloads) + 1)
+    rounds = engine.rounds.trace(engine.pool, sizes) if engine.decode_round == "compiled" else []
+    if rounds and any(BATCH_POLICIES[resolve(p)[0]].remote_prefill == "slice" for p in policies):
+        with slice_pair().a.active():  # where partition issues its rounds while a prompt is out
+            engine.rounds.trace(engine.pool, sizes)
     return {"warm_rows": rows, "warm_rounds": rounds, "warm_s": time.perf_counter() - t}
 
 
@@ -338,7 +343,7 @@ def run_serving(
     for name in workload.names:
         engine.add_request(name, prompts[name].token_ids)
     setup_s = time.perf_counter() - t
-    warm = warm_engine(engine, [workload], chunk_size)
+    warm = warm_engine(engine, [workload], chunk_size, policies)
     runs, near_ties, reference = [], [], None
     token_ids = {k: p.token_ids for k, p in prompts.items()}
     slos = slos or {}

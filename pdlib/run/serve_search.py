@@ -252,7 +252,7 @@ class Bench:
         """The one engine, holding `prep`'s requests (added again when the rep changes)."""
         if self.engine is None:
             self.engine = Engine(self.model, capacity=self.capacity, slots=max(w.n for w in self.samples))
-            self.warm = warm_engine(self.engine, self.samples, self.params.chunk_size)
+            self.warm = warm_engine(self.engine, self.samples, self.params.chunk_size, self.params.policies)
         if self.in_engine != prep["key"]:
             self.engine.clear_requests()
             for name, ids in prep["prompts"].items():

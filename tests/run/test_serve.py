@@ -13,6 +13,7 @@ import json
 import math
 import re
 
+import mlx.core as mx
 import numpy as np
 import pytest
 
@@ -330,3 +331,32 @@ def test_decode_rounds_in_turns_pass_the_gate_with_one_decode_a_step(tiny, workl
         assert all(sum(n is None for _, n in step) <= 1 for step in run["steps"]["work"])
     with pytest.raises(InputError, match="decode_rounds must be one of batched, turns"):
         run_serving(tiny, workload, policy="eager", chunk_size=CHUNK, decode_rounds="rounds")
+
+
+@pytest.mark.parametrize("policies", [["chunked"], ["chunked", "partition"]])
+def test_compiled_rounds_are_traced_on_each_stream_a_round_can_run_on(tiny, workload, monkeypatch, policies):
+    """Under PDLIB_DECODE_ROUND=compiled warm_engine traces every round size on the default stream, and on
+    partition's slice A where a policy prefills on a slice (MLX keeps a trace per stream)."""
+    from pdlib.engine import Engine
+    from pdlib.run.partition import slice_pair
+    from pdlib.run.serve import warm_engine
+
+    engine = Engine(tiny, capacity=128, slots=workload.n)
+    engine.decode_round = "compiled"
+    seen = []
+
+    def trace(pool, sizes):
+        seen.append((mx.default_stream(mx.default_device()), list(sizes)))
+        return list(sizes)  # as where the rows kernel runs (the CPU traces none)
+
+    monkeypatch.setattr(engine.rounds, "trace", trace)
+    warm = warm_engine(engine, [workload], CHUNK, policies)
+    assert warm["warm_rounds"] == [3, 4, 5, 6]  # 3 rows up to one a request
+    streams = [s for s, _ in seen]
+    want = [mx.default_stream(mx.default_device())]
+    if "partition" in policies:
+        want.append(slice_pair().a.stream)
+    assert streams == want and all(sizes == [3, 4, 5, 6] for _, sizes in seen)
+    engine.decode_round = "step"
+    seen.clear()
+    assert warm_engine(engine, [workload], CHUNK, policies)["warm_rounds"] == [] and not seen
