@@ -16,7 +16,7 @@ endif
 RUN_EXTRAS := $(MLX_EXTRA)notebooks
 TEST_EXTRAS := $(MLX_EXTRA)notebooks,test
 
-.PHONY: setup setup-test test test-fast lint run lab gpu gpu-partition gpu-rounds gpu-search-pair gpu-cache-pack \
+.PHONY: setup setup-test test test-fast lint run lab gpu gpu-partition gpu-rounds gpu-rounds-bench gpu-search-pair gpu-cache-pack \
 	gpu-cache-unpack clean
 setup: $(VENV)/.installed-$(subst $(comma),-,$(RUN_EXTRAS))
 setup-test: $(VENV)/.installed-$(subst $(comma),-,$(TEST_EXTRAS))
@@ -77,20 +77,30 @@ gpu-partition:
 
 # A serving decode round of N requests: check-kernels, then rounds of 1, 8 and 32 decodes at 2,048 positions in
 # every PDLIB_DECODE_ROUND mode (observed and pipelined, against the byte floor) and where a round's time goes,
-# each again with a round's matmuls in 16-row tiles (PDLIB_ROUND_GEMM=tiles16).
+# each again with a round's matmuls in 16-row tiles (PDLIB_ROUND_GEMM=tiles16). On a fresh machine the whole can
+# outlast a ten-minute command: `gpu-rounds-bench` is the part after check-kernels, for a second command.
 ROUND_BENCH = --contexts 2048 --tokens 100 --no-peers
 ROUND_PROFILE = --rounds 8 32 --context 2048 --steps 20
-gpu-rounds:
-	@test -n "$(OUT)" || { echo "error: make gpu-rounds needs OUT=DIR (a new folder for the results)" >&2; exit 2; }
+define fresh_out
+	@test -n "$(OUT)" || { echo "error: make $@ needs OUT=DIR (a new folder for the results)" >&2; exit 2; }
 	@test ! -e "$(OUT)" || test -z "$$(ls -A "$(OUT)")" || { echo "error: $(OUT) holds files; results are never overwritten" >&2; exit 2; }
 	mkdir -p "$(OUT)"
-	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib check-kernels --output "$(OUT)/check-kernels.json"
+endef
+define round_bench
 	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib bench-step $(ROUND_BENCH) --rounds 1 8 32 --output "$(OUT)/bench-rounds.json"
 	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib profile-step $(ROUND_PROFILE) --output "$(OUT)/profile-rounds.json"
 	PDLIB_ROUND_GEMM=tiles16 MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib bench-step $(ROUND_BENCH) --rounds 8 32 \
 		--output "$(OUT)/bench-rounds-tiles16.json"
 	PDLIB_ROUND_GEMM=tiles16 MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib profile-step $(ROUND_PROFILE) \
 		--output "$(OUT)/profile-rounds-tiles16.json"
+endef
+gpu-rounds:
+	$(fresh_out)
+	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib check-kernels --output "$(OUT)/check-kernels.json"
+	$(round_bench)
+gpu-rounds-bench:
+	$(fresh_out)
+	$(round_bench)
 
 # Two searches at once on a host with two GPUs, one params file a GPU (by default the code trace on the first and
 # the conversation trace on the second, so every comparison within a trace, policies and mlx-lm, stays on one
