@@ -38,8 +38,8 @@ search_limit: the search's value is its lower-median rep's highest passing rate 
 limit is that rep's lowest failing rate (None where it has none: every rate passed, or its budget ran out first),
 the point's failed bounds and its run_loss (None where the log's point has none), and `causes`, named by these
 rules: a failed TBT bound is lost to "prefill stalls" when at least half its over-bound gaps had prompt work
-inside, else to "host time" when host_share >= 0.5, else to "decode steps" (none named with no gap over it: a
-NaN p99);
+inside, else to "host time" when host_share >= 0.5, else to "decode steps" ("decode steps or host time" where
+host_share is unknown, as for a peer; none named with no gap over it: a NaN p99);
 a failed TTFT bound (or a failed attainment with requests over the TTFT bound) to "queueing" when at least half
 of those requests' TTFT was wait, else to "prefill"; a failed attainment with requests over the TPOT bound to
 "prefill stalls" when at least half their gap time had prompt work inside, else "decode steps".
@@ -250,7 +250,8 @@ def _causes(failed: list[dict], loss: dict | None, slo: Slo) -> list[str]:
     if "tbt_p99_ms" in fields and (over := loss[f"tbt_over_{n}"]):  # none over: a NaN p99 (no gaps) names nothing
         host = loss["host_share"]
         stalls = loss[f"tbt_over_{n}_prompt"] >= HALF * over
-        causes.append("prefill stalls" if stalls else "host time" if host >= HALF else "decode steps")
+        slow = "decode steps or host time" if math.isnan(host) else "host time" if host >= HALF else "decode steps"
+        causes.append("prefill stalls" if stalls else slow)  # a peer's steps have no issue times: host unknown
     attain = f"attain_{n}" in fields
     if ("ttft_p90_ms" in fields or attain) and loss[f"ttft_over_{n}"]:
         causes.append("queueing" if loss[f"ttft_over_{n}_wait_share"] >= HALF else "prefill")

@@ -140,7 +140,8 @@ def test_the_limit_is_the_median_reps_lowest_failing_point():
     text = limit_text(lim)
     assert f"lost at {lim['rate']:.4g} (rep 1)" in text and "8 of 10 gaps" in text and "7 requests at once" in text
     # the same point, its stalls elsewhere: the host or the decode steps; a share of exactly half is named
-    for prompt, host, cause in ((2, 0.7, "host time"), (2, 0.1, "decode steps"), (5, 0.1, "prefill stalls")):
+    cases = [(2, 0.7, "host time"), (2, 0.1, "decode steps"), (5, 0.1, "prefill stalls")]
+    for prompt, host, cause in [*cases, (2, math.nan, "decode steps or host time")]:  # nan: a peer's steps
         points[lim["rate"], 1]["loss"].update(tbt_over_strict_prompt=prompt, host_share=host)
         assert search_limit(result, crit, SLO, points)["causes"] == [cause]
     points[lim["rate"], 1]["loss"].update(tbt_over_strict=0, tbt_over_strict_prompt=0)  # a NaN p99: no gap over
