@@ -17,7 +17,10 @@ order; equal arrivals are admitted in array order.
 Sources (`from_params` keys; any other key is refused):
 - `azure-code`, `azure-conv` (pdlib/traces.py): `first: K` (the first K requests), `window_s: [a, b]` (the
   requests with a <= timestamp - first timestamp < b, in trace seconds; with `first`, the first K of the
-  window), `rate_multiplier: m` (arrivals divided by m: 2.0 replays twice as fast), and the limits below.
+  window), `rate_multiplier: m` (arrivals divided by m: 2.0 replays twice as fast), `pace: trace` (optional:
+  the window's arrivals first rescaled so that its mean request rate is the whole trace's, its gaps keeping
+  their proportions; without it a window keeps the trace's own times, and two windows of K requests may differ
+  several-fold in load: the code trace's first 48 span 36 s, its next 48 155 s), and the limits below.
   Arrival 0 is the window's first request.
 - `poisson`: `rate` (requests/s), `n`, `seed`, `prompt` and `output` length distributions, the limits below.
   Request 0 arrives at 0, each next one an exponential gap (mean 1/rate) later. A distribution is an integer
@@ -63,7 +66,7 @@ TRACE_SOURCES = {"azure-code": "code", "azure-conv": "conv"}
 SOURCES = (*TRACE_SOURCES, "poisson", "pair")
 LIMITS = ("max_prompt_tokens", "max_output_tokens", "max_total_tokens")
 KEYS = {
-    **{s: ("source", "first", "window_s", "rate_multiplier", *LIMITS) for s in TRACE_SOURCES},
+    **{s: ("source", "first", "window_s", "rate_multiplier", "pace", *LIMITS) for s in TRACE_SOURCES},
     "poisson": ("source", "rate", "n", "seed", "prompt", "output", *LIMITS),
     "pair": ("source", "prompt_tokens", "output_tokens"),
 }
@@ -71,7 +74,11 @@ DISTS = {"fixed": ("value",), "uniform": ("lo", "hi"), "lognormal": ("median", "
 RULES = ("hashed", "runs")
 CLIPPED = ("prompt", "output", "output_raised")
 # Every to_dict has these keys (None where the source has no such option), so reports line up.
-OPTIONS = ("first", "window_s", "rate_multiplier", "rate", "seed", "prompt", "output", *LIMITS, "trace_requests")
+OPTIONS = (
+    "first", "window_s", "rate_multiplier", "pace", "pace_gap_ms", "rate", "seed", "prompt", "output", *LIMITS,
+    "trace_requests",
+)  # fmt: skip
+PACES = ("trace",)
 PROMPT_SALT = "pdlib.workload.prompt/"
 
 
@@ -238,12 +245,16 @@ class Workload:
         first: int | None = None,
         window_s=None,
         rate_multiplier: float = 1.0,
+        pace: str | None = None,
+        pace_gap_ns: float | None = None,
         max_prompt_tokens: int | None = None,
         max_output_tokens: int | None = None,
         max_total_tokens: int | None = None,
         source: str | None = None,
     ) -> Workload:
-        """A window of `trace` (the module docstring's trace options), rate-multiplied and clipped."""
+        """A window of `trace` (the module docstring's trace options), paced, rate-multiplied and clipped.
+        `pace_gap_ns`: the mean gap `pace: trace` paces to (default: `trace`'s own, for a window cut from a
+        larger trace the caller passes the larger one's: trace_gap_ns)."""
         lo, hi = trace_window(trace, window_s)
         if first is not None:
             check_int("first", first, 1)
@@ -252,13 +263,23 @@ class Workload:
                 raise InputError(f"first={first} is more than the {hi - lo} requests of {where}")
             hi = lo + first
         m = _number("rate_multiplier", rate_multiplier, lo=0, lo_ok=False)
+        if pace is not None and pace not in PACES:
+            raise InputError(
+                f"pace must be 'trace' (the window's mean request rate made the whole trace's), got {pace!r}"
+            )
         rel = trace.arrival_ns[lo:hi] - trace.arrival_ns[lo]
+        paced, gap = rel, None
+        if pace == "trace" and rel[-1] > 0:  # one request, or all at one instant: nothing to pace
+            gap = trace_gap_ns(trace) if pace_gap_ns is None else pace_gap_ns
+            paced = rel * (gap * (rel.size - 1) / rel[-1])
         # ns / m in float64 is exact to well under 1 ns for hours of trace; m == 1 keeps the integers as they are
-        arrival = rel if m == 1 else np.rint(rel / m).astype(np.int64)
+        arrival = rel if m == 1 and gap is None else np.rint(paced / m).astype(np.int64)
         limits = dict(zip(LIMITS, (max_prompt_tokens, max_output_tokens, max_total_tokens)))
         p, o, counts = clip_lengths(trace.prompt_tokens[lo:hi], trace.output_tokens[lo:hi], **limits)
         window = None if window_s is None else [float(x) for x in window_s]
         options = {"first": first, "window_s": window, "rate_multiplier": m, "trace_requests": trace.n, **limits}
+        if pace is not None:
+            options.update(pace=pace, pace_gap_ms=None if gap is None else gap / 1e6)
         return cls(source or f"trace:{trace.name}", arrival, p, o, options=options, clipped=counts)
 
     @classmethod
@@ -320,6 +341,13 @@ class Workload:
                 raise InputError(f"workload source poisson needs {', '.join(missing)}")
             return cls.poisson(**kw)
         return cls.from_trace(load_trace(TRACE_SOURCES[source]), source=source, **kw)
+
+
+def trace_gap_ns(trace: Trace) -> float:
+    """A trace's mean gap between consecutive arrivals (ns): what `pace: trace` paces a window to."""
+    if trace.n < 2:
+        raise InputError(f"trace {trace.name!r} has {trace.n} request(s): no mean gap to pace a window to")
+    return float(trace.arrival_ns[-1] - trace.arrival_ns[0]) / (trace.n - 1)
 
 
 def _dist(name: str, spec) -> dict:

@@ -159,6 +159,26 @@ def test_rate_multiplier_divides_arrivals_and_rounds_to_the_nearest_ns():
     assert w.arrival_ns.tolist() == [0, S // 5] and w.duration_s == 0.2
 
 
+def test_pace_gives_a_window_the_whole_traces_mean_rate_and_keeps_its_gaps_proportions():
+    gap = (10 * S + 100) / 6  # HAND's mean gap: 6 gaps over 10.0000001 s
+    w = Workload.from_trace(HAND, window_s=[1, 2.5], pace="trace")  # 1.0, 1.5, 2.0 s: a mean gap of 0.5 s
+    assert w.arrival_ns.tolist() == [0, 1_666_666_683, 3_333_333_367]  # each gap made the trace's mean, rounded
+    assert w.options["pace"] == "trace" and w.options["pace_gap_ms"] == pytest.approx(gap / 1e6)
+    fast = Workload.from_trace(HAND, window_s=[1, 2.5], pace="trace", rate_multiplier=2)
+    assert fast.arrival_ns.tolist() == [0, 833_333_342, 1_666_666_683]  # then divided by the multiplier
+    bursty = Workload.from_trace(HAND, window_s=[0, 1.5], pace="trace")  # 0, 0.1, 1.0: one short gap, one long
+    assert bursty.arrival_ns.tolist() == [0, round(0.2 * gap), round(2 * gap)]  # 1 : 9 kept, mean the trace's
+    other = Workload.from_trace(HAND, window_s=[1, 2.5], pace="trace", pace_gap_ns=S)  # a larger trace's gap
+    assert other.arrival_ns.tolist() == [0, S, 2 * S]
+    one = Workload.from_trace(HAND, first=1, pace="trace")  # nothing to pace
+    assert one.arrival_ns.tolist() == [0] and one.options["pace_gap_ms"] is None
+    plain = Workload.from_trace(HAND, window_s=[1, 2.5])
+    assert plain.arrival_ns.tolist() == [0, S // 2, S] and plain.options["pace"] is None
+    w = Workload.from_params({"source": "azure-code", "first": 48, "pace": "trace"})
+    t = load_trace("code")
+    assert w.duration_s == pytest.approx(47 * (t.arrival_ns[-1] - t.arrival_ns[0]) / (t.n - 1) / S, rel=1e-9)
+
+
 def test_clipping_counts_each_request_once_per_kind():
     w = Workload.from_trace(HAND, max_prompt_tokens=4000, max_output_tokens=1000, max_total_tokens=4500)
     # prompt  100 5000 300 3000 8000 50 7 -> 100 4000 300 3000 4000 50 7 (2 cut by max_prompt)
@@ -254,6 +274,7 @@ def test_the_pair_is_a_and_b_at_zero_with_make_prompts_prompts():
         ({"source": "azure-conv", "window_s": [4000, 5000]}, "holds no request of trace 'conv'"),
         ({"source": "azure-code", "window_s": [0, 0.05], "first": 2}, r"first=2 is more than the 1 requests of window"),
         ({"source": "azure-code", "rate_multiplier": 0}, "rate_multiplier must be a finite number > 0, got 0"),
+        ({"source": "azure-code", "pace": "window"}, "pace must be 'trace' .* got 'window'"),
         ({"source": "azure-code", "max_total_tokens": 1}, "max_total_tokens must be an integer >= 2, got 1"),
         ({"source": "azure-conv", "max_prompt_tokens": 1.5}, "max_prompt_tokens must be an integer >= 1, got 1.5"),
         ({"source": "poisson", "rate": 1.0}, "workload source poisson needs n, seed, prompt, output"),

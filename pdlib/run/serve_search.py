@@ -83,7 +83,7 @@ from pdlib.run.serve_slo import slo_budget, step_budget
 from pdlib.run.slo import StepCost
 from pdlib.traces import Trace, load_trace
 from pdlib.weights import load_model
-from pdlib.workload import LIMITS, TRACE_SOURCES, Workload, iter_prompts, trace_window
+from pdlib.workload import LIMITS, TRACE_SOURCES, Workload, iter_prompts, trace_gap_ns, trace_window
 
 REP_RULE = "pdlib.serve-search.rep/1: poisson seed+rep; trace first:K the rep-th K-block; window_s moved rep widths"
 TTFT_FACTOR = 3.0
@@ -137,7 +137,8 @@ def rep_workload(workload_params: dict, rate: float, rep: int) -> Workload:
     t = load_trace(TRACE_SOURCES[p["source"]])
     sub = Trace(t.name, t.arrival_ns[i:j] - t.arrival_ns[i], t.prompt_tokens[i:j], t.output_tokens[i:j], t.start)
     limits = {k: p.get(k) for k in LIMITS}
-    w = Workload.from_trace(sub, first=p["first"], rate_multiplier=rate, source=p["source"], **limits)
+    pace = {"pace": p["pace"], "pace_gap_ns": trace_gap_ns(t)} if p.get("pace") else {}  # the whole trace's rate
+    w = Workload.from_trace(sub, first=p["first"], rate_multiplier=rate, source=p["source"], **pace, **limits)
     return dataclasses.replace(w, options={**w.options, "trace_requests": t.n})
 
 

@@ -320,6 +320,7 @@ def test_the_h200_trace_params_load_and_say_what_their_caches_need(name):
     gib = kv_cache_bytes(qwen, requests=48, capacity=capacity) / 2**30
     header = open(f"params/{name}.yaml").read().split("\nmodel:")[0]
     assert f"{capacity:,} positions: 48 caches take {gib:.1f} GiB" in header
+    assert w["pace"] == "trace" and f"{work.duration_s:.1f} s of arrivals at 1x for every rep" in header
 
 
 def test_decode_rounds_in_turns_pass_the_gate_with_one_decode_a_step(tiny, workload, refs):

@@ -201,6 +201,15 @@ def test_rep_0_is_the_plain_workload_and_each_rep_its_own_sample():
     slices = {"source": "azure-conv", "window_s": [10, 20.5]}
     assert rep_sample(slices, 2) == {"window_s": [31.0, 41.5]}
     assert same(rep_workload(slices, 1.0, 2), Workload.from_params({**slices, "window_s": [31.0, 41.5]}))
+    # paced, every rep has the whole trace's mean rate at 1x (not its block's), its own gaps' proportions kept
+    gap = (t.arrival_ns[-1] - t.arrival_ns[0]) / (t.n - 1)
+    paced = {"source": "azure-code", "first": 48, "pace": "trace"}
+    for rep in range(3):
+        raw, w = rep_workload({**paced, "pace": None}, 1.0, rep), rep_workload(paced, 2.0, rep)
+        assert w.duration_s == pytest.approx(47 * gap / 2 / 1e9, rel=1e-9) and w.options["pace"] == "trace"
+        shares = [np.diff(x.arrival_ns) / x.arrival_ns[-1] for x in (raw, w)]
+        assert np.allclose(*shares, atol=1e-8) and np.array_equal(raw.prompt_tokens, w.prompt_tokens)
+    assert [rep_workload({**paced, "pace": None}, 1.0, r).duration_s > 30 for r in (0, 1)] == [True, True]
 
 
 @pytest.mark.parametrize(
