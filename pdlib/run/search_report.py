@@ -48,8 +48,12 @@ def search_table(report: dict) -> str:
     lines = ["  ".join(x.ljust(w) for x, w in zip(row, widths)).rstrip() for row in rows]
     slo = report["slos"]["strict"]
     m = report["measurements"]
+    w = report["workload"]
+    unit = "requests/s" if w["source"] == "poisson" else "rate multiplier"
+    if w.get("pace_gap_ms"):  # paced: 1x is the trace's mean request rate
+        unit += f" (1x: {1000 / w['pace_gap_ms']:.3g} requests/s, the trace's mean)"
     lines.append(
-        f"rate = {'requests/s' if report['workload']['source'] == 'poisson' else 'rate multiplier'}; decode step "
+        f"rate = {unit}; decode step "
         f"{report['decode_step_ms']:.3g} ms, TBT/TPOT strict {slo['tbt_ms']:.3g} ms, relaxed "
         f"{report['slos']['relaxed']['tbt_ms']:.3g} ms, TTFT {slo['ttft_ms']:.3g} ms; "
         f"{m['new']} runs measured, {m['from_log']} from the log; {report['wall_s']:.1f} s"

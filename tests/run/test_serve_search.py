@@ -116,6 +116,16 @@ def test_the_searches_find_every_runs_thresholds_and_share_their_points(tmp_path
     assert "mixed" in search_table(report) and len(notes) == len(fake.calls) + len(s)
 
 
+def test_a_paced_search_says_what_request_rate_1x_is(tmp_path, params, fake):
+    plain = search_params_file(params, log=tmp_path / "a.jsonl", note=lambda _: None)
+    assert "rate = rate multiplier; decode step" in search_table(plain)
+    paced = tmp_path / "paced.yaml"
+    paced.write_text(PARAMS.replace("first: 8,", "first: 8, pace: trace,"))
+    report = search_params_file(paced, log=tmp_path / "b.jsonl", note=lambda _: None)
+    assert report["workload"]["pace"] == "trace" and report["workload"]["duration_s"] == pytest.approx(7 / 2.566, 1e-3)
+    assert "rate = rate multiplier (1x: 2.57 requests/s, the trace's mean); decode step" in search_table(report)
+
+
 def test_a_killed_search_resumes_and_measures_only_what_it_lost(tmp_path, params, fake):
     first = search_params_file(params, output=tmp_path / "a.json", log=tmp_path / "log.jsonl", note=lambda _: None)
     n = len(fake.calls)
