@@ -18,7 +18,7 @@ import pandas as pd
 
 from pdlib.errors import InputError
 from pdlib.report.serving_loss import limit_text
-from pdlib.report.serving_versus import versus
+from pdlib.report.serving_versus import ratio_text, side_text, versus
 
 COLUMNS = [
     "run",
@@ -38,16 +38,12 @@ COLUMNS = [
 def versus_table(searches: dict, dtype: str = "fp32") -> pd.DataFrame:
     """Per criterion searched for both: the best policy's value and CI, the best `dtype` mlx-lm peer's, their
     ratio with its interval, and whether it meets the target (report.serving_versus)."""
-    ci = lambda c: f"[{c[0]:.4g}, {'unbounded' if c[1] is None else f'{c[1]:.4g}'}]"  # noqa: E731
-    x = lambda v: "unbounded" if v is None else f"{v:.3g}"  # noqa: E731
     rows = [
         {
             "search": r["criterion"],
-            "best policy": f"{r['policy']} {r['policy_value']:.4g} {ci(r['policy_ci'])}",
-            f"mlx-lm {dtype}": f"{r['peer']} {r['peer_value']:.4g} {ci(r['peer_ci'])}",
-            "ratio": "mlx-lm none"
-            if r["ratio"] is None
-            else f"{r['ratio']:.3g}x [{x(r['ratio_ci'][0])}, {x(r['ratio_ci'][1])}]",
+            "best policy": side_text(r, "policy"),
+            f"mlx-lm {dtype}": side_text(r, "peer"),
+            "ratio": ratio_text(r),
             f"{r['target']:g}x": "met" if r["meets"] else "not met",
         }
         for r in versus(searches, dtype=dtype)

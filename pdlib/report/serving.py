@@ -260,6 +260,11 @@ def goodput_criterion(slo: Slo, share: float = 0.9) -> Criterion:
 # ---- the rate search ------------------------------------------------------------------------------------------
 
 
+def interval_text(ci, fmt: str = ".4g") -> str:
+    """[low, high] as text, an end that is None "unbounded"."""
+    return "[" + ", ".join("unbounded" if v is None else format(v, fmt) for v in ci) + "]"
+
+
 def grid_rate(rate: float) -> float:
     """A rate as the search measures and keys it: 6 significant digits, so it survives a JSON round trip as text."""
     return float(f"{rate:.6g}")

@@ -18,6 +18,8 @@ at the search's lo) where the policy has one.
 
 import re
 
+from pdlib.report.serving import interval_text
+
 TARGET = 3.0
 _PEER = re.compile(r"^mlx-lm[- ](fp32|bf16) ?@(\d+)$")
 
@@ -70,23 +72,24 @@ def versus(searches: dict, *, dtype: str = "fp32", target: float = TARGET) -> li
     return rows
 
 
-def _x(v) -> str:
-    return "unbounded" if v is None else f"{v:.3g}"
+def side_text(row: dict, side: str) -> str:
+    """A versus row's policy or peer (`side`): its name, value and CI."""
+    return f"{row[side]} {row[f'{side}_value']:.4g} {interval_text(row[f'{side}_ci'])}"
+
+
+def ratio_text(row: dict) -> str:
+    """A versus row's ratio with its interval, or why it has none."""
+    if row["ratio"] is None:
+        return "mlx-lm has none" if row["policy_value"] else "neither has a rate"
+    return f"{row['ratio']:.3g}x {interval_text(row['ratio_ci'], '.3g')}"
 
 
 def versus_line(row: dict) -> str:
     """One line: the criterion, both values with their CIs, the ratio with its interval and the target."""
-    lo, hi = row["ratio_ci"]
-    if row["ratio"] is None:
-        ratio = "mlx-lm has none" if row["policy_value"] else "neither has a rate"
-    else:
-        ratio = f"{row['ratio']:.3g}x [{_x(lo)}, {_x(hi)}]"
-    ci = lambda c: f"[{c[0]:.4g}, {'unbounded' if c[1] is None else f'{c[1]:.4g}'}]"  # noqa: E731
     return (
-        f"{row['criterion']}: {row['policy']} {row['policy_value']:.4g} {ci(row['policy_ci'])} vs {row['peer']} "
-        f"{row['peer_value']:.4g} {ci(row['peer_ci'])}: {ratio}; {row['target']:g}x target "
-        f"{'met' if row['meets'] else 'not met'}"
+        f"{row['criterion']}: {side_text(row, 'policy')} vs {side_text(row, 'peer')}: {ratio_text(row)}; "
+        f"{row['target']:g}x target {'met' if row['meets'] else 'not met'}"
     )
 
 
-__all__ = ["TARGET", "peer_kind", "versus", "versus_line"]
+__all__ = ["TARGET", "peer_kind", "ratio_text", "side_text", "versus", "versus_line"]

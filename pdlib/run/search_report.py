@@ -7,6 +7,7 @@ is lost.
 
 import sys
 
+from pdlib.report.serving import interval_text
 from pdlib.report.serving_loss import limit_text
 from pdlib.report.serving_versus import versus, versus_line
 
@@ -28,8 +29,7 @@ def point_line(policy: str, rate: float, rep: int, point: dict) -> str:
 
 
 def ci_text(result: dict) -> str:
-    lo, hi = result["ci"]
-    return f"[{lo:.4g}, {'unbounded' if hi is None else f'{hi:.4g}'}]"
+    return interval_text(result["ci"])
 
 
 def search_table(report: dict) -> str:
