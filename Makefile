@@ -53,11 +53,15 @@ lab: setup
 # its peers, then the published experiment through the gate. The machine's own python3 with MLX (CUDA) and
 # mlx-lm installed; TF32 off, as the reference needs. docs/gpu.md says how to install MLX offline.
 GPU_PY ?= python3
-GPU_PARAMS ?= params/qwen3-0.6b-4096x1024.yaml
-gpu:
-	@test -n "$(OUT)" || { echo "error: make gpu needs OUT=DIR (a new folder for the results)" >&2; exit 2; }
+# A GPU target's OUT: given, new or empty (results are never overwritten), then made.
+define fresh_out
+	@test -n "$(OUT)" || { echo "error: make $@ needs OUT=DIR (a new folder for the results)" >&2; exit 2; }
 	@test ! -e "$(OUT)" || test -z "$$(ls -A "$(OUT)")" || { echo "error: $(OUT) holds files; results are never overwritten" >&2; exit 2; }
 	mkdir -p "$(OUT)"
+endef
+GPU_PARAMS ?= params/qwen3-0.6b-4096x1024.yaml
+gpu:
+	$(fresh_out)
 	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib check-kernels --output "$(OUT)/check-kernels.json"
 	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib bench-step --output "$(OUT)/bench-step.json"
 	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib run --params $(GPU_PARAMS) --output "$(OUT)/report.json"
@@ -66,9 +70,7 @@ gpu:
 # chunked, overlap and partition at 4,096/1,024/128 (5 trials, and the params file's two mlx-lm peers) and
 # 16,384/256/512 (3 trials).
 gpu-partition:
-	@test -n "$(OUT)" || { echo "error: make gpu-partition needs OUT=DIR (a new folder for the results)" >&2; exit 2; }
-	@test ! -e "$(OUT)" || test -z "$$(ls -A "$(OUT)")" || { echo "error: $(OUT) holds files; results are never overwritten" >&2; exit 2; }
-	mkdir -p "$(OUT)"
+	$(fresh_out)
 	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib check-kernels --output "$(OUT)/check-kernels.json"
 	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib partition-curve --output "$(OUT)/partition-curve.json"
 	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
@@ -81,11 +83,6 @@ gpu-partition:
 # outlast a ten-minute command: `gpu-rounds-bench` is the part after check-kernels, for a second command.
 ROUND_BENCH = --contexts 2048 --tokens 100 --no-peers
 ROUND_PROFILE = --rounds 8 32 --context 2048 --steps 20
-define fresh_out
-	@test -n "$(OUT)" || { echo "error: make $@ needs OUT=DIR (a new folder for the results)" >&2; exit 2; }
-	@test ! -e "$(OUT)" || test -z "$$(ls -A "$(OUT)")" || { echo "error: $(OUT) holds files; results are never overwritten" >&2; exit 2; }
-	mkdir -p "$(OUT)"
-endef
 define round_bench
 	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib bench-step $(ROUND_BENCH) --rounds 1 8 32 --output "$(OUT)/bench-rounds.json"
 	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib profile-step $(ROUND_PROFILE) --output "$(OUT)/profile-rounds.json"
@@ -118,10 +115,9 @@ search_one = CUDA_VISIBLE_DEVICES=$(1) MLX_PTX_CACHE_DIR=/tmp/mlx-ptx-gpu$(1) $(
 	--params $(2) --search --budget-s $(SEARCH_BUDGET) $(SEARCH_ARGS) --log "$(SEARCH_LOGS)/$(basename $(notdir $(2))).jsonl" \
 	--output "$(OUT)/$(basename $(notdir $(2))).json.gz" > "$(OUT)/$(basename $(notdir $(2))).txt" 2>&1
 gpu-search-pair:
-	@test -n "$(OUT)" || { echo "error: make gpu-search-pair needs OUT=DIR (a new folder for the results)" >&2; exit 2; }
-	@test ! -e "$(OUT)" || test -z "$$(ls -A "$(OUT)")" || { echo "error: $(OUT) holds files; results are never overwritten" >&2; exit 2; }
 	@test "$(notdir $(SEARCH_A))" != "$(notdir $(SEARCH_B))" || { echo "error: SEARCH_A and SEARCH_B share a name, so would their logs" >&2; exit 2; }
-	mkdir -p "$(OUT)" "$(SEARCH_LOGS)"
+	$(fresh_out)
+	mkdir -p "$(SEARCH_LOGS)"
 	for i in 0 1; do test -d /tmp/mlx-ptx-gpu$$i || ! ls -d /tmp/mlx/*/ptx >/dev/null 2>&1 || \
 		cp -r "$$(ls -d /tmp/mlx/*/ptx | head -n 1)" /tmp/mlx-ptx-gpu$$i; done  # what check-kernels compiled
 	$(call search_one,0,$(SEARCH_A)) & a=$$!; $(call search_one,1,$(SEARCH_B)) & b=$$!; \
@@ -135,9 +131,7 @@ KERNEL_CACHES = /tmp/mlx /tmp/mlx-ptx-gpu0 /tmp/mlx-ptx-gpu1 $${CUDA_CACHE_PATH:
 gpu-cache-pack gpu-cache-unpack: SHELL := /bin/bash
 gpu-cache-pack gpu-cache-unpack: .SHELLFLAGS := -o pipefail -c
 gpu-cache-pack:
-	@test -n "$(OUT)" || { echo "error: make gpu-cache-pack needs OUT=DIR (a new folder for the parts)" >&2; exit 2; }
-	@test ! -e "$(OUT)" || test -z "$$(ls -A "$(OUT)")" || { echo "error: $(OUT) holds files; results are never overwritten" >&2; exit 2; }
-	mkdir -p "$(OUT)"
+	$(fresh_out)
 	paths=$$(for p in $(KERNEL_CACHES); do test -d "$$p" && echo "$$p"; done); \
 	test -n "$$paths" || { echo "error: no kernel cache on this machine ($(KERNEL_CACHES))" >&2; exit 2; }; \
 	tar -cPf - $$paths | xz -T0 -6 | split -b 15M - "$(OUT)/kernel-cache.tar.xz."; \
