@@ -162,6 +162,15 @@ class Engine:
         for name in list(self.requests):
             self.remove_request(name)
 
+    def release(self) -> None:
+        """Give the device memory of every cache back (the requests', the pool's, the compiled rounds' traces) to
+        another system run in the same process, e.g. mlx-lm after the policies; a request added after has a cache of
+        its own, outside any pool."""
+        self.clear_requests()
+        self.pool = None
+        self.rounds = CompiledRounds(self.model)
+        mx.clear_cache()
+
     def reset(self, name: str, *, logical: bool) -> None:
         """Forget the request's progress; logical keeps the cache allocation and only rewinds its length."""
         r = self.requests[name]

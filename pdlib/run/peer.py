@@ -10,8 +10,10 @@ same workload, weights and clock as the policies in the same run; timed, never g
 The model is the reference's (pdlib/run/reference.py: mlx-lm's Qwen3 built from pdlib's weights): FP32 as it is,
 or a fresh one cast to bf16, so the gate's FP32 reference is never touched. Sampling is greedy (an argmax), there
 are no stop tokens, and each request's max_tokens is its output_tokens: every request emits exactly that many
-tokens. completion_batch_size and prefill_batch_size are both the workload's N (mlx_lm.server's defaults are 32
-and 8), so no request waits on a batch limit that the workload's concurrency could hit.
+tokens. completion_batch_size and prefill_batch_size are mlx_lm.server's defaults (--decode-concurrency 32,
+--prompt-concurrency 8), what a user of mlx-lm's server runs: with more requests in their prompt at once, one
+right-padded prompt pass of every one of them would hold N x prefill_step_size x the longest prompt's attention
+scores (48 of the code trace's prompts in FP32: ~117 GB a layer, past an H200's memory).
 
 A run: the generator is built before the clock starts at 0 (`time.perf_counter_ns`, serve.py's clock). Until every
 request has ended: insert the requests whose arrival the clock has passed (one prompt, its max_tokens); when none
@@ -47,6 +49,7 @@ from pdlib.weights import LoadedModel
 from pdlib.workload import Workload
 
 SYSTEM = "mlx-lm BatchGenerator"
+BATCH_SIZES = {"completion": 32, "prefill": 8}  # mlx_lm.server's --decode-concurrency, --prompt-concurrency
 DTYPES = dict(zip(PEER_DTYPES, (mx.float32, mx.bfloat16)))
 
 
@@ -84,8 +87,8 @@ def peer_once(ref_model: nn.Module, workload: Workload, prompts, *, dtype: str, 
     gen = BatchGenerator(
         model,
         sampler=greedy,
-        completion_batch_size=n,
-        prefill_batch_size=n,
+        completion_batch_size=BATCH_SIZES["completion"],
+        prefill_batch_size=BATCH_SIZES["prefill"],
         prefill_step_size=prefill_step_size,
     )
     ids: list[list[int]] = [[] for _ in names]
@@ -144,7 +147,7 @@ def peer_once(ref_model: nn.Module, workload: Workload, prompts, *, dtype: str, 
         "system": SYSTEM,
         "dtype": dtype,
         "prefill_step_size": prefill_step_size,
-        "batch_sizes": {"completion": n, "prefill": n},
+        "batch_sizes": dict(BATCH_SIZES),
         "requests": requests,
         "steps": {"work": work_log, "t_start_ns": t_start_log, "t_end_ns": t_end_log},
         "idle_ns": idle_ns,

@@ -372,9 +372,11 @@ def run_serving(
         run["warmup_s"] = warmup_s
         run["summary"] = run_summary(run["requests"], slos)
         runs.append(run)
-    runs += run_peers(model, workload, token_ids, refs, peers, warmups=warmups, slos=slos)
     env = environment(BACKEND)
     env.update(engine.settings)
+    if peers:
+        engine.release()  # mlx-lm's caches need the memory the engine's took
+    runs += run_peers(model, workload, token_ids, refs, peers, warmups=warmups, slos=slos)
     return {
         "schema": SCHEMA,
         "created_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),

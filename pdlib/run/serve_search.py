@@ -298,6 +298,13 @@ class Bench:
                 self.slo = kept, step_budget(StepCost(**kept["cost"]), tbt_ms=kept["tbt_ms"], ceiling=chunk)
         return self.slo
 
+    def release_engine(self) -> None:
+        """Before a peer's point: the engine's caches (76 GiB for the code trace's 48) give their memory to mlx-lm;
+        the next policy's point makes and warms the engine again."""
+        if self.engine is not None:
+            self.engine.release()
+            self.engine = self.in_engine = None
+
     def peer_model(self, dtype: str):
         if dtype not in self.peer_models:
             self.peer_models[dtype] = peer_model(self.model, dtype)
@@ -317,6 +324,7 @@ def measure(bench: Bench, policy: str, rate: float, rep: int, admit=None) -> dic
     warmups = 0 if policy in bench.warmed else bench.params.warmups
     if policy in bench.peers:
         dtype, step = bench.peers[policy]
+        bench.release_engine()
         model = bench.peer_model(dtype)
     else:
         base = resolve(policy)[0]

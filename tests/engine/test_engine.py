@@ -351,3 +351,23 @@ def test_a_steps_tokens_are_observed_together_and_each_is_seen_once(tiny, monkey
     single = e.batch([("r0", None)])  # one row: its own token, by .item()
     assert single[0].picks is None and observe_all(single) == [single[0].token.item()]
     assert observe_all([None]) == [None]
+
+
+def test_release_gives_every_cache_back_and_the_engine_still_serves(tiny):
+    """What serve does before mlx-lm runs: every request's cache (here 4 of 512 positions) leaves device memory."""
+    import gc
+
+    cfg = tiny.config
+    engine = Engine(tiny, capacity=512, slots=4)
+    for i in range(4):
+        engine.add_request(f"r{i}", list(range(1, 40)))
+        engine.prefill_chunk(f"r{i}", 39).token.item()
+    mx.synchronize()
+    gc.collect()
+    before = mx.get_active_memory()
+    engine.release()
+    gc.collect()
+    caches = 4 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * 512 * 2 * 4
+    assert before - mx.get_active_memory() >= caches and not engine.requests and engine.pool is None
+    engine.add_request("again", list(range(1, 9)))  # a cache of its own now
+    assert 0 <= engine.prefill_chunk("again", 8).token.item() < cfg.vocab_size

@@ -1,6 +1,7 @@
 """mlx-lm's BatchGenerator as the serving peer (pdlib.run.peer) on the tiny synthetic model (CPU, seconds): every
 request gets exactly its output tokens, stamped after its arrival; the agreement with the FP32 reference is
-recorded (full in FP32 here: see below); bf16 runs on a cast copy; prefill_step_size bounds every prompt pass; the
+recorded (full in FP32 here: see below); bf16 runs on a cast copy; prefill_step_size bounds every prompt pass, and
+mlx_lm.server's prompt concurrency the requests in one; the
 serve report marks peer runs and does not gate them; a planted broken peer is recorded, not a crash.
 
     .venv/bin/python -m pytest -q tests/run/test_peer.py
@@ -22,7 +23,7 @@ from pdlib.config import RunParams
 from pdlib.errors import InputError
 from pdlib.report.checks import agreement
 from pdlib.report.serving import run_summary
-from pdlib.run.peer import SYSTEM, model_dtype, peer_model, peer_once, record_agreement
+from pdlib.run.peer import BATCH_SIZES, SYSTEM, model_dtype, peer_model, peer_once, record_agreement
 from pdlib.run.serve import run_serving, summary_table
 from pdlib.run.serve_gate import reference_sequences
 from pdlib.run.serve_params import ServeParams, load_serve_params
@@ -70,7 +71,7 @@ def report(tiny, workload, refs):
 def test_the_fp32_peer_emits_every_token_after_its_arrival_and_agrees_with_the_reference(fp32, workload, prompts, refs):
     run = peer_once(fp32, workload, prompts, dtype="fp32", prefill_step_size=2048)
     assert (run["peer"], run["system"], run["dtype"], run["prefill_step_size"]) == (True, SYSTEM, "fp32", 2048)
-    assert run["policy"] == "mlx-lm-fp32@2048" and run["batch_sizes"] == {"completion": 5, "prefill": 5}
+    assert run["policy"] == "mlx-lm-fp32@2048" and run["batch_sizes"] == {"completion": 32, "prefill": 8}
     steps = run["steps"]
     for r, n in zip(run["requests"], workload.output_tokens.tolist()):
         assert len(r["output_ids"]) == len(r["emit_ns"]) == n and "lost" not in r
@@ -218,3 +219,26 @@ def test_bad_peers_are_refused_in_one_line(peers, message, params):
 def test_a_bad_peer_is_refused_by_run_serving_before_any_work(tiny, workload):
     with pytest.raises(InputError, match=r"peer \('fp16', 2048\)"):
         run_serving(tiny, workload, policy="mixed", chunk_size=STEP, peers=[("fp16", 2048)])
+
+
+def test_a_prompt_pass_holds_at_most_the_servers_prompt_concurrency(tiny, fp32):
+    """12 prompts at once: mlx_lm.server's limit of 8 a pass holds the other 4 back (one pass of all 12 is what ran
+    an H200 out of memory on 48 of the code trace's), and every request still gets all its tokens."""
+    n = 12
+    w = Workload("test", np.zeros(n, np.int64), np.full(n, 3 * STEP), np.full(n, 2))
+    made = {p.name: p.token_ids for p in iter_prompts(w, vocab_size=tiny.config.vocab_size)}
+    run = peer_once(fp32, w, made, dtype="fp32", prefill_step_size=STEP)
+    passes = [{name for name, k in step if k is not None and k > 1} for step in run["steps"]["work"]]
+    assert BATCH_SIZES["prefill"] == 8 and max(len(p) for p in passes) == 8
+    assert len(set().union(*passes)) == n and all(len(r["output_ids"]) == 2 for r in run["requests"])
+
+
+def test_serve_gives_the_engines_caches_back_before_its_peers(tiny, workload, refs, monkeypatch):
+    from pdlib.engine import Engine
+    from pdlib.run import peer as peer_module
+
+    events, release, once = [], Engine.release, peer_module.peer_once
+    monkeypatch.setattr(Engine, "release", lambda engine: (events.append("release"), release(engine))[1])
+    monkeypatch.setattr(peer_module, "peer_once", lambda *a, **kw: (events.append("peer"), once(*a, **kw))[1])
+    report = run_serving(tiny, workload, policy="mixed", chunk_size=STEP, refs=refs, peers=[("fp32", 2048)])
+    assert events == ["release", "peer"] and report["runs"][-1]["peer"]

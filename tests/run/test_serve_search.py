@@ -13,6 +13,7 @@ import json
 import numpy as np
 import pytest
 
+from pdlib.engine import Engine
 from pdlib.errors import InputError
 from pdlib.report.io import read_text
 from pdlib.report.serving import Slo, capacity_criterion, goodput_criterion
@@ -325,6 +326,26 @@ def test_a_small_real_search_runs_through_the_gate_and_resumes(tmp_path, monkeyp
     again = search_params_file(params, log=log, note=lambda _: None)  # nothing left to measure, nothing loaded
     assert again["measurements"]["new"] == 0 and again["calibration"] == cal
     assert [x["result"]["value"] for x in again["searches"]] == [x["result"]["value"] for x in report["searches"]]
+
+
+def test_the_engine_gives_its_caches_back_before_a_peer_runs(tmp_path, monkeypatch):
+    """On an H200 the engine's 48 caches of the code trace (76 GiB) left mlx-lm too little memory: a peer's point
+    runs after Engine.release, and the engine's memory is back only when a policy's point makes it again."""
+    events = []
+    release, peer_once = Engine.release, serve_search.peer_once
+
+    def released(engine):
+        events.append("release")
+        release(engine)
+
+    def peer(*args, **kw):
+        events.append("peer")
+        return peer_once(*args, **kw)
+
+    monkeypatch.setattr(Engine, "release", released)
+    monkeypatch.setattr(serve_search, "peer_once", peer)
+    small_search(tmp_path)
+    assert events[0] == "release" and events.count("release") == 1 and "peer" in events
 
 
 def test_a_resumed_search_gates_against_the_references_in_its_log(tmp_path, monkeypatch):
