@@ -13,7 +13,7 @@ are no stop tokens, and each request's max_tokens is its output_tokens: every re
 tokens. completion_batch_size and prefill_batch_size are mlx_lm.server's defaults (--decode-concurrency 32,
 --prompt-concurrency 8), what a user of mlx-lm's server runs: with more requests in their prompt at once, one
 right-padded prompt pass of every one of them would hold N x prefill_step_size x the longest prompt's attention
-scores (48 of the code trace's prompts in FP32: ~117 GB a layer, past an H200's memory).
+scores (48 of the code trace's prompts at 2048 in FP32: ~47 GB a layer, and its softmax as much again).
 
 A run: the generator is built before the clock starts at 0 (`time.perf_counter_ns`, serve.py's clock). Until every
 request has ended: insert the requests whose arrival the clock has passed (one prompt, its max_tokens); when none
