@@ -16,7 +16,7 @@ endif
 RUN_EXTRAS := $(MLX_EXTRA)notebooks
 TEST_EXTRAS := $(MLX_EXTRA)notebooks,test
 
-.PHONY: setup setup-test test test-fast lint run lab gpu gpu-partition gpu-rounds gpu-rounds-bench gpu-search-pair gpu-cache-pack \
+.PHONY: setup setup-test test test-fast lint run lab gpu gpu-partition gpu-rounds gpu-rounds-bench gpu-serve-step gpu-search-pair gpu-cache-pack \
 	gpu-cache-unpack clean
 setup: $(VENV)/.installed-$(subst $(comma),-,$(RUN_EXTRAS))
 setup-test: $(VENV)/.installed-$(subst $(comma),-,$(TEST_EXTRAS))
@@ -98,6 +98,13 @@ gpu-rounds:
 gpu-rounds-bench:
 	$(fresh_out)
 	$(round_bench)
+
+# Where a serving step with a prompt chunk spends its host time (chunked's and mixed's steps, 512 tokens beside 0, 8
+# and 32 decode rows at 2,048 positions, both dispatch modes): the step, Engine.batch alone, and its Python profile.
+gpu-serve-step:
+	$(fresh_out)
+	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib profile-step --chunk 512 --rows 0 8 32 --context 2048 --steps 20 \
+		--output "$(OUT)/profile-serve-step.json"
 
 # Two searches at once on a host with two GPUs, one params file a GPU (by default the code trace on the first and
 # the conversation trace on the second, so every comparison within a trace, policies and mlx-lm, stays on one

@@ -270,8 +270,24 @@ def cmd_profile_step(args) -> int:
     check_int("--steps", args.steps, 1)
     for r in args.rounds or ():
         check_int("--rounds", r, 3)  # fewer decodes go out as single launches, not as a step
+    if args.chunk is not None:
+        if args.rounds:
+            raise InputError("profile-step takes --rounds or --chunk, not both")
+        check_int("--chunk", args.chunk, 1)
+        for r in args.rows:
+            check_int("--rows", r, 0)
     _gpu_only("profile-step")
-    if args.rounds:
+    if args.chunk is not None:
+        from pdlib.engine.kernels import BACKEND
+        from pdlib.report.io import environment
+        from pdlib.tools.profile_serve_step import format_serve_steps, profile_serve_steps
+        from pdlib.weights import load_model
+
+        model = load_model(args.model)
+        result = profile_serve_steps(model, chunk=args.chunk, rows=args.rows, context=args.context, steps=args.steps)
+        result["environment"] = environment(BACKEND)
+        print(format_serve_steps(result))
+    elif args.rounds:
         from pdlib.tools.profile_round import format_rounds, profile_rounds
         from pdlib.weights import load_model
 

@@ -333,6 +333,14 @@ def parser(commands: dict, *, description: str) -> argparse.ArgumentParser:
         help="instead: where a round of R decodes as one step goes (its host part, its matmuls, its attention, "
         "its LM head), at --context positions each",
     )
+    f.add_argument(
+        "--chunk",
+        type=int,
+        metavar="C",
+        help="instead: a serving step of a C-token prompt chunk beside each of --rows decode rows at --context "
+        "positions, in each PDLIB_STEP_DISPATCH mode: the step, its host part and that part's Python profile",
+    )
+    f.add_argument("--rows", type=int, nargs="+", default=[0, 8, 32], metavar="R", help="decode rows for --chunk")
     f.add_argument("--output", metavar="PATH", help="JSON; must not exist")
     c = command(
         "partition-curve",
