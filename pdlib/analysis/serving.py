@@ -179,6 +179,15 @@ def load_search_report(path) -> dict:
         raise InputError(f"{where}: {e}") from None
 
 
+def load_search_slos(path) -> dict:
+    """{name: Slo}: the SLOs a search report's criteria held (its `slos`), for the bounds its charts draw."""
+    report = json.loads(read_text(path))
+    try:
+        return {k: Slo(**v) for k, v in (report.get("slos") or {}).items()}
+    except (TypeError, AttributeError) as e:
+        raise InputError(f"{path}: the search report's slos are malformed ({e})") from None
+
+
 def load_serving_report(path) -> dict:
     """Read (.json or .json.gz) and check a serving report; every problem is one InputError naming the file."""
     path = Path(path)

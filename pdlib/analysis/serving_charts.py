@@ -239,11 +239,29 @@ def _metric_title(metric: str) -> str:
     return METRIC_TITLES.get(metric, metric)
 
 
-def rate_curves_chart(searches: dict) -> alt.HConcatChart:
+def slo_bounds(slos: dict, share: float = 0.9) -> pd.DataFrame:
+    """The bounds the searches' criteria hold each metric to, from {name: Slo}: metric, bound, value (the pooled
+    TBT p99 under each SLO's tbt_ms, the TTFT p90 under its ttft_ms, the share meeting an SLO at least `share`,
+    goodput's); one row per distinct value of a metric, its label naming every SLO that sets it."""
+    rows: dict = {}
+    for name, slo in slos.items():
+        for metric, value in (("tbt_p99_ms", slo.tbt_ms), ("ttft_p90_ms", slo.ttft_ms), (f"attain_{name}", share)):
+            rows.setdefault((metric, value), []).append(name)
+
+    def label(metric, names):
+        return f"goodput's {share:.0%}" if metric.startswith("attain_") else f"{' and '.join(names)} bound"
+
+    out = [{"metric": m, "bound": label(m, names), "value": v} for (m, v), names in rows.items()]
+    return pd.DataFrame(out, columns=["metric", "bound", "value"])
+
+
+def rate_curves_chart(searches: dict, slos: dict | None = None) -> alt.HConcatChart:
     """One panel per metric the searches measured (latency: TTFT p90, pooled TBT p99; goodput: the share meeting
     an SLO) against the rate multiplier, log x: a dot per measured (rate, rep), a cross where it failed its
-    criterion, a line through the median over reps at each rate, and a dashed rule at each search's value."""
+    criterion, a line through the median over reps at each rate, and a dashed rule at each search's value; with
+    `slos` ({name: Slo}, the search's), a grey rule at each bound a metric is held to (slo_bounds)."""
     points, values = search_points(searches), search_values(searches)
+    bounds = slo_bounds(slos or {})
     runs = list(searches)
     metrics = list(dict.fromkeys(points["metric"]))
     found = points[["criterion", "metric"]].drop_duplicates()
@@ -277,13 +295,25 @@ def rate_curves_chart(searches: dict) -> alt.HConcatChart:
             .mark_rule(strokeDash=[4, 3])
             .encode(x=alt.X("value:Q"), color=color, tooltip=["run:N", alt.Tooltip("value:Q", format=".4~g")])
         )
-        panels.append(alt.layer(line, dots, rule).properties(width=260, height=230, title=_metric_title(metric)))
+        b = bounds[bounds["metric"] == metric]
+        bound = (
+            alt.Chart(inline(b))
+            .mark_rule(color="gray", strokeWidth=1)
+            .encode(y=alt.Y("value:Q"), tooltip=["bound:N", alt.Tooltip("value:Q", format=".4~g")])
+        )
+        label = (
+            alt.Chart(inline(b))
+            .mark_text(align="left", dx=3, dy=-6, color="gray", fontSize=10)
+            .encode(x=alt.value(0), y=alt.Y("value:Q"), text="bound:N")
+        )
+        layers = (line, dots, rule, bound, label) if len(b) else (line, dots, rule)
+        panels.append(alt.layer(*layers).properties(width=260, height=230, title=_metric_title(metric)))
     return alt.hconcat(*panels).properties(
         title="Latency and goodput against the offered rate (each search's measured points)",
         description=f"Scatter plots with median lines, one per metric ({', '.join(map(_metric_title, metrics))}), "
         f"against the rate multiplier on a log axis, one colour per run ({', '.join(runs)}): a dot per measured "
         f"rate and repetition, a cross where it failed its criterion, a dashed vertical rule at each search's "
-        f"capacity or goodput.",
+        f"capacity or goodput" + (", a grey horizontal rule at each SLO bound." if len(bounds) else "."),
     )
 
 

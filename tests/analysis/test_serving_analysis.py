@@ -257,6 +257,25 @@ def test_rate_curves_chart_plots_every_measured_point(searches):
     assert "rate multiplier on a log axis" in spec["description"]
 
 
+def test_rate_curves_draw_each_slo_bound_where_its_metric_is(searches):
+    bounds = sc.slo_bounds(SLOS)
+    strict, relaxed = SLOS["strict"], SLOS["relaxed"]
+    got = {(m, v): b for m, b, v in bounds.itertuples(index=False)}
+    assert (
+        got[("tbt_p99_ms", strict.tbt_ms)] == "strict bound" and got[("tbt_p99_ms", relaxed.tbt_ms)] == "relaxed bound"
+    )
+    assert got[("attain_strict", 0.9)] == "goodput's 90%" and len(bounds) == 6 - (strict.ttft_ms == relaxed.ttft_ms)
+    spec = sc.rate_curves_chart(searches, SLOS).to_dict()
+    for panel, metric in zip(spec["hconcat"], ("tbt_p99_ms", "ttft_p90_ms", "attain_strict")):
+        rules = [lay for lay in panel["layer"] if lay["mark"] == {"type": "rule", "color": "gray", "strokeWidth": 1}]
+        (rule,) = rules
+        assert sorted(r["value"] for r in _values(spec, rule["data"])) == sorted(
+            bounds[bounds["metric"] == metric]["value"]
+        )
+    assert "grey horizontal rule" in spec["description"]
+    assert "grey" not in sc.rate_curves_chart(searches).to_dict()["description"]  # no SLOs given: no bounds
+
+
 def test_capacity_chart_shows_each_searchs_value_and_ci(searches):
     spec = sc.capacity_chart(searches).to_dict()
     rows = pd.DataFrame(_values(spec))
