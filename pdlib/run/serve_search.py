@@ -300,8 +300,7 @@ class Bench:
         return self.slo
 
     def release_engine(self) -> None:
-        """Before a peer's point: the engine's caches (76 GiB for the code trace's 48) give their memory to mlx-lm;
-        the next policy's point makes and warms the engine again."""
+        """Before a peer's point: the engine's caches go (76 GiB on the code trace); a policy's point remakes it."""
         if self.engine is not None:
             self.engine.release()
             self.engine = self.in_engine = None
