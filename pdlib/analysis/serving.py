@@ -181,11 +181,10 @@ def load_search_report(path) -> dict:
 
 def load_search_slos(path) -> dict:
     """{name: Slo}: the SLOs a search report's criteria held (its `slos`), for the bounds its charts draw."""
-    report = json.loads(read_text(path))
     try:
-        return {k: Slo(**v) for k, v in (report.get("slos") or {}).items()}
-    except (TypeError, AttributeError) as e:
-        raise InputError(f"{path}: the search report's slos are malformed ({e})") from None
+        return report_slos(json.loads(read_text(path)))
+    except InputError as e:
+        raise InputError(f"{path}: {e}") from None
 
 
 def load_serving_report(path) -> dict:
@@ -230,7 +229,7 @@ def report_slos(report: dict, slo: dict | None = None) -> dict:
         return slos_from_step(slo["decode_ms"], slo["ttft_ms"])
     try:
         return {k: Slo(**v) for k, v in (report.get("slos") or {}).items()}
-    except TypeError as e:
+    except (TypeError, AttributeError) as e:  # not a mapping of mappings with Slo's fields
         raise InputError(f"the report's slos are malformed: {e}") from None
 
 

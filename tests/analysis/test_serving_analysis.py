@@ -92,6 +92,9 @@ def test_an_slo_given_replaces_the_reports_and_a_bad_one_is_refused(report):
     assert sv.summary_frame(none, slos)["attain_strict"].tolist() == pytest.approx([1 / 3, 1 / 3])
     with pytest.raises(InputError, match="slo must be None or"):
         sv.report_slos(none, {"decode_ms": 2.0})
+    for bad in ([1], {"strict": [1]}, {"strict": {"x": 1}}):  # one line each, no traceback
+        with pytest.raises(InputError, match="the report's slos are malformed"):
+            sv.report_slos({"slos": bad})
 
 
 def test_a_lost_request_is_left_out_of_the_metrics_and_counted(report):
