@@ -198,8 +198,7 @@ def calibrate(model, workload: Workload, *, chunk_size: int) -> dict:
 
 
 class Bench:
-    """What the points of one search share (module docstring), each part made on first use: a search whose
-    points are all in its log loads nothing."""
+    """What one search's points share (module docstring), each made on first use: a logged search loads nothing."""
 
     def __init__(self, workload_params: dict, params: ServeParams, reps: int):
         self.workload_params, self.params = workload_params, params
@@ -392,8 +391,7 @@ def measure(bench: Bench, policy: str, rate: float, rep: int, admit=None) -> dic
 
 
 def search_identity(workload_params: dict, params: ServeParams, settings: dict) -> dict:
-    """What decides a point's numbers and how it was checked (search_log.py): a log made with anything else is
-    refused."""
+    """What decides a point's numbers and how it was checked (search_log.py): a log made otherwise is refused."""
     env = environment(BACKEND)
     return {
         "model": params.model,
@@ -418,6 +416,8 @@ def _run_searches(bench: Bench, name: str, peer: bool, settings: dict, budget: B
     records = {(grid_rate(r["rate"]), int(r["rep"])): r for r in mine}  # the points, for what bounds a search
 
     def measured(rate, rep):
+        if budget.stopped:  # after the point where the budget stopped, none is prepared
+            raise BudgetSpent(name, rate, rep, math.nan, budget.left())
         point = measure(bench, name, rate, rep, admit=lambda warmups: budget.admit(name, rate, rep, warmups=warmups))
         record = {"policy": name, "rate": grid_rate(rate), "rep": rep, **point, "created_utc": utc_now()}
         lg.append(record)
@@ -447,13 +447,12 @@ def search_params_file(
     params_file, *, output=None, log, note=None, policies=None, peers=None, budget_s: float | None = None
 ) -> dict:
     """What `python -m pdlib serve --params FILE --search --output OUT --log LOG` runs: per policy and peer, per SLO
-    and criterion, the rate search (module docstring); every measured point appended to `log` as it ends (made,
-    or resumed when it holds this search's points); the report (schema pdlib.serve-search/1) written to `output`
-    (claimed first: an existing one is refused before any work) and returned. `note`: where a line per point
-    goes (stderr by default). `policies`, `peers`: instead of the file's (--policies, --peers; a log may be
-    resumed with others, so a command can search a few and report those). `budget_s` (--budget-s): no point
-    starts that is not expected to end within that many seconds of the call (search_budget.py); the report
-    then holds the searches finished and says where it `stopped`."""
+    and criterion, the rate search (module docstring); every measured point appended to `log` as it ends (made, or
+    resumed); the report (schema pdlib.serve-search/1) written to `output` (claimed first: an existing one is
+    refused before any work) and returned. `note`: where a line per point goes (stderr by default). `policies`,
+    `peers`: instead of the file's (--policies, --peers; a log may be resumed with others). `budget_s`
+    (--budget-s): no point starts that is not expected to end within it (search_budget.py); the report then
+    holds the searches finished (later runs' too, where the log completes them) and says where it `stopped`."""
     t_start = time.perf_counter()
     budget = Budget(budget_s)  # its clock starts with the command; a bad value is refused before any work
     note = note or stderr_line
@@ -483,12 +482,13 @@ def search_params_file(
         slos = slos_from_step(header["slo"]["decode_ms"], header["slo"]["ttft_ms"])
         bench.slos = slos
         counts, searches, stopped = {"measured": 0}, [], None
-        try:
-            for name, peer in runs:
+        for name, peer in runs:
+            try:
                 _run_searches(bench, name, peer, settings, budget, counts, note, searches)
-        except BudgetSpent as spent:
-            stopped = spent.record
-            note(stopped_line({"stopped": stopped}))
+            except BudgetSpent as spent:
+                if not budget.stopped:  # the first refused point is where it stopped
+                    budget.stopped, stopped = True, spent.record
+                    note(stopped_line({"stopped": stopped}))
         points = len(lg.records)
     report = {
         "schema": SCHEMA,

@@ -130,9 +130,25 @@ def test_a_stopped_search_reports_what_it_finished_and_goes_on_from_its_log(tmp_
     assert strip(rest["searches"]) == strip(whole["searches"])
 
 
-def test_a_budget_too_small_for_any_point_measures_nothing(tmp_path, params, fake):
+def test_a_stopped_command_still_reports_the_later_runs_its_log_completes(tmp_path, params, fake, monkeypatch):
+    log = tmp_path / "log.jsonl"
+    mixed = search_params_file(params, log=log, policies=["mixed"], note=lambda _: None)
+    fake[:], entered, inner = [], [], serve_search.measure
+    monkeypatch.setattr(serve_search, "measure", lambda b, p, *a, **k: entered.append(p) or inner(b, p, *a, **k))
+    report = search_params_file(params, log=log, budget_s=40, note=lambda _: None)  # chunked's first point: no
+    assert fake == [] and report["stopped"]["policy"] == "chunked"
+    assert entered == ["chunked"]  # once stopped, no later point is even prepared (no model, no references)
+    assert [x["policy"] for x in report["searches"]] == ["mixed"] * 4  # every one of mixed's, from the log alone
+    strip = lambda r: [(x["slo"], x["criterion"], x["result"]["value"], x["result"]["ci"]) for x in r]  # noqa: E731
+    assert strip(report["searches"]) == strip(mixed["searches"]) and report["measurements"]["new"] == 0
+
+
+def test_a_budget_too_small_for_any_point_measures_nothing(tmp_path, params, fake, monkeypatch):
+    entered, inner = [], serve_search.measure
+    monkeypatch.setattr(serve_search, "measure", lambda b, p, *a, **k: entered.append(p) or inner(b, p, *a, **k))
     report = search_params_file(params, log=tmp_path / "log.jsonl", budget_s=10, note=lambda _: None)
     assert fake == [] and report["searches"] == [] and report["stopped"]["policy"] == "chunked"
+    assert entered == ["chunked"]  # mixed, after it, is not started either
     assert report["measurements"]["new"] == 0
 
 
