@@ -134,6 +134,10 @@ class SearchLog:
         """The value kept under (kind, key), as it reads back, or None."""
         return self._kept.get(_kept_key(kind, key))
 
+    def kept_keys(self, kind: str) -> list:
+        """The keys of every value kept under `kind`, in the order first kept."""
+        return [json.loads(k) for kd, k in self._kept if kd == kind]
+
     def keep(self, kind: str, key, value) -> None:
         """A value for later commands, on disk before this returns; recall(kind, key) finds it."""
         if self.header is None:

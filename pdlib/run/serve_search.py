@@ -262,8 +262,7 @@ class Bench:
         return self.engine
 
     def worker_for(self, prep: dict, policy: str):
-        """disagg's prefill worker, set up with `prep`'s prompts (again when the rep changes); None for a policy
-        that does not prefill there."""
+        """disagg's prefill worker, set up with `prep`'s prompts (again when the rep changes), or None."""
         if BATCH_POLICIES[policy].remote_prefill != "worker":
             return None
         if self.worker_key != prep["key"]:
@@ -489,11 +488,12 @@ def search_params_file(
                 if not budget.stopped:  # the first refused point is where it stopped
                     budget.stopped, stopped = True, spent.record
                     note(stopped_line({"stopped": stopped}))
-        points = len(lg.records)
+        points, refs = len(lg.records), lg.kept_keys("references")  # keyed by the model: which weights, unloaded
     report = {
         "schema": SCHEMA,
         "created_utc": utc_now(),
         "params": {**params.to_dict(), "workload": workload_params, "search": settings},
+        "model": bench._model.source if bench._model is not None else refs[0]["model"] if refs else None,
         "workload": bench.samples[0].to_dict(),  # at rate 1
         "rep_rule": REP_RULE,
         "reps": [

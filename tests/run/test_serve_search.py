@@ -325,6 +325,8 @@ def test_a_small_real_search_runs_through_the_gate_and_resumes(tmp_path, monkeyp
     monkeypatch.setattr(serve_search, "load_model", lambda spec: pytest.fail("a resumed search loaded the model"))
     again = search_params_file(params, log=log, note=lambda _: None)  # nothing left to measure, nothing loaded
     assert again["measurements"]["new"] == 0 and again["calibration"] == cal
+    assert report["model"]["source"] == "synthetic" and report["model"]["spec"].startswith("synthetic:tiny")
+    assert again["model"] == report["model"]  # which weights, from the references' key in the log
     assert [x["result"]["value"] for x in again["searches"]] == [x["result"]["value"] for x in report["searches"]]
 
 
