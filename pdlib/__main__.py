@@ -159,19 +159,21 @@ def cmd_notebooks(args) -> int:
     try:
         if args.report is not None and args.out is None:
             raise InputError("notebooks --report needs --out DIR (the report has no params file to name it)")
-        if args.search_report is not None and args.serve is None:
-            raise InputError("notebooks --search-report goes with --serve REPORT (notebook 05)")
+        if not (args.params or args.report or args.sweep or args.serve or args.search_report):
+            raise InputError("notebooks needs one of --params, --report, --sweep, --serve or --search-report")
+        if args.search_report is not None and (args.params is not None or args.report is not None or args.sweep):
+            raise InputError("notebooks --search-report is for notebook 05: alone or with --serve REPORT")
         if args.sweep is not None:
             from pdlib.publish.notebooks import run_sweep_notebook
 
             if args.out is None:
                 raise InputError("notebooks --sweep needs --out DIR")
             run = run_sweep_notebook(args.sweep, out=args.out, quiet=args.quiet)
-        elif args.serve is not None:
+        elif args.serve is not None or args.search_report is not None:
             from pdlib.publish.notebooks import run_serve_notebook
 
             if args.out is None:
-                raise InputError("notebooks --serve needs --out DIR")
+                raise InputError(f"notebooks {'--serve' if args.serve else '--search-report'} needs --out DIR")
             run = run_serve_notebook(args.serve, out=args.out, search=args.search_report, quiet=args.quiet)
         else:
             run = run_notebooks(args.params, report=args.report, out=args.out, quiet=args.quiet)

@@ -233,10 +233,10 @@ def parser(commands: dict, *, description: str) -> argparse.ArgumentParser:
     )
     n = command(
         "notebooks",
-        "execute notebooks 01-03 (trials, or a given report), 04 (a sweep) or 05 (a serving report) "
+        "execute notebooks 01-03 (trials, or a given report), 04 (a sweep) or 05 (a serving or search report) "
         "into a fresh folder, each with its offline HTML page",
     )
-    source = n.add_mutually_exclusive_group(required=True)
+    source = n.add_mutually_exclusive_group()  # one of them, or --search-report alone (cmd_notebooks checks)
     source.add_argument("--params", metavar="YAML", help="RunParams keys: run the trials")
     source.add_argument("--report", help="report.json from `run` (e.g. on another machine): render it, run nothing")
     source.add_argument(
@@ -248,13 +248,13 @@ def parser(commands: dict, *, description: str) -> argparse.ArgumentParser:
     n.add_argument(
         "--search-report",
         metavar="REPORT",
-        help="with --serve: a report of `serve --search`, for notebook 05's capacity and goodput charts",
+        help="a report of `serve --search`: notebook 05's capacity and goodput charts (alone, or with --serve)",
     )
     n.add_argument(
         "--out",
         metavar="DIR",
         help="output folder (default: outputs/local/<params stem>; required with "
-        "--report, --sweep and --serve; -2, -3, ... if it exists)",
+        "--report, --sweep, --serve and --search-report; -2, -3, ... if it exists)",
     )
     n.add_argument("--quiet", action="store_true", help="no progress bar")
     d = command("render", "rebuild every figure and table from a report (or bench-step's JSON) without rerunning")

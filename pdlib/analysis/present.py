@@ -84,7 +84,9 @@ def environment_table(report: dict) -> pd.DataFrame:
 
 
 def weights(report: dict) -> str:
-    src = report["model"]
+    src = report.get("model")
+    if not src:  # a search report written before reports named their weights
+        return "not recorded in this report"
     if src.get("source") == "synthetic":
         text = f"synthetic (random, seed {src.get('seed')})"
         return text + (f", instead of {src['fallback_from']}" if src.get("fallback_from") else "")
@@ -93,13 +95,14 @@ def weights(report: dict) -> str:
 
 def provenance(report: dict) -> str:
     """One Markdown paragraph: what ran where, and what synthetic weights mean for the numbers."""
-    env = report.get("environment") or {}
+    env, model = report.get("environment") or {}, report.get("model") or {}
+    spec = model.get("spec") or (report.get("params") or {}).get("model")  # a search report without `model`
     text = (
-        f"**Provenance:** {report['model'].get('spec')} on {env.get('device_name') or env.get('device')} "
+        f"**Provenance:** {spec} on {env.get('device_name') or env.get('device')} "
         f"({env.get('backend')}, MLX {env.get('mlx')}), report created {report.get('created_utc')}; "
         f"weights: {weights(report)}."
     )
-    if report["model"].get("source") == "synthetic":
+    if model.get("source") == "synthetic":
         text += (
             " The weights are random with the model's shapes: the arithmetic, and so the timings, are "
             "the real model's, but the token sequences are not, and the tokens' top-1 margins are not "

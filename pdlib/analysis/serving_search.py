@@ -6,17 +6,22 @@ report.serving_loss.search_limit).
     frame = limits_frame(searches)
     table = limits_table(frame)         # for reading
 
+    line, provenance = search_header(path)   # for a notebook reading a search report alone
+
 A row per run and search that failed somewhere: the value, the rate it was lost at (its median rep's lowest
 failing rate), the bounds broken there, the cause named by the rule in report.serving_loss, and the numbers
 behind it: of the gaps over the TBT bound, the share with prompt work inside; of the late requests' TTFT, the
 share spent waiting for their first prompt step; the host's share of busy time; the most requests at once.
 """
 
+import json
 import math
 
 import pandas as pd
 
+from pdlib.analysis.present import provenance
 from pdlib.errors import InputError
+from pdlib.report.io import read_text
 from pdlib.report.serving_loss import limit_text
 from pdlib.report.serving_versus import ratio_text, side_text, versus
 
@@ -113,3 +118,24 @@ def limits_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 __all__ = ["COLUMNS", "limits_frame", "limits_table", "versus_table"]
+
+
+def search_header(path) -> tuple[str, str]:
+    """A search report's one line (model and device, its reps, its runs, its SLOs) and its provenance paragraph;
+    InputError naming the file where it cannot be read."""
+    try:
+        report = json.loads(read_text(path))
+        env, params, reps = report.get("environment") or {}, report.get("params") or {}, report.get("reps") or []
+        runs = list(dict.fromkeys(s["policy"] for s in report["searches"]))
+        slos = report.get("slos") or {}
+        bounds = [f"{n} TBT/TPOT {s['tbt_ms']:.3g} ms" for n, s in slos.items()]
+        ttft = [f"TTFT {s['ttft_ms']:.3g} ms" for s in slos.values()][:1]
+        source = (params.get("workload") or {}).get("source")
+        line = (
+            f"{params.get('model')} on {env.get('device_name') or env.get('device')}: rate searches over "
+            f"{len(reps)} reps of {'/'.join(str(r.get('requests')) for r in reps)} requests ({source}), "
+            f"runs {', '.join(runs) or 'none'}; SLOs " + ", ".join(bounds + ttft)
+        )
+        return line, provenance(report)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+        raise InputError(f"{path}: cannot read a search report's header ({e})") from None

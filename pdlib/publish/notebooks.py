@@ -61,6 +61,7 @@ SWEEP_NOTEBOOK = "04_chunk_sweep"  # run on its own, for a sweep folder: `notebo
 SWEEP_TABLES = ("sweep_metrics.csv", "frontier.csv", "frontier.md")
 SWEEP_FIGURES = ("frontier",)
 SWEEP_REPORTS = "reports"  # a sweep's published folder: its index and reports, beside 04's page
+SEARCH_REPORT = "search.json.gz"  # a search report's copy in notebook 05's folder
 SERVE_NOTEBOOK = "05_serving"  # run on its own, for a serving report: `notebooks --serve REPORT --out OUT`
 SERVE_TABLES = ("serving_summary.csv", "serving_requests.csv", "serving_time.csv")
 SEARCH_TABLES = ("serving_limits.csv",)  # with searches whose values are lost within their rates
@@ -186,27 +187,34 @@ def run_sweep_notebook(sweep_dir, *, out, quiet: bool = False, log=print) -> dic
 
 
 def run_serve_notebook(report, *, out, search=None, quiet: bool = False, log=print) -> dict:
-    """Execute 05_serving for a report `python -m pdlib serve` wrote, into a fresh folder (`out`, or `-2`, ...):
-    the report copied in as report.json.gz, then the executed notebook, which reads that copy, its HTML,
-    SERVE_TABLES and the figures. Returns {"out_dir", "report", "notebooks", "html", "seconds"}; InputError
-    before any folder is made or kernel starts when the report cannot be read."""
+    """Execute 05_serving for a report `python -m pdlib serve` wrote, a report of its searches, or both (one may be
+    None), into a fresh folder (`out`, or `-2`, ...): the reports copied in as report.json.gz and search.json.gz,
+    then the executed notebook, which reads those copies, its HTML, its tables and the figures. Returns {"out_dir",
+    "report", "notebooks", "html", "seconds"} ("report": the serve report's copy, or None); InputError before any
+    folder is made or kernel starts when a report cannot be read."""
     from pdlib.analysis import serving
 
-    report = Path(report)
-    serving.load_serving_report(report)
+    if report is None and search is None:
+        raise InputError("notebook 05 needs a serve report, a search report, or both")
+    if report is not None:
+        report = Path(report)
+        serving.load_serving_report(report)
     if search is not None:
         serving.load_search_report(search)
     if not (NOTEBOOK_DIR / f"{SERVE_NOTEBOOK}.ipynb").is_file():
         raise InputError(f"notebook {SERVE_NOTEBOOK} not found in {NOTEBOOK_DIR} (run from a checkout)")
     out_dir = _claim(Path(out), log)
-    dest = out_dir / runs.REPORT
-    params = {"report_path": runs.for_notebook(dest), "output_dir": runs.for_notebook(out_dir)}
-    search_dest = out_dir / "search.json.gz"
+    dest = out_dir / runs.REPORT if report is not None else None
+    params = {"output_dir": runs.for_notebook(out_dir)}
+    search_dest = out_dir / SEARCH_REPORT
+    if report is not None:
+        params["report_path"] = runs.for_notebook(dest)
     if search is not None:  # copied beside the report, so the folder holds what its page shows
         params["search_path"] = runs.for_notebook(search_dest)
 
     def before():
-        copy_report(report, dest)
+        if report is not None:
+            copy_report(report, dest)
         if search is not None:
             copy_report(search, search_dest)
 

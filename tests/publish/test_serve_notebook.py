@@ -1,12 +1,14 @@
 """Notebook 05 on a serving report: `python -m pdlib notebooks --serve REPORT --out DIR` copies the report in, runs
 05 on that copy into the fresh folder with its offline page, the tables and one PNG per chart (the rate-search
-charts too when the report holds searches); a bad report or a missing --out is one line, exit 2, no folder."""
+charts too when the report holds searches); `--search-report` alone renders the search sections of a search
+report; a bad report or a missing --out is one line, exit 2, no folder."""
 
 import ast
 import base64
 import gzip
 import json
 import re
+from dataclasses import asdict
 
 import nbformat
 import pandas as pd
@@ -103,3 +105,77 @@ def test_notebooks_serve_refuses_a_bad_report_in_one_line(tmp_path, capsys):
     assert main(["notebooks", "--serve", str(bad)]) == 2
     assert capsys.readouterr().err == "error: notebooks --serve needs --out DIR\n"
     assert not out.exists()
+
+
+def search_report(searches: dict) -> dict:
+    """A report as `serve --search` writes it, holding `searches` ({run: [results]})."""
+    return {
+        "schema": sv.SEARCH_SCHEMA,
+        "created_utc": "2026-12-05T14:00:07Z",
+        "params": {"model": "synthetic:tiny", "workload": {"source": "azure-conv"}},
+        "model": {"spec": "synthetic:tiny@0", "source": "synthetic", "seed": 0},
+        "reps": [{"rep": r, "requests": 8} for r in range(3)],
+        "slos": {k: asdict(v) for k, v in SLOS.items()},
+        "environment": {"device_name": "a test CPU", "backend": "cpu", "mlx": "0"},
+        "searches": [
+            {"policy": run, "peer": run.startswith("mlx-lm"), "slo": "strict", "criterion": r["criterion"], "result": r}
+            for run, results in searches.items()
+            for r in results
+        ],
+    }
+
+
+def test_notebooks_search_report_alone_renders_the_search_sections(tmp_path, capsys):
+    searches = synthetic_searches(SLOS["strict"])
+    source = tmp_path / "search.json"
+    source.write_text(json.dumps(search_report(searches)))
+    out = tmp_path / "o"
+    assert main(["notebooks", "--search-report", str(source), "--out", str(out), "--quiet"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"report, tables and figures: {out}/"
+    figures = sc.SEARCH_FIGURES
+    assert {p.name for p in out.iterdir()} == {
+        nbk.SEARCH_REPORT,
+        *nbk.SEARCH_TABLES,
+        *(f"{n}.png" for n in figures),
+        "05_serving.ipynb",
+        "05_serving.html",
+    }
+    assert gzip.decompress((out / nbk.SEARCH_REPORT).read_bytes()) == source.read_bytes()
+    nb = nbformat.read(out / "05_serving.ipynb", as_version=4)
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    for o in outputs:
+        assert o.output_type != "error" and not (o.output_type == "stream" and o.name == "stderr"), o
+    pngs = [o["data"]["image/png"] for o in outputs if "image/png" in o.get("data", {})]
+    assert len(pngs) == len(figures)
+    for name in figures:
+        assert base64.b64encode((out / f"{name}.png").read_bytes()).decode() in pngs
+    text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    line, provenance = ss.search_header(out / nbk.SEARCH_REPORT)
+    assert line in text and "runs chunked, mlx-lm fp32 @64" in line and "3 reps of 8/8/8 requests" in line
+    assert text.count("No serve report:") == 6  # each per-run section says why it is empty
+    markdown = [o["data"]["text/markdown"] for o in outputs if "text/markdown" in o.get("data", {})]
+    assert provenance in markdown and "synthetic (random, seed 0)" in provenance
+    assert present.markdown(ss.versus_table(searches)) in markdown
+    assert present.markdown(ss.limits_table(ss.limits_frame(searches))) in markdown
+
+
+def test_notebooks_search_report_refuses_what_it_cannot_render_in_one_line(tmp_path, capsys):
+    bad = tmp_path / "serve.json"
+    bad.write_text(json.dumps({"schema": "pdlib.serve/1"}))
+    out = tmp_path / "o"
+    assert main(["notebooks", "--search-report", str(bad), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: {bad}: not a search report")
+    assert main(["notebooks", "--search-report", str(bad)]) == 2
+    assert capsys.readouterr().err == "error: notebooks --search-report needs --out DIR\n"
+    assert main(["notebooks"]) == 2
+    assert capsys.readouterr().err.startswith("error: notebooks needs one of --params, --report, --sweep, --serve")
+    assert not out.exists()
+
+
+def test_a_search_report_written_without_its_weights_says_so():
+    report = search_report({})
+    del report["model"]  # as written before search reports named their weights
+    text = present.provenance(report)
+    assert text.startswith("**Provenance:** synthetic:tiny on a test CPU (cpu, MLX 0)")
+    assert "weights: not recorded in this report." in text and "random with the model's shapes" not in text

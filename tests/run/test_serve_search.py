@@ -382,7 +382,7 @@ def test_the_cli_pairs_search_with_its_log(tmp_path, capsys):
     assert not (tmp_path / "log.jsonl").exists()
     assert main(["notebooks", "--params", "params/smoke-cpu.yaml", "--search-report", "x.json"]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        "error: notebooks --search-report goes with --serve REPORT (notebook 05)"
+        "error: notebooks --search-report is for notebook 05: alone or with --serve REPORT"
     ]
 
 
