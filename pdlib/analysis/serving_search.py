@@ -117,9 +117,6 @@ def limits_table(frame: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-__all__ = ["COLUMNS", "limits_frame", "limits_table", "versus_table"]
-
-
 def search_header(path) -> tuple[str, str]:
     """A search report's one line (model and device, its reps, its runs, its SLOs) and its provenance paragraph;
     InputError naming the file where it cannot be read."""
@@ -139,3 +136,6 @@ def search_header(path) -> tuple[str, str]:
         return line, provenance(report)
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
         raise InputError(f"{path}: cannot read a search report's header ({e})") from None
+
+
+__all__ = ["COLUMNS", "limits_frame", "limits_table", "search_header", "versus_table"]
