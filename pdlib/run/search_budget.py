@@ -38,7 +38,7 @@ class Budget:
         self.seconds, self.spans = seconds, spans
         self.clock = clock or (lambda: time.perf_counter())  # read when called: a test may stand in for it
         self.t0, self.overhead, self.seen = self.clock(), FIRST_OVERHEAD_S, False  # made as the command starts
-        self.stopped = False  # set where a point was refused: no later one is measured in this command
+        self.stopped = None  # the first point refused (BudgetSpent.record): no later one is measured
 
     def left(self) -> float:
         return math.inf if self.seconds is None else self.seconds - (self.clock() - self.t0)

@@ -415,7 +415,7 @@ def _run_searches(bench: Bench, name: str, peer: bool, settings: dict, budget: B
     records = {(grid_rate(r["rate"]), int(r["rep"])): r for r in mine}  # the points, for what bounds a search
 
     def measured(rate, rep):
-        if budget.stopped:  # after the point where the budget stopped, none is prepared
+        if budget.stopped is not None:  # after the point where the budget stopped, none is prepared
             raise BudgetSpent(name, rate, rep, math.nan, budget.left())
         point = measure(bench, name, rate, rep, admit=lambda warmups: budget.admit(name, rate, rep, warmups=warmups))
         record = {"policy": name, "rate": grid_rate(rate), "rep": rep, **point, "created_utc": utc_now()}
@@ -480,14 +480,14 @@ def search_params_file(
         header = lg.header
         slos = slos_from_step(header["slo"]["decode_ms"], header["slo"]["ttft_ms"])
         bench.slos = slos
-        counts, searches, stopped = {"measured": 0}, [], None
+        counts, searches = {"measured": 0}, []
         for name, peer in runs:
             try:
                 _run_searches(bench, name, peer, settings, budget, counts, note, searches)
             except BudgetSpent as spent:
-                if not budget.stopped:  # the first refused point is where it stopped
-                    budget.stopped, stopped = True, spent.record
-                    note(stopped_line({"stopped": stopped}))
+                if budget.stopped is None:  # the first refused point is where it stopped
+                    budget.stopped = spent.record
+                    note(stopped_line({"stopped": spent.record}))
         points, refs = len(lg.records), lg.kept_keys("references")  # keyed by the model: which weights, unloaded
     report = {
         "schema": SCHEMA,
@@ -505,7 +505,7 @@ def search_params_file(
         "slo_measured": header["slo"]["measured"],
         "calibration": header.get("calibration"),
         "searches": searches,
-        "stopped": stopped,  # under --budget-s: the point it did not start (None: every search finished)
+        "stopped": budget.stopped,  # under --budget-s: the point it did not start (None: every search finished)
         "budget": budget.to_dict(),
         "measurements": {"new": counts["measured"], "from_log": from_log, "in_log": points, "cut_bytes": cut},
         "log": {"path": str(log), "created_utc": header["created_utc"]},
