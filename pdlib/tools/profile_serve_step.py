@@ -5,7 +5,7 @@ step at R = 0, mixed's with R), built as `serve` builds it (Engine.batch), in ea
 
 Each step prefills the next C tokens of a prompt of `context` + C tokens (rewound, logically, when it runs out)
 and decodes one token of each of R requests already at `context` positions. Per (dispatch, R): `ms`, the median
-step from Engine.batch's call to its outputs read on the host (observed, as a step whose tokens the next needs);
+step from Engine.batch's call to its outputs read on the host and its work done (a silent chunk's K/V writes too);
 `host_ms`, the median of Engine.batch alone (building the step and starting it): near `ms`, the device waits on
 the host; and `profile`, the Python functions with the most own time inside Engine.batch over further steps run
 under cProfile, in ms a step (cProfile's own cost inflates them: compare them with each other and with
@@ -17,6 +17,8 @@ import pstats
 import statistics
 import time
 from pathlib import Path
+
+import mlx.core as mx
 
 from pdlib.engine import Engine, observe_all
 from pdlib.tools.timing import bench_prompt
@@ -54,6 +56,7 @@ def profile_serve_step(engine: Engine, prompt: str, names: list[str], *, chunk: 
             profiler.disable()
         t1 = time.perf_counter_ns()
         observe_all(outs)
+        mx.synchronize()  # a chunk that does not finish its prompt emits nothing to observe: wait for its writes
         host.append((t1 - t0) / 1e6)
         ms.append((time.perf_counter_ns() - t0) / 1e6)
 

@@ -2,13 +2,17 @@
 every (dispatch, rows) step is timed with its host part and a profile of that part by function; the prompt is
 rewound when its chunks run out; the CLI refuses bad sizes in one line."""
 
+import mlx.core as mx
 import pytest
 
 from pdlib.tools.profile_serve_step import DISPATCHES, format_serve_steps, profile_serve_steps
 
 
-def test_every_step_is_timed_with_its_host_part_and_the_functions_inside(tiny):
+def test_every_step_is_timed_with_its_host_part_and_the_functions_inside(tiny, monkeypatch):
+    synced, sync = [], mx.synchronize
+    monkeypatch.setattr(mx, "synchronize", lambda *a: synced.append(1) or sync(*a))
     result = profile_serve_steps(tiny, chunk=16, rows=(3, 0), context=24, steps=4)  # 2 x 7 chunks of a 40 prompt
+    assert len(synced) == len(DISPATCHES) * 2 * (3 + 4 + 4)  # every step waited on, a silent chunk's too
     assert (result["chunk"], result["context"], result["steps"]) == (16, 24, 4)
     for dispatch in DISPATCHES:
         assert list(result[dispatch]) == ["0", "3"]
