@@ -28,7 +28,8 @@ from pdlib.traces import load_trace
 from pdlib.workload import Workload, clip_lengths
 
 PRECISION = 0.05
-CAUSES = {"prefill stalls", "host time", "decode steps", "queueing", "prefill"}
+# serving_loss's causes; "decode steps or host time" is a peer's slow TBT (its steps have no issue times)
+CAUSES = {"prefill stalls", "host time", "decode steps", "decode steps or host time", "queueing", "prefill"}
 SLOS = ("strict", "relaxed")
 # The fake's thresholds (rate multiplier) at rep 0; rep r's are (1 + 0.05 r) times these.
 BASE = {"chunked": 4.0, "mixed": 8.0, "mlx-lm-bf16@32": 2.0}
