@@ -47,6 +47,13 @@ SWITCHES = {
             "read once for all rows, attention per row), or that step as one compiled function (a GPU)",
         ),
         Switch(
+            "PDLIB_ROUND_PAIRS",
+            (int,),
+            2,
+            "the largest decode round run as persistent pair launches (an odd row alone) where pairs run; larger "
+            "rounds as PDLIB_DECODE_ROUND says (2: only a round of two)",
+        ),
+        Switch(
             "PDLIB_ROUND_GEMM",
             ("mlx", "tiles16"),
             "mlx",
@@ -126,6 +133,7 @@ ENGINE = tuple(
         "PDLIB_DECODE",
         "PDLIB_PAIR_DECODE",
         "PDLIB_DECODE_ROUND",
+        "PDLIB_ROUND_PAIRS",
         "PDLIB_ROUND_GEMM",
         "PDLIB_PERSISTENT_FOLD",
         "PDLIB_PERSISTENT_BLOCKS",

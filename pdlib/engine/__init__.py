@@ -100,8 +100,11 @@ class Request:
 # each (`each`), or as one ragged engine step (`step`: the prefill path's matmuls, every weight read once for
 # all rows; their attention one launch a layer where their caches share a pool, engine/rows.py), or as that
 # step compiled into one function a round replays (`compiled`, engine/round.py: where the rows kernel runs,
-# else `step`). Two decodes share the persistent pair launch either way.
+# else `step`). Two decodes share the persistent pair launch either way, and so do a round's rows two by two
+# (the odd one alone) up to PDLIB_ROUND_PAIRS rows: where few rows decode, pair launches take less time than
+# one step over all of them, whose launches the host must build and MLX encode.
 ROUND_ENV = "PDLIB_DECODE_ROUND"
+PAIRS_ENV = "PDLIB_ROUND_PAIRS"
 
 # PDLIB_STEP_DISPATCH: how a step with a prompt chunk reaches the device. `layers` (the default) starts each
 # layer as soon as it is built (as prefill_stages does), so the device need not wait for the host to build a
@@ -124,6 +127,7 @@ class Engine:
     ):
         self.dispatch = settings.get(DISPATCH_ENV)  # a bad value is refused here
         self.decode_round = settings.get(ROUND_ENV)
+        self.round_pairs = settings.get(PAIRS_ENV)
         self.round_gemm = settings.get("PDLIB_ROUND_GEMM")  # read by kernels/gemm.py; a bad value is refused here
         self.model = Qwen3(
             model,
@@ -185,16 +189,16 @@ class Engine:
         decodes one token; at most one part per request. With a prompt chunk, the rows share the weight reads
         (Qwen3.step). Decodes alone run on the decode path instead (a ragged step of two decode rows is far
         slower than the decode kernels): two of them in one persistent launch where the model pairs decodes
-        (Qwen3.pairs); three or more back to back, or as one ragged step (PDLIB_DECODE_ROUND=step: the weights
-        read once for all rows). Returns each part's
-        output: a decode's, or the first output of the chunk that finishes a prompt. `between()` is called
-        after each layer of a step with a prompt chunk is started (layer dispatch; never with PDLIB_STEP_DISPATCH
-        =step): the executor looks there for the tokens of the step ahead."""
+        (Qwen3.pairs), a round of up to PDLIB_ROUND_PAIRS two by two; more back to back, or as one ragged step
+        (PDLIB_DECODE_ROUND=step: the weights read once for all rows). Returns each part's output: a decode's, or
+        the first output of the chunk that finishes a prompt. `between()` is called after each layer of a step
+        with a prompt chunk is started (layer dispatch; never with PDLIB_STEP_DISPATCH=step): the executor looks
+        there for the tokens of the step ahead."""
         if len({name for name, _ in parts}) < len(parts):
             raise ValueError(f"a step holds at most one part per request, got {parts}")
         if all(n is None for _, n in parts):
-            if len(parts) == 2 and self.model.pairs:
-                return self._decode_pair([name for name, _ in parts])
+            if self.model.pairs and 2 <= len(parts) <= max(2, self.round_pairs):
+                return self._decode_pairs([name for name, _ in parts])
             if len(parts) < 3 or self.decode_round == "each":
                 return [self.decode(name) for name, _ in parts]
         segments = [self._segment(name, n) for name, n in parts]
@@ -226,6 +230,7 @@ class Engine:
             "token_read": m.token_read,
             "pair_decode": "pair" if m.pairs else "each",
             "decode_round": self.decode_round,
+            "round_pairs": self.round_pairs if m.pairs else None,
             "round_gemm": self.round_gemm,
         }
 
@@ -287,6 +292,13 @@ class Engine:
         out = self._emit(r, logits, token)
         out.mailbox, out.position = self.model.mailbox(r.cache), position
         return out
+
+    def _decode_pairs(self, names: list[str]) -> list[Output]:
+        """A round's decodes two by two in pair launches, the odd last one alone: each one's Output, in order."""
+        outs = []
+        for i in range(0, len(names) - 1, 2):
+            outs += self._decode_pair(names[i : i + 2])
+        return outs + ([self.decode(names[-1])] if len(names) % 2 else [])
 
     def _decode_pair(self, names: list[str]) -> list[Output]:
         """Two requests' decodes as one launch (Qwen3.decode_pair): each one's Output, as `decode` gives it."""

@@ -30,6 +30,8 @@ A report is one JSON object:
                       "decode_round": "each" | "step" | "compiled" (a step of three or more decodes as one
                                       launch each, one ragged step, or that step compiled: PDLIB_DECODE_ROUND;
                                       older reports lack it),
+                      "round_pairs": int | null (the largest round run as pair launches: PDLIB_ROUND_PAIRS;
+                                     null where pairs do not run; older reports lack it),
                       "round_gemm": "mlx" | "tiles16" (a few rows' matmuls: PDLIB_ROUND_GEMM; older reports
                                     lack it),
                       "settings": {"PDLIB_DECODE": .., ...} (every engine switch's effective value,

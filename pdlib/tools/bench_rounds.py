@@ -6,8 +6,9 @@ K/V cache, over the device-to-device copy bandwidth measured in the same run.
 
 `each`: a decode launch per request (two share the paired persistent launch); `step`: one ragged engine step, the
 weights read once for all rows and their attention one launch a layer over the requests' cache pool; `compiled`:
-that step as one compiled function (engine/round.py; where the rows kernel does not run, `step`'s launches). The
-modes apply from three rows; below that they run the same launches.
+that step as one compiled function (engine/round.py; where the rows kernel does not run, `step`'s launches);
+`pairs`: the rows two by two in persistent pair launches, the odd one alone (PDLIB_ROUND_PAIRS at least N; where
+pairs do not run, `each`). The modes apply from three rows; below that they run the same launches.
 `ms`: every round's tokens observed on the host before the next round is built; `pipelined_ms`: the next round
 built and started before this one's tokens are read, as `serve` runs its decode rounds (pipeline_decodes), so the
 host's work hides behind the device's; the median over `tokens` rounds. `host_ms`: the median time in
@@ -22,7 +23,7 @@ from pdlib.engine import Engine, check_token, observe_all
 from pdlib.tools.timing import bench_prompt, ms_since, observed, pipelined
 from pdlib.weights import LoadedModel
 
-MODES = ("each", "step", "compiled")
+MODES = ("each", "step", "compiled", "pairs")
 
 
 def kv_bytes(cfg, context: int) -> int:
@@ -47,7 +48,8 @@ def bench_rounds(
     out.update({k: {m: {} for m in MODES} for k in ("ms", "pipelined_ms", "host_ms")})
     out.update(bytes={}, floor_ms={})
     for mode in MODES:
-        engine.decode_round = mode
+        engine.decode_round = "each" if mode == "pairs" else mode
+        engine.round_pairs = max(rows) if mode == "pairs" else 2
         for n in rows:
             parts = [(name, None) for name in names[:n]]
             for name in names[:n]:

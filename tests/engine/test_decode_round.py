@@ -57,3 +57,43 @@ def test_a_bad_mode_is_refused(tiny, monkeypatch, bad):
     monkeypatch.setenv("PDLIB_DECODE_ROUND", bad)
     with pytest.raises(InputError, match=f"PDLIB_DECODE_ROUND must be each or step or compiled, got '{bad}'"):
         Engine(tiny, capacity=8)
+
+
+def test_a_round_of_up_to_round_pairs_rows_goes_out_two_by_two(tiny, monkeypatch):
+    """PDLIB_ROUND_PAIRS=5: a round of 5 is two pair launches and the odd row alone, in order, each row's output
+    its own; a round of 6 is past it and runs as PDLIB_DECODE_ROUND says. The CPU has no pair launch: a stand-in
+    runs a pair as its two decodes and records each launch."""
+    monkeypatch.setenv("PDLIB_ROUND_PAIRS", "5")
+    paired, each = engine_at(tiny, "step", monkeypatch), engine_at(tiny, "each", monkeypatch)
+    for e in (paired, each):
+        for i in range(len(LENGTHS), 6):  # six requests
+            e.add_request(f"r{i}", [(j * 17 + i) % tiny.config.vocab_size for j in range(10 + i)])
+            e.prefill_chunk(f"r{i}", 10 + i).token.item()
+    launches = []
+    model = paired.model
+    monkeypatch.setattr(model, "pairs", True)
+
+    def pair(caches, tokens):
+        launches.append(tuple(id(c) for c in caches))
+        return [model.decode(c, t) for c, t in zip(caches, tokens)]
+
+    monkeypatch.setattr(model, "decode_pair", pair)
+    key = {f"r{i}": id(paired.requests[f"r{i}"].cache) for i in range(6)}
+    parts = [(f"r{i}", None) for i in range(5)]
+    assert [o.observe() for o in paired.batch(parts)] == [o.observe() for o in each.batch(parts)]
+    assert launches == [(key["r0"], key["r1"]), (key["r2"], key["r3"])]
+    assert paired.settings["round_pairs"] == 5
+    launches.clear()
+    six = [(f"r{i}", None) for i in range(6)]
+    for a, b in zip(paired.batch(six), each.batch(six)):  # one ragged step: no pair launch
+        assert a.observe() == b.observe()
+        assert float(tolerance_stats(a.logits[None], b.logits[None])[1, 0]) <= 1.0
+    assert launches == []
+
+
+def test_a_bad_round_pairs_is_refused(tiny, monkeypatch):
+    from pdlib.errors import InputError
+
+    monkeypatch.setenv("PDLIB_ROUND_PAIRS", "0")
+    with pytest.raises(InputError, match="PDLIB_ROUND_PAIRS must be a whole number >= 1, got '0'"):
+        Engine(tiny, capacity=8)
