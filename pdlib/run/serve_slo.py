@@ -5,38 +5,94 @@ time-between-tokens target, from a step cost fitted on this engine (pdlib/run/sl
     budget = step_budget(cost, tbt_ms=14.0, ceiling=256)
     policy = make_batch_policy("slo-mixed", budget=budget)
 
-A step of D decode rows, at cache lengths c_i, plus a prompt chunk of n tokens from position s costs
-a + b (D + n) + c (sum c_i + n s) ms (the fit's form: weights once a step, per-row work, attention over the
-prefix). The budget is the largest n, 1 .. ceiling, whose predicted time is at most the limit: the target, or
-a one-token chunk's predicted step plus the fit's scatter if that is more (as in the two-request rule: below
-it, smaller chunks buy the decodes less than one step's noise while delaying the prompt). An n of at least
-ceiling/16 (the quantum) is rounded down to a multiple of it, so a run compiles few step shapes; where even one
-token misses the target, the budget is at least one quantum, so prompts still advance and the run's TBT shows
-the target could not hold.
+A prompt chunk of n tokens from position s costs a + b n + c n s ms alone (slo.py's fit: weights once a step,
+per-row work, attention over the prefix). Decode rows beside it cost far more than that form's per-row terms say
+(their attention and the decode path's launches: on the H200 a 512-token chunk step took 11.9 ms alone and 18.4
+with 8 rows), so they have a fit of their own (`fit_rows`): D >= 1 rows over C cached positions in all add
+rows_a + rows_b D + rows_c C, fitted on the residuals of steps timed with 1, 4 and 16 rows beside chunks of the
+same prompt (`rows_points`). A cost without that fit (no other request had room to decode through it)
+prices each row as one more chunk token.
+
+The budget is the largest n, 1 .. ceiling, whose predicted time is at most the limit: the target, or a one-token
+chunk's predicted step plus the fit's scatter if that is more (as in the two-request rule: below it, smaller
+chunks buy the decodes less than one step's noise while delaying the prompt). An n of at least ceiling/16 (the
+quantum) is rounded down to a multiple of it, so a run compiles few step shapes; where even one token misses
+the target, the budget is at least one quantum, so prompts still advance and the run's TBT shows the target
+could not hold.
 """
 
 from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
 
 from pdlib.batching import first_waiting
 from pdlib.engine import Engine
-from pdlib.run.slo import StepCost, calibrate
+from pdlib.run.slo import StepCost, calibrate, nonnegative_fit, timed_ms
 from pdlib.scheduler import RequestState
 from pdlib.workload import Workload
 
+ROW_COUNTS = (1, 4, 16)  # decode rows beside the calibration's chunks
+ROW_PASSES = 2  # the first compiles the steps' shapes and is not kept
+
 
 def calibrate_serving(engine: Engine, workload: Workload, *, chunk_size: int) -> tuple[StepCost, str]:
-    """The step cost, timed on the workload's longest prompt (its request is reset by every run): the fit and
-    the request it used."""
+    """The step cost, timed on the workload's longest prompt, with its decode rows' fit (every request it used
+    is reset by every run): the fit and the request it was timed on."""
     i = int(workload.prompt_tokens.argmax())
-    name = workload.names[i]
-    cost = calibrate(
-        engine,
-        prompt_tokens=int(workload.prompt_tokens[i]),
-        ceiling=chunk_size,
-        logical_reset=True,
-        req=name,
-    )
-    return cost, name
+    name, prompt = workload.names[i], int(workload.prompt_tokens[i])
+    cost = calibrate(engine, prompt_tokens=prompt, ceiling=chunk_size, logical_reset=True, req=name)
+    return fit_rows(cost, rows_points(engine, workload, name, chunk_size=chunk_size)), name
+
+
+def rows_points(engine: Engine, workload: Workload, name: str, *, chunk_size: int) -> list[list]:
+    """Request `name`'s prompt in chunks of chunk_size and chunk_size/4 in turn, each chunk beside D decode rows
+    of other requests (each D of ROW_COUNTS the workload has rows for), every step synced and timed:
+    [[D, C, n, start, ms], ...], C the rows' cached positions. The rows are the longest prompts with room in
+    their caches for every decode the calibration makes; none: []."""
+    prompt = int(workload.prompt_tokens[workload.names.index(name)])
+    sizes = [chunk_size, max(1, chunk_size // 4)]
+    steps = -(-prompt // sum(sizes)) * len(sizes)  # chunks of the prompt, rounded up to whole cycles
+    need = steps * len(ROW_COUNTS) * ROW_PASSES
+    order = np.argsort(-workload.prompt_tokens, kind="stable")
+    rows = [
+        workload.names[j]
+        for j in order
+        if workload.names[j] != name and int(workload.prompt_tokens[j]) + need < engine.capacity
+    ][: max(ROW_COUNTS)]
+    counts = sorted({min(d, len(rows)) for d in ROW_COUNTS} - {0})
+    points = []
+    for r in rows:
+        engine.reset(r, logical=True)
+        n = int(workload.prompt_tokens[workload.names.index(r)])
+        for start in range(0, n, chunk_size):
+            engine.prefill_chunk(r, min(chunk_size, n - start))
+    for p in range(ROW_PASSES if rows else 0):
+        for d in counts:
+            engine.reset(name, logical=True)
+            done, k = 0, 0
+            while done < prompt:
+                n = min(sizes[k % len(sizes)], prompt - done)
+                context = sum(engine.requests[r].cache.length for r in rows[:d])
+                ms = timed_ms(lambda: engine.batch([(name, n)] + [(r, None) for r in rows[:d]]))
+                if p == ROW_PASSES - 1:
+                    points.append([d, context, n, done, ms])
+                done, k = done + n, k + 1
+    for r in [name, *rows]:
+        engine.reset(r, logical=True)
+    return points
+
+
+def fit_rows(cost: StepCost, points: list[list]) -> StepCost:
+    """`cost` with its decode rows' terms fitted (module docstring) on the residuals of `points` about the chunk
+    alone; `cost` itself where there are no points."""
+    if not points:
+        return cost
+    x = np.array([[1.0, d, c] for d, c, *_ in points])
+    y = np.array([ms - cost.step_ms(n, start) for _, _, n, start, ms in points])
+    coef, _ = nonnegative_fit(x, y)
+    a, b, c = (float(v) for v in coef)
+    return replace(cost, rows_a=a, rows_b=b, rows_c=c, rows_points=[list(p) for p in points])
 
 
 def predicted_ms(cost: StepCost, running: list[RequestState], n: int) -> float:
@@ -46,7 +102,10 @@ def predicted_ms(cost: StepCost, running: list[RequestState], n: int) -> float:
     context = sum(r.prompt_tokens + r.emitted - 1 for r in decodes)  # each decode attends over its cache
     w = first_waiting(running)
     start = w.prefilled if w is not None else 0
-    return cost.a + cost.b * (len(decodes) + n) + cost.c * (context + n * start)
+    if not cost.rows_points:  # no rows fit: each row priced as a chunk token
+        return cost.a + cost.b * (len(decodes) + n) + cost.c * (context + n * start)
+    rows = cost.rows_a + cost.rows_b * len(decodes) + cost.rows_c * context if decodes else 0.0
+    return cost.step_ms(n, start) + rows
 
 
 def step_budget(cost: StepCost, *, tbt_ms: float, ceiling: int) -> Callable[[list[RequestState]], int]:
@@ -83,4 +142,4 @@ def slo_budget(engine: Engine, workload: Workload, *, chunk_size: int, slos: dic
     return record, step_budget(cost, tbt_ms=tbt_ms, ceiling=chunk_size)
 
 
-__all__ = ["calibrate_serving", "predicted_ms", "slo_budget", "step_budget"]
+__all__ = ["calibrate_serving", "fit_rows", "predicted_ms", "rows_points", "slo_budget", "step_budget"]

@@ -48,6 +48,12 @@ class StepCost:
     gap_fit: dict = field(default_factory=dict)
     # per mode without a gap fit: the probe's median of observed minus predicted, added to the prediction
     overhead_ms: dict = field(default_factory=dict)
+    # serving's decode rows beside a chunk (serve_slo.fit_rows): a step with D >= 1 of them over cached positions
+    # C costs rows_a + rows_b * D + rows_c * C more than its chunk alone; points [[D, C, n, start, ms], ...]
+    rows_a: float = 0.0
+    rows_b: float = 0.0
+    rows_c: float = 0.0
+    rows_points: list = field(default_factory=list)
 
     def step_ms(self, rows: int, context: int) -> float:
         return self.a + self.b * rows + self.c * rows * context
@@ -71,25 +77,30 @@ class StepCost:
         return asdict(self)
 
 
-def _least_squares(points) -> tuple[float, float, float, float]:
-    """a, b, c >= 0 of ms ~ a + b * n + c * n * context (non-negative least squares, by trying each subset of
-    the terms: a cost never falls as a chunk grows), and the residuals' scatter: 1.4826 x their median
-    absolute deviation, a robust standard deviation of one observation about the fit."""
-    x = np.array([[1.0, n, n * s] for n, s, _ in points])
-    y = np.array([ms for _, _, ms in points])
-    best, best_err = np.zeros(3), float(np.sum(y**2))
-    for terms in ((0,), (1,), (2,), (0, 1), (0, 2), (1, 2), (0, 1, 2)):
-        cols = list(terms)
+def nonnegative_fit(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
+    """Coefficients >= 0 of y ~ x @ coef (least squares over each subset of the columns: a cost never falls as
+    a step grows), and the residuals' scatter: 1.4826 x their median absolute deviation, a robust standard
+    deviation of one observation about the fit."""
+    k = x.shape[1]
+    best, best_err = np.zeros(k), float(np.sum(y**2))
+    for mask in range(1, 2**k):
+        cols = [j for j in range(k) if mask >> j & 1]
         coef, *_ = np.linalg.lstsq(x[:, cols], y, rcond=None)
         if np.all(coef >= 0):
-            full = np.zeros(3)
+            full = np.zeros(k)
             full[cols] = coef
             err = float(np.sum((y - x @ full) ** 2))
             if err < best_err:
                 best, best_err = full, err
     residuals = y - x @ best
-    spread = float(1.4826 * np.median(np.abs(residuals - np.median(residuals))))
-    return float(best[0]), float(best[1]), float(best[2]), spread
+    return best, float(1.4826 * np.median(np.abs(residuals - np.median(residuals))))
+
+
+def _least_squares(points) -> tuple[float, float, float, float]:
+    """a, b, c >= 0 of ms ~ a + b * n + c * n * context, and the residuals' scatter (nonnegative_fit)."""
+    x = np.array([[1.0, n, n * s] for n, s, _ in points])
+    coef, spread = nonnegative_fit(x, np.array([ms for _, _, ms in points]))
+    return float(coef[0]), float(coef[1]), float(coef[2]), spread
 
 
 def fit(points: list[tuple[int, int, float]], *, decode_ms: float) -> StepCost:
@@ -129,7 +140,8 @@ def cycling_rule(ceiling: int):
     return rule
 
 
-def _timed(fn) -> float:
+def timed_ms(fn) -> float:
+    """fn()'s wall time in ms, the device's work included."""
     t = time.perf_counter_ns()
     fn()
     mx.synchronize()
@@ -157,12 +169,12 @@ def calibrate(
         done, k = 0, 0
         while done < prompt_tokens:
             n = min(sizes[k % len(sizes)], prompt_tokens - done)
-            ms = _timed(lambda: engine.prefill_chunk(req, n))
+            ms = timed_ms(lambda: engine.prefill_chunk(req, n))
             if p == passes - 1:
                 points.append((n, done, ms))
             done, k = done + n, k + 1
         for _ in range(decodes):
-            ms = _timed(lambda: engine.decode(req).observe())
+            ms = timed_ms(lambda: engine.decode(req).observe())
             if p == passes - 1:
                 decode.append(ms)
     engine.reset(req, logical=logical_reset)

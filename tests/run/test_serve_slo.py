@@ -69,3 +69,51 @@ def test_serve_calibrates_once_records_the_target_and_gates_the_runs(tiny, workl
     assert tight["slo_policy"]["target_from"] == "strict slo"
     chunks = {sum(n for _, n in step if n) for step in tight["runs"][0]["steps"]["work"]} - {0}
     assert chunks == {2}  # the quantum: every prompt here is even, so no shorter last chunk
+
+
+ROWS = StepCost(
+    a=1.0, b=0.01, c=0.0, decode_ms=1.2, points=[], rows_a=5.0, rows_b=0.25, rows_c=0.0001, rows_points=[[1]]
+)
+
+
+def test_decode_rows_beside_a_chunk_are_priced_by_their_own_fit():
+    running = [state(f"d{i}", 1000, 1000, emitted=1) for i in range(8)] + [state("p", 2000, 512)]
+    # the chunk alone, a + b n, plus the rows' fixed cost, per row and per cached position (8 x 1,000)
+    assert predicted_ms(ROWS, running, 64) == pytest.approx(1.0 + 0.01 * 64 + 5.0 + 0.25 * 8 + 0.0001 * 8000)
+    assert predicted_ms(ROWS, [state("p", 2000, 512)], 64) == pytest.approx(1.0 + 0.01 * 64)  # no rows: none
+    # the same cost without the rows' fit prices the 8 rows as 8 chunk tokens: 7.8 ms less here
+    bare = StepCost(a=1.0, b=0.01, c=0.0, decode_ms=1.2, points=[])
+    assert predicted_ms(bare, running, 64) == pytest.approx(1.0 + 0.01 * 72)
+
+
+def test_fit_rows_recovers_the_rows_terms_from_steps_timed_beside_chunks():
+    chunk = StepCost(a=1.0, b=0.01, c=0.0, decode_ms=1.2, points=[])
+    true = lambda d, c, n, s: chunk.step_ms(n, s) + 5.0 + 0.25 * d + 0.0001 * c  # noqa: E731
+    pts = [
+        [d, c, n, s, true(d, c, n, s)] for d, c in ((1, 900), (4, 3800), (16, 15000)) for n, s in ((512, 0), (128, 512))
+    ]
+    fitted = serve_slo.fit_rows(chunk, pts)
+    assert (fitted.rows_a, fitted.rows_b, fitted.rows_c) == pytest.approx((5.0, 0.25, 0.0001), rel=1e-6)
+    assert fitted.rows_points == pts and (fitted.a, fitted.b) == (chunk.a, chunk.b)  # the chunk's fit unchanged
+    assert serve_slo.fit_rows(chunk, []) is chunk
+
+
+def test_the_serving_calibration_times_chunks_beside_1_4_and_16_rows_and_resets_them(tiny):
+    from pdlib.engine import Engine
+
+    ms = 1_000_000
+    n = 20
+    w = Workload("rows", np.arange(n) * ms, np.array([96] + [8 + i for i in range(n - 1)]), np.full(n, 4))
+    engine = Engine(tiny, capacity=int((w.prompt_tokens + w.output_tokens).max()) + 80, slots=n)
+    for i, name in enumerate(w.names):
+        engine.add_request(name, [(j * 13 + i) % tiny.config.vocab_size for j in range(int(w.prompt_tokens[i]))])
+    cost, name = serve_slo.calibrate_serving(engine, w, chunk_size=32)
+    assert name == w.names[0]
+    pts = cost.rows_points
+    # 96 tokens in chunks of 32 and 8 in turn: 32, 8, 32, 8, 16; once per row count
+    assert [p[0] for p in pts] == [1] * 5 + [4] * 5 + [16] * 5
+    assert [(p[2], p[3]) for p in pts[:5]] == [(32, 0), (8, 32), (32, 40), (8, 72), (16, 80)]
+    # the longest other prompt (26 tokens), after the first pass's 15 decodes (the kept pass is the second)
+    assert pts[0][1] == 26 + 15
+    assert pts[5][1] > pts[0][1] and all(p[4] > 0 for p in pts)
+    assert all(r.cache.length == 0 for r in engine.requests.values())  # every request it touched reset
