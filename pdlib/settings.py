@@ -105,8 +105,9 @@ SWITCHES = {
             "PDLIB_KV_CACHE_GIB",
             (float,),
             16.0,
-            "GiB a serving run's N caches may take in all (each request's cache holds the workload's longest "
-            "prompt + output; an H200 holds ~100 GiB of them beside the model)",
+            "GiB a serving run's caches may take in all: as many as fit, N at most, each holding the workload's "
+            "longest prompt + output; a request waits for a free one (an H200 holds ~100 GiB of them beside the "
+            "model, an H100 ~64)",
         ),
         Switch("PDLIB_OVERLAP_TIMEOUT_S", (float,), 600.0, "seconds the overlap runner waits for a prefill"),
         Switch("PDLIB_DISAGG_TRANSFER", ("whole", "layers"), "whole", "the K/V transfer's collective shape"),
@@ -144,8 +145,9 @@ ENGINE = tuple(
         "PDLIB_STEP_DISPATCH",
         "PDLIB_TOKEN_READ",
         "PDLIB_PARTITION_SMS",
+        "PDLIB_KV_CACHE_GIB",
     )
-)  # those that change what the engine computes or how it is timed
+)  # those that change what the engine computes or how it is timed (the caches' memory: how many requests run)
 
 _TYPES = {int: "a whole number >= 1", float: "a number > 0", str: "any text"}
 

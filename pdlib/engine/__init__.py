@@ -8,6 +8,10 @@
     outs = engine.batch([("A", None), ("B", 64)])   # one step: A's decode beside B's next chunk
     out.observe()                           # the host observes it (int)
 
+A request may also wait for a cache (`add_request(..., cached=False)`): `attach` gives it one, `detach` takes it
+back for the next (kept allocated, so a serving loop that reuses caches allocates none), and `reserve(k)` makes k
+caches ahead of time; `spare` says how many more requests can hold one at once.
+
 The engine keeps each request's next input token itself, so a step needs only the request's name. A request's
 progress has one owner, its cache (`length`); how much of the prompt is prefilled follows from it.
 On a GPU the kernels write new K/V slots into the cache arrays in place; `kv()` reads them through the
@@ -83,17 +87,17 @@ def observe_all(outs: list["Output | None"], seen=None) -> list[int | None]:
 @dataclass
 class Request:
     prompt: mx.array  # (P,) int32
-    cache: KVCache
+    cache: KVCache | None  # None: waiting for one (Engine.attach)
     next_token: mx.array | None = None
 
     @property
     def length(self) -> int:
-        return self.cache.length
+        return 0 if self.cache is None else self.cache.length
 
     @property
     def prefilled(self) -> int:
         """Prompt tokens in the cache (decodes only start once the whole prompt is in)."""
-        return min(self.cache.length, self.prompt.size)
+        return min(self.length, self.prompt.size)
 
 
 # PDLIB_DECODE_ROUND: a step of three or more decodes (a serving policy's decode round) as one decode launch
@@ -139,12 +143,14 @@ class Engine:
         self.capacity = capacity
         self.prune_final_layer = prune_final_layer
         self.requests: dict[str, Request] = {}
+        self.idle: list[KVCache] = []  # allocated caches that no request holds, for the next attach
         # slots: the requests' caches in one pool of that many (a step's decode rows then attend in one launch a
         # layer: engine/rows.py); None: a cache of its own each
         self.pool = None if slots is None else self.model.new_pool(capacity, slots)
         self.rounds = CompiledRounds(self.model)  # PDLIB_DECODE_ROUND=compiled's (engine/round.py)
 
-    def add_request(self, name: str, prompt_ids) -> None:
+    def add_request(self, name: str, prompt_ids, *, cached: bool = True) -> None:
+        """Add the request with a cache of its own (`attach`), or, `cached=False`, holding none until `attach`."""
         ids, vocab = [int(i) for i in prompt_ids], self.model.cfg.vocab_size
         if ids and not 0 <= min(ids) <= max(ids) < vocab:  # an id past the table reads past the embedding
             bad = next(i for i in ids if not 0 <= i < vocab)
@@ -153,18 +159,64 @@ class Engine:
         if prompt.size >= self.capacity:
             raise ValueError(f"prompt of {prompt.size} tokens leaves no room in a cache of {self.capacity}")
         self.remove_request(name)
-        cache = self.model.new_cache(self.capacity) if self.pool is None else self.pool.cache()
-        self.requests[name] = Request(prompt, cache)
+        self.requests[name] = Request(prompt, None)
+        if cached:
+            self.attach(name)
+
+    def _new_cache(self) -> KVCache:
+        return self.model.new_cache(self.capacity) if self.pool is None else self.pool.cache()
+
+    @property
+    def spare(self) -> int | None:
+        """How many more requests can hold a cache at once: the idle caches and the pool's free slots (None: no
+        pool, so no bound here)."""
+        return None if self.pool is None else len(self.idle) + len(self.pool.free)
+
+    def reserve(self, k: int) -> None:
+        """Make caches until k are idle (pool slots taken now, not when a request is attached)."""
+        while len(self.idle) < k:
+            self.idle.append(self._new_cache())
+
+    def attach(self, name: str) -> None:
+        """Give the request a cache, empty: an idle one, else a new one; a RuntimeError where the pool has no
+        slot left."""
+        r = self.requests[name]
+        if r.cache is not None:
+            raise ValueError(f"request {name} holds a cache already")
+        r.cache = self.idle.pop(0) if self.idle else self._new_cache()
+        r.cache.reset(logical=True)
+        r.next_token = None
+
+    def detach(self, name: str) -> None:
+        """Take the request's cache back, idle for the next attach; its last step's writes stay ordered before the
+        next owner's by the cache's fence."""
+        r = self.requests[name]
+        if r.cache is None:
+            raise ValueError(f"request {name} holds no cache")
+        self.idle.append(r.cache)
+        r.cache, r.next_token = None, None
 
     def remove_request(self, name: str) -> None:
         """Forget the request (if there is one), its pool slot given back."""
         r = self.requests.pop(name, None)
-        if r is not None and self.pool is not None:
-            self.pool.give_back(r.cache)
+        if r is not None and r.cache is not None:
+            self._give_back(r.cache)
 
-    def clear_requests(self) -> None:
-        for name in list(self.requests):
+    def _give_back(self, cache: KVCache) -> None:
+        if self.pool is not None:
+            self.pool.give_back(cache)
+
+    def clear_requests(self, *, keep_caches: bool = False) -> None:
+        """Forget every request; their caches and the idle ones go back to the pool, or stay idle (`keep_caches`:
+        for the next requests, allocated)."""
+        for name, r in list(self.requests.items()):
+            if keep_caches and r.cache is not None:
+                self.detach(name)
             self.remove_request(name)
+        if not keep_caches:
+            for cache in self.idle:
+                self._give_back(cache)
+            self.idle = []
 
     def release(self) -> None:
         """Give the device memory of every cache back (the requests', the pool's, the compiled rounds' traces) to
@@ -175,10 +227,18 @@ class Engine:
         self.rounds = CompiledRounds(self.model)
         mx.clear_cache()
 
+    def _held(self, name: str) -> Request:
+        """The request, which must hold a cache for a step."""
+        r = self.requests[name]
+        if r.cache is None:
+            raise ValueError(f"request {name} holds no cache (Engine.attach gives it one)")
+        return r
+
     def reset(self, name: str, *, logical: bool) -> None:
         """Forget the request's progress; logical keeps the cache allocation and only rewinds its length."""
         r = self.requests[name]
-        r.cache.reset(logical=logical)
+        if r.cache is not None:
+            r.cache.reset(logical=logical)
         r.next_token = None
 
     def prefill_chunk(self, name: str, n: int) -> Output | None:
@@ -255,7 +315,7 @@ class Engine:
             yield arrays
 
     def _segment(self, name: str, n: int | None) -> Segment:
-        r = self.requests[name]
+        r = self._held(name)
         if n is None:
             if r.next_token is None:
                 raise ValueError(f"decode of {name} before its prompt is prefilled")
@@ -284,7 +344,7 @@ class Engine:
         return outs
 
     def decode(self, name: str) -> Output:
-        r = self.requests[name]
+        r = self._held(name)
         if r.next_token is None:
             raise ValueError(f"decode of {name} before its prompt is prefilled")
         position = r.cache.length
@@ -302,7 +362,7 @@ class Engine:
 
     def _decode_pair(self, names: list[str]) -> list[Output]:
         """Two requests' decodes as one launch (Qwen3.decode_pair): each one's Output, as `decode` gives it."""
-        reqs = [self.requests[name] for name in names]
+        reqs = [self._held(name) for name in names]
         for name, r in zip(names, reqs):
             if r.next_token is None:
                 raise ValueError(f"decode of {name} before its prompt is prefilled")
@@ -316,7 +376,7 @@ class Engine:
     def install(self, name: str, kv: mx.array, logits: mx.array, token: mx.array) -> Output:
         """A prompt prefilled elsewhere (disagg): kv (L, 2, Hkv, T, Dh) goes into the request's cache after
         what it holds; logits and token are the prompt's first output, as its last chunk yields it."""
-        r = self.requests[name]
+        r = self._held(name)
         r.cache.install([kv[i, 0] for i in range(kv.shape[0])], [kv[i, 1] for i in range(kv.shape[0])])
         return self._emit(r, logits, token)
 
@@ -330,5 +390,5 @@ class Engine:
 
     def kv(self, name: str, start: int, stop: int) -> mx.array:
         """K and V of every layer over positions [start, stop): (L, 2, Hkv, stop - start, Dh)."""
-        c = self.requests[name].cache
+        c = self._held(name).cache
         return mx.stack([mx.stack(c.read(i, start, stop)) for i in range(len(c.k))])

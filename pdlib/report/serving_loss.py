@@ -25,12 +25,15 @@ run_loss, the fields (counts over the requests that emitted; shares NaN where no
 - per Slo name n: tbt_over_n, the pooled gaps over its TBT bound, and tbt_over_n_prompt, those with prompt work
   inside (prefill stalls); ttft_over_n, the requests over its TTFT bound, and ttft_over_n_wait_share, the part
   of their TTFT spent before their first prompt step started (queued behind other work, against their own
-  prefill; a request whose prompt no logged step carried counts all of it); tpot_over_n, the requests over its
-  TPOT bound, and tpot_over_n_prompt_share, the part of their gaps' time in gaps with prompt work;
+  prefill; a request whose prompt no logged step carried counts all of it), ttft_over_n_memory_share, the part
+  spent arrived but waiting for a free cache (requests' `cache_wait_ns`; 0 where a run has none); tpot_over_n,
+  the requests over its TPOT bound, and tpot_over_n_prompt_share, the part of their gaps' time in gaps with
+  prompt work;
 - peak_requests: the most requests between arrival and last token at any moment; peak_positions: the most
   positions (prompt + output) live requests held at any moment; peak_kv_gib: that in K/V bytes when
-  `kv_bytes_per_position` is given: what caches sized per request would need at the peak (every cache here is
-  allocated before the run, so memory never holds a request back; this says how much of it the rate used).
+  `kv_bytes_per_position` is given: what caches sized per request would need at the peak (a run's caches are
+  allocated before it, each of the workload's longest request: this says how much of them the rate used);
+  cache_waits: the requests that waited for a cache.
 Under overlap, partition and disagg a prompt runs beside the steps and only the step that joins it carries its
 tokens: the wait then reads up to that step, and the gaps its prompt work slowed show none inside.
 
@@ -40,8 +43,9 @@ the point's failed bounds and its run_loss (None where the log's point has none)
 rules: a failed TBT bound is lost to "prefill stalls" when at least half its over-bound gaps had prompt work
 inside, else to "host time" when host_share >= 0.5, else to "decode steps" ("decode steps or host time" where
 host_share is unknown, as for a peer; none named with no gap over it: a NaN p99);
-a failed TTFT bound (or a failed attainment with requests over the TTFT bound) to "queueing" when at least half
-of those requests' TTFT was wait, else to "prefill"; a failed attainment with requests over the TPOT bound to
+a failed TTFT bound (or a failed attainment with requests over the TTFT bound) to "memory" when at least half
+of those requests' TTFT was spent waiting for a cache, else "queueing" when at least half was wait, else
+"prefill"; a failed attainment with requests over the TPOT bound to
 "prefill stalls" when at least half their gap time had prompt work inside, else "decode steps".
 """
 
@@ -207,6 +211,7 @@ def run_loss(run: dict, slos=(), *, kv_bytes_per_position: int | None = None) ->
     ttft = np.array([r["emit_ns"][0] - r["arrival_ns"] for r in requests], dtype=np.int64)
     start = np.array([first.get(r["name"], r["emit_ns"][0]) for r in requests], dtype=np.int64)
     wait = start - np.array([r["arrival_ns"] for r in requests], dtype=np.int64)
+    held = np.array([r.get("cache_wait_ns", 0) for r in requests], dtype=np.int64)  # waiting for a cache
     for slo in slo_list(slos):
         n = slo.name
         over = pooled > slo.tbt_ms * NS_PER_MS  # a bound is met at equality
@@ -215,6 +220,7 @@ def run_loss(run: dict, slos=(), *, kv_bytes_per_position: int | None = None) ->
         late = ttft > slo.ttft_ms * NS_PER_MS
         out[f"ttft_over_{n}"] = int(late.sum())
         out[f"ttft_over_{n}_wait_share"] = _share(float(wait[late].sum()), float(ttft[late].sum()))
+        out[f"ttft_over_{n}_memory_share"] = _share(float(held[late].sum()), float(ttft[late].sum()))
         slow = [g for g in gaps.values() if g["gaps_ns"].mean() > slo.tpot_ms * NS_PER_MS]  # TPOT: mean gap
         out[f"tpot_over_{n}"] = len(slow)
         spent = sum(int(g["gaps_ns"].sum()) for g in slow)
@@ -222,6 +228,7 @@ def run_loss(run: dict, slos=(), *, kv_bytes_per_position: int | None = None) ->
             sum(int(g["gaps_ns"][g["prompt_steps"] > 0].sum()) for g in slow), spent
         )
     out["peak_requests"], out["peak_positions"] = peaks(requests)
+    out["cache_waits"] = int((held > 0).sum())
     if kv_bytes_per_position is not None:
         out["peak_kv_gib"] = out["peak_positions"] * kv_bytes_per_position / GIB
     return out
@@ -254,7 +261,8 @@ def _causes(failed: list[dict], loss: dict | None, slo: Slo) -> list[str]:
         causes.append("prefill stalls" if stalls else slow)  # a peer's steps have no issue times: host unknown
     attain = f"attain_{n}" in fields
     if ("ttft_p90_ms" in fields or attain) and loss[f"ttft_over_{n}"]:
-        causes.append("queueing" if loss[f"ttft_over_{n}_wait_share"] >= HALF else "prefill")
+        memory = loss.get(f"ttft_over_{n}_memory_share", 0.0) >= HALF  # older logs' points have no such share
+        causes.append("memory" if memory else "queueing" if loss[f"ttft_over_{n}_wait_share"] >= HALF else "prefill")
     if attain and loss[f"tpot_over_{n}"]:
         causes.append("prefill stalls" if loss[f"tpot_over_{n}_prompt_share"] >= HALF else "decode steps")
     return list(dict.fromkeys(causes))
@@ -310,9 +318,10 @@ def limit_text(limit: dict | None) -> str:
     if over := loss[f"tbt_over_{n}"]:
         parts.append(f"{loss[f'tbt_over_{n}_prompt']} of {_n(over, 'gap')} over the TBT bound had prompt work inside")
     if late := loss[f"ttft_over_{n}"]:
-        parts.append(
-            f"{_n(late, 'request')} over the TTFT bound, {loss[f'ttft_over_{n}_wait_share']:.0%} of it waiting"
-        )
+        text_late = f"{_n(late, 'request')} over the TTFT bound, {loss[f'ttft_over_{n}_wait_share']:.0%} of it waiting"
+        if memory := loss.get(f"ttft_over_{n}_memory_share", 0.0):  # NaN or a share > 0
+            text_late += f" ({memory:.0%} for a cache)"
+        parts.append(text_late)
     if slow := loss[f"tpot_over_{n}"]:
         share = loss[f"tpot_over_{n}_prompt_share"]
         parts.append(f"{_n(slow, 'request')} over the TPOT bound, {share:.0%} of their gaps' time with prompt work")
@@ -324,6 +333,8 @@ def limit_text(limit: dict | None) -> str:
     peak = f"at most {_n(loss['peak_requests'], 'request')} at once"
     if "peak_kv_gib" in loss:
         peak += f" ({loss['peak_kv_gib']:.2g} GiB of K/V)"
+    if waits := loss.get("cache_waits"):
+        peak += f", {_n(waits, 'request')} waiting for a cache"
     parts.append(peak)
     causes = f" -> {', '.join(limit['causes'])}" if limit["causes"] else ""
     return f"{text}{causes}: " + "; ".join(parts)

@@ -5,17 +5,17 @@ every token is stamped, and every request's ids must equal the FP32 reference's 
     report = run_serving(load_model("synthetic:tiny"), workload, policy=["eager", "mixed"], chunk_size=32)
     print(summary_table(report))
 
-A run: every request is added to the engine (its cache allocated) and reset before the clock starts at 0
-(`time.perf_counter_ns`). Then, until every request has finished: admit the requests whose arrival_ns the clock
-has passed; ask the policy (pdlib.batching) for a step; if it has none, wait for the next arrival (sleep, then
-spin); else run the step as one `Engine.batch`, observe each output token (`Output.observe`) and stamp it with
-the clock; a step without a token ends when its parts' K/V are written. Each step is logged (its parts
-`[name, n]` or `[name, null]` for a decode, its start and end). Pipelined decodes (`pipeline`, the params'
-`pipeline_decodes`, on by default): a step of decodes only is issued before the tokens of the step before it
-are observed (each decode's input token is on the device already, and which step comes next never depends
-on a token's value), so the host's work overlaps the device's, as in the two-request runs; a step with a
-prompt chunk, a join or a wait for an arrival first observes what is out. Warmups, when asked for, are whole
-runs first, checked and then dropped.
+A run: every request is added to the engine and the caches are allocated before the clock starts at 0
+(`time.perf_counter_ns`). Then, until every request has finished: admit the requests whose arrival_ns the clock has
+passed while a cache is free (Memory, below); ask the policy (pdlib.batching) for a step; if it has none, wait for
+the next arrival (sleep, then spin); else run the step as one `Engine.batch`, observe each output token
+(`Output.observe`) and stamp it with the clock; a step without a token ends when its parts' K/V are written. Each
+step is logged (its parts `[name, n]` or `[name, null]` for a decode, its start and end). Pipelined decodes
+(`pipeline`, the params' `pipeline_decodes`, on by default): a step of decodes only is issued before the tokens of
+the step before it are observed (each decode's input token is on the device already, and which step comes next never
+depends on a token's value), so the host's work overlaps the device's, as in the two-request runs; a step with a
+prompt chunk, a join or a wait for an arrival first observes what is out. Warmups, when asked for, are whole runs
+first, checked and then dropped.
 
 A policy that prefills elsewhere (overlap, partition, disagg) has a prompt lane (serve_lane.py): when it is
 free, the prompt the policy names starts there as one whole prefill (a layer dispatched after each step; or on
@@ -23,10 +23,14 @@ the prefill worker); the loop joins it (a `Prefill(remote=True)` step: its first
 step after it is done, or at once, waiting, when there is nothing else to run. The join is logged as `[name, n]`
 and its index in `joins`; disagg's replay joins through the worker again, so the gate checks what arrived.
 
-Capacity: the engine gives every request its own cache of one capacity, max(prompt + output) over the
-workload (the last output is never fed back, so that holds every position): one cache shape, so no step is
-compiled again for another, and all N caches are allocated before the clock starts (PDLIB_KV_CACHE_GIB, 16 by
-default, refuses a workload whose caches would not fit; a paged cache is for the GPU version).
+Memory: every cache has one capacity, max(prompt + output) over the workload (the last output is never fed
+back, so that holds every position): one cache shape, so no step is compiled again for another. As many caches
+as PDLIB_KV_CACHE_GIB (16 by default) holds, N at most, are allocated before the clock starts (`serving_capacity`;
+a workload that one cache would not fit is refused). A request holds one from its admission to its last token:
+it is admitted when the clock has passed its arrival and a cache is free, in arrival order (a request that
+arrived waits behind an earlier one still waiting), and its cache goes back when its last step is issued (the
+next owner's writes are ordered after it through the cache's fence, and its first step, a prompt's, waits for
+every token out). A request's `cache_wait_ns` is how long it waited, arrived, for a cache.
 
 The gate, after each run: every request's tokens against the FP32 reference (pdlib/run/serve_gate.py), then
 the run's logged steps replayed, untimed, with the two-request gate's full checks (every output's logits, every
@@ -86,8 +90,13 @@ def serve_once(
     names, n = workload.names, workload.n
     arrival = workload.arrival_ns.tolist()
     prompt, output = workload.prompt_tokens.tolist(), workload.output_tokens.tolist()
-    for name in names:  # untimed: the caches are allocated once; each run only rewinds them
+    for name in names:  # untimed: the caches are allocated once; a request takes one when it is admitted
         engine.reset(name, logical=True)
+        if engine.requests[name].cache is not None:
+            engine.detach(name)
+    slots = engine.spare  # None: caches of their own, as many as requests (those detached now)
+    if slots is not None:
+        engine.reserve(slots)  # every cache the pool holds made now, none on the clock
     chooser = make_batch_policy(policy, budget=budget, decode_rounds=decode_rounds)
     site = chooser.remote_prefill
     lane = PromptLane(site, worker=worker if site == "worker" else None) if site else None
@@ -97,21 +106,21 @@ def serve_once(
     running: list[RequestState] = []
     ids: dict[str, list[int]] = {name: [] for name in names}
     emits: dict[str, list[int]] = {name: [] for name in names}
-    admitted = [0] * n
+    admitted, blocked = [0] * n, [None] * n  # blocked: when it was first seen arrived with no cache free
+    seen = 0  # the requests before it were seen arrived while none was free, or admitted
     work_log, t_start_log, t_issued_log, t_end_log = [], [], [], []
     idle_ns, nxt, finished = 0, 0, 0
     pending = None  # a step issued whose tokens the host has not observed yet: (parts, outs, t_start, t_issued)
 
-    def observe(parts, outs, t_start, t_issued) -> None:
+    def observe(parts, outs, caches, t_start, t_issued) -> None:
         def seen(i: int, token: int) -> None:  # stamped as it is seen
             ids[parts[i][0]].append(check_token(token))
             emits[parts[i][0]].append(now() - t0)
 
         observe_all(outs, seen)
         quiet = []
-        for (name, _), out in zip(parts, outs):
+        for out, c in zip(outs, caches):
             if out is None:
-                c = engine.requests[name].cache
                 quiet += c.lazy()
         if quiet:  # a chunk that yields no token is done when its K/V are
             mx.eval(quiet)
@@ -125,6 +134,12 @@ def serve_once(
     while finished < n:
         t = now() - t0
         while nxt < n and arrival[nxt] <= t:
+            if slots is not None and len(running) == slots:  # every cache held: it waits, and so do those behind it
+                while seen < n and arrival[seen] <= t:
+                    blocked[seen], seen = t, seen + 1
+                break
+            engine.attach(names[nxt])
+            seen = max(seen, nxt + 1)
             states[names[nxt]] = RequestState(names[nxt], prompt[nxt], output[nxt])
             running.append(states[names[nxt]])
             admitted[nxt] = t
@@ -145,7 +160,7 @@ def serve_once(
         if step is None:
             if running or nxt == n:
                 raise RuntimeError(f"policy {policy!r} stopped with {len(running)} requests running")
-            wait_until(t0 + arrival[nxt])
+            wait_until(t0 + arrival[nxt])  # with nothing running every cache is free
             idle_ns += now() - t0 - t
             continue
         check_step(step, states)
@@ -155,6 +170,7 @@ def serve_once(
             observe(*pending)  # a step with a prompt in it goes out once the tokens before it are seen
             pending = None
         index = len(work_log) + (pending is not None)  # this step's place in the log
+        caches = [engine.requests[name].cache for name, _ in parts]  # held until the step is seen, reused after
         t_start = now()
         if remote:
             outs = [lane.join(engine)[0]]
@@ -170,14 +186,16 @@ def serve_once(
         t_issued = now()  # the host's part of the step ends: built and started
         if pending is not None:  # the step before, seen while this one runs
             observe(*pending)
-        pending = (parts, outs, t_start, t_issued)
+        pending = (parts, outs, caches, t_start, t_issued)
         if not pipeline:
             observe(*pending)
             pending = None
         done = 0  # the states move now: which step comes next does not depend on the tokens
         for w in step.work:
             states[w.req].apply(w)
-            done += states[w.req].finished
+            if states[w.req].finished:
+                engine.detach(w.req)  # free for the next admitted: its own first step waits for this one's
+                done += 1
         if done:
             running = [r for r in running if not r.finished]
             finished += done
@@ -186,6 +204,8 @@ def serve_once(
     requests = request_records(
         workload, admitted=admitted, emits=[emits[m] for m in names], ids=[ids[m] for m in names]
     )
+    for r, a, b in zip(requests, admitted, blocked):
+        r["cache_wait_ns"] = 0 if b is None else a - b
     steps = {"work": work_log, "t_start_ns": t_start_log, "t_issued_ns": t_issued_log, "t_end_ns": t_end_log}
     if lane is not None:
         steps["joins"] = joins  # these steps joined a prompt run on the lane (a whole prefill, replayed as one)
@@ -261,9 +281,15 @@ def kv_cache_bytes(model: LoadedModel, *, requests: int, capacity: int) -> int:
     return 2 * 4 * requests * capacity * c.num_hidden_layers * c.num_key_value_heads * c.head_dim  # K and V, FP32
 
 
-def serving_capacity(model: LoadedModel, workload: Workload) -> tuple[int, int]:
-    """(cache capacity, bytes of all N caches) for `workload`, or InputError when the model or memory cannot
-    hold it (module docstring)."""
+def cache_slots(model: LoadedModel, capacity: int, n: int) -> int:
+    """How many caches of `capacity` positions PDLIB_KV_CACHE_GIB holds, n at most (0: not one)."""
+    one = kv_cache_bytes(model, requests=1, capacity=capacity)
+    return min(n, int(settings.get("PDLIB_KV_CACHE_GIB") * 2**30 // one))
+
+
+def serving_capacity(model: LoadedModel, workload: Workload) -> tuple[int, int, int]:
+    """(cache capacity, caches, their bytes) for `workload`: as many caches as PDLIB_KV_CACHE_GIB holds, N at
+    most; InputError when the model or memory cannot hold one (module docstring)."""
     total = (workload.prompt_tokens + workload.output_tokens).tolist()
     capacity = max(total)
     limit = model.config.max_position_embeddings
@@ -273,14 +299,14 @@ def serving_capacity(model: LoadedModel, workload: Workload) -> tuple[int, int]:
             f"request {workload.names[i]}: prompt + output = {capacity} exceeds the model's "
             f"{limit} positions (lower max_total_tokens)"
         )
-    cache_bytes = kv_cache_bytes(model, requests=workload.n, capacity=capacity)
-    limit_gib = settings.get("PDLIB_KV_CACHE_GIB")
-    if cache_bytes > limit_gib * 2**30:
+    slots = cache_slots(model, capacity, workload.n)
+    one, limit_gib = kv_cache_bytes(model, requests=1, capacity=capacity), settings.get("PDLIB_KV_CACHE_GIB")
+    if slots < 1:
         raise InputError(
-            f"{workload.n} caches of {capacity} positions need {cache_bytes / 2**30:.1f} GiB "
-            f"(over PDLIB_KV_CACHE_GIB={limit_gib:g}): serve fewer requests or shorter ones, or raise it"
+            f"one cache of {capacity} positions needs {one / 2**30:.2f} GiB (over PDLIB_KV_CACHE_GIB={limit_gib:g}): "
+            f"serve shorter requests (max_total_tokens) or raise it"
         )
-    return capacity, cache_bytes
+    return capacity, slots, slots * one
 
 
 def warm_engine(engine: Engine, workloads: Sequence[Workload], chunk_size: int, policies: Sequence[str] = ()) -> dict:
@@ -289,13 +315,15 @@ def warm_engine(engine: Engine, workloads: Sequence[Workload], chunk_size: int, 
     each round's trace (engine/round.py), on partition's slice A too where `policies` hold it (MLX keeps a trace
     per stream): the row counts run, the rounds traced and the seconds."""
     t = time.perf_counter()
-    rows = engine.model.warm(max(max(chunk_size, int(w.prompt_tokens.max())) + w.n for w in workloads))
+    most = engine.pool.shape[0] if engine.pool is not None else max(w.n for w in workloads)  # decodes in a step
+    rows = engine.model.warm(max(max(chunk_size, int(w.prompt_tokens.max())) + min(w.n, most) for w in workloads))
     sizes = range(3, max(w.n for w in workloads) + 1)
     rounds = engine.rounds.trace(engine.pool, sizes) if engine.decode_round == "compiled" else []
     if rounds and any(BATCH_POLICIES[resolve(p)[0]].remote_prefill == "slice" for p in policies):
         with slice_pair().a.active():  # where partition issues its rounds while a prompt is out
             engine.rounds.trace(engine.pool, sizes)
-    return {"warm_rows": rows, "warm_rounds": rounds, "warm_s": time.perf_counter() - t}
+    slots = None if engine.pool is None else engine.pool.shape[0]  # at most this many requests hold a cache at once
+    return {"slots": slots, "warm_rows": rows, "warm_rounds": rounds, "warm_s": time.perf_counter() - t}
 
 
 def run_serving(
@@ -332,16 +360,17 @@ def run_serving(
         if dtype not in PEER_DTYPES or not isinstance(step, int) or step < 1:
             raise InputError(f"peer ({dtype!r}, {step!r}): expected a dtype of {', '.join(PEER_DTYPES)}, a size >= 1")
     cfg = model.config
-    capacity, cache_bytes = serving_capacity(model, workload)
+    capacity, slots, cache_bytes = serving_capacity(model, workload)
     prompts = {p.name: p for p in iter_prompts(workload, vocab_size=cfg.vocab_size, tokenizer=model.tokenizer)}
     reference_s = None
     if refs is None:
         outputs = dict(zip(workload.names, workload.output_tokens.tolist()))
         refs, reference_s = reference_sequences(model, {k: p.token_ids for k, p in prompts.items()}, outputs)
     t = time.perf_counter()
-    engine = Engine(model, capacity=capacity, slots=workload.n)
+    engine = Engine(model, capacity=capacity, slots=slots)
     for name in workload.names:
-        engine.add_request(name, prompts[name].token_ids)
+        engine.add_request(name, prompts[name].token_ids, cached=False)
+    engine.reserve(slots)
     setup_s = time.perf_counter() - t
     warm = warm_engine(engine, [workload], chunk_size, policies)
     runs, near_ties, reference = [], [], None

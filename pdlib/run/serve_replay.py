@@ -5,15 +5,15 @@ sample of the run's requests.
 
     record = replay_gate(engine, model, run, prompt_ids, sample=4, seed=0, checkpoint_every=16)
 
-A timed run's steps depend on when requests arrived, so each run is replayed as it ran: the same parts in the
-same steps (`run["steps"]["work"]`), through the same Engine.batch, those partition issued on slice A on it
-again (`steps["sliced"]`: the persistent decode's grid, so the order of its sums, follows the slice). Every
-request's replayed tokens must equal the run's (the replay is the run, or the check means nothing), and each
-sampled request is checked against a reference that prefills its prompt alone and decodes it greedily (FP32,
-mlx-lm's Qwen3 on upcast weights): in a batched step each row must compute what it would alone. The sample is
-drawn, seeded, from the requests whose tokens matched the reference exactly (a near tie may flip a token,
-after which the continuation is the engine's own and no reference step describes it; those requests are
-named and left out).
+A timed run's steps depend on when requests arrived, so each run is replayed as it ran: the same parts in the same
+steps (`run["steps"]["work"]`), through the same Engine.batch (each request holding a cache from its first part to
+its last token, within what it held in the run), those partition issued on slice A on it again (`steps["sliced"]`:
+the persistent decode's grid, so the order of its sums, follows the slice). Every request's replayed tokens must
+equal the run's (the replay is the run, or the check means nothing), and each sampled request is checked against a
+reference that prefills its prompt alone and decodes it greedily (FP32, mlx-lm's Qwen3 on upcast weights): in a
+batched step each row must compute what it would alone. The sample is drawn, seeded, from the requests whose tokens
+matched the reference exactly (a near tie may flip a token, after which the continuation is the engine's own and no
+reference step describes it; those requests are named and left out).
 """
 
 import contextlib
@@ -59,11 +59,17 @@ def replay_gate(
     gate = Gate(engine, traces, result, checkpoint_every=checkpoint_every)
     for r in requests:
         engine.reset(r["name"], logical=True)
+        if engine.requests[r["name"]].cache is not None:
+            engine.detach(r["name"])
     ids: dict[str, list[int]] = {r["name"]: [] for r in requests}
+    wanted = {r["name"]: len(r["output_ids"]) for r in requests}
     sliced = set(run["steps"].get("sliced", ()))
     joins = set(run["steps"].get("joins", ())) if join is not None else set()
     for index, parts in enumerate(run["steps"]["work"]):
         parts = [(name, n) for name, n in parts]
+        for name, _ in parts:
+            if engine.requests[name].cache is None:
+                engine.attach(name)
         starts = [engine.requests[name].length for name, _ in parts]
         # a step that ran on partition's slice A runs there again: the decode's grid, so its sums, follow the slice
         if index in joins:
@@ -81,6 +87,11 @@ def replay_gate(
                 checked.append(r)
         if checked:
             gate.on_step(index, None, checked, 0, 0, timed=False)
+        for name, _ in parts:
+            if len(ids[name]) == wanted[name]:  # its last token: its cache goes to the next, checked first
+                if name in chosen:
+                    gate.flush_decode_kv(name)
+                engine.detach(name)
     gate.finish()
     for r in requests:
         if ids[r["name"]] != r["output_ids"]:

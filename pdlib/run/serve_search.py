@@ -17,16 +17,15 @@ params' own value is replaced by each measured rate. A rep is one fixed workload
 - a whole trace (neither): one sample only, reps must be 1.
 Rep 0 is the params' workload itself (Workload.from_params at that rate).
 
-A measured point runs one policy (serve.serve_once, gated as `serve` gates: a token mismatch, or a failed check
-on the replay of its steps, run on the first point of each policy and rate, stops the search in one line) or
-one peer (peer.peer_once, timed, its agreement recorded) on that workload, and keeps report.serving.run_summary
-with both SLOs' attainment. The params' warmups are untimed runs of a policy (or peer) at its first point in a
-command, not at every point: with the matmul variants compiled first (serve.warm_engine) and no kernel compiled
-per chunk length, what a warmup compiles or allocates once serves every later rate; each point records the
-warmups run before it. What every point shares is made once per search (`Bench`): the model, one Engine
-(capacity: the largest over the reps, so every step keeps one cache shape), each rep's prompts and FP32
-references (per request: computed once per rep and log, reused at every rate and by later commands), and
-mlx-lm's models for the peers.
+A measured point runs one policy (serve.serve_once, gated as `serve` gates: a token mismatch, or a failed check on
+the replay of its steps, run on the first point of each policy and rate, stops the search in one line) or one peer
+(peer.peer_once, timed, its agreement recorded) on that workload, and keeps report.serving.run_summary with both
+SLOs' attainment. The params' warmups are untimed runs of a policy (or peer) at its first point in a command, not at
+every point: with the matmul variants compiled first (serve.warm_engine) and no kernel compiled per chunk length,
+what a warmup compiles or allocates once serves every later rate; each point records the warmups run before it. What
+every point shares is made once per search (`Bench`): the model, one Engine (capacity: the largest over the reps,
+one cache shape for every step; as many caches as memory holds, serve.py), each rep's prompts and FP32 references
+(computed once per rep and log, reused at every rate and by later commands), and mlx-lm's models for the peers.
 
 SLOs (report.serving.slos_from_step): strict and relaxed TBT/TPOT are 5x and 25x one decode step; TTFT is one
 number for both. `search.slo.decode_ms: null` measures the step here (`calibrate`: the median of DECODE_STEPS
@@ -152,8 +151,7 @@ def _prefill(engine: Engine, name: str, n: int, chunk_size: int) -> int:
         k = min(chunk_size, n)
         out = engine.batch([(name, k)])[0]
         if out is None:
-            c = engine.requests[name].cache
-            mx.eval([*c.k, *c.v, c.written])
+            mx.eval(engine.requests[name].cache.lazy())
         n -= k
     return check_token(out.observe())
 
@@ -205,7 +203,7 @@ class Bench:
         self.samples = [rep_workload(workload_params, 1.0, r) for r in range(reps)]  # refuses a rep it can't make
         for p in params.policies:  # replicas for every rep's requests, or refused now
             resolve(p, min(w.n for w in self.samples))
-        self.capacity = max(int((w.prompt_tokens + w.output_tokens).max()) for w in self.samples)
+        self.longest = max(self.samples, key=lambda w: int((w.prompt_tokens + w.output_tokens).max()))  # caches' size
         self.peers = {peer_name(*c): c for c in params.peer_configs()}
         self.slos: dict = {}
         self._model, self.engine, self.in_engine = None, None, None
@@ -252,12 +250,14 @@ class Bench:
         """The one engine, holding `prep`'s requests (added again when the rep changes)."""
         if self.engine is None:
             mx.clear_cache()  # what a peer's point left cached goes back before the engine's caches are made
-            self.engine = Engine(self.model, capacity=self.capacity, slots=max(w.n for w in self.samples))
+            capacity, slots, _ = serving_capacity(self.model, self.longest)  # as many caches as memory holds
+            self.engine = Engine(self.model, capacity=capacity, slots=slots)
+            self.engine.reserve(slots)
             self.warm = warm_engine(self.engine, self.samples, self.params.chunk_size, self.params.policies)
         if self.in_engine != prep["key"]:
-            self.engine.clear_requests()
+            self.engine.clear_requests(keep_caches=True)  # allocated, for the next rep's requests
             for name, ids in prep["prompts"].items():
-                self.engine.add_request(name, ids)
+                self.engine.add_request(name, ids, cached=False)
             self.in_engine = prep["key"]
         return self.engine
 

@@ -41,27 +41,47 @@ def calibrate_serving(engine: Engine, workload: Workload, *, chunk_size: int) ->
     is reset by every run): the fit and the request it was timed on."""
     i = int(workload.prompt_tokens.argmax())
     name, prompt = workload.names[i], int(workload.prompt_tokens[i])
-    cost = calibrate(engine, prompt_tokens=prompt, ceiling=chunk_size, logical_reset=True, req=name)
-    return fit_rows(cost, rows_points(engine, workload, name, chunk_size=chunk_size)), name
+    attached = _hold(engine, [name])
+    try:
+        cost = calibrate(engine, prompt_tokens=prompt, ceiling=chunk_size, logical_reset=True, req=name)
+        return fit_rows(cost, rows_points(engine, workload, name, chunk_size=chunk_size)), name
+    finally:
+        for r in attached:
+            engine.detach(r)
+
+
+def _hold(engine: Engine, names: list[str]) -> list[str]:
+    """Give each of `names` without a cache one (a serving engine's requests hold none between runs): those given."""
+    given = [r for r in names if engine.requests[r].cache is None]
+    for r in given:
+        engine.attach(r)
+    return given
 
 
 def rows_points(engine: Engine, workload: Workload, name: str, *, chunk_size: int) -> list[list]:
     """Request `name`'s prompt in chunks of chunk_size and chunk_size/4 in turn, each chunk beside D decode rows
     of other requests (each D of ROW_COUNTS the workload has rows for), every step synced and timed:
     [[D, C, n, start, ms], ...], C the rows' cached positions. The rows are the longest prompts with room in
-    their caches for every decode the calibration makes; none: []."""
+    their caches for every decode the calibration makes, as many as have caches or can take a free one; none: []."""
     prompt = int(workload.prompt_tokens[workload.names.index(name)])
     sizes = [chunk_size, max(1, chunk_size // 4)]
     steps = -(-prompt // sum(sizes)) * len(sizes)  # chunks of the prompt, rounded up to whole cycles
     need = steps * len(ROW_COUNTS) * ROW_PASSES
     order = np.argsort(-workload.prompt_tokens, kind="stable")
-    rows = [
-        workload.names[j]
-        for j in order
-        if workload.names[j] != name and int(workload.prompt_tokens[j]) + need < engine.capacity
-    ][: max(ROW_COUNTS)]
+    free = len(workload.names) if engine.spare is None else engine.spare  # caches for rows that hold none
+    rows = []
+    for j in order:
+        r = workload.names[j]
+        if len(rows) == max(ROW_COUNTS) or r == name or int(workload.prompt_tokens[j]) + need >= engine.capacity:
+            continue
+        if engine.requests[r].cache is None:
+            if not free:
+                continue
+            free -= 1
+        rows.append(r)
     counts = sorted({min(d, len(rows)) for d in ROW_COUNTS} - {0})
     points = []
+    attached = _hold(engine, rows)
     for r in rows:
         engine.reset(r, logical=True)
         n = int(workload.prompt_tokens[workload.names.index(r)])
@@ -80,6 +100,8 @@ def rows_points(engine: Engine, workload: Workload, name: str, *, chunk_size: in
                 done, k = done + n, k + 1
     for r in [name, *rows]:
         engine.reset(r, logical=True)
+    for r in attached:
+        engine.detach(r)
     return points
 
 

@@ -73,8 +73,13 @@ def test_run_loss_names_the_stalls_the_waits_and_the_peaks():
     assert loss["tpot_over_strict"] == 1 and loss["tpot_over_strict_prompt_share"] == pytest.approx(20 / 32)
     assert loss["peak_requests"] == 2 and loss["peak_positions"] == 9 + 42
     assert loss["peak_kv_gib"] == pytest.approx(51 / 1024)
+    assert loss["cache_waits"] == 0 and loss["ttft_over_strict_memory_share"] == 0
     later = run_loss(run(prompt_at=18), [SLO])  # B queued 8 ms before its prompt: the same gaps, more wait
     assert later["ttft_over_strict_wait_share"] == pytest.approx(8 / 20) and "peak_kv_gib" not in later
+    held = run(prompt_at=18)
+    held["requests"][1]["cache_wait_ns"] = 5 * MS  # 5 of those 8 ms waiting for a cache
+    held = run_loss(held, [SLO])
+    assert held["cache_waits"] == 1 and held["ttft_over_strict_memory_share"] == pytest.approx(5 / 20)
     none = run_loss(run(), [Slo(ttft_ms=100.0, tbt_ms=50.0, tpot_ms=50.0, name="relaxed")])
     assert none["tbt_over_relaxed"] == 0 and math.isnan(none["ttft_over_relaxed_wait_share"])
 
@@ -165,6 +170,12 @@ def test_a_goodput_limit_names_its_waits_and_a_bound_never_failed_has_none():
     assert "3 requests over the TPOT bound, 20% of their gaps' time" in limit_text(
         search_limit(result, crit, SLO, points)
     )
+    points[lim["rate"], 0]["loss"].update(ttft_over_strict_memory_share=0.5, cache_waits=4)  # waiting for caches
+    memory = search_limit(result, crit, SLO, points)
+    assert memory["causes"] == ["memory", "decode steps"]
+    assert "(50% for a cache)" in limit_text(memory) and "4 requests waiting for a cache" in limit_text(memory)
+    points[lim["rate"], 0]["loss"].update(ttft_over_strict_memory_share=0.4)
+    assert search_limit(result, crit, SLO, points)["causes"] == ["queueing", "decode steps"]
     points[lim["rate"], 0]["loss"].update(ttft_over_strict=0)  # late by TPOT alone: no TTFT cause
     assert search_limit(result, crit, SLO, points)["causes"] == ["decode steps"]
     points[lim["rate"], 0].pop("loss")  # a point from a log written before losses were kept

@@ -67,7 +67,7 @@ def test_every_policy_passes_the_token_gate(good, refs, workload):
         for r, n in zip(run["requests"], workload.output_tokens.tolist()):
             assert r["check"] == {"status": "ok", "checked": n}
             assert r["output_ids"] == refs[r["name"]].tokens and len(r["emit_ns"]) == n
-    assert good["engine"]["capacity"] == 70 + 4
+    assert good["engine"]["capacity"] == 70 + 4 and good["engine"]["slots"] == 6
     assert good["engine"]["warm_rows"] == [1] and good["engine"]["warm_s"] > 0  # every matmul MLX's here
     for run in good["runs"]:  # the host's part of each step: from its start to its issue, before its end
         s = run["steps"]
@@ -278,10 +278,12 @@ def test_the_smoke_params_serve_every_policy_through_the_gate(tmp_path):
 def test_the_caches_memory_cap_is_a_setting_and_refused_in_one_line(tiny, workload, monkeypatch):
     from pdlib.run.serve import serving_capacity
 
-    capacity, total = serving_capacity(tiny, workload)
-    assert capacity == 70 + 4  # the longest prompt + output holds every request
+    capacity, slots, total = serving_capacity(tiny, workload)
+    assert capacity == 70 + 4 and slots == 6  # the longest prompt + output holds every request; one cache each
     monkeypatch.setenv("PDLIB_KV_CACHE_GIB", str(total / 2**30 / 2))  # half of what the six caches need
-    with pytest.raises(InputError, match=r"6 caches of 74 positions need .* \(over PDLIB_KV_CACHE_GIB=.*raise it"):
+    assert serving_capacity(tiny, workload) == (capacity, 3, total // 2)  # three, requests waiting for them
+    monkeypatch.setenv("PDLIB_KV_CACHE_GIB", str(total / 2**30 / 7))
+    with pytest.raises(InputError, match=r"^one cache of 74 positions needs .* \(over PDLIB_KV_CACHE_GIB=.*raise it$"):
         serving_capacity(tiny, workload)
 
 
