@@ -19,7 +19,7 @@ with 1. Ctrl-C stops any command within about a second (exit 130) and leaves no 
 import sys
 
 from pdlib.cli import params_from, parser
-from pdlib.errors import InputError, RunFailure
+from pdlib.errors import InputError, RunFailure, out_of_memory
 from pdlib.interrupt import EXIT_CODE as INTERRUPTED
 from pdlib.interrupt import MESSAGE as INTERRUPT_MESSAGE
 from pdlib.interrupt import interruptible
@@ -364,6 +364,11 @@ def main(argv=None) -> int:
         return 2
     except (OSError, RunFailure) as e:  # a full disk while writing the report; a failed check or device
         print(f"error: {e}", file=sys.stderr)
+        return 1
+    except RuntimeError as e:
+        if not out_of_memory(e):
+            raise
+        print(f"error: the device ran out of memory: {' '.join(str(e).split())}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(INTERRUPT_MESSAGE, file=sys.stderr)

@@ -1,4 +1,5 @@
-"""The two error types the CLI reports as one line: bad input (exit 2) and a run that failed (exit 1)."""
+"""The two error types the CLI reports as one line: bad input (exit 2) and a run that failed (exit 1); and how a
+device that ran out of memory is told apart (MLX raises a plain RuntimeError for it)."""
 
 
 class InputError(ValueError):
@@ -15,3 +16,13 @@ def check_int(name: str, value, lo: int) -> None:
     """An integer input at least `lo` (a bool is not one), or an InputError naming it."""
     if isinstance(value, bool) or not isinstance(value, int) or value < lo:
         raise InputError(f"{name} must be an integer >= {lo}, got {value!r}")
+
+
+# what MLX's allocators say when the device has no memory left (CUDA's cudaMalloc*, Metal's malloc)
+OUT_OF_MEMORY = ("out of memory", "[metal::malloc]", "maximum allowed buffer size")
+
+
+def out_of_memory(e: BaseException) -> bool:
+    """Whether `e` is MLX's failure to allocate device memory (a search records such a point as failed for
+    memory; any other command stops with one line)."""
+    return isinstance(e, RuntimeError) and any(sign in str(e) for sign in OUT_OF_MEMORY)

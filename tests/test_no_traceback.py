@@ -294,3 +294,25 @@ def test_the_property_tests_see_a_traceback():
     with pytest.raises(AssertionError):
         assert_clean(2, "error: one\nerror: two\n", "x")
     assert_clean(2, "error: one line\n", "x")
+
+
+def test_a_device_out_of_memory_is_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    """MLX's allocator failing (a RuntimeError, as mlx-lm's batching met it on an H100) ends any command in one
+    `error:` line, exit 1; any other RuntimeError is not taken for it."""
+    from pdlib.run import serve
+
+    def out_of_memory(*args, **kw):
+        raise RuntimeError("[malloc] cudaMallocAsync(&data, size, stream) failed:\n out of memory")
+
+    monkeypatch.setattr(serve, "serve_params_file", out_of_memory)
+    out = tmp_path / "r.json"
+    assert main(["serve", "--params", "params/serve-smoke-cpu.yaml", "--output", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert (
+        err
+        == "error: the device ran out of memory: [malloc] cudaMallocAsync(&data, size, stream) failed: out of memory\n"
+    )
+    assert not out.exists()
+    monkeypatch.setattr(serve, "serve_params_file", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("other")))
+    with pytest.raises(RuntimeError, match="other"):
+        main(["serve", "--params", "params/serve-smoke-cpu.yaml"])

@@ -45,8 +45,9 @@ inside, else to "host time" when host_share >= 0.5, else to "decode steps" ("dec
 host_share is unknown, as for a peer; none named with no gap over it: a NaN p99);
 a failed TTFT bound (or a failed attainment with requests over the TTFT bound) to "memory" when at least half
 of those requests' TTFT was spent waiting for a cache, else "queueing" when at least half was wait, else
-"prefill"; a failed attainment with requests over the TPOT bound to
-"prefill stalls" when at least half their gap time had prompt work inside, else "decode steps".
+"prefill"; a failed attainment with requests over the TPOT bound to "prefill stalls" when at least half their gap
+time had prompt work inside, else "decode steps". A point whose run ran out of device memory (a search records it
+and goes on: run/search_report.memory_point) is lost to "memory" alone.
 """
 
 import math
@@ -252,6 +253,8 @@ def failed_bounds(criterion: Criterion, summary: dict) -> list[dict]:
 def _causes(failed: list[dict], loss: dict | None, slo: Slo) -> list[str]:
     if not loss:
         return []
+    if loss.get("out_of_memory"):  # the run stopped there (run/search_report.memory_point)
+        return ["memory"]
     n, causes = slo.name, []
     fields = {f["field"] for f in failed}
     if "tbt_p99_ms" in fields and (over := loss[f"tbt_over_{n}"]):  # none over: a NaN p99 (no gaps) names nothing
@@ -310,8 +313,10 @@ def limit_text(limit: dict | None) -> str:
     """One line: where the search's value is lost, the bounds that failed there, the causes and their numbers."""
     if limit is None:
         return "no failing rate measured"
-    text = f"lost at {limit['rate']:.4g} (rep {limit['rep']}): " + "; ".join(_failed_text(f) for f in limit["failed"])
     loss, n = limit["loss"], limit["slo"]
+    if loss and loss.get("out_of_memory"):  # no latency to name: the run stopped
+        return f"lost at {limit['rate']:.4g} (rep {limit['rep']}): the run ran out of device memory -> memory"
+    text = f"lost at {limit['rate']:.4g} (rep {limit['rep']}): " + "; ".join(_failed_text(f) for f in limit["failed"])
     if not loss:
         return text + " (the log's point has no breakdown)"
     parts = []

@@ -1,13 +1,14 @@
-"""What a search (serve_search.py) reports and prints: its schema, the SLOs it names, a line per measured point,
-the CI of a result, and the table of every run's searches, the best policy against mlx-lm and where each value
-is lost.
+"""What a search (serve_search.py) reports and prints: its schema, the SLOs it names, a line per measured point
+(one that ran out of device memory: `memory_point`), the CI of a result, and the table of every run's searches,
+the best policy against mlx-lm and where each value is lost.
 
     print(search_table(report))
 """
 
+import math
 import sys
 
-from pdlib.report.serving import interval_text
+from pdlib.report.serving import interval_text, run_summary
 from pdlib.report.serving_loss import limit_text
 from pdlib.report.serving_versus import versus, versus_line
 
@@ -19,7 +20,18 @@ def stderr_line(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def memory_point(error: BaseException, slos: dict, *, requests: int, wall_s: float) -> dict:
+    """A point whose run ran out of device memory: it meets no bound (every latency NaN, no request attained), its
+    loss names memory (serving_loss's causes) and its gate keeps the error."""
+    fields = run_summary([{"arrival_ns": 0, "emit_ns": [1]}], slos)  # the summary's fields, as a run has them
+    summary = {k: 0.0 if k.startswith("attain_") else math.nan for k in fields} | {"n_requests": requests}
+    error = " ".join(str(error).split())
+    return {"summary": summary, "loss": {"out_of_memory": True}, "gate": {"out_of_memory": error}, "wall_s": wall_s}
+
+
 def point_line(policy: str, rate: float, rep: int, point: dict) -> str:
+    if "out_of_memory" in point.get("gate", {}):
+        return f"{policy} rate {rate:g} rep {rep}: out of device memory ({point['wall_s']:.1f} s)"
     s = point["summary"]
     attain = " ".join(f"{n} {s[f'attain_{n}']:.2f}" for n in SLO_NAMES if f"attain_{n}" in s)
     return (

@@ -28,7 +28,7 @@ one cache shape for every step; as many caches as memory holds, serve.py), each 
 (computed once per rep and log, reused at every rate and by later commands), and mlx-lm's models for the peers.
 
 SLOs (report.serving.slos_from_step): strict and relaxed TBT/TPOT are 5x and 25x one decode step; TTFT is one
-number for both. `search.slo.decode_ms: null` measures the step here (`calibrate`: the median of DECODE_STEPS
+number for both. `search.slo.decode_ms: null` measures the step here (search_slo.calibrate: the median of DECODE_STEPS
 single-request decode steps at the workload's median prompt length); `ttft_ms: null` is TTFT_FACTOR times the
 measured uncontended TTFT of the workload's p90 prompt (prefilled alone in chunk_size chunks to its first
 token): Splitwise's P90 TTFT SLO is 3x the uncontended, and at a low rate P90 TTFT is about that prompt's, so
@@ -49,13 +49,12 @@ from dataclasses import asdict
 from decimal import Decimal
 
 import mlx.core as mx
-import numpy as np
 
 from pdlib.batching import BATCH_POLICIES
 from pdlib.config import peer_name
-from pdlib.engine import Engine, check_token
+from pdlib.engine import Engine
 from pdlib.engine.kernels import BACKEND
-from pdlib.errors import InputError, check_int
+from pdlib.errors import InputError, check_int, out_of_memory
 from pdlib.report.io import claim_output, environment, sha256_file, source_hashes, write_report
 from pdlib.report.serving import (
     capacity_criterion,
@@ -67,12 +66,12 @@ from pdlib.report.serving import (
     slos_from_step,
 )
 from pdlib.report.serving_loss import limit_text, run_loss, search_limit
-from pdlib.run.clock import now
 from pdlib.run.peer import peer_model, peer_once, record_agreement
 from pdlib.run.reference import Reference
 from pdlib.run.search_budget import Budget, BudgetSpent
 from pdlib.run.search_log import SearchLog, utc_now
-from pdlib.run.search_report import SCHEMA, SLO_NAMES, ci_text, point_line, stderr_line, stopped_line
+from pdlib.run.search_report import SCHEMA, SLO_NAMES, ci_text, memory_point, point_line, stderr_line, stopped_line
+from pdlib.run.search_slo import TTFT_FACTOR, calibrate
 from pdlib.run.serve import gated_run, kv_cache_bytes, prefill_worker, remote_join, serving_capacity, warm_engine
 from pdlib.run.serve_gate import ReferenceSeq, reference_sequences
 from pdlib.run.serve_params import ServeParams, load_serve_params, search_settings
@@ -85,10 +84,6 @@ from pdlib.weights import load_model
 from pdlib.workload import LIMITS, TRACE_SOURCES, Workload, iter_prompts, trace_gap_ns, trace_window
 
 REP_RULE = "pdlib.serve-search.rep/1: poisson seed+rep; trace first:K the rep-th K-block; window_s moved rep widths"
-TTFT_FACTOR = 3.0
-DECODE_STEPS = 20
-DECODE_WARM = 3  # untimed steps before them: the first ones compile
-PREFILL_REPEATS = 5  # timed prefills of the p90 prompt, after one untimed
 
 
 # ---- a rep's workload ----------------------------------------------------------------------------------------
@@ -142,57 +137,6 @@ def rep_workload(workload_params: dict, rate: float, rep: int) -> Workload:
 
 
 # ---- what every point shares ---------------------------------------------------------------------------------
-
-
-def _prefill(engine: Engine, name: str, n: int, chunk_size: int) -> int:
-    """Prefill `name` alone in chunks, each done when its K/V are (as serve_once's steps); its first token."""
-    out = None
-    while n:
-        k = min(chunk_size, n)
-        out = engine.batch([(name, k)])[0]
-        if out is None:
-            mx.eval(engine.requests[name].cache.lazy())
-        n -= k
-    return check_token(out.observe())
-
-
-def calibrate(model, workload: Workload, *, chunk_size: int) -> dict:
-    """One decode step (ms, the median of DECODE_STEPS) of one request at the workload's median prompt length,
-    and the uncontended TTFT (ms, median of PREFILL_REPEATS) of its p90 prompt in chunk_size chunks."""
-    t = time.perf_counter()
-    p50 = max(1, round(float(np.median(workload.prompt_tokens))))
-    p90 = max(1, math.ceil(float(np.percentile(workload.prompt_tokens, 90))))
-    n_dec = DECODE_WARM + DECODE_STEPS
-    w = Workload("calibration", np.zeros(2, np.int64), np.array([p50, p90]), np.array([n_dec + 1, 1]))
-    ids = [p.token_ids for p in iter_prompts(w, vocab_size=model.config.vocab_size, tokenizer=model.tokenizer)]
-    engine = Engine(model, capacity=max(p50 + n_dec + 2, p90 + 1))
-    engine.add_request("decode", ids[0])
-    engine.add_request("prefill", ids[1])
-    prefill = []
-    for _ in range(1 + PREFILL_REPEATS):
-        engine.reset("prefill", logical=True)
-        mx.synchronize()
-        t0 = now()
-        _prefill(engine, "prefill", p90, chunk_size)
-        prefill.append((now() - t0) / 1e6)
-    engine.reset("decode", logical=True)
-    _prefill(engine, "decode", p50, chunk_size)
-    decode = []
-    for _ in range(n_dec):
-        t0 = now()
-        check_token(engine.batch([("decode", None)])[0].observe())
-        decode.append((now() - t0) / 1e6)
-    return {
-        "decode_ms": float(np.median(decode[DECODE_WARM:])),
-        "decode_samples_ms": decode[DECODE_WARM:],
-        "decode_prompt_tokens": p50,
-        "prefill_ms": float(np.median(prefill[1:])),
-        "prefill_samples_ms": prefill[1:],
-        "prefill_prompt_tokens": p90,
-        "chunk_size": chunk_size,
-        "ttft_factor": TTFT_FACTOR,
-        "wall_s": time.perf_counter() - t,
-    }
 
 
 class Bench:
@@ -417,11 +361,19 @@ def _run_searches(bench: Bench, name: str, peer: bool, settings: dict, budget: B
     def measured(rate, rep):
         if budget.stopped is not None:  # after the point where the budget stopped, none is prepared
             raise BudgetSpent(name, rate, rep, math.nan, budget.left())
-        point = measure(bench, name, rate, rep, admit=lambda warmups: budget.admit(name, rate, rep, warmups=warmups))
+        t = time.perf_counter()
+        try:
+            point = measure(bench, name, rate, rep, admit=lambda w: budget.admit(name, rate, rep, warmups=w))
+            budget.record(rate, rep, point)
+        except RuntimeError as e:  # the run's memory, not the search's failure: the point fails, named so
+            if not out_of_memory(e):
+                raise
+            bench.release_engine()  # a policy's run stopped midway: the next point makes the engine again
+            mx.clear_cache()
+            point = memory_point(e, bench.slos, requests=bench.samples[rep].n, wall_s=time.perf_counter() - t)
         record = {"policy": name, "rate": grid_rate(rate), "rep": rep, **point, "created_utc": utc_now()}
         lg.append(record)
         records[grid_rate(rate), rep] = record
-        budget.record(rate, rep, point)
         counts["measured"] += 1
         note(point_line(name, rate, rep, point))
         return point["summary"]

@@ -17,7 +17,7 @@ from pdlib.engine import Engine
 from pdlib.errors import InputError
 from pdlib.report.io import read_text
 from pdlib.report.serving import Slo, capacity_criterion, goodput_criterion
-from pdlib.report.serving_loss import failed_bounds
+from pdlib.report.serving_loss import failed_bounds, limit_text
 from pdlib.run import serve_search
 from pdlib.run.search_log import LOG_SCHEMA
 from pdlib.run.search_report import SCHEMA, search_table
@@ -29,7 +29,7 @@ from pdlib.workload import Workload, clip_lengths
 
 PRECISION = 0.05
 # serving_loss's causes; "decode steps or host time" is a peer's slow TBT (its steps have no issue times)
-CAUSES = {"prefill stalls", "host time", "decode steps", "decode steps or host time", "queueing", "prefill"}
+CAUSES = {"prefill stalls", "host time", "decode steps", "decode steps or host time", "queueing", "prefill", "memory"}
 SLOS = ("strict", "relaxed")
 # The fake's thresholds (rate multiplier) at rep 0; rep r's are (1 + 0.05 r) times these.
 BASE = {"chunked": 4.0, "mixed": 8.0, "mlx-lm-bf16@32": 2.0}
@@ -457,3 +457,52 @@ def test_the_full_checks_run_once_per_policy_and_rate(tmp_path):
     for pts in by_rate.values():
         assert ["replay" in pt["gate"] for pt in pts] == [True] + [False] * (len(pts) - 1)
         assert [pt["gate"]["checks"] for pt in pts[1:]] == ["tokens"] * (len(pts) - 1)
+
+
+def test_a_point_out_of_device_memory_fails_for_memory_and_the_search_goes_on(tmp_path, params, monkeypatch):
+    """On an H100 mlx-lm's FP32 batching ran out of memory at 2x the conversation trace: such a point is recorded
+    as failing every bound, its loss named memory, and the searches go on; any other error still stops them."""
+    fake = Fake()
+
+    def measure(bench, policy, rate, rep, admit=None):
+        if policy.startswith("mlx-lm") and rate > 1:
+            raise RuntimeError("[malloc] cudaMallocAsync(&data, size, stream) failed: out of memory")
+        return fake(bench, policy, rate, rep, admit)
+
+    monkeypatch.setattr(serve_search, "measure", measure)
+    notes = []
+    report = search_params_file(params, output=tmp_path / "out.json", log=tmp_path / "log.jsonl", note=notes.append)
+    peer = [x for x in report["searches"] if x["peer"]]
+    assert len(peer) == 4 and all(x["result"]["value"] <= 1 for x in peer)
+    lost = [x["result"]["limit"] for x in peer if x["result"]["limit"] is not None]
+    assert lost and all(lim["causes"] == ["memory"] and lim["rate"] > 1 for lim in lost)
+    assert all("ran out of device memory -> memory" in limit_text(lim) for lim in lost)
+    oom = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()[1:]]
+    oom = [r for r in oom if "out_of_memory" in r["gate"]]
+    assert oom and all(r["summary"]["attain_strict"] == 0 and np.isnan(r["summary"]["tbt_p99_ms"]) for r in oom)
+    assert any("out of device memory" in n for n in notes)
+    policies = [x for x in report["searches"] if not x["peer"]]  # untouched by the peer's memory
+    assert all(x["result"]["status"] == "found" for x in policies)
+
+    def broken(bench, policy, rate, rep, admit=None):
+        raise RuntimeError("an unrelated failure")
+
+    monkeypatch.setattr(serve_search, "measure", broken)
+    with pytest.raises(RuntimeError, match="unrelated"):
+        search_params_file(params, log=tmp_path / "other.jsonl")
+
+
+@pytest.mark.parametrize(
+    "text, oom",
+    [
+        ("[malloc] cudaMallocAsync(&data, size, stream) failed: out of memory", True),
+        ("[metal::malloc] Resource limit (499000) exceeded.", True),
+        ("Attempting to allocate 9 bytes which is greater than the maximum allowed buffer size", True),
+        ("[cuda] kernel launch failed", False),
+    ],
+)
+def test_what_counts_as_out_of_memory(text, oom):
+    from pdlib.errors import out_of_memory
+
+    assert out_of_memory(RuntimeError(text)) is oom
+    assert not out_of_memory(ValueError(text))  # MLX says it as a RuntimeError
