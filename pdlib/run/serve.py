@@ -107,10 +107,10 @@ def serve_once(
     ids: dict[str, list[int]] = {name: [] for name in names}
     emits: dict[str, list[int]] = {name: [] for name in names}
     admitted, blocked = [0] * n, [None] * n  # blocked: when it was first seen arrived with no cache free
-    seen = 0  # the requests before it were seen arrived while none was free, or admitted
+    noticed = 0  # the requests before it were admitted, or seen arrived while no cache was free
     work_log, t_start_log, t_issued_log, t_end_log = [], [], [], []
     idle_ns, nxt, finished = 0, 0, 0
-    pending = None  # a step issued whose tokens the host has not observed yet: (parts, outs, t_start, t_issued)
+    pending = None  # a step issued whose tokens the host has not observed yet: (parts, outs, caches, start, issued)
 
     def observe(parts, outs, caches, t_start, t_issued) -> None:
         def seen(i: int, token: int) -> None:  # stamped as it is seen
@@ -135,11 +135,11 @@ def serve_once(
         t = now() - t0
         while nxt < n and arrival[nxt] <= t:
             if slots is not None and len(running) == slots:  # every cache held: it waits, and so do those behind it
-                while seen < n and arrival[seen] <= t:
-                    blocked[seen], seen = t, seen + 1
+                while noticed < n and arrival[noticed] <= t:
+                    blocked[noticed], noticed = t, noticed + 1
                 break
             engine.attach(names[nxt])
-            seen = max(seen, nxt + 1)
+            noticed = max(noticed, nxt + 1)
             states[names[nxt]] = RequestState(names[nxt], prompt[nxt], output[nxt])
             running.append(states[names[nxt]])
             admitted[nxt] = t
