@@ -33,7 +33,8 @@ run_loss, the fields (counts over the requests that emitted; shares NaN where no
   positions (prompt + output) live requests held at any moment; peak_kv_gib: that in K/V bytes when
   `kv_bytes_per_position` is given: what caches sized per request would need at the peak (a run's caches are
   allocated before it, each of the workload's longest request: this says how much of them the rate used);
-  cache_waits: the requests that waited for a cache.
+  cache_waits: the requests that waited for a cache; peak_memory_gib: the device memory the run held at most
+  (everything the process holds there, as MLX counts it; absent where the run does not say).
 Under overlap, partition and disagg a prompt runs beside the steps and only the step that joins it carries its
 tokens: the wait then reads up to that step, and the gaps its prompt work slowed show none inside.
 
@@ -230,6 +231,8 @@ def run_loss(run: dict, slos=(), *, kv_bytes_per_position: int | None = None) ->
         )
     out["peak_requests"], out["peak_positions"] = peaks(requests)
     out["cache_waits"] = int((held > 0).sum())
+    if "peak_memory_bytes" in run:
+        out["peak_memory_gib"] = run["peak_memory_bytes"] / GIB
     if kv_bytes_per_position is not None:
         out["peak_kv_gib"] = out["peak_positions"] * kv_bytes_per_position / GIB
     return out
@@ -340,6 +343,8 @@ def limit_text(limit: dict | None) -> str:
         peak += f" ({loss['peak_kv_gib']:.2g} GiB of K/V)"
     if waits := loss.get("cache_waits"):
         peak += f", {_n(waits, 'request')} waiting for a cache"
+    if loss.get("peak_memory_gib"):
+        peak += f"; {loss['peak_memory_gib']:.3g} GiB of device memory at most"
     parts.append(peak)
     causes = f" -> {', '.join(limit['causes'])}" if limit["causes"] else ""
     return f"{text}{causes}: " + "; ".join(parts)

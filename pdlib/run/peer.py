@@ -100,6 +100,7 @@ def peer_once(ref_model: nn.Module, workload: Workload, prompts, *, dtype: str, 
     try:
         mx.synchronize(gen.stream)  # mlx-lm works on its own stream: nothing of a run before is left running
         mx.synchronize()
+        mx.reset_peak_memory()
         t0 = now()
         while ended < n:
             t = now() - t0
@@ -152,6 +153,7 @@ def peer_once(ref_model: nn.Module, workload: Workload, prompts, *, dtype: str, 
         "steps": {"work": work_log, "t_start_ns": t_start_log, "t_end_ns": t_end_log},
         "idle_ns": idle_ns,
         "makespan_ns": t_end_log[-1],
+        "peak_memory_bytes": mx.get_peak_memory(),  # the device's, over the run (its model's included)
     }
 
 

@@ -130,6 +130,7 @@ def serve_once(
         t_end_log.append(now() - t0)
 
     mx.synchronize()
+    mx.reset_peak_memory()
     t0 = now()
     while finished < n:
         t = now() - t0
@@ -211,7 +212,8 @@ def serve_once(
         steps["joins"] = joins  # these steps joined a prompt run on the lane (a whole prefill, replayed as one)
     if lane is not None and lane.site == "slice":
         steps["sliced"] = sliced  # these ran on slice A: its grid size, which the replay must use too
-    return {"policy": policy, "requests": requests, "steps": steps, "idle_ns": idle_ns, "makespan_ns": t_end_log[-1]}
+    run = {"policy": policy, "requests": requests, "steps": steps, "idle_ns": idle_ns, "makespan_ns": t_end_log[-1]}
+    return run | {"peak_memory_bytes": mx.get_peak_memory()}  # the device's over the run: model, caches, steps
 
 
 def prefill_worker(model: LoadedModel, policies: Sequence[str], prompt_ids: dict[str, list[int]]):

@@ -122,6 +122,7 @@ def merged(workload: Workload, policy: str, subs: list[tuple[dict, int]]) -> dic
         "idle_ns": sum(run["idle_ns"] for run, _ in subs),  # every replica's waits for arrivals, summed
         "replica_makespan_ns": makespans,
         "makespan_ns": max(makespans),
+        "peak_memory_bytes": max(run["peak_memory_bytes"] for run, _ in subs),  # one replica's (each alone on its GPU)
     }
     replays = [run["replay"] for run, _ in subs if "replay" in run]
     if replays:

@@ -174,6 +174,8 @@ def test_a_goodput_limit_names_its_waits_and_a_bound_never_failed_has_none():
     memory = search_limit(result, crit, SLO, points)
     assert memory["causes"] == ["memory", "decode steps"]
     assert "(50% for a cache)" in limit_text(memory) and "4 requests waiting for a cache" in limit_text(memory)
+    points[lim["rate"], 0]["loss"]["peak_memory_gib"] = 61.25
+    assert "61.2 GiB of device memory at most" in limit_text(search_limit(result, crit, SLO, points))
     points[lim["rate"], 0]["loss"].update(ttft_over_strict_memory_share=0.4)
     assert search_limit(result, crit, SLO, points)["causes"] == ["queueing", "decode steps"]
     points[lim["rate"], 0]["loss"].update(ttft_over_strict=0)  # late by TPOT alone: no TTFT cause

@@ -272,6 +272,7 @@ def test_the_smoke_params_serve_every_policy_through_the_gate(tmp_path):
     peers = [r["policy"] for r in report["runs"] if r.get("peer")]  # after the policies, never gated
     assert peers == ["mlx-lm-fp32@2048", "mlx-lm-fp32@32", "mlx-lm-bf16@2048", "mlx-lm-bf16@32"]
     assert all(r["summary"]["n_requests"] == 20 for r in report["runs"])
+    assert all(r["peak_memory_bytes"] > 0 for r in report["runs"])  # policies' and peers' alike
     assert (tmp_path / "serve.json").exists()
 
 

@@ -58,6 +58,7 @@ def test_the_waits_are_counted_where_latency_is_lost(report):
     for run in report["runs"]:
         loss = run_loss(run, slos)
         assert loss["cache_waits"] == 3
+        assert loss["peak_memory_gib"] == run["peak_memory_bytes"] / 2**30 > 0  # the caches at least
         for n in ("strict", "relaxed"):
             assert 0 < loss[f"ttft_over_{n}_memory_share"] <= loss[f"ttft_over_{n}_wait_share"] <= 1
 
