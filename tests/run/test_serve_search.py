@@ -506,3 +506,28 @@ def test_what_counts_as_out_of_memory(text, oom):
 
     assert out_of_memory(RuntimeError(text)) is oom
     assert not out_of_memory(ValueError(text))  # MLX says it as a RuntimeError
+
+
+def test_a_search_with_fewer_caches_than_requests_runs_each_rep_through_the_gate(tmp_path, monkeypatch):
+    """Memory for 2 caches of 4 requests a rep (serve.py, Memory): the search's one engine makes 2, every point's
+    requests wait for them, and the next rep's requests take the same caches."""
+    from pdlib.run.serve import kv_cache_bytes
+    from pdlib.weights import load_model
+
+    one = kv_cache_bytes(load_model("synthetic:tiny"), requests=1, capacity=24 + 3)
+    monkeypatch.setenv("PDLIB_KV_CACHE_GIB", str(2 * one / 2**30))
+    params = tmp_path / "mem.yaml"
+    params.write_text(
+        "model: synthetic:tiny\nchunk_size: 16\npolicies: [mixed, slo-mixed]\npeers: []\nwarmups: 0\n"
+        "workload: {source: poisson, rate: 1.0, n: 4, seed: 0, prompt: 24, output: 3}\n"
+        "search: {lo: 20000, hi: 40000, reps: 2, precision: 1.0, max_per_rep: 2, criteria: [capacity],"
+        " slo: {decode_ms: 1.0, ttft_ms: 100}}\n"
+    )
+    log = tmp_path / "log.jsonl"
+    report = search_params_file(params, output=tmp_path / "out.json.gz", log=log, note=lambda _: None)
+    assert report["warm"]["slots"] == 2
+    points = logged_points(log)
+    assert {pt["rep"] for pt in points} == {0, 1} and {pt["policy"] for pt in points} == {"mixed", "slo-mixed"}
+    for pt in points:
+        assert pt["gate"]["near_ties"] == [] and pt["loss"]["peak_requests"] >= 1
+        assert pt["loss"]["cache_waits"] >= 1  # 4 requests within ~1 ms, 2 caches: a step takes longer
