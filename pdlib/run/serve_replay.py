@@ -69,6 +69,11 @@ def replay_gate(
         parts = [(name, n) for name, n in parts]
         for name, _ in parts:
             if engine.requests[name].cache is None:
+                if engine.spare == 0:  # the run held at most what the engine has: not the run's steps
+                    raise RunFailure(
+                        f"the replay of {run['policy']}'s step {index} needs more caches than the engine holds: "
+                        f"the steps logged are not the steps run"
+                    )
                 engine.attach(name)
         starts = [engine.requests[name].length for name, _ in parts]
         # a step that ran on partition's slice A runs there again: the decode's grid, so its sums, follow the slice

@@ -102,6 +102,17 @@ def test_a_step_log_that_is_not_the_run_is_refused(tiny, workload, prompts, repo
         replay_gate(engine_for(tiny, workload, prompts), tiny, run, prompts, sample=1)
 
 
+def test_a_step_log_holding_more_requests_at_once_than_caches_is_refused(tiny, workload, prompts, report):
+    from pdlib.errors import RunFailure
+
+    e = Engine(tiny, capacity=int((workload.prompt_tokens + workload.output_tokens).max()), slots=2)
+    for name in workload.names:
+        e.add_request(name, prompts[name], cached=False)
+    run = report["runs"][0]  # mixed at these arrivals: more than two requests live at once
+    with pytest.raises(RunFailure, match=r"needs more caches than the engine holds: the steps logged are not"):
+        replay_gate(e, tiny, run, prompts, sample=1)
+
+
 def test_a_request_diverged_at_a_near_tie_is_left_out_and_named(tiny, workload, prompts):
     outputs = dict(zip(workload.names, workload.output_tokens.tolist()))
     refs, _ = reference_sequences(tiny, prompts, outputs)
