@@ -8,9 +8,9 @@
     outs = engine.batch([("A", None), ("B", 64)])   # one step: A's decode beside B's next chunk
     out.observe()                           # the host observes it (int)
 
-A request may also wait for a cache (`add_request(..., cached=False)`): `attach` gives it one, `detach` takes it
-back for the next (kept allocated, so a serving loop that reuses caches allocates none), and `reserve(k)` makes k
-caches ahead of time; `spare` says how many more requests can hold one at once.
+A request may also wait for a cache (`add_request(..., cached=False)`): `attach` gives it one, `detach` (or
+`detach_all`) takes it back for the next (kept allocated, so a serving loop that reuses caches allocates none), and
+`reserve(k)` makes k caches ahead of time; `spare` says how many more requests can hold one at once.
 
 The engine keeps each request's next input token itself, so a step needs only the request's name. A request's
 progress has one owner, its cache (`length`); how much of the prompt is prefilled follows from it.
@@ -196,6 +196,12 @@ class Engine:
         self.idle.append(r.cache)
         r.cache, r.next_token = None, None
 
+    def detach_all(self, names) -> None:
+        """Each of `names` that holds a cache gives it back (idle); each is then as if just added without one."""
+        for name in names:
+            if self.requests[name].cache is not None:
+                self.detach(name)
+
     def remove_request(self, name: str) -> None:
         """Forget the request (if there is one), its pool slot given back."""
         r = self.requests.pop(name, None)
@@ -209,9 +215,9 @@ class Engine:
     def clear_requests(self, *, keep_caches: bool = False) -> None:
         """Forget every request; their caches and the idle ones go back to the pool, or stay idle (`keep_caches`:
         for the next requests, allocated)."""
-        for name, r in list(self.requests.items()):
-            if keep_caches and r.cache is not None:
-                self.detach(name)
+        if keep_caches:
+            self.detach_all(list(self.requests))
+        for name in list(self.requests):
             self.remove_request(name)
         if not keep_caches:
             for cache in self.idle:

@@ -90,10 +90,7 @@ def serve_once(
     names, n = workload.names, workload.n
     arrival = workload.arrival_ns.tolist()
     prompt, output = workload.prompt_tokens.tolist(), workload.output_tokens.tolist()
-    for name in names:  # untimed: the caches are allocated once; a request takes one when it is admitted
-        engine.reset(name, logical=True)
-        if engine.requests[name].cache is not None:
-            engine.detach(name)
+    engine.detach_all(names)  # untimed: the caches are allocated once; a request takes one when it is admitted
     slots = engine.spare  # None: caches of their own, as many as requests (those detached now)
     if slots is not None:
         engine.reserve(slots)  # every cache the pool holds made now, none on the clock
@@ -283,12 +280,6 @@ def kv_cache_bytes(model: LoadedModel, *, requests: int, capacity: int) -> int:
     return 2 * 4 * requests * capacity * c.num_hidden_layers * c.num_key_value_heads * c.head_dim  # K and V, FP32
 
 
-def cache_slots(model: LoadedModel, capacity: int, n: int) -> int:
-    """How many caches of `capacity` positions PDLIB_KV_CACHE_GIB holds, n at most (0: not one)."""
-    one = kv_cache_bytes(model, requests=1, capacity=capacity)
-    return min(n, int(settings.get("PDLIB_KV_CACHE_GIB") * 2**30 // one))
-
-
 def serving_capacity(model: LoadedModel, workload: Workload) -> tuple[int, int, int]:
     """(cache capacity, caches, their bytes) for `workload`: as many caches as PDLIB_KV_CACHE_GIB holds, N at
     most; InputError when the model or memory cannot hold one (module docstring)."""
@@ -301,8 +292,8 @@ def serving_capacity(model: LoadedModel, workload: Workload) -> tuple[int, int, 
             f"request {workload.names[i]}: prompt + output = {capacity} exceeds the model's "
             f"{limit} positions (lower max_total_tokens)"
         )
-    slots = cache_slots(model, capacity, workload.n)
     one, limit_gib = kv_cache_bytes(model, requests=1, capacity=capacity), settings.get("PDLIB_KV_CACHE_GIB")
+    slots = min(workload.n, int(limit_gib * 2**30 // one))
     if slots < 1:
         raise InputError(
             f"one cache of {capacity} positions needs {one / 2**30:.2f} GiB (over PDLIB_KV_CACHE_GIB={limit_gib:g}): "
@@ -372,7 +363,6 @@ def run_serving(
     engine = Engine(model, capacity=capacity, slots=slots)
     for name in workload.names:
         engine.add_request(name, prompts[name].token_ids, cached=False)
-    engine.reserve(slots)
     setup_s = time.perf_counter() - t
     warm = warm_engine(engine, [workload], chunk_size, policies)
     runs, near_ties, reference = [], [], None

@@ -57,10 +57,7 @@ def replay_gate(
     traces = {name: ReferenceTrace(reference, prompt_ids[name]) for name in chosen}
     result = ValidationResult(f"{run['policy']} (replay)")
     gate = Gate(engine, traces, result, checkpoint_every=checkpoint_every)
-    for r in requests:
-        engine.reset(r["name"], logical=True)
-        if engine.requests[r["name"]].cache is not None:
-            engine.detach(r["name"])
+    engine.detach_all([r["name"] for r in requests])
     ids: dict[str, list[int]] = {r["name"]: [] for r in requests}
     wanted = {r["name"]: len(r["output_ids"]) for r in requests}
     sliced = set(run["steps"].get("sliced", ()))

@@ -196,7 +196,6 @@ class Bench:
             mx.clear_cache()  # what a peer's point left cached goes back before the engine's caches are made
             capacity, slots, _ = serving_capacity(self.model, self.longest)  # as many caches as memory holds
             self.engine = Engine(self.model, capacity=capacity, slots=slots)
-            self.engine.reserve(slots)
             self.warm = warm_engine(self.engine, self.samples, self.params.chunk_size, self.params.policies)
         if self.in_engine != prep["key"]:
             self.engine.clear_requests(keep_caches=True)  # allocated, for the next rep's requests
