@@ -18,7 +18,7 @@ only the steps differ.
 - mixed (Sarathi-Serve's stall-free batches): every step is every ready decode plus prompt chunks of the
   waiting requests in arrival order, up to chunk_size prompt tokens in all (several prompts may share them).
 - slo-mixed: mixed with each step's prompt tokens from a time budget (a TBT target and a fitted step cost), at most
-  chunk_size.
+  chunk_size (all of it where no decode is ready or not one prompt token fits beside them).
 - fifo: one request at a time, in arrival order, to completion: its prompt in chunks, then one decode a step.
 - overlap: every step is one decode round; prompts run elsewhere, one at a time in arrival order, as one whole
   prefill on a second stream of the device (`remote_prefill`: the serving loop starts the prompt `next_remote`

@@ -38,6 +38,8 @@ log's header: a resumed search uses them, never a second measurement.
 Searches: per run, per SLO (strict, relaxed) and per criterion (capacity: pooled P99 TBT and P90 TTFT within the
 SLO; goodput: >= 90% of requests meet TTFT and TPOT), report.serving.search over [lo, hi]. The four searches of a
 run share one `known` cache of its summaries, seeded from the log (search_log.py), so no point is measured twice.
+A policy whose rule has changed since some of a log's points (RULES: slo-mixed's budget) keeps the rule in each
+point and search; the log's points made under another rule are measured again, not mixed in.
 Each point also keeps where its run lost latency (report.serving_loss.run_loss: prefill stalls, waiting, host
 time, peak memory), and each result its `limit`: the failing point that bounds its value and why it failed.
 """
@@ -76,14 +78,21 @@ from pdlib.run.serve import gated_run, kv_cache_bytes, prefill_worker, remote_jo
 from pdlib.run.serve_gate import ReferenceSeq, reference_sequences
 from pdlib.run.serve_params import ServeParams, load_serve_params, search_settings
 from pdlib.run.serve_replay import replay_gate
-from pdlib.run.serve_replicas import resolve
-from pdlib.run.serve_slo import slo_budget, step_budget
+from pdlib.run.serve_replicas import parse_replicated, resolve
+from pdlib.run.serve_slo import BUDGET_RULE, slo_budget, step_budget
 from pdlib.run.slo import StepCost
 from pdlib.traces import Trace, load_trace
 from pdlib.weights import load_model
 from pdlib.workload import LIMITS, TRACE_SOURCES, Workload, iter_prompts, trace_gap_ns, trace_window
 
 REP_RULE = "pdlib.serve-search.rep/1: poisson seed+rep; trace first:K the rep-th K-block; window_s moved rep widths"
+RULES = {"slo-mixed": BUDGET_RULE}  # each point keeps its policy's rule: a log's points made under another are redone
+
+
+def policy_rule(name: str) -> str | None:
+    """The rule a point of `name` (a policy, its replicas, or a peer) is measured under, where it has one."""
+    replicated = parse_replicated(name)
+    return RULES.get(replicated[0] if replicated else name)
 
 
 # ---- a rep's workload ----------------------------------------------------------------------------------------
@@ -353,7 +362,11 @@ def _run_searches(bench: Bench, name: str, peer: bool, settings: dict, budget: B
     """One run's (policy or peer) searches, per SLO and criterion, on one `known` cache seeded from the log, each
     appended to `out` as it finishes; each new point admitted by the budget, appended to the log as it ends."""
     lg = bench.log
-    mine = [r for r in lg.records if r["policy"] == name]
+    rule = policy_rule(name)
+    mine = [r for r in lg.records if r["policy"] == name and r.get("rule") == rule]
+    stale = sum(r["policy"] == name for r in lg.records) - len(mine)
+    if stale:
+        note(f"{name}: {stale} points of the log were measured under another rule; measuring again ({rule})")
     known = known_from_records(mine)
     records = {(grid_rate(r["rate"]), int(r["rep"])): r for r in mine}  # the points, for what bounds a search
 
@@ -371,6 +384,8 @@ def _run_searches(bench: Bench, name: str, peer: bool, settings: dict, budget: B
             mx.clear_cache()
             point = memory_point(e, bench.slos, requests=bench.samples[rep].n, wall_s=time.perf_counter() - t)
         record = {"policy": name, "rate": grid_rate(rate), "rep": rep, **point, "created_utc": utc_now()}
+        if rule is not None:
+            record["rule"] = rule
         lg.append(record)
         records[grid_rate(rate), rep] = record
         counts["measured"] += 1
@@ -388,7 +403,8 @@ def _run_searches(bench: Bench, name: str, peer: bool, settings: dict, budget: B
                 known=known,
             )
             result["limit"] = search_limit(result, meets, bench.slos[slo_name], records)
-            out.append({"policy": name, "peer": peer, "slo": slo_name, "criterion": criterion, "result": result})
+            entry = {"policy": name, "peer": peer, "slo": slo_name, "criterion": criterion, "result": result}
+            out.append({**entry, "rule": rule} if rule is not None else entry)
             lost = limit_text(result["limit"])
             note(f"{name}: {criterion} at the {slo_name} SLO: {result['text']} (CI {ci_text(result)}); {lost}")
 

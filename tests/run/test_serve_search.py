@@ -150,6 +150,31 @@ def test_a_killed_search_resumes_and_measures_only_what_it_lost(tmp_path, params
     assert (tmp_path / "cut.jsonl").read_bytes().count(b"\n") == 1 + n  # whole again, every line complete
 
 
+def test_a_policys_points_made_under_another_rule_are_measured_again(tmp_path, params, fake, monkeypatch):
+    """A policy whose rule changed (slo-mixed's budget) keeps the rule in each point and search: a log's points
+    made under another rule are measured again, the other runs' are reused."""
+    assert serve_search.policy_rule("slo-mixed") == serve_search.policy_rule("slo-mixed-x2") is not None
+    assert serve_search.policy_rule("mixed") is None and serve_search.policy_rule("mlx-lm-bf16@32") is None
+    log = tmp_path / "log.jsonl"
+    first = search_params_file(params, log=log, note=lambda _: None)
+    n_mixed = sum(p == "mixed" for p, _, _ in fake.calls)
+    fake.calls.clear()
+    monkeypatch.setitem(serve_search.RULES, "mixed", "mixed-rule/2")
+    notes = []
+    again = search_params_file(params, log=log, note=notes.append)
+    assert {p for p, _, _ in fake.calls} == {"mixed"} and len(fake.calls) == n_mixed
+    stale = f"mixed: {n_mixed} points of the log were measured under another rule"
+    assert any(line.startswith(stale) for line in notes)
+    assert [x.get("rule") for x in again["searches"] if x["policy"] == "mixed"] == ["mixed-rule/2"] * 4
+    assert all("rule" not in x for x in again["searches"] if x["policy"] != "mixed")
+    assert [x["result"]["value"] for x in again["searches"]] == [x["result"]["value"] for x in first["searches"]]
+    ruled = [p for p in logged_points(log) if p["policy"] == "mixed" and p.get("rule") == "mixed-rule/2"]
+    assert len(ruled) == n_mixed
+    fake.calls.clear()
+    search_params_file(params, log=log, note=lambda _: None)
+    assert fake.calls == []  # every point now under the current rules
+
+
 def test_a_log_of_other_params_or_a_damaged_one_is_refused(tmp_path, params, fake):
     log = tmp_path / "log.jsonl"
     search_params_file(params, log=log, note=lambda _: None)

@@ -1,6 +1,7 @@
 """The serving `slo-mixed` policy's budget (pdlib/run/serve_slo.py): the largest prompt chunk whose predicted step meets
-the target, shrinking as decode rows and their caches grow, one quantum where nothing fits, the whole ceiling
-when no prompt waits; through `serve` it is calibrated once, recorded, and its runs pass the gate."""
+the target beside the ready decodes, shrinking as decode rows and their caches grow; the whole ceiling when no
+prompt waits, when no decode is ready, and when not even one token fits; through `serve` it is calibrated once,
+recorded, and its runs pass the gate."""
 
 import numpy as np
 import pytest
@@ -29,24 +30,40 @@ def test_the_prediction_is_the_fits_form_over_the_steps_rows():
 def test_the_budget_is_the_largest_quantized_chunk_that_meets_the_target():
     budget = step_budget(COST, tbt_ms=8.0, ceiling=256)
     alone = [state("p", 1000, 0)]
-    n = budget(alone)
-    assert n % 16 == 0 and predicted_ms(COST, alone, n) <= 8.0 < predicted_ms(COST, alone, n + 16)
-    busy = [state(f"d{i}", 2000, 2000, emitted=1) for i in range(8)] + alone
-    assert budget(busy) < n  # decode rows and their caches take part of the step
+    one = [state("d", 100, 100, emitted=1)] + alone
+    n = budget(one)
+    assert n % 16 == 0 and predicted_ms(COST, one, n) <= 8.0 < predicted_ms(COST, one, n + 16)
+    busy = [state(f"d{i}", 200, 200, emitted=1) for i in range(4)] + alone
+    assert 0 < budget(busy) < n  # decode rows and their caches take part of the step
     assert budget([state("d", 50, 50, emitted=1)]) == 256  # no prompt waits
-    crowded = [state(f"d{i}", 4000, 4000, emitted=1) for i in range(40)] + alone
-    assert predicted_ms(COST, crowded, 1) > 8.0 and budget(crowded) == 16  # nothing fits: one quantum
+    assert predicted_ms(COST, alone, 256) > 8.0 and budget(alone) == 256  # no decode has a gap to keep
+    finished = [state("f", 50, 50, emitted=10)] + alone
+    assert budget(finished) == 256  # a finished request decodes no more
 
 
-def test_where_one_token_misses_the_fits_scatter_may_allow_more_than_a_quantum():
-    scattered = StepCost(a=1.0, b=0.1, c=0.001, decode_ms=1.2, points=[], spread_ms=6.0)
+def test_where_not_one_token_fits_the_budget_is_the_whole_ceiling():
+    """Every step with prompt work then misses the target for each decode in it: the fewest such steps."""
     crowded = [state(f"d{i}", 4000, 4000, emitted=1) for i in range(40)] + [state("p", 1000, 0)]
-    floor = predicted_ms(scattered, crowded, 1)
-    n = step_budget(scattered, tbt_ms=8.0, ceiling=256)(crowded)
-    assert floor > 8.0 and n > 16 and n % 16 == 0  # the limit is the one-token step plus the scatter
-    assert predicted_ms(scattered, crowded, n) <= floor + 6.0 < predicted_ms(scattered, crowded, n + 16)
-    few = step_budget(COST, tbt_ms=1.4, ceiling=256)([state("p", 1000, 0)])
-    assert 1 <= few < 16  # under a quantum where only that many fit: not rounded up past the target
+    assert predicted_ms(COST, crowded, 1) > 8.0
+    assert step_budget(COST, tbt_ms=8.0, ceiling=256)(crowded) == 256
+    scattered = StepCost(a=1.0, b=0.1, c=0.001, decode_ms=1.2, points=[], spread_ms=6.0)
+    assert step_budget(scattered, tbt_ms=8.0, ceiling=256)(crowded) == 256  # the scatter does not bring it back
+    # just under the one-token step the target still holds, with nothing over it
+    floor = predicted_ms(COST, crowded, 1)
+    assert step_budget(COST, tbt_ms=floor, ceiling=256)(crowded) == 1
+
+
+def test_where_one_token_fits_the_fits_scatter_may_allow_more():
+    scattered = StepCost(a=1.0, b=0.1, c=0.001, decode_ms=1.2, points=[], spread_ms=6.0)
+    running = [state(f"d{i}", 1000, 1000, emitted=1) for i in range(8)] + [state("p", 1000, 0)]
+    floor = predicted_ms(scattered, running, 1)
+    target = floor + 0.05  # one token fits; a few more would by the target alone
+    n = step_budget(scattered, tbt_ms=target, ceiling=256)(running)
+    assert n % 16 == 0 and n > 16  # the limit is the one-token step plus the scatter
+    assert predicted_ms(scattered, running, n) <= floor + 6.0 < predicted_ms(scattered, running, n + 16)
+    d = [state("d", 100, 100, emitted=1)]
+    few = step_budget(COST, tbt_ms=predicted_ms(COST, d + [state("p", 1000, 0)], 5), ceiling=256)
+    assert few(d + [state("p", 1000, 0)]) == 5  # under a quantum where only that many fit: not rounded up
 
 
 @pytest.fixture(scope="module")
@@ -61,14 +78,17 @@ def test_serve_calibrates_once_records_the_target_and_gates_the_runs(tiny, workl
     assert slo["target_from"] == "5x decode" and slo["tbt_ms"] == pytest.approx(5 * slo["cost"]["decode_ms"])
     assert slo["calibrated_on"] == "r1"  # the longest prompt
     assert all(r["check"]["status"] == "ok" for run in report["runs"] for r in run["requests"])
-    # a target no step can meet: every step's prompt tokens are one quantum (32 // 16). The cost is pinned
-    # with no scatter: a measured scatter may admit a few more tokens (the limit is one token's step plus it)
+    assert slo["rule"] == serve_slo.BUDGET_RULE
+    # a target no step with prompt work can meet: every prompt step carries the whole chunk_size (mixed's). The
+    # cost is pinned, with no scatter
     monkeypatch.setattr(serve_slo, "calibrate_serving", lambda engine, workload, chunk_size: (COST, "r1"))
     strict = slos_from_step(1e-6, 1000.0)
     tight = run_serving(tiny, workload, policy="slo-mixed", chunk_size=32, slos=strict, replay=0)
     assert tight["slo_policy"]["target_from"] == "strict slo"
-    chunks = {sum(n for _, n in step if n) for step in tight["runs"][0]["steps"]["work"]} - {0}
-    assert chunks == {2}  # the quantum: every prompt here is even, so no shorter last chunk
+    chunks = [c for c in (sum(n for _, n in step if n) for step in tight["runs"][0]["steps"]["work"]) if c]
+    assert sum(chunks) == int(workload.prompt_tokens.sum()) and max(chunks) == 32
+    # each step takes min(32, the arrived prompts' tokens left): under 32 at most once an arrival, 4 + 286/32
+    assert len(chunks) <= 4 + -(-286 // 32)
 
 
 ROWS = StepCost(
