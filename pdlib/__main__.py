@@ -85,10 +85,14 @@ def cmd_serve(args) -> int:
         raise InputError("serve: --search and --log go together (the log is where a search resumes from)")
     if args.budget_s is not None and not args.search:
         raise InputError(f"serve: --budget-s {args.budget_s:g} bounds a search: give it with --search and --log")
+    if args.from_log and not args.search:
+        raise InputError("serve: --from-log reports a search's log: give it with --search and --log")
     try:
         chosen = {"policies": args.policies, "peers": args.peers}
         if args.search:
-            report = search_params_file(args.params, output=args.output, log=args.log, budget_s=args.budget_s, **chosen)
+            report = search_params_file(
+                args.params, output=args.output, log=args.log, budget_s=args.budget_s, from_log=args.from_log, **chosen
+            )
         else:
             report = serve_params_file(args.params, output=args.output, **chosen)
     except RunFailure as e:  # a token that differs, a failed replay check

@@ -220,6 +220,12 @@ def parser(commands: dict, *, description: str) -> argparse.ArgumentParser:
         "report of the searches finished (the log goes on from there)",
     )
     s.add_argument(
+        "--from-log",
+        action="store_true",
+        help="with --search: measure nothing, on any machine: the report of the searches --log completes (the "
+        "log's device and switches are the report's)",
+    )
+    s.add_argument(
         "--policies",
         nargs="+",
         metavar="NAME",

@@ -24,9 +24,11 @@ FIRST_OVERHEAD_S = 60.0
 class BudgetSpent(Exception):
     """The next point would not end inside the budget: where the command stopped."""
 
-    def __init__(self, policy: str, rate: float, rep: int, expected_s: float, left_s: float):
-        super().__init__(f"{policy} at {rate:g} rep {rep}: expected {expected_s:.0f} s, {left_s:.0f} s left")
+    def __init__(self, policy: str, rate: float, rep: int, expected_s: float, left_s: float, reason: str | None = None):
+        super().__init__(reason or f"{policy} at {rate:g} rep {rep}: expected {expected_s:.0f} s, {left_s:.0f} s left")
         self.record = dict(policy=policy, rate=rate, rep=rep, expected_s=expected_s, left_s=left_s)
+        if reason is not None:
+            self.record["reason"] = reason
 
 
 class Budget:

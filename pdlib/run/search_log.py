@@ -18,7 +18,8 @@ another workload or machine never mix in. Each later line is one point, or somet
 slo policy's step-cost fit), which a resumed search reuses rather than measuring again. Every line is written
 with one write, then fsync: a process killed mid-write leaves at most a partial last line (no newline), which is
 cut off with a note and measured again; any other damaged line is refused. The file is locked (flock) while a
-search holds it, so two searches never append to one log.
+search holds it, so two searches never append to one log. `any_machine` (a report composed from the log, measuring
+nothing: `serve --search --from-log`) takes the log's machine and switches as its own.
 """
 
 import datetime
@@ -53,9 +54,10 @@ def _kept_key(kind: str, key) -> tuple[str, str]:
 
 
 class SearchLog:
-    def __init__(self, path, identity: dict, *, note=None):
+    def __init__(self, path, identity: dict, *, note=None, any_machine: bool = False):
         self.path = Path(path)
         self.identity = json.loads(json.dumps(identity))  # as it reads back
+        self.any_machine = any_machine  # a report made elsewhere from the log: its machine is the log's
         self.note = note or (lambda line: None)
         self.header, self.records, self.cut = None, [], 0
         self._kept: dict = {}  # (kind, json key) -> value
@@ -94,6 +96,8 @@ class SearchLog:
             header = None
         if not isinstance(header, dict) or header.get("schema") != LOG_SCHEMA:
             raise InputError(f"{where} is not a search log (line 1 is not a {LOG_SCHEMA} header)")
+        if self.any_machine and isinstance(header.get("identity"), dict):
+            self.identity["machine"] = header["identity"].get("machine")
         diff = first_difference(header.get("identity"), self.identity)
         if diff:
             raise InputError(

@@ -83,10 +83,15 @@ def search_table(report: dict) -> str:
 
 
 def stopped_line(report: dict) -> str | None:
-    """Where a command under --budget-s stopped, if it did, and how it goes on."""
+    """Where a command under --budget-s (or --from-log) stopped, if it did, and how it goes on."""
     s = report.get("stopped")
     if not s:
         return None
+    if s.get("reason") == "not in the log":
+        return (
+            f"from the log: it stops before {s['policy']} at {s['rate']:g} rep {s['rep']}, not in the log; a search "
+            "command with this --log on its machine measures it"
+        )
     return (
         f"stopped before {s['policy']} at {s['rate']:g} rep {s['rep']}: expected {s['expected_s']:.0f} s, "
         f"{s['left_s']:.0f} s left of --budget-s; the same command with the same --log goes on from there"

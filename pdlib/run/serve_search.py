@@ -49,6 +49,7 @@ import math
 import time
 from dataclasses import asdict
 from decimal import Decimal
+from pathlib import Path
 
 import mlx.core as mx
 
@@ -167,6 +168,7 @@ class Bench:
         self.warm = None  # serve.warm_engine's record, once per command: compiled before any point is timed
         self.warmed: set = set()  # the policies and peers warmed up in this command
         self.log = None  # the search's log: each rep's FP32 references are kept there (search_log.py)
+        self.from_log = False  # a report of the log alone: no point is measured (search_params_file)
         self.references = {"computed": 0, "from_log": 0, "seconds": 0.0}  # reps' references, this command
         self._reference = None
 
@@ -373,6 +375,8 @@ def _run_searches(bench: Bench, name: str, peer: bool, settings: dict, budget: B
     def measured(rate, rep):
         if budget.stopped is not None:  # after the point where the budget stopped, none is prepared
             raise BudgetSpent(name, rate, rep, math.nan, budget.left())
+        if bench.from_log:  # measuring nothing: a point not in the log is where the report stops
+            raise BudgetSpent(name, rate, rep, math.nan, 0.0, reason="not in the log")
         t = time.perf_counter()
         try:
             point = measure(bench, name, rate, rep, admit=lambda w: budget.admit(name, rate, rep, warmups=w))
@@ -409,8 +413,23 @@ def _run_searches(bench: Bench, name: str, peer: bool, settings: dict, budget: B
             note(f"{name}: {criterion} at the {slo_name} SLO: {result['text']} (CI {ci_text(result)}); {lost}")
 
 
+def log_environment(machine: dict) -> dict:
+    """A from-log report's environment: the log's machine and switches, and where the report was composed."""
+    here = environment(BACKEND)
+    device = "cpu" if machine.get("backend") == "cpu" else "gpu"
+    return {"device": device, **machine, "composed_on": {k: here[k] for k in ("device_name", "platform", "git_commit")}}
+
+
 def search_params_file(
-    params_file, *, output=None, log, note=None, policies=None, peers=None, budget_s: float | None = None
+    params_file,
+    *,
+    output=None,
+    log,
+    note=None,
+    policies=None,
+    peers=None,
+    budget_s: float | None = None,
+    from_log: bool = False,
 ) -> dict:
     """What `python -m pdlib serve --params FILE --search --output OUT --log LOG` runs: per policy and peer, per SLO
     and criterion, the rate search (module docstring); every measured point appended to `log` as it ends (made, or
@@ -418,9 +437,15 @@ def search_params_file(
     refused before any work) and returned. `note`: where a line per point goes (stderr by default). `policies`,
     `peers`: instead of the file's (--policies, --peers; a log may be resumed with others). `budget_s`
     (--budget-s): no point starts that is not expected to end within it (search_budget.py); the report then
-    holds the searches finished (later runs' too, where the log completes them) and says where it `stopped`."""
+    holds the searches finished (later runs' too, where the log completes them) and says where it `stopped`.
+    `from_log` (--from-log): measure nothing, on any machine; the report of the searches the log completes,
+    with the log's machine and switches as its environment."""
     t_start = time.perf_counter()
     budget = Budget(budget_s)  # its clock starts with the command; a bad value is refused before any work
+    if from_log and budget_s is not None:
+        raise InputError(f"--from-log measures nothing: drop --budget-s {budget_s:g}")
+    if from_log and not (Path(log).is_file() and Path(log).stat().st_size):
+        raise InputError(f"--from-log: no search log at {str(log)!r} (a search command with --log makes one)")
     note = note or stderr_line
     if output is not None:
         output = claim_output(output)
@@ -429,8 +454,9 @@ def search_params_file(
     bench = Bench(workload_params, params, settings["reps"])
     budget.spans = [w.duration_s for w in bench.samples]
     runs = [(p, False) for p in params.policies] + [(name, True) for name in bench.peers]
-    with SearchLog(log, search_identity(workload_params, params, settings), note=note) as lg:
-        bench.log = lg
+    identity = search_identity(workload_params, params, settings)
+    with SearchLog(log, identity, note=note, any_machine=from_log) as lg:
+        bench.log, bench.from_log = lg, from_log
         from_log, cut = len(lg.records), lg.cut
         if lg.header is None:
             given = settings["slo"]
@@ -479,7 +505,8 @@ def search_params_file(
         "wall_s": time.perf_counter() - t_start,
         "warm": bench.warm,
         "references": bench.references,
-        "environment": environment(BACKEND),
+        "environment": log_environment(lg.identity["machine"]) if from_log else environment(BACKEND),
+        "from_log": from_log,
         "sources": source_hashes(params_file),
     }
     if output is not None:

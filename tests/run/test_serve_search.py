@@ -175,6 +175,39 @@ def test_a_policys_points_made_under_another_rule_are_measured_again(tmp_path, p
     assert fake.calls == []  # every point now under the current rules
 
 
+def test_a_report_from_the_log_alone_measures_nothing_on_any_machine(tmp_path, params, fake):
+    """--from-log: the searches the log completes, the log's machine as the report's, nothing measured; a point the
+    log lacks is where it stops, named so."""
+    log = tmp_path / "log.jsonl"
+    first = search_params_file(params, log=log, note=lambda _: None)
+    lines = log.read_text().splitlines()
+    header = json.loads(lines[0])
+    header["identity"]["machine"].update(device_name="NVIDIA H100 80GB HBM3", backend="cuda")
+    log.write_text("\n".join([json.dumps(header)] + lines[1:]) + "\n")
+    with pytest.raises(InputError, match="another machine"):  # measuring, it is another machine's log
+        search_params_file(params, log=log, note=lambda _: None)
+    fake.calls.clear()
+    report = search_params_file(params, output=tmp_path / "r.json.gz", log=log, note=lambda _: None, from_log=True)
+    assert fake.calls == [] and report["from_log"] and report["stopped"] is None
+    for key in ("value", "ci", "status", "points"):
+        assert [x["result"][key] for x in report["searches"]] == [x["result"][key] for x in first["searches"]]
+    env = report["environment"]
+    assert env["device_name"] == "NVIDIA H100 80GB HBM3" and env["device"] == "gpu" and "composed_on" in env
+    assert log.read_text().splitlines()[1:] == lines[1:]  # nothing appended
+    # a log without mixed's points: chunked's searches, then where it stops; the peer's from the log again
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("\n".join(x for x in log.read_text().splitlines() if '"policy":"mixed"' not in x) + "\n")
+    notes = []
+    part = search_params_file(params, log=cut, note=notes.append, from_log=True)
+    assert fake.calls == [] and part["stopped"]["policy"] == "mixed" and part["stopped"]["reason"] == "not in the log"
+    assert {x["policy"] for x in part["searches"]} == {"chunked", "mlx-lm-bf16@32"}
+    assert any(line.startswith("from the log: it stops before mixed") for line in notes)
+    with pytest.raises(InputError, match="no search log"):
+        search_params_file(params, log=tmp_path / "none.jsonl", from_log=True)
+    with pytest.raises(InputError, match="--budget-s"):
+        search_params_file(params, log=log, from_log=True, budget_s=60)
+
+
 def test_a_log_of_other_params_or_a_damaged_one_is_refused(tmp_path, params, fake):
     log = tmp_path / "log.jsonl"
     search_params_file(params, log=log, note=lambda _: None)
@@ -405,6 +438,15 @@ def test_the_cli_pairs_search_with_its_log(tmp_path, capsys):
         assert main(["serve", "--params", "params/serve-search-smoke-cpu.yaml", *argv]) == 2
         err = capsys.readouterr().err.splitlines()
         assert err == ["error: serve: --search and --log go together (the log is where a search resumes from)"]
+    assert not (tmp_path / "log.jsonl").exists()
+    assert main(["serve", "--params", "params/serve-search-smoke-cpu.yaml", "--from-log"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: serve: --from-log reports a search's log: give it with --search and --log"
+    ]
+    log = ["--search", "--log", str(tmp_path / "log.jsonl"), "--from-log"]
+    assert main(["serve", "--params", "params/serve-search-smoke-cpu.yaml", *log]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --from-log: no search log at") and "log.jsonl" in err[0]
     assert not (tmp_path / "log.jsonl").exists()
     assert main(["notebooks", "--params", "params/smoke-cpu.yaml", "--search-report", "x.json"]) == 2
     assert capsys.readouterr().err.splitlines() == [
