@@ -17,7 +17,7 @@ from pdlib.engine.cache import KVCache, KVPool
 from pdlib.engine.kernels import persistent_decode as persistent
 from pdlib.engine.kernels.arithmetic import prefill_arithmetic
 from pdlib.engine.parts import Layer, Segment, drain
-from pdlib.engine.rows import DecodeRows
+from pdlib.engine.rows import DecodeRows, output_pieces
 from pdlib.errors import InputError
 from pdlib.settings import decode_mode
 from pdlib.weights import LoadedModel, layer_names, pack_bf16
@@ -271,6 +271,8 @@ class Qwen3:
             mask_rows = [K.query_rows(m, rep) for m in masks]
         emitting = [j for j, s in enumerate(segments) if s.emits]
         rows = DecodeRows.of(segments, offsets, positions, c.head_dim)
+        row_of = {j: r for r, j in enumerate(rows.js)} if rows is not None else {}
+        plans = {last: output_pieces(row_of, emitting if last else range(len(segments))) for last in (False, True)}
 
         def last_rows(a: mx.array) -> mx.array:  # the emitting segments' last rows, by slices
             if len(emitting) == offsets[-1]:  # every row a segment of its own that emits: all of them
@@ -288,11 +290,8 @@ class Qwen3:
             qs, solo, kv = {}, {}, {}  # per segment: query rows; a one-row one's attention output; keys, values
             if rows is not None:  # the decode rows at once (engine/rows.py)
                 o_rows = rows.attend(i, L, raw, self.inv_freq, **shape)
-                solo = (
-                    dict.fromkeys(rows.js) if rows.whole else {j: o_rows[:, r : r + 1] for r, j in enumerate(rows.js)}
-                )
             for j, (s, a, b) in enumerate(zip(segments, offsets, offsets[1:])):
-                if j in solo:
+                if j in row_of:
                     continue
                 at = positions[a:b]
                 if b - a == 1:
@@ -358,7 +357,7 @@ class Qwen3:
             if rows is not None and rows.whole:  # every row a decode, each emitting
                 o = o_rows
             else:
-                o = [attend(j, last) for j in (emitting if last else range(len(segments)))]
+                o = [attend(p, last) if isinstance(p, int) else o_rows[:, p] for p in plans[last]]
                 o = o[0] if len(o) == 1 else mx.concatenate(o, axis=1)
             next_norm = self.layers[i + 1].in_norm if i < n_layers - 1 else self.norm
             h, x = self._p_out_mlp(

@@ -25,6 +25,22 @@ def layer_id(i: int) -> mx.array:
     return a
 
 
+def output_pieces(row_of: dict[int, int], want) -> list:
+    """A step's attention output as pieces, the segments `want` in order: a segment's index, or, for each run of
+    consecutive decode rows, one slice of the rows' output (row_of: segment -> its row there). One slice a run,
+    not one a row: a mixed step's graph does not grow by a node a row and layer."""
+    out: list = []
+    for j in want:
+        r = row_of.get(j)
+        if r is None:
+            out.append(j)
+        elif out and isinstance(out[-1], slice) and out[-1].stop == r:
+            out[-1] = slice(out[-1].start, r + 1)
+        else:
+            out.append(slice(r, r + 1))
+    return out
+
+
 class DecodeRows:
     def __init__(self, segments: list[Segment], js: list[int], offsets: list[int], positions: mx.array, kernel: bool):
         self.js, self.kernel = js, kernel

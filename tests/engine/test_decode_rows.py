@@ -80,6 +80,14 @@ def test_a_one_token_chunk_short_of_its_prompts_end_beside_decodes(tiny, monkeyp
         assert all(mx.array_equal(x[1], y[1]).item() and x[0] == y[0] for x, y in zip(a, b) if x is not None)
 
 
+def test_the_output_takes_each_run_of_consecutive_rows_as_one_slice():
+    rows = {0: 0, 2: 1, 3: 2, 4: 3, 6: 4}  # segments 0, 2, 3, 4, 6 are decode rows 0-4
+    assert R.output_pieces(rows, range(7)) == [slice(0, 1), 1, slice(1, 4), 5, slice(4, 5)]
+    assert R.output_pieces(rows, [2, 3, 6]) == [slice(1, 3), slice(4, 5)]  # the last layer's emitting ones
+    assert R.output_pieces({1: 0, 2: 1}, [0, 1, 2]) == [0, slice(0, 2)]  # a chunk, then every row at once
+    assert R.output_pieces({}, [0, 1]) == [0, 1]
+
+
 def test_a_joined_fence_waits_on_every_row_and_keeps_the_least_count():
     a, b = mx.array([5, 0, 0, 0], mx.uint32), mx.array([0, 0, 0, 0], mx.uint32)
     assert D.joined_fence([a, a]) is a
