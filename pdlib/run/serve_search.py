@@ -457,7 +457,7 @@ def search_params_file(
     identity = search_identity(workload_params, params, settings)
     with SearchLog(log, identity, note=note, any_machine=from_log) as lg:
         bench.log, bench.from_log = lg, from_log
-        from_log, cut = len(lg.records), lg.cut
+        logged, cut = len(lg.records), lg.cut
         if lg.header is None:
             given = settings["slo"]
             calib = None
@@ -500,7 +500,7 @@ def search_params_file(
         "searches": searches,
         "stopped": budget.stopped,  # under --budget-s: the point it did not start (None: every search finished)
         "budget": budget.to_dict(),
-        "measurements": {"new": counts["measured"], "from_log": from_log, "in_log": points, "cut_bytes": cut},
+        "measurements": {"new": counts["measured"], "from_log": logged, "in_log": points, "cut_bytes": cut},
         "log": {"path": str(log), "created_utc": header["created_utc"]},
         "wall_s": time.perf_counter() - t_start,
         "warm": bench.warm,

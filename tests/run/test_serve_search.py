@@ -133,6 +133,7 @@ def test_a_killed_search_resumes_and_measures_only_what_it_lost(tmp_path, params
     n = len(fake.calls)
     again = search_params_file(params, output=tmp_path / "b.json", log=tmp_path / "log.jsonl", note=lambda _: None)
     assert len(fake.calls) == n and again["measurements"] == {"new": 0, "from_log": n, "in_log": n, "cut_bytes": 0}
+    assert again["from_log"] is False and "composed_on" not in again["environment"]  # resumed, not --from-log
     # killed while writing point k: the log ends in the middle of its line
     k = 7
     data = (tmp_path / "log.jsonl").read_bytes()
