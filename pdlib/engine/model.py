@@ -272,7 +272,8 @@ class Qwen3:
         emitting = [j for j, s in enumerate(segments) if s.emits]
         rows = DecodeRows.of(segments, offsets, positions, c.head_dim)
         row_of = {j: r for r, j in enumerate(rows.js)} if rows is not None else {}
-        plans = {last: output_pieces(row_of, emitting if last else range(len(segments))) for last in (False, True)}
+        want = {False: range(len(segments)), True: emitting}  # o's pieces; none where o is the rows' output whole
+        plans = {} if rows is not None and rows.whole else {k: output_pieces(row_of, w) for k, w in want.items()}
 
         def last_rows(a: mx.array) -> mx.array:  # the emitting segments' last rows, by slices
             if len(emitting) == offsets[-1]:  # every row a segment of its own that emits: all of them
