@@ -60,6 +60,7 @@ class StreamPrefill:
         self._stages = None
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._done = threading.Event()
+        self._counted = threading.Condition()  # a layer counted done, or the waiter gone
         self._waiter = threading.Thread(target=self._wait, name="pdlib-overlap-waiter", daemon=True)
 
     def start(self, engine) -> None:
@@ -78,7 +79,8 @@ class StreamPrefill:
 
     def advance(self, *, force: bool = False) -> None:
         """Dispatch B's next layer on the second stream, once fewer than IN_FLIGHT are still running (or
-        `force`); after the last layer, the first output."""
+        `force`, with the waiter idle: a forced layer is not handed to it); after the last layer, the first
+        output."""
         if self._stages is None or (not force and self.layers_dispatched - self.layers_done >= self.IN_FLIGHT):
             return
         with self.place():
@@ -93,8 +95,9 @@ class StreamPrefill:
                     raise RuntimeError(
                         f"layer {self.layers_dispatched} of {self.req}'s prefill came without its arrays"
                     )
-                self._queue.put((LAYER, arrays))
                 self.layers_dispatched += 1
+                if not force:
+                    self._queue.put((LAYER, arrays))
                 return
         self._stages = None
         c = self._cache
@@ -109,13 +112,28 @@ class StreamPrefill:
             while True:
                 what, arrays = self._queue.get()
                 mx.eval(arrays)  # scheduled already (the engine's async_eval): this only waits for the device
+                arrays = None  # counted done holding none of B's arrays: the main thread builds on them next
                 if what is LAST:
                     break
-                self.layers_done += 1
+                with self._counted:
+                    self.layers_done += 1
+                    self._counted.notify_all()
         except BaseException as e:  # handed to the main thread by receive()
             self._error = e
         self.t_ready = now()
         self._done.set()
+        with self._counted:
+            self._counted.notify_all()
+
+    def _idle(self, timeout_s: float) -> bool:
+        """Wait until the waiter has counted every layer handed to it (or is gone): from then on it touches
+        none of B's arrays until it is handed the last. MLX's graph is not safe to build on from one thread
+        while another waits on its arrays: a forced dispatch beside a waiting waiter crashed the process on
+        CUDA."""
+        with self._counted:
+            return self._counted.wait_for(
+                lambda: self.layers_done >= self.layers_dispatched or self._done.is_set(), timeout_s
+            )
 
     def ready(self) -> bool:
         return self._done.is_set()
@@ -129,10 +147,13 @@ class StreamPrefill:
                 f"a remote prefill of {n} tokens of {req}; the second stream prefilled {self.n} of {self.req}"
             )
         t_start = now()
-        while self._stages is not None:  # A ran out of steps first: the rest of B's layers now
-            self.advance(force=True)
         # B's prefill, t0 to its results on the host: a generous bound, so a hang becomes an error, not a stuck run
         timeout_s = settings.get("PDLIB_OVERLAP_TIMEOUT_S")
+        if self._stages is not None:  # A ran out of steps first: the rest of B's layers now, the waiter idle
+            if not self._idle(timeout_s):
+                raise RunFailure(f"{self.req}'s layers on the second stream did not finish within {timeout_s:.0f} s")
+            while self._stages is not None and self._error is None:
+                self.advance(force=True)
         if not self._done.wait(timeout_s):
             raise RunFailure(f"B's prefill on the second stream did not finish within {timeout_s:.0f} s")
         self._waiter.join()

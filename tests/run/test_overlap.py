@@ -3,8 +3,10 @@ checks it like every policy, a trial records the second stream's prefill and how
 during it; a planted fault in the second stream's prefill is caught; a prefill that never finishes is an
 error, not a hang."""
 
+import threading
 import time
 
+import numpy as np
 import pytest
 from plants import plant_prompt_token
 
@@ -135,6 +137,57 @@ def test_b_goes_out_a_layer_per_advance_and_each_is_counted_when_done(tiny):
     assert p._stages is None and p._done.wait(10) and p.ready()
     out, info = p.receive(e, "B", PROMPT)
     assert info["layers"] == layers and out.token.item() >= 0
+
+
+def test_a_join_with_a_layer_still_out_builds_the_rest_only_once_the_waiter_is_done_waiting(tiny, monkeypatch):
+    """Joined with nothing else to run while a layer of B's is still on the device, the rest of B's layers are
+    built only after the waiter has finished waiting on the ones handed to it, and the forced ones are not
+    handed to it: building on arrays that another thread waits on crashed the process on CUDA (a serving
+    search's overlap and partition). The waiter's wait is held open here; a layer built inside it fails."""
+    exp = experiment(tiny, policies=("overlap",))
+    e = exp.engine
+    e.reset("B", logical=True)
+    waiting, real_eval = threading.Event(), overlap.mx.eval
+
+    def held_eval(*arrays):
+        if threading.current_thread().name != "pdlib-overlap-waiter":
+            return real_eval(*arrays)
+        waiting.set()
+        try:
+            real_eval(*arrays)
+            time.sleep(0.2)
+        finally:
+            waiting.clear()
+
+    built_while_waiting, real_stages = [], e.prefill_stages
+
+    def watched(name, n):
+        stages = real_stages(name, n)
+        while True:
+            built_while_waiting.append(waiting.is_set())
+            try:
+                arrays = next(stages)
+            except StopIteration as done:
+                return done.value
+            yield arrays
+
+    monkeypatch.setattr(overlap.mx, "eval", held_eval)
+    monkeypatch.setattr(e, "prefill_stages", watched)
+    p = overlap.StreamPrefill("B", PROMPT, stream=overlap.second_stream())
+    p.start(e)
+    deadline = time.monotonic() + 10
+    while not waiting.is_set() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert waiting.is_set(), "the waiter never waited on B's first layer"
+    out, info = p.receive(e, "B", PROMPT)  # forced: the first layer is still being waited on
+    layers = tiny.config.num_hidden_layers
+    assert info["layers"] == layers and len(built_while_waiting) == layers + 1
+    assert not any(built_while_waiting), f"layers built while the waiter waited: {built_while_waiting}"
+    forced = np.array(out.logits)
+    monkeypatch.undo()
+    e.reset("B", logical=True)
+    plain = e.prefill_chunk("B", PROMPT)
+    np.testing.assert_allclose(forced, np.array(plain.logits), rtol=1e-3, atol=1e-3)
 
 
 def test_b_is_ready_long_before_a_runs_out_of_work(tiny):
