@@ -64,7 +64,7 @@ from pdlib.run.serve_lane import PromptLane
 from pdlib.run.serve_params import ServeParams, load_serve_params
 from pdlib.run.serve_replay import replay_gate
 from pdlib.run.serve_replicas import resolve, serve_replicated
-from pdlib.run.serve_slo import slo_budget
+from pdlib.run.serve_slo import StepBudget, slo_budget
 from pdlib.scheduler import Prefill, RequestState
 from pdlib.weights import LoadedModel, load_model
 from pdlib.workload import Workload, iter_prompts
@@ -95,6 +95,9 @@ def serve_once(
     if slots is not None:
         engine.reserve(slots)  # every cache the pool holds made now, none on the clock
     chooser = make_batch_policy(policy, budget=budget, decode_rounds=decode_rounds)
+    learn = budget if isinstance(budget, StepBudget) else None  # slo-mixed learns what the loop adds to a step
+    if learn is not None:
+        learn.start()
     site = chooser.remote_prefill
     lane = PromptLane(site, worker=worker if site == "worker" else None) if site else None
     joins: list[int] = []  # the steps that joined a prompt run on the lane
@@ -107,14 +110,17 @@ def serve_once(
     noticed = 0  # the requests before it were admitted, or seen arrived while no cache was free
     work_log, t_start_log, t_issued_log, t_end_log = [], [], [], []
     idle_ns, nxt, finished = 0, 0, 0
-    pending = None  # a step issued whose tokens the host has not observed yet: (parts, outs, caches, start, issued)
+    pending = None  # a step issued, its tokens not observed yet: (parts, outs, caches, start, issued, expected)
 
-    def observe(parts, outs, caches, t_start, t_issued) -> None:
+    def observe(parts, outs, caches, t_start, t_issued, expected) -> None:
         def seen(i: int, token: int) -> None:  # stamped as it is seen
             ids[parts[i][0]].append(check_token(token))
             emits[parts[i][0]].append(now() - t0)
 
         observe_all(outs, seen)
+        gaps = [e[-1] - e[-2] for e in (emits[r] for r, k in parts if k is None) if len(e) > 1]
+        if expected is not None and gaps:  # the longest gap the step ended, against its prediction
+            learn.observe(expected, max(gaps) / 1e6)
         quiet = []
         for out, c in zip(outs, caches):
             if out is None:
@@ -169,6 +175,9 @@ def serve_once(
             pending = None
         index = len(work_log) + (pending is not None)  # this step's place in the log
         caches = [engine.requests[name].cache for name, _ in parts]  # held until the step is seen, reused after
+        n_prompt = sum(k for _, k in parts if k is not None)
+        mixed = learn is not None and not remote and 0 < n_prompt and any(k is None for _, k in parts)
+        expected = learn.expect(running, n_prompt) if mixed else None
         t_start = now()
         if remote:
             outs = [lane.join(engine)[0]]
@@ -184,7 +193,7 @@ def serve_once(
         t_issued = now()  # the host's part of the step ends: built and started
         if pending is not None:  # the step before, seen while this one runs
             observe(*pending)
-        pending = (parts, outs, caches, t_start, t_issued)
+        pending = (parts, outs, caches, t_start, t_issued, expected)
         if not pipeline:
             observe(*pending)
             pending = None
@@ -210,6 +219,8 @@ def serve_once(
     if lane is not None and lane.site == "slice":
         steps["sliced"] = sliced  # these ran on slice A: its grid size, which the replay must use too
     run = {"policy": policy, "requests": requests, "steps": steps, "idle_ns": idle_ns, "makespan_ns": t_end_log[-1]}
+    if learn is not None:  # what slo-mixed learned the loop adds to a step, at the run's end
+        run["slo_loop"] = {"loop_ms": learn.loop_ms, "overruns": list(learn.overruns)}
     return run | {"peak_memory_bytes": mx.get_peak_memory()}  # the device's over the run: model, caches, steps
 
 

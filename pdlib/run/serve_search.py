@@ -323,8 +323,9 @@ def measure(bench: Bench, policy: str, rate: float, rep: int, admit=None) -> dic
         run = gated_run(engine, w, policy, refs=refs, how=how, replay=replay, ties=check["near_ties"])
         if "replay" in run:
             check["replay"] = run["replay"]
-        if slo is not None:  # fitted once per log: each point says with what
+        if slo is not None:  # fitted once per log: each point says with what, and what its run learned
             check["slo_policy"] = slo
+            check["slo_loop_ms"] = run.get("slo_loop", {}).get("loop_ms")
     summary = run_summary([r for r in run["requests"] if r["emit_ns"]], bench.slos)
     kv_bytes = kv_cache_bytes(bench.model, requests=1, capacity=1)  # FP32 K and V a position; a bf16 peer's half
     if policy in bench.peers and dtype == "bf16":

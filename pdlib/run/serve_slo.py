@@ -21,10 +21,17 @@ quantum) is rounded down to a multiple of it, so a run compiles few step shapes.
 misses the target. Then every step with prompt work is a gap over the target for each decode in it, so the
 fewest such steps miss it least (a P99 bound counts them) and give the prompts the most progress per miss; the
 quantum floor this replaced starved the prompts (an H100, 2026-12-06: TTFT p90 4.8 s at the conversation trace's
-1x, where mixed's was 84 ms) and still missed the target. BUDGET_RULE names the rule in each search point, so a
-log's points made under another are measured again.
+1x, where mixed's was 84 ms) and still missed the target.
+
+The fit prices steps timed one at a time; in the serving loop a step's decodes wait longer (the host builds the
+step, admits arrivals, reads the tokens: on an H100 the steps predicted at 5.7 ms gave gaps of ~10 ms). So each
+run also learns what the loop adds: after every step with prompt work beside decodes, the longest gap it ended
+minus the step's prediction; the budget prices a step at its prediction plus the median of the last LOOP_WINDOW
+such overruns (none yet: the fit alone). An additive term, as host work per step is; each run starts afresh.
+BUDGET_RULE names the rule in each search point, so a log's points made under another are measured again.
 """
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -36,7 +43,11 @@ from pdlib.run.slo import StepCost, calibrate, nonnegative_fit, timed_ms
 from pdlib.scheduler import RequestState
 from pdlib.workload import Workload
 
-BUDGET_RULE = "pdlib.slo-budget/2: the ceiling where no decode is ready or no prompt token fits beside them"
+BUDGET_RULE = (
+    "pdlib.slo-budget/3: the ceiling where no decode is ready or no prompt token fits beside them; "
+    "each step priced with the run's median overrun of its last steps with prompt work beside decodes"
+)
+LOOP_WINDOW = 16  # the steps whose overruns price the next
 ROW_COUNTS = (1, 4, 16)  # decode rows beside the calibration's chunks
 ROW_PASSES = 2  # the first compiles the steps' shapes and is not kept
 
@@ -135,24 +146,48 @@ def predicted_ms(cost: StepCost, running: list[RequestState], n: int) -> float:
     return cost.step_ms(n, start) + rows
 
 
-def step_budget(cost: StepCost, *, tbt_ms: float, ceiling: int) -> Callable[[list[RequestState]], int]:
-    """running -> prompt tokens for the next step (module docstring)."""
-    quantum = max(1, ceiling // 16)
+class StepBudget:
+    """running -> prompt tokens for the next step (module docstring). The serving loop calls `start` before a
+    run, `expect` for a step with prompt work beside decodes as it issues it, and `observe` with that prediction
+    and the longest gap the step ended."""
 
-    def budget(running: list[RequestState]) -> int:
+    def __init__(self, cost: StepCost, *, tbt_ms: float, ceiling: int):
+        self.cost, self.tbt_ms, self.ceiling = cost, tbt_ms, ceiling
+        self.quantum = max(1, ceiling // 16)
+        self.overruns: deque = deque(maxlen=LOOP_WINDOW)
+
+    def start(self) -> None:
+        self.overruns.clear()
+
+    @property
+    def loop_ms(self) -> float:
+        """What the loop adds to a step's predicted time, as learned so far in this run."""
+        return float(np.median(self.overruns)) if self.overruns else 0.0
+
+    def expect(self, running: list[RequestState], n: int) -> float:
+        return predicted_ms(self.cost, running, n)
+
+    def observe(self, expected_ms: float, gap_ms: float) -> None:
+        self.overruns.append(gap_ms - expected_ms)
+
+    def __call__(self, running: list[RequestState]) -> int:
+        ceiling, extra = self.ceiling, self.loop_ms
         if first_waiting(running) is None or not any(r.ready for r in running):
             return ceiling  # no prompt waits, or no decode has a gap to keep
-        floor = predicted_ms(cost, running, 1)
-        if floor > tbt_ms:
+        floor = predicted_ms(self.cost, running, 1) + extra
+        if floor > self.tbt_ms:
             return ceiling  # no prompt token fits: the fewest steps that miss (module docstring)
-        limit = max(tbt_ms, floor + cost.spread_ms)
+        limit = max(self.tbt_ms, floor + self.cost.spread_ms)
         lo, hi = 1, ceiling  # the time grows with n (non-negative terms): bisect for the largest that fits
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if predicted_ms(cost, running, mid) <= limit else (lo, mid - 1)
-        return lo // quantum * quantum if lo >= quantum else lo
+            lo, hi = (mid, hi) if predicted_ms(self.cost, running, mid) + extra <= limit else (lo, mid - 1)
+        return lo // self.quantum * self.quantum if lo >= self.quantum else lo
 
-    return budget
+
+def step_budget(cost: StepCost, *, tbt_ms: float, ceiling: int) -> StepBudget:
+    """running -> prompt tokens for the next step (module docstring)."""
+    return StepBudget(cost, tbt_ms=tbt_ms, ceiling=ceiling)
 
 
 def slo_budget(engine: Engine, workload: Workload, *, chunk_size: int, slos: dict) -> tuple[dict, Callable]:
@@ -171,4 +206,14 @@ def slo_budget(engine: Engine, workload: Workload, *, chunk_size: int, slos: dic
     return record, step_budget(cost, tbt_ms=tbt_ms, ceiling=chunk_size)
 
 
-__all__ = ["BUDGET_RULE", "calibrate_serving", "fit_rows", "predicted_ms", "rows_points", "slo_budget", "step_budget"]
+__all__ = [
+    "BUDGET_RULE",
+    "LOOP_WINDOW",
+    "StepBudget",
+    "calibrate_serving",
+    "fit_rows",
+    "predicted_ms",
+    "rows_points",
+    "slo_budget",
+    "step_budget",
+]

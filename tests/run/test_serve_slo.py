@@ -137,3 +137,61 @@ def test_the_serving_calibration_times_chunks_beside_1_4_and_16_rows_and_resets_
     assert pts[0][1] == 26 + 15
     assert pts[5][1] > pts[0][1] and all(p[4] > 0 for p in pts)
     assert all(r.cache.length == 0 for r in engine.requests.values())  # every request it touched reset
+
+
+def test_the_budget_prices_each_step_with_the_runs_median_overrun():
+    """What the loop adds to a step (the longest gap a step ended, less its prediction) shrinks the chunk; the
+    median of the last LOOP_WINDOW overruns, so one slow step moves it little; where the overrun leaves no token
+    room it is the whole ceiling; each run starts from the fit alone."""
+    one = [state("d", 100, 100, emitted=1), state("p", 1000, 0)]
+    budget = step_budget(COST, tbt_ms=8.0, ceiling=256)
+    fresh = budget(one)
+    assert budget.loop_ms == 0.0
+    for _ in range(5):
+        budget.observe(4.0, 5.5)  # each such step's gap 1.5 ms over its prediction
+    budget.observe(4.0, 60.0)  # one outlier
+    assert budget.loop_ms == pytest.approx(1.5)
+    n = budget(one)
+    assert n % 16 == 0 and n < fresh
+    assert predicted_ms(COST, one, n) + 1.5 <= 8.0 < predicted_ms(COST, one, n + 16) + 1.5
+    for _ in range(serve_slo.LOOP_WINDOW):  # the window forgets what came before it
+        budget.observe(4.0, 4.0 + 8.0)
+    assert budget.loop_ms == pytest.approx(8.0) and budget(one) == 256  # the one-token step over 8 ms: the ceiling
+    budget.start()
+    assert budget.loop_ms == 0.0 and budget(one) == fresh
+    assert budget.expect(one, 32) == predicted_ms(COST, one, 32)
+
+
+def test_the_loop_reports_each_step_with_prompt_work_beside_decodes_and_the_longest_gap_it_ended(
+    tiny, workload, monkeypatch
+):
+    seen = []
+    real = serve_slo.StepBudget.observe
+
+    def observe(self, expected_ms, gap_ms):
+        seen.append((expected_ms, gap_ms))
+        real(self, expected_ms, gap_ms)
+
+    monkeypatch.setattr(serve_slo.StepBudget, "observe", observe)
+    report = run_serving(tiny, workload, policy="slo-mixed", chunk_size=32, replay=0, warmups=1)
+    run = report["runs"][0]
+    emits = {r["name"]: r["emit_ns"] for r in run["requests"]}
+    prompts = dict(zip(workload.names, workload.prompt_tokens.tolist()))
+    emitted, prefilled, want = dict.fromkeys(emits, 0), dict.fromkeys(emits, 0), []
+    for step in run["steps"]["work"]:
+        gaps = []
+        for name, n in step:  # a decode emits; a chunk emits once it ends its prompt
+            if n is None:
+                gaps.append(emits[name][emitted[name]] - emits[name][emitted[name] - 1])
+            else:
+                prefilled[name] += n
+            emitted[name] += n is None or prefilled[name] == prompts[name]
+        if gaps and any(n is not None for _, n in step):
+            want.append(max(gaps) / 1e6)
+    assert 0 < len(want) < serve_slo.LOOP_WINDOW and len(seen) == 2 * len(want)  # the warmup's run, then this
+    timed = seen[len(want) :]
+    assert [g for _, g in timed] == pytest.approx(want)
+    assert all(e > 0 for e, _ in timed)
+    loop = run["slo_loop"]  # this run's alone: the warmup's are forgotten
+    assert loop["overruns"] == pytest.approx([g - e for e, g in timed])
+    assert loop["loop_ms"] == pytest.approx(float(np.median(loop["overruns"])))
