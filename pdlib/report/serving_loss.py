@@ -302,9 +302,19 @@ def search_limit(result: dict, criterion: Criterion, slo: Slo, points: dict) -> 
 _NAMES = {"tbt_p99_ms": "TBT p99", "ttft_p90_ms": "TTFT p90"}
 
 
+def share_below(value: float, bound: float) -> str:
+    """`value` as a percentage with the fewest decimals (up to 3) that keep it visibly under `bound`: 43 of 48
+    requests against 90% is 89.6%, not a self-contradicting 90%."""
+    for digits in range(4):
+        text = f"{value:.{digits}%}"
+        if float(text[:-1]) < bound * 100:
+            return text
+    return f"{value:.4%}"
+
+
 def _failed_text(f: dict) -> str:
     if f["field"].startswith("attain_"):
-        return f"{f['value']:.0%} of requests met TTFT and TPOT (< {f['bound']:.0%})"
+        return f"{share_below(f['value'], f['bound'])} of requests met TTFT and TPOT (< {f['bound']:.0%})"
     return f"{_NAMES.get(f['field'], f['field'])} {f['value']:.4g} ms > {f['bound']:.4g} ms"
 
 
@@ -358,5 +368,6 @@ __all__ = [
     "peaks",
     "run_loss",
     "search_limit",
+    "share_below",
     "time_split",
 ]

@@ -7,7 +7,7 @@ import pytest
 
 from pdlib.errors import InputError
 from pdlib.report.serving import Slo, capacity_criterion, goodput_criterion, search
-from pdlib.report.serving_loss import gap_work, limit_text, peaks, run_loss, search_limit, time_split
+from pdlib.report.serving_loss import gap_work, limit_text, peaks, run_loss, search_limit, share_below, time_split
 
 MS = 1_000_000
 SLO = Slo(ttft_ms=10.0, tbt_ms=5.0, tpot_ms=5.0, name="strict")
@@ -160,6 +160,9 @@ def test_a_goodput_limit_names_its_waits_and_a_bound_never_failed_has_none():
     lim = search_limit(result, crit, SLO, points)
     assert lim["failed"][0]["field"] == "attain_strict" and lim["causes"] == ["queueing"]
     assert "50% of requests met TTFT and TPOT (< 90%)" in limit_text(lim)
+    lim["failed"][0]["value"] = 43 / 48  # 89.58%: rounded to 90% it would read as meeting the bound it failed
+    assert "89.6% of requests met TTFT and TPOT (< 90%)" in limit_text(lim)
+    assert share_below(0.8999, 0.9) == "89.99%" and share_below(0.5, 0.9) == "50%"
     points[lim["rate"], 0]["loss"]["ttft_over_strict_wait_share"] = 0.2
     assert search_limit(result, crit, SLO, points)["causes"] == ["prefill"]
     points[lim["rate"], 0]["loss"].update(ttft_over_strict_wait_share=0.5)  # exactly half: named
