@@ -44,13 +44,11 @@ def second_stream() -> mx.Stream:
 
 class StreamPrefill:
     """One run's prefill of B on the second stream: start (t0), advance (after each of A's steps), ready
-    (poll), receive (the join). At most IN_FLIGHT of B's layers are on the device at once: MLX's cap on work
-    in flight is global, so a deeper queue of B's would stall A's dispatch behind it (on the CPU, where a
-    task is ten operations, two layers of a long prompt already do). A waiter thread counts B's layers done
-    (`mx.eval` of arrays already scheduled only waits for their event, with the GIL released) and stamps
-    when the last one is."""
-
-    IN_FLIGHT = 1
+    (poll), receive (the join). One of B's layers is on the device at a time: MLX's cap on work in flight is
+    global, so a deeper queue of B's would stall A's dispatch behind it (on the CPU, where a task is ten
+    operations, two layers of a long prompt already do); and the next is built only once the waiter is done
+    with the last (`_idle`). A waiter thread counts B's layers done (`mx.eval` of arrays already scheduled
+    only waits for their event, with the GIL released) and stamps when the last one is."""
 
     def __init__(self, req: str, n: int, *, stream: mx.Stream):
         self.req, self.n, self.stream = req, n, stream
@@ -78,10 +76,10 @@ class StreamPrefill:
         self.advance()
 
     def advance(self, *, force: bool = False) -> None:
-        """Dispatch B's next layer on the second stream, once fewer than IN_FLIGHT are still running (or
+        """Dispatch B's next layer on the second stream once the waiter has counted the last one done (or
         `force`, with the waiter idle: a forced layer is not handed to it); after the last layer, the first
         output."""
-        if self._stages is None or (not force and self.layers_dispatched - self.layers_done >= self.IN_FLIGHT):
+        if self._stages is None or (not force and self.layers_done < self.layers_dispatched):
             return
         with self.place():
             try:

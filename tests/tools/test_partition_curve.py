@@ -17,8 +17,8 @@ def test_the_table_flags_a_changed_token_and_a_failed_row():
     both = {"a_max_gap_ms": 2.5, "b_ttft_s": 0.14, "a_tokens_match": True, "b_token_match": True}
     rows = [
         {"prompt": 4096, "k": "whole", "a_step_ms": 1.42, "b_prefill_s": 0.1},
-        {"prompt": 4096, "k": 48, "a_step_ms": 1.6, "b_prefill_s": 0.13, "a_tokens_match": True, "together_2": both},
-        {"prompt": 4096, "k": 32, "a_step_ms": 2.0, "a_tokens_match": False, "together_2": both},
+        {"prompt": 4096, "k": 48, "a_step_ms": 1.6, "b_prefill_s": 0.13, "a_tokens_match": True, "together": both},
+        {"prompt": 4096, "k": 32, "a_step_ms": 2.0, "a_tokens_match": False, "together_1": both},
         {"prompt": 4096, "k": 8, "error": "RuntimeError: a wait at a grid barrier timed out"},
     ]
     lines = format_rows({"rows": rows}).splitlines()
