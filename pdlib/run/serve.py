@@ -95,7 +95,7 @@ def serve_once(
     if slots is not None:
         engine.reserve(slots)  # every cache the pool holds made now, none on the clock
     chooser = make_batch_policy(policy, budget=budget, decode_rounds=decode_rounds)
-    learn = budget if isinstance(budget, StepBudget) else None  # slo-mixed learns what the loop adds to a step
+    learn = budget if policy == "slo-mixed" and isinstance(budget, StepBudget) else None  # learns the loop's cost
     if learn is not None:
         learn.start()
     site = chooser.remote_prefill
@@ -118,9 +118,10 @@ def serve_once(
             emits[parts[i][0]].append(now() - t0)
 
         observe_all(outs, seen)
-        gaps = [e[-1] - e[-2] for e in (emits[r] for r, k in parts if k is None) if len(e) > 1]
-        if expected is not None and gaps:  # the longest gap the step ended, against its prediction
-            learn.observe(expected, max(gaps) / 1e6)
+        if expected is not None:  # the longest gap the step ended, against its prediction
+            gaps = [e[-1] - e[-2] for e in (emits[r] for r, k in parts if k is None) if len(e) > 1]
+            if gaps:
+                learn.observe(expected, max(gaps) / 1e6)
         quiet = []
         for out, c in zip(outs, caches):
             if out is None:

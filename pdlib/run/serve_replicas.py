@@ -124,6 +124,9 @@ def merged(workload: Workload, policy: str, subs: list[tuple[dict, int]]) -> dic
         "makespan_ns": max(makespans),
         "peak_memory_bytes": max(run["peak_memory_bytes"] for run, _ in subs),  # one replica's (each alone on its GPU)
     }
+    loops = [run["slo_loop"] for run, _ in subs if "slo_loop" in run]
+    if loops:  # what each replica's slo-mixed learned, in replica order
+        out["slo_loop"] = {k: [loop[k] for loop in loops] for k in ("loop_ms", "overruns")}
     replays = [run["replay"] for run, _ in subs if "replay" in run]
     if replays:
         out["replay"] = {

@@ -73,8 +73,12 @@ def workload():
 
 
 def test_serve_calibrates_once_records_the_target_and_gates_the_runs(tiny, workload, monkeypatch):
-    report = run_serving(tiny, workload, policy=["mixed", "slo-mixed"], chunk_size=32, replay=2)
+    report = run_serving(tiny, workload, policy=["mixed", "slo-mixed", "slo-mixed-x2"], chunk_size=32, replay=2)
     slo = report["slo_policy"]
+    mixed, one, two = report["runs"]
+    assert "slo_loop" not in mixed  # the budget is passed to every policy; only slo-mixed learns with it
+    assert isinstance(one["slo_loop"]["loop_ms"], float)
+    assert len(two["slo_loop"]["loop_ms"]) == len(two["slo_loop"]["overruns"]) == 2  # each replica's
     assert slo["target_from"] == "5x decode" and slo["tbt_ms"] == pytest.approx(5 * slo["cost"]["decode_ms"])
     assert slo["calibrated_on"] == "r1"  # the longest prompt
     assert all(r["check"]["status"] == "ok" for run in report["runs"] for r in run["requests"])
@@ -165,14 +169,19 @@ def test_the_budget_prices_each_step_with_the_runs_median_overrun():
 def test_the_loop_reports_each_step_with_prompt_work_beside_decodes_and_the_longest_gap_it_ended(
     tiny, workload, monkeypatch
 ):
-    seen = []
-    real = serve_slo.StepBudget.observe
+    seen, starts = [], []
+    real_observe, real_start = serve_slo.StepBudget.observe, serve_slo.StepBudget.start
 
     def observe(self, expected_ms, gap_ms):
         seen.append((expected_ms, gap_ms))
-        real(self, expected_ms, gap_ms)
+        real_observe(self, expected_ms, gap_ms)
+
+    def start(self):
+        starts.append(len(seen))
+        real_start(self)
 
     monkeypatch.setattr(serve_slo.StepBudget, "observe", observe)
+    monkeypatch.setattr(serve_slo.StepBudget, "start", start)
     report = run_serving(tiny, workload, policy="slo-mixed", chunk_size=32, replay=0, warmups=1)
     run = report["runs"][0]
     emits = {r["name"]: r["emit_ns"] for r in run["requests"]}
@@ -188,8 +197,8 @@ def test_the_loop_reports_each_step_with_prompt_work_beside_decodes_and_the_long
             emitted[name] += n is None or prefilled[name] == prompts[name]
         if gaps and any(n is not None for _, n in step):
             want.append(max(gaps) / 1e6)
-    assert 0 < len(want) < serve_slo.LOOP_WINDOW and len(seen) == 2 * len(want)  # the warmup's run, then this
-    timed = seen[len(want) :]
+    assert len(starts) == 2 and 0 < len(want) < serve_slo.LOOP_WINDOW  # the warmup's run, then this one
+    timed = seen[starts[-1] :]
     assert [g for _, g in timed] == pytest.approx(want)
     assert all(e > 0 for e, _ in timed)
     loop = run["slo_loop"]  # this run's alone: the warmup's are forgotten
