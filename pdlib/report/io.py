@@ -168,6 +168,12 @@ def source_hashes(params_file=None) -> dict:
     return out
 
 
+def sources_hash(sources: dict) -> str:
+    """The 12 hex digits docs/results.md calls a report's sources hash: the pdlib files' SHA-256s, condensed."""
+    lines = "".join(f"{k} {v}\n" for k, v in sorted(sources.items()) if k.startswith("pdlib/"))
+    return hashlib.sha256(lines.encode()).hexdigest()[:12]
+
+
 def git_commit() -> str | None:
     try:
         rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PACKAGE_DIR, capture_output=True, text=True, timeout=5)

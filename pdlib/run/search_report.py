@@ -1,5 +1,6 @@
 """What a search (serve_search.py) reports and prints: its schema, the SLOs it names, a line per measured point
-(one that ran out of device memory: `memory_point`), the CI of a result, and the table of every run's searches,
+(one that ran out of device memory: `memory_point`), the CI of a result, a from-log report's environment, the
+code that measured its points (`tally_sources`), and the table of every run's searches,
 the best policy against mlx-lm and where each value is lost.
 
     print(search_table(report))
@@ -8,6 +9,8 @@ the best policy against mlx-lm and where each value is lost.
 import math
 import sys
 
+from pdlib.engine.kernels import BACKEND
+from pdlib.report.io import environment
 from pdlib.report.serving import interval_text, run_summary
 from pdlib.report.serving_loss import limit_text
 from pdlib.report.serving_versus import versus, versus_line
@@ -98,4 +101,30 @@ def stopped_line(report: dict) -> str | None:
     )
 
 
-__all__ = ["SCHEMA", "SLO_NAMES", "ci_text", "point_line", "search_table", "stderr_line", "stopped_line"]
+def log_environment(machine: dict) -> dict:
+    """A from-log report's environment: the log's machine and switches, and where the report was composed."""
+    here = environment(BACKEND)
+    device = "cpu" if machine.get("backend") == "cpu" else "gpu"
+    return {"device": device, **machine, "composed_on": {k: here[k] for k in ("device_name", "platform", "git_commit")}}
+
+
+def tally_sources(entries: list[dict], records: dict, tally: dict) -> None:
+    """Count into `tally` the sources hash (report.io.sources_hash) of the code that measured each point the
+    searches in `entries` used, once a point ("unrecorded": a point logged before points kept it)."""
+    used = {(float(q["rate"]), int(q["rep"])) for e in entries for q in e["result"]["points"]}
+    for key in used:
+        h = records.get(key, {}).get("sources_hash", "unrecorded")
+        tally[h] = tally.get(h, 0) + 1
+
+
+__all__ = [
+    "SCHEMA",
+    "SLO_NAMES",
+    "ci_text",
+    "log_environment",
+    "point_line",
+    "search_table",
+    "stderr_line",
+    "stopped_line",
+    "tally_sources",
+]

@@ -58,7 +58,7 @@ from pdlib.config import peer_name
 from pdlib.engine import Engine
 from pdlib.engine.kernels import BACKEND
 from pdlib.errors import InputError, check_int, out_of_memory
-from pdlib.report.io import claim_output, environment, sha256_file, source_hashes, write_report
+from pdlib.report.io import claim_output, environment, sha256_file, source_hashes, sources_hash, write_report
 from pdlib.report.serving import (
     capacity_criterion,
     goodput_criterion,
@@ -69,6 +69,7 @@ from pdlib.report.serving import (
     slos_from_step,
 )
 from pdlib.report.serving_loss import limit_text, run_loss, search_limit
+from pdlib.run import search_report
 from pdlib.run.peer import peer_model, peer_once, record_agreement
 from pdlib.run.reference import Reference
 from pdlib.run.search_budget import Budget, BudgetSpent
@@ -170,6 +171,7 @@ class Bench:
         self.log = None  # the search's log: each rep's FP32 references are kept there (search_log.py)
         self.from_log = False  # a report of the log alone: no point is measured (search_params_file)
         self.references = {"computed": 0, "from_log": 0, "seconds": 0.0}  # reps' references, this command
+        self.sources_hash, self.measured_with = None, {}  # this code's; and the code of each point a report uses
         self._reference = None
 
     @property
@@ -389,6 +391,7 @@ def _run_searches(bench: Bench, name: str, peer: bool, settings: dict, budget: B
             mx.clear_cache()
             point = memory_point(e, bench.slos, requests=bench.samples[rep].n, wall_s=time.perf_counter() - t)
         record = {"policy": name, "rate": grid_rate(rate), "rep": rep, **point, "created_utc": utc_now()}
+        record["sources_hash"] = bench.sources_hash  # what measured it: a report from the log names each
         if rule is not None:
             record["rule"] = rule
         lg.append(record)
@@ -397,28 +400,25 @@ def _run_searches(bench: Bench, name: str, peer: bool, settings: dict, budget: B
         note(point_line(name, rate, rep, point))
         return point["summary"]
 
-    for slo_name in SLO_NAMES:
-        for criterion in settings["criteria"]:
-            make = capacity_criterion if criterion == "capacity" else goodput_criterion
-            meets = make(bench.slos[slo_name])
-            result = search(
-                measured,
-                meets=meets,
-                **{k: settings[k] for k in ("lo", "hi", "reps", "start", "precision", "max_per_rep")},
-                known=known,
-            )
-            result["limit"] = search_limit(result, meets, bench.slos[slo_name], records)
-            entry = {"policy": name, "peer": peer, "slo": slo_name, "criterion": criterion, "result": result}
-            out.append({**entry, "rule": rule} if rule is not None else entry)
-            lost = limit_text(result["limit"])
-            note(f"{name}: {criterion} at the {slo_name} SLO: {result['text']} (CI {ci_text(result)}); {lost}")
-
-
-def log_environment(machine: dict) -> dict:
-    """A from-log report's environment: the log's machine and switches, and where the report was composed."""
-    here = environment(BACKEND)
-    device = "cpu" if machine.get("backend") == "cpu" else "gpu"
-    return {"device": device, **machine, "composed_on": {k: here[k] for k in ("device_name", "platform", "git_commit")}}
+    first = len(out)
+    try:
+        for slo_name in SLO_NAMES:
+            for criterion in settings["criteria"]:
+                make = capacity_criterion if criterion == "capacity" else goodput_criterion
+                meets = make(bench.slos[slo_name])
+                result = search(
+                    measured,
+                    meets=meets,
+                    **{k: settings[k] for k in ("lo", "hi", "reps", "start", "precision", "max_per_rep")},
+                    known=known,
+                )
+                result["limit"] = search_limit(result, meets, bench.slos[slo_name], records)
+                entry = {"policy": name, "peer": peer, "slo": slo_name, "criterion": criterion, "result": result}
+                out.append({**entry, "rule": rule} if rule is not None else entry)
+                lost = limit_text(result["limit"])
+                note(f"{name}: {criterion} at the {slo_name} SLO: {result['text']} (CI {ci_text(result)}); {lost}")
+    finally:  # the searches finished, also where the budget stopped the next
+        search_report.tally_sources(out[first:], records, bench.measured_with)
 
 
 def search_params_file(
@@ -453,6 +453,8 @@ def search_params_file(
     workload_params, params = load_serve_params(params_file, policies=policies, peers=peers)
     settings = params.search if params.search is not None else search_settings({})
     bench = Bench(workload_params, params, settings["reps"])
+    sources = source_hashes(params_file)
+    bench.sources_hash = sources_hash(sources)
     budget.spans = [w.duration_s for w in bench.samples]
     runs = [(p, False) for p in params.policies] + [(name, True) for name in bench.peers]
     identity = search_identity(workload_params, params, settings)
@@ -506,9 +508,10 @@ def search_params_file(
         "wall_s": time.perf_counter() - t_start,
         "warm": bench.warm,
         "references": bench.references,
-        "environment": log_environment(lg.identity["machine"]) if from_log else environment(BACKEND),
+        "environment": search_report.log_environment(lg.identity["machine"]) if from_log else environment(BACKEND),
         "from_log": from_log,
-        "sources": source_hashes(params_file),
+        "measured_with": bench.measured_with,  # sources hash -> the report's points measured by that code
+        "sources": sources,
     }
     if output is not None:
         write_report(output, report)

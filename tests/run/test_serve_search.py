@@ -15,7 +15,7 @@ import pytest
 
 from pdlib.engine import Engine
 from pdlib.errors import InputError
-from pdlib.report.io import read_text
+from pdlib.report.io import read_text, source_hashes, sources_hash
 from pdlib.report.serving import Slo, capacity_criterion, goodput_criterion
 from pdlib.report.serving_loss import failed_bounds, limit_text
 from pdlib.run import serve_search
@@ -207,6 +207,34 @@ def test_a_report_from_the_log_alone_measures_nothing_on_any_machine(tmp_path, p
         search_params_file(params, log=tmp_path / "none.jsonl", from_log=True)
     with pytest.raises(InputError, match="--budget-s"):
         search_params_file(params, log=log, from_log=True, budget_s=60)
+
+
+def test_each_point_keeps_the_code_that_measured_it_and_a_report_counts_them(tmp_path, params, fake):
+    """A report composed from a log names the sources hash of every point it uses (its own `sources` are the
+    composing code's); a point logged before points kept one counts as unrecorded."""
+    log = tmp_path / "log.jsonl"
+    first = search_params_file(params, log=log, note=lambda _: None)
+    mine = sources_hash(source_hashes(params))
+    lines = log.read_text().splitlines()
+    assert all(json.loads(x)["sources_hash"] == mine for x in lines[1:])
+    used = {(x["policy"], q["rate"], q["rep"]) for x in first["searches"] for q in x["result"]["points"]}
+    assert first["measured_with"] == {mine: len(used)}
+    # two of chunked's points made by other code, one by code too old to say
+    edited, changed = [lines[0]], []
+    for x in lines[1:]:
+        r = json.loads(x)
+        if r["policy"] == "chunked" and len(changed) < 3 and (r["policy"], r["rate"], r["rep"]) in used:
+            if changed:
+                r["sources_hash"] = "0123456789ab"
+            else:
+                del r["sources_hash"]
+            changed.append(r)
+        edited.append(json.dumps(r))
+    log.write_text("\n".join(edited) + "\n")
+    fake.calls.clear()
+    again = search_params_file(params, log=log, note=lambda _: None, from_log=True)
+    assert fake.calls == []
+    assert again["measured_with"] == {mine: len(used) - 3, "0123456789ab": 2, "unrecorded": 1}
 
 
 def test_a_log_of_other_params_or_a_damaged_one_is_refused(tmp_path, params, fake):
