@@ -19,7 +19,9 @@ ns, converted to ms once.
 The search (the same for both numbers) treats each repetition index r as one fixed workload sample (the
 caller's seed for rep r) and searches its own threshold: geometric bracketing from `start` (doubling until a
 rate fails, or halving until one passes, within [lo, hi]), then geometric bisection until the failing rate is
-within `precision` of the passing one. A rep's capacity is its highest passing rate. The reported capacity is
+within `precision` of the passing one. A `floor` below lo lets a rep that fails at lo go on halving down to it
+(the path down to lo unchanged, so a log's points still serve), so a system that fails at lo gets a number,
+not only "none at lo". A rep's capacity is its highest passing rate. The reported capacity is
 the lower median over reps: where each rep passes below its threshold and fails above it, that is the highest
 rate at which at least half the reps pass, i.e. the median over reps meets the SLO. The CI is [lowest passing
 rate (0 for a rep with none), highest failing rate (None if a rep never failed)] over reps: it contains every
@@ -275,8 +277,10 @@ def known_from_records(records: Iterable[dict]) -> dict:
     return {(grid_rate(r["rate"]), int(r["rep"])): r["summary"] for r in records}
 
 
-def _one_rep(passes, rep: int, lo: float, hi: float, start: float, precision: float, budget: int) -> dict:
-    """One rep's bracketing and bisection: its highest passing rate (`lo`) and lowest failing one (`hi`)."""
+def _one_rep(passes, rep: int, lows: tuple, hi: float, start: float, precision: float, budget: int) -> dict:
+    """One rep's bracketing and bisection: its highest passing rate (`lo`) and lowest failing one (`hi`). `lows`:
+    (lo, floor), halving clamped at lo first and then at floor."""
+    lo, floor = lows
     n, ok, bad = 0, None, None
 
     def step(x):
@@ -302,10 +306,10 @@ def _one_rep(passes, rep: int, lo: float, hi: float, start: float, precision: fl
             return done("all_pass")
     else:
         bad = x
-        while bad > lo:  # halving down to lo
+        while bad > floor:  # halving down to lo, then on to floor
             if n >= budget:
                 return done("budget")
-            x = grid_rate(max(x / 2, lo))
+            x = grid_rate(max(x / 2, lo if bad > lo else floor))
             if step(x):
                 ok = x
                 break
@@ -339,13 +343,14 @@ def search(
     precision: float = 0.05,
     max_per_rep: int = 16,
     known: dict | None = None,
+    floor: float | None = None,
 ) -> dict:
     """The highest rate multiplier in [lo, hi] at which `meets(measure(rate, rep))` holds, with a CI (the module
     docstring says how). `known` maps (rate, rep) to summaries already measured; each new one is added to it,
     so a search resumed with it (or with known_from_records of the caller's log) measures nothing twice, and a
     capacity and a goodput search over the same workload share their measurements. `start` defaults to the
     geometric mean of lo and hi; `max_per_rep` caps one rep's measurements (cache hits count, so a resumed
-    search follows the same path).
+    search follows the same path). `floor` (<= lo; None: lo): where halving stops (module docstring).
 
     Returns: value (the rate; 0.0 when none passes), value_rep (the rep it is from), status ("found", "none": not
     even lo passes, "at_least": hi passes, "budget": max_per_rep ran out), text, ci [low, high] (high None when
@@ -357,6 +362,9 @@ def search(
     lo, hi = grid_rate(lo), grid_rate(hi)
     if hi < lo:
         raise InputError(f"hi ({hi:g}) must be >= lo ({lo:g})")
+    if floor is not None and (isinstance(floor, bool) or not isinstance(floor, int | float) or not 0 < floor <= lo):
+        raise InputError(f"floor must be a rate in (0, lo = {lo:g}], got {floor!r}")
+    floor = lo if floor is None else grid_rate(floor)
     start = grid_rate(math.sqrt(lo * hi) if start is None else start)
     if not lo <= start <= hi:
         raise InputError(f"start ({start:g}) must lie in [lo, hi] = [{lo:g}, {hi:g}]")
@@ -381,14 +389,14 @@ def search(
         points.append({"rate": rate, "rep": rep, "metric": metric(known[key]), "pass": ok})
         return ok
 
-    per = [_one_rep(passes, r, lo, hi, start, precision, max_per_rep) for r in range(reps)]
+    per = [_one_rep(passes, r, (lo, floor), hi, start, precision, max_per_rep) for r in range(reps)]
     est = [p["lo"] or 0.0 for p in per]  # a rep with no passing rate has capacity 0
     mid = per[sorted(range(reps), key=lambda r: est[r])[(reps - 1) // 2]]  # the lower median: a measured rate
     value, status = est[mid["rep"]], _STATUS[mid["status"]]
     uppers = [p["hi"] for p in per]
     text = {
         "found": f"{value:.4g}",
-        "none": f"none (fails at {lo:g})",
+        "none": f"none (fails at {floor:g})",
         "at_least": f">= {hi:g}",
         "budget": f"{value:.4g} (search budget spent)",
     }[status]
@@ -402,6 +410,7 @@ def search(
         "ci_level": 1 - 2.0 ** (1 - reps),
         "lo": lo,
         "hi": hi,
+        "floor": floor,
         "precision": precision,
         "reps": per,
         "points": points,

@@ -10,8 +10,8 @@
     warmups: 1                       # full untimed runs per policy first (compiles every step shape), checked too
     slo: {decode_ms: 2.0, ttft_ms: 500.0}   # optional: report.serving.slos_from_step's strict/relaxed SLOs
     peers: [mlx-lm-fp32@2048, mlx-lm-bf16@chunk]   # optional: mlx-lm's BatchGenerator (pdlib/run/peer.py)
-    search: {lo: 0.25, hi: 64, reps: 3, precision: 0.1, max_per_rep: 8, start: null,   # optional: the rate
-             slo: {decode_ms: null, ttft_ms: null}, criteria: [capacity, goodput]}     # searches (serve_search.py)
+    search: {lo: 0.25, hi: 64, reps: 3, precision: 0.1, max_per_rep: 8, start: null, floor: null,  # the rate
+             slo: {decode_ms: null, ttft_ms: null}, criteria: [capacity, goodput]}   # searches, optional
     replay_requests: 4               # optional: requests per run checked in full on a replay (serve_replay.py)
     pipeline_decodes: true           # optional: a step of decodes issued before the one before is observed
     decode_rounds: batched           # optional: or turns, one decode a step (the two-request policies' steps)
@@ -45,6 +45,7 @@ SEARCH_DEFAULTS = {
     "precision": 0.1,
     "max_per_rep": 8,
     "start": None,  # None: the geometric mean of lo and hi (report.serving.search)
+    "floor": None,  # None: lo; below it, a run failing at lo halves on down to it (report.serving.search)
     "slo": {"decode_ms": None, "ttft_ms": None},  # None: measured (serve_search.calibrate)
     "criteria": list(CRITERIA),
 }
@@ -68,6 +69,9 @@ def search_settings(spec) -> dict:
     for k in ("lo", "hi", "precision"):
         _positive(f"search {k}", out[k])
     _positive("search start", out["start"], null=True)
+    _positive("search floor", out["floor"], null=True)
+    if out["floor"] is not None and out["floor"] > out["lo"]:
+        raise InputError(f"search floor must be <= lo, got floor {out['floor']}, lo {out['lo']}")
     if out["hi"] < out["lo"] or out["start"] is not None and not out["lo"] <= out["start"] <= out["hi"]:
         raise InputError(f"search needs lo <= start <= hi, got lo {out['lo']}, start {out['start']}, hi {out['hi']}")
     check_int("search reps", out["reps"], 1)

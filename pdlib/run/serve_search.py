@@ -409,7 +409,7 @@ def _run_searches(bench: Bench, name: str, peer: bool, settings: dict, budget: B
                 result = search(
                     measured,
                     meets=meets,
-                    **{k: settings[k] for k in ("lo", "hi", "reps", "start", "precision", "max_per_rep")},
+                    **{k: settings[k] for k in ("lo", "hi", "reps", "start", "precision", "max_per_rep", "floor")},
                     known=known,
                 )
                 result["limit"] = search_limit(result, meets, bench.slos[slo_name], records)

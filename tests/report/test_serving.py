@@ -331,6 +331,39 @@ def test_goodput_search_over_real_summaries_finds_the_90_percent_rate():
     assert cap["reused"] >= 1 and 100 / 9.1 / 1.05 <= cap["value"] <= 100 / 9.1
 
 
+def test_a_floor_below_lo_finds_a_threshold_under_lo_on_the_same_path_down_to_lo():
+    """Rep 0's threshold is 5 / 16 = 0.3125, under lo = 0.5: without a floor it is "none (fails at 0.5)"; with
+    floor 0.125 the rep goes on halving to 0.25 (passes) and bisects; every point at or above lo is the one the
+    floorless search measured, in the same order, so a log made without a floor still serves."""
+    crit = capacity_criterion(SLO5)
+    f = Synthetic()
+    f.factor[0] = 16.0
+    plain = search(f, meets=crit, lo=0.5, hi=64, reps=1, start=2)
+    assert plain["status"] == "none" and plain["text"] == "none (fails at 0.5)" and plain["floor"] == 0.5
+    g = Synthetic()
+    g.factor[0] = 16.0
+    deep = search(g, meets=crit, lo=0.5, hi=64, reps=1, start=2, floor=0.125)
+    rates = [p["rate"] for p in deep["points"]]
+    assert rates[: len(plain["points"])] == [p["rate"] for p in plain["points"]] == [2.0, 1.0, 0.5]
+    assert rates[3] == 0.25 and deep["status"] == "found" and deep["floor"] == 0.125
+    rep = deep["reps"][0]
+    assert rep["lo"] <= 0.3125 < rep["hi"] <= rep["lo"] * 1.05 and deep["value"] == rep["lo"]
+    # failing at the floor too: none, named at the floor
+    h = Synthetic()
+    h.factor[0] = 100.0
+    low = search(h, meets=crit, lo=0.5, hi=64, reps=1, start=2, floor=0.125)
+    assert low["status"] == "none" and low["text"] == "none (fails at 0.125)"
+    assert [p["rate"] for p in low["points"]] == [2.0, 1.0, 0.5, 0.25, 0.125]
+    # a start between lo and 2 lo: the step down is clamped at lo first, as without a floor
+    k = Synthetic()
+    k.factor[0] = 16.0
+    odd = search(k, meets=crit, lo=0.5, hi=64, reps=1, start=0.7, floor=0.125)
+    assert [p["rate"] for p in odd["points"]][:3] == [0.7, 0.5, 0.25]
+    assert search(Synthetic(), meets=crit, lo=1, hi=64, reps=1, floor=1)["floor"] == 1.0
+    with pytest.raises(InputError, match="floor must be a rate in"):
+        search(Synthetic(), meets=crit, lo=1, hi=64, reps=1, floor=2)
+
+
 def test_bad_search_arguments_are_refused():
     f, crit = Synthetic(), capacity_criterion(SLO5)
     for kwargs in (

@@ -128,6 +128,28 @@ def test_a_paced_search_says_what_request_rate_1x_is(tmp_path, params, fake):
     assert "rate = rate multiplier (1x: 2.57 requests/s, the trace's mean); decode step" in search_table(report)
 
 
+def test_a_floor_in_the_params_takes_a_run_failing_at_lo_below_it(tmp_path, fake):
+    """With lo 8 the searches whose thresholds lie under it fail at lo; floor 0.5 finds them, the points at or
+    above lo being the ones the floorless search measured; the others are unchanged."""
+    plain, deep = (tmp_path / "plain.yaml", tmp_path / "deep.yaml")
+    plain.write_text(PARAMS.replace("lo: 0.25", "lo: 8"))
+    deep.write_text(PARAMS.replace("lo: 0.25", "lo: 8, floor: 0.5"))
+    first = search_params_file(plain, log=tmp_path / "a.jsonl", note=lambda _: None)
+    second = search_params_file(deep, log=tmp_path / "b.jsonl", note=lambda _: None)
+    below = 0
+    for a, b in zip(first["searches"], second["searches"]):
+        want = threshold(a["policy"], 1, a["slo"], a["criterion"])  # the median rep's
+        if want < 8:
+            below += 1
+            assert a["result"]["status"] == "none" and a["result"]["text"] == "none (fails at 8)"
+            assert b["result"]["status"] == "found" and want / (1 + PRECISION) <= b["result"]["value"] <= want
+            above = [(q["rate"], q["rep"]) for q in b["result"]["points"] if q["rate"] >= 8]
+            assert above == [(q["rate"], q["rep"]) for q in a["result"]["points"]]
+        else:
+            assert b["result"]["value"] == a["result"]["value"]
+    assert below >= 4
+
+
 def test_a_killed_search_resumes_and_measures_only_what_it_lost(tmp_path, params, fake):
     first = search_params_file(params, output=tmp_path / "a.json", log=tmp_path / "log.jsonl", note=lambda _: None)
     n = len(fake.calls)
@@ -333,6 +355,8 @@ def test_a_rep_the_params_cannot_give_is_refused_in_one_line(params, rep, messag
         ("{criteria: [capacity, latency]}", "search criteria must be a non-empty list of capacity, goodput"),
         ("{slo: {decode_ms: -1}}", "search slo decode_ms must be a positive finite number or null"),
         ("{budget: 3}", "search: unknown key(s) budget"),
+        ("{lo: 0.5, floor: 1}", "search floor must be <= lo, got floor 1, lo 0.5"),
+        ("{floor: 0}", "search floor must be a positive finite number or null"),
     ],
 )
 def test_bad_search_settings_are_refused_in_one_line(tmp_path, search, message):
