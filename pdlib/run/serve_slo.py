@@ -27,7 +27,8 @@ The fit prices steps timed one at a time; in the serving loop a step's decodes w
 step, admits arrivals, reads the tokens: on an H100 the steps predicted at 5.7 ms gave gaps of ~10 ms). So each
 run also learns what the loop adds: after every step with prompt work beside decodes, the longest gap it ended
 minus the step's prediction; the budget prices a step at its prediction plus the median of the last LOOP_WINDOW
-such overruns (none yet: the fit alone). An additive term, as host work per step is; each run starts afresh.
+such overruns (none yet: the fit alone; a step's overrun is seen as the step after it goes out, so it prices
+the one after that). An additive term, as host work per step is; each run starts afresh.
 BUDGET_RULE names the rule in each search point, so a log's points made under another are measured again.
 """
 

@@ -3,6 +3,8 @@ the target beside the ready decodes, shrinking as decode rows and their caches g
 prompt waits, when no decode is ready, and when not even one token fits; through `serve` it is calibrated once,
 recorded, and its runs pass the gate."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -204,3 +206,28 @@ def test_the_loop_reports_each_step_with_prompt_work_beside_decodes_and_the_long
     loop = run["slo_loop"]  # this run's alone: the warmup's are forgotten
     assert loop["overruns"] == pytest.approx([g - e for e, g in timed])
     assert loop["loop_ms"] == pytest.approx(float(np.median(loop["overruns"])))
+
+
+def test_a_loop_slower_than_the_fit_turns_the_chunks_into_the_whole_ceiling(tiny, workload, monkeypatch):
+    """The H100's case on the CPU: the fit says a one-row step with 48 prompt tokens meets a 0.5 ms target, but
+    every step with prompt work takes 10 ms more in the loop. The first two such steps carry 48 tokens (a step's
+    overrun is seen as the step after it goes out), every later one the whole chunk (or what is left)."""
+    from pdlib.engine import Engine
+
+    cheap = StepCost(a=0.0, b=0.01, c=0.0, decode_ms=0.1, points=[], spread_ms=0.0)
+    monkeypatch.setattr(serve_slo, "calibrate_serving", lambda engine, workload, chunk_size: (cheap, "r1"))
+    real = Engine.batch
+
+    def slow(self, parts):
+        if any(n is not None for _, n in parts):
+            time.sleep(0.010)
+        return real(self, parts)
+
+    monkeypatch.setattr(Engine, "batch", slow)
+    report = run_serving(tiny, workload, policy="slo-mixed", chunk_size=64, slos=slos_from_step(0.1, 1000.0), replay=0)
+    run = report["runs"][0]
+    mixed = [step for step in run["steps"]["work"] if any(n is None for _, n in step) and any(n for _, n in step)]
+    sums = [sum(n for _, n in step if n) for step in mixed]
+    assert sums[:2] == [48, 48] and len(sums) >= 4, sums  # 0.01 (1 + 48) <= 0.5: the fit alone
+    assert all(s == 64 for s in sums[2:-1]) and sums[-1] <= 64, sums
+    assert run["slo_loop"]["loop_ms"] >= 10.0
