@@ -176,9 +176,7 @@ def serve_once(
             pending = None
         index = len(work_log) + (pending is not None)  # this step's place in the log
         caches = [engine.requests[name].cache for name, _ in parts]  # held until the step is seen, reused after
-        n_prompt = sum(k for _, k in parts if k is not None)
-        mixed = learn is not None and not remote and 0 < n_prompt and any(k is None for _, k in parts)
-        expected = learn.expect(running, n_prompt) if mixed else None
+        expected = learn.expect_step(running, parts) if learn is not None and not remote else None
         t_start = now()
         if remote:
             outs = [lane.join(engine)[0]]

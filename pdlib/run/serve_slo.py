@@ -149,8 +149,8 @@ def predicted_ms(cost: StepCost, running: list[RequestState], n: int) -> float:
 
 class StepBudget:
     """running -> prompt tokens for the next step (module docstring). The serving loop calls `start` before a
-    run, `expect` for a step with prompt work beside decodes as it issues it, and `observe` with that prediction
-    and the longest gap the step ended."""
+    run, `expect_step` as it issues a step, and `observe` with that prediction (where there is one) and the
+    longest gap the step ended."""
 
     def __init__(self, cost: StepCost, *, tbt_ms: float, ceiling: int):
         self.cost, self.tbt_ms, self.ceiling = cost, tbt_ms, ceiling
@@ -167,6 +167,12 @@ class StepBudget:
 
     def expect(self, running: list[RequestState], n: int) -> float:
         return predicted_ms(self.cost, running, n)
+
+    def expect_step(self, running: list[RequestState], parts: list[tuple]) -> float | None:
+        """A step's prediction where it carries prompt work beside decodes (the steps whose overrun is learned):
+        `parts` as Engine.batch takes them; None for any other step."""
+        n = sum(k for _, k in parts if k is not None)
+        return self.expect(running, n) if n and any(k is None for _, k in parts) else None
 
     def observe(self, expected_ms: float, gap_ms: float) -> None:
         self.overruns.append(gap_ms - expected_ms)
