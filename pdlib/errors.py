@@ -25,4 +25,4 @@ OUT_OF_MEMORY = ("out of memory", "[metal::malloc]", "maximum allowed buffer siz
 def out_of_memory(e: BaseException) -> bool:
     """Whether `e` is MLX's failure to allocate device memory (a search records such a point as failed for
     memory; any other command stops with one line)."""
-    return isinstance(e, RuntimeError) and any(sign in str(e) for sign in OUT_OF_MEMORY)
+    return isinstance(e, RuntimeError) and not isinstance(e, RunFailure) and any(s in str(e) for s in OUT_OF_MEMORY)

@@ -394,7 +394,7 @@ class Engine:
             mx.async_eval(token, logits, r.cache.k, r.cache.v, r.cache.written)
         return Output(logits, token)
 
-    def kv(self, name: str, start: int, stop: int) -> mx.array:
-        """K and V of every layer over positions [start, stop): (L, 2, Hkv, stop - start, Dh)."""
+    def kv(self, name: str, start: int, stop: int, layers: range | None = None) -> mx.array:
+        """K and V over positions [start, stop) of every layer, or of `layers`: (layers, 2, Hkv, stop - start, Dh)."""
         c = self._held(name).cache
-        return mx.stack([mx.stack(c.read(i, start, stop)) for i in range(len(c.k))])
+        return mx.stack([mx.stack(c.read(i, start, stop)) for i in (range(len(c.k)) if layers is None else layers)])

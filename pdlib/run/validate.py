@@ -24,6 +24,7 @@ from pdlib.scheduler import Prefill, Step
 from pdlib.tolerance import ATOL, RTOL, elementwise, tolerance_stats
 
 DECODE_KV_BATCH = 16
+KV_CHECK_BYTES = 1 << 28  # a side's K/V compared at once: a 7K-token prefix is 1.7 GB a side in FP32
 CHECKS = ("prefix_kv", "logits", "token", "decode_kv", "checkpoint_kv")
 
 
@@ -68,10 +69,14 @@ class ReferenceTrace:
         if len(self.kept) == self.index and (self.index + 1) * row.nbytes <= self.keep_bytes:
             self.kept.append(row)
 
-    def kv(self, start: int, stop: int) -> mx.array:
-        """K and V of every layer over positions [start, stop): (L, 2, Hkv, stop - start, Dh)."""
-        layers = [self.stream.kv(i) for i in range(len(self.stream.cache))]
-        return mx.stack([mx.stack([k[:, start:stop], v[:, start:stop]]) for k, v in layers])
+    def kv(self, start: int, stop: int, layers: range | None = None) -> mx.array:
+        """K and V over positions [start, stop) of every layer, or of `layers`: (layers, 2, Hkv, stop - start, Dh)."""
+        kv = [self.stream.kv(i) for i in (range(len(self.stream.cache)) if layers is None else layers)]
+        return mx.stack([mx.stack([k[:, start:stop], v[:, start:stop]]) for k, v in kv])
+
+    def release(self) -> None:
+        """Drop the reference's stream (its cache and logits): its request is done with."""
+        self.stream, self.index, self.tokens, self.kept = None, -1, [], []
 
 
 @dataclass
@@ -123,12 +128,21 @@ class _Checker:
         self.result = result
 
     def compare(
-        self, kind: str, x: mx.array, ref: mx.array, *, req: str, first_position: int, layered: bool, count: int = 1
+        self,
+        kind: str,
+        x: mx.array,
+        ref: mx.array,
+        *,
+        req: str,
+        first_position: int,
+        layered: bool,
+        count: int = 1,
+        first_layer: int = 0,
     ) -> None:
-        """x, ref: per layer on axis 0 when `layered` (K/V: (L, 2, Hkv, T, Dh)), else one 1-D logits row;
-        positions on axis -2 starting at first_position; `count` checks at once (decode slots batched). One
-        host sync per call; a failure names the first layer that fails and its first position out of
-        tolerance."""
+        """x, ref: per layer on axis 0 when `layered` (K/V: (layers, 2, Hkv, T, Dh), layer first_layer first),
+        else one 1-D logits row; positions on axis -2 starting at first_position; `count` checks at once (decode
+        slots batched). One host sync per call; a failure names the first layer that fails and its first
+        position out of tolerance."""
         if not layered:
             x, ref = x[None], ref[None]
         maxabs, ratios, bad = tolerance_stats(x, ref).tolist()
@@ -139,7 +153,7 @@ class _Checker:
         def where(i: int) -> dict:
             return {
                 "request": req,
-                "layer": i if layered else None,
+                "layer": first_layer + i if layered else None,
                 "position": first_position + _worst_index(x[i] if layered else x[0], ref[i] if layered else ref[0]),
             }
 
@@ -152,7 +166,7 @@ class _Checker:
             first = first_position + _first_bad_index(x[j] if layered else x[0], ref[j] if layered else ref[0])
             self.fail(
                 kind,
-                {"request": req, "layer": j if layered else None, "position": first},
+                {"request": req, "layer": first_layer + j if layered else None, "position": first},
                 f"{int(bad[j])} value(s) out of tolerance, worst |x-ref| = "
                 f"{maxabs[j]:.3g} ({ratios[j]:.3g}x the allowed 1e-3 + 1e-3*|ref|)",
             )
@@ -233,15 +247,23 @@ class Gate(Hook):
             self.flush_decode_kv(req)
 
     def compare_kv(self, kind: str, req: str, start: int, stop: int, *, count: int = 1) -> None:
-        self.check.compare(
-            kind,
-            self.engine.kv(req, start, stop),
-            self.traces[req].kv(start, stop),
-            req=req,
-            first_position=start,
-            layered=True,
-            count=count,
-        )
+        """K/V over [start, stop), as many layers at a time as KV_CHECK_BYTES allows (a host sync each), so a long
+        prefix's check needs a slice of its size beside the caches, not several times all of it."""
+        cfg = self.engine.model.cfg
+        layer_bytes = 2 * cfg.num_key_value_heads * cfg.head_dim * 4 * max(1, stop - start)
+        group = max(1, KV_CHECK_BYTES // layer_bytes)
+        for first in range(0, cfg.num_hidden_layers, group):
+            layers = range(first, min(first + group, cfg.num_hidden_layers))
+            self.check.compare(
+                kind,
+                self.engine.kv(req, start, stop, layers),
+                self.traces[req].kv(start, stop, layers),
+                req=req,
+                first_position=start,
+                layered=True,
+                count=count if first == 0 else 0,
+                first_layer=first,
+            )
 
     def check_output(self, req: str, r: WorkResult, position: int) -> None:
         i = self.emitted[req]

@@ -371,3 +371,32 @@ def test_release_gives_every_cache_back_and_the_engine_still_serves(tiny):
     assert before - mx.get_active_memory() >= caches and not engine.requests and engine.pool is None
     engine.add_request("again", list(range(1, 9)))  # a cache of its own now
     assert 0 <= engine.prefill_chunk("again", 8).token.item() < cfg.vocab_size
+
+
+@pytest.mark.parametrize("tied", [True, False], ids=["tied-head", "own-head"])
+def test_the_references_prompt_pass_gives_the_models_own_last_logits(tiny, tied):
+    """The reference applies its head to the prompt's last position alone (a 7K-token prompt's every row would be
+    4.5 GB of logits): what mlx-lm's Qwen3 computes for that row, with a tied head or its own."""
+    from mlx_lm.models.cache import KVCache as MlxKVCache
+    from mlx_lm.models.qwen3 import Model, ModelArgs
+
+    from pdlib.run.reference import last_logits
+
+    model = Model(ModelArgs.from_dict({**tiny.config.to_hf_dict(), "tie_word_embeddings": tied}))
+    mx.eval(model.parameters())
+    ids = mx.array([[3, 17, 250, 9, 41, 500, 2]], dtype=mx.int32)
+    want = model(ids)[0, -1]
+    got = last_logits(model, ids, [MlxKVCache() for _ in model.layers])
+    assert got.shape == want.shape and mx.allclose(got, want, rtol=0, atol=1e-6).item()
+    assert not mx.allclose(model(ids[:, :-1])[0, -1], want, rtol=0, atol=1e-6).item()  # another row differs
+
+
+def test_a_released_reference_trace_restarts_and_reproduces_itself(tiny):
+    exp = experiment(tiny)
+    trace = ReferenceTrace(Reference(tiny), exp.prompts["A"].token_ids)
+    logits2, tok2 = trace.output(2)
+    first = trace.tokens[:]
+    trace.release()  # its request done: the stream and its cache go
+    assert trace.stream is None and trace.tokens == [] and trace.index == -1
+    again, tok = trace.output(2)
+    assert tok == tok2 and trace.tokens == first and mx.array_equal(again, logits2).item()

@@ -145,3 +145,81 @@ def test_a_failed_replay_check_is_one_error_line_from_the_cli(tmp_path, monkeypa
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and not out.exists()
     assert err[0].startswith("error: validation failed for policy 'mixed (replay)': logits check, request A")
+
+
+def test_the_kv_checks_compare_a_slice_of_layers_at_a_time(tiny, workload, prompts, report, monkeypatch):
+    """A long prefix's K/V is compared a few layers at a time (validate.KV_CHECK_BYTES): the same checks and
+    worst errors as all layers at once, and a wrong slot in a later slice still named by its own layer."""
+    from pdlib.run import validate
+
+    (run,) = report["runs"]
+    whole = replay_gate(engine_for(tiny, workload, prompts), tiny, run, prompts, sample=5)
+    slices = []
+    real_kv = Engine.kv
+
+    def kv(self, name, start, stop, layers=None):
+        slices.append(len(layers))
+        return real_kv(self, name, start, stop, layers)
+
+    monkeypatch.setattr(validate, "KV_CHECK_BYTES", 1)  # one layer a slice
+    monkeypatch.setattr(Engine, "kv", kv)
+    sliced = replay_gate(engine_for(tiny, workload, prompts), tiny, run, prompts, sample=5)
+    assert slices and set(slices) == {1} and len(slices) % tiny.config.num_hidden_layers == 0
+    for kind in ("prefix_kv", "decode_kv", "checkpoint_kv"):
+        assert sliced["checks"][kind]["count"] == whole["checks"][kind]["count"]
+        assert sliced["checks"][kind]["worst_abs"] == whole["checks"][kind]["worst_abs"]
+    real_batch = Engine.batch
+
+    def wrong_slot(self, parts, **kw):  # r2's decode writes layer 1's K slot off by 0.01
+        outs = real_batch(self, parts, **kw)
+        for name, n in parts:
+            if name == "r2" and n is None:
+                c = self.requests[name].cache
+                c.k[1] = c.k[1] + 0.01
+        return outs
+
+    monkeypatch.setattr(Engine, "batch", wrong_slot)
+    with pytest.raises(ValidationError, match=r"decode_kv check, request r2, position 24, layer 1:"):
+        replay_gate(engine_for(tiny, workload, prompts), tiny, run, prompts, sample=5)
+
+
+def test_each_sampled_reference_is_released_when_its_request_ends(tiny, workload, prompts, report, monkeypatch):
+    from pdlib.run.validate import ReferenceTrace
+
+    (run,) = report["runs"]
+    released, real = [], ReferenceTrace.release
+
+    def release(self):
+        released.append((self.prompt_ids, self.stream is not None))
+        real(self)
+
+    monkeypatch.setattr(ReferenceTrace, "release", release)
+    record = replay_gate(engine_for(tiny, workload, prompts), tiny, run, prompts, sample=3, seed=1)
+    assert sorted(ids for ids, _ in released) == sorted(list(prompts[name]) for name in record["requests"])
+    assert all(held for _, held in released)  # each released once, holding its stream until then
+
+
+def test_a_replay_out_of_device_memory_is_the_checks_failure_not_the_runs(tiny, workload, prompts, report, monkeypatch):
+    """On an H100 the replays of the code trace ran out of memory beside 60 GiB of caches, after runs that did
+    not: that is a RunFailure naming the replay (a search then stops rather than record the policy as failing
+    for memory); any other error is left as it is."""
+    from pdlib.errors import RunFailure, out_of_memory
+    from pdlib.run.validate import Gate
+
+    (run,) = report["runs"]
+
+    def oom(self, *args, **kw):
+        raise RuntimeError("[malloc] cudaMallocAsync(&data, size, stream) failed: out of memory")
+
+    monkeypatch.setattr(Gate, "on_step", oom)
+    with pytest.raises(RunFailure, match=r"^the replay of mixed's steps \(the full checks on 2 of its requests\)") as e:
+        replay_gate(engine_for(tiny, workload, prompts), tiny, run, prompts, sample=2)
+    assert "cudaMallocAsync(&data, size, stream) failed: out of memory" in str(e.value)
+    assert not out_of_memory(e.value)
+
+    def other(self, *args, **kw):
+        raise RuntimeError("[cuda] kernel launch failed")
+
+    monkeypatch.setattr(Gate, "on_step", other)
+    with pytest.raises(RuntimeError, match=r"^\[cuda\] kernel launch failed$"):
+        replay_gate(engine_for(tiny, workload, prompts), tiny, run, prompts, sample=2)
