@@ -53,6 +53,7 @@ def replay_gate(
     else as one whole prefill here."""
     t = time.perf_counter()
     mx.clear_cache()  # the run's freed buffers go back: the reference's prompt passes need room beside the caches
+    mx.reset_peak_memory()  # the run's own peak is read before its replay
     try:
         return _replay(engine, model, run, prompt_ids, sample, seed, checkpoint_every, reference, join, t)
     except RuntimeError as e:
@@ -129,6 +130,7 @@ def _replay(engine, model, run, prompt_ids, sample, seed, checkpoint_every, refe
         "seed": seed,
         "checkpoint_every": checkpoint_every,
         "seconds": time.perf_counter() - t,
+        "peak_memory_bytes": mx.get_peak_memory(),  # the device's over the replay, the engine's caches included
         **record,
     }
 

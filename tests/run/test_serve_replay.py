@@ -57,7 +57,7 @@ def test_a_run_is_replayed_with_every_check_on_its_sample(report):
     assert c["token"]["count"] == c["logits"]["count"] == 5 + 4 + 6 + 3 + 2
     assert c["decode_kv"]["count"] == 4 + 3 + 5 + 2 + 1  # every decode's slot: all outputs but the prompt's
     assert c["prefix_kv"]["count"] >= 5 and c["prefix_kv"]["worst_ratio"] <= 1
-    assert 0 < replay["min_margin"] < float("inf") and replay["seconds"] > 0
+    assert 0 < replay["min_margin"] < float("inf") and replay["seconds"] > 0 and replay["peak_memory_bytes"] > 0
 
 
 def test_a_sample_is_drawn_from_the_run_with_its_seed(tiny, workload, prompts, report):
