@@ -1,6 +1,8 @@
 """The two error types the CLI reports as one line: bad input (exit 2) and a run that failed (exit 1); and how a
 device that ran out of memory is told apart (MLX raises a plain RuntimeError for it)."""
 
+import contextlib
+
 
 class InputError(ValueError):
     """Bad user input (a flag, a params file, a model spec, a path). The message names the bad value and
@@ -25,4 +27,25 @@ OUT_OF_MEMORY = ("out of memory", "[metal::malloc]", "maximum allowed buffer siz
 def out_of_memory(e: BaseException) -> bool:
     """Whether `e` is MLX's failure to allocate device memory (a search records such a point as failed for
     memory; any other command stops with one line)."""
-    return isinstance(e, RuntimeError) and not isinstance(e, RunFailure) and any(s in str(e) for s in OUT_OF_MEMORY)
+    return (
+        isinstance(e, RuntimeError) and not isinstance(e, ChecksOutOfMemory) and any(s in str(e) for s in OUT_OF_MEMORY)
+    )
+
+
+class ChecksOutOfMemory(RunFailure):
+    """The checks ran out of device memory (a replay, the FP32 references beside the engine's caches), not the run:
+    a search stops rather than record the policy's point as failing for memory."""
+
+
+@contextlib.contextmanager
+def checks_memory(what: str):
+    """Within it, MLX running out of device memory is `what`'s (the checks'), told so as a ChecksOutOfMemory."""
+    try:
+        yield
+    except RuntimeError as e:
+        if not out_of_memory(e):
+            raise
+        raise ChecksOutOfMemory(
+            f"{what} ran out of device memory ({' '.join(str(e).split())}): the checks', not the run's; a smaller "
+            f"PDLIB_KV_CACHE_GIB leaves them room beside the caches"
+        ) from e

@@ -52,7 +52,7 @@ from pdlib.batching import BATCH_POLICIES, DECODE_ROUNDS, check_step, make_batch
 from pdlib.config import PEER_DTYPES, peer_name
 from pdlib.engine import Engine, check_token, observe_all
 from pdlib.engine.kernels import BACKEND
-from pdlib.errors import InputError
+from pdlib.errors import InputError, checks_memory
 from pdlib.report.io import claim_output, environment, source_hashes, write_report
 from pdlib.report.serving import request_records, run_summary
 from pdlib.run.clock import now, wait_until
@@ -389,7 +389,8 @@ def run_serving(
 
         def replayed(run: dict) -> dict:
             nonlocal reference
-            reference = reference or Reference(model)
+            with checks_memory("the FP32 reference of the replays"):
+                reference = reference or Reference(model)
             join = remote_join(worker) if BATCH_POLICIES[resolve(p)[0]].remote_prefill == "worker" else None
             return replay_gate(
                 engine, model, run, token_ids, sample=replay, seed=len(runs), reference=reference, join=join

@@ -23,7 +23,7 @@ import time
 import mlx.core as mx
 
 from pdlib.engine import Engine, check_token
-from pdlib.errors import RunFailure, out_of_memory
+from pdlib.errors import RunFailure, checks_memory
 from pdlib.run.executor import WorkResult
 from pdlib.run.partition import slice_pair
 from pdlib.run.reference import Reference
@@ -46,24 +46,17 @@ def replay_gate(
 ) -> dict:
     """Replay `run` on `engine` (its requests added) and check `sample` of its requests in full; the record
     says which were checked, how long it took and each check's count and worst error. A failed check raises
-    ValidationError; a replay whose tokens differ from the run's raises RunFailure, as does one that runs out of
-    device memory (the checks', not the policy's: a search must not record it as the run's). `reference`: the FP32 model
-    to check against, made once by a caller that replays many runs (else made here). `join(engine, name, n)`: how
-    a logged join (`steps["joins"]`) is run again, returning its Output (disagg: through the prefill worker);
-    else as one whole prefill here."""
+    ValidationError; a replay whose tokens differ from the run's raises RunFailure, one that runs out of device
+    memory ChecksOutOfMemory (the checks', not the policy's: a search must not record it as the run's).
+    `reference`: the FP32 model to check against, made once by a caller that replays many runs (else made here).
+    `join(engine, name, n)`: how a logged join (`steps["joins"]`) is run again, returning its Output (disagg:
+    through the prefill worker); else as one whole prefill here."""
     t = time.perf_counter()
     mx.clear_cache()  # the run's freed buffers go back: the reference's prompt passes need room beside the caches
     mx.reset_peak_memory()  # the run's own peak is read before its replay
-    try:
+    n = min(sample, sum(r.get("check", {}).get("status") == "ok" for r in run["requests"]))
+    with checks_memory(f"the replay of {run['policy']}'s steps (the full checks on {n} of its requests)"):
         return _replay(engine, model, run, prompt_ids, sample, seed, checkpoint_every, reference, join, t)
-    except RuntimeError as e:
-        if not out_of_memory(e):
-            raise
-        raise RunFailure(
-            f"the replay of {run['policy']}'s steps (the full checks on {sample} of its requests) ran out of "
-            f"device memory beside the engine's caches ({' '.join(str(e).split())}): the timed run is not kept; "
-            f"a smaller PDLIB_KV_CACHE_GIB leaves the reference's prompt passes room"
-        ) from e
 
 
 def _replay(engine, model, run, prompt_ids, sample, seed, checkpoint_every, reference, join, t) -> dict:

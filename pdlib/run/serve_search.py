@@ -57,7 +57,7 @@ from pdlib.batching import BATCH_POLICIES
 from pdlib.config import peer_name
 from pdlib.engine import Engine
 from pdlib.engine.kernels import BACKEND
-from pdlib.errors import InputError, check_int, out_of_memory
+from pdlib.errors import InputError, check_int, checks_memory, out_of_memory
 from pdlib.report.io import claim_output, environment, sha256_file, source_hashes, sources_hash, write_report
 from pdlib.report.serving import (
     capacity_criterion,
@@ -195,7 +195,8 @@ class Bench:
                 refs = {name: ReferenceSeq(**seq) for name, seq in found.items()}
                 self.references["from_log"] += 1
             else:
-                refs, seconds = reference_sequences(m, prompts, outputs)
+                with checks_memory(f"rep {rep}'s FP32 references (the token gate's)"):
+                    refs, seconds = reference_sequences(m, prompts, outputs)
                 self.references["computed"] += 1
                 self.references["seconds"] += seconds
                 if self.log is not None:
@@ -227,9 +228,10 @@ class Bench:
 
     @property
     def reference(self) -> Reference:
-        """The FP32 model the replays check against, made once."""
+        """The FP32 model the replays check against, made once (beside the engine's caches: the checks' memory)."""
         if self._reference is None:
-            self._reference = Reference(self.model)
+            with checks_memory("the FP32 reference of the replays"):
+                self._reference = Reference(self.model)
         return self._reference
 
     def replayed_at(self, policy: str, rate: float) -> bool:

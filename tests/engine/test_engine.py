@@ -391,6 +391,21 @@ def test_the_references_prompt_pass_gives_the_models_own_last_logits(tiny, tied)
     assert not mx.allclose(model(ids[:, :-1])[0, -1], want, rtol=0, atol=1e-6).item()  # another row differs
 
 
+def test_the_reference_stream_takes_its_first_logits_from_the_last_position_alone(tiny, monkeypatch):
+    from pdlib.run import reference
+
+    calls, real = [], reference.last_logits
+
+    def spy(model, inputs, cache):
+        calls.append(inputs.shape)
+        return real(model, inputs, cache)
+
+    monkeypatch.setattr(reference, "last_logits", spy)
+    ids = [3, 17, 250, 9, 41]
+    stream = Reference(tiny).stream(ids)
+    assert calls == [(1, len(ids))] and stream.logits.shape == (tiny.config.vocab_size,)
+
+
 def test_a_released_reference_trace_restarts_and_reproduces_itself(tiny):
     exp = experiment(tiny)
     trace = ReferenceTrace(Reference(tiny), exp.prompts["A"].token_ids)

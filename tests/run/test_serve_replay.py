@@ -166,8 +166,9 @@ def test_the_kv_checks_compare_a_slice_of_layers_at_a_time(tiny, workload, promp
     sliced = replay_gate(engine_for(tiny, workload, prompts), tiny, run, prompts, sample=5)
     assert slices and set(slices) == {1} and len(slices) % tiny.config.num_hidden_layers == 0
     for kind in ("prefix_kv", "decode_kv", "checkpoint_kv"):
-        assert sliced["checks"][kind]["count"] == whole["checks"][kind]["count"]
-        assert sliced["checks"][kind]["worst_abs"] == whole["checks"][kind]["worst_abs"]
+        for stat in ("count", "worst_abs", "worst_ratio", "where"):  # where: the worst's layer, not its slice's index
+            assert sliced["checks"][kind][stat] == whole["checks"][kind][stat], (kind, stat)
+    assert any(whole["checks"][k]["where"]["layer"] > 0 for k in ("prefix_kv", "decode_kv", "checkpoint_kv"))
     real_batch = Engine.batch
 
     def wrong_slot(self, parts, **kw):  # r2's decode writes layer 1's K slot off by 0.01
@@ -184,26 +185,43 @@ def test_the_kv_checks_compare_a_slice_of_layers_at_a_time(tiny, workload, promp
 
 
 def test_each_sampled_reference_is_released_when_its_request_ends(tiny, workload, prompts, report, monkeypatch):
+    from pdlib.run.reference import Reference
     from pdlib.run.validate import ReferenceTrace
 
     (run,) = report["runs"]
     released, real = [], ReferenceTrace.release
+    started, real_stream = [], Reference.stream
 
     def release(self):
         released.append((self.prompt_ids, self.stream is not None))
         real(self)
 
+    def stream(self, prompt_ids):
+        started.append(list(prompt_ids))
+        return real_stream(self, prompt_ids)
+
     monkeypatch.setattr(ReferenceTrace, "release", release)
+    monkeypatch.setattr(Reference, "stream", stream)
     record = replay_gate(engine_for(tiny, workload, prompts), tiny, run, prompts, sample=3, seed=1)
     assert sorted(ids for ids, _ in released) == sorted(list(prompts[name]) for name in record["requests"])
     assert all(held for _, held in released)  # each released once, holding its stream until then
+    assert sorted(started) == sorted(ids for ids, _ in released)  # never released early and started again
+
+
+def test_a_replays_peak_memory_is_its_own(tiny, workload, prompts, report):
+    (run,) = report["runs"]
+    big = mx.zeros((64, 1024, 1024))  # 256 MiB held and freed before the replay: not its peak
+    mx.eval(big)
+    del big
+    record = replay_gate(engine_for(tiny, workload, prompts), tiny, run, prompts, sample=1)
+    assert 0 < record["peak_memory_bytes"] < 64 * 2**20
 
 
 def test_a_replay_out_of_device_memory_is_the_checks_failure_not_the_runs(tiny, workload, prompts, report, monkeypatch):
     """On an H100 the replays of the code trace ran out of memory beside 60 GiB of caches, after runs that did
     not: that is a RunFailure naming the replay (a search then stops rather than record the policy as failing
     for memory); any other error is left as it is."""
-    from pdlib.errors import RunFailure, out_of_memory
+    from pdlib.errors import ChecksOutOfMemory, out_of_memory
     from pdlib.run.validate import Gate
 
     (run,) = report["runs"]
@@ -212,7 +230,7 @@ def test_a_replay_out_of_device_memory_is_the_checks_failure_not_the_runs(tiny, 
         raise RuntimeError("[malloc] cudaMallocAsync(&data, size, stream) failed: out of memory")
 
     monkeypatch.setattr(Gate, "on_step", oom)
-    with pytest.raises(RunFailure, match=r"^the replay of mixed's steps \(the full checks on 2 of its requests\)") as e:
+    with pytest.raises(ChecksOutOfMemory, match=r"^the replay of mixed's steps \(the full checks on 2 of") as e:
         replay_gate(engine_for(tiny, workload, prompts), tiny, run, prompts, sample=2)
     assert "cudaMallocAsync(&data, size, stream) failed: out of memory" in str(e.value)
     assert not out_of_memory(e.value)

@@ -622,11 +622,12 @@ def test_a_point_out_of_device_memory_fails_for_memory_and_the_search_goes_on(tm
     ],
 )
 def test_what_counts_as_out_of_memory(text, oom):
-    from pdlib.errors import RunFailure, out_of_memory
+    from pdlib.errors import ChecksOutOfMemory, RunFailure, out_of_memory
 
     assert out_of_memory(RuntimeError(text)) is oom
     assert not out_of_memory(ValueError(text))  # MLX says it as a RuntimeError
-    assert not out_of_memory(RunFailure(text))  # pdlib's own account of one (a replay's): not the run's memory
+    assert out_of_memory(RunFailure(text)) is oom  # a worker's failure carrying MLX's: the run's memory
+    assert not out_of_memory(ChecksOutOfMemory(text))  # the checks' (a replay's): not the run's memory
 
 
 def test_a_search_with_fewer_caches_than_requests_runs_each_rep_through_the_gate(tmp_path, monkeypatch):
@@ -657,7 +658,7 @@ def test_a_search_with_fewer_caches_than_requests_runs_each_rep_through_the_gate
 def test_a_replay_out_of_device_memory_stops_the_search_and_logs_no_point(tmp_path, monkeypatch):
     """The replay's memory is the checks', not the policy's: the command stops with one line, the timed run is
     not logged as a point failing for memory, and the points before it stay in the log."""
-    from pdlib.errors import RunFailure
+    from pdlib.errors import ChecksOutOfMemory
     from pdlib.run.validate import Gate
 
     params = tmp_path / "two.yaml"
@@ -677,8 +678,33 @@ def test_a_replay_out_of_device_memory_stops_the_search_and_logs_no_point(tmp_pa
         return real(self, *args, **kw)
 
     monkeypatch.setattr(Gate, "on_step", on_step)
-    with pytest.raises(RunFailure, match=r"^the replay of mixed's steps .* ran out of device memory"):
+    with pytest.raises(ChecksOutOfMemory, match=r"^the replay of mixed's steps .* ran out of device memory"):
         search_params_file(params, output=tmp_path / "out.json", log=log, note=lambda _: None)
     points = logged_points(log)
     assert len(points) == 1 and "replay" in points[0]["gate"] and len(replays) == 2
     assert not any("out_of_memory" in p["gate"] for p in points) and not (tmp_path / "out.json").exists()
+
+
+@pytest.mark.parametrize(
+    "made, said",
+    [("Reference", "the FP32 reference of the replays"), ("reference_sequences", "rep 0's FP32 references")],
+)
+def test_references_out_of_device_memory_stop_the_search_too(tmp_path, monkeypatch, made, said):
+    """The references are made beside the engine's caches too (the replays' model on the first replay, a rep's
+    token-gate references where the log lacks them): running out there is the checks' as well."""
+    from pdlib.errors import ChecksOutOfMemory
+
+    params = tmp_path / "one.yaml"
+    params.write_text(
+        "model: synthetic:tiny\nchunk_size: 16\npolicies: [mixed]\nreplay_requests: 1\n"
+        "workload: {source: poisson, rate: 1.0, n: 3, seed: 0, prompt: 20, output: 2}\n"
+        "search: {lo: 40, hi: 160, start: 80, reps: 1, precision: 1.0, max_per_rep: 2, criteria: [capacity]}\n"
+    )
+
+    def oom(*args, **kw):
+        raise RuntimeError("[malloc] cudaMallocAsync(&data, size, stream) failed: out of memory")
+
+    monkeypatch.setattr(serve_search, made, oom)
+    with pytest.raises(ChecksOutOfMemory, match=rf"^{said} .*ran out of device memory .*: the checks', not the run"):
+        search_params_file(params, log=tmp_path / "log.jsonl", note=lambda _: None)
+    assert logged_points(tmp_path / "log.jsonl") == []
