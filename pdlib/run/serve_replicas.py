@@ -133,6 +133,7 @@ def merged(workload: Workload, policy: str, subs: list[tuple[dict, int]]) -> dic
             "passed": all(r["passed"] for r in replays),
             "requests": [name for r in replays for name in r["requests"]],
             "seconds": sum(r["seconds"] for r in replays),
+            "peak_memory_bytes": max(r["peak_memory_bytes"] for r in replays),  # one replay's, as the runs'
             "replicas": replays,
         }
     return out

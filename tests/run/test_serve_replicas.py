@@ -57,6 +57,7 @@ def test_a_replicated_run_is_every_replicas_run_gated_replayed_and_merged(report
         assert r["arrival_ns"] == arrival <= r["admitted_ns"] <= r["emit_ns"][0] and r["check"]["status"] == "ok"
     replay = run["replay"]
     assert replay["passed"] and len(replay["replicas"]) == 2 and len(replay["requests"]) == 4  # 2 a replica
+    assert replay["peak_memory_bytes"] == max(r["peak_memory_bytes"] for r in replay["replicas"]) > 0
     assert run["makespan_ns"] == max(run["replica_makespan_ns"]) == max(run["steps"]["t_end_ns"])
     steps = run["steps"]
     assert len(steps["replica"]) == len(steps["work"]) and set(steps["replica"]) == {0, 1}
