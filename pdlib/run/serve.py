@@ -320,7 +320,7 @@ def warm_engine(engine: Engine, workloads: Sequence[Workload], chunk_size: int, 
     t = time.perf_counter()
     most = engine.pool.shape[0] if engine.pool is not None else max(w.n for w in workloads)  # decodes in a step
     rows = engine.model.warm(max(max(chunk_size, int(w.prompt_tokens.max())) + min(w.n, most) for w in workloads))
-    sizes = range(3, max(w.n for w in workloads) + 1)
+    sizes = range(3, min(max(w.n for w in workloads), most) + 1)  # a round's rows each hold a cache
     rounds = engine.rounds.trace(engine.pool, sizes) if engine.decode_round == "compiled" else []
     if rounds and any(BATCH_POLICIES[resolve(p)[0]].remote_prefill == "slice" for p in policies):
         with slice_pair().a.active():  # where partition issues its rounds while a prompt is out

@@ -364,3 +364,7 @@ def test_compiled_rounds_are_traced_on_each_stream_a_round_can_run_on(tiny, work
     engine.decode_round = "step"
     seen.clear()
     assert warm_engine(engine, [workload], CHUNK, policies)["warm_rounds"] == [] and not seen
+    fewer = Engine(tiny, capacity=128, slots=workload.n - 2)  # 4 caches: no round of 5 or 6 can run
+    fewer.decode_round = "compiled"
+    monkeypatch.setattr(fewer.rounds, "trace", trace)
+    assert warm_engine(fewer, [workload], CHUNK, policies)["warm_rounds"] == [3, 4]
