@@ -67,19 +67,25 @@ def test_a_sample_is_drawn_from_the_run_with_its_seed(tiny, workload, prompts, r
     assert picks[0]["checks"]["token"]["count"] < report["runs"][0]["replay"]["checks"]["token"]["count"]
 
 
-def test_a_planted_wrong_slot_or_logit_fails_naming_the_request(tiny, workload, prompts, report, monkeypatch):
-    (run,) = report["runs"]
+def plant_wrong_k_slot(monkeypatch, layer: int) -> None:
+    """r2's decodes write layer `layer`'s K slot off by 0.01."""
     real = Engine.batch
 
-    def wrong_slot(self, parts, **kw):  # r2's decode writes its K slot off by 0.01
+    def wrong_slot(self, parts, **kw):
         outs = real(self, parts, **kw)
         for name, n in parts:
             if name == "r2" and n is None:
                 c = self.requests[name].cache
-                c.k[0] = c.k[0] + 0.01
+                c.k[layer] = c.k[layer] + 0.01
         return outs
 
     monkeypatch.setattr(Engine, "batch", wrong_slot)
+
+
+def test_a_planted_wrong_slot_or_logit_fails_naming_the_request(tiny, workload, prompts, report, monkeypatch):
+    (run,) = report["runs"]
+    real = Engine.batch
+    plant_wrong_k_slot(monkeypatch, 0)
     with pytest.raises(ValidationError, match=r"decode_kv check, request r2, position 24, layer 0:"):
         replay_gate(engine_for(tiny, workload, prompts), tiny, run, prompts, sample=5)
 
@@ -169,17 +175,7 @@ def test_the_kv_checks_compare_a_slice_of_layers_at_a_time(tiny, workload, promp
         for stat in ("count", "worst_abs", "worst_ratio", "where"):  # where: the worst's layer, not its slice's index
             assert sliced["checks"][kind][stat] == whole["checks"][kind][stat], (kind, stat)
     assert any(whole["checks"][k]["where"]["layer"] > 0 for k in ("prefix_kv", "decode_kv", "checkpoint_kv"))
-    real_batch = Engine.batch
-
-    def wrong_slot(self, parts, **kw):  # r2's decode writes layer 1's K slot off by 0.01
-        outs = real_batch(self, parts, **kw)
-        for name, n in parts:
-            if name == "r2" and n is None:
-                c = self.requests[name].cache
-                c.k[1] = c.k[1] + 0.01
-        return outs
-
-    monkeypatch.setattr(Engine, "batch", wrong_slot)
+    plant_wrong_k_slot(monkeypatch, 1)
     with pytest.raises(ValidationError, match=r"decode_kv check, request r2, position 24, layer 1:"):
         replay_gate(engine_for(tiny, workload, prompts), tiny, run, prompts, sample=5)
 
