@@ -54,16 +54,15 @@ def replay_gate(
     t = time.perf_counter()
     mx.clear_cache()  # the run's freed buffers go back: the reference's prompt passes need room beside the caches
     mx.reset_peak_memory()  # the run's own peak is read before its replay
-    n = min(sample, sum(r.get("check", {}).get("status") == "ok" for r in run["requests"]))
-    with checks_memory(f"the replay of {run['policy']}'s steps (the full checks on {n} of its requests)"):
-        return _replay(engine, model, run, prompt_ids, sample, seed, checkpoint_every, reference, join, t)
-
-
-def _replay(engine, model, run, prompt_ids, sample, seed, checkpoint_every, reference, join, t) -> dict:
-    requests = run["requests"]
-    exact = [r["name"] for r in requests if r.get("check", {}).get("status") == "ok"]
-    skipped = [r["name"] for r in requests if r["name"] not in exact]
+    exact = [r["name"] for r in run["requests"] if r.get("check", {}).get("status") == "ok"]
     chosen = set(random.Random(seed).sample(exact, min(sample, len(exact))))
+    with checks_memory(f"the replay of {run['policy']}'s steps (the full checks on {len(chosen)} of its requests)"):
+        return _replay(engine, model, run, prompt_ids, exact, chosen, seed, checkpoint_every, reference, join, t)
+
+
+def _replay(engine, model, run, prompt_ids, exact, chosen, seed, checkpoint_every, reference, join, t) -> dict:
+    requests = run["requests"]
+    skipped = [r["name"] for r in requests if r["name"] not in exact]
     reference = reference or Reference(model)
     traces = {name: ReferenceTrace(reference, prompt_ids[name]) for name in chosen}
     result = ValidationResult(f"{run['policy']} (replay)")
