@@ -160,11 +160,8 @@ class Bench:
             resolve(p, min(w.n for w in self.samples))
         self.longest = max(self.samples, key=lambda w: int((w.prompt_tokens + w.output_tokens).max()))  # caches' size
         self.peers = {peer_name(*c): c for c in params.peer_configs()}
-        self.slos: dict = {}
-        self._model, self.engine, self.in_engine = None, None, None
-        self.worker = self.worker_key = None
-        self.prepared: dict = {}
-        self.peer_models: dict = {}
+        self._model = self.engine = self.in_engine = self.worker = self.worker_key = None
+        self.slos, self.prepared, self.peer_models = {}, {}, {}  # SLOs; reps' prompts and references; mlx-lm
         self.slo = None  # the slo policy's (record, budget), fitted once per log (serve_slo.py, slo_for)
         self.warm = None  # serve.warm_engine's record, once per command: compiled before any point is timed
         self.warmed: set = set()  # the policies and peers warmed up in this command
@@ -181,7 +178,8 @@ class Bench:
         return self._model
 
     def prepare(self, rep: int, w: Workload) -> dict:
-        """rep's prompts and references, made once (its lengths are the same at every rate; keyed by them too)."""
+        """rep's prompts and references, made once (its lengths are the same at every rate; keyed by them too): every
+        rep's before the engine is made (engine_for)."""
         key = (rep, w.prompt_tokens.tobytes(), w.output_tokens.tobytes())
         if key not in self.prepared:
             serving_capacity(self.model, w)
@@ -207,6 +205,8 @@ class Bench:
     def engine_for(self, prep: dict) -> Engine:
         """The one engine, holding `prep`'s requests (added again when the rep changes)."""
         if self.engine is None:
+            for rep, w in enumerate(self.samples):  # every rep's references first: made beside the caches, rep 1's
+                self.prepare(rep, w)  # ran out of memory on an H100 (50 GiB of caches)
             mx.clear_cache()  # what a peer's point left cached goes back before the engine's caches are made
             capacity, slots, _ = serving_capacity(self.model, self.longest)  # as many caches as memory holds
             self.engine = Engine(self.model, capacity=capacity, slots=slots)

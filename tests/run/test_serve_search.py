@@ -462,6 +462,38 @@ def test_the_engine_gives_its_caches_back_before_a_peer_runs(tmp_path, monkeypat
     assert events[0] == "release" and events.count("release") == 1 and "peer" in events
 
 
+def test_every_reps_references_are_made_before_the_engines_caches(tmp_path, monkeypatch):
+    """On an H100 rep 1's FP32 references, made after rep 0's points beside 50 GiB of caches, ran out of memory:
+    a search makes every rep's references first, and a resumed one takes them all from its log."""
+    events = []
+    made = serve_search.reference_sequences
+
+    def refs(model, prompts, outputs):
+        events.append("refs")
+        return made(model, prompts, outputs)
+
+    class Logged(Engine):  # the search's engine (the SLO calibration's own comes before any reference)
+        def __init__(self, *a, **kw):
+            events.append("engine")
+            super().__init__(*a, **kw)
+
+    monkeypatch.setattr(serve_search, "reference_sequences", refs)
+    monkeypatch.setattr(serve_search, "Engine", Logged)
+    params = tmp_path / "two.yaml"
+    params.write_text(
+        "model: synthetic:tiny\nchunk_size: 16\npolicies: [chunked]\nwarmups: 0\nreplay_requests: 1\n"
+        "workload: {source: poisson, rate: 1.0, n: 3, seed: 0, prompt: 20, output: 2}\n"
+        "search: {lo: 40, hi: 160, start: 80, reps: 2, precision: 1.0, max_per_rep: 1, criteria: [capacity]}\n"
+    )
+    report = search_params_file(params, log=tmp_path / "log.jsonl", note=lambda _: None)
+    assert report["references"]["computed"] == 2 and {p["rep"] for p in logged_points(tmp_path / "log.jsonl")} == {0, 1}
+    assert events[:3] == ["refs", "refs", "engine"] and events.count("refs") == 2
+    events.clear()  # another policy on the same log: its engine made again, both reps' references from the log
+    params.write_text(params.read_text().replace("policies: [chunked]", "policies: [chunked, mixed]"))
+    again = search_params_file(params, log=tmp_path / "log.jsonl", note=lambda _: None)
+    assert again["references"] == {"computed": 0, "from_log": 2, "seconds": 0.0} and events == ["engine"]
+
+
 def test_a_resumed_search_gates_against_the_references_in_its_log(tmp_path, monkeypatch):
     """A later command measuring new points on a rep takes that rep's reference sequences from the log rather
     than running the FP32 reference again, and gates against them: a token changed there stops the search."""
