@@ -7,9 +7,10 @@
     plots.headline_chart(an.metrics_frame(report))
 
 Charts carry their rows inline (alt.InlineData), so Altair's 5,000-row guard never trips. Each chart is saved
-once, as a PNG (analysis.png: 2x pixels, losslessly compacted), the same bytes the notebooks' pages embed; no
-per-chart HTML or SVG (each would carry the chart's data again, the HTML the ~1 MB vega bundle too). Only
-notebooks and the render command import this module; the GPU path never does.
+once, as a PNG (analysis.png: 2x pixels, losslessly compacted), the same bytes present.show_chart shows, so a
+published notebook and its page refer to this file (publish.charts) rather than store it again; no per-chart
+HTML or SVG (each would carry the chart's data again, the HTML the ~1 MB vega bundle too). Only notebooks and
+the render command import this module; the GPU path never does.
 """
 
 from pathlib import Path
@@ -368,7 +369,8 @@ def refuse_existing(paths):
 
 
 def save_chart(chart, out_dir, name: str) -> list:
-    """Write name.png (png.render: what present.show_chart embeds); refuses if it exists."""
+    """Write name.png (png.render: the bytes present.show_chart shows, so a published notebook refers to this
+    file); refuses if it exists."""
     out = Path(out_dir)
     paths = [out / f"{name}.{fmt}" for fmt in FORMATS]
     refuse_existing(paths)

@@ -178,7 +178,8 @@ def show_chart(chart, *, alt: str | None = None):
     """Display a chart as one bundle: live Vega-Lite (tooltips) where the front end renders it, as in
     JupyterLab, and a PNG (png.render, the bytes plots.save_chart saves) with alt text where it does not, as
     in the offline HTML export. A published notebook keeps the PNG alone (publish.notebooks drops the
-    Vega-Lite copy), so no chart is stored twice. `alt` defaults to the chart's description."""
+    Vega-Lite copy), and where its folder holds those bytes as a file, refers to the file instead
+    (publish.charts), so no chart is stored twice. `alt` defaults to the chart's description."""
     import base64
 
     from IPython.display import display

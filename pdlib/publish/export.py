@@ -1,6 +1,7 @@
-"""An executed notebook as one offline HTML page: no CDN scripts, images inline with alt text, one
-parameters cell (papermill's injected one, which the orchestrator fills with every parameter), the
-notebook's title, and only the style rules the page can use.
+"""An executed notebook as one offline HTML page: no CDN scripts, images with alt text (a chart the folder
+holds as a PNG file is shown from that file, beside the page; any other image inline), one parameters cell
+(papermill's injected one, which the orchestrator fills with every parameter), the notebook's title, and only
+the style rules the page can use.
 
     html = export_html("outputs/local/run/02_analyze_gaps.ipynb")   # -> .html beside it; never overwrites
 """
@@ -8,9 +9,12 @@ notebook's title, and only the style rules the page can use.
 import re
 from pathlib import Path
 
+from pdlib.publish.charts import REFERENCE
+
 # JupyterLab's page without its CDN scripts (require.js, MathJax, mermaid): the notebooks use none of
 # them, and without them the page loads nothing from the network. PNGs carry the alt text the cell gave
-# (nbconvert's own template has none).
+# (nbconvert's own template has none). A reference to a chart's file (charts.refer_to_files) is drawn as an
+# inline PNG is, its <img> naming the file: the same page but for the image's source.
 OFFLINE_TEMPLATE = """{%- extends 'index.html.j2' -%}
 {%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
 {%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
@@ -25,7 +29,14 @@ OFFLINE_TEMPLATE = """{%- extends 'index.html.j2' -%}
 {%- set alt = output | get_metadata('alt', 'image/png') %} alt="{{ (alt or 'chart') | escape_html }}">
 </div>
 {% endblock data_png %}
-"""
+{% block data_html scoped %}
+{%- if output | get_metadata('REFERENCE', 'text/html') %}
+<div class="jp-RenderedImage jp-OutputArea-output {{ extra_class }}">
+{{ output.data['text/html'] }}
+</div>
+{%- else %}{{ super() }}{%- endif %}
+{% endblock data_html %}
+""".replace("REFERENCE", REFERENCE)
 
 
 def one_parameters_cell(nb):

@@ -17,6 +17,7 @@ import nbformat
 import pandas as pd
 import pytest
 import yaml
+from publish.folders import assert_each_chart_once  # tests/ is on sys.path (conftest.py)
 
 from pdlib.__main__ import main
 from pdlib.analysis import findings, plots, present
@@ -144,8 +145,8 @@ def test_html_has_one_parameters_cell_is_offline_and_shows_the_charts_with_alt_t
         assert len(re.findall(r'output_dir</span>\s*<span class="o">=</span>', html)) == 1, name  # one parameters cell
     imgs = re.findall(r"<img[^>]*>", (out / "03_figures.html").read_text())
     assert len(imgs) == len(nbk.FIGURES)
-    for img in imgs:
-        assert 'src="data:image/png;base64,' in img and re.search(r'alt="[^"]{40,}"', img), img[:200]
+    for img, figure in zip(imgs, nbk.FIGURES):  # each the file beside the page
+        assert f'src="{figure}.png"' in img and re.search(r'alt="[^"]{40,}"', img), img[:200]
     page = (out / "02_analyze_gaps.html").read_text()
     alts = re.findall(r'<img[^>]*alt="([^"]*)"', page)
     assert len(alts) == 3  # headline, timeline and the prompt steps' times inline
@@ -158,20 +159,12 @@ def test_html_has_one_parameters_cell_is_offline_and_shows_the_charts_with_alt_t
 
 def test_each_chart_is_stored_once(run):
     out = run[2]
-    pngs = [
-        o["data"]["image/png"]
-        for name in nbk.NOTEBOOKS
-        for o in outputs(out / f"{name}.ipynb")
-        if "image/png" in o.get("data", {})
-    ]
-    assert len(pngs) == 6  # 02: headline, timeline, steps; 03: the three FIGURES
     for name in nbk.NOTEBOOKS:
         for o in outputs(out / f"{name}.ipynb"):
             assert not [m for m in o.get("data", {}) if m.startswith(nbk.CHART_MIMES)], name  # the PNG alone
-    import base64
-
-    for fig in nbk.FIGURES:  # 03 embeds the saved file's bytes
-        assert base64.b64encode((out / f"{fig}.png").read_bytes()).decode() in pngs
+    # the files are the one copy: 03's three charts and 02's headline and timeline (03 writes them after 02 ran)
+    # refer to them; 02's prompt steps' times, which no file holds, are inline
+    assert assert_each_chart_once(out) == {"references": 5, "inline": 1}
 
 
 def test_the_page_keeps_the_styles_it_uses(run):
@@ -408,6 +401,7 @@ def test_report_renders_the_same_folder_without_running(rendered, tmp_path):
         assert (tmp_path / name).read_bytes() == (out / name).read_bytes(), name
     for name in nbk.NOTEBOOKS:
         assert_ran_clean(out / f"{name}.ipynb")
+    assert assert_each_chart_once(out)["references"] == 5  # the folder's PNG files, each stored once
     nb = nbformat.read(out / "01_run_trials.ipynb", as_version=4)
     (injected,) = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
     # the folder's own copy, never the path it came from

@@ -1,5 +1,6 @@
 """The published folders under outputs/: small (a cap that holds as results are added), each page intact,
-reports compressed, each chart stored once, pages titled, parameters naming the repository's own paths.
+reports compressed, each chart stored once (its PNG file, which notebooks and pages refer to), pages titled,
+parameters naming the repository's own paths.
 
 PDLIB_PUBLISHED=/some/outputs points these tests at another tree (e.g. folders being regenerated before they
 are swapped in); the default is the repository's outputs/ (outputs/local/, git-ignored, is not published).
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from publish.folders import assert_each_chart_once  # tests/ is on sys.path (conftest.py)
 
 from pdlib.analysis import frontier, present
 from pdlib.publish import runs
@@ -90,6 +92,12 @@ def test_every_notebook_stores_each_chart_once(folder):
                 assert digest not in seen, f"{path.name}: the same PNG twice"
                 seen.add(digest)
                 assert o.get("metadata", {}).get("image/png", {}).get("alt"), f"{path.name}: a PNG without alt text"
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: p.name)
+def test_each_chart_file_is_its_one_copy(folder):
+    """A chart's PNG file is not stored again in a notebook or page: they refer to it, with its alt text."""
+    assert_each_chart_once(folder)
 
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: p.name)

@@ -4,7 +4,6 @@ charts too when the report holds searches); `--search-report` alone renders the 
 report; a bad report or a missing --out is one line, exit 2, no folder."""
 
 import ast
-import base64
 import gzip
 import json
 import re
@@ -14,6 +13,7 @@ import nbformat
 import pandas as pd
 import pytest
 from analysis.serve_reports import make_serve_report, synthetic_searches  # tests/ is on sys.path (conftest.py)
+from publish.folders import assert_each_chart_once
 
 from pdlib.__main__ import main
 from pdlib.analysis import present
@@ -22,6 +22,7 @@ from pdlib.analysis import serving_charts as sc
 from pdlib.analysis import serving_search as ss
 from pdlib.publish import notebooks as nbk
 from pdlib.publish import runs
+from pdlib.publish.charts import REFERENCE
 from pdlib.report.serving import slos_from_step
 
 pytest.importorskip("papermill")
@@ -71,11 +72,10 @@ def test_notebooks_serve_renders_the_report_into_a_fresh_folder(tmp_path, capsys
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     for o in outputs:
         assert o.output_type != "error" and not (o.output_type == "stream" and o.name == "stderr"), o
-    pngs = [o["data"]["image/png"] for o in outputs if "image/png" in o.get("data", {})]
-    assert len(pngs) == len(figures)  # each chart once, the PNG alone
     assert not [m for o in outputs for m in o.get("data", {}) if m.startswith(nbk.CHART_MIMES)]
-    for name in figures:  # the page shows the saved file's bytes
-        assert base64.b64encode((out / f"{name}.png").read_bytes()).decode() in pngs
+    refs = [ref for o in outputs if (ref := o.get("metadata", {}).get("text/html", {}).get(REFERENCE))]
+    assert refs == [f"{name}.png" for name in figures]  # each chart once: the saved file, shown from the folder
+    assert assert_each_chart_once(out) == {"references": len(figures), "inline": 0}
     markdown = [o["data"]["text/markdown"] for o in outputs if "text/markdown" in o.get("data", {})]
     assert sv.findings(report, SLOS) in markdown  # the prose is analysis.serving.findings on the same numbers
     assert present.markdown(ss.versus_table(report["searches"])) in markdown  # the best policy against mlx-lm
@@ -145,10 +145,9 @@ def test_notebooks_search_report_alone_renders_the_search_sections(tmp_path, cap
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     for o in outputs:
         assert o.output_type != "error" and not (o.output_type == "stream" and o.name == "stderr"), o
-    pngs = [o["data"]["image/png"] for o in outputs if "image/png" in o.get("data", {})]
-    assert len(pngs) == len(figures)
-    for name in figures:
-        assert base64.b64encode((out / f"{name}.png").read_bytes()).decode() in pngs
+    refs = [ref for o in outputs if (ref := o.get("metadata", {}).get("text/html", {}).get(REFERENCE))]
+    assert refs == [f"{name}.png" for name in figures]
+    assert assert_each_chart_once(out) == {"references": len(figures), "inline": 0}
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     line, provenance = ss.search_header(out / nbk.SEARCH_REPORT)
     assert line in text and "runs chunked, mlx-lm fp32 @64" in line and "3 reps of 8/8/8 requests" in line

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from publish.folders import assert_each_chart_once  # tests/ is on sys.path (conftest.py)
 
 from pdlib.__main__ import main
 from pdlib.analysis import frontier as fr
@@ -246,7 +247,8 @@ def test_04_renders_the_sweep_into_a_fresh_folder(sweep_dir, tmp_path, capsys):
     pd.testing.assert_frame_equal(pd.read_csv(out / "frontier.csv")[cols], points[cols], rtol=0, atol=1e-9)
     html = (out / "04_chunk_sweep.html").read_text()
     (img,) = re.findall(r"<img[^>]*>", html)
-    assert re.search(r'alt="Two scatter plots on log-log axes[^"]{40,}"', img)
+    assert re.search(r'alt="Two scatter plots on log-log axes[^"]{40,}"', img) and 'src="frontier.png"' in img
+    assert assert_each_chart_once(out) == {"references": 1, "inline": 0}  # the file, stored once
     assert not re.search(r"<script[^>]*src=[\"']?https?:", html)
     assert "frontier" in (out / "frontier.md").read_text()
 
