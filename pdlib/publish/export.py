@@ -9,12 +9,11 @@ the style rules the page can use.
 import re
 from pathlib import Path
 
-from pdlib.publish.charts import REFERENCE
-
 # JupyterLab's page without its CDN scripts (require.js, MathJax, mermaid): the notebooks use none of
 # them, and without them the page loads nothing from the network. PNGs carry the alt text the cell gave
 # (nbconvert's own template has none). A reference to a chart's file (charts.refer_to_files) is drawn as an
-# inline PNG is, its <img> naming the file: the same page but for the image's source.
+# inline PNG is, its <img> naming the file: the same page but for the image's source ('pdlib_chart_file' is
+# charts.REFERENCE, spelt out: a template is text).
 OFFLINE_TEMPLATE = """{%- extends 'index.html.j2' -%}
 {%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
 {%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
@@ -30,13 +29,13 @@ OFFLINE_TEMPLATE = """{%- extends 'index.html.j2' -%}
 </div>
 {% endblock data_png %}
 {% block data_html scoped %}
-{%- if output | get_metadata('REFERENCE', 'text/html') %}
+{%- if output | get_metadata('pdlib_chart_file', 'text/html') %}
 <div class="jp-RenderedImage jp-OutputArea-output {{ extra_class }}">
 {{ output.data['text/html'] }}
 </div>
 {%- else %}{{ super() }}{%- endif %}
 {% endblock data_html %}
-""".replace("REFERENCE", REFERENCE)
+"""
 
 
 def one_parameters_cell(nb):

@@ -12,14 +12,14 @@ Every parameter of each notebook is injected (the params file's values, reposito
 executed notebook's one parameters cell says exactly what ran. The folder is `out`, or
 outputs/local/<params stem> (git-ignored), or `-2`, `-3`, ... when that one exists (said on stdout; nothing is
 ever overwritten): creating the folder claims it, so two runs at once never share one (runs.fresh_dir).
-Each executed notebook is stored and exported to offline HTML (pdlib.publish.export) once the run ends, when
-the folder holds every chart's file (02 shows two charts that 03 writes).
+Each executed notebook is stored and exported to offline HTML (pdlib.publish.export) as it finishes.
 With a report, it is first copied into the folder as report.json.gz (the JSON byte for byte, compressed), and
 the notebooks read it there, so their parameters name the folder's own report, never a scratch path; 01 then
 shows what a run shows instead of running trials. A published notebook stores no chart itself where the folder
 holds it: the Vega-Lite copy that JupyterLab draws live is dropped, and a PNG whose bytes equal a .png file of the
 folder becomes a reference to that file (<img src="name.png"> with its alt text; charts.refer_to_files), which
-JupyterLab and the HTML page show from the folder. A PNG with no such file stays inline, with its alt text.
+JupyterLab and the HTML page show from the folder. A PNG with no such file stays inline, with its alt text; once
+every notebook has run, an earlier one showing a chart a later one saved (02 shows two of 03's) refers to it too.
 
 Layout of the folder (the same names as `python -m pdlib render REPORT --out DIR`, i.e. plots.render_all):
 report.json.gz; metrics.csv, summary.csv, summary.md, ratios.csv (02); headline.png, gap_timeline.png and
@@ -228,7 +228,7 @@ def run_serve_notebook(report, *, out, search=None, quiet: bool = False, log=pri
 def _run(ours: dict, out_dir: Path, *, before, quiet: bool, log) -> dict:
     """`before()` then _execute, in a worker thread; this thread waits, so Ctrl-C reaches it at once: it then
     stops the run (_stop) and raises Interrupted saying what is left. Any other error is re-raised here."""
-    state = {"finished": [], "ran": [], "running": "", "kernels": [], "stop": threading.Event()}
+    state = {"finished": [], "running": "", "kernels": [], "stop": threading.Event()}
     result = {}
 
     def work():
@@ -254,16 +254,13 @@ def _run(ours: dict, out_dir: Path, *, before, quiet: bool, log) -> dict:
 
 
 def _stop(worker: threading.Thread, out_dir: Path, state: dict) -> str:
-    """Kill the kernel (and one that starts meanwhile), give the worker STOP_S to unwind, store the notebooks that
-    finished (_publish), clean the folder."""
+    """Kill the kernel (and one that starts meanwhile), give the worker STOP_S to unwind, clean the folder."""
     state["stop"].set()
     deadline = time.monotonic() + STOP_S
     while worker.is_alive() and time.monotonic() < deadline:
         for km in state["kernels"]:
             _kill(km)
         worker.join(0.1)
-    _publish(out_dir, state)  # here, not in the worker: Python 3.11 may call a thread stopped when Ctrl-C cut
-    # its join short (bpo-45274), and the loop above then never waits for it
     return _clean(out_dir, state["finished"], state["running"])
 
 
@@ -326,10 +323,9 @@ def _last_line(path: Path) -> str:
 
 def _execute(ours: dict, out_dir: Path, state: dict, *, quiet: bool, log) -> dict:
     """Run each notebook named in `ours` (in order) with its defaults overridden by `ours[name]`, into out_dir,
-    and export each to HTML; NotebookFailed on the first that raises. Papermill writes a hidden working copy,
-    stored (_store, through write_new) when the run ends (_publish), done, failed or stopped: a notebook may show
-    a chart whose file a later one writes (02 shows two of 03's), and _store refers to each file. A failed
-    notebook is stored as far as it ran; after _stop, the one that was running is not."""
+    and export each to HTML; NotebookFailed on the first that raises. Papermill writes a hidden working copy;
+    the notebook is then stored once (_store), through write_new; when all have run, refer_again. After _stop,
+    nothing is written."""
     import papermill as pm
     from nbclient.exceptions import DeadKernelError
     from papermill.exceptions import PapermillExecutionError
@@ -340,76 +336,81 @@ def _execute(ours: dict, out_dir: Path, state: dict, *, quiet: bool, log) -> dic
     quiet_log = logging.getLogger("papermill")  # nbclient logs through it: "Kernel died ...", said below anyway
     if not quiet_log.handlers:
         quiet_log.addHandler(logging.NullHandler())  # else Python's last-resort handler prints it to stderr
-    published, t_start = [], time.perf_counter()
-    try:
-        with tempfile.TemporaryDirectory(prefix="pdlib-kernel-") as runtime:
-            manager = _kernel_manager(Path(runtime), state["kernels"])
-            for name, values in ours.items():
+    done, html, t_start = [], [], time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="pdlib-kernel-") as runtime:
+        manager = _kernel_manager(Path(runtime), state["kernels"])
+        for name, values in ours.items():
+            if state["stop"].is_set():
+                raise KeyboardInterrupt
+            state["running"] = name
+            nb_out, working = out_dir / f"{name}.ipynb", out_dir / f".{name}.running.ipynb"
+            t0 = time.perf_counter()
+            try:
+                # shown(): papermill records these paths in the notebook; _store sets them repository-relative
+                pm.execute_notebook(
+                    shown(NOTEBOOK_DIR / f"{name}.ipynb"),
+                    shown(working),
+                    parameters={**defaults(name), **values},
+                    kernel_name=KERNEL,
+                    progress_bar=progress,
+                    extra_arguments=KERNEL_ARGS,
+                    kernel_manager_class=manager,  # its kernel starts in notebooks/, as papermill's cwd= would
+                )
+            except PapermillExecutionError as e:
                 if state["stop"].is_set():
-                    raise KeyboardInterrupt
-                state["running"] = name
-                nb_out, working = out_dir / f"{name}.ipynb", out_dir / f".{name}.running.ipynb"
-                t0, finished = time.perf_counter(), False
-                try:
-                    # shown(): papermill records these paths in the notebook; _store sets them repository-relative
-                    pm.execute_notebook(
-                        shown(NOTEBOOK_DIR / f"{name}.ipynb"),
-                        shown(working),
-                        parameters={**defaults(name), **values},
-                        kernel_name=KERNEL,
-                        progress_bar=progress,
-                        extra_arguments=KERNEL_ARGS,
-                        kernel_manager_class=manager,  # its kernel starts in notebooks/, as papermill's cwd= would
-                    )
-                    finished = True
-                except PapermillExecutionError as e:
-                    if state["stop"].is_set():
-                        raise
-                    page = export_html(_store(working, nb_out, name)) if working.exists() else nb_out
-                    raise NotebookFailed(
-                        f"notebook {name}: {_one_line(e.evalue)} (see {shown(page)})"
-                        if e.ename in EXIT_CODES
-                        else f"notebook {name} failed: {e.ename}: {_one_line(e.evalue)} (traceback in {shown(page)})",
-                        EXIT_CODES.get(e.ename, 1),
-                    ) from None
-                except DeadKernelError:
-                    if state["stop"].is_set():
-                        raise
-                    said = _last_line(state["kernels"][-1].stderr_path)
-                    raise NotebookFailed(
-                        f"the kernel died while running {name} (out of memory, or a crash in MLX?); "
-                        f"the partial notebook is {shown(nb_out)}"
-                        + (f"; the kernel's last line: {said}" if said else "")
-                    ) from None
-                finally:  # done: stored once the run ends; stopped by Ctrl-C: nothing; died: as far as it ran
-                    if not finished and state["stop"].is_set():
-                        working.unlink(missing_ok=True)
-                    elif not finished and working.exists():
-                        _store(working, nb_out, name)
-                state["ran"].append(name)
-                log(f"{name}: {time.perf_counter() - t0:.1f} s")
-    finally:  # done or failed; after Ctrl-C, _stop stores them
-        if not state["stop"].is_set():
-            published = _publish(out_dir, state)
-    notebooks, pages = [nb for nb, _ in published], [page for _, page in published]
-    return {"out_dir": out_dir, "notebooks": notebooks, "html": pages, "seconds": time.perf_counter() - t_start}
+                    raise
+                page = export_html(_store(working, nb_out, name)) if working.exists() else nb_out
+                raise NotebookFailed(
+                    f"notebook {name}: {_one_line(e.evalue)} (see {shown(page)})"
+                    if e.ename in EXIT_CODES
+                    else f"notebook {name} failed: {e.ename}: {_one_line(e.evalue)} (traceback in {shown(page)})",
+                    EXIT_CODES.get(e.ename, 1),
+                ) from None
+            except DeadKernelError:
+                if state["stop"].is_set():
+                    raise
+                said = _last_line(state["kernels"][-1].stderr_path)
+                raise NotebookFailed(
+                    f"the kernel died while running {name} (out of memory, or a crash in MLX?); "
+                    f"the partial notebook is {shown(nb_out)}" + (f"; the kernel's last line: {said}" if said else "")
+                ) from None
+            finally:  # done or died: the notebook as far as it ran; stopped by Ctrl-C: nothing
+                if state["stop"].is_set():
+                    working.unlink(missing_ok=True)
+                elif working.exists():
+                    _store(working, nb_out, name)
+            done.append(nb_out)
+            html.append(export_html(nb_out))
+            state["finished"].append(name)
+            log(f"{name}: {time.perf_counter() - t0:.1f} s")
+    state["running"] = ""
+    refer_again(done)
+    return {"out_dir": out_dir, "notebooks": done, "html": html, "seconds": time.perf_counter() - t_start}
 
 
-def _publish(out_dir: Path, state: dict) -> list:
-    """Store and export each notebook that ran to its end (state["ran"]), once the run ends: the folder then holds
-    the file of every chart they show, for _store to refer to. Each is claimed by popping it, so the worker and
-    _stop never both store one. Returns [(notebook, page)] in the order they ran."""
+def refer_again(notebooks: list) -> list:
+    """Once a run's notebooks have all run: each stored one still holding a PNG whose file a later notebook saved
+    (02 shows two of 03's charts) refers to that file too (charts.refer_to_files). Its notebook and page, this
+    run's own files, are each replaced at once (os.replace of a hidden copy: an interruption leaves the stored
+    version, charts inline). Returns the notebooks replaced."""
+    import nbformat
+
+    from pdlib.publish.charts import refer_to_files
     from pdlib.publish.export import export_html
 
-    published = []
-    while True:
-        try:
-            name = state["ran"].pop(0)
-        except IndexError:
-            return published
-        nb_out = _store(out_dir / f".{name}.running.ipynb", out_dir / f"{name}.ipynb", name)
-        published.append((nb_out, export_html(nb_out)))
-        state["finished"].append(name)
+    replaced = []
+    for nb_path in map(Path, notebooks):
+        nb = nbformat.read(nb_path, as_version=4)
+        if not refer_to_files(nb, nb_path.parent):
+            continue
+        hidden = nb_path.with_name(f".{nb_path.stem}.referring.ipynb")
+        hidden.unlink(missing_ok=True)
+        hidden.with_suffix(".html").unlink(missing_ok=True)
+        write_new(hidden, nbformat.writes(nb), what="notebook")
+        os.replace(export_html(hidden), nb_path.with_suffix(".html"))
+        os.replace(hidden, nb_path)
+        replaced.append(nb_path)
+    return replaced
 
 
 CHART_MIMES = ("application/vnd.vegalite", "application/vnd.vega")

@@ -6,7 +6,7 @@ points and writes its report, rather than being killed in the middle of one with
     budget.admit("mixed", 4.0, 0, warmups=1)         # raises BudgetSpent where it would not fit
     budget.record(4.0, 0, point)                     # learns what a run takes past its arrivals and setup
 
-A point is admitted once what it shares with later points is made (the model, a rep's references, the engine
+A point is admitted once what it shares with later points is made (the model, every rep's references, the engine
 and its compiles, a fit: serve_search.measure calls `admit` then), against the time left: its expected time is
 (its arrival span at that rate + the overhead) x (1 + the warmups run before it). The overhead (a run's wall
 time past its arrivals: the drain, the gate, a replay) starts at FIRST_OVERHEAD_S and is then the largest seen

@@ -12,7 +12,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 from publish.folders import IMG, assert_each_chart_once, attr  # tests/ is on sys.path (conftest.py)
 
 from pdlib.publish.charts import REFERENCE, refer_to_files
-from pdlib.publish.export import export_html
+from pdlib.publish.export import OFFLINE_TEMPLATE, export_html
 
 ALT = {"saved": "A saved chart: one bar per policy, eager tallest", "drawn": "A chart no file holds: one dot"}
 
@@ -96,6 +96,7 @@ def test_the_page_shows_the_file_and_is_otherwise_the_page_of_the_inline_png(fol
     inline = export_html(before).read_text()
     assert page == inline.replace(f"data:image/png;base64,{base64.b64encode(saved).decode()}", "saved.png")
     assert assert_each_chart_once(folder) == {"references": 1, "inline": 1}
+    assert f"get_metadata('{REFERENCE}', 'text/html')" in OFFLINE_TEMPLATE  # the key the template spells out
 
 
 def test_the_check_of_a_folder_finds_a_chart_stored_twice(folder):
@@ -104,3 +105,25 @@ def test_the_check_of_a_folder_finds_a_chart_stored_twice(folder):
     (folder / "09_charts.ipynb").write_text(nbformat.writes(notebook(png((200, 30, 30)), png((30, 30, 200)))))
     with pytest.raises(AssertionError, match="saved.png stored again"):
         assert_each_chart_once(folder)
+
+
+def test_refer_again_replaces_an_earlier_notebook_and_page_once_a_later_one_saved_the_file(tmp_path):
+    """02 shows two charts 03 saves: stored before the files exist, it keeps them inline until the run's last
+    notebook has run; refer_again then replaces its notebook and page (the page a fresh export of the notebook),
+    leaves no hidden copy, and does nothing to a notebook with nothing left to refer to."""
+    from pdlib.publish.notebooks import refer_again
+
+    saved, drawn = png((200, 30, 30)), png((30, 30, 200))
+    nb_path = tmp_path / "09_charts.ipynb"
+    nb_path.write_text(nbformat.writes(notebook(saved, drawn)))
+    export_html(nb_path)
+    assert refer_again([nb_path]) == []  # no file yet: as stored
+    (tmp_path / "saved.png").write_bytes(saved)  # a later notebook saves it
+    assert refer_again([nb_path]) == [nb_path]
+    assert assert_each_chart_once(tmp_path) == {"references": 1, "inline": 1}
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "09_charts.ipynb").write_text(nb_path.read_text())
+    assert nb_path.with_suffix(".html").read_text() == export_html(fresh / "09_charts.ipynb").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["09_charts.html", "09_charts.ipynb", "fresh", "saved.png"]
+    assert refer_again([nb_path]) == []  # nothing left: neither file replaced again
