@@ -54,6 +54,13 @@ SWITCHES = {
             "rounds as PDLIB_DECODE_ROUND says (2: only a round of two)",
         ),
         Switch(
+            "PDLIB_ROUND_GROUP",
+            (int,),
+            2,
+            "the most decodes of such a round (PDLIB_ROUND_PAIRS) in one persistent launch: 2, pairs; up to 8 where "
+            "their staged vectors fit beside attention's ring (Qwen3-0.6B: 8)",
+        ),
+        Switch(
             "PDLIB_ROUND_GEMM",
             ("mlx", "tiles16"),
             "mlx",
@@ -135,6 +142,7 @@ ENGINE = tuple(
         "PDLIB_PAIR_DECODE",
         "PDLIB_DECODE_ROUND",
         "PDLIB_ROUND_PAIRS",
+        "PDLIB_ROUND_GROUP",
         "PDLIB_ROUND_GEMM",
         "PDLIB_PERSISTENT_FOLD",
         "PDLIB_PERSISTENT_BLOCKS",

@@ -108,7 +108,7 @@ class Request:
 # (the odd one alone) up to PDLIB_ROUND_PAIRS rows: where few rows decode, pair launches take less time than
 # one step over all of them, whose launches the host must build and MLX encode.
 ROUND_ENV = "PDLIB_DECODE_ROUND"
-PAIRS_ENV = "PDLIB_ROUND_PAIRS"
+PAIRS_ENV, GROUP_ENV = "PDLIB_ROUND_PAIRS", "PDLIB_ROUND_GROUP"  # rounds as launches of up to GROUP decodes
 
 # PDLIB_STEP_DISPATCH: how a step with a prompt chunk reaches the device. `layers` (the default) starts each
 # layer as soon as it is built (as prefill_stages does), so the device need not wait for the host to build a
@@ -131,7 +131,7 @@ class Engine:
     ):
         self.dispatch = settings.get(DISPATCH_ENV)  # a bad value is refused here
         self.decode_round = settings.get(ROUND_ENV)
-        self.round_pairs = settings.get(PAIRS_ENV)
+        self.round_pairs, self.round_group = settings.get(PAIRS_ENV), settings.get(GROUP_ENV)
         self.round_gemm = settings.get("PDLIB_ROUND_GEMM")  # read by kernels/gemm.py; a bad value is refused here
         self.model = Qwen3(
             model,
@@ -297,6 +297,7 @@ class Engine:
             "pair_decode": "pair" if m.pairs else "each",
             "decode_round": self.decode_round,
             "round_pairs": self.round_pairs if m.pairs else None,
+            "round_group": min(self.round_group, m.group) if m.pairs else None,
             "round_gemm": self.round_gemm,
         }
 
@@ -360,20 +361,23 @@ class Engine:
         return out
 
     def _decode_pairs(self, names: list[str]) -> list[Output]:
-        """A round's decodes two by two in pair launches, the odd last one alone: each one's Output, in order."""
-        outs = []
-        for i in range(0, len(names) - 1, 2):
-            outs += self._decode_pair(names[i : i + 2])
-        return outs + ([self.decode(names[-1])] if len(names) % 2 else [])
+        """A round's decodes in launches of up to PDLIB_ROUND_GROUP (2: pairs; at most what the kernel fits), in
+        order, a last one left alone decoded alone: each one's Output, in order."""
+        g, outs = max(2, min(self.round_group, self.model.group)), []
+        for i in range(0, len(names), g):
+            some = names[i : i + g]
+            outs += self._decode_pair(some) if len(some) > 1 else [self.decode(some[0])]
+        return outs
 
     def _decode_pair(self, names: list[str]) -> list[Output]:
-        """Two requests' decodes as one launch (Qwen3.decode_pair): each one's Output, as `decode` gives it."""
+        """Two or more requests' decodes as one launch (Qwen3.decode_group): each one's Output, as `decode`
+        gives it."""
         reqs = [self._held(name) for name in names]
         for name, r in zip(names, reqs):
             if r.next_token is None:
                 raise ValueError(f"decode of {name} before its prompt is prefilled")
         positions = [r.cache.length for r in reqs]
-        pairs = self.model.decode_pair([r.cache for r in reqs], [r.next_token for r in reqs])
+        pairs = self.model.decode_group([r.cache for r in reqs], [r.next_token for r in reqs])
         outs = [self._emit(r, logits, token) for r, (logits, token) in zip(reqs, pairs)]
         for out, r, position in zip(outs, reqs, positions):
             out.mailbox, out.position = self.model.mailbox(r.cache), position

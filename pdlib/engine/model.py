@@ -87,11 +87,11 @@ class Qwen3:
         chosen = token_read or K.token_read_choice()
         self.token_read = chosen or ("mailbox" if self.decode_mode == "persistent" else "item")
         self._boxes = weakref.WeakKeyDictionary()
-        # two requests' decodes in one step: one persistent launch for both where it fits (PDLIB_PAIR_DECODE=pair,
-        # the default there; a bad value is refused here), else one each
-        fits = persistent.available(cfg, packed=lossless_decode_weights, requests=2)
-        self.pairs = settings.get(PAIR_ENV) == "pair" and self.decode_mode == "persistent" and fits
-        self._pair_syncs = weakref.WeakKeyDictionary()  # first cache -> {second cache: the pair's sync buffer}
+        # two or more requests' decodes in one step: one persistent launch for all where it fits (PDLIB_PAIR_DECODE=
+        # pair, the default there; a bad value is refused here), else one each; `group`: the most a launch fits
+        most = persistent.largest_group(cfg, packed=lossless_decode_weights)  # 1: not even a pair fits
+        self.pairs = settings.get(PAIR_ENV) == "pair" and self.decode_mode == "persistent" and most >= 2
+        self.group, self._pair_syncs = most if self.pairs else 1, weakref.WeakKeyDictionary()
         if self.decode_mode == "persistent":
             if not runs_here:
                 raise InputError(
@@ -474,26 +474,26 @@ class Qwen3:
         cache.store_decoded(ks, vs, written, next_pos=next_pos)
         return logits, token
 
-    def decode_pair(self, caches: list[KVCache], tokens: list[mx.array]) -> list[tuple[mx.array, mx.array]]:
-        """Two requests' decode steps (`decode` each) in one persistent launch (`pairs` says where it runs): the
-        logits and greedy token of each, in order."""
-        if not self.pairs:
-            raise ValueError("two decodes in one launch need the persistent kernel and PDLIB_PAIR_DECODE=pair")
-        first, second = caches
-        if first is second:
-            raise ValueError("a pair's two decodes need two caches")
+    def decode_group(self, caches: list[KVCache], tokens: list[mx.array]) -> list[tuple[mx.array, mx.array]]:
+        """Two to `group` requests' decode steps (`decode` each) in one persistent launch (`pairs` says where it
+        runs): the logits and greedy token of each, in order."""
+        n = len(caches)
+        if not self.pairs or not 2 <= len(set(map(id, caches))) == n <= self.group:
+            raise ValueError(f"{n} decodes in one launch need the persistent kernel and 2 to {self.group} caches")
         for cache in caches:
             self._check_room(cache)
-        pairs = self._pair_syncs.setdefault(first, weakref.WeakKeyDictionary())
-        if second not in pairs:  # the pair's own barrier buffer, naming both mailboxes
-            pairs[second] = persistent.new_sync(self._box_address(first), self._box_address(second))
+        key, syncs = tuple(map(id, caches[1:])), self._pair_syncs.setdefault(caches[0], {})
+        if key not in syncs:  # the group's own barrier buffer, naming every mailbox; gone with any of its caches
+            syncs[key] = persistent.new_sync(*map(self._box_address, caches))
+            for cache in caches[1:]:
+                weakref.finalize(cache, syncs.pop, key, None)
         for cache in caches:
             self._clear_box(cache)
         c = self.cfg
-        outs = persistent.decode_persistent_pair(
-            *[(t, x.position(), x.k_all, x.v_all, x.written) for t, x in zip(tokens, caches, strict=True)],
+        outs = persistent.decode_persistent_group(
+            [(t, x.position(), x.k_all, x.v_all, x.written) for t, x in zip(tokens, caches, strict=True)],
             self.decode_weights,
-            pairs[second],
+            syncs[key],
             heads=c.num_attention_heads,
             kv_heads=c.num_key_value_heads,
             eps=c.rms_norm_eps,

@@ -32,6 +32,8 @@ A report is one JSON object:
                                       older reports lack it),
                       "round_pairs": int | null (the largest round run as pair launches: PDLIB_ROUND_PAIRS;
                                      null where pairs do not run; older reports lack it),
+                      "round_group": int | null (the most decodes of such a round in one launch:
+                                     PDLIB_ROUND_GROUP, at most what the kernel fits; older reports lack it),
                       "round_gemm": "mlx" | "tiles16" (a few rows' matmuls: PDLIB_ROUND_GEMM; older reports
                                     lack it),
                       "settings": {"PDLIB_DECODE": .., ...} (every engine switch's effective value,

@@ -28,6 +28,7 @@ import json
 import os
 from pathlib import Path
 
+from pdlib import settings
 from pdlib.errors import InputError
 
 LOG_SCHEMA = "pdlib.serve-search-log/1"
@@ -46,6 +47,19 @@ def first_difference(a, b, path: str = "") -> str | None:
                 return d
         return None
     return None if a == b else f"{path or 'value'}: {json.dumps(a)} != {json.dumps(b)}"
+
+
+def with_later_switches(theirs, ours: dict):
+    """A log's identity as if it named the engine switches added since it was made at their defaults, where ours
+    has them so (what it ran with: a switch at its default changes nothing); anything else as it was."""
+    try:
+        mine, old = ours["machine"]["settings"], dict(theirs["machine"]["settings"])
+    except (KeyError, TypeError):
+        return theirs
+    for name, value in mine.items():
+        if name not in old and name in settings.SWITCHES and value == settings.SWITCHES[name].default:
+            old[name] = value
+    return {**theirs, "machine": {**theirs["machine"], "settings": old}}
 
 
 def _kept_key(kind: str, key) -> tuple[str, str]:
@@ -98,7 +112,7 @@ class SearchLog:
             raise InputError(f"{where} is not a search log (line 1 is not a {LOG_SCHEMA} header)")
         if self.any_machine and isinstance(header.get("identity"), dict):
             self.identity["machine"] = header["identity"].get("machine")
-        diff = first_difference(header.get("identity"), self.identity)
+        diff = first_difference(with_later_switches(header.get("identity"), self.identity), self.identity)
         if diff:
             raise InputError(
                 f"{where} was made with other params or on another machine ({diff}); "

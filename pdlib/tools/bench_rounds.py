@@ -8,7 +8,9 @@ K/V cache, over the device-to-device copy bandwidth measured in the same run.
 weights read once for all rows and their attention one launch a layer over the requests' cache pool; `compiled`:
 that step as one compiled function (engine/round.py; where the rows kernel does not run, `step`'s launches);
 `pairs`: the rows two by two in persistent pair launches, the odd one alone (PDLIB_ROUND_PAIRS at least N; where
-pairs do not run, `each`). The modes apply from three rows; below that they run the same launches.
+pairs do not run, `each`); `groups`: the rows in persistent launches of up to 8 (PDLIB_ROUND_GROUP 8: as many as
+the kernel fits, eight of Qwen3-0.6B's; where pairs do not run, `each`). The modes apply from three rows; below
+that they run the same launches.
 `ms`: every round's tokens observed on the host before the next round is built; `pipelined_ms`: the next round
 built and started before this one's tokens are read, as `serve` runs its decode rounds (pipeline_decodes), so the
 host's work hides behind the device's; the median over `tokens` rounds. `host_ms`: the median time in
@@ -23,7 +25,7 @@ from pdlib.engine import Engine, check_token, observe_all
 from pdlib.tools.timing import bench_prompt, ms_since, observed, pipelined
 from pdlib.weights import LoadedModel
 
-MODES = ("each", "step", "compiled", "pairs")
+MODES = ("each", "step", "compiled", "pairs", "groups")
 
 
 def kv_bytes(cfg, context: int) -> int:
@@ -48,8 +50,9 @@ def bench_rounds(
     out.update({k: {m: {} for m in MODES} for k in ("ms", "pipelined_ms", "host_ms")})
     out.update(bytes={}, floor_ms={})
     for mode in MODES:
-        engine.decode_round = "each" if mode == "pairs" else mode
-        engine.round_pairs = max(rows) if mode == "pairs" else 2
+        engine.decode_round = "each" if mode in ("pairs", "groups") else mode
+        engine.round_pairs = max(rows) if mode in ("pairs", "groups") else 2
+        engine.round_group = 8 if mode == "groups" else 2
         for n in rows:
             parts = [(name, None) for name in names[:n]]
             for name in names[:n]:

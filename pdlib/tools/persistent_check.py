@@ -91,12 +91,13 @@ def _decode_rows(
 
 
 def persistent_pair_case(
-    seed: int, *, L: int, positions: tuple[int, int], cap: int, sync: mx.array, blocks: int | None = None
+    seed: int, *, L: int, positions: tuple, cap: int, sync: mx.array, blocks: int | None = None
 ) -> list:
-    """Two requests' decode steps in one launch (decode_persistent_pair) against each one's ops twin, as
-    `persistent_case` checks one: per request the logits, the token, pos + 1, every layer's new K and V slot,
-    every other slot of both caches as it was, each fence advanced once. The two caches hold different
-    contents and the requests different tokens and positions, so a request that read the other's shows."""
+    """Two or more requests' decode steps in one launch (decode_persistent_group: a pair, or a group of up to
+    MAX_GROUP) against each one's ops twin, as `persistent_case` checks one: per request the logits, the token,
+    pos + 1, every layer's new K and V slot, every other slot of its cache as it was, each fence advanced once.
+    The caches hold different contents and the requests different tokens and positions, so a request that read
+    another's shows."""
     D, Hq, Hkv, Dh, F, V = 1024, 16, 8, 128, 3072, 151936
     kw = dict(heads=Hq, kv_heads=Hkv, eps=1e-6)
     mx.random.seed(seed)
@@ -107,14 +108,36 @@ def persistent_pair_case(
         token, p = mx.array((pos * 37 + 11 * q) % V, mx.uint32), mx.array([pos], mx.int32)
         reqs.append((token, p, kc, vc, K.new_fence() + (seed + q) % 7))
         before.append((kc + 0.0, vc + 0.0))
-    want = K.decode_persistent_pair_ops(*reqs, dw, **kw)
+    want = K.decode_persistent_group_ops(reqs, dw, **kw)
     mx.eval(dw, want, reqs, before)
-    got = K.decode_persistent_pair(*reqs, dw, sync, poison=True, blocks=blocks, **kw)
-    rows = []
+    got = K.decode_persistent_group(reqs, dw, sync, poison=True, blocks=blocks, **kw)
+    rows, kind = [], "pair" if len(positions) == 2 else f"group of {len(positions)}"
     for q, ((_, p, kc, vc, fence), old, w, g) in enumerate(zip(reqs, before, want, got)):
-        case = f"pair {positions[0]}+{positions[1]}, {'AB'[q]}, {L} layers" + (f", {blocks} blocks" if blocks else "")
-        rows += _decode_rows(case, g, w, p=p, caches=(kc, vc), before=old, fence=fence)
+        case = f"{kind} {'+'.join(map(str, positions))}, {chr(65 + q)}, {L} layers"
+        rows += _decode_rows(
+            case + (f", {blocks} blocks" if blocks else ""), g, w, p=p, caches=(kc, vc), before=old, fence=fence
+        )
+        mx.eval([r["stats"] for r in rows])  # each request's compared before the next's temporaries (8 caches)
     return evaluated(rows)
+
+
+def check_persistent_groups(seed: int) -> list[dict]:
+    """More than two requests a launch (a decode round as one launch, PDLIB_ROUND_GROUP): 3, 4 and 8 requests of
+    28 layers at positions spread from 0 to the cache's last slot, each group on its own sync buffer (their
+    staged vectors after attention's ring; eight leave three stages of it), and a group of 8 on a grid of 6
+    blocks (many items a block)."""
+    P, cap = K.persistent_decode, 4096 + 64
+    if P.largest_group(preset("qwen3-0.6b"), packed=True) < 8:
+        return []
+    rows = []
+    for i, positions in enumerate(
+        [(0, 639, 4095), (7, 2048, cap - 1, 1), (0, 1, 639, 1000, 2047, 2048, 4095, cap - 1)]
+    ):
+        rows += persistent_pair_case(seed * 100 + 110 + i, L=28, positions=positions, cap=cap, sync=P.new_sync())
+    rows += persistent_pair_case(
+        seed * 100 + 119, L=2, positions=tuple(range(5, 13)), cap=64, sync=P.new_sync(), blocks=6
+    )
+    return rows
 
 
 def check_persistent_pairs(seed: int, tiny_pair, too_many: int) -> list[dict]:
@@ -227,8 +250,8 @@ def check_persistent_decode(seed: int) -> list[dict]:
     steps' barriers, each head's count at 4 steps' attention items, and every other word is zero); a grid of
     6 blocks, so each block takes several attention items; last, a grid too large to be resident must come
     back as ERROR_TOKEN within the barrier's timeout, not hang, and the error must stick: the next launch on
-    that buffer fails too. Then the mailbox (check_persistent_mailbox) and two requests a launch
-    (check_persistent_pairs)."""
+    that buffer fails too. Then the mailbox (check_persistent_mailbox), two requests a launch
+    (check_persistent_pairs) and more (check_persistent_groups)."""
     P = K.persistent_decode
     if not P.available(preset("qwen3-0.6b"), packed=True):
         return []
@@ -279,7 +302,8 @@ def check_persistent_decode(seed: int) -> list[dict]:
         mx.eval(toks)  # the sync buffer is written in place: read it only after the kernel ran
         return toks
 
-    return rows + check_persistent_mailbox(tiny_step, too_many) + check_persistent_pairs(seed, tiny_pair, too_many)
+    rows += check_persistent_mailbox(tiny_step, too_many) + check_persistent_pairs(seed, tiny_pair, too_many)
+    return rows + check_persistent_groups(seed)
 
 
 def check_persistent_mailbox(tiny_step, too_many: int) -> list[dict]:

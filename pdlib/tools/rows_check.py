@@ -88,13 +88,13 @@ def check_decode_rows(seed: int) -> list[dict]:
 ENGINE_PROMPTS = (100, 517, 900)
 
 
-def _engine_run(model, *, pooled: bool, rounds: str = "step", pairs: int = 2) -> tuple[list, mx.array]:
+def _engine_run(model, *, pooled: bool, rounds: str = "step", pairs: int = 2, group: int = 2) -> tuple[list, mx.array]:
     """Three requests prefilled whole, then rounds of their three decodes, a step of two decodes beside a prompt
     chunk, and rounds again, all as ragged steps (`rounds`: PDLIB_DECODE_ROUND, "step" or "compiled"; `pairs`:
-    PDLIB_ROUND_PAIRS, 3 for rounds of a pair launch and one decode): every output's (token, logits), and every
-    request's K/V."""
+    PDLIB_ROUND_PAIRS, 3 for rounds of a pair launch and one decode; `group`: PDLIB_ROUND_GROUP, 3 for each round
+    as one launch): every output's (token, logits), and every request's K/V."""
     engine = Engine(model, capacity=1024, slots=4 if pooled else None)
-    engine.decode_round, engine.round_pairs = rounds, pairs
+    engine.decode_round, engine.round_pairs, engine.round_group = rounds, pairs, group
     vocab = model.config.vocab_size
     for i, n in enumerate(ENGINE_PROMPTS):
         engine.add_request(f"r{i}", [(j * 7919 + i * 104729) % vocab for j in range(n)])
@@ -126,8 +126,13 @@ def check_engine_rows(seed: int) -> list[dict]:
         row["passed"] = row["max_abs"] == 0.0 and [t for t, _ in rows] == [t for t, _ in alone]
     # the rounds compiled (engine/round.py): the same launches, so within the tolerance of each row alone and
     # the same tokens (a row stored in a wrong slot shows in the rounds after it)
-    # and as pair launches (PDLIB_ROUND_PAIRS): the persistent kernel's arithmetic, so within the tolerance too
-    for label, kw in (("compiled", {"rounds": "compiled"}), ("pairs", {"pairs": 3})):
+    # and as pair launches (PDLIB_ROUND_PAIRS), or each round one launch (PDLIB_ROUND_GROUP): the persistent
+    # kernel's arithmetic, so within the tolerance too
+    for label, kw in (
+        ("compiled", {"rounds": "compiled"}),
+        ("pairs", {"pairs": 3}),
+        ("groups", {"pairs": 3, "group": 3}),
+    ):
         seen, kv = _engine_run(model, pooled=True, **kw)
         more = evaluated(
             [

@@ -77,7 +77,7 @@ def test_a_round_of_up_to_round_pairs_rows_goes_out_two_by_two(tiny, monkeypatch
         launches.append(tuple(id(c) for c in caches))
         return [model.decode(c, t) for c, t in zip(caches, tokens)]
 
-    monkeypatch.setattr(model, "decode_pair", pair)
+    monkeypatch.setattr(model, "decode_group", pair)
     key = {f"r{i}": id(paired.requests[f"r{i}"].cache) for i in range(6)}
     parts = [(f"r{i}", None) for i in range(5)]
     assert [o.observe() for o in paired.batch(parts)] == [o.observe() for o in each.batch(parts)]
@@ -89,6 +89,42 @@ def test_a_round_of_up_to_round_pairs_rows_goes_out_two_by_two(tiny, monkeypatch
         assert a.observe() == b.observe()
         assert float(tolerance_stats(a.logits[None], b.logits[None])[1, 0]) <= 1.0
     assert launches == []
+
+
+def test_a_round_goes_out_in_groups_of_up_to_round_group_rows(tiny, monkeypatch):
+    """PDLIB_ROUND_GROUP=3 with PDLIB_ROUND_PAIRS=7: a round of 7 is two launches of three and the last row alone,
+    in order, each row's output its own; a round of 5, one of three and one of two; ROUND_GROUP past what the
+    kernel fits (the model's `group`) is held to it. The CPU has no group launch: a stand-in runs a launch as its
+    decodes and records it."""
+    monkeypatch.setenv("PDLIB_ROUND_PAIRS", "7")
+    monkeypatch.setenv("PDLIB_ROUND_GROUP", "3")
+    grouped, each = engine_at(tiny, "step", monkeypatch), engine_at(tiny, "each", monkeypatch)
+    for e in (grouped, each):
+        for i in range(len(LENGTHS), 7):  # seven requests
+            e.add_request(f"r{i}", [(j * 17 + i) % tiny.config.vocab_size for j in range(10 + i)])
+            e.prefill_chunk(f"r{i}", 10 + i).token.item()
+    launches = []
+    model = grouped.model
+    monkeypatch.setattr(model, "pairs", True)
+    monkeypatch.setattr(model, "group", 8)
+
+    def group(caches, tokens):
+        launches.append(tuple(id(c) for c in caches))
+        return [model.decode(c, t) for c, t in zip(caches, tokens)]
+
+    monkeypatch.setattr(model, "decode_group", group)
+    key = [id(grouped.requests[f"r{i}"].cache) for i in range(7)]
+    seven = [(f"r{i}", None) for i in range(7)]
+    assert [o.observe() for o in grouped.batch(seven)] == [o.observe() for o in each.batch(seven)]
+    assert launches == [tuple(key[0:3]), tuple(key[3:6])] and grouped.settings["round_group"] == 3
+    launches.clear()
+    five = [(f"r{i}", None) for i in range(5)]
+    assert [o.observe() for o in grouped.batch(five)] == [o.observe() for o in each.batch(five)]
+    assert launches == [tuple(key[0:3]), tuple(key[3:5])]
+    launches.clear()
+    monkeypatch.setattr(model, "group", 2)  # the kernel fits pairs only: ROUND_GROUP 3 runs pairs
+    assert [o.observe() for o in grouped.batch(five)] == [o.observe() for o in each.batch(five)]
+    assert launches == [tuple(key[0:2]), tuple(key[2:4])] and grouped.settings["round_group"] == 2
 
 
 def test_a_bad_round_pairs_is_refused(tiny, monkeypatch):

@@ -168,10 +168,8 @@ def mailbox_engine(monkeypatch):
     monkeypatch.setattr(P, "decode_persistent", kernel_like)
     monkeypatch.setattr(
         P,
-        "decode_persistent_pair",
-        lambda first, second, dw, sync, **kw: [
-            kernel_like(*r[:2], dw, *r[2:], sync, q=q, **kw) for q, r in enumerate((first, second))
-        ],
+        "decode_persistent_group",
+        lambda reqs, dw, sync, **kw: [kernel_like(*r[:2], dw, *r[2:], sync, q=q, **kw) for q, r in enumerate(reqs)],
     )
     real_wait, real_peek = M.TokenMailbox.wait, M.TokenMailbox.peek
 
@@ -226,8 +224,8 @@ def test_mixeds_two_decodes_a_step_come_from_one_launch_and_both_mailboxes(tiny,
     """mixed's steps of both decodes (after B's prompt) run as one pair launch each: the gate passes with every
     such token read from its own request's area, and a wrong token there fails it."""
     fault, seen, region = mailbox_engine
-    launches, pair = [], P.decode_persistent_pair
-    monkeypatch.setattr(P, "decode_persistent_pair", lambda *a, **kw: launches.append(1) or pair(*a, **kw))
+    launches, pair = [], P.decode_persistent_group
+    monkeypatch.setattr(P, "decode_persistent_group", lambda *a, **kw: launches.append(1) or pair(*a, **kw))
     exp = experiment(tiny, ("mixed",), pipeline)
     assert exp.engine.settings["pair_decode"] == "pair"
     pairs = [s for s in exp.plan("mixed") if isinstance(s, Batch) and all(isinstance(w, Decode) for w in s.work)]

@@ -130,12 +130,15 @@ PAIR_INPUT_TYPES, PAIR_OUTPUT_TYPES = ["u32", "i32", "f32", "f32", "u32"], ["u32
 
 def persistent_text(consts: dict) -> str:
     """The kernel for one set of template values, as MLX wraps it (kernel_text.wrapped), after its header: NR 2
-    is the pair's kernel, with the second request's buffers."""
-    pair = consts["NR"] == 2
-    inputs = list(zip(P.INPUTS + P.PAIR_INPUTS * pair, INPUT_TYPES + PAIR_INPUT_TYPES * pair, strict=True))
-    outputs = list(zip(P.OUTPUTS + P.PAIR_OUTPUTS * pair, OUTPUT_TYPES + PAIR_OUTPUT_TYPES * pair, strict=True))
+    is the pair's kernel, with the second request's buffers; NR 3 to 8 a group's, with each further one's."""
+    extra = [P.other_inputs(q) for q in range(1, consts["NR"])]
+    more = len(extra)
+    names_in = P.INPUTS + [n for i, _ in extra for n in i]
+    names_out = P.OUTPUTS + [n for _, o in extra for n in o]
+    inputs = list(zip(names_in, INPUT_TYPES + PAIR_INPUT_TYPES * more, strict=True))
+    outputs = list(zip(names_out, OUTPUT_TYPES + PAIR_OUTPUT_TYPES * more, strict=True))
     source = P.source(consts["NR"])
-    kernel = Kernel("pdlib_decode_persistent" + "_pair" * pair, source, inputs, outputs, [consts])
+    kernel = Kernel("pdlib_decode_persistent_r" + str(consts["NR"]), source, inputs, outputs, [consts])
     return STANDINS + P.HEADER + wrapped(kernel, "cuda", source)
 
 
@@ -151,10 +154,13 @@ def persistent_text(consts: dict) -> str:
         "check-kernels timeout case, o_proj folded",
         "qwen3-0.6b, a pair",
         "check-kernels timeout case, a pair",
+        "qwen3-0.6b, a group of 4",
+        "qwen3-0.6b, a group of 8",
+        "check-kernels timeout case, a group of 8",
     ],
 )
 def test_the_cuda_source_compiles_for_the_h200(shape):
-    nr = 2 if shape.endswith("a pair") else 1
+    nr = 2 if shape.endswith("a pair") else int(shape[-1]) if "a group of" in shape else 1
     c = (
         dict(D=1024, HQ=16, HKV=8, DH=128, FF=3072, NL=28, V=151936, CAP=5248, NB=132, S=16 // nr)
         if shape.startswith("qwen3")
@@ -296,19 +302,19 @@ def test_two_decodes_of_one_step_share_one_launch(monkeypatch, tiny):
     mailbox under PDLIB_TOKEN_READ=item."""
     syncs, caches = [], {}
 
-    def pair_like(first, second, dw, sync, **kw):
+    def pair_like(reqs, dw, sync, **kw):
         """The kernel's contract, with its new rows handed back for the caches to store (the CPU cannot write
         them in place)."""
         syncs.append(sync)
         out = []
-        for name, (token, pos, k_all, v_all, written) in zip("AB", (first, second)):
+        for name, (token, pos, k_all, v_all, written) in zip("AB", reqs, strict=True):
             assert k_all.shape == caches["persistent"][name].shape
             logits, tok, next_pos, ks, vs, _ = K.decode_persistent_ops(token, pos, dw, k_all, v_all, written, **kw)
             out.append((logits, tok, next_pos, ks, vs, written + 1))
         return out
 
     monkeypatch.setattr(P, "available", lambda cfg, **kw: True)
-    monkeypatch.setattr(P, "decode_persistent_pair", pair_like)
+    monkeypatch.setattr(P, "decode_persistent_group", pair_like)
     monkeypatch.setenv("PDLIB_TOKEN_READ", "item")
     monkeypatch.delenv("PDLIB_PAIR_DECODE", raising=False)
     outs = {}
@@ -329,7 +335,8 @@ def test_two_decodes_of_one_step_share_one_launch(monkeypatch, tiny):
 
 def test_the_pair_switch(monkeypatch, tiny):
     """PDLIB_PAIR_DECODE=each decodes a step's two requests one launch each; a bad value is refused by name; a
-    pair needs the persistent kernel (elsewhere decode_pair refuses) and two caches."""
+    launch of several needs the persistent kernel (elsewhere decode_group refuses) and 2 to `group` caches, each its
+    own."""
     monkeypatch.setattr(P, "available", lambda cfg, **kw: True)
     monkeypatch.setenv("PDLIB_TOKEN_READ", "item")
     monkeypatch.setenv("PDLIB_PAIR_DECODE", "each")
@@ -340,22 +347,27 @@ def test_the_pair_switch(monkeypatch, tiny):
     monkeypatch.delenv("PDLIB_PAIR_DECODE")
     model = Qwen3(tiny, decode="kernels")
     cache = model.new_cache(8)
-    with pytest.raises(ValueError, match="need the persistent kernel"):
-        model.decode_pair([cache, model.new_cache(8)], [mx.array(1), mx.array(2)])
+    with pytest.raises(ValueError, match="2 decodes in one launch need the persistent kernel and 2 to 1 caches"):
+        model.decode_group([cache, model.new_cache(8)], [mx.array(1), mx.array(2)])
     model = Qwen3(tiny, decode="persistent")
-    with pytest.raises(ValueError, match="need two caches"):
-        model.decode_pair([cache, cache], [mx.array(1), mx.array(2)])
+    assert model.group == P.MAX_GROUP  # every count fits (the stand-in `available`)
+    with pytest.raises(ValueError, match="2 decodes in one launch need .* 2 to 8 caches"):
+        model.decode_group([cache, cache], [mx.array(1), mx.array(2)])  # one cache twice
+    many = [model.new_cache(8) for _ in range(9)]
+    with pytest.raises(ValueError, match="9 decodes in one launch need .* 2 to 8 caches"):
+        model.decode_group(many, [mx.array(1)] * 9)
 
 
 def test_a_pairs_sync_buffer_names_both_mailboxes():
     """new_sync(a, b): request q's mailbox address in words SY_BOX + 2 q (low word first), every other word zero;
-    more than two is refused."""
+    up to MAX_GROUP of them (a group's), more refused."""
     a, b = 0x1234_5678_9ABC_DEF0, 0x0000_7F00_0000_0040
     s = P.new_sync(a, b).tolist()
     assert s[:4] == [a & 0xFFFFFFFF, a >> 32, b & 0xFFFFFFFF, b >> 32] and not any(s[4:])
     assert P.new_sync(a).tolist()[:4] == [a & 0xFFFFFFFF, a >> 32, 0, 0] and not any(P.new_sync().tolist())
-    with pytest.raises(ValueError, match="3 mailboxes"):
-        P.new_sync(1, 2, 3)
+    assert P.new_sync(*range(1, 9)).tolist()[:17] == [w for q in range(1, 9) for w in (q, 0)] + [0]
+    with pytest.raises(ValueError, match="9 mailboxes"):
+        P.new_sync(*range(1, 10))
 
 
 def test_a_pair_fits_where_its_staged_vectors_do():
@@ -368,12 +380,47 @@ def test_a_pair_fits_where_its_staged_vectors_do():
     assert P.shared_bytes(small, fold=True, requests=2) == P.shared_bytes(small, fold=False, requests=2)
 
 
-def test_a_pair_launch_passes_each_requests_buffers_where_the_kernel_reads_them(monkeypatch):
-    """decode_persistent_pair -> launch -> the pair's kernel, with a stand-in for the built kernel (none runs on
-    the CPU): the inputs in INPUTS + PAIR_INPUTS order, the first request's buffers where the single kernel has
-    them and the second's after; the template's NR 2 and half the splits; the outputs sized per request; and
-    each request's logits, token, next position and fence read back from its own part of them."""
-    D, F, Hq, Hkv, Dh, L, V, cap, nb = 16, 32, 2, 1, 128, 2, 10, 8, 4
+def test_a_group_stages_its_vectors_after_the_ring_with_fewer_stages_where_they_need_the_room():
+    """Three or more requests a launch: their staged vectors go to dynamic shared memory after attention's ring,
+    which keeps its four stages while both fit an SM (227 KB) and gives up stages down to two; a group that does
+    not fit even then is not available. Qwen3-0.6B (12 KB a vector): up to 7 with four stages, 8 with three;
+    -1.7B (24 KB): 4 with three, 8 not at all. One request or a pair never loses a stage."""
+    small = preset("qwen3-0.6b")
+    large = replace(small, hidden_size=2048, intermediate_size=6144)
+    assert [P.group_stages(small, n) for n in range(1, 9)] == [4, 4, 4, 4, 4, 4, 4, 3]
+    assert [P.group_stages(large, n) for n in (1, 2, 3, 4, 6, 8)] == [4, 0, 4, 3, 2, 0]
+    for cfg in (small, large):
+        for n in range(3, 9):
+            stages = P.group_stages(cfg, n)
+            staged = P.staged_bytes(
+                D=cfg.hidden_size, F=cfg.intermediate_size, dh=128, heads=cfg.num_attention_heads, requests=n
+            )
+            total = P.shared_bytes(cfg, requests=n) + staged + P.ring_bytes(128, P.KV_GROUP, max(stages, 2))
+            assert (total <= P.SM_SHARED_LIMIT) == (stages > 0), (cfg.hidden_size, n)
+            if 0 < stages < P.KV_STAGES:  # one more stage would not fit
+                assert total + P.ring_bytes(128, P.KV_GROUP, 1) > P.SM_SHARED_LIMIT
+
+
+def test_the_largest_group_is_where_every_count_up_to_it_fits(monkeypatch):
+    """largest_group: 8 for Qwen3-0.6B on CUDA; 1 for -1.7B, whose pair does not fit (its groups of 3 and 4
+    would, but groups go out only where pairs do); 1 off CUDA or without packed weights."""
+    small = preset("qwen3-0.6b")
+    large = replace(small, hidden_size=2048, intermediate_size=6144)
+    assert P.largest_group(small, packed=True) == (8 if P.BACKEND == "cuda" else 1)
+    monkeypatch.setattr(P, "BACKEND", "cuda")
+    assert P.largest_group(small, packed=True) == 8 and P.largest_group(large, packed=True) == 1
+    assert P.largest_group(small, packed=False) == 1
+
+
+@pytest.mark.parametrize("n", [2, 5, 8])
+def test_a_group_launch_passes_each_requests_buffers_where_the_kernel_reads_them(monkeypatch, n):
+    """decode_persistent_group (a pair: n = 2) -> launch -> the group's kernel, with a stand-in for the built
+    kernel (none runs on the CPU): the inputs in INPUTS + other_inputs(1), other_inputs(2), ... order, the first
+    request's buffers where the single kernel has them and each other's after; the template's NR n and
+    1 / n of the splits; a pair's vectors static and a group's after the ring, with three stages for eight of
+    these widths; the outputs sized per request; and each request's logits, token, next position and fence
+    read back from its own part of them."""
+    D, F, Hq, Hkv, Dh, L, V, cap, nb = 1024, 3072, 2, 1, 128, 2, 10, 8, 64  # Qwen3-0.6B's widths
     dw = P.DecodeWeights(
         embed=mx.zeros((V, D)),
         qkv=mx.zeros((L, (Hq + 2 * Hkv) * Dh, D)),
@@ -396,64 +443,64 @@ def test_a_pair_launch_passes_each_requests_buffers_where_the_kernel_reads_them(
             mx.zeros((L, Hkv, cap, Dh)) - q,
             K.new_fence() + 10 * q,
         )
-        for q in range(2)
+        for q in range(n)
     ]
     sync, seen = P.new_sync(), {}
+    fin = [
+        i
+        for i, name in enumerate(P.INPUTS + [x for q in range(1, n) for x in P.other_inputs(q)[0]])
+        if name.startswith("fin")
+    ]
 
-    def built(dh, kv_group, requests):
+    def built(dh, kv_group, requests, dynamic=None):
         def run(*, inputs, template, output_shapes, output_dtypes, **kw):
             seen.update(inputs=inputs, template=dict(template), shapes=output_shapes, requests=requests)
+            seen["dynamic"] = dynamic
             # each output filled so that request q's part tells itself apart: logits q, token 7 + q, pos 20 + q
-            logits = mx.concatenate([mx.full((V,), float(q)) for q in range(2)])
-            words = lambda base: mx.array([base + q if w == 0 else 0 for q in range(2) for w in range(4)])  # noqa: E731
+            logits = mx.concatenate([mx.full((V,), float(q)) for q in range(n)])
+            words = lambda base: mx.array([base + q if w == 0 else 0 for q in range(n) for w in range(4)])  # noqa: E731
             return [
                 logits,
                 words(7).astype(mx.uint32),
                 words(20).astype(mx.int32),
                 mx.zeros(output_shapes[3]),
                 mx.zeros((2,), mx.uint64),
-                inputs[17] + 1,
-                inputs[22] + 1,
+                *(inputs[i] + 1 for i in fin),
             ]
 
         return run
 
     monkeypatch.setattr(P, "kernel", built)
     monkeypatch.setattr(P, "sm_count", lambda: nb)
-    out = P.decode_persistent_pair(*reqs, dw, sync, heads=Hq, kv_heads=Hkv, eps=1e-6)
-    names = P.INPUTS + P.PAIR_INPUTS
+    out = P.decode_persistent_group(reqs, dw, sync, heads=Hq, kv_heads=Hkv, eps=1e-6)
+    names = P.INPUTS + [x for q in range(1, n) for x in P.other_inputs(q)[0]]
     got = dict(zip(names, seen["inputs"], strict=True))
-    for q, prefix in ((0, ""), (1, "1")):
+    for q in range(n):
         token, pos, kc, vc, fence = reqs[q]
         for name, want in (("tok", token), ("pos", pos), ("kc", kc), ("vc", vc), ("fin", fence)):
-            assert got[name + prefix] is want, (name, q)
-    assert got["sync_buf"] is sync and got["wqkv"] is dw.qkv and seen["requests"] == 2
-    assert (
-        seen["template"]["NR"] == 2
-        and seen["template"]["S"] == max(1, nb // (2 * Hkv))
-        and not seen["template"]["FOLD"]
-    )
-    assert seen["shapes"][:3] == [(2 * V,), (8,), (8,)] and seen["shapes"][6] == reqs[1][4].shape
+            assert got[name + (str(q) if q else "")] is want, (name, q)
+    assert got["sync_buf"] is sync and got["wqkv"] is dw.qkv and seen["requests"] == n
+    t = seen["template"]
+    assert t["NR"] == n and t["S"] == max(1, nb // (n * Hkv)) and not t["FOLD"]
+    staged = 4 * n * max(D, Hq * Dh, F) if n > 2 else 0  # a group's staged vectors, after the ring
+    assert t["NST"] == (3 if n == 8 else P.KV_STAGES)  # eight of 3,072 floats leave room for three stages
+    assert seen["dynamic"] == (None if n <= 2 else P.ring_bytes(Dh, P.KV_GROUP, t["NST"]) + staged)
+    assert seen["shapes"][:3] == [(n * V,), (4 * n,), (4 * n,)] and seen["shapes"][5:] == [r[4].shape for r in reqs]
     for q, (logits, tok, next_pos, ks, vs, fence) in enumerate(out):
         assert ks == [] and vs == []  # stored in place by the kernel
         assert logits.shape == (V,) and logits.tolist() == [float(q)] * V
         assert tok.item() == 7 + q and next_pos.tolist() == [20 + q]
         assert fence.tolist() == (reqs[q][4] + 1).tolist()
-    with pytest.raises(ValueError, match="fold=True: .* not a pair"):
-        P.decode_persistent_pair(*reqs, dw, sync, heads=Hq, kv_heads=Hkv, eps=1e-6, fold=True)
-    monkeypatch.setenv(P.FOLD_ENV, "1")  # the switch folds single launches; a pair runs unfolded
-    P.decode_persistent_pair(*reqs, dw, sync, heads=Hq, kv_heads=Hkv, eps=1e-6)
+    with pytest.raises(ValueError, match="fold=True: .* not several"):
+        P.decode_persistent_group(reqs, dw, sync, heads=Hq, kv_heads=Hkv, eps=1e-6, fold=True)
+    monkeypatch.setenv(P.FOLD_ENV, "1")  # the switch folds single launches; a group runs unfolded
+    P.decode_persistent_group(reqs, dw, sync, heads=Hq, kv_heads=Hkv, eps=1e-6)
     assert not seen["template"]["FOLD"]
+    odd = (*reqs[-1][:2], mx.zeros((L, Hkv, cap + 1, Dh)), *reqs[-1][3:])
     with pytest.raises(ValueError, match="one shape"):
-        P.decode_persistent_pair(
-            reqs[0],
-            (*reqs[1][:2], mx.zeros((L, Hkv, cap + 1, Dh)), *reqs[1][3:]),
-            dw,
-            sync,
-            heads=Hq,
-            kv_heads=Hkv,
-            eps=1e-6,
-        )
+        P.decode_persistent_group([*reqs[:-1], odd], dw, sync, heads=Hq, kv_heads=Hkv, eps=1e-6)
+    with pytest.raises(ValueError, match="9 requests: a launch decodes 1 to 8"):
+        P.decode_persistent_group(reqs + reqs[:1] * (9 - n), dw, sync, heads=Hq, kv_heads=Hkv, eps=1e-6)
 
 
 def test_the_pairs_twin_is_each_requests_twin(tiny):

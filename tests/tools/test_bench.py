@@ -27,7 +27,7 @@ def test_bench_step_measures_every_engine_alike_and_prints_them(tiny):
     assert table[-3].startswith("prefill chunked synced s")
     assert table[-1].startswith("round of 3 @ 24") and " each " in table[-1] and " step " in table[-1]
     r = result["rounds"]
-    assert r["rows"] == [1, 3] and set(r["ms"]) == {"each", "step", "compiled", "pairs"}
+    assert r["rows"] == [1, 3] and set(r["ms"]) == {"each", "step", "compiled", "pairs", "groups"}
     assert all(v > 0 for v in r["ms"]["step"].values())
     for mode, ms in r["host_ms"].items():  # the host's part of each round: some of it, never more
         assert all(0 < ms[n] <= r["ms"][mode][n] for n in ms), (mode, ms)

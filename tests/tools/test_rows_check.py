@@ -39,7 +39,7 @@ def test_the_engine_rows_pass_and_fail_with_a_planted_mix_up(tiny, monkeypatch, 
         mixed_up = lambda qkv, rows, *a, **k: real(qkv, [rows[-1], *rows[:-1]], *a, **k)  # noqa: E731
         monkeypatch.setattr(R, "decode_rows_ops", mixed_up)
     out = RC.check_engine_rows(0)
-    # on the CPU neither the compiled rounds (no rows kernel) nor the pairs (no persistent kernel) qualify: they
+    # on the CPU neither the compiled rounds (no rows kernel) nor pairs or groups (no persistent kernel) qualify: they
     # run the step's launches, and fail alike
     assert [r["kernel"] for r in out] == [
         "engine rows/logits",
@@ -48,5 +48,7 @@ def test_the_engine_rows_pass_and_fail_with_a_planted_mix_up(tiny, monkeypatch, 
         "engine rows compiled/kv",
         "engine rows pairs/logits",
         "engine rows pairs/kv",
+        "engine rows groups/logits",
+        "engine rows groups/kv",
     ]
     assert all(r["passed"] != planted for r in out)

@@ -33,6 +33,8 @@ from pdlib.engine.kernels.mailbox import region as mailbox_region
 from pdlib.engine.kernels.persistent_decode import (
     DecodeWeights,
     decode_persistent,
+    decode_persistent_group,
+    decode_persistent_group_ops,
     decode_persistent_ops,
     decode_persistent_pair,
     decode_persistent_pair_ops,
@@ -54,6 +56,8 @@ __all__ = [
     "DecodeWeights",
     "decode_persistent",
     "decode_persistent_ops",
+    "decode_persistent_group",
+    "decode_persistent_group_ops",
     "decode_persistent_pair",
     "decode_persistent_pair_ops",
     "flash_arithmetic",

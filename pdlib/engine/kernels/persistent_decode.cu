@@ -1,4 +1,4 @@
-    // NR requests decode in this launch (PDP_REQS lists each one's buffers: the kernel's own, then the pair's)
+    // NR requests decode in this launch (PDP_REQS lists each one's buffers: the kernel's own, then tok1, tok2, ...)
     constexpr int WARPS = BLOCK / 32, NQKV = (HQ + 2 * HKV) * DH, NO = HQ * DH;
     constexpr int TW = NB * WARPS;  // warps in the grid
     constexpr int ITEMS = NR * HKV * S;  // attention items: (request, KV head, split)
@@ -13,7 +13,13 @@
     constexpr int OFF_HP = OFF_H2 + D;    // FOLD: each KV head's part of o_proj, (HKV, D)
     constexpr int OFF_PM = OFF_HP + HKV * D, OFF_PL = OFF_PM + HQ * S, OFF_PO = OFF_PL + HQ * S;
     constexpr int OFF_CV = OFF_PO + HQ * S * DH, OFF_CI = OFF_CV + NB, SCR = (OFF_CI + NB + 3) / 4 * 4;
+    // one request's or a pair's staged vectors fit static shared memory; a group's (more requests: source()
+    // defines PDP_GROUP) follow attention's ring in dynamic shared memory (launch sizes it: staged_bytes)
+#ifdef PDP_GROUP
+    float4* const xs4 = pdp::kv_ring + NST * 2 * WARPS * KVG * DH / 4;
+#else
     __shared__ float4 xs4[NR * XS4];
+#endif
     __shared__ float red[NR * WARPS];
     __shared__ float bv[NR][WARPS];
     __shared__ int bi[NR][WARPS];

@@ -44,7 +44,10 @@ buffer holds the address).
 Two requests decode in one launch where a step carries both (decode_persistent_pair; the same BODY with NR = 2,
 its second request's buffers in PAIR_INPUTS): each phase stages both vectors and multiplies every weight row it
 loads by both, so the weights are read and the barriers paid once for two tokens; attention's items are
-(request, KV head, split), with half the splits per head.
+(request, KV head, split), with half the splits per head. A group of three to MAX_GROUP requests
+(decode_persistent_group, each further request's buffers in other_inputs(q)) does the same for all, its
+staged vectors in dynamic shared memory after the ring (group_stages: eight of Qwen3-0.6B's leave room for
+three stages of the ring, not four).
 Metal has no co-residency guarantee, so there the per-operation kernels stay.
 The CUDA is in persistent_decode.cuh (device functions: HEADER) and persistent_decode.cu (the body: BODY); this
 module holds its layout, its launch and its ops twin.
@@ -157,33 +160,51 @@ INPUTS = [
     "fin",
 ]
 OUTPUTS = ["logits", "tok_out", "pos_out", "scratch", "stamps", "fout"]
-PAIR_INPUTS, PAIR_OUTPUTS = ["tok1", "pos1", "kc1", "vc1", "fin1"], ["fout1"]  # the second request's
+MAX_GROUP = 8  # requests a launch (the sync buffer has mailbox words for 16; shared memory fits 8 of Qwen3-0.6B)
+
+
+def other_inputs(q: int) -> tuple[list, list]:
+    """Request q's (q >= 1) input and output names in a launch of several: tok1, pos1, ... fout1 for the second."""
+    return [f"tok{q}", f"pos{q}", f"kc{q}", f"vc{q}", f"fin{q}"], [f"fout{q}"]
+
+
+PAIR_INPUTS, PAIR_OUTPUTS = other_inputs(1)  # the second request's
 _kernels: dict = {}
 
 
 def source(requests: int) -> str:
-    """BODY for one request a launch, or two (a pair: its second request's buffers are PAIR_INPUTS/OUTPUTS)."""
-    return f"#define PDP_REQS(a, b) {'a' if requests == 1 else 'a, b'}\n" + BODY
+    """BODY for `requests` a launch: PDP_REQS(tok, tok1) lists tok, tok1, tok2, ... (other_inputs' names); past a
+    pair, PDP_GROUP (the staged vectors in dynamic shared memory)."""
+    group = "#define PDP_GROUP\n" if requests > 2 else ""
+    return group + "#define PDP_REQS(a, b) a" + "".join(f", a##{q}" for q in range(1, requests)) + "\n" + BODY
 
 
-def ring_bytes(dh: int, kv_group: int = KV_GROUP) -> int:
-    """The dynamic shared memory of attention's ring: KV_STAGES stages of K and V rows."""
-    return KV_STAGES * 2 * (BLOCK // 32) * kv_group * dh * 4
+def ring_bytes(dh: int, kv_group: int = KV_GROUP, stages: int = KV_STAGES) -> int:
+    """The dynamic shared memory of attention's ring: `stages` stages of K and V rows."""
+    return stages * 2 * (BLOCK // 32) * kv_group * dh * 4
 
 
-def kernel(dh: int, kv_group: int = KV_GROUP, requests: int = 1):
-    """The kernel for a head size, load group and requests a launch (1 or 2), built once (CUDA only)."""
-    if (dh, kv_group, requests) not in _kernels:
-        pair = requests == 2
-        _kernels[dh, kv_group, requests] = mx.fast.cuda_kernel(
-            name="pdlib_decode_persistent" + ("_pair" if pair else ""),
-            input_names=INPUTS + PAIR_INPUTS * pair,
-            output_names=OUTPUTS + PAIR_OUTPUTS * pair,
+def staged_bytes(*, D: int, F: int, dh: int, heads: int, requests: int) -> int:
+    """A group's staged vectors (more than two requests), in dynamic shared memory after the ring; 0 for one
+    request or a pair, whose vectors are static."""
+    return 4 * requests * max(D, heads * dh, F) if requests > 2 else 0
+
+
+def kernel(dh: int, kv_group: int = KV_GROUP, requests: int = 1, dynamic: int | None = None):
+    """The kernel for a head size, load group and requests a launch (1 to MAX_GROUP), built once (CUDA only);
+    `dynamic`: its dynamic shared memory (the ring's, and a group's staged vectors), by default the ring's."""
+    dynamic = ring_bytes(dh, kv_group) if dynamic is None else dynamic
+    if (dh, kv_group, requests, dynamic) not in _kernels:
+        extra = [other_inputs(q) for q in range(1, requests)]
+        _kernels[dh, kv_group, requests, dynamic] = mx.fast.cuda_kernel(
+            name="pdlib_decode_persistent" + {1: "", 2: "_pair"}.get(requests, f"_group{requests}"),
+            input_names=INPUTS + [n for i, _ in extra for n in i],
+            output_names=OUTPUTS + [n for _, o in extra for n in o],
             source=source(requests),
             header=HEADER,
-            shared_memory=ring_bytes(dh, kv_group),
+            shared_memory=dynamic,
         )
-    return _kernels[dh, kv_group, requests]
+    return _kernels[dh, kv_group, requests, dynamic]
 
 
 def sm_count() -> int:
@@ -201,8 +222,8 @@ def new_sync(*mailboxes: int) -> mx.array:
     device address of request q's token mailbox area (mailbox.py), where each step's last block also leaves
     its token; 0 for none. One per request, or per pair of requests that decode in one launch: two decodes
     that could run at once must not share one."""
-    if len(mailboxes) > 2:
-        raise ValueError(f"{len(mailboxes)} mailboxes: a launch decodes one request or two")
+    if len(mailboxes) > MAX_GROUP:
+        raise ValueError(f"{len(mailboxes)} mailboxes: a launch decodes 1 to {MAX_GROUP} requests")
     s = mx.zeros((SYNC_WORDS,), mx.uint32)
     if any(mailboxes):
         words = [w for box in mailboxes for w in (box & 0xFFFFFFFF, box >> 32)]
@@ -232,31 +253,54 @@ def shared_bytes(cfg, *, fold: bool = True, requests: int = 1) -> int:
 def static_shared_bytes(*, D: int, F: int, dh: int, heads: int, kv_heads: int, fold: bool, requests: int = 1) -> int:
     """The kernel's static shared memory (BODY's, attend's and the ring's arrays, a few words spare): each
     request's staged input vector is the largest of D, Hq Dh and F floats; attention's per-warp partial outputs
-    grow with the query heads per KV head; with o_proj folded, a merged head's outputs too."""
+    grow with the query heads per KV head; with o_proj folded, a merged head's outputs too. A group's (more than
+    two requests) staged vectors are dynamic (staged_bytes)."""
     rep, warps = heads // kv_heads, BLOCK // 32
-    body = 4 * (requests * (max(D, heads * dh, F) + 3 * warps + kv_heads) + 1)
+    xs = max(D, heads * dh, F) if requests <= 2 else 0
+    body = 4 * (requests * (xs + 3 * warps + kv_heads) + 1)
     attend = 4 * (rep * dh + 2 * dh + (rep + 1) * (dh // 32) + 2 * warps * rep + warps * rep * dh + 1)
     folded_head = 4 * (rep * dh + 1) if fold else 0
     ring = 8 * (KV_STAGES + 1)  # the ring's mbarriers, 8-byte aligned
-    return body + attend + folded_head + ring + 4 + 64 + 32 * (requests - 1)
+    return body + attend + folded_head + ring + 4 + 64 + (32 * (requests - 1) if requests <= 2 else 0)
 
 
-def fits(static: int, dh: int, kv_group: int = KV_GROUP) -> bool:
-    """A block's static shared memory within its limit, and beside it attention's ring within the SM's."""
-    return static <= SHARED_LIMIT and static + ring_bytes(dh, kv_group) <= SM_SHARED_LIMIT
+def fits(static: int, dh: int, kv_group: int = KV_GROUP, staged: int = 0, stages: int = KV_STAGES) -> bool:
+    """A block's static shared memory within its limit, and beside it attention's ring (and a group's staged
+    vectors) within the SM's."""
+    return static <= SHARED_LIMIT and static + ring_bytes(dh, kv_group, stages) + staged <= SM_SHARED_LIMIT
+
+
+def stages_that_fit(static: int, staged: int, dh: int, kv_group: int, requests: int) -> int:
+    """The ring's stages beside `static` and `staged` bytes: KV_STAGES, fewer (down to two) where a group's staged
+    vectors need the room; one request or a pair keeps KV_STAGES. 0: it does not fit."""
+    fewest = 2 if requests > 2 else KV_STAGES
+    return next((n for n in range(KV_STAGES, fewest - 1, -1) if fits(static, dh, kv_group, staged, n)), 0)
+
+
+def group_stages(cfg, requests: int, kv_group: int = KV_GROUP) -> int:
+    """stages_that_fit for a model config's shapes and `requests` a launch (eight of Qwen3-0.6B's vectors take
+    96 KB: three stages)."""
+    staged = staged_bytes(
+        D=cfg.hidden_size, F=cfg.intermediate_size, dh=cfg.head_dim, heads=cfg.num_attention_heads, requests=requests
+    )
+    return stages_that_fit(shared_bytes(cfg, requests=requests), staged, cfg.head_dim, kv_group, requests)
 
 
 def available(cfg, *, packed: bool, requests: int = 1) -> bool:
     """Where the persistent kernel runs: CUDA, head_dim 128 (the attention item's thread layout), bf16 weights,
     and shapes whose arrays fit one block's static shared memory, beside attention's ring (Qwen3-0.6B and
-    -1.7B do; -4B and -8B do not, and keep the per-operation kernels). `requests`: 2 for two requests' decodes in
-    one launch, whose staged vectors take twice the room (Qwen3-0.6B's fit, -1.7B's do not)."""
-    return (
-        BACKEND == "cuda"
-        and cfg.head_dim == 128
-        and packed
-        and fits(shared_bytes(cfg, requests=requests), cfg.head_dim)
-    )
+    -1.7B do; -4B and -8B do not, and keep the per-operation kernels). `requests`: 2 to MAX_GROUP requests'
+    decodes in one launch: a pair's staged vectors take twice the static room (Qwen3-0.6B's fit, -1.7B's do
+    not), a group's go beside the ring (group_stages)."""
+    return BACKEND == "cuda" and cfg.head_dim == 128 and packed and group_stages(cfg, requests) > 0
+
+
+def largest_group(cfg, *, packed: bool) -> int:
+    """The most requests one launch decodes for a model config (`available` for every count from 2 up), or 1."""
+    most = 1
+    while most < MAX_GROUP and available(cfg, packed=packed, requests=most + 1):
+        most += 1
+    return most
 
 
 def scratch_layout(*, D: int, heads: int, kv_heads: int, dh: int, F: int, splits: int, blocks: int) -> dict:
@@ -316,7 +360,7 @@ def launch(
     stamps: bool = False,
     kv_group: int = KV_GROUP,
     fold: bool | None = None,
-    pair: tuple | None = None,
+    others: tuple = (),
 ) -> list:
     """The kernel's outputs: [logits, tok_out (token, error flag, 0, 0), pos_out (pos + 1, 0, 0, 0), scratch
     (scratch_layout), stamps, the fence advanced]. k_all, v_all: the caches (L, Hkv, cap, Dh), written in
@@ -327,31 +371,40 @@ def launch(
     `kv_group`: keys per warp in each stage of attention's ring (KV_STAGES stages in flight). `fold`: o_proj
     folded into attention (`folded`). One sync buffer may see either; where it names a token mailbox area
     (new_sync), the last block also leaves the token there.
-    `pair`: a second request's (token, pos, k_all, v_all, written), decoded in the same launch (never folded):
-    each weight row is read once for both, and the barriers are paid once. Then logits is (2 V,), tok_out and
-    pos_out hold four words per request, scratch one scratch_layout per request, and a second fence follows."""
+    `others`: more requests' (token, pos, k_all, v_all, written), up to MAX_GROUP in all, decoded in the same
+    launch (never folded): each weight row is read once for all, and the barriers are paid once. Then logits is
+    (R V,), tok_out and pos_out hold four words per request, scratch one scratch_layout per request, and a fence
+    per request follows. A group (more than two) stages its vectors after the ring, with fewer stages where
+    they need the room (group_stages)."""
     layers, _, cap, dh = k_all.shape
     V, D = dw.embed.shape
     F = dw.down.shape[2]
-    requests = 1 if pair is None else 2
-    if pair is not None and fold:
-        raise ValueError("fold=True: o_proj folded into attention decodes one request a launch, not a pair")
+    requests = 1 + len(others)
+    if not 1 <= requests <= MAX_GROUP:
+        raise ValueError(f"{requests} requests: a launch decodes 1 to {MAX_GROUP}")
+    if others and fold:
+        raise ValueError("fold=True: o_proj folded into attention decodes one request a launch, not several")
     fold = folded(fold) and requests == 1  # PDLIB_PERSISTENT_FOLD=1 folds single launches only
-    if pair is not None and (pair[2].shape != k_all.shape or pair[3].shape != v_all.shape):
-        raise ValueError(f"a pair's caches must have one shape: {k_all.shape} and {pair[2].shape}")
+    for other in others:
+        if other[2].shape != k_all.shape or other[3].shape != v_all.shape:
+            raise ValueError(f"a launch's caches must have one shape: {k_all.shape} and {other[2].shape}")
     static = static_shared_bytes(D=D, F=F, dh=dh, heads=heads, kv_heads=kv_heads, fold=fold, requests=requests)
-    if not fits(static, dh, kv_group):
-        most = (SM_SHARED_LIMIT - static) // ring_bytes(dh, 1)
+    staged = staged_bytes(D=D, F=F, dh=dh, heads=heads, requests=requests)
+    stages = stages_that_fit(static, staged, dh, kv_group, requests)
+    if not stages:
+        most = (SM_SHARED_LIMIT - static - staged) // ring_bytes(dh, 1)
         raise ValueError(
             f"kv_group={kv_group}: attention's ring would take {ring_bytes(dh, kv_group)} bytes of "
-            f"shared memory beside {static} static; 1 to {most} keys per warp fit"
+            f"shared memory beside {static} static{f' and {staged} staged' if staged else ''}; "
+            f"1 to {max(most, 0)} keys per warp fit"
         )
     nb = blocks or sm_count()
     if not 1 <= nb <= MAX_BLOCKS:
         raise ValueError(f"blocks={nb}: the sync buffer has flags for 1 to {MAX_BLOCKS} blocks")
     splits = max(1, nb // (requests * kv_heads))
     size = scratch_size(requests, D=D, heads=heads, kv_heads=kv_heads, dh=dh, F=F, splits=splits, blocks=nb)
-    return kernel(dh, kv_group, requests)(
+    dynamic = ring_bytes(dh, kv_group, stages) + staged
+    return kernel(dh, kv_group, requests, None if dynamic == ring_bytes(dh, kv_group) else dynamic)(
         inputs=[
             token,
             pos,
@@ -371,7 +424,7 @@ def launch(
             k_all,
             v_all,
             written,
-            *(pair or ()),
+            *(x for other in others for x in other),
         ],
         template=[
             ("D", D),
@@ -390,7 +443,7 @@ def launch(
             ("SPIN", SPIN_CYCLES),
             ("STAMPS", stamps),
             ("KVG", kv_group),
-            ("NST", KV_STAGES),
+            ("NST", stages),
             ("FOLD", fold),
             ("NR", requests),
         ],
@@ -416,28 +469,36 @@ def decode_persistent(token, pos, dw: DecodeWeights, k_all, v_all, written, sync
     return logits, tok[0], next_pos[:1], [], [], fence
 
 
-def decode_persistent_pair(first: tuple, second: tuple, dw: DecodeWeights, sync, **kw) -> list[tuple]:
-    """Two requests' decode steps in one launch, each request given as (token, pos, k_all, v_all, written) ->
-    for each, decode_persistent's (logits (V,), token (), pos + 1 (1,), [], [], the fence advanced) (keywords
-    as `launch`; `sync` is the pair's own, naming both requests' mailboxes)."""
-    token, pos, k_all, v_all, written = first
-    logits, tok, next_pos, _, _, fence, fence1 = launch(
-        token, pos, dw, k_all, v_all, written, sync, pair=tuple(second), **kw
+def decode_persistent_group(reqs: list, dw: DecodeWeights, sync, **kw) -> list[tuple]:
+    """Two to MAX_GROUP requests' decode steps in one launch, each request given as (token, pos, k_all, v_all,
+    written) -> for each, decode_persistent's (logits (V,), token (), pos + 1 (1,), [], [], the fence advanced)
+    (keywords as `launch`; `sync` is the group's own, naming every request's mailbox)."""
+    token, pos, k_all, v_all, written = reqs[0]
+    logits, tok, next_pos, _, _, *fences = launch(
+        token, pos, dw, k_all, v_all, written, sync, others=tuple(map(tuple, reqs[1:])), **kw
     )
     V = dw.embed.shape[0]
     return [
-        (logits[q * V : (q + 1) * V], tok[4 * q], next_pos[4 * q : 4 * q + 1], [], [], f)
-        for q, f in enumerate((fence, fence1))
+        (logits[q * V : (q + 1) * V], tok[4 * q], next_pos[4 * q : 4 * q + 1], [], [], f) for q, f in enumerate(fences)
+    ]
+
+
+def decode_persistent_pair(first: tuple, second: tuple, dw: DecodeWeights, sync, **kw) -> list[tuple]:
+    """A group of two (decode_persistent_group)."""
+    return decode_persistent_group([first, second], dw, sync, **kw)
+
+
+def decode_persistent_group_ops(reqs: list, dw: DecodeWeights, sync=None, **kw) -> list[tuple]:
+    """The group's oracle: each request's decode_persistent_ops -> for each, (logits, token, pos + 1, ks, vs,
+    fence) with the new rows (Hkv, 1, Dh) per layer for the caller to store."""
+    return [
+        decode_persistent_ops(token, pos, dw, k_all, v_all, written, **kw) for token, pos, k_all, v_all, written in reqs
     ]
 
 
 def decode_persistent_pair_ops(first: tuple, second: tuple, dw: DecodeWeights, sync=None, **kw) -> list[tuple]:
-    """The pair's oracle: each request's decode_persistent_ops -> for each, (logits, token, pos + 1, ks, vs, fence)
-    with the new rows (Hkv, 1, Dh) per layer for the caller to store."""
-    return [
-        decode_persistent_ops(token, pos, dw, k_all, v_all, written, **kw)
-        for token, pos, k_all, v_all, written in (first, second)
-    ]
+    """The pair's oracle (decode_persistent_group_ops of two)."""
+    return decode_persistent_group_ops([first, second], dw, sync, **kw)
 
 
 def check_token(token: int) -> int:
