@@ -297,7 +297,7 @@ class Engine:
             "pair_decode": "pair" if m.pairs else "each",
             "decode_round": self.decode_round,
             "round_pairs": self.round_pairs if m.pairs else None,
-            "round_group": min(self.round_group, m.group) if m.pairs else None,
+            "round_group": max(2, min(self.round_group, m.group)) if m.pairs else None,
             "round_gemm": self.round_gemm,
         }
 

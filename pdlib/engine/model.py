@@ -25,6 +25,7 @@ from pdlib.weights import LoadedModel, layer_names, pack_bf16
 # PDLIB_PAIR_DECODE: `pair` decodes two requests' tokens of one step in one persistent launch (each weight read
 # once for both, the grid barriers paid once); `each` launches one per request, one after the other
 PAIR_ENV = "PDLIB_PAIR_DECODE"
+SYNCS_KEPT = 256  # launches of several decodes: the sync buffers of the latest groups (17 KB each)
 
 
 class Qwen3:
@@ -91,7 +92,7 @@ class Qwen3:
         # pair, the default there; a bad value is refused here), else one each; `group`: the most a launch fits
         most = persistent.largest_group(cfg, packed=lossless_decode_weights)  # 1: not even a pair fits
         self.pairs = settings.get(PAIR_ENV) == "pair" and self.decode_mode == "persistent" and most >= 2
-        self.group, self._pair_syncs = most if self.pairs else 1, weakref.WeakKeyDictionary()
+        self.group, self._pair_syncs = most if self.pairs else 1, {}  # mailboxes -> a launch's sync buffer
         if self.decode_mode == "persistent":
             if not runs_here:
                 raise InputError(
@@ -482,21 +483,20 @@ class Qwen3:
             raise ValueError(f"{n} decodes in one launch need the persistent kernel and 2 to {self.group} caches")
         for cache in caches:
             self._check_room(cache)
-        key, syncs = tuple(map(id, caches[1:])), self._pair_syncs.setdefault(caches[0], {})
-        if key not in syncs:  # the group's own barrier buffer, naming every mailbox; gone with any of its caches
-            syncs[key] = persistent.new_sync(*map(self._box_address, caches))
-            for cache in caches[1:]:
-                weakref.finalize(cache, syncs.pop, key, None)
+        key = tuple(map(self._box_address, caches))  # a group's barrier buffer: its mailboxes, its counts (reused)
+        sync = self._pair_syncs.pop(key, None)
+        self._pair_syncs[key] = persistent.new_sync(*key) if sync is None else sync  # the latest last
+        if len(self._pair_syncs) > SYNCS_KEPT:  # a serving run's groups change as requests come and go
+            del self._pair_syncs[next(iter(self._pair_syncs))]
         for cache in caches:
             self._clear_box(cache)
-        c = self.cfg
         outs = persistent.decode_persistent_group(
             [(t, x.position(), x.k_all, x.v_all, x.written) for t, x in zip(tokens, caches, strict=True)],
             self.decode_weights,
-            syncs[key],
-            heads=c.num_attention_heads,
-            kv_heads=c.num_key_value_heads,
-            eps=c.rms_norm_eps,
+            self._pair_syncs[key],
+            heads=self.cfg.num_attention_heads,
+            kv_heads=self.cfg.num_key_value_heads,
+            eps=self.cfg.rms_norm_eps,
         )
         for cache, (_, _, next_pos, ks, vs, written) in zip(caches, outs):
             cache.store_decoded(ks, vs, written, next_pos=next_pos)

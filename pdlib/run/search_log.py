@@ -49,15 +49,19 @@ def first_difference(a, b, path: str = "") -> str | None:
     return None if a == b else f"{path or 'value'}: {json.dumps(a)} != {json.dumps(b)}"
 
 
+LATER_SWITCHES = ("PDLIB_ROUND_GROUP",)  # engine switches added after logs recorded the engine's settings
+
+
 def with_later_switches(theirs, ours: dict):
-    """A log's identity as if it named the engine switches added since it was made at their defaults, where ours
-    has them so (what it ran with: a switch at its default changes nothing); anything else as it was."""
+    """A log's identity as if it named the switches of LATER_SWITCHES it predates at their defaults, where ours
+    has them so (what it ran with: such a switch at its default changes nothing); anything else as it was, so a
+    switch that was recorded later than it existed (PDLIB_KV_CACHE_GIB) is still refused."""
     try:
         mine, old = ours["machine"]["settings"], dict(theirs["machine"]["settings"])
     except (KeyError, TypeError):
         return theirs
     for name, value in mine.items():
-        if name not in old and name in settings.SWITCHES and value == settings.SWITCHES[name].default:
+        if name not in old and name in LATER_SWITCHES and value == settings.SWITCHES[name].default:
             old[name] = value
     return {**theirs, "machine": {**theirs["machine"], "settings": old}}
 

@@ -516,3 +516,37 @@ def test_the_pairs_twin_is_each_requests_twin(tiny):
     for r, got in zip(reqs, pair, strict=True):
         want = K.decode_persistent_ops(r[0], r[1], dw, *r[2:], **_kw(c))
         assert mx.array_equal(got[0], want[0]).item() and got[1].item() == want[1].item()
+
+
+def test_a_groups_sync_buffer_is_named_by_its_mailboxes_and_the_latest_are_kept(monkeypatch, tiny):
+    """A launch of several decodes gets the sync buffer naming its caches' mailboxes (the buffer holds nothing
+    else that differs between groups), made once and reused by the same group; a serving run's groups change
+    as requests come and go, so only the SYNCS_KEPT latest are kept: an older group's is made again, naming
+    the same mailboxes."""
+    from pdlib.engine import model as model_module
+
+    seen = []
+
+    def group_like(reqs, dw, sync, **kw):  # the kernel's contract on the CPU (test_two_decodes_...)
+        seen.append(sync)
+        return [(*K.decode_persistent_ops(t, p, dw, k, v, w, **kw)[:5], w + 1) for t, p, k, v, w in reqs]
+
+    monkeypatch.setattr(P, "available", lambda cfg, **kw: True)
+    monkeypatch.setattr(P, "decode_persistent_group", group_like)
+    monkeypatch.setattr(model_module, "SYNCS_KEPT", 3)
+    monkeypatch.setenv("PDLIB_TOKEN_READ", "item")
+    m = Qwen3(tiny, decode="persistent")
+    caches = [m.new_cache(16) for _ in range(6)]
+    monkeypatch.setattr(m, "_box_address", lambda cache: 1000 + caches.index(cache))
+
+    def launch(*qs):
+        m.decode_group([caches[q] for q in qs], [mx.array(3 + q, mx.uint32) for q in qs])
+        return seen[-1]
+
+    first = launch(0, 1)
+    assert launch(0, 1, 2) is not first and launch(0, 1) is first  # the same group: the same buffer
+    assert first[:5].tolist() == [1000, 0, 1001, 0, 0]  # its mailboxes, low word first
+    for qs in ((2, 3), (3, 4), (4, 5)):  # three newer groups: (0, 1)'s is no longer kept
+        launch(*qs)
+    again = launch(0, 1)
+    assert again is not first and again[:5].tolist() == first[:5].tolist() and len(m._pair_syncs) == 3

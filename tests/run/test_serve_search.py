@@ -214,6 +214,11 @@ def test_a_log_made_before_a_switch_existed_resumes_where_it_is_at_its_default(t
     monkeypatch.setenv("PDLIB_ROUND_GROUP", "8")
     with pytest.raises(InputError, match=r"machine.settings.PDLIB_ROUND_GROUP: null != 8"):
         search_params_file(params, log=log, note=lambda _: None)
+    monkeypatch.delenv("PDLIB_ROUND_GROUP")  # a switch recorded later than it existed is refused, even at its default
+    del header["identity"]["machine"]["settings"]["PDLIB_KV_CACHE_GIB"]
+    log.write_text("\n".join([json.dumps(header)] + lines[1:]) + "\n")
+    with pytest.raises(InputError, match=r"machine.settings.PDLIB_KV_CACHE_GIB: null != "):
+        search_params_file(params, log=log, note=lambda _: None)
 
 
 def test_a_report_from_the_log_alone_measures_nothing_on_any_machine(tmp_path, params, fake):
