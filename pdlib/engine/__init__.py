@@ -369,6 +369,23 @@ class Engine:
             outs += self._decode_pair(some) if len(some) > 1 else [self.decode(some[0])]
         return outs
 
+    def warm_groups(self, most: int) -> list[int]:
+        """Each launch size past a pair a decode round can take here (3 up to PDLIB_ROUND_GROUP, what the kernel
+        fits, the rounds PDLIB_ROUND_PAIRS sends that way and `most` caches at once), its kernel built now by one
+        launch of that many two-token requests, which then give their caches back: no timed round pays a build.
+        The sizes launched (none where launches of several do not run)."""
+        m = self.model
+        top = min(self.round_group, m.group, self.round_pairs, most) if m.pairs else 0
+        names = [f"warm-group-{i}" for i in range(top)] if top >= 3 else []
+        for name in names:
+            self.add_request(name, [1, 2])
+            self.prefill_chunk(name, 2)
+        for n in range(3, len(names) + 1):
+            observe_all(self.batch([(name, None) for name in names[:n]]))
+        for name in names:
+            self.remove_request(name)
+        return list(range(3, len(names) + 1))
+
     def _decode_pair(self, names: list[str]) -> list[Output]:
         """Two or more requests' decodes as one launch (Qwen3.decode_group): each one's Output, as `decode`
         gives it."""

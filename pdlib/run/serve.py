@@ -316,7 +316,8 @@ def warm_engine(engine: Engine, workloads: Sequence[Workload], chunk_size: int, 
     """Each matmul kernel variant a step of these workloads can meet, compiled before anything is timed (a step
     carries at most a chunk, or a whole prompt, and a decode per request), and under PDLIB_DECODE_ROUND=compiled
     each round's trace (engine/round.py), on partition's slice A too where `policies` hold it (MLX keeps a trace
-    per stream): the row counts run, the rounds traced and the seconds."""
+    per stream), and each launch size of several decodes (Engine.warm_groups): the row counts run, the rounds
+    traced, the group sizes launched and the seconds."""
     t = time.perf_counter()
     most = engine.pool.shape[0] if engine.pool is not None else max(w.n for w in workloads)  # decodes in a step
     rows = engine.model.warm(max(max(chunk_size, int(w.prompt_tokens.max())) + min(w.n, most) for w in workloads))
@@ -326,7 +327,8 @@ def warm_engine(engine: Engine, workloads: Sequence[Workload], chunk_size: int, 
         with slice_pair().a.active():  # where partition issues its rounds while a prompt is out
             engine.rounds.trace(engine.pool, sizes)
     slots = None if engine.pool is None else engine.pool.shape[0]  # at most this many requests hold a cache at once
-    return {"slots": slots, "warm_rows": rows, "warm_rounds": rounds, "warm_s": time.perf_counter() - t}
+    warm = {"slots": slots, "warm_rows": rows, "warm_rounds": rounds, "warm_groups": engine.warm_groups(most)}
+    return {**warm, "warm_s": time.perf_counter() - t}
 
 
 def run_serving(

@@ -133,3 +133,27 @@ def test_a_bad_round_pairs_is_refused(tiny, monkeypatch):
     monkeypatch.setenv("PDLIB_ROUND_PAIRS", "0")
     with pytest.raises(InputError, match="PDLIB_ROUND_PAIRS must be a whole number >= 1, got '0'"):
         Engine(tiny, capacity=8)
+
+
+def test_warm_groups_builds_each_launch_size_a_round_can_take_and_leaves_nothing_held(tiny, monkeypatch):
+    """Engine.warm_groups (serve's warm_engine): one launch of each size from 3 up to the least of
+    PDLIB_ROUND_GROUP, what the kernel fits, PDLIB_ROUND_PAIRS and the caches at once; its requests then give
+    their pool slots back. Nothing where launches of several do not run (no pairs, or ROUND_GROUP 2)."""
+    monkeypatch.setenv("PDLIB_ROUND_PAIRS", "8")
+    monkeypatch.setenv("PDLIB_ROUND_GROUP", "5")
+    e = Engine(tiny, capacity=32, slots=6)
+    assert e.warm_groups(6) == []  # the CPU: no persistent kernel, no launches of several
+    launches = []
+    monkeypatch.setattr(e.model, "pairs", True)
+    monkeypatch.setattr(e.model, "group", 8)
+    monkeypatch.setattr(
+        e.model,
+        "decode_group",
+        lambda caches, tokens: launches.append(len(caches)) or [e.model.decode(c, t) for c, t in zip(caches, tokens)],
+    )
+    free = len(e.pool.free)
+    assert e.warm_groups(6) == [3, 4, 5] and launches == [3, 4, 5]
+    assert e.requests == {} and len(e.pool.free) == free  # every slot back
+    assert e.warm_groups(4) == [3, 4]  # four caches at once: no round of five
+    e.round_group = 2
+    assert e.warm_groups(6) == []
