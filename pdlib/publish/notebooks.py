@@ -228,7 +228,7 @@ def run_serve_notebook(report, *, out, search=None, quiet: bool = False, log=pri
 def _run(ours: dict, out_dir: Path, *, before, quiet: bool, log) -> dict:
     """`before()` then _execute, in a worker thread; this thread waits, so Ctrl-C reaches it at once: it then
     stops the run (_stop) and raises Interrupted saying what is left. Any other error is re-raised here."""
-    state = {"finished": [], "running": "", "kernels": [], "stop": threading.Event()}
+    state = {"finished": [], "running": "", "kernels": [], "stop": threading.Event(), "done": threading.Event()}
     result = {}
 
     def work():
@@ -237,6 +237,8 @@ def _run(ours: dict, out_dir: Path, *, before, quiet: bool, log) -> dict:
             result["run"] = _execute(ours, out_dir, state, quiet=quiet, log=log)
         except BaseException as e:  # re-raised in the calling thread
             result["error"] = e
+        finally:
+            state["done"].set()
 
     worker = threading.Thread(target=work, name="pdlib-notebooks", daemon=True)
     note = f"interrupted: stopped before cleaning up; {shown(out_dir)} may hold an unfinished run"
@@ -254,13 +256,15 @@ def _run(ours: dict, out_dir: Path, *, before, quiet: bool, log) -> dict:
 
 
 def _stop(worker: threading.Thread, out_dir: Path, state: dict) -> str:
-    """Kill the kernel (and one that starts meanwhile), give the worker STOP_S to unwind, clean the folder."""
+    """Kill the kernel (and one that starts meanwhile), give the worker STOP_S to unwind, clean the folder. The
+    worker's own `done` says when it has unwound: on Python 3.11 a join that Ctrl-C cut short can leave
+    is_alive() False while the thread still runs (bpo-45274), and the kernel would then be left running."""
     state["stop"].set()
     deadline = time.monotonic() + STOP_S
-    while worker.is_alive() and time.monotonic() < deadline:
+    while not state["done"].is_set() and time.monotonic() < deadline:
         for km in state["kernels"]:
             _kill(km)
-        worker.join(0.1)
+        state["done"].wait(0.1)
     return _clean(out_dir, state["finished"], state["running"])
 
 

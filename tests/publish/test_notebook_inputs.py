@@ -171,3 +171,40 @@ def test_ctrl_c_leaves_no_partial_run_no_traceback_no_kernel_files(tmp_path, dur
         assert "interrupted while 02_analyze_gaps ran" in (out / nbk.INCOMPLETE).read_text()
     left = [p.name for p in scratch.rglob("*") if p.suffix == ".json" or p.name.startswith("pdlib-kernel-")]
     assert not left and not list(runtime.iterdir())  # no kernel connection file anywhere (MLX may cache in TMPDIR)
+    # and no kernel left running: killed before the command returned, not left to notice its parent has gone
+    kernels = subprocess.run(["pgrep", "-f", str(scratch)], capture_output=True, text=True).stdout.split()
+    assert kernels == [], kernels
+
+
+def test_stop_kills_the_kernel_until_the_worker_says_it_is_done(tmp_path, monkeypatch):
+    """After Ctrl-C, _stop kills the running kernel's process group until the worker thread has unwound, by the
+    worker's own `done`: on Python 3.11 a join that Ctrl-C cut short leaves is_alive() False while the thread
+    still runs (bpo-45274), which must not stop the killing (the kernel would be left running)."""
+    killed = []
+
+    class Process:
+        def poll(self):
+            return None  # still running
+
+        def kill(self):
+            killed.append("kill")
+
+    class Kernel:
+        provisioner = type("Provisioner", (), {"process": Process(), "pgid": 4242})()
+
+    class Stale:  # what Python 3.11 reports for the worker after the interrupted join
+        def is_alive(self):
+            return False
+
+    state = {"finished": [], "running": "", "kernels": [Kernel()], "stop": threading.Event(), "done": threading.Event()}
+
+    def killpg(pgid, sig):
+        killed.append((pgid, sig))
+        state["done"].set()  # the worker unwinds once its kernel is gone
+
+    monkeypatch.setattr(nbk.os, "killpg", killpg)
+    out = tmp_path / "run"
+    out.mkdir()
+    said = nbk._stop(Stale(), out, state)
+    assert killed == [(4242, signal.SIGKILL)] and state["stop"].is_set()
+    assert said.startswith("removed the unfinished run folder") and not out.exists()
