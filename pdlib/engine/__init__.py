@@ -297,7 +297,7 @@ class Engine:
             "pair_decode": "pair" if m.pairs else "each",
             "decode_round": self.decode_round,
             "round_pairs": self.round_pairs if m.pairs else None,
-            "round_group": max(2, min(self.round_group, m.group)) if m.pairs else None,
+            "round_group": self.launch_group if m.pairs else None,
             "round_gemm": self.round_gemm,
         }
 
@@ -360,10 +360,15 @@ class Engine:
         out.mailbox, out.position = self.model.mailbox(r.cache), position
         return out
 
+    @property
+    def launch_group(self) -> int:
+        """The most decodes of a round in one launch: PDLIB_ROUND_GROUP, held to what the kernel fits, at least 2."""
+        return max(2, min(self.round_group, self.model.group))
+
     def _decode_pairs(self, names: list[str]) -> list[Output]:
         """A round's decodes in launches of up to PDLIB_ROUND_GROUP (2: pairs; at most what the kernel fits), in
         order, a last one left alone decoded alone: each one's Output, in order."""
-        g, outs = max(2, min(self.round_group, self.model.group)), []
+        g, outs = self.launch_group, []
         for i in range(0, len(names), g):
             some = names[i : i + g]
             outs += self._decode_pair(some) if len(some) > 1 else [self.decode(some[0])]

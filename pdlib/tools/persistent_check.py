@@ -297,7 +297,7 @@ def check_persistent_decode(seed: int) -> list[dict]:
             (mx.array(5 + q, mx.uint32), mx.array([pos], mx.int32), c, c + 0.0, K.new_fence())
             for q, (pos, c) in enumerate(zip(positions, caches))
         ]
-        out = K.decode_persistent_pair(*reqs, dw, sync, heads=2, kv_heads=1, eps=1e-6, blocks=blocks)
+        out = K.decode_persistent_group(reqs, dw, sync, heads=2, kv_heads=1, eps=1e-6, blocks=blocks)
         toks = [o[1] for o in out]
         mx.eval(toks)  # the sync buffer is written in place: read it only after the kernel ran
         return toks

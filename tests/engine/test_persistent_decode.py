@@ -452,7 +452,7 @@ def test_a_group_launch_passes_each_requests_buffers_where_the_kernel_reads_them
         if name.startswith("fin")
     ]
 
-    def built(dh, kv_group, requests, dynamic=None):
+    def built(dh, kv_group, requests, dynamic):
         def run(*, inputs, template, output_shapes, output_dtypes, **kw):
             seen.update(inputs=inputs, template=dict(template), shapes=output_shapes, requests=requests)
             seen["dynamic"] = dynamic
@@ -484,7 +484,7 @@ def test_a_group_launch_passes_each_requests_buffers_where_the_kernel_reads_them
     assert t["NR"] == n and t["S"] == max(1, nb // (n * Hkv)) and not t["FOLD"]
     staged = 4 * n * max(D, Hq * Dh, F) if n > 2 else 0  # a group's staged vectors, after the ring
     assert t["NST"] == (3 if n == 8 else P.KV_STAGES)  # eight of 3,072 floats leave room for three stages
-    assert seen["dynamic"] == (None if n <= 2 else P.ring_bytes(Dh, P.KV_GROUP, t["NST"]) + staged)
+    assert seen["dynamic"] == P.ring_bytes(Dh, P.KV_GROUP, t["NST"]) + staged  # a pair's: the ring's alone
     assert seen["shapes"][:3] == [(n * V,), (4 * n,), (4 * n,)] and seen["shapes"][5:] == [r[4].shape for r in reqs]
     for q, (logits, tok, next_pos, ks, vs, fence) in enumerate(out):
         assert ks == [] and vs == []  # stored in place by the kernel
@@ -504,7 +504,8 @@ def test_a_group_launch_passes_each_requests_buffers_where_the_kernel_reads_them
 
 
 def test_the_pairs_twin_is_each_requests_twin(tiny):
-    """decode_persistent_pair_ops, check-kernels' oracle for the pair, is decode_persistent_ops per request."""
+    """decode_persistent_group_ops, check-kernels' oracle for a pair (and a group), is decode_persistent_ops per
+    request."""
     m = Qwen3(tiny, decode="kernels")
     dw, c = m.stacked_decode_weights(), tiny.config
     caches = [m.new_cache(16) for _ in range(2)]
@@ -512,7 +513,7 @@ def test_the_pairs_twin_is_each_requests_twin(tiny):
         (mx.array(3 + q, mx.uint32), mx.array([2 + q], mx.int32), x.k_all, x.v_all, x.written)
         for q, x in enumerate(caches)
     ]
-    pair = K.decode_persistent_pair_ops(*reqs, dw, **_kw(c))
+    pair = K.decode_persistent_group_ops(reqs, dw, **_kw(c))
     for r, got in zip(reqs, pair, strict=True):
         want = K.decode_persistent_ops(r[0], r[1], dw, *r[2:], **_kw(c))
         assert mx.array_equal(got[0], want[0]).item() and got[1].item() == want[1].item()

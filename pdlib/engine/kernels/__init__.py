@@ -36,8 +36,6 @@ from pdlib.engine.kernels.persistent_decode import (
     decode_persistent_group,
     decode_persistent_group_ops,
     decode_persistent_ops,
-    decode_persistent_pair,
-    decode_persistent_pair_ops,
 )
 from pdlib.engine.kernels.qk_rope import enabled as qk_rope_enabled
 from pdlib.engine.kernels.qk_rope import qk_rope_store, qk_rope_store_kernel, qk_rope_store_ops
@@ -58,8 +56,6 @@ __all__ = [
     "decode_persistent_ops",
     "decode_persistent_group",
     "decode_persistent_group_ops",
-    "decode_persistent_pair",
-    "decode_persistent_pair_ops",
     "flash_arithmetic",
     "flash_attention",
     "flash_attention_ops",

@@ -5,8 +5,8 @@ in one launch, phases separated by a software grid barrier, so a token costs one
     sync = new_sync()                                           # one per request, reused by its every step
     logits, token, next_pos, ks, vs, written = decode_persistent(token, pos, dw, cache.k_all, cache.v_all,
                                                                  cache.written, sync, heads=16, kv_heads=8, eps=1e-6)
-    (la, ta, pa, wa), (lb, tb, pb, wb) = decode_persistent_pair(    # two requests, one launch, their own sync
-        (tok_a, pos_a, ka, va, fa), (tok_b, pos_b, kb, vb, fb), dw, new_sync(), heads=16, kv_heads=8, eps=1e-6)
+    (la, ta, pa, wa), (lb, tb, pb, wb) = decode_persistent_group(   # two (up to 8) requests, one launch, their sync
+        [(tok_a, pos_a, ka, va, fa), (tok_b, pos_b, kb, vb, fb)], dw, new_sync(), heads=16, kv_heads=8, eps=1e-6)
 
 Same contract as Qwen3.decode_step, over the cache's stacked K and V (L, Hkv, capacity, Dh) so that the launch
 takes few buffers (MLX's host work grows with them): the new K/V slots are stored in place (ks, vs are
@@ -41,7 +41,7 @@ words and MAX_BLOCKS flags, ~17 KB): no block waits on a contended counter (MLX 
 less in managed memory, where a barrier is slow). With PDLIB_TOKEN_READ=mailbox the
 last block also leaves the token in pinned host memory, where the host polls for it (mailbox.py; the sync
 buffer holds the address).
-Two requests decode in one launch where a step carries both (decode_persistent_pair; the same BODY with NR = 2,
+Two requests decode in one launch where a step carries both (decode_persistent_group; the same BODY with NR = 2,
 its second request's buffers in PAIR_INPUTS): each phase stages both vectors and multiplies every weight row it
 loads by both, so the weights are read and the barriers paid once for two tokens; attention's items are
 (request, KV head, split), with half the splits per head. A group of three to MAX_GROUP requests
@@ -190,10 +190,9 @@ def staged_bytes(*, D: int, F: int, dh: int, heads: int, requests: int) -> int:
     return 4 * requests * max(D, heads * dh, F) if requests > 2 else 0
 
 
-def kernel(dh: int, kv_group: int = KV_GROUP, requests: int = 1, dynamic: int | None = None):
+def kernel(dh: int, kv_group: int, requests: int, dynamic: int):
     """The kernel for a head size, load group and requests a launch (1 to MAX_GROUP), built once (CUDA only);
-    `dynamic`: its dynamic shared memory (the ring's, and a group's staged vectors), by default the ring's."""
-    dynamic = ring_bytes(dh, kv_group) if dynamic is None else dynamic
+    `dynamic`: its dynamic shared memory (the ring's, and a group's staged vectors)."""
     if (dh, kv_group, requests, dynamic) not in _kernels:
         extra = [other_inputs(q) for q in range(1, requests)]
         _kernels[dh, kv_group, requests, dynamic] = mx.fast.cuda_kernel(
@@ -404,7 +403,7 @@ def launch(
     splits = max(1, nb // (requests * kv_heads))
     size = scratch_size(requests, D=D, heads=heads, kv_heads=kv_heads, dh=dh, F=F, splits=splits, blocks=nb)
     dynamic = ring_bytes(dh, kv_group, stages) + staged
-    return kernel(dh, kv_group, requests, None if dynamic == ring_bytes(dh, kv_group) else dynamic)(
+    return kernel(dh, kv_group, requests, dynamic)(
         inputs=[
             token,
             pos,
@@ -483,22 +482,12 @@ def decode_persistent_group(reqs: list, dw: DecodeWeights, sync, **kw) -> list[t
     ]
 
 
-def decode_persistent_pair(first: tuple, second: tuple, dw: DecodeWeights, sync, **kw) -> list[tuple]:
-    """A group of two (decode_persistent_group)."""
-    return decode_persistent_group([first, second], dw, sync, **kw)
-
-
 def decode_persistent_group_ops(reqs: list, dw: DecodeWeights, sync=None, **kw) -> list[tuple]:
     """The group's oracle: each request's decode_persistent_ops -> for each, (logits, token, pos + 1, ks, vs,
     fence) with the new rows (Hkv, 1, Dh) per layer for the caller to store."""
     return [
         decode_persistent_ops(token, pos, dw, k_all, v_all, written, **kw) for token, pos, k_all, v_all, written in reqs
     ]
-
-
-def decode_persistent_pair_ops(first: tuple, second: tuple, dw: DecodeWeights, sync=None, **kw) -> list[tuple]:
-    """The pair's oracle (decode_persistent_group_ops of two)."""
-    return decode_persistent_group_ops([first, second], dw, sync, **kw)
 
 
 def check_token(token: int) -> int:
