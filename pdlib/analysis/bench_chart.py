@@ -1,7 +1,8 @@
-"""bench-step's JSON as a chart and a table: pdlib's decode and prefill times beside its peers' and the floor.
+"""bench-step's JSON as charts and a table: pdlib's decode and prefill times beside its peers' and the floor, and
+its decode rounds (N requests a step) in each mode beside their floor.
 
 from pdlib.analysis import bench_chart
-bench_chart.render_bench(bench_result, "outputs/x")   # bench_step.png and bench_step.md, never overwritten
+bench_chart.render_bench(bench_result, "outputs/x")   # bench_step.png, bench_step.md (and bench_rounds.png)
 """
 
 import altair as alt
@@ -103,11 +104,82 @@ def bench_chart(result: dict) -> alt.VConcatChart:
     )
 
 
+def rounds_frame(result: dict) -> pd.DataFrame:
+    """A decode round's medians as rows (mode, rows, ms, how, floor_ms, ratio): pipelined where the mode was
+    timed so (as serve runs its rounds), observed otherwise; modes in the result's order."""
+    r = result["rounds"]
+    out = []
+    for mode, observed in r["ms"].items():
+        piped = r.get("pipelined_ms", {}).get(mode)
+        for n in r["rows"]:
+            ms, floor = (piped or observed)[str(n)], r["floor_ms"][str(n)]
+            how = "pipelined" if piped else "observed"
+            out.append({"mode": mode, "rows": n, "ms": ms, "how": how, "floor_ms": floor, "ratio": ms / floor})
+    return pd.DataFrame(out)
+
+
+def rounds_chart(result: dict) -> alt.LayerChart:
+    """ms per decode round against its row count, a line per mode, the byte floor as a dashed black line (the
+    weights once plus every row's K/V at the run's copy rate)."""
+    frame = rounds_frame(result)
+    modes = list(dict.fromkeys(frame["mode"]))
+    rows = result["rounds"]["rows"]
+    y = alt.Scale(type="log", domain=[0.8 * frame["floor_ms"].min(), 1.25 * frame["ms"].max()], nice=False)
+    x = alt.X(
+        "rows:Q",
+        title="requests in the round",
+        scale=alt.Scale(type="log", base=2, nice=False),
+        axis=alt.Axis(values=rows, format="d"),
+    )
+    lines = (
+        alt.Chart()
+        .mark_line(point=True)
+        .encode(
+            x=x,
+            y=alt.Y("ms:Q", title="ms per round (log)", scale=y),
+            color=alt.Color("mode:N", sort=modes, legend=alt.Legend(title="mode", orient="top")),
+            tooltip=[
+                "mode:N",
+                "rows:Q",
+                "how:N",
+                alt.Tooltip("ms:Q", format=".4~g"),
+                alt.Tooltip("ratio:Q", title="x floor", format=".2f"),
+            ],
+        )
+    )
+    floor = (
+        alt.Chart()
+        .transform_filter(alt.datum.mode == modes[0])
+        .mark_line(color="black", strokeDash=[4, 3])
+        .encode(
+            x=x,
+            y=alt.Y("floor_ms:Q", scale=y),
+            tooltip=["rows:Q", alt.Tooltip("floor_ms:Q", title="byte floor (ms)", format=".3~g")],
+        )
+    )
+    r, env = result["rounds"], result.get("environment", {})
+    device = env.get("device_name", env.get("device", "?"))
+    return alt.layer(lines, floor, data=plots.inline(frame)).properties(
+        width=420,
+        height=260,
+        title=f"Decode rounds at {r['context']:,} positions on {device}: ms per round (dashed: the byte floor)",
+        description=f"Line chart: milliseconds per decode round of {', '.join(map(str, r['rows']))} requests "
+        f"at {r['context']} positions, one line per mode ({', '.join(modes)}), pipelined where timed so, "
+        f"with the byte floor (weights once plus every row's K/V) as a dashed black line.",
+    )
+
+
 def render_bench(result: dict, out_dir) -> list:
-    """bench_step.png and bench_step.md (the table bench-step prints); refuses existing files."""
+    """bench_step.png and bench_step.md (the table bench-step prints), and bench_rounds.png where the result has
+    decode rounds; refuses existing files."""
     from pdlib.report.bench import format_table
 
     out = plots.out_folder(out_dir)
-    plots.refuse_existing([out / f"bench_step.{fmt}" for fmt in plots.FORMATS] + [out / "bench_step.md"])
+    charts = {"bench_step": bench_chart(result)}
+    if result.get("rounds"):
+        charts["bench_rounds"] = rounds_chart(result)
+    plots.refuse_existing([out / f"{name}.{fmt}" for name in charts for fmt in plots.FORMATS] + [out / "bench_step.md"])
     written = plots.write_tables(out, {"bench_step.md": "```\n" + format_table(result) + "\n```\n"}, refuse=False)
-    return written + plots.save_chart(bench_chart(result), out, "bench_step")
+    for name, chart in charts.items():
+        written += plots.save_chart(chart, out, name)
+    return written

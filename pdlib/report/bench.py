@@ -27,7 +27,31 @@ def check_result(result, *, where: str) -> dict:
         decode = e.get("decode_ms_median")
         if not isinstance(decode, dict) or set(decode) != set(floors):
             raise InputError(f"{where}: engine {name!r} lacks decode_ms_median at contexts {', '.join(floors)}")
+    if result.get("rounds") is not None:
+        _check_rounds(result["rounds"], where)
     return result
+
+
+def _check_rounds(r, where: str) -> None:
+    """A result's decode rounds: every mode's medians (and pipelined ones, where timed) and a floor at each row
+    count, as numbers."""
+    rows = r.get("rows") if isinstance(r, dict) else None
+    whole = isinstance(rows, list) and rows and all(isinstance(n, int) and _positive(n) for n in rows)
+    if not whole or not _positive(r.get("context")) or not isinstance(r.get("ms"), dict) or not r["ms"]:
+        raise InputError(f"{where}: rounds need a context, rows (request counts), ms per mode and floor_ms per row")
+    keys = {str(n) for n in rows}
+    tables = {"floor_ms": r.get("floor_ms")}
+    tables |= {f"ms[{m!r}]": v for m, v in r["ms"].items()}
+    tables |= {f"pipelined_ms[{m!r}]": v for m, v in (r.get("pipelined_ms") or {}).items()}
+    for name, table in tables.items():
+        ok = isinstance(table, dict) and keys <= set(table)
+        if not ok or not all(_positive(table[k]) for k in keys):
+            at = ", ".join(sorted(keys, key=int))
+            raise InputError(f"{where}: rounds {name} needs a positive number at rows {at}")
+
+
+def _positive(x) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and x > 0
 
 
 def format_table(result: dict) -> str:

@@ -8,6 +8,7 @@ tests/data/small-report.json was made with the real CLI:
 
 import gzip
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -169,13 +170,15 @@ def test_render_draws_bench_steps_json_and_its_table(bench_json, tmp_path, capsy
     from pdlib.report.bench import format_table
 
     code, out, err = render(capsys, bench_json, "--out", tmp_path / "b")
-    names = {"bench_step.md", *(f"bench_step.{fmt}" for fmt in FORMATS)}
+    names = {"bench_step.md", *(f"{n}.{fmt}" for n in ("bench_step", "bench_rounds") for fmt in FORMATS)}
     assert code == 0 and err == "" and {p.name for p in (tmp_path / "b").iterdir()} == names
     assert (tmp_path / "b" / "bench_step.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert format_table(json.loads(bench_json.read_text())) in (tmp_path / "b" / "bench_step.md").read_text()
     chart = bench_chart.bench_chart(json.loads(bench_json.read_text()))
     assert "pipelined" in json.dumps(chart.to_dict()) and "mlx-lm" in json.dumps(chart.to_dict())
     assert (tmp_path / "b" / "bench_step.png").read_bytes() == png.render(chart)
+    rounds = bench_chart.rounds_chart(json.loads(bench_json.read_text()))
+    assert (tmp_path / "b" / "bench_rounds.png").read_bytes() == png.render(rounds)
     gz = tmp_path / "bench-step.json.gz"  # compressed, read alike
     gz.write_bytes(gzip.compress(bench_json.read_bytes()))
     assert render(capsys, gz, "--out", tmp_path / "gz")[0] == 0
@@ -184,6 +187,57 @@ def test_render_draws_bench_steps_json_and_its_table(bench_json, tmp_path, capsy
     code, out, err = render(capsys, bench_json, "--out", tmp_path / "b")  # never over an existing file
     assert code == 2 and "already exists" in one_line_error(err)
     assert {p.name: p.read_bytes() for p in (tmp_path / "b").iterdir()} == before
+
+
+def test_rounds_frame_takes_each_modes_pipelined_round_else_its_observed_one():
+    result = {
+        "rounds": {
+            "context": 2048,
+            "rows": [3, 8],
+            "ms": {"compiled": {"3": 4.0, "8": 5.0}, "groups": {"3": 2.0, "8": 6.0}},
+            "pipelined_ms": {"compiled": {"3": 3.5, "8": 4.5}},
+            "floor_ms": {"3": 1.0, "8": 2.0},
+        }
+    }
+    frame = bench_chart.rounds_frame(result)
+    got = {(r.mode, r.rows): (r.ms, r.how, r.ratio) for r in frame.itertuples()}
+    assert got == {
+        ("compiled", 3): (3.5, "pipelined", 3.5),
+        ("compiled", 8): (4.5, "pipelined", 2.25),
+        ("groups", 3): (2.0, "observed", 2.0),
+        ("groups", 8): (6.0, "observed", 3.0),
+    }
+
+
+def test_a_bench_json_without_rounds_draws_no_rounds_chart(bench_json, tmp_path, capsys):
+    data = json.loads(bench_json.read_text())
+    del data["rounds"]
+    path = tmp_path / "no-rounds.json"
+    path.write_text(json.dumps(data))
+    code, out, err = render(capsys, path, "--out", tmp_path / "b")
+    assert code == 0 and {p.name for p in (tmp_path / "b").iterdir()} == {"bench_step.md", "bench_step.png"}
+
+
+@pytest.mark.parametrize(
+    "spoil, named",
+    [
+        (lambda r: r["ms"]["compiled"].pop("8"), "rounds ms['compiled'] needs a positive number at rows 3, 8"),
+        (lambda r: r["floor_ms"].update({"3": "x"}), "rounds floor_ms needs a positive number at rows 3, 8"),
+        (lambda r: r.update(rows=[]), "rounds need a context, rows (request counts), ms per mode and floor_ms per row"),
+        (lambda r: r.update(rows=[3, 0.5]), "rounds need a context, rows"),
+        (lambda r: r.pop("context"), "rounds need a context, rows"),
+    ],
+)
+def test_a_bench_json_with_broken_rounds_is_a_one_line_error(spoil, named, tmp_path):
+    from pdlib.report.bench import check_result
+
+    rounds = {"context": 2048, "rows": [3, 8], "ms": {"compiled": {"3": 4.0, "8": 5.0}}, "floor_ms": {"3": 1, "8": 2}}
+    result = {"schema": "pdlib.bench-step/1", "engines": {"pdlib": {"decode_ms_median": {"2048": 1.0}}}}
+    result |= {"floors": {"2048": {"floor_ms": 0.6, "bytes": 1}}, "rounds": rounds}
+    assert check_result(result, where="r.json") is result  # whole, it passes
+    spoil(rounds)
+    with pytest.raises(InputError, match=re.escape(f"r.json: {named}")):
+        check_result(result, where="r.json")
 
 
 def test_a_bench_json_without_its_numbers_is_a_one_line_error(bench_json, tmp_path, capsys):
