@@ -128,6 +128,9 @@ OUTPUT_TYPES = ["f32", "u32", "i32", "f32", "u64", "u32"]
 PAIR_INPUT_TYPES, PAIR_OUTPUT_TYPES = ["u32", "i32", "f32", "f32", "u32"], ["u32"]
 
 
+SPILL_LOADS = 192  # bytes of spilled loads the kernel may have at any request count (8 requests had 4,616)
+
+
 def persistent_text(consts: dict) -> str:
     """The kernel for one set of template values, as MLX wraps it (kernel_text.wrapped), after its header: NR 2
     is the pair's kernel, with the second request's buffers; NR 3 to 8 a group's, with each further one's."""
@@ -183,6 +186,12 @@ def test_the_cuda_source_compiles_for_the_h200(shape):
     ).groups()
     # one block of 256 threads must fit on an SM by registers (64K) and static shared memory (48 KB)
     assert int(regs) * P.BLOCK <= 65536 and int(smem) <= P.SHARED_LIMIT, log
+    # and the weight phases' values stay in registers, a group of 8 too (read again for each row of a pass, the
+    # staged slices left 448 bytes of spilled loads at 4 requests and 4,616 at 8)
+    (spilled,) = re.search(
+        r"entry function '[^']*pdlib_decode_persistent.*?(\d+) bytes spill loads", log, re.S
+    ).groups()
+    assert int(spilled) <= SPILL_LOADS, log
     # and `available` must know what it declares: its estimate is the compiler's count or a little over
     cfg = replace(
         preset("qwen3-0.6b"),

@@ -127,31 +127,38 @@ __device__ __forceinline__ void gemv(Rows<K, M, R>& g, const uint4* W, int row0,
         const Rows<K, M, R>& use = N > STRIDE ? cur : g;
         float acc[NR][R][M];
         #pragma unroll
-        for (int r = 0; r < R; ++r)
+        for (int q = 0; q < NR; ++q)
             #pragma unroll
-            for (int m = 0; m < M; ++m) {
-                float a[NR];
+            for (int r = 0; r < R; ++r)
                 #pragma unroll
-                for (int q = 0; q < NR; ++q) a[q] = 0.f;
-                #pragma unroll
-                for (int p = 0; p < PER; ++p) {
-                    const int c = lane + 32 * p;
-                    if (K8 % 32 == 0 || c < K8) {
-                        const uint4 u = use.q[r][m][p];
-                        #pragma unroll
-                        for (int q = 0; q < NR; ++q) {
-                            const float4 x0 = xs4[q * XS4 + 2 * c], x1 = xs4[q * XS4 + 2 * c + 1];
-                            a[q] += lo(u.x) * x0.x + hi(u.x) * x0.y + lo(u.y) * x0.z + hi(u.y) * x0.w
-                                  + lo(u.z) * x1.x + hi(u.z) * x1.y + lo(u.w) * x1.z + hi(u.w) * x1.w;
-                        }
-                    }
-                }
+                for (int m = 0; m < M; ++m) acc[q][r][m] = 0.f;
+        // each vector's slice is read from shared memory once for all R x M rows of the pass (shared memory's
+        // bandwidth, not the weights', bounds a group's weight phases); every sum adds its terms in p order
+        #pragma unroll
+        for (int p = 0; p < PER; ++p) {
+            const int c = lane + 32 * p;
+            if (K8 % 32 == 0 || c < K8) {
                 #pragma unroll
                 for (int q = 0; q < NR; ++q) {
-                    for (int o = 16; o > 0; o >>= 1) a[q] += __shfl_xor_sync(0xffffffffu, a[q], o);
-                    acc[q][r][m] = a[q];
+                    const float4 x0 = xs4[q * XS4 + 2 * c], x1 = xs4[q * XS4 + 2 * c + 1];
+                    #pragma unroll
+                    for (int r = 0; r < R; ++r)
+                        #pragma unroll
+                        for (int m = 0; m < M; ++m) {
+                            const uint4 u = use.q[r][m][p];
+                            acc[q][r][m] += lo(u.x) * x0.x + hi(u.x) * x0.y + lo(u.y) * x0.z + hi(u.y) * x0.w
+                                          + lo(u.z) * x1.x + hi(u.z) * x1.y + lo(u.w) * x1.z + hi(u.w) * x1.w;
+                        }
                 }
             }
+        }
+        #pragma unroll
+        for (int q = 0; q < NR; ++q)
+            #pragma unroll
+            for (int r = 0; r < R; ++r)
+                #pragma unroll
+                for (int m = 0; m < M; ++m)
+                    for (int o = 16; o > 0; o >>= 1) acc[q][r][m] += __shfl_xor_sync(0xffffffffu, acc[q][r][m], o);
         #pragma unroll
         for (int r = 0; r < R; ++r)
             if (lane == r && row0 + r < N) {
