@@ -132,8 +132,8 @@ __device__ __forceinline__ void gemv(Rows<K, M, R>& g, const uint4* W, int row0,
             for (int r = 0; r < R; ++r)
                 #pragma unroll
                 for (int m = 0; m < M; ++m) acc[q][r][m] = 0.f;
-        // each vector's slice is read from shared memory once for all R x M rows of the pass (shared memory's
-        // bandwidth, not the weights', bounds a group's weight phases); every sum adds its terms in p order
+        // each vector's slice is read from shared memory once for all R x M rows of the pass (read per row, a
+        // group of 8 would ask an SM for more bytes a cycle than it serves, by estimate); sums in p order
         #pragma unroll
         for (int p = 0; p < PER; ++p) {
             const int c = lane + 32 * p;
