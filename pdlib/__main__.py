@@ -276,14 +276,35 @@ def cmd_profile_step(args) -> int:
     check_int("--steps", args.steps, 1)
     for r in args.rounds or ():
         check_int("--rounds", r, 3)  # fewer decodes go out as single launches, not as a step
+    modes = [
+        flag
+        for flag, given in (("--rounds", args.rounds), ("--chunk", args.chunk), ("--groups", args.groups))
+        if given is not None
+    ]
+    if len(modes) > 1:
+        raise InputError(f"profile-step takes one of --rounds, --chunk and --groups, got {' and '.join(modes)}")
     if args.chunk is not None:
-        if args.rounds:
-            raise InputError("profile-step takes --rounds or --chunk, not both")
         check_int("--chunk", args.chunk, 1)
         for r in args.rows:
             check_int("--rows", r, 0)
+    if args.groups:
+        from pdlib.engine.kernels.persistent_decode import MAX_GROUP
+
+        for n in args.groups:
+            check_int("--groups", n, 1)
+            if n > MAX_GROUP:
+                raise InputError(f"--groups: a persistent launch decodes 1 to {MAX_GROUP} requests, got {n}")
     _gpu_only("profile-step")
-    if args.chunk is not None:
+    if args.groups:
+        from pdlib.engine.kernels import BACKEND
+        from pdlib.report.io import environment
+        from pdlib.tools.profile_group import format_groups, profile_groups
+        from pdlib.weights import load_model
+
+        result = profile_groups(load_model(args.model), requests=args.groups, context=args.context, steps=args.steps)
+        result["environment"] = environment(BACKEND)
+        print(format_groups(result))
+    elif args.chunk is not None:
         from pdlib.engine.kernels import BACKEND
         from pdlib.report.io import environment
         from pdlib.tools.profile_serve_step import format_serve_steps, profile_serve_steps

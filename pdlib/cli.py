@@ -347,6 +347,14 @@ def parser(commands: dict, *, description: str) -> argparse.ArgumentParser:
         "positions, in each PDLIB_STEP_DISPATCH mode: the step, its host part and that part's Python profile",
     )
     f.add_argument("--rows", type=int, nargs="+", default=[0, 8, 32], metavar="R", help="decode rows for --chunk")
+    f.add_argument(
+        "--groups",
+        type=int,
+        nargs="+",
+        metavar="N",
+        help="instead: where a persistent launch of N requests (1 to 8) at --context positions spends its time, "
+        "phase by phase, from the kernel's own clock stamps",
+    )
     f.add_argument("--output", metavar="PATH", help="JSON; must not exist")
     c = command(
         "partition-curve",

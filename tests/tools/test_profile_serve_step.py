@@ -34,7 +34,16 @@ def test_every_step_is_timed_with_its_host_part_and_the_functions_inside(tiny, m
     [
         (["--chunk", "0"], "error: --chunk must be an integer >= 1, got 0"),
         (["--chunk", "8", "--rows", "-1"], "error: --rows must be an integer >= 0, got -1"),
-        (["--chunk", "8", "--rounds", "8"], "error: profile-step takes --rounds or --chunk, not both"),
+        (
+            ["--chunk", "8", "--rounds", "8"],
+            "error: profile-step takes one of --rounds, --chunk and --groups, got --rounds and --chunk",
+        ),
+        (
+            ["--chunk", "8", "--groups", "8"],
+            "error: profile-step takes one of --rounds, --chunk and --groups, got --chunk and --groups",
+        ),
+        (["--groups", "0"], "error: --groups must be an integer >= 1, got 0"),
+        (["--groups", "2", "9"], "error: --groups: a persistent launch decodes 1 to 8 requests, got 9"),
     ],
 )
 def test_the_cli_refuses_bad_sizes_in_one_line(argv, message, capsys):
