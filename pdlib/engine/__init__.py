@@ -380,7 +380,7 @@ class Engine:
         launch of that many two-token requests, which then give their caches back: no timed round pays a build.
         The sizes launched (none where launches of several do not run)."""
         m = self.model
-        top = min(self.round_group, m.group, self.round_pairs, most) if m.pairs else 0
+        top = min(self.launch_group, self.round_pairs, most) if m.pairs else 0
         names = [f"warm-group-{i}" for i in range(top)] if top >= 3 else []
         for name in names:
             self.add_request(name, [1, 2])

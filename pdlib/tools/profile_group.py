@@ -57,7 +57,7 @@ def profile_groups(model: LoadedModel, *, requests, context: int, steps: int, wa
     """{"context", "layers", "groups": {n: {phase: µs}}} (module docstring). Every launch decodes the same
     step again (the caches' slot at `context` rewritten), so each is alike."""
     cfg = model.config
-    dw = Qwen3(model, decode="persistent", token_read="item").decode_weights  # bf16-packed, stacked
+    dw = Qwen3(model, decode="persistent", token_read="item", compile_steps=False).decode_weights  # bf16, stacked
     L, Hkv, Dh = cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim
     kw = dict(heads=cfg.num_attention_heads, kv_heads=Hkv, eps=cfg.rms_norm_eps, stamps=True)
     out = {}

@@ -24,6 +24,29 @@ def engine_at(tiny, mode: str, monkeypatch) -> Engine:
     return e
 
 
+def engines_of(tiny, monkeypatch, n: int) -> tuple[Engine, Engine]:
+    """A `step` engine and an `each` one, each holding the same n prefilled requests r0 ... r{n-1}."""
+    launched, each = engine_at(tiny, "step", monkeypatch), engine_at(tiny, "each", monkeypatch)
+    for e in (launched, each):
+        for i in range(len(LENGTHS), n):
+            e.add_request(f"r{i}", [(j * 17 + i) % tiny.config.vocab_size for j in range(10 + i)])
+            e.prefill_chunk(f"r{i}", 10 + i).token.item()
+    return launched, each
+
+
+def record_launches(model, monkeypatch) -> list:
+    """The CPU has no launch of several decodes: a stand-in runs one as its decodes and records its caches."""
+    launches = []
+    monkeypatch.setattr(model, "pairs", True)
+
+    def launch(caches, tokens):
+        launches.append(tuple(id(c) for c in caches))
+        return [model.decode(c, t) for c, t in zip(caches, tokens)]
+
+    monkeypatch.setattr(model, "decode_group", launch)
+    return launches
+
+
 def test_a_round_as_one_step_gives_each_row_what_it_gets_alone(tiny, monkeypatch):
     each, step = engine_at(tiny, "each", monkeypatch), engine_at(tiny, "step", monkeypatch)
     assert (each.decode_round, step.decode_round) == ("each", "step") and step.settings["decode_round"] == "step"
@@ -64,20 +87,8 @@ def test_a_round_of_up_to_round_pairs_rows_goes_out_two_by_two(tiny, monkeypatch
     its own; a round of 6 is past it and runs as PDLIB_DECODE_ROUND says. The CPU has no pair launch: a stand-in
     runs a pair as its two decodes and records each launch."""
     monkeypatch.setenv("PDLIB_ROUND_PAIRS", "5")
-    paired, each = engine_at(tiny, "step", monkeypatch), engine_at(tiny, "each", monkeypatch)
-    for e in (paired, each):
-        for i in range(len(LENGTHS), 6):  # six requests
-            e.add_request(f"r{i}", [(j * 17 + i) % tiny.config.vocab_size for j in range(10 + i)])
-            e.prefill_chunk(f"r{i}", 10 + i).token.item()
-    launches = []
-    model = paired.model
-    monkeypatch.setattr(model, "pairs", True)
-
-    def pair(caches, tokens):
-        launches.append(tuple(id(c) for c in caches))
-        return [model.decode(c, t) for c, t in zip(caches, tokens)]
-
-    monkeypatch.setattr(model, "decode_group", pair)
+    paired, each = engines_of(tiny, monkeypatch, 6)
+    launches = record_launches(paired.model, monkeypatch)
     key = {f"r{i}": id(paired.requests[f"r{i}"].cache) for i in range(6)}
     parts = [(f"r{i}", None) for i in range(5)]
     assert [o.observe() for o in paired.batch(parts)] == [o.observe() for o in each.batch(parts)]
@@ -98,21 +109,10 @@ def test_a_round_goes_out_in_groups_of_up_to_round_group_rows(tiny, monkeypatch)
     decodes and records it."""
     monkeypatch.setenv("PDLIB_ROUND_PAIRS", "7")
     monkeypatch.setenv("PDLIB_ROUND_GROUP", "3")
-    grouped, each = engine_at(tiny, "step", monkeypatch), engine_at(tiny, "each", monkeypatch)
-    for e in (grouped, each):
-        for i in range(len(LENGTHS), 7):  # seven requests
-            e.add_request(f"r{i}", [(j * 17 + i) % tiny.config.vocab_size for j in range(10 + i)])
-            e.prefill_chunk(f"r{i}", 10 + i).token.item()
-    launches = []
+    grouped, each = engines_of(tiny, monkeypatch, 7)
     model = grouped.model
-    monkeypatch.setattr(model, "pairs", True)
+    launches = record_launches(model, monkeypatch)
     monkeypatch.setattr(model, "group", 8)
-
-    def group(caches, tokens):
-        launches.append(tuple(id(c) for c in caches))
-        return [model.decode(c, t) for c, t in zip(caches, tokens)]
-
-    monkeypatch.setattr(model, "decode_group", group)
     key = [id(grouped.requests[f"r{i}"].cache) for i in range(7)]
     seven = [(f"r{i}", None) for i in range(7)]
     assert [o.observe() for o in grouped.batch(seven)] == [o.observe() for o in each.batch(seven)]
