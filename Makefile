@@ -110,7 +110,7 @@ gpu-serve-step:
 # the conversation trace on the second, so every comparison within a trace, policies and mlx-lm, stays on one
 # GPU). Each process has its own PTX cache (neither reads a module the other is still writing) and its own log,
 # which a later command resumes (SEARCH_LOGS, git-ignored; named after the params file); decode rounds run
-# compiled, those of 3-5 rows as one persistent launch (the fastest measured, docs/engine.md): settings every
+# compiled, those of 3-8 rows as one persistent launch (the fastest measured, docs/engine.md): settings every
 # log records, so a log made with others is refused naming the switch (set it as the log has it).
 # SEARCH_ARGS narrows the runs (--policies ... --peers ...); SEARCH_BUDGET is --budget-s. What each prints goes to
 # OUT/<params name>.txt, its report to OUT/<params name>.json.gz; exit 1 if either failed.
@@ -120,7 +120,7 @@ SEARCH_BUDGET ?= 540
 SEARCH_LOGS ?= outputs/local
 SEARCH_ARGS ?=
 SEARCH_ENV = MLX_ENABLE_TF32=0 PDLIB_KV_CACHE_GIB=$${PDLIB_KV_CACHE_GIB:-90} PDLIB_DECODE_ROUND=$${PDLIB_DECODE_ROUND:-compiled} \
-	PDLIB_ROUND_PAIRS=$${PDLIB_ROUND_PAIRS:-5} PDLIB_ROUND_GROUP=$${PDLIB_ROUND_GROUP:-5}
+	PDLIB_ROUND_PAIRS=$${PDLIB_ROUND_PAIRS:-8} PDLIB_ROUND_GROUP=$${PDLIB_ROUND_GROUP:-8}
 search_one = CUDA_VISIBLE_DEVICES=$(1) MLX_PTX_CACHE_DIR=/tmp/mlx-ptx-gpu$(1) $(SEARCH_ENV) $(GPU_PY) -m pdlib serve \
 	--params $(2) --search --budget-s $(SEARCH_BUDGET) $(SEARCH_ARGS) --log "$(SEARCH_LOGS)/$(basename $(notdir $(2))).jsonl" \
 	--output "$(OUT)/$(basename $(notdir $(2))).json.gz" > "$(OUT)/$(basename $(notdir $(2))).txt" 2>&1
