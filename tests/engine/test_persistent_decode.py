@@ -303,6 +303,36 @@ def test_the_scratch_layout_is_the_kernels():
     assert P.scratch_size(2, D=8, heads=4, kv_heads=2, dh=4, F=12, splits=3, blocks=5) == 2 * ((end + 3) // 4 * 4)
 
 
+def conflict_free(at, k: int) -> bool:
+    """Whether every quarter-warp of gemv's lanes (lane l holds columns 8c..8c+7, c = l + 32p, and reads the staged
+    float4s 2c and 2c + 1) reads eight distinct 16-byte bank groups of 128 bytes, each of its two loads, where
+    float4 i of a staged vector lies at at(i)."""
+    k8 = k // 8
+    for p in range((k8 + 31) // 32):
+        for quarter in range(4):
+            cs = [c for c in range(32 * p + 8 * quarter, 32 * p + 8 * quarter + 8) if c < k8]
+            for half in (0, 1):
+                if len({at(2 * c + half) % 8 for c in cs}) != len(cs):
+                    return False
+    return True
+
+
+@pytest.mark.parametrize("k", [256, 512, 1024, 2048, 3072, 6144])  # the presets' D, NO and FF; check-kernels' case
+def test_a_staged_vector_is_laid_out_for_gemvs_lanes(k):
+    """xs_at (HEADER's C expression, evaluated here) keeps each float4 of a K-float vector inside it, is its own
+    inverse (stage writes and gemv reads agree), and lets gemv's lanes read without bank conflicts, where the plain
+    layout has two ways of them."""
+    (expr,) = re.findall(r"int xs_at\(int i\) \{ return ([^;]+); \}", P.HEADER)
+
+    def at(i):
+        return eval(expr, {}, {"i": i})  # shifts, ands and xors: C and Python agree on non-negative ints
+
+    pos = [at(i) for i in range(k // 4)]
+    assert sorted(pos) == list(range(k // 4)) and all(at(j) == i for i, j in enumerate(pos))
+    assert conflict_free(at, k)
+    assert not conflict_free(lambda i: i, k)  # the plain layout, float4s 32 bytes apart: two lanes a bank group
+
+
 def test_two_decodes_of_one_step_share_one_launch(monkeypatch, tiny):
     """A step of two decodes (a Batch, as mixed's rounds after B's first token) runs as one pair launch where the
     model pairs decodes, with a stand-in that keeps the pair kernel's contract (the ops twin per request, the new

@@ -51,8 +51,13 @@ __device__ __noinline__ bool grid_sync(unsigned* sy, unsigned nb, unsigned epoch
     return ok != 0;
 }
 
-// NR staged vectors (K floats each in shared memory, vector q at xs4 + q XS4; ss[q]: this thread's share of its
-// sum of squares) RMSNormed by nw in place (red: NR WARPS floats)
+// Where float4 i of a staged vector lies: in each odd group of 8 the pairs are swapped, so that a quarter-warp
+// of gemv's lanes (float4s 2c and 2c + 1, 32 bytes apart) reads eight distinct 16-byte bank groups, not four
+// twice. An involution within each aligned 16; K / 4 is even, so it stays inside the vector.
+__device__ __forceinline__ int xs_at(int i) { return i ^ ((i >> 3) & 1); }
+
+// NR staged vectors (K floats each in shared memory, vector q at xs4 + q XS4, float4 i at xs_at(i); ss[q]: this
+// thread's share of its sum of squares) RMSNormed by nw in place (red: NR WARPS floats)
 template <int K, int BLOCK, int NR = 1, int XS4 = 0>
 __device__ __forceinline__ void normalize(float4* xs4, float* ss, const float* nw, float eps, float* red) {
     constexpr int WARPS = BLOCK / 32;
@@ -69,12 +74,15 @@ __device__ __forceinline__ void normalize(float4* xs4, float* ss, const float* n
         for (int w = 0; w < WARPS; ++w) tot += red[q * WARPS + w];
         const float inv = rsqrtf(tot / K + eps);
         float* xs = reinterpret_cast<float*>(xs4 + q * XS4);
-        for (int i = t; i < K; i += BLOCK) xs[i] = xs[i] * inv * nw[i];
+        for (int i = t; i < K; i += BLOCK) {
+            const int at = (xs_at(i >> 2) << 2) | (i & 3);
+            xs[at] = xs[at] * inv * nw[i];
+        }
     }
 }
 
 // NR vectors x[q] (K floats each, written by other blocks: read through L2) into shared memory, vector q at
-// xs4 + q XS4, each RMSNormed by nw when NORM (red: NR WARPS floats)
+// xs4 + q XS4 (float4 i at xs_at(i)), each RMSNormed by nw when NORM (red: NR WARPS floats)
 template <int K, int BLOCK, bool NORM, int NR = 1, int XS4 = 0>
 __device__ __forceinline__ void stage(float4* xs4, const float* const* x, const float* nw, float eps, float* red) {
     float ss[NR];
@@ -83,7 +91,7 @@ __device__ __forceinline__ void stage(float4* xs4, const float* const* x, const 
         ss[q] = 0.f;
         for (int i = threadIdx.x; i < K / 4; i += BLOCK) {
             const float4 v = __ldcg(reinterpret_cast<const float4*>(x[q]) + i);
-            xs4[q * XS4 + i] = v;
+            xs4[q * XS4 + xs_at(i)] = v;
             ss[q] += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
         }
     }
@@ -140,7 +148,7 @@ __device__ __forceinline__ void gemv(Rows<K, M, R>& g, const uint4* W, int row0,
             if (K8 % 32 == 0 || c < K8) {
                 #pragma unroll
                 for (int q = 0; q < NR; ++q) {
-                    const float4 x0 = xs4[q * XS4 + 2 * c], x1 = xs4[q * XS4 + 2 * c + 1];
+                    const float4 x0 = xs4[q * XS4 + xs_at(2 * c)], x1 = xs4[q * XS4 + xs_at(2 * c + 1)];
                     #pragma unroll
                     for (int r = 0; r < R; ++r)
                         #pragma unroll
@@ -441,7 +449,7 @@ __device__ __forceinline__ void stage_sum(float4* xs4, const float* base, const 
             const float4 w = __ldcg(reinterpret_cast<const float4*>(parts + (size_t)p * K) + i);
             v.x += w.x; v.y += w.y; v.z += w.z; v.w += w.w;
         }
-        xs4[i] = v;
+        xs4[xs_at(i)] = v;
         if (i >= i0 && i < i1) __stcg(reinterpret_cast<float4*>(out) + i, v);
         ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
     }
