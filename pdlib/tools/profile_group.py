@@ -92,5 +92,5 @@ def format_groups(result: dict) -> str:
     for name in names:
         lines.append(f"{name:14s} " + " ".join(f"{groups[n][name]:9.2f}" for n in ns))
     first = groups[ns[0]]["launch"]
-    lines.append(f"{'x first':14s} " + " ".join(f"{groups[n]['launch'] / first:9.2f}" for n in ns))
+    lines.append(f"{f'launch / {ns[0]} req':14s} " + " ".join(f"{groups[n]['launch'] / first:9.2f}" for n in ns))
     return "\n".join(lines)
