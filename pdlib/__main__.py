@@ -295,35 +295,31 @@ def cmd_profile_step(args) -> int:
             if n > MAX_GROUP:
                 raise InputError(f"--groups: a persistent launch decodes 1 to {MAX_GROUP} requests, got {n}")
     _gpu_only("profile-step")
-    if args.groups:
+    if args.groups or args.chunk is not None or args.rounds:  # each on a loaded model, its report with the machine
         from pdlib.engine.kernels import BACKEND
         from pdlib.report.io import environment
-        from pdlib.tools.profile_group import format_groups, profile_groups
-        from pdlib.weights import load_model
-
-        result = profile_groups(load_model(args.model), requests=args.groups, context=args.context, steps=args.steps)
-        result["environment"] = environment(BACKEND)
-        print(format_groups(result))
-    elif args.chunk is not None:
-        from pdlib.engine.kernels import BACKEND
-        from pdlib.report.io import environment
-        from pdlib.tools.profile_serve_step import format_serve_steps, profile_serve_steps
         from pdlib.weights import load_model
 
         model = load_model(args.model)
-        result = profile_serve_steps(model, chunk=args.chunk, rows=args.rows, context=args.context, steps=args.steps)
+        if args.groups:
+            from pdlib.tools.profile_group import format_groups, profile_groups
+
+            result = profile_groups(model, requests=args.groups, context=args.context, steps=args.steps)
+            text = format_groups(result)
+        elif args.chunk is not None:
+            from pdlib.tools.profile_serve_step import format_serve_steps, profile_serve_steps
+
+            kw = dict(chunk=args.chunk, rows=args.rows, context=args.context, steps=args.steps)
+            result = profile_serve_steps(model, **kw)
+            text = format_serve_steps(result)
+        else:
+            from pdlib.tools.profile_round import format_rounds, profile_rounds
+
+            rounds = profile_rounds(model, args.rounds, context=args.context, steps=args.steps)
+            result = {"context": args.context, "rounds": rounds}
+            text = format_rounds(rounds)
         result["environment"] = environment(BACKEND)
-        print(format_serve_steps(result))
-    elif args.rounds:
-        from pdlib.tools.profile_round import format_rounds, profile_rounds
-        from pdlib.weights import load_model
-
-        rounds = profile_rounds(load_model(args.model), args.rounds, context=args.context, steps=args.steps)
-        from pdlib.engine.kernels import BACKEND
-        from pdlib.report.io import environment
-
-        result = {"context": args.context, "rounds": rounds, "environment": environment(BACKEND)}
-        print(format_rounds(rounds))
+        print(text)
     else:
         from pdlib.tools.profile import format_rows, profile_step
 
