@@ -16,9 +16,16 @@
     // one request's or a pair's staged vectors fit static shared memory; a group's (more requests: source()
     // defines PDP_GROUP) follow attention's ring in dynamic shared memory (launch sizes it: staged_bytes)
 #ifdef PDP_GROUP
+    // a float4 more a vector, so that mma's B fragments (vectors gr, gr + 1) meet in no bank; then the tiles' parts
+    constexpr bool MMA = true;
+    constexpr int XP4 = XS4 + 1;
     float4* const xs4 = pdp::kv_ring + NST * 2 * WARPS * KVG * DH / 4;
+    float* const part = reinterpret_cast<float*>(xs4 + NR * XP4);
 #else
+    constexpr bool MMA = false;
+    constexpr int XP4 = XS4;
     __shared__ float4 xs4[NR * XS4];
+    float* const part = nullptr;
 #endif
     __shared__ float red[NR * WARPS];
     __shared__ float bv[NR][WARPS];
@@ -78,16 +85,17 @@
     constexpr int KS = WARPS * KVG;  // keys per stage of the attention ring
     const float* in[NR];  // the vectors a phase stages, one per request
 
-    pdp::Rows<D, 1, 2> gq, gl;
-    gq.load(WQKV, NQKV, gw * 2, lane);
+    pdp::Phase<D, 1, NQKV, 2, TW, NR, XP4, MMA> gq;
+    pdp::Phase<D, 1, V, 2, TW, NR, XP4, MMA> gl;
+    gq.load(WQKV, gw, lane);
     for (int l = 0; l < NL; ++l) {
         // the layer's input: the token's embedding, then h
         auto hin = [&](int q) { return l == 0 ? embed + (size_t)tk[q] * D : at(q, OFF_H); };
         // 1: RMSNorm + q|k|v
         PDP_STAMP(l * 10)
         for (int q = 0; q < NR; ++q) in[q] = hin(q);
-        pdp::stage<D, BLOCK, true, NR, XS4>(xs4, in, in_norm + l * D, eps, red);
-        pdp::gemv<D, 1, 2, NQKV, TW * 2, NR, XS4>(gq, WQKV + (size_t)l * NQKV * (D / 8), gw * 2, lane, xs4,
+        pdp::stage<D, BLOCK, true, NR, XP4>(xs4, in, in_norm + l * D, eps, red);
+        gq.run(WQKV + (size_t)l * NQKV * (D / 8), gw, lane, xs4, part,
                   [&](int q, int row, float a, float) { __stcg(at(q, OFF_QKV) + row, a); });
         auto KL = [&](int q) { return const_cast<float*>(kcs[q]) + (size_t)l * HKV * CAP * DH; };
         auto VL = [&](int q) { return const_cast<float*>(vcs[q]) + (size_t)l * HKV * CAP * DH; };
@@ -117,25 +125,25 @@
                     sy + pdp::SY_ERR, SPIN))
                 break;  // the barrier below ends the step
         }
-        pdp::Rows<D, 2, 1> gg;
+        pdp::Phase<D, 2, FF, 1, TW, NR, XP4, MMA> gg;
         if constexpr (FOLD) {  // o_proj is done (in parts): no phase 3
-            gg.load(WGU + (size_t)l * 2 * FF * (D / 8), FF, gw, lane);
+            gg.load(WGU + (size_t)l * 2 * FF * (D / 8), gw, lane);
             PDP_STAMP(l * 10 + 3)
             if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
             PDP_STAMP(l * 10 + 4)
             PDP_STAMP(l * 10 + 5)
         } else {
-            pdp::Rows<NO, 1, 1> go;
-            go.load(WO + (size_t)l * D * (NO / 8), D, gw, lane);
+            pdp::Phase<NO, 1, D, 1, TW, NR, XP4, MMA> go;
+            go.load(WO + (size_t)l * D * (NO / 8), gw, lane);
             PDP_STAMP(l * 10 + 3)
             if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
             // 3: o_proj + residual
             PDP_STAMP(l * 10 + 4)
             for (int q = 0; q < NR; ++q) in[q] = at(q, OFF_O);
-            pdp::stage<NO, BLOCK, false, NR, XS4>(xs4, in, nullptr, 0.f, red);
-            pdp::gemv<NO, 1, 1, D, TW, NR, XS4>(go, WO + (size_t)l * D * (NO / 8), gw, lane, xs4,
+            pdp::stage<NO, BLOCK, false, NR, XP4>(xs4, in, nullptr, 0.f, red);
+            go.run(WO + (size_t)l * D * (NO / 8), gw, lane, xs4, part,
                       [&](int q, int row, float a, float) { __stcg(at(q, OFF_H) + row, __ldcg(hin(q) + row) + a); });
-            gg.load(WGU + (size_t)l * 2 * FF * (D / 8), FF, gw, lane);
+            gg.load(WGU + (size_t)l * 2 * FF * (D / 8), gw, lane);
             PDP_STAMP(l * 10 + 5)
             if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
         }
@@ -145,37 +153,37 @@
             pdp::stage_sum<D, BLOCK, HKV>(xs4, hin(0), HP, H2, b, NB, post_norm + l * D, eps, red);
         } else {
             for (int q = 0; q < NR; ++q) in[q] = at(q, OFF_H);
-            pdp::stage<D, BLOCK, true, NR, XS4>(xs4, in, post_norm + l * D, eps, red);
+            pdp::stage<D, BLOCK, true, NR, XP4>(xs4, in, post_norm + l * D, eps, red);
         }
-        pdp::gemv<D, 2, 1, FF, TW, NR, XS4>(gg, WGU + (size_t)l * 2 * FF * (D / 8), gw, lane, xs4,
+        gg.run(WGU + (size_t)l * 2 * FF * (D / 8), gw, lane, xs4, part,
                   [&](int q, int row, float g, float u) { __stcg(at(q, OFF_ACT) + row, g / (1.f + expf(-g)) * u); });
-        pdp::Rows<FF, 1, 1> gd;
-        gd.load(WD + (size_t)l * D * (FF / 8), D, gw, lane);
+        pdp::Phase<FF, 1, D, 1, TW, NR, XP4, MMA> gd;
+        gd.load(WD + (size_t)l * D * (FF / 8), gw, lane);
         PDP_STAMP(l * 10 + 7)
         if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
         // 5: down + residual
         PDP_STAMP(l * 10 + 8)
         for (int q = 0; q < NR; ++q) in[q] = at(q, OFF_ACT);
-        pdp::stage<FF, BLOCK, false, NR, XS4>(xs4, in, nullptr, 0.f, red);
-        pdp::gemv<FF, 1, 1, D, TW, NR, XS4>(gd, WD + (size_t)l * D * (FF / 8), gw, lane, xs4,
+        pdp::stage<FF, BLOCK, false, NR, XP4>(xs4, in, nullptr, 0.f, red);
+        gd.run(WD + (size_t)l * D * (FF / 8), gw, lane, xs4, part,
                   [&](int q, int row, float a, float) {
                       __stcg(at(q, OFF_H) + row, __ldcg(at(q, FOLD ? OFF_H2 : OFF_H) + row) + a);
                   });
-        if (l + 1 < NL) gq.load(WQKV + (size_t)(l + 1) * NQKV * (D / 8), NQKV, gw * 2, lane);
+        if (l + 1 < NL) gq.load(WQKV + (size_t)(l + 1) * NQKV * (D / 8), gw, lane);
         PDP_STAMP(l * 10 + 9)
         if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
     }
     // final RMSNorm + LM head, each warp keeping each request's best row (the first of equal maxima, as argmax
     // does)
     PDP_STAMP(NL * 10)
-    gl.load(LM, V, gw * 2, lane);
+    gl.load(LM, gw, lane);
     for (int q = 0; q < NR; ++q) in[q] = at(q, OFF_H);
-    pdp::stage<D, BLOCK, true, NR, XS4>(xs4, in, fnorm, eps, red);
+    pdp::stage<D, BLOCK, true, NR, XP4>(xs4, in, fnorm, eps, red);
     float best[NR];
     int besti[NR];
     #pragma unroll
     for (int q = 0; q < NR; ++q) { best[q] = -INFINITY; besti[q] = 0x7fffffff; }
-    pdp::gemv<D, 1, 2, V, TW * 2, NR, XS4>(gl, LM, gw * 2, lane, xs4, [&](int q, int row, float a, float) {
+    gl.run(LM, gw, lane, xs4, part, [&](int q, int row, float a, float) {
         logits[(size_t)q * V + row] = a;
         if (a > best[q] || (a == best[q] && row < besti[q])) { best[q] = a; besti[q] = row; }
     });

@@ -45,12 +45,15 @@ Two requests decode in one launch where a step carries both (decode_persistent_g
 its second request's buffers in PAIR_INPUTS): each phase stages both vectors and multiplies every weight row it
 loads by both, so the weights are read and the barriers paid once for two tokens; attention's items are
 (request, KV head, split), with half the splits per head. A group of three to MAX_GROUP requests
-(decode_persistent_group, each further request's buffers in other_inputs(q)) does the same for all, its
-staged vectors in dynamic shared memory after the ring (group_stages: eight of Qwen3-0.6B's leave room for
-three stages of the ring, not four).
+(decode_persistent_group, each further request's buffers in other_inputs(q)) stages them all, in dynamic
+shared memory after the ring (group_stages: eight of Qwen3-0.6B's leave room for three stages of the ring, not
+four), and runs its weight phases on tensor cores: 16-row tiles of W times the vectors as mma's 8 columns, each
+vector in three exact bf16 parts (as the compiled rounds' GEMM), a tile's columns split over up to 8 warps of
+a block. Read per row or two, as one request's and a pair's FMAs read them, 8 vectors would ask shared memory
+for more than it serves.
 Metal has no co-residency guarantee, so there the per-operation kernels stay.
-The CUDA is in persistent_decode.cuh (device functions: HEADER) and persistent_decode.cu (the body: BODY); this
-module holds its layout, its launch and its ops twin.
+The CUDA is in persistent_decode.cuh and persistent_tiles.cuh (device functions: HEADER, with gemm.cuh's mma)
+and persistent_decode.cu (the body: BODY); this module holds its layout, its launch and its ops twin.
 """
 
 from dataclasses import dataclass
@@ -58,7 +61,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 
 from pdlib import settings
-from pdlib.engine.kernels.backend import BACKEND, PRELUDE, cuda_sm_count, float_bits, source
+from pdlib.engine.kernels.backend import BACKEND, CUDA_CP_ASYNC, PRELUDE, cuda_sm_count, float_bits, source
 from pdlib.engine.kernels.decode_attention import QK_NORM_ROPE, decode_attention_ops
 from pdlib.engine.kernels.gemv import gemv_ops
 from pdlib.engine.kernels.slices import current_sms
@@ -135,7 +138,14 @@ def decode_persistent_ops(
 
 
 # the prelude for the q/k norm + RoPE + store it shares with decode_attention_partial.cu
-HEADER = PRELUDE["cuda"] + QK_NORM_ROPE + source("persistent_decode.cuh")
+HEADER = (
+    PRELUDE["cuda"]
+    + QK_NORM_ROPE
+    + CUDA_CP_ASYNC
+    + source("gemm.cuh")
+    + source("persistent_decode.cuh")
+    + source("persistent_tiles.cuh")
+)
 
 BODY = source("persistent_decode.cu")
 
@@ -185,9 +195,10 @@ def ring_bytes(dh: int, kv_group: int = KV_GROUP, stages: int = KV_STAGES) -> in
 
 
 def staged_bytes(*, D: int, F: int, dh: int, heads: int, requests: int) -> int:
-    """A group's staged vectors (more than two requests), in dynamic shared memory after the ring; 0 for one
-    request or a pair, whose vectors are static."""
-    return 4 * requests * max(D, heads * dh, F) if requests > 2 else 0
+    """A group's staged vectors (more than two requests; a float4 of padding each) and its tiles' parts (each
+    warp's 2 x 128 floats), in dynamic shared memory after the ring; 0 for one request or a pair, whose vectors
+    are static."""
+    return 4 * requests * (max(D, heads * dh, F) + 4) + 4 * (BLOCK // 32) * 2 * 128 if requests > 2 else 0
 
 
 def kernel(dh: int, kv_group: int, requests: int, dynamic: int):
