@@ -16,8 +16,10 @@
     // one request's or a pair's staged vectors fit static shared memory; a group's (more requests: source()
     // defines PDP_GROUP) follow attention's ring in dynamic shared memory (launch sizes it: staged_bytes)
 #ifdef PDP_GROUP
-    // a float4 more a vector, so that mma's B fragments (vectors gr, gr + 1) meet in no bank; then the tiles' parts
-    constexpr bool MMA = true;
+    // the weight phases on tensor cores for 8 requests (at 4 they took twice gemv's time, one H100: see
+    // docs/engine.md); a float4 more a vector, so that mma's B fragments (vectors gr, gr + 1) meet in no bank;
+    // then the tiles' parts
+    constexpr bool MMA = NR >= 8;
     constexpr int XP4 = XS4 + 1;
     float4* const xs4 = pdp::kv_ring + NST * 2 * WARPS * KVG * DH / 4;
     float* const part = reinterpret_cast<float*>(xs4 + NR * XP4);

@@ -47,10 +47,10 @@ loads by both, so the weights are read and the barriers paid once for two tokens
 (request, KV head, split), with half the splits per head. A group of three to MAX_GROUP requests
 (decode_persistent_group, each further request's buffers in other_inputs(q)) stages them all, in dynamic
 shared memory after the ring (group_stages: eight of Qwen3-0.6B's leave room for three stages of the ring, not
-four), and runs its weight phases on tensor cores: 16-row tiles of W times the vectors as mma's 8 columns, each
-vector in three exact bf16 parts (as the compiled rounds' GEMM), a tile's columns split over up to 8 warps of
-a block. Read per row or two, as one request's and a pair's FMAs read them, 8 vectors would ask shared memory
-for more than it serves.
+four). A group of 8 runs its weight phases on tensor cores: 16-row tiles of W times the vectors as mma's 8
+columns, each vector in three exact bf16 parts (as the compiled rounds' GEMM), a tile's columns split over up
+to 8 warps of a block; read per row or two, as smaller groups' FMAs read them, 8 vectors ask shared memory for
+more than it serves (at 4 the tiles took twice the FMAs' time: docs/engine.md).
 Metal has no co-residency guarantee, so there the per-operation kernels stay.
 The CUDA is in persistent_decode.cuh and persistent_tiles.cuh (device functions: HEADER, with gemm.cuh's mma)
 and persistent_decode.cu (the body: BODY); this module holds its layout, its launch and its ops twin.
