@@ -68,30 +68,42 @@ __device__ __forceinline__ void normalize(float4* xs4, float* ss, const float* n
         if (lane == 0) red[q * WARPS + warp] = ss[q];
     }
     __syncthreads();
+    float inv[NR];
     #pragma unroll
     for (int q = 0; q < NR; ++q) {
         float tot = 0.f;
         for (int w = 0; w < WARPS; ++w) tot += red[q * WARPS + w];
-        const float inv = rsqrtf(tot / K + eps);
-        float* xs = reinterpret_cast<float*>(xs4 + q * XS4);
-        for (int i = t; i < K; i += BLOCK) {
-            const int at = (xs_at(i >> 2) << 2) | (i & 3);
-            xs[at] = xs[at] * inv * nw[i];
+        inv[q] = rsqrtf(tot / K + eps);
+    }
+    for (int i = t; i < K; i += BLOCK) {  // each norm weight read once for all NR vectors
+        const int at = (xs_at(i >> 2) << 2) | (i & 3);
+        const float w = nw[i];
+        #pragma unroll
+        for (int q = 0; q < NR; ++q) {
+            float* xs = reinterpret_cast<float*>(xs4 + q * XS4);
+            xs[at] = xs[at] * inv[q] * w;
         }
     }
 }
 
 // NR vectors x[q] (K floats each, written by other blocks: read through L2) into shared memory, vector q at
-// xs4 + q XS4 (float4 i at xs_at(i)), each RMSNormed by nw when NORM (red: NR WARPS floats)
+// xs4 + q XS4 (float4 i at xs_at(i)), each RMSNormed by nw when NORM (red: NR WARPS floats). Every copy is
+// requested at once (cp.async, no registers held), then each thread sums the squares of its own float4s: one L2
+// round trip for all NR vectors, not one a float4.
 template <int K, int BLOCK, bool NORM, int NR = 1, int XS4 = 0>
 __device__ __forceinline__ void stage(float4* xs4, const float* const* x, const float* nw, float eps, float* red) {
+    #pragma unroll
+    for (int q = 0; q < NR; ++q)
+        for (int i = threadIdx.x; i < K / 4; i += BLOCK)
+            pd_cp16(reinterpret_cast<float*>(xs4 + q * XS4 + xs_at(i)), x[q] + 4 * i, true);
+    pd_cp_commit();
+    pd_cp_wait<0>();
     float ss[NR];
     #pragma unroll
     for (int q = 0; q < NR; ++q) {
         ss[q] = 0.f;
         for (int i = threadIdx.x; i < K / 4; i += BLOCK) {
-            const float4 v = __ldcg(reinterpret_cast<const float4*>(x[q]) + i);
-            xs4[q * XS4 + xs_at(i)] = v;
+            const float4 v = xs4[q * XS4 + xs_at(i)];
             ss[q] += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
         }
     }
