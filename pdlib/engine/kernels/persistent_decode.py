@@ -35,8 +35,9 @@ resident.
 Behind that, every wait (at a barrier, or for a stage of the ring) has a timeout: a block that waits ~1 s
 flags an error in the sync buffer, every block then leaves, and the step's token comes back as ERROR_TOKEN,
 which `check_token` turns into a clear error on the host (the flag stays set, so later steps fail too
-rather than run on a broken barrier). Data that other blocks wrote in this launch is read with __ldcg (L2,
-never a stale L1 line) and written with __stcg. The barrier is a flag per block in the sync buffer (a few
+rather than run on a broken barrier). Data that other blocks wrote in this launch is read through L2, never a
+stale L1 line (__ldcg, and cp.async.cg for the staged vectors, all of a phase's requested at once), and written
+with __stcg. The barrier is a flag per block in the sync buffer (a few
 words and MAX_BLOCKS flags, ~17 KB): no block waits on a contended counter (MLX keeps arrays of 8 bytes or
 less in managed memory, where a barrier is slow). With PDLIB_TOKEN_READ=mailbox the
 last block also leaves the token in pinned host memory, where the host polls for it (mailbox.py; the sync
