@@ -422,13 +422,13 @@ def test_a_pair_fits_where_its_staged_vectors_do():
 def test_a_group_stages_its_vectors_after_the_ring_with_fewer_stages_where_they_need_the_room():
     """Three or more requests a launch: their staged vectors go to dynamic shared memory after attention's ring,
     which keeps its four stages while both fit an SM (227 KB) and gives up stages down to two; a group that does
-    not fit even then is not available. Qwen3-0.6B (12 KB a vector, and 8 KB of the tiles' parts): up to 6 with
-    four stages, 7 and 8 with three; -1.7B (24 KB): 4 with three, 6 not at all. One request or a pair never loses a
+    not fit even then is not available. Qwen3-0.6B (12 KB a vector; at 8, 8 KB more of the tiles' parts): up to 7
+    with four stages, 8 with three; -1.7B (24 KB): 4 with three, 8 not at all. One request or a pair never loses a
     stage."""
     small = preset("qwen3-0.6b")
     large = replace(small, hidden_size=2048, intermediate_size=6144)
-    assert [P.group_stages(small, n) for n in range(1, 9)] == [4, 4, 4, 4, 4, 4, 3, 3]
-    assert [P.group_stages(large, n) for n in (1, 2, 3, 4, 6, 8)] == [4, 0, 4, 3, 0, 0]
+    assert [P.group_stages(small, n) for n in range(1, 9)] == [4, 4, 4, 4, 4, 4, 4, 3]
+    assert [P.group_stages(large, n) for n in (1, 2, 3, 4, 6, 8)] == [4, 0, 4, 3, 2, 0]
     for cfg in (small, large):
         for n in range(3, 9):
             stages = P.group_stages(cfg, n)
@@ -439,6 +439,18 @@ def test_a_group_stages_its_vectors_after_the_ring_with_fewer_stages_where_they_
             assert (total <= P.SM_SHARED_LIMIT) == (stages > 0), (cfg.hidden_size, n)
             if 0 < stages < P.KV_STAGES:  # one more stage would not fit
                 assert total + P.ring_bytes(128, P.KV_GROUP, 1) > P.SM_SHARED_LIMIT
+
+
+def test_tiles_come_from_tiles_from_requests_in_the_source_and_the_staged_room():
+    """source() defines PDP_TILES (the weight phases on tensor cores) from TILES_FROM requests a launch, and only
+    there do the staged vectors take their padding and the tiles' parts."""
+    shape = dict(D=1024, F=3072, dh=128, heads=16)
+    for n in range(3, P.MAX_GROUP + 1):
+        tiles = n >= P.TILES_FROM
+        assert ("#define PDP_TILES" in P.source(n)) == tiles
+        plain = 4 * n * 3072
+        assert P.staged_bytes(**shape, requests=n) == (plain + 16 * n + 8192 if tiles else plain)
+    assert "#define PDP_TILES" not in P.source(2) and "#define PDP_GROUP" not in P.source(2)
 
 
 def test_the_largest_group_is_where_every_count_up_to_it_fits(monkeypatch):
@@ -522,8 +534,10 @@ def test_a_group_launch_passes_each_requests_buffers_where_the_kernel_reads_them
     assert got["sync_buf"] is sync and got["wqkv"] is dw.qkv and seen["requests"] == n
     t = seen["template"]
     assert t["NR"] == n and t["S"] == max(1, nb // (n * Hkv)) and not t["FOLD"]
-    # a group's staged vectors (a float4 of padding each) and its tiles' parts (8 warps' 2 x 128 floats), after the ring
-    staged = 4 * n * (max(D, Hq * Dh, F) + 4) + 4 * 8 * 2 * 128 if n > 2 else 0
+    # a group's staged vectors, after the ring; with tiles (8 requests) a float4 of padding each and the tiles'
+    # parts (8 warps' 2 x 128 floats)
+    xs = max(D, Hq * Dh, F)
+    staged = 0 if n < 3 else 4 * n * xs if n < 8 else 4 * n * (xs + 4) + 4 * 8 * 2 * 128
     assert t["NST"] == (3 if n == 8 else P.KV_STAGES)  # eight of 3,072 floats leave room for three stages
     assert seen["dynamic"] == P.ring_bytes(Dh, P.KV_GROUP, t["NST"]) + staged  # a pair's: the ring's alone
     assert seen["shapes"][:3] == [(n * V,), (4 * n,), (4 * n,)] and seen["shapes"][5:] == [r[4].shape for r in reqs]

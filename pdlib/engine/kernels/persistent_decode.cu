@@ -16,13 +16,17 @@
     // one request's or a pair's staged vectors fit static shared memory; a group's (more requests: source()
     // defines PDP_GROUP) follow attention's ring in dynamic shared memory (launch sizes it: staged_bytes)
 #ifdef PDP_GROUP
-    // the weight phases on tensor cores for 8 requests (at 4 they took twice gemv's time, one H100: see
-    // docs/engine.md); a float4 more a vector, so that mma's B fragments (vectors gr, gr + 1) meet in no bank;
-    // then the tiles' parts
-    constexpr bool MMA = NR >= 8;
+#ifdef PDP_TILES
+    // the weight phases on tensor cores (source() defines PDP_TILES from TILES_FROM requests); a float4 more a
+    // vector, so that mma's B fragments (vectors gr, gr + 1) meet in no bank; then the tiles' parts
+    constexpr bool MMA = true;
     constexpr int XP4 = XS4 + 1;
+#else
+    constexpr bool MMA = false;
+    constexpr int XP4 = XS4;
+#endif
     float4* const xs4 = pdp::kv_ring + NST * 2 * WARPS * KVG * DH / 4;
-    float* const part = reinterpret_cast<float*>(xs4 + NR * XP4);
+    float* const part = MMA ? reinterpret_cast<float*>(xs4 + NR * XP4) : nullptr;
 #else
     constexpr bool MMA = false;
     constexpr int XP4 = XS4;

@@ -183,11 +183,17 @@ PAIR_INPUTS, PAIR_OUTPUTS = other_inputs(1)  # the second request's
 _kernels: dict = {}
 
 
+# requests a launch from which the weight phases run on tensor cores (persistent_tiles.cuh; at 4 they took twice
+# gemv's time on an H100, at 8 less: docs/engine.md)
+TILES_FROM = 8
+
+
 def source(requests: int) -> str:
     """BODY for `requests` a launch: PDP_REQS(tok, tok1) lists tok, tok1, tok2, ... (other_inputs' names); past a
-    pair, PDP_GROUP (the staged vectors in dynamic shared memory)."""
+    pair, PDP_GROUP (the staged vectors in dynamic shared memory); from TILES_FROM, PDP_TILES."""
     group = "#define PDP_GROUP\n" if requests > 2 else ""
-    return group + "#define PDP_REQS(a, b) a" + "".join(f", a##{q}" for q in range(1, requests)) + "\n" + BODY
+    tiles = "#define PDP_TILES\n" if requests >= TILES_FROM else ""
+    return group + tiles + "#define PDP_REQS(a, b) a" + "".join(f", a##{q}" for q in range(1, requests)) + "\n" + BODY
 
 
 def ring_bytes(dh: int, kv_group: int = KV_GROUP, stages: int = KV_STAGES) -> int:
@@ -196,10 +202,14 @@ def ring_bytes(dh: int, kv_group: int = KV_GROUP, stages: int = KV_STAGES) -> in
 
 
 def staged_bytes(*, D: int, F: int, dh: int, heads: int, requests: int) -> int:
-    """A group's staged vectors (more than two requests; a float4 of padding each) and its tiles' parts (each
-    warp's 2 x 128 floats), in dynamic shared memory after the ring; 0 for one request or a pair, whose vectors
-    are static."""
-    return 4 * requests * (max(D, heads * dh, F) + 4) + 4 * (BLOCK // 32) * 2 * 128 if requests > 2 else 0
+    """A group's staged vectors (more than two requests), in dynamic shared memory after the ring, with tiles
+    (from TILES_FROM requests) a float4 of padding each and the tiles' parts (each warp's 2 x 128 floats); 0 for
+    one request or a pair, whose vectors are static."""
+    if requests < 3:
+        return 0
+    if requests < TILES_FROM:
+        return 4 * requests * max(D, heads * dh, F)
+    return 4 * requests * (max(D, heads * dh, F) + 4) + 4 * (BLOCK // 32) * 2 * 128
 
 
 def kernel(dh: int, kv_group: int, requests: int, dynamic: int):
