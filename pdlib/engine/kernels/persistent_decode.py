@@ -37,11 +37,10 @@ flags an error in the sync buffer, every block then leaves, and the step's token
 which `check_token` turns into a clear error on the host (the flag stays set, so later steps fail too
 rather than run on a broken barrier). Data that other blocks wrote in this launch is read through L2, never a
 stale L1 line (__ldcg, and cp.async.cg for the staged vectors, all of a phase's requested at once), and written
-with __stcg. The barrier is a flag per block in the sync buffer (a few
-words and MAX_BLOCKS flags, ~17 KB): no block waits on a contended counter (MLX keeps arrays of 8 bytes or
-less in managed memory, where a barrier is slow). With PDLIB_TOKEN_READ=mailbox the
-last block also leaves the token in pinned host memory, where the host polls for it (mailbox.py; the sync
-buffer holds the address).
+with __stcg. The barrier is a flag per block in the sync buffer (a few words and MAX_BLOCKS flags, ~17 KB): no
+block waits on a contended counter (MLX keeps arrays of 8 bytes or less in managed memory, where a barrier is
+slow). With PDLIB_TOKEN_READ=mailbox the last block also leaves the token in pinned host memory, where the host
+polls for it (mailbox.py; the sync buffer holds the address).
 Two requests decode in one launch where a step carries both (decode_persistent_group; the same BODY with NR = 2,
 its second request's buffers in PAIR_INPUTS): each phase stages both vectors and multiplies every weight row it
 loads by both, so the weights are read and the barriers paid once for two tokens; attention's items are
@@ -205,11 +204,8 @@ def staged_bytes(*, D: int, F: int, dh: int, heads: int, requests: int) -> int:
     """A group's staged vectors (more than two requests), in dynamic shared memory after the ring, with tiles
     (from TILES_FROM requests) a float4 of padding each and the tiles' parts (each warp's 2 x 128 floats); 0 for
     one request or a pair, whose vectors are static."""
-    if requests < 3:
-        return 0
-    if requests < TILES_FROM:
-        return 4 * requests * max(D, heads * dh, F)
-    return 4 * requests * (max(D, heads * dh, F) + 4) + 4 * (BLOCK // 32) * 2 * 128
+    pad, parts = (4, 4 * (BLOCK // 32) * 2 * 128) if requests >= TILES_FROM else (0, 0)
+    return 4 * requests * (max(D, heads * dh, F) + pad) + parts if requests > 2 else 0
 
 
 def kernel(dh: int, kv_group: int, requests: int, dynamic: int):
