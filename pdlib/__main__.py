@@ -195,9 +195,11 @@ def cmd_notebooks(args) -> int:
 
 
 def cmd_check_kernels(args) -> int:
+    from pdlib.errors import check_int
     from pdlib.tools.kernel_check import check_kernels, format_rows
 
-    rows = check_kernels(seed=args.seed, progress=True)
+    check_int("--jobs", args.jobs, 1)
+    rows = check_kernels(seed=args.seed, progress=True, jobs=args.jobs)
     print(format_rows(rows))
     if args.output:
         from pdlib.engine.kernels import BACKEND

@@ -291,6 +291,13 @@ def parser(commands: dict, *, description: str) -> argparse.ArgumentParser:
     )
     k = command("check-kernels", "every GPU kernel against its MLX-ops twin (GPU only)")
     k.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    k.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="kernel families checked at once, each in its own process (on a fresh machine most of the run is "
+        "compiling kernels, one at a time in a process)",
+    )
     k.add_argument("--output", metavar="PATH", help="JSON with every comparison; must not exist")
     b = command(
         "bench-step",

@@ -6,7 +6,6 @@ without pytest, by `python -m pdlib check-kernels`.
 """
 
 import sys
-import time
 
 import mlx.core as mx
 from tqdm import tqdm
@@ -16,6 +15,7 @@ from pdlib.engine.kernels import gemm as G
 from pdlib.engine.kernels.flash_prefill import ROW_TILES
 from pdlib.engine.kernels.gemm import CANDIDATES
 from pdlib.errors import InputError
+from pdlib.tools.check_pool import run_families, run_family
 from pdlib.tools.check_rows import bf16_normal, compare, evaluated, fence_row, slot_rows
 from pdlib.tools.persistent_check import check_persistent_decode
 from pdlib.tools.rows_check import check_decode_rows
@@ -385,9 +385,14 @@ def check_write_chain(seed: int) -> list[dict]:
     )
 
 
-def check_kernels(*, seed: int = 0, progress: bool = False) -> list[dict]:
+# the families that take longest on a fresh machine (mostly compiling), started first with --jobs
+SLOWEST = ("gemm", "persistent_decode", "flash_attention", "gemm_epilogue")
+
+
+def check_kernels(*, seed: int = 0, progress: bool = False, jobs: int = 1) -> list[dict]:
     """Every kernel's rows, in one fixed order. `progress`: a bar on stderr, one step per kernel family (a fresh
-    GPU machine compiles each family's kernels on first use, minutes in all, so a cut run says where it was)."""
+    GPU machine compiles each family's kernels on first use, minutes in all, so a cut run says where it was).
+    `jobs` > 1: the families in that many worker processes at once (check_pool.py)."""
     if K.BACKEND == "cpu":
         raise InputError("no GPU backend: the kernels exist only on CUDA or Metal; the CPU runs the ops twins")
     cuda = [check_gemm, check_gemm_epilogue, check_flash_attention] if K.BACKEND == "cuda" else []  # CUDA's alone
@@ -403,19 +408,26 @@ def check_kernels(*, seed: int = 0, progress: bool = False) -> list[dict]:
         check_persistent_decode,
         *([check_slices] if K.BACKEND == "cuda" else []),  # green contexts: CUDA's alone
     ]
-    rows = []
-    with tqdm(families, desc="check-kernels", unit="family", file=sys.stderr, disable=not progress) as bar:
-        for check in bar:
-            name = check.__name__.removeprefix("check_")
-            bar.set_postfix_str(f"{name}, {len(rows)} rows so far")
-            t = time.perf_counter()
-            new = check(seed)
-            rows += new
+    with tqdm(total=len(families), desc="check-kernels", unit="family", file=sys.stderr, disable=not progress) as bar:
+        count = [0]
+
+        def done(name: str, new: list[dict], took: float) -> None:
+            count[0] += len(new)
+            bar.update(1)
+            bar.set_postfix_str(f"{name} done, {count[0]} rows so far")
             if progress:  # a run cut short still says which families were done, how they fared and how long
                 failing = sum(not r["passed"] for r in new)
-                took = time.perf_counter() - t
                 tqdm.write(f"check-kernels: {name}: {len(new)} rows, {failing} failing, {took:.1f} s", file=sys.stderr)
-    return rows
+
+        if jobs > 1:
+            return run_families(families, seed=seed, jobs=jobs, first=SLOWEST, done=done)
+        rows = []
+        for check in families:
+            bar.set_postfix_str(f"{check.__name__.removeprefix('check_')}, {count[0]} rows so far")
+            new, took = run_family(check, seed)
+            rows += new
+            done(check.__name__.removeprefix("check_"), new, took)
+        return rows
 
 
 def format_rows(rows: list[dict]) -> str:
