@@ -8,7 +8,8 @@ points and writes its report, rather than being killed in the middle of one with
 
 A point is admitted once what it shares with later points is made (the model, every rep's references, the engine
 and its compiles, a fit: serve_search.measure calls `admit` then), against the time left: its expected time is
-(its arrival span at that rate + the overhead) x (1 + the warmups run before it). The overhead (a run's wall
+its arrival span at that rate + the overhead, and as much for each warmup run before it at that rate or the
+search's start rate, the higher. The overhead (a run's wall
 time past its arrivals: the drain, the gate, a replay) starts at FIRST_OVERHEAD_S and is then the largest seen
 in this command, setup left out. Arrivals scale as 1/rate for a trace's multiplier and a Poisson rate alike.
 """
@@ -40,13 +41,16 @@ class Budget:
         self.seconds, self.spans = seconds, spans
         self.clock = clock or (lambda: time.perf_counter())  # read when called: a test may stand in for it
         self.t0, self.overhead, self.seen = self.clock(), FIRST_OVERHEAD_S, False  # made as the command starts
+        self.warm_rate = 0.0  # warmups run at a point's rate or this, the higher (the search's start)
         self.stopped = None  # the first point refused (BudgetSpent.record): no later one is measured
 
     def left(self) -> float:
         return math.inf if self.seconds is None else self.seconds - (self.clock() - self.t0)
 
     def expect(self, rate: float, rep: int, warmups: int) -> float:
-        return (self.spans[rep] / rate + self.overhead) * (1 + warmups)
+        """A point's runs: its own at `rate`, each warmup at `rate` or `warm_rate`, the higher."""
+        warm = max(rate, self.warm_rate)
+        return self.spans[rep] / rate + self.overhead + warmups * (self.spans[rep] / warm + self.overhead)
 
     def admit(self, policy: str, rate: float, rep: int, *, warmups: int) -> None:
         expected, left = self.expect(rate, rep, warmups), self.left()
@@ -55,8 +59,9 @@ class Budget:
 
     def record(self, rate: float, rep: int, point: dict) -> None:
         """A measured point's time past its arrivals, per run, without its setup (what later points reuse)."""
-        runs = point["wall_s"] - point.get("setup_s", 0.0)
-        over = runs / (1 + point.get("warmups", 0)) - self.spans[rep] / rate
+        runs, warmups = point["wall_s"] - point.get("setup_s", 0.0), point.get("warmups", 0)
+        arrivals = self.spans[rep] / rate + warmups * self.spans[rep] / point.get("warmup_rate", rate)
+        over = (runs - arrivals) / (1 + warmups)
         self.overhead = max(over, self.overhead if self.seen else 0.0)
         self.seen = True
 

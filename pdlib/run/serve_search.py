@@ -10,9 +10,7 @@ The rate: a trace's `rate_multiplier` (arrivals divided by it), a poisson source
 params' own value is replaced by each measured rate. A rep is one fixed workload sample (REP_RULE):
 - poisson: seed + rep (the lengths do not depend on the rate: the gaps are drawn first, always n - 1 of them);
 - a trace with `first: K`: the rep-th block of K consecutive requests of the window (of the whole trace without
-  window_s): requests [i0 + rep*K, i0 + (rep+1)*K), i0 the window's first; refused if the window holds fewer than
-  reps*K. Consecutive blocks keep the trace's own burstiness, which a time slice of fixed length would too, but
-  with a fixed N (one cache size, one reference cost per rep);
+  window_s), refused if the window holds fewer than reps*K: the trace's own burstiness with a fixed N;
 - a trace with window_s [a, b) and no `first`: the window moved by rep*(b - a) seconds;
 - a whole trace (neither): one sample only, reps must be 1.
 Rep 0 is the params' workload itself (Workload.from_params at that rate).
@@ -20,28 +18,26 @@ Rep 0 is the params' workload itself (Workload.from_params at that rate).
 A measured point runs one policy (serve.serve_once, gated as `serve` gates: a token mismatch, or a failed check on
 the replay of its steps, run on the first point of each policy and rate, stops the search in one line) or one peer
 (peer.peer_once, timed, its agreement recorded) on that workload, and keeps report.serving.run_summary with both
-SLOs' attainment. The params' warmups are untimed runs of a policy (or peer) at its first point in a command, not at
-every point: with the matmul variants compiled first (serve.warm_engine) and no kernel compiled per chunk length,
-what a warmup compiles or allocates once serves every later rate; each point records the warmups run before it. What
-every point shares is made once per search (`Bench`): the model, one Engine (capacity: the largest over the reps,
-one cache shape for every step; as many caches as memory holds, serve.py), each rep's prompts and FP32 references
-(computed once per rep and log, reused at every rate and by later commands), and mlx-lm's models for the peers.
+SLOs' attainment. The params' warmups are untimed runs of a policy (or peer) at its first point in a command (at
+that rate or the search's start, the higher), not at every point: with the matmul variants compiled first
+(serve.warm_engine) and no kernel compiled per chunk length, what a warmup compiles or allocates once serves every
+later rate; each point records its warmups and their rate. What every point shares is made once per search
+(`Bench`): the model, one Engine (capacity: the largest over the reps, one cache shape for every step; as many
+caches as memory holds, serve.py), each rep's prompts and FP32 references (computed once per rep and log, reused
+at every rate and by later commands), and mlx-lm's models for the peers.
 
 SLOs (report.serving.slos_from_step): strict and relaxed TBT/TPOT are 5x and 25x one decode step; TTFT is one
 number for both. `search.slo.decode_ms: null` measures the step here (search_slo.calibrate: the median of DECODE_STEPS
 single-request decode steps at the workload's median prompt length); `ttft_ms: null` is TTFT_FACTOR times the
-measured uncontended TTFT of the workload's p90 prompt (prefilled alone in chunk_size chunks to its first
-token): Splitwise's P90 TTFT SLO is 3x the uncontended, and at a low rate P90 TTFT is about that prompt's, so
-the bound is met with room for some queueing and fails once queueing builds. The measured values are in the
-log's header: a resumed search uses them, never a second measurement.
+measured uncontended TTFT of the workload's p90 prompt (Splitwise's P90 TTFT SLO: 3x the uncontended). The
+measured values are in the log's header: a resumed search uses them, never a second measurement.
 
 Searches: per run, per SLO (strict, relaxed) and per criterion (capacity: pooled P99 TBT and P90 TTFT within the
 SLO; goodput: >= 90% of requests meet TTFT and TPOT), report.serving.search over [lo, hi]. The four searches of a
 run share one `known` cache of its summaries, seeded from the log (search_log.py), so no point is measured twice.
 A policy whose rule has changed since some of a log's points (RULES: slo-mixed's budget) keeps the rule in each
-point and search; the log's points made under another rule are measured again, not mixed in.
-Each point also keeps where its run lost latency (report.serving_loss.run_loss: prefill stalls, waiting, host
-time, peak memory), and each result its `limit`: the failing point that bounds its value and why it failed.
+point and search: the log's points made under another rule are measured again. Each point keeps where its run lost
+latency (report.serving_loss.run_loss), each result its `limit`: the failing point that bounds it and why.
 """
 
 import dataclasses
@@ -164,7 +160,7 @@ class Bench:
         self.slos, self.prepared, self.peer_models = {}, {}, {}  # SLOs; reps' prompts and references; mlx-lm
         self.slo = None  # the slo policy's (record, budget), fitted once per log (serve_slo.py, slo_for)
         self.warm = None  # serve.warm_engine's record, once per command: compiled before any point is timed
-        self.warmed: set = set()  # the policies and peers warmed up in this command
+        self.warmed, self.warm_rate = set(), 0.0  # warmed up in this command; warmups' lowest rate (measure)
         self.log = None  # the search's log: each rep's FP32 references are kept there (search_log.py)
         self.from_log = False  # a report of the log alone: no point is measured (search_params_file)
         self.references = {"computed": 0, "from_log": 0, "seconds": 0.0}  # reps' references, this command
@@ -278,6 +274,8 @@ def measure(bench: Bench, policy: str, rate: float, rep: int, admit=None) -> dic
     prep = bench.prepare(rep, w)
     refs, chunk = prep["refs"], bench.params.chunk_size
     warmups = 0 if policy in bench.warmed else bench.params.warmups
+    warm_rate = max(rate, bench.warm_rate)  # a low rate's point warms up no longer than the start's
+    w_warm = w if warm_rate == rate else rep_workload(bench.workload_params, warm_rate, rep)
     if policy in bench.peers:
         dtype, step = bench.peers[policy]
         bench.release_engine()
@@ -293,7 +291,7 @@ def measure(bench: Bench, policy: str, rate: float, rep: int, admit=None) -> dic
     bench.warmed.add(policy)
     if policy in bench.peers:
         for _ in range(warmups):
-            peer_once(model, w, prep["prompts"], dtype=dtype, prefill_step_size=step)
+            peer_once(model, w_warm, prep["prompts"], dtype=dtype, prefill_step_size=step)
         run = peer_once(model, w, prep["prompts"], dtype=dtype, prefill_step_size=step)
         record_agreement(run, refs)
         rs = run["requests"]
@@ -322,7 +320,7 @@ def measure(bench: Bench, policy: str, rate: float, rep: int, admit=None) -> dic
             )
 
         for _ in range(warmups):
-            gated_run(engine, w, policy, refs=refs, how=how)
+            gated_run(engine, w_warm, policy, refs=refs, how=how)
         replay = replayed if bench.params.replay_requests and not bench.replayed_at(policy, rate) else None
         run = gated_run(engine, w, policy, refs=refs, how=how, replay=replay, ties=check["near_ties"])
         if "replay" in run:
@@ -339,6 +337,7 @@ def measure(bench: Bench, policy: str, rate: float, rep: int, admit=None) -> dic
         "loss": run_loss(run, bench.slos, kv_bytes_per_position=kv_bytes),
         "gate": check,
         "warmups": warmups,
+        "warmup_rate": warm_rate,
         "makespan_s": run["makespan_ns"] / 1e9,
         "wall_s": time.perf_counter() - t,
         "setup_s": setup_s,
@@ -455,6 +454,7 @@ def search_params_file(
     workload_params, params = load_serve_params(params_file, policies=policies, peers=peers)
     settings = params.search if params.search is not None else search_settings({})
     bench = Bench(workload_params, params, settings["reps"])
+    bench.warm_rate = budget.warm_rate = grid_rate(settings["start"] or math.sqrt(settings["lo"] * settings["hi"]))
     sources = source_hashes(params_file)
     bench.sources_hash = sources_hash(sources)
     budget.spans = [w.duration_s for w in bench.samples]

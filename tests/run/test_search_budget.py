@@ -57,11 +57,13 @@ def fake(monkeypatch, clock):
         admit(warmups)
         calls.append((policy, rate, rep))
         bench.warmed.add(policy)
-        wall = setup + (bench.samples[rep].duration_s / rate + EXTRA_S) * (1 + warmups)
+        span, warm = bench.samples[rep].duration_s, max(rate, bench.warm_rate)  # as measure warms up
+        wall = setup + span / rate + EXTRA_S + warmups * (span / warm + EXTRA_S)
         clock.t += wall - setup
         thr = THRESHOLD[policy] * (1 + 0.05 * rep)
         summary = {"tbt_p99_ms": 5 * rate / thr, "ttft_p90_ms": 10.0, "attain_strict": 1.0, "attain_relaxed": 1.0}
-        point = {"summary": summary, "gate": {"checks": "fake"}, "warmups": warmups, "makespan_s": 0, "wall_s": wall}
+        point = {"summary": summary, "gate": {"checks": "fake"}, "warmups": warmups, "warmup_rate": warm}
+        point.update(makespan_s=0, wall_s=wall)
         return {**point, "setup_s": setup}
 
     monkeypatch.setattr(serve_search, "measure", measure)
@@ -91,6 +93,17 @@ def test_a_budget_admits_what_fits_and_learns_the_overhead(clock):
     unbounded = Budget(None, spans=[40.0])
     unbounded.admit("mixed", 0.01, 0, warmups=9)
     assert unbounded.to_dict() == {"budget_s": None, "overhead_s": None}
+
+
+def test_a_low_rates_warmups_run_at_the_start_rate_and_are_expected_so(clock):
+    b = Budget(500.0, spans=[40.0])
+    b.warm_rate = 1.0  # the search's start: a 0.125x point warms up on 40 s of arrivals, not 320
+    over = search_budget.FIRST_OVERHEAD_S
+    assert b.expect(0.125, 0, warmups=1) == 320.0 + over + 40.0 + over
+    assert b.expect(2.0, 0, warmups=1) == 2 * (20.0 + over)  # above the start rate: at its own rate
+    b.admit("fifo", 0.125, 0, warmups=1)  # 480 s: it fits (760 with the warmup at 0.125x)
+    b.record(0.125, 0, {"wall_s": 370.0, "warmups": 1, "warmup_rate": 1.0})  # 10 s past 320 + 40 s of arrivals
+    assert b.overhead == 5.0
 
 
 @pytest.mark.parametrize("bad", [0, -1.0, float("inf"), float("nan"), True, "60"])
