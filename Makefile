@@ -60,9 +60,11 @@ define fresh_out
 	mkdir -p "$(OUT)"
 endef
 GPU_PARAMS ?= params/qwen3-0.6b-4096x1024.yaml
+# check-kernels' kernel families checked at once, each in its own process (docs/gpu.md)
+CHECK_JOBS ?= 4
 gpu:
 	$(fresh_out)
-	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib check-kernels --output "$(OUT)/check-kernels.json"
+	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib check-kernels --jobs $(CHECK_JOBS) --output "$(OUT)/check-kernels.json"
 	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib bench-step --output "$(OUT)/bench-step.json"
 	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib run --params $(GPU_PARAMS) --output "$(OUT)/report.json"
 
@@ -71,7 +73,7 @@ gpu:
 # 16,384/256/512 (3 trials).
 gpu-partition:
 	$(fresh_out)
-	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib check-kernels --output "$(OUT)/check-kernels.json"
+	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib check-kernels --jobs $(CHECK_JOBS) --output "$(OUT)/check-kernels.json"
 	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib partition-curve --output "$(OUT)/partition-curve.json"
 	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
 		--policies eager chunked overlap partition --output "$(OUT)/report-4k.json"
@@ -93,7 +95,7 @@ define round_bench
 endef
 gpu-rounds:
 	$(fresh_out)
-	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib check-kernels --output "$(OUT)/check-kernels.json"
+	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib check-kernels --jobs $(CHECK_JOBS) --output "$(OUT)/check-kernels.json"
 	$(round_bench)
 gpu-rounds-bench:
 	$(fresh_out)
