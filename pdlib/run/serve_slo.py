@@ -28,7 +28,7 @@ step, admits arrivals, reads the tokens: on an H100 the steps predicted at 5.7 m
 run also learns what the loop adds: after every step with prompt work beside decodes, the longest gap it ended
 minus the step's prediction; the budget prices a step at its prediction plus the median of the last LOOP_WINDOW
 such overruns (none yet: the fit alone; a step's overrun is seen as the step after it goes out, so it prices
-the one after that). An additive term, as host work per step is; each run starts afresh.
+the one after that). An additive term, as host work per step is, and never negative; each run starts afresh.
 BUDGET_RULE names the rule in each search point, so a log's points made under another are measured again.
 """
 
@@ -45,8 +45,8 @@ from pdlib.scheduler import RequestState
 from pdlib.workload import Workload
 
 BUDGET_RULE = (
-    "pdlib.slo-budget/3: the ceiling where no decode is ready or no prompt token fits beside them; "
-    "each step priced with the run's median overrun of its last steps with prompt work beside decodes"
+    "pdlib.slo-budget/4: the ceiling where no decode is ready or no prompt token fits beside them; "
+    "each step priced with the run's median overrun of its last steps with prompt work beside decodes, if positive"
 )
 LOOP_WINDOW = 16  # the steps whose overruns price the next
 ROW_COUNTS = (1, 4, 16)  # decode rows beside the calibration's chunks
@@ -162,8 +162,10 @@ class StepBudget:
 
     @property
     def loop_ms(self) -> float:
-        """What the loop adds to a step's predicted time, as learned so far in this run."""
-        return float(np.median(self.overruns)) if self.overruns else 0.0
+        """What the loop adds to a step's predicted time, as learned so far in this run; never below 0 (gaps under
+        the predictions say the fit overprices, not by how much a smaller step would: taken as a negative addend,
+        it would let the fewest prompt tokens through under a target no step meets)."""
+        return max(0.0, float(np.median(self.overruns))) if self.overruns else 0.0
 
     def expect(self, running: list[RequestState], n: int) -> float:
         return predicted_ms(self.cost, running, n)

@@ -166,6 +166,12 @@ def test_the_budget_prices_each_step_with_the_runs_median_overrun():
     budget.start()
     assert budget.loop_ms == 0.0 and budget(one) == fresh
     assert budget.expect(one, 32) == predicted_ms(COST, one, 32)
+    # a loop faster than the fit adds nothing: under a target no step meets, prompt steps keep the ceiling (as a
+    # negative addend, a 1-token step priced under the target would take one token a step)
+    unmet = step_budget(COST, tbt_ms=1e-5, ceiling=32)
+    for _ in range(serve_slo.LOOP_WINDOW):
+        unmet.observe(5.0, 5.0 - predicted_ms(COST, one, 1))
+    assert unmet.loop_ms == 0.0 and unmet(one) == 32
 
 
 def test_the_loop_reports_each_step_with_prompt_work_beside_decodes_and_the_longest_gap_it_ended(
@@ -205,7 +211,7 @@ def test_the_loop_reports_each_step_with_prompt_work_beside_decodes_and_the_long
     assert all(e > 0 for e, _ in timed)
     loop = run["slo_loop"]  # this run's alone: the warmup's are forgotten
     assert loop["overruns"] == pytest.approx([g - e for e, g in timed])
-    assert loop["loop_ms"] == pytest.approx(float(np.median(loop["overruns"])))
+    assert loop["loop_ms"] == pytest.approx(max(0.0, float(np.median(loop["overruns"]))))  # never negative
 
 
 def test_a_loop_slower_than_the_fit_turns_the_chunks_into_the_whole_ceiling(tiny, workload, monkeypatch):
