@@ -16,7 +16,7 @@ endif
 RUN_EXTRAS := $(MLX_EXTRA)notebooks
 TEST_EXTRAS := $(MLX_EXTRA)notebooks,test
 
-.PHONY: setup setup-test test test-fast lint run lab gpu gpu-partition gpu-rounds gpu-rounds-bench gpu-serve-step gpu-search-pair gpu-cache-pack \
+.PHONY: setup setup-test test test-fast lint run lab gpu gpu-partition gpu-rounds gpu-rounds-bench gpu-serve-step gpu-search gpu-search-pair gpu-cache-pack \
 	gpu-cache-unpack clean
 setup: $(VENV)/.installed-$(subst $(comma),-,$(RUN_EXTRAS))
 setup-test: $(VENV)/.installed-$(subst $(comma),-,$(TEST_EXTRAS))
@@ -134,6 +134,19 @@ gpu-search-pair:
 		cp -r "$$(ls -d /tmp/mlx/*/ptx | head -n 1)" /tmp/mlx-ptx-gpu$$i; done  # what check-kernels compiled
 	$(call search_one,0,$(SEARCH_A)) & a=$$!; $(call search_one,1,$(SEARCH_B)) & b=$$!; \
 	wait $$a; ra=$$?; wait $$b; rb=$$?; tail -n 4 "$(OUT)"/*.txt; test $$ra = 0 && test $$rb = 0
+
+# One search command on one GPU (SEARCH_A's params file), as gpu-search-pair's first half, after check-kernels
+# where it has not passed on this machine yet; the log is copied into OUT (a machine lent for a while does not
+# keep it: bring it back into SEARCH_LOGS to resume on another of the same kind).
+gpu-search:
+	$(fresh_out)
+	mkdir -p "$(SEARCH_LOGS)"
+	test -f /tmp/pdlib-check-kernels.passed || { MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib check-kernels --jobs $(CHECK_JOBS) \
+		--output "$(OUT)/check-kernels.json" > "$(OUT)/check-kernels.txt" 2>&1 && touch /tmp/pdlib-check-kernels.passed; } \
+		|| { tail -n 20 "$(OUT)/check-kernels.txt"; exit 1; }
+	test -d /tmp/mlx-ptx-gpu0 || ! ls -d /tmp/mlx/*/ptx >/dev/null 2>&1 || cp -r "$$(ls -d /tmp/mlx/*/ptx | head -n 1)" /tmp/mlx-ptx-gpu0
+	$(call search_one,0,$(SEARCH_A)); rc=$$?; \
+		cp "$(SEARCH_LOGS)/$(basename $(notdir $(SEARCH_A))).jsonl" "$(OUT)/" 2>/dev/null; tail -n 6 "$(OUT)"/*.txt; exit $$rc
 
 # The kernels a GPU machine compiled (MLX's PTX caches and the driver's JIT cache), packed into OUT in 15 MiB
 # parts at the end of a session (what comes back from the machine is at most 16 MiB a file) and unpacked from
