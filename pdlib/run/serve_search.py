@@ -275,7 +275,7 @@ def measure(bench: Bench, policy: str, rate: float, rep: int, admit=None) -> dic
     refs, chunk = prep["refs"], bench.params.chunk_size
     warmups = 0 if policy in bench.warmed else bench.params.warmups
     warm_rate = max(rate, bench.warm_rate)  # a low rate's point warms up no longer than the start's
-    w_warm = w if warm_rate == rate else rep_workload(bench.workload_params, warm_rate, rep)
+    w_warm = w if warm_rate == rate or not warmups else rep_workload(bench.workload_params, warm_rate, rep)
     if policy in bench.peers:
         dtype, step = bench.peers[policy]
         bench.release_engine()
