@@ -6,7 +6,9 @@ build with STAMPS on: block 0's clock at each phase's start and end), read back 
 Each launch decodes n requests at `context` positions (n = 1: the single kernel, 2: the pair's, 3 to 8 a
 group's) on caches of the model's shape filled with noise; the stamps of `steps` launches after `warmup`
 give, per phase, the median over launches of its mean per layer: a layer's five phases (q|k|v, attention,
-o_proj, gate|up, down), each followed by the grid barrier block 0 waits at, then the LM head once. SM cycles are
+o_proj, gate|up, down), each followed by the grid barrier block 0 waits at, the four weight phases' staging of
+their vectors (within them: the vectors in shared memory, RMSNormed where the phase norms them), then the LM head
+once. SM cycles are
 turned into microseconds by the launch's own ratio of globaltimer to clock over the whole launch, so each
 phase's figure keeps the clock's resolution. Timing a launch with stamps adds its stores to block 0's path
 only.
@@ -22,29 +24,45 @@ from pdlib.engine.kernels import persistent_decode as P
 from pdlib.engine.model import Qwen3
 from pdlib.weights import LoadedModel
 
-PHASES = ("q|k|v", "barrier 1", "attention", "barrier 2", "o_proj", "barrier 3", "gate|up", "barrier 4", "down")
+# a layer's marks (P.STAMPS_PER_LAYER): q|k|v's start, its vectors staged, its end; attention's start and end; o_proj's
+# start, staged, end; gate|up's; down's. Each phase from its start to its end (its staging included), then the barrier
+# after it; "<phase> staging": its start to its vectors staged (RMSNormed where the phase norms them).
+SPANS = (
+    ("q|k|v", 0, 2),
+    ("barrier 1", 2, 3),
+    ("attention", 3, 4),
+    ("barrier 2", 4, 5),
+    ("o_proj", 5, 7),
+    ("barrier 3", 7, 8),
+    ("gate|up", 8, 10),
+    ("barrier 4", 10, 11),
+    ("down", 11, 13),
+)
+STAGING = (("q|k|v staging", 0, 1), ("o_proj staging", 5, 6), ("gate|up staging", 8, 9), ("down staging", 11, 12))
+PHASES = tuple(name for name, _, _ in SPANS)
 LAST = "barrier 5"  # after down: the wait before the next layer (the last layer's, before the LM head)
 
 
 def phase_us(stamps, layers: int) -> dict:
-    """One launch's stamps (10 per layer, the LM head's start and end, the kernel's start: globaltimer ns, then
-    the same 10 L + 3 as SM cycles) -> {phase: µs per layer (mean over layers)} with "LM head", "prologue"
-    (the kernel's start to layer 0's first stamp) and "launch" (the kernel's start to the LM head's end)."""
+    """One launch's stamps (STAMPS_PER_LAYER a layer, the LM head's start and end, the kernel's start: globaltimer
+    ns, then the same as SM cycles) -> {phase: µs per layer (mean over layers)}, each staging too, with "LM head",
+    "prologue" (the kernel's start to layer 0's first mark) and "launch" (the kernel's start to the LM head's end)."""
+    m = P.STAMPS_PER_LAYER
     s = np.asarray(stamps, dtype=np.int64)
-    n = 10 * layers + 3
+    n = m * layers + 3
     if s.shape != (2 * n,):
         raise ValueError(f"stamps of {layers} layers hold {2 * n} words, got shape {s.shape}")
     ns, cyc = s[:n], s[n:]
-    if not (np.all(np.diff(cyc[: 10 * layers + 2]) >= 0) and cyc[n - 1] <= cyc[0]):
+    if not (np.all(np.diff(cyc[: m * layers + 2]) >= 0) and cyc[n - 1] <= cyc[0]):
         raise ValueError("stamps out of order: a phase ends before it starts (block 0's clock)")
-    us_per_cycle = (ns[10 * layers + 1] - ns[n - 1]) / 1e3 / max(int(cyc[10 * layers + 1] - cyc[n - 1]), 1)
-    per = cyc[: 10 * layers].reshape(layers, 10)
-    ends = np.append(per[1:, 0], cyc[10 * layers])  # where each layer's last barrier ends
-    out = {name: float(np.mean(per[:, i + 1] - per[:, i])) * us_per_cycle for i, name in enumerate(PHASES)}
-    out[LAST] = float(np.mean(ends - per[:, 9])) * us_per_cycle
-    out["LM head"] = float(cyc[10 * layers + 1] - cyc[10 * layers]) * us_per_cycle
+    us_per_cycle = (ns[m * layers + 1] - ns[n - 1]) / 1e3 / max(int(cyc[m * layers + 1] - cyc[n - 1]), 1)
+    per = cyc[: m * layers].reshape(layers, m)
+    ends = np.append(per[1:, 0], cyc[m * layers])  # where each layer's last barrier ends
+    out = {name: float(np.mean(per[:, b] - per[:, a])) * us_per_cycle for name, a, b in SPANS + STAGING}
+    out[LAST] = float(np.mean(ends - per[:, m - 1])) * us_per_cycle
+    out["LM head"] = float(cyc[m * layers + 1] - cyc[m * layers]) * us_per_cycle
     out["prologue"] = float(cyc[0] - cyc[n - 1]) * us_per_cycle
-    out["launch"] = float(ns[10 * layers + 1] - ns[n - 1]) / 1e3
+    out["launch"] = float(ns[m * layers + 1] - ns[n - 1]) / 1e3
     return out
 
 
@@ -87,10 +105,10 @@ def format_groups(result: dict) -> str:
     each column's growth over the first."""
     groups = result["groups"]
     ns = list(groups)
-    names = [*PHASES, LAST, "LM head", "prologue", "launch"]
-    lines = [f"{'phase (µs)':14s} " + " ".join(f"{f'{n} req':>9s}" for n in ns)]
+    names = [*PHASES, LAST, *(name for name, _, _ in STAGING), "LM head", "prologue", "launch"]
+    lines = [f"{'phase (µs)':16s} " + " ".join(f"{f'{n} req':>9s}" for n in ns)]
     for name in names:
-        lines.append(f"{name:14s} " + " ".join(f"{groups[n][name]:9.2f}" for n in ns))
+        lines.append(f"{name:16s} " + " ".join(f"{groups[n][name]:9.2f}" for n in ns))
     first = groups[ns[0]]["launch"]
-    lines.append(f"{f'launch / {ns[0]} req':14s} " + " ".join(f"{groups[n]['launch'] / first:9.2f}" for n in ns))
+    lines.append(f"{f'launch / {ns[0]} req':16s} " + " ".join(f"{groups[n]['launch'] / first:9.2f}" for n in ns))
     return "\n".join(lines)

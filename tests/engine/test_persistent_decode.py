@@ -175,6 +175,7 @@ def test_the_cuda_source_compiles_for_the_h200(shape):
         SCALE_BITS=P.float_bits(128**-0.5),
         SPIN=P.SPIN_CYCLES,
         STAMPS=int(shape.endswith("stamps on")),
+        SPL=P.STAMPS_PER_LAYER,
         KVG=2 if shape.endswith("stage") else P.KV_GROUP,
         NST=P.KV_STAGES,
         FOLD=int(shape.endswith("folded")),

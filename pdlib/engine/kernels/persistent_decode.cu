@@ -72,8 +72,8 @@
     pdp::ring_init(ring_bar, NST);
     pdp::Ring ring{ring_bar, 0u, 0u};
     // STAMPS (a profile, off in every real step): block 0's clocks at each phase's start and end
-    #define PDP_STAMP(i) if (STAMPS && b == 0 && t == 0) { stamps[i] = pdp::now_ns(); stamps[NL * 10 + 3 + (i)] = clock64(); }
-    PDP_STAMP(NL * 10 + 2)
+    #define PDP_STAMP(i) if (STAMPS && b == 0 && t == 0) { stamps[i] = pdp::now_ns(); stamps[NL * SPL + 3 + (i)] = clock64(); }
+    PDP_STAMP(NL * SPL + 2)
     const uint4* WQKV = reinterpret_cast<const uint4*>(wqkv);
     const uint4* WO = reinterpret_cast<const uint4*>(wo);
     const uint4* WGU = reinterpret_cast<const uint4*>(wgu);
@@ -98,9 +98,10 @@
         // the layer's input: the token's embedding, then h
         auto hin = [&](int q) { return l == 0 ? embed + (size_t)tk[q] * D : at(q, OFF_H); };
         // 1: RMSNorm + q|k|v
-        PDP_STAMP(l * 10)
+        PDP_STAMP(l * SPL)
         for (int q = 0; q < NR; ++q) in[q] = hin(q);
         pdp::stage<D, BLOCK, true, NR, XP4>(xs4, in, in_norm + l * D, eps, red);
+        PDP_STAMP(l * SPL + 1)
         gq.run(WQKV + (size_t)l * NQKV * (D / 8), gw, lane, xs4, part,
                   [&](int q, int row, float a, float) { __stcg(at(q, OFF_QKV) + row, a); });
         auto KL = [&](int q) { return const_cast<float*>(kcs[q]) + (size_t)l * HKV * CAP * DH; };
@@ -111,13 +112,13 @@
             const int q = b / (HKV * S);
             pdp::ring_prefetch<DH, CAP, KS, NST>(ring, KL(q), VL(q), b / S % HKV, start, stop, P[q]);
         }
-        PDP_STAMP(l * 10 + 1)
+        PDP_STAMP(l * SPL + 2)
         if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) {  // no block leaves with bytes still landing in its shared memory
             while (ring.used != ring.issued) pdp::ring_wait<DH, KS, NST>(ring, sy + pdp::SY_ERR, SPIN);
             return;
         }
         // 2: attention
-        PDP_STAMP(l * 10 + 2)
+        PDP_STAMP(l * SPL + 3)
         for (int item = b; item < ITEMS; item += NB) {
             int start, stop;
             keys_of(item, start, stop);
@@ -134,54 +135,58 @@
         pdp::Phase<D, 2, FF, 1, TW, NR, XP4, MMA> gg;
         if constexpr (FOLD) {  // o_proj is done (in parts): no phase 3
             gg.load(WGU + (size_t)l * 2 * FF * (D / 8), gw, lane);
-            PDP_STAMP(l * 10 + 3)
+            PDP_STAMP(l * SPL + 4)
             if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
-            PDP_STAMP(l * 10 + 4)
-            PDP_STAMP(l * 10 + 5)
+            PDP_STAMP(l * SPL + 5)
+            PDP_STAMP(l * SPL + 6)
+            PDP_STAMP(l * SPL + 7)
         } else {
             pdp::Phase<NO, 1, D, 1, TW, NR, XP4, MMA> go;
             go.load(WO + (size_t)l * D * (NO / 8), gw, lane);
-            PDP_STAMP(l * 10 + 3)
+            PDP_STAMP(l * SPL + 4)
             if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
             // 3: o_proj + residual
-            PDP_STAMP(l * 10 + 4)
+            PDP_STAMP(l * SPL + 5)
             for (int q = 0; q < NR; ++q) in[q] = at(q, OFF_O);
             pdp::stage<NO, BLOCK, false, NR, XP4>(xs4, in, nullptr, 0.f, red);
+            PDP_STAMP(l * SPL + 6)
             go.run(WO + (size_t)l * D * (NO / 8), gw, lane, xs4, part,
                       [&](int q, int row, float a, float) { __stcg(at(q, OFF_H) + row, __ldcg(hin(q) + row) + a); });
             gg.load(WGU + (size_t)l * 2 * FF * (D / 8), gw, lane);
-            PDP_STAMP(l * 10 + 5)
+            PDP_STAMP(l * SPL + 7)
             if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
         }
         // 4: RMSNorm + gate|up + SwiGLU (FOLD: h is the layer's input plus each head's part of o_proj)
-        PDP_STAMP(l * 10 + 6)
+        PDP_STAMP(l * SPL + 8)
         if constexpr (FOLD) {
             pdp::stage_sum<D, BLOCK, HKV>(xs4, hin(0), HP, H2, b, NB, post_norm + l * D, eps, red);
         } else {
             for (int q = 0; q < NR; ++q) in[q] = at(q, OFF_H);
             pdp::stage<D, BLOCK, true, NR, XP4>(xs4, in, post_norm + l * D, eps, red);
         }
+        PDP_STAMP(l * SPL + 9)
         gg.run(WGU + (size_t)l * 2 * FF * (D / 8), gw, lane, xs4, part,
                   [&](int q, int row, float g, float u) { __stcg(at(q, OFF_ACT) + row, g / (1.f + expf(-g)) * u); });
         pdp::Phase<FF, 1, D, 1, TW, NR, XP4, MMA> gd;
         gd.load(WD + (size_t)l * D * (FF / 8), gw, lane);
-        PDP_STAMP(l * 10 + 7)
+        PDP_STAMP(l * SPL + 10)
         if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
         // 5: down + residual
-        PDP_STAMP(l * 10 + 8)
+        PDP_STAMP(l * SPL + 11)
         for (int q = 0; q < NR; ++q) in[q] = at(q, OFF_ACT);
         pdp::stage<FF, BLOCK, false, NR, XP4>(xs4, in, nullptr, 0.f, red);
+        PDP_STAMP(l * SPL + 12)
         gd.run(WD + (size_t)l * D * (FF / 8), gw, lane, xs4, part,
                   [&](int q, int row, float a, float) {
                       __stcg(at(q, OFF_H) + row, __ldcg(at(q, FOLD ? OFF_H2 : OFF_H) + row) + a);
                   });
         if (l + 1 < NL) gq.load(WQKV + (size_t)(l + 1) * NQKV * (D / 8), gw, lane);
-        PDP_STAMP(l * 10 + 9)
+        PDP_STAMP(l * SPL + 13)
         if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
     }
     // final RMSNorm + LM head, each warp keeping each request's best row (the first of equal maxima, as argmax
     // does)
-    PDP_STAMP(NL * 10)
+    PDP_STAMP(NL * SPL)
     gl.load(LM, gw, lane);
     for (int q = 0; q < NR; ++q) in[q] = at(q, OFF_H);
     pdp::stage<D, BLOCK, true, NR, XP4>(xs4, in, fnorm, eps, red);
@@ -201,7 +206,7 @@
             if (ov > best[q] || (ov == best[q] && oi < besti[q])) { best[q] = ov; besti[q] = oi; }
         }
     }
-    PDP_STAMP(NL * 10 + 1)
+    PDP_STAMP(NL * SPL + 1)
     if (lane == 0) {
         #pragma unroll
         for (int q = 0; q < NR; ++q) { bv[q][warp] = best[q]; bi[q][warp] = besti[q]; }

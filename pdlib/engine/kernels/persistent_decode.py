@@ -182,9 +182,8 @@ PAIR_INPUTS, PAIR_OUTPUTS = other_inputs(1)  # the second request's
 _kernels: dict = {}
 
 
-# requests a launch from which the weight phases run on tensor cores (persistent_tiles.cuh; at 4 they took twice
-# gemv's time on an H100, at 8 less: docs/engine.md)
-TILES_FROM = 8
+TILES_FROM = 8  # requests from which the weight phases run on tensor cores (persistent_tiles.cuh; docs/engine.md)
+STAMPS_PER_LAYER = 14  # a profile's marks a layer (the kernel's SPL; tools/profile_group.py reads them)
 
 
 def source(requests: int) -> str:
@@ -382,9 +381,9 @@ def launch(
     """The kernel's outputs: [logits, tok_out (token, error flag, 0, 0), pos_out (pos + 1, 0, 0, 0), scratch
     (scratch_layout), stamps, the fence advanced]. k_all, v_all: the caches (L, Hkv, cap, Dh), written in
     place. `poison` fills the outputs with NaN first (a skipped element shows); `blocks` defaults to the SM
-    count. `stamps` (a profile): block 0's globaltimer (ns) at each of the 10 phase starts and ends per layer,
-    the LM head's start and end, the kernel's start, then the same 10 L + 3 as SM clock cycles; otherwise two
-    unused words (16 bytes: not managed memory); with o_proj folded, its phase's start and end are one instant.
+    count. `stamps` (a profile): block 0's globaltimer (ns) at a layer's STAMPS_PER_LAYER marks (profile_group.py),
+    the LM head's start and end, the kernel's start, then the same as SM clock cycles; otherwise two unused words
+    (16 bytes: not managed memory); with o_proj folded, its phase's marks are one instant.
     `kv_group`: keys per warp in each stage of attention's ring (KV_STAGES stages in flight). `fold`: o_proj
     folded into attention (`folded`). One sync buffer may see either; where it names a token mailbox area
     (new_sync), the last block also leaves the token there.
@@ -459,6 +458,7 @@ def launch(
             ("SCALE_BITS", float_bits(dh**-0.5)),
             ("SPIN", SPIN_CYCLES),
             ("STAMPS", stamps),
+            ("SPL", STAMPS_PER_LAYER),
             ("KVG", kv_group),
             ("NST", stages),
             ("FOLD", fold),
@@ -471,7 +471,7 @@ def launch(
             (4 * requests,),
             (4 * requests,),
             (size,),
-            (2 * (10 * layers + 3) if stamps else 2,),
+            (2 * (STAMPS_PER_LAYER * layers + 3) if stamps else 2,),
             written.shape,
         ]
         + [written.shape] * (requests - 1),
