@@ -272,6 +272,11 @@ def grid_rate(rate: float) -> float:
     return float(f"{rate:.6g}")
 
 
+def start_rate(lo: float, hi: float, start: float | None) -> float:
+    """Where a search over [lo, hi] starts: `start`, or the geometric mean of lo and hi, on the rate grid."""
+    return grid_rate(math.sqrt(grid_rate(lo) * grid_rate(hi)) if start is None else start)
+
+
 def known_from_records(records: Iterable[dict]) -> dict:
     """A `known` cache for search from stored rows {"rate", "rep", "summary"} (e.g. read back from a JSONL)."""
     return {(grid_rate(r["rate"]), int(r["rep"])): r["summary"] for r in records}
@@ -365,7 +370,7 @@ def search(
     if floor is not None and (isinstance(floor, bool) or not isinstance(floor, int | float) or not 0 < floor <= lo):
         raise InputError(f"floor must be a rate in (0, lo = {lo:g}], got {floor!r}")
     floor = lo if floor is None else grid_rate(floor)
-    start = grid_rate(math.sqrt(lo * hi) if start is None else start)
+    start = start_rate(lo, hi, start)
     if not lo <= start <= hi:
         raise InputError(f"start ({start:g}) must lie in [lo, hi] = [{lo:g}, {hi:g}]")
     if not isinstance(reps, int) or isinstance(reps, bool) or reps < 1:

@@ -11,8 +11,7 @@ params' own value is replaced by each measured rate. A rep is one fixed workload
 - poisson: seed + rep (the lengths do not depend on the rate: the gaps are drawn first, always n - 1 of them);
 - a trace with `first: K`: the rep-th block of K consecutive requests of the window (of the whole trace without
   window_s), refused if the window holds fewer than reps*K: the trace's own burstiness with a fixed N;
-- a trace with window_s [a, b) and no `first`: the window moved by rep*(b - a) seconds;
-- a whole trace (neither): one sample only, reps must be 1.
+- a trace with window_s [a, b) and no `first`: the window moved by rep*(b - a) seconds; a whole trace: reps 1.
 Rep 0 is the params' workload itself (Workload.from_params at that rate).
 
 A measured point runs one policy (serve.serve_once, gated as `serve` gates: a token mismatch, or a failed check on
@@ -63,6 +62,7 @@ from pdlib.report.serving import (
     run_summary,
     search,
     slos_from_step,
+    start_rate,
 )
 from pdlib.report.serving_loss import limit_text, run_loss, search_limit
 from pdlib.run import search_report
@@ -454,7 +454,7 @@ def search_params_file(
     workload_params, params = load_serve_params(params_file, policies=policies, peers=peers)
     settings = params.search if params.search is not None else search_settings({})
     bench = Bench(workload_params, params, settings["reps"])
-    bench.warm_rate = budget.warm_rate = grid_rate(settings["start"] or math.sqrt(settings["lo"] * settings["hi"]))
+    bench.warm_rate = budget.warm_rate = start_rate(settings["lo"], settings["hi"], settings["start"])
     sources = source_hashes(params_file)
     bench.sources_hash = sources_hash(sources)
     budget.spans = [w.duration_s for w in bench.samples]
