@@ -15,24 +15,24 @@
     constexpr int OFF_CV = OFF_PO + HQ * S * DH, OFF_CI = OFF_CV + NB, SCR = (OFF_CI + NB + 3) / 4 * 4;
     // one request's or a pair's staged vectors fit static shared memory; a group's (more requests: source()
     // defines PDP_GROUP) follow attention's ring in dynamic shared memory (launch sizes it: staged_bytes)
-#ifdef PDP_GROUP
 #ifdef PDP_TILES
-    // the weight phases on tensor cores (source() defines PDP_TILES from TILES_FROM requests); a float4 more a
-    // vector, so that mma's B fragments (vectors gr, gr + 1) meet in no bank; then the tiles' parts
+    // the weight phases on tensor cores (source() defines PDP_TILES, for a group, from TILES_FROM requests); a
+    // float4 more a vector, so that mma's B fragments (vectors gr, gr + 1) meet in no bank; then the tiles' parts
+#ifndef PDP_GROUP
+#error "the tiles' padded vectors and parts live in a group's dynamic shared memory (TILES_FROM past a pair)"
+#endif
     constexpr bool MMA = true;
     constexpr int XP4 = XS4 + 1;
 #else
     constexpr bool MMA = false;
     constexpr int XP4 = XS4;
 #endif
+#ifdef PDP_GROUP
     float4* const xs4 = pdp::kv_ring + NST * 2 * WARPS * KVG * DH / 4;
-    float* const part = MMA ? reinterpret_cast<float*>(xs4 + NR * XP4) : nullptr;
 #else
-    constexpr bool MMA = false;
-    constexpr int XP4 = XS4;
     __shared__ float4 xs4[NR * XS4];
-    float* const part = nullptr;
 #endif
+    float* const part = MMA ? reinterpret_cast<float*>(xs4 + NR * XP4) : nullptr;
     __shared__ float red[NR * WARPS];
     __shared__ float bv[NR][WARPS];
     __shared__ int bi[NR][WARPS];
