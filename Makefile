@@ -62,9 +62,10 @@ endef
 GPU_PARAMS ?= params/qwen3-0.6b-4096x1024.yaml
 # check-kernels' kernel families checked at once, each in its own process (docs/gpu.md)
 CHECK_JOBS ?= 4
+CHECK_KERNELS = MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib check-kernels --jobs $(CHECK_JOBS) --output "$(OUT)/check-kernels.json"
 gpu:
 	$(fresh_out)
-	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib check-kernels --jobs $(CHECK_JOBS) --output "$(OUT)/check-kernels.json"
+	$(CHECK_KERNELS)
 	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib bench-step --output "$(OUT)/bench-step.json"
 	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib run --params $(GPU_PARAMS) --output "$(OUT)/report.json"
 
@@ -73,7 +74,7 @@ gpu:
 # 16,384/256/512 (3 trials).
 gpu-partition:
 	$(fresh_out)
-	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib check-kernels --jobs $(CHECK_JOBS) --output "$(OUT)/check-kernels.json"
+	$(CHECK_KERNELS)
 	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib partition-curve --output "$(OUT)/partition-curve.json"
 	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib run --params params/qwen3-0.6b-4096x1024.yaml \
 		--policies eager chunked overlap partition --output "$(OUT)/report-4k.json"
@@ -95,7 +96,7 @@ define round_bench
 endef
 gpu-rounds:
 	$(fresh_out)
-	MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib check-kernels --jobs $(CHECK_JOBS) --output "$(OUT)/check-kernels.json"
+	$(CHECK_KERNELS)
 	$(round_bench)
 gpu-rounds-bench:
 	$(fresh_out)
@@ -123,6 +124,9 @@ SEARCH_LOGS ?= outputs/local
 SEARCH_ARGS ?=
 SEARCH_ENV = MLX_ENABLE_TF32=0 PDLIB_KV_CACHE_GIB=$${PDLIB_KV_CACHE_GIB:-90} PDLIB_DECODE_ROUND=$${PDLIB_DECODE_ROUND:-compiled} \
 	PDLIB_ROUND_PAIRS=$${PDLIB_ROUND_PAIRS:-8} PDLIB_ROUND_GROUP=$${PDLIB_ROUND_GROUP:-8}
+# GPU i's PTX cache starts as a copy of what check-kernels compiled (MLX's default cache), where it has none yet
+ptx_cache = test -d /tmp/mlx-ptx-gpu$(1) || ! ls -d /tmp/mlx/*/ptx >/dev/null 2>&1 || \
+	cp -r "$$(ls -d /tmp/mlx/*/ptx | head -n 1)" /tmp/mlx-ptx-gpu$(1)
 search_one = CUDA_VISIBLE_DEVICES=$(1) MLX_PTX_CACHE_DIR=/tmp/mlx-ptx-gpu$(1) $(SEARCH_ENV) $(GPU_PY) -m pdlib serve \
 	--params $(2) --search --budget-s $(SEARCH_BUDGET) $(SEARCH_ARGS) --log "$(SEARCH_LOGS)/$(basename $(notdir $(2))).jsonl" \
 	--output "$(OUT)/$(basename $(notdir $(2))).json.gz" > "$(OUT)/$(basename $(notdir $(2))).txt" 2>&1
@@ -130,8 +134,7 @@ gpu-search-pair:
 	@test "$(notdir $(SEARCH_A))" != "$(notdir $(SEARCH_B))" || { echo "error: SEARCH_A and SEARCH_B share a name, so would their logs" >&2; exit 2; }
 	$(fresh_out)
 	mkdir -p "$(SEARCH_LOGS)"
-	for i in 0 1; do test -d /tmp/mlx-ptx-gpu$$i || ! ls -d /tmp/mlx/*/ptx >/dev/null 2>&1 || \
-		cp -r "$$(ls -d /tmp/mlx/*/ptx | head -n 1)" /tmp/mlx-ptx-gpu$$i; done  # what check-kernels compiled
+	$(call ptx_cache,0); $(call ptx_cache,1)
 	$(call search_one,0,$(SEARCH_A)) & a=$$!; $(call search_one,1,$(SEARCH_B)) & b=$$!; \
 	wait $$a; ra=$$?; wait $$b; rb=$$?; tail -n 4 "$(OUT)"/*.txt; test $$ra = 0 && test $$rb = 0
 
@@ -141,10 +144,9 @@ gpu-search-pair:
 gpu-search:
 	$(fresh_out)
 	mkdir -p "$(SEARCH_LOGS)"
-	test -f /tmp/pdlib-check-kernels.passed || { MLX_ENABLE_TF32=0 $(GPU_PY) -m pdlib check-kernels --jobs $(CHECK_JOBS) \
-		--output "$(OUT)/check-kernels.json" > "$(OUT)/check-kernels.txt" 2>&1 && touch /tmp/pdlib-check-kernels.passed; } \
-		|| { tail -n 20 "$(OUT)/check-kernels.txt"; exit 1; }
-	test -d /tmp/mlx-ptx-gpu0 || ! ls -d /tmp/mlx/*/ptx >/dev/null 2>&1 || cp -r "$$(ls -d /tmp/mlx/*/ptx | head -n 1)" /tmp/mlx-ptx-gpu0
+	test -f /tmp/pdlib-check-kernels.passed || { $(CHECK_KERNELS) > "$(OUT)/check-kernels.txt" 2>&1 && \
+		touch /tmp/pdlib-check-kernels.passed; } || { tail -n 20 "$(OUT)/check-kernels.txt"; exit 1; }
+	$(call ptx_cache,0)
 	$(call search_one,0,$(SEARCH_A)); rc=$$?; \
 		cp "$(SEARCH_LOGS)/$(basename $(notdir $(SEARCH_A))).jsonl" "$(OUT)/" 2>/dev/null; tail -n 6 "$(OUT)"/*.txt; exit $$rc
 
