@@ -43,7 +43,7 @@ from pdlib.config import PEER_DTYPES, peer_name
 from pdlib.errors import RunFailure, check_int
 from pdlib.report.checks import agreement
 from pdlib.report.serving import request_records, run_summary
-from pdlib.run.clock import now, wait_until
+from pdlib.run.clock import next_arrival, now
 from pdlib.run.reference import Reference
 from pdlib.weights import LoadedModel
 from pdlib.workload import Workload
@@ -72,10 +72,13 @@ def peer_model(model: LoadedModel, dtype: str) -> nn.Module:
     return ref
 
 
-def peer_once(ref_model: nn.Module, workload: Workload, prompts, *, dtype: str, prefill_step_size: int) -> dict:
+def peer_once(
+    ref_model: nn.Module, workload: Workload, prompts, *, dtype: str, prefill_step_size: int, skip_idle: bool = False
+) -> dict:
     """One timed run of mlx-lm's BatchGenerator on `workload` (module docstring), shaped like serve_once's result.
     `ref_model`: mlx-lm's model; when its parameters are not `dtype`, a copy is cast (peer_model's is not copied);
-    `prompts`: {name: token ids}."""
+    `prompts`: {name: token ids}; `skip_idle`: an idle span skipped as serve_once skips it (pdlib/run/clock.py),
+    once what the generator issued last has run."""
     if dtype not in DTYPES:
         raise ValueError(f"peer dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
     check_int("prefill_step_size", prefill_step_size, 1)
@@ -96,7 +99,7 @@ def peer_once(ref_model: nn.Module, workload: Workload, prompts, *, dtype: str, 
     admitted, lost = [0] * n, [False] * n
     index, progress, live = {}, {}, set()  # uid -> request; uid -> prompt tokens done; requests in the generator
     work_log, t_start_log, t_end_log = [], [], []
-    idle_ns = nxt = ended = empty = 0
+    idle_ns = skipped_ns = nxt = ended = empty = 0
     try:
         mx.synchronize(gen.stream)  # mlx-lm works on its own stream: nothing of a run before is left running
         mx.synchronize()
@@ -110,7 +113,10 @@ def peer_once(ref_model: nn.Module, workload: Workload, prompts, *, dtype: str, 
                 live.add(nxt)
                 nxt += 1
             if not live:
-                wait_until(t0 + arrival[nxt])
+                if skip_idle:
+                    mx.synchronize(gen.stream)  # the jump leaves nothing of the last request running
+                t1 = next_arrival(t0, arrival[nxt], skip=skip_idle)
+                skipped_ns, t0 = skipped_ns + t0 - t1, t1
                 idle_ns += now() - t0 - t
                 continue
             t_start = now() - t0
@@ -152,6 +158,7 @@ def peer_once(ref_model: nn.Module, workload: Workload, prompts, *, dtype: str, 
         "requests": requests,
         "steps": {"work": work_log, "t_start_ns": t_start_log, "t_end_ns": t_end_log},
         "idle_ns": idle_ns,
+        "skipped_ns": skipped_ns,
         "makespan_ns": t_end_log[-1],
         "peak_memory_bytes": mx.get_peak_memory(),  # the device's, over the run (its model's included)
     }
@@ -278,10 +285,11 @@ def record_agreement(run: dict, refs: dict) -> None:
 
 
 def run_peers(
-    model: LoadedModel, workload: Workload, prompts, refs: dict, peers, *, warmups: int = 0, slos=None
+    model: LoadedModel, workload: Workload, prompts, refs: dict, peers, *, warmups: int = 0, slos=None, skip_idle=False
 ) -> list[dict]:
     """One timed run per (dtype, prefill_step_size) in `peers`, each after `warmups` untimed ones, with its
-    agreement and report.serving's summary (over the requests that emitted a token: a peer may lose one)."""
+    agreement and report.serving's summary (over the requests that emitted a token: a peer may lose one);
+    `skip_idle`: peer_once's."""
     models: dict[str, nn.Module] = {}
     runs = []
     for dtype, step in peers:
@@ -289,9 +297,9 @@ def run_peers(
             models[dtype] = peer_model(model, dtype)
         t = time.perf_counter()
         for _ in range(warmups):
-            peer_once(models[dtype], workload, prompts, dtype=dtype, prefill_step_size=step)
+            peer_once(models[dtype], workload, prompts, dtype=dtype, prefill_step_size=step, skip_idle=skip_idle)
         warmup_s = time.perf_counter() - t
-        run = peer_once(models[dtype], workload, prompts, dtype=dtype, prefill_step_size=step)
+        run = peer_once(models[dtype], workload, prompts, dtype=dtype, prefill_step_size=step, skip_idle=skip_idle)
         record_agreement(run, refs)
         run["warmup_s"] = warmup_s
         run["summary"] = run_summary([r for r in run["requests"] if r["emit_ns"]], slos or {})

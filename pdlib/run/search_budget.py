@@ -9,7 +9,9 @@ points and writes its report, rather than being killed in the middle of one with
 A point is admitted once what it shares with later points is made (the model, every rep's references, the engine
 and its compiles, a fit: serve_search.measure calls `admit` then), against the time left: its expected time is
 its arrival span at that rate + the overhead, and as much for each warmup run before it at that rate or the
-search's start rate, the higher. The overhead (a run's wall
+search's start rate, the higher. Where idle spans are skipped (a params file's `idle: skip`, run/clock.py), `gaps`
+(each rep's arrival gaps in s at rate 1) replace the span: each gap counts at most IDLE_CAP_S at any rate, what
+a burst's drain may take of a lull. The overhead (a run's wall
 time past its arrivals: the drain, the gate, a replay) starts at FIRST_OVERHEAD_S and is then the largest seen
 in this command, setup left out. Arrivals scale as 1/rate for a trace's multiplier and a Poisson rate alike.
 """
@@ -20,6 +22,7 @@ import time
 from pdlib.errors import InputError
 
 FIRST_OVERHEAD_S = 60.0
+IDLE_CAP_S = 5.0
 
 
 class BudgetSpent(Exception):
@@ -39,6 +42,7 @@ class Budget:
         ):
             raise InputError(f"--budget-s must be a positive number of seconds, got {seconds!r}")
         self.seconds, self.spans = seconds, spans
+        self.gaps = None  # per rep, its arrival gaps in s at rate 1, where idle spans are skipped (module docstring)
         self.clock = clock or (lambda: time.perf_counter())  # read when called: a test may stand in for it
         self.t0, self.overhead, self.seen = self.clock(), FIRST_OVERHEAD_S, False  # made as the command starts
         self.warm_rate = 0.0  # warmups run at a point's rate or this, the higher (the search's start)
@@ -47,10 +51,16 @@ class Budget:
     def left(self) -> float:
         return math.inf if self.seconds is None else self.seconds - (self.clock() - self.t0)
 
+    def arrivals(self, rep: int, rate: float) -> float:
+        """The seconds a run at `rate` spends on rep's arrivals: their span, or its gaps capped (module docstring)."""
+        if self.gaps is None:
+            return self.spans[rep] / rate
+        return float(sum(min(g / rate, IDLE_CAP_S) for g in self.gaps[rep]))
+
     def expect(self, rate: float, rep: int, warmups: int) -> float:
         """A point's runs: its own at `rate`, each warmup at `rate` or `warm_rate`, the higher."""
         warm = max(rate, self.warm_rate)
-        return self.spans[rep] / rate + self.overhead + warmups * (self.spans[rep] / warm + self.overhead)
+        return self.arrivals(rep, rate) + self.overhead + warmups * (self.arrivals(rep, warm) + self.overhead)
 
     def admit(self, policy: str, rate: float, rep: int, *, warmups: int) -> None:
         expected, left = self.expect(rate, rep, warmups), self.left()
@@ -60,7 +70,7 @@ class Budget:
     def record(self, rate: float, rep: int, point: dict) -> None:
         """A measured point's time past its arrivals, per run, without its setup (what later points reuse)."""
         runs, warmups = point["wall_s"] - point.get("setup_s", 0.0), point.get("warmups", 0)
-        arrivals = self.spans[rep] / rate + warmups * self.spans[rep] / point.get("warmup_rate", rate)
+        arrivals = self.arrivals(rep, rate) + warmups * self.arrivals(rep, point.get("warmup_rate", rate))
         over = (runs - arrivals) / (1 + warmups)
         self.overhead = max(over, self.overhead if self.seen else 0.0)
         self.seen = True
@@ -69,4 +79,4 @@ class Budget:
         return {"budget_s": self.seconds, "overhead_s": self.overhead if self.seen else None}
 
 
-__all__ = ["FIRST_OVERHEAD_S", "Budget", "BudgetSpent"]
+__all__ = ["FIRST_OVERHEAD_S", "IDLE_CAP_S", "Budget", "BudgetSpent"]

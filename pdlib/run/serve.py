@@ -8,7 +8,8 @@ every token is stamped, and every request's ids must equal the FP32 reference's 
 A run: every request is added to the engine and the caches are allocated before the clock starts at 0
 (`time.perf_counter_ns`). Then, until every request has finished: admit the requests whose arrival_ns the clock has
 passed while a cache is free (Memory, below); ask the policy (pdlib.batching) for a step; if it has none, wait for
-the next arrival (sleep, then spin); else run the step as one `Engine.batch`, observe each output token
+the next arrival (sleep, then spin; with `skip_idle`, the params' `idle: skip`, the clock jumps to it instead:
+pdlib/run/clock.py); else run the step as one `Engine.batch`, observe each output token
 (`Output.observe`) and stamp it with the clock; a step without a token ends when its parts' K/V are written. Each
 step is logged (its parts `[name, n]` or `[name, null]` for a decode, its start and end). Pipelined decodes
 (`pipeline`, the params' `pipeline_decodes`, on by default): a step of decodes only is issued before the tokens of
@@ -55,11 +56,11 @@ from pdlib.engine.kernels import BACKEND
 from pdlib.errors import InputError, checks_memory
 from pdlib.report.io import claim_output, environment, source_hashes, write_report
 from pdlib.report.serving import request_records, run_summary
-from pdlib.run.clock import now, wait_until
+from pdlib.run.clock import next_arrival, now
 from pdlib.run.partition import slice_pair
 from pdlib.run.peer import SYSTEM, run_peers
 from pdlib.run.reference import Reference
-from pdlib.run.serve_gate import NEAR_TIE_MARGIN, check_request, reference_sequences
+from pdlib.run.serve_gate import NEAR_TIE_MARGIN, gate_run, reference_sequences
 from pdlib.run.serve_lane import PromptLane
 from pdlib.run.serve_params import ServeParams, load_serve_params
 from pdlib.run.serve_replay import replay_gate
@@ -82,11 +83,13 @@ def serve_once(
     pipeline: bool = True,
     decode_rounds: str = "batched",
     worker=None,
+    skip_idle: bool = False,
 ) -> dict:
     """One timed run of `policy` on `workload` (its requests already added to `engine`): per request its
     output ids, emit stamps and admission, and the step log; every stamp in ns since the clock's start.
     `budget`: the slo policy's (serve_slo.step_budget); `pipeline`: pipelined decodes (module docstring);
-    `decode_rounds`: batching.make_batch_policy's; `worker`: disagg's prefill worker (prefill_worker)."""
+    `decode_rounds`: batching.make_batch_policy's; `worker`: disagg's prefill worker (prefill_worker);
+    `skip_idle`: an idle span skipped, not waited (module docstring), its length summed in `skipped_ns`."""
     names, n = workload.names, workload.n
     arrival = workload.arrival_ns.tolist()
     prompt, output = workload.prompt_tokens.tolist(), workload.output_tokens.tolist()
@@ -109,7 +112,7 @@ def serve_once(
     admitted, blocked = [0] * n, [None] * n  # blocked: when it was first seen arrived with no cache free
     noticed = 0  # the requests before it were admitted, or seen arrived while no cache was free
     work_log, t_start_log, t_issued_log, t_end_log = [], [], [], []
-    idle_ns, nxt, finished = 0, 0, 0
+    idle_ns, skipped_ns, nxt, finished = 0, 0, 0, 0
     pending = None  # a step issued, its tokens not observed yet: (parts, outs, caches, start, issued, expected)
 
     def observe(parts, outs, caches, t_start, t_issued, expected) -> None:
@@ -165,7 +168,8 @@ def serve_once(
         if step is None:
             if running or nxt == n:
                 raise RuntimeError(f"policy {policy!r} stopped with {len(running)} requests running")
-            wait_until(t0 + arrival[nxt])  # with nothing running every cache is free
+            t1 = next_arrival(t0, arrival[nxt], skip=skip_idle)  # with nothing running every cache is free
+            skipped_ns, t0 = skipped_ns + t0 - t1, t1
             idle_ns += now() - t0 - t
             continue
         check_step(step, states)
@@ -218,6 +222,7 @@ def serve_once(
     if lane is not None and lane.site == "slice":
         steps["sliced"] = sliced  # these ran on slice A: its grid size, which the replay must use too
     run = {"policy": policy, "requests": requests, "steps": steps, "idle_ns": idle_ns, "makespan_ns": t_end_log[-1]}
+    run["skipped_ns"] = skipped_ns
     if learn is not None:  # what slo-mixed learned the loop adds to a step, at the run's end
         run["slo_loop"] = {"loop_ms": learn.loop_ms, "overruns": list(learn.overruns)}
     return run | {"peak_memory_bytes": mx.get_peak_memory()}  # the device's over the run: model, caches, steps
@@ -259,7 +264,7 @@ def gated_run(engine, workload, name: str, *, refs: dict, how: dict, replay=None
 
     def checked(run: dict) -> dict:
         run["policy"] = name  # a replica's run: named as the whole
-        found = gate(run, refs)
+        found = gate_run(run, refs)
         if ties is not None:
             ties.extend(found)
         if replay is not None:
@@ -272,17 +277,6 @@ def gated_run(engine, workload, name: str, *, refs: dict, how: dict, replay=None
     if replicas > 1:
         return serve_replicated(workload, base, replicas=replicas, serve=one, check=checked)
     return checked(one(workload))
-
-
-def gate(run: dict, refs: dict) -> list[dict]:
-    """Check every request of a run (serve_gate.check_request, in request order; the first mismatch raises) and
-    record each one's check; returns the near-ties."""
-    ties = []
-    for r in run["requests"]:
-        r["check"] = check_request(r["name"], r["output_ids"], refs[r["name"]], policy=run["policy"])
-        if r["check"]["status"] == "near-tie":
-            ties.append({"policy": run["policy"], "request": r["name"], **r["check"]})
-    return ties
 
 
 def kv_cache_bytes(model: LoadedModel, *, requests: int, capacity: int) -> int:
@@ -346,6 +340,7 @@ def run_serving(
     replay: int = 4,
     pipeline: bool = True,
     decode_rounds: str = "batched",
+    skip_idle: bool = False,
 ) -> dict:
     """Serve `workload` under each policy named (one name or several, run in order on one engine; `<policy>-x<K>`:
     K replicas of it, serve_replicas.py), gate every run's tokens, then run each peer, and return the report
@@ -355,7 +350,7 @@ def run_serving(
     peer run (peer.py), marked "peer": true in `runs`, with each request's agreement in place of the gate's
     check; `replay`: requests per run checked in full on a replay of its steps (0: none); `pipeline`: pipelined
     decodes (module docstring); `decode_rounds`: a round of decodes as one step or one decode a step
-    (batching.make_batch_policy)."""
+    (batching.make_batch_policy); `skip_idle`: idle spans skipped, the peers' too (pdlib/run/clock.py)."""
     policies = [policy] if isinstance(policy, str) else list(policy)
     for p in policies:  # refused before any work
         resolve(p, workload.n)
@@ -387,6 +382,7 @@ def run_serving(
     )
     worker = prefill_worker(model, [resolve(p)[0] for p in policies], token_ids)
     how = dict(chunk_size=chunk_size, budget=budget, pipeline=pipeline, decode_rounds=decode_rounds, worker=worker)
+    how["skip_idle"] = skip_idle
     for p in policies:
 
         def replayed(run: dict) -> dict:
@@ -410,7 +406,7 @@ def run_serving(
     env.update(engine.settings)
     if peers:
         engine.release()  # mlx-lm's caches need the memory the engine's took
-    runs += run_peers(model, workload, token_ids, refs, peers, warmups=warmups, slos=slos)
+    runs += run_peers(model, workload, token_ids, refs, peers, warmups=warmups, slos=slos, skip_idle=skip_idle)
     return {
         "schema": SCHEMA,
         "created_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -487,6 +483,7 @@ def serve(workload_params: dict, params: ServeParams, *, params_file=None, refs:
         replay=params.replay_requests,
         pipeline=params.pipeline_decodes,
         decode_rounds=params.decode_rounds,
+        skip_idle=params.idle == "skip",
     )
 
 

@@ -3,6 +3,7 @@ that request alone (requests are independent: a request's tokens must not depend
 
     refs, seconds = reference_sequences(model, prompts, output_tokens)   # {name: ReferenceSeq}, the time it took
     check = check_request("r3", got_ids, refs["r3"], policy="mixed")    # {"status": "ok", ...} or TokenMismatch
+    ties = gate_run(run, refs)       # every request of a run, each one's check recorded; its near-ties
 
 The rule is the two-request trials' (pdlib/report/checks.py `mismatch`): the ids must equal the reference's
 exactly, or the run stops with one line naming the request and the first output that differs. One exception,
@@ -93,3 +94,14 @@ def check_request(name: str, got: list[int], ref: ReferenceSeq, *, policy: str) 
             "text": f"diverged at near-tie {k}",
         }
     raise TokenMismatch(f"policy {policy!r}: request {name} {mismatch(got, ref.tokens)}")
+
+
+def gate_run(run: dict, refs: dict) -> list[dict]:
+    """Check every request of a run (check_request, in request order; the first mismatch raises) and record each
+    one's check; returns the near-ties."""
+    ties = []
+    for r in run["requests"]:
+        r["check"] = check_request(r["name"], r["output_ids"], refs[r["name"]], policy=run["policy"])
+        if r["check"]["status"] == "near-tie":
+            ties.append({"policy": run["policy"], "request": r["name"], **r["check"]})
+    return ties

@@ -15,6 +15,7 @@
     replay_requests: 4               # optional: requests per run checked in full on a replay (serve_replay.py)
     pipeline_decodes: true           # optional: a step of decodes issued before the one before is observed
     decode_rounds: batched           # optional: or turns, one decode a step (the two-request policies' steps)
+    idle: wait                       # optional: or skip, an idle span's clock jumps to the next arrival (clock.py)
 
 A peer is spelled `mlx-lm-<dtype>@<prefill_step_size>`: dtype fp32 or bf16, the size a positive integer or
 `chunk` (the params' chunk_size); each is one timed run, named in the report with `chunk` resolved
@@ -37,6 +38,7 @@ from pdlib.run.serve_replicas import resolve
 from pdlib.workload import Workload
 
 SLO_KEYS = ("decode_ms", "ttft_ms")
+IDLE = ("wait", "skip")  # with no request in the system: wait for the next arrival, or jump the clock to it
 CRITERIA = ("capacity", "goodput")
 SEARCH_DEFAULTS = {
     "lo": 0.25,
@@ -102,6 +104,7 @@ class ServeParams:
     replay_requests: int = 4  # requests per run checked in full on a replay of its steps (serve_replay.py)
     pipeline_decodes: bool = True  # a step of decodes issued before the one before it is observed (serve.py)
     decode_rounds: str = "batched"  # a round of decodes as one step, or "turns": one decode a step (batching.py)
+    idle: str = "wait"  # or "skip": nothing in the system, the clock jumps to the next arrival (clock.py)
 
     def __post_init__(self):
         if not isinstance(self.model, str) or not self.model:
@@ -111,6 +114,8 @@ class ServeParams:
         check_int("replay_requests", self.replay_requests, 0)
         if self.decode_rounds not in DECODE_ROUNDS:
             raise InputError(f"decode_rounds must be one of {', '.join(DECODE_ROUNDS)}, got {self.decode_rounds!r}")
+        if self.idle not in IDLE:
+            raise InputError(f"idle must be one of {', '.join(IDLE)}, got {self.idle!r}")
         if not isinstance(self.pipeline_decodes, bool):
             raise InputError(f"pipeline_decodes must be true or false, got {self.pipeline_decodes!r}")
         if not isinstance(self.policies, (list, tuple)) or not self.policies:

@@ -120,6 +120,7 @@ def merged(workload: Workload, policy: str, subs: list[tuple[dict, int]]) -> dic
         "requests": [by_name[name] for name in workload.names],
         "steps": steps,
         "idle_ns": sum(run["idle_ns"] for run, _ in subs),  # every replica's waits for arrivals, summed
+        "skipped_ns": sum(run["skipped_ns"] for run, _ in subs),  # and the idle spans they skipped
         "replica_makespan_ns": makespans,
         "makespan_ns": max(makespans),
         "peak_memory_bytes": max(run["peak_memory_bytes"] for run, _ in subs),  # one replica's (each alone on its GPU)

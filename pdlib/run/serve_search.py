@@ -17,19 +17,15 @@ Rep 0 is the params' workload itself (Workload.from_params at that rate).
 A measured point runs one policy (serve.serve_once, gated as `serve` gates: a token mismatch, or a failed check on
 the replay of its steps, run on the first point of each policy and rate, stops the search in one line) or one peer
 (peer.peer_once, timed, its agreement recorded) on that workload, and keeps report.serving.run_summary with both
-SLOs' attainment. The params' warmups are untimed runs of a policy (or peer) at its first point in a command (at
-that rate or the search's start, the higher), not at every point: with the matmul variants compiled first
-(serve.warm_engine) and no kernel compiled per chunk length, what a warmup compiles or allocates once serves every
-later rate; each point records its warmups and their rate. What every point shares is made once per search
-(`Bench`): the model, one Engine (capacity: the largest over the reps, one cache shape for every step; as many
-caches as memory holds, serve.py), each rep's prompts and FP32 references (computed once per rep and log, reused
-at every rate and by later commands), and mlx-lm's models for the peers.
+SLOs' attainment, and the idle spans it skipped (`idle: skip`). The params' warmups run before a policy's (or
+peer's) first point in a command only, at that rate or the search's start, the higher: with the matmuls compiled
+first (serve.warm_engine), what a warmup compiles or allocates serves every later rate. What every point shares
+is made once per search (`Bench`): the model, one Engine (the reps' largest capacity, as many caches as memory
+holds, serve.py), each rep's prompts and FP32 references (once per rep and log), mlx-lm's models for the peers.
 
 SLOs (report.serving.slos_from_step): strict and relaxed TBT/TPOT are 5x and 25x one decode step; TTFT is one
-number for both. `search.slo.decode_ms: null` measures the step here (search_slo.calibrate: the median of DECODE_STEPS
-single-request decode steps at the workload's median prompt length); `ttft_ms: null` is TTFT_FACTOR times the
-measured uncontended TTFT of the workload's p90 prompt (Splitwise's P90 TTFT SLO: 3x the uncontended). The
-measured values are in the log's header: a resumed search uses them, never a second measurement.
+number for both. A `null` in `search.slo` is measured here (search_slo.calibrate: decode_ms at the median prompt,
+ttft_ms TTFT_FACTOR times the p90 prompt's uncontended TTFT, Splitwise's P90 SLO), once: the log's header keeps it.
 
 Searches: per run, per SLO (strict, relaxed) and per criterion (capacity: pooled P99 TBT and P90 TTFT within the
 SLO; goodput: >= 90% of requests meet TTFT and TPOT), report.serving.search over [lo, hi]. The four searches of a
@@ -290,9 +286,10 @@ def measure(bench: Bench, policy: str, rate: float, rep: int, admit=None) -> dic
         admit(warmups)
     bench.warmed.add(policy)
     if policy in bench.peers:
+        how = dict(dtype=dtype, prefill_step_size=step, skip_idle=bench.params.idle == "skip")
         for _ in range(warmups):
-            peer_once(model, w_warm, prep["prompts"], dtype=dtype, prefill_step_size=step)
-        run = peer_once(model, w, prep["prompts"], dtype=dtype, prefill_step_size=step)
+            peer_once(model, w_warm, prep["prompts"], **how)
+        run = peer_once(model, w, prep["prompts"], **how)
         record_agreement(run, refs)
         rs = run["requests"]
         check = {
@@ -303,7 +300,7 @@ def measure(bench: Bench, policy: str, rate: float, rep: int, admit=None) -> dic
         }
     else:
         how = dict(pipeline=bench.params.pipeline_decodes, decode_rounds=bench.params.decode_rounds, worker=worker)
-        how.update(chunk_size=chunk, budget=budget)
+        how.update(chunk_size=chunk, budget=budget, skip_idle=bench.params.idle == "skip")
         check = {"checks": "tokens", "near_ties": []}
 
         def replayed(run: dict) -> dict:  # each point's own steps, replayed with the full checks
@@ -339,6 +336,7 @@ def measure(bench: Bench, policy: str, rate: float, rep: int, admit=None) -> dic
         "warmups": warmups,
         "warmup_rate": warm_rate,
         "makespan_s": run["makespan_ns"] / 1e9,
+        "skipped_s": run["skipped_ns"] / 1e9,
         "wall_s": time.perf_counter() - t,
         "setup_s": setup_s,
     }
@@ -358,6 +356,7 @@ def search_identity(workload_params: dict, params: ServeParams, settings: dict) 
         "replay_requests": params.replay_requests,
         "pipeline_decodes": params.pipeline_decodes,
         "decode_rounds": params.decode_rounds,
+        "idle": params.idle,
         "slo": settings["slo"],
         "rep_rule": REP_RULE,
         "machine": {k: env.get(k) for k in ("backend", "device_name", "mlx", "mlx_lm", "settings")},
@@ -457,7 +456,10 @@ def search_params_file(
     bench.warm_rate = budget.warm_rate = start_rate(settings["lo"], settings["hi"], settings["start"])
     sources = source_hashes(params_file)
     bench.sources_hash = sources_hash(sources)
-    budget.spans = [w.duration_s for w in bench.samples]
+    budget.spans = [w.duration_s for w in bench.samples]  # and with idle skipped, the gaps (a lull costs its drain)
+    budget.gaps = (
+        [(w.arrival_ns[1:] - w.arrival_ns[:-1]) / 1e9 for w in bench.samples] if params.idle == "skip" else None
+    )
     runs = [(p, False) for p in params.policies] + [(name, True) for name in bench.peers]
     identity = search_identity(workload_params, params, settings)
     with SearchLog(log, identity, note=note, any_machine=from_log) as lg:

@@ -12,8 +12,10 @@ rounding only (~1e-6), so every greedy pick is the reference's. On a real model 
 agreement would show it, and nothing fails.
 """
 
+import dataclasses
 import importlib
 import math
+import time
 
 import numpy as np
 import pytest
@@ -84,6 +86,21 @@ def test_the_fp32_peer_emits_every_token_after_its_arrival_and_agrees_with_the_r
     assert min(min(refs[n].margin) for n in workload.names) > 0.05  # the premise of full agreement (docstring)
     assert [r["agreement"] for r in run["requests"]] == workload.output_tokens.tolist()
     assert all(r["output_ids"] == refs[r["name"]].tokens for r in run["requests"])
+
+
+def test_the_peer_skips_an_idle_span_as_the_policies_do(fp32, workload, prompts, refs):
+    lull = 60_000 * MS  # the last request a minute after the others, which end long before
+    w = dataclasses.replace(
+        workload, arrival_ns=np.where(np.arange(workload.n) == workload.n - 1, lull, workload.arrival_ns)
+    )
+    t = time.perf_counter()
+    run = peer_once(fp32, w, prompts, dtype="fp32", prefill_step_size=STEP, skip_idle=True)
+    assert time.perf_counter() - t < 30 and lull - run["skipped_ns"] < 10_000 * MS and run["makespan_ns"] > lull
+    for r in run["requests"]:
+        assert r["emit_ns"][0] >= r["arrival_ns"] and max(np.diff(r["emit_ns"]), default=0) < 5_000 * MS
+    record_agreement(run, refs)
+    assert [r["agreement"] for r in run["requests"]] == w.output_tokens.tolist()
+    assert peer_once(fp32, workload, prompts, dtype="fp32", prefill_step_size=STEP)["skipped_ns"] == 0  # waits
 
 
 def test_the_step_log_holds_every_prompt_token_and_decode(fp32, workload, prompts):

@@ -9,6 +9,7 @@ are stand-ins: each fake point takes its `wall_s` of the fake clock.
 import json
 import types
 
+import numpy as np
 import pytest
 
 from pdlib.errors import InputError
@@ -104,6 +105,18 @@ def test_a_low_rates_warmups_run_at_the_start_rate_and_are_expected_so(clock):
     b.admit("fifo", 0.125, 0, warmups=1)  # 480 s: it fits (760 with the warmup at 0.125x)
     b.record(0.125, 0, {"wall_s": 370.0, "warmups": 1, "warmup_rate": 1.0})  # 10 s past 320 + 40 s of arrivals
     assert b.overhead == 5.0
+
+
+def test_with_idle_spans_skipped_a_lull_is_expected_to_cost_its_drain_not_its_length(clock):
+    b = Budget(100.0, spans=[16.0])
+    b.gaps = [np.array([0.5, 15.0, 0.5])]  # a burst, a lull, a burst: 16 s of arrivals at 1x
+    cap, over = search_budget.IDLE_CAP_S, search_budget.FIRST_OVERHEAD_S
+    assert b.expect(1.0, 0, warmups=0) == pytest.approx(0.5 + cap + 0.5 + over)
+    assert b.expect(0.125, 0, warmups=0) == pytest.approx(4.0 + cap + 4.0 + over)  # 128 s waited, 13 s skipped
+    b.record(0.125, 0, {"wall_s": 15.0})  # 2 s past the 13 s expected of its arrivals
+    assert b.overhead == pytest.approx(2.0)
+    b.gaps = None  # waited: the span again
+    assert b.expect(0.125, 0, warmups=0) == pytest.approx(128.0 + 2.0)
 
 
 @pytest.mark.parametrize("bad", [0, -1.0, float("inf"), float("nan"), True, "60"])

@@ -9,9 +9,11 @@ params file's own run (~60 s, mlx-lm peers included) is listed as slow in tests/
 """
 
 import copy
+import dataclasses
 import json
 import math
 import re
+import time
 
 import mlx.core as mx
 import numpy as np
@@ -100,7 +102,33 @@ def test_a_late_request_waits_for_its_arrival(good):
         i = first_step(run, "r5")
         assert run["steps"]["t_start_ns"][i] >= LATE
         assert all(max(r["emit_ns"]) < LATE for r in run["requests"][:5])  # the rest were done: the run idled
-        assert run["idle_ns"] > 0
+        assert run["idle_ns"] > 0 and run["skipped_ns"] == 0  # waited, not skipped: `idle: wait` is the default
+
+
+LULL = 60_000 * MS  # a minute with no request in the system
+
+
+def test_an_idle_span_skipped_jumps_the_clock_and_changes_no_request(tiny, workload, refs):
+    w = dataclasses.replace(workload, arrival_ns=np.where(workload.arrival_ns == LATE, LULL, workload.arrival_ns))
+    t = time.perf_counter()
+    report = run_serving(tiny, w, policy=["chunked", "fifo"], chunk_size=CHUNK, refs=refs, skip_idle=True, replay=2)
+    assert time.perf_counter() - t < 30  # the minute was not waited
+    for run in report["runs"]:  # each passed the gate (run_serving raises otherwise) and its replay
+        assert LULL - run["skipped_ns"] < 10_000 * MS  # what was skipped: the lull less the busy time before it
+        assert run["idle_ns"] >= run["skipped_ns"]  # idle on the trace's clock, skipped or not
+        assert run["steps"]["t_start_ns"][first_step(run, "r5")] >= LULL and run["makespan_ns"] > LULL
+        for r in run["requests"]:  # no request was in the system while the clock jumped: no gap holds the lull
+            assert r["emit_ns"][0] >= r["arrival_ns"] and max(np.diff(r["emit_ns"]), default=0) < 5_000 * MS
+            assert r["output_ids"] == refs[r["name"]].tokens
+
+
+def test_the_idle_rule_is_refused_unless_wait_or_skip(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("idle: never\nworkload: {source: pair, prompt_tokens: 8, output_tokens: 2}\n")
+    with pytest.raises(InputError, match=r"^idle must be one of wait, skip, got 'never'$"):
+        load_serve_params(path)
+    path.write_text("idle: skip\nworkload: {source: pair, prompt_tokens: 8, output_tokens: 2}\n")
+    assert load_serve_params(path)[1].idle == "skip"
 
 
 def test_the_step_log_replays_legally_with_the_policys_rounds(good, workload):

@@ -408,7 +408,7 @@ def small_search(tmp_path):
     """A real search on the tiny model: one policy, one peer, one rep; (params file, log, report)."""
     params = tmp_path / "real.yaml"
     params.write_text(
-        "model: synthetic:tiny\nchunk_size: 16\npolicies: [mixed]\npeers: [mlx-lm-fp32@chunk]\nwarmups: 1\n"
+        "model: synthetic:tiny\nchunk_size: 16\npolicies: [mixed]\npeers: [mlx-lm-fp32@chunk]\nwarmups: 1\nidle: skip\n"
         "workload: {source: poisson, rate: 1.0, n: 4, seed: 0, prompt: 24, output: 3}\n"
         "search: {lo: 40, hi: 160, reps: 1, precision: 1.0, max_per_rep: 3, criteria: [capacity, goodput]}\n"
     )
@@ -432,6 +432,7 @@ def test_a_small_real_search_runs_through_the_gate_and_resumes(tmp_path, monkeyp
     assert report["warm"]["warm_rows"] == [1] and report["warm"]["warm_rounds"] == []  # no compiled rounds here
     for pt in points:
         assert pt["summary"]["n_requests"] == 4 and "attain_strict" in pt["summary"]
+        assert 0 <= pt["skipped_s"] <= pt["makespan_s"]  # `idle: skip`: the spans with no request, jumped
         if pt["policy"] == "mixed":
             assert pt["gate"]["checks"] == "tokens, and in full on a replay" and pt["gate"]["near_ties"] == []
             replay = pt["gate"]["replay"]  # 4 of the point's own 4 requests, every check made
