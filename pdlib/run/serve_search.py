@@ -456,10 +456,8 @@ def search_params_file(
     bench.warm_rate = budget.warm_rate = start_rate(settings["lo"], settings["hi"], settings["start"])
     sources = source_hashes(params_file)
     bench.sources_hash = sources_hash(sources)
-    budget.spans = [w.duration_s for w in bench.samples]  # and with idle skipped, the gaps (a lull costs its drain)
-    budget.gaps = (
-        [(w.arrival_ns[1:] - w.arrival_ns[:-1]) / 1e9 for w in bench.samples] if params.idle == "skip" else None
-    )
+    budget.spans, skip = [w.duration_s for w in bench.samples], params.idle == "skip"
+    budget.gaps = [(w.arrival_ns[1:] - w.arrival_ns[:-1]) / 1e9 for w in bench.samples] if skip else None
     runs = [(p, False) for p in params.policies] + [(name, True) for name in bench.peers]
     identity = search_identity(workload_params, params, settings)
     with SearchLog(log, identity, note=note, any_machine=from_log) as lg:

@@ -63,7 +63,7 @@ def test_a_kv_block_shifted_in_the_transfer_fails_the_replay(tiny, workload, mon
             r["check"] = {"status": "ok"}
         return []
 
-    monkeypatch.setattr("pdlib.run.serve.gate", tokens_unchecked)
+    monkeypatch.setattr("pdlib.run.serve.gate_run", tokens_unchecked)
     with pytest.raises(ValidationError, match=r"prefix_kv check, request r\d, position \d+, layer 1:"):
         run_serving(tiny, workload, policy=["disagg"], chunk_size=16, replay=5)
 
