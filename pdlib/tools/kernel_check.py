@@ -121,6 +121,16 @@ def check_gemm(seed: int, cases=None, shapes=None, weights=("fp32", "bf16")) -> 
     return rows
 
 
+def check_gemm_fp32(seed: int) -> list[dict]:
+    """check_gemm's FP32-weight rows: with --jobs, a worker of their own (the GEMM's modules compile longest)."""
+    return check_gemm(seed, weights=("fp32",))
+
+
+def check_gemm_bf16(seed: int) -> list[dict]:
+    """check_gemm's bf16-weight rows (the decode copies' type), beside the FP32 ones."""
+    return check_gemm(seed, weights=("bf16",))
+
+
 def epilogue_cases(rounds: bool = False):
     """(case, M, K, N, epilogue): the layer's matmuls with what follows them, at the row counts whose K splits
     the sum kernel carries (o_proj's and down's residual, gate|up's SwiGLU) and one whose split is 1 (ops);
@@ -386,8 +396,9 @@ def check_write_chain(seed: int) -> list[dict]:
 
 
 # the families that take longest on a fresh machine (mostly compiling), started first with --jobs (one H200,
-# 2026-12-06: gemm 131 s, persistent_decode 83, decode_rows 42, gemm_epilogue 36, slices 33; the rest under 10)
-SLOWEST = ("gemm", "persistent_decode", "decode_rows", "gemm_epilogue", "slices")
+# 2026-12-06: the GEMM's rows 131 s, then one family, so now two; persistent_decode 83, decode_rows 42,
+# gemm_epilogue 36, slices 33; the rest under 10)
+SLOWEST = ("gemm_fp32", "gemm_bf16", "persistent_decode", "decode_rows", "gemm_epilogue", "slices")
 
 
 def check_kernels(*, seed: int = 0, progress: bool = False, jobs: int = 1) -> list[dict]:
@@ -396,7 +407,7 @@ def check_kernels(*, seed: int = 0, progress: bool = False, jobs: int = 1) -> li
     `jobs` > 1: the families in that many worker processes at once (check_pool.py)."""
     if K.BACKEND == "cpu":
         raise InputError("no GPU backend: the kernels exist only on CUDA or Metal; the CPU runs the ops twins")
-    cuda = [check_gemm, check_gemm_epilogue, check_flash_attention] if K.BACKEND == "cuda" else []  # CUDA's alone
+    cuda = [check_gemm_fp32, check_gemm_bf16, check_gemm_epilogue, check_flash_attention] if K.BACKEND == "cuda" else []
     families = [
         check_gemv,
         *cuda,

@@ -40,7 +40,8 @@ def test_check_kernels_refuses_on_the_cpu():
             "cuda",
             [
                 "gemv",
-                "gemm",
+                "gemm_fp32",
+                "gemm_bf16",
                 "gemm_epilogue",
                 "flash_attention",
                 "decode_attention",
@@ -72,7 +73,7 @@ def test_check_kernels_runs_each_family_once_in_order_with_a_bar_on_stderr(monke
     import pdlib.tools.kernel_check as KC
 
     monkeypatch.setattr(K, "BACKEND", backend)
-    for name in families + ["gemm", "gemm_epilogue", "flash_attention", "slices"]:
+    for name in families + ["gemm_fp32", "gemm_bf16", "gemm_epilogue", "flash_attention", "slices"]:
 
         def family(seed, name=name):
             return [{"kernel": name, "seed": seed, "passed": name != "kv_store"}]
