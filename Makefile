@@ -17,7 +17,7 @@ RUN_EXTRAS := $(MLX_EXTRA)notebooks
 TEST_EXTRAS := $(MLX_EXTRA)notebooks,test
 
 .PHONY: setup setup-test test test-fast lint run lab gpu gpu-partition gpu-rounds gpu-rounds-bench gpu-serve-step gpu-search gpu-search-pair gpu-cache-pack \
-	gpu-cache-unpack clean
+	gpu-cache-unpack device-parts clean
 setup: $(VENV)/.installed-$(subst $(comma),-,$(RUN_EXTRAS))
 setup-test: $(VENV)/.installed-$(subst $(comma),-,$(TEST_EXTRAS))
 
@@ -168,6 +168,28 @@ gpu-cache-unpack:
 	@test -n "$(CACHE)" || { echo "error: make gpu-cache-unpack needs CACHE=DIR (the parts gpu-cache-pack wrote)" >&2; exit 2; }
 	@ls "$(CACHE)"/kernel-cache.tar.xz.* >/dev/null 2>&1 || { echo "error: $(CACHE) holds no kernel-cache.tar.xz.* parts" >&2; exit 2; }
 	cat "$(CACHE)"/kernel-cache.tar.xz.* | xz -d | tar -xPf - && echo "kernel caches restored from $(CACHE)"
+
+# MLX's CUDA wheel in two transfers, not three (after ../shared/gpu/fetch-mlx-cuda): p1 takes as much of it as fits
+# one call beside what travels of this checkout (tracked and unignored files, DEVICE_MARGIN_MIB spare), p2 is left
+# empty, p3 holds the rest with the small wheels; boot.sh reads them as before. Stage with one call carrying p1 and
+# p2, then work with p3 and boot. Refused where the two would not fit (a tree over ~19 MiB).
+DEVICE_DIR ?= .device
+DEVICE_MARGIN_MIB ?= 2
+device-parts: SHELL := /bin/bash
+device-parts: .SHELLFLAGS := -eo pipefail -c
+device-parts:
+	@big=$$(ls "$(DEVICE_DIR)"/mlx_cuda_13-*.whl 2>/dev/null | head -n 1 || true); no="no $(DEVICE_DIR)/mlx_cuda_13-*.whl"; \
+	test -n "$$big" || { echo "error: $$no: run ../shared/gpu/fetch-mlx-cuda first" >&2; exit 2; }; \
+	tree=$$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- | tail -n 1 | cut -f 1); \
+	room=$$(( (64 - $(DEVICE_MARGIN_MIB)) * 1048576 - tree )); size=$$(stat -c %s "$$big"); \
+	small=$$(cat "$(DEVICE_DIR)"/p3/mlx-*.whl "$(DEVICE_DIR)"/p3/mlx_lm-*.whl | wc -c); \
+	fits="the wheel ($$size bytes) does not fit two calls beside a $$tree-byte tree"; \
+	test $$(( size - room + small )) -le $$room || { echo "error: $$fits" >&2; exit 2; }; \
+	mkdir -p "$(DEVICE_DIR)"/p1 "$(DEVICE_DIR)"/p2 "$(DEVICE_DIR)"/p3; \
+	head -c $$room "$$big" > "$(DEVICE_DIR)"/p1/part.aa; : > "$(DEVICE_DIR)"/p2/part.ab; \
+	tail -c +$$(( room + 1 )) "$$big" > "$(DEVICE_DIR)"/p3/part.ac; \
+	cmp -s "$$big" <(cat "$(DEVICE_DIR)"/p1/part.aa "$(DEVICE_DIR)"/p2/part.ab "$(DEVICE_DIR)"/p3/part.ac); \
+	echo "p1 $$room bytes, p3 $$(( size - room + small )) with the small wheels, beside a $$tree-byte tree"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
