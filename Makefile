@@ -180,7 +180,8 @@ device-parts: .SHELLFLAGS := -eo pipefail -c
 device-parts:
 	@big=$$(ls "$(DEVICE_DIR)"/mlx_cuda_13-*.whl 2>/dev/null | head -n 1 || true); no="no $(DEVICE_DIR)/mlx_cuda_13-*.whl"; \
 	test -n "$$big" || { echo "error: $$no: run ../shared/gpu/fetch-mlx-cuda first" >&2; exit 2; }; \
-	tree=$$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- | tail -n 1 | cut -f 1); \
+	tree=$$(git ls-files -co --exclude-standard -z | { du -cb --files0-from=- 2>/dev/null || true; } \
+		| tail -n 1 | cut -f 1); \
 	room=$$(( (64 - $(DEVICE_MARGIN_MIB)) * 1048576 - tree )); size=$$(stat -c %s "$$big"); \
 	small=$$(cat "$(DEVICE_DIR)"/p3/mlx-*.whl "$(DEVICE_DIR)"/p3/mlx_lm-*.whl | wc -c); \
 	fits="the wheel ($$size bytes) does not fit two calls beside a $$tree-byte tree"; \
