@@ -483,7 +483,7 @@ def serve(workload_params: dict, params: ServeParams, *, params_file=None, refs:
         replay=params.replay_requests,
         pipeline=params.pipeline_decodes,
         decode_rounds=params.decode_rounds,
-        skip_idle=params.idle == "skip",
+        skip_idle=params.skip_idle,
     )
 
 

@@ -143,6 +143,11 @@ class ServeParams:
         if len(set(names)) != len(names):
             raise InputError(f"peers must not repeat (chunk is {self.chunk_size}), got {' '.join(names)}")
 
+    @property
+    def skip_idle(self) -> bool:
+        """`idle: skip`: serve_once's and peer_once's skip_idle."""
+        return self.idle == "skip"
+
     def peer_configs(self) -> list[tuple[str, int]]:
         """(dtype, prefill_step_size) per peer, in order."""
         return [parse_peer(p, self.chunk_size) for p in self.peers]

@@ -286,7 +286,7 @@ def measure(bench: Bench, policy: str, rate: float, rep: int, admit=None) -> dic
         admit(warmups)
     bench.warmed.add(policy)
     if policy in bench.peers:
-        how = dict(dtype=dtype, prefill_step_size=step, skip_idle=bench.params.idle == "skip")
+        how = dict(dtype=dtype, prefill_step_size=step, skip_idle=bench.params.skip_idle)
         for _ in range(warmups):
             peer_once(model, w_warm, prep["prompts"], **how)
         run = peer_once(model, w, prep["prompts"], **how)
@@ -300,7 +300,7 @@ def measure(bench: Bench, policy: str, rate: float, rep: int, admit=None) -> dic
         }
     else:
         how = dict(pipeline=bench.params.pipeline_decodes, decode_rounds=bench.params.decode_rounds, worker=worker)
-        how.update(chunk_size=chunk, budget=budget, skip_idle=bench.params.idle == "skip")
+        how.update(chunk_size=chunk, budget=budget, skip_idle=bench.params.skip_idle)
         check = {"checks": "tokens", "near_ties": []}
 
         def replayed(run: dict) -> dict:  # each point's own steps, replayed with the full checks
@@ -456,8 +456,8 @@ def search_params_file(
     bench.warm_rate = budget.warm_rate = start_rate(settings["lo"], settings["hi"], settings["start"])
     sources = source_hashes(params_file)
     bench.sources_hash = sources_hash(sources)
-    budget.spans, skip = [w.duration_s for w in bench.samples], params.idle == "skip"
-    budget.gaps = [(w.arrival_ns[1:] - w.arrival_ns[:-1]) / 1e9 for w in bench.samples] if skip else None
+    budget.spans = [w.duration_s for w in bench.samples]
+    budget.gaps = [w.arrival_s[1:] - w.arrival_s[:-1] for w in bench.samples] if params.skip_idle else None
     runs = [(p, False) for p in params.policies] + [(name, True) for name in bench.peers]
     identity = search_identity(workload_params, params, settings)
     with SearchLog(log, identity, note=note, any_machine=from_log) as lg:

@@ -396,7 +396,7 @@ def check_write_chain(seed: int) -> list[dict]:
 
 
 # the families that take longest on a fresh machine (mostly compiling), started first with --jobs (one H200,
-# 2026-12-06: the GEMM's rows 131 s, then one family, so now two; persistent_decode 83, decode_rows 42,
+# 2026-12-06: the GEMM's rows 131 s, hence two families by weight type; persistent_decode 83, decode_rows 42,
 # gemm_epilogue 36, slices 33; the rest under 10)
 SLOWEST = ("gemm_fp32", "gemm_bf16", "persistent_decode", "decode_rows", "gemm_epilogue", "slices")
 
