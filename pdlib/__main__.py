@@ -16,6 +16,7 @@ Every failure is one line on stderr starting "error: ": bad input exits with cod
 with 1. Ctrl-C stops any command within about a second (exit 130) and leaves no half-written file.
 """
 
+import os
 import sys
 
 from pdlib.cli import params_from, parser
@@ -87,6 +88,8 @@ def cmd_serve(args) -> int:
         raise InputError(f"serve: --budget-s {args.budget_s:g} bounds a search: give it with --search and --log")
     if args.from_log and not args.search:
         raise InputError("serve: --from-log reports a search's log: give it with --search and --log")
+    if args.search and args.output is not None and os.path.realpath(args.log) == os.path.realpath(args.output):
+        raise InputError(f"serve: --log and --output are both {args.log!r}: the log and the report need two paths")
     try:
         chosen = {"policies": args.policies, "peers": args.peers}
         if args.search:

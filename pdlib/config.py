@@ -307,6 +307,8 @@ class RunParams:
                 else (str(e).splitlines() or [type(e).__name__])[0]
             )
             raise InputError(f"cannot read params file {str(path)!r}: {why}") from None
+        except RecursionError:
+            raise InputError(f"cannot read params file {str(path)!r}: its values nest too deeply") from None
         known = {f.name for f in fields(cls)}
         accepted = f"accepted: {', '.join(sorted(known))}"
         # Refused rather than run: every default is the full workload, minutes to hours of device time

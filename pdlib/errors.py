@@ -14,10 +14,15 @@ class RunFailure(RuntimeError):
     worker that failed. The CLI prints its message as one line and exits with code 1; nothing is written."""
 
 
-def check_int(name: str, value, lo: int) -> None:
-    """An integer input at least `lo` (a bool is not one), or an InputError naming it."""
+INT_MAX = 2**31 - 1  # the largest integer input by default: counts and lengths, far past any a run can use
+
+
+def check_int(name: str, value, lo: int, hi: int = INT_MAX) -> None:
+    """An integer input in [lo, hi] (a bool is not one), or an InputError naming it."""
     if isinstance(value, bool) or not isinstance(value, int) or value < lo:
         raise InputError(f"{name} must be an integer >= {lo}, got {value!r}")
+    if value > hi:
+        raise InputError(f"{name} must be an integer <= {hi}, got {value!r}")
 
 
 # what MLX's allocators say when the device has no memory left (CUDA's cudaMalloc*, Metal's malloc)

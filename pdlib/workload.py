@@ -93,6 +93,20 @@ def _number(name: str, value, *, lo: float, lo_ok: bool) -> float:
     return float(value)
 
 
+MAX_REQUESTS = 1_000_000  # a drawn workload's n at most: 50x the longer Azure trace
+MAX_SPAN_S = 1e7  # arrivals span at most this (~116 days): a rate that slow is a typo, and ns must fit int64
+
+
+def arrival_ns_of(ns: np.ndarray, what: str) -> np.ndarray:
+    """Arrival times in ns (float, from 0, not decreasing) as int64, or InputError where they span past MAX_SPAN_S."""
+    if not ns[-1] <= MAX_SPAN_S * NS_PER_S:  # NaN and inf fail too
+        raise InputError(
+            f"{what}: the arrivals would span {ns[-1] / NS_PER_S:.3g} s, past the {MAX_SPAN_S:g} s a "
+            f"workload may span; raise the rate"
+        )
+    return np.rint(ns).astype(np.int64)
+
+
 def _array(name: str, values) -> np.ndarray:
     a = np.asarray(values)
     if a.ndim != 1 or a.dtype.kind not in "iu":
@@ -273,7 +287,8 @@ class Workload:
             gap = trace_gap_ns(trace) if pace_gap_ns is None else pace_gap_ns
             paced = rel * (gap * (rel.size - 1) / rel[-1])
         # ns / m in float64 is exact to well under 1 ns for hours of trace; m == 1 keeps the integers as they are
-        arrival = rel if m == 1 and gap is None else np.rint(paced / m).astype(np.int64)
+        with np.errstate(over="ignore"):  # a multiplier too small comes out inf, refused in arrival_ns_of
+            arrival = rel if m == 1 and gap is None else arrival_ns_of(paced / m, f"rate_multiplier {m:g}")
         limits = dict(zip(LIMITS, (max_prompt_tokens, max_output_tokens, max_total_tokens)))
         p, o, counts = clip_lengths(trace.prompt_tokens[lo:hi], trace.output_tokens[lo:hi], **limits)
         window = None if window_s is None else [float(x) for x in window_s]
@@ -297,12 +312,14 @@ class Workload:
     ) -> Workload:
         """Poisson arrivals at `rate` requests/s with drawn lengths (the module docstring's poisson source)."""
         rate = _number("rate", rate, lo=0, lo_ok=False)
-        check_int("n", n, 1)
-        check_int("seed", seed, 0)
+        check_int("n", n, 1, MAX_REQUESTS)
+        check_int("seed", seed, 0, 2**63 - 1)
         ps, os_ = _dist("prompt", prompt), _dist("output", output)
         rng = np.random.Generator(np.random.PCG64(seed))
-        gaps = rng.exponential(1.0 / rate, size=n - 1)
-        arrival = np.rint(np.concatenate([[0.0], np.cumsum(gaps)]) * NS_PER_S).astype(np.int64)
+        with np.errstate(over="ignore"):  # a rate too slow comes out inf, refused below
+            gaps = rng.exponential(1.0 / rate, size=n - 1)
+            arrival_ns = np.concatenate([[0.0], np.cumsum(gaps)]) * NS_PER_S
+        arrival = arrival_ns_of(arrival_ns, f"poisson rate {rate:g}")
         if ps["dist"] == os_["dist"] == "empirical" and ps["trace"] == os_["trace"]:
             t = load_trace(ps["trace"])
             rows = rng.integers(0, t.n, size=n)

@@ -119,6 +119,15 @@ def assert_clean(code, err, what):
 
 
 # ---- params files --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("command", ["validate", "serve"])
+def test_a_params_file_nested_past_pythons_recursion_limit_is_refused_in_one_line(tmp_path, command):
+    path = tmp_path / "p.yaml"
+    path.write_text("workload: " + "[" * 5000 + "]" * 5000 + "\n")
+    code, err = call([command, "--params", path])
+    assert code == 2 and err == f"error: cannot read params file {str(path)!r}: its values nest too deeply\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["p.yaml"]
+
+
 @settings(QUICK, max_examples=80)
 @given(text=params_text, command=st.sampled_from(["validate", "run"]))
 def test_a_params_file_runs_or_is_refused_in_one_line(text, command):

@@ -280,6 +280,9 @@ def test_the_pair_is_a_and_b_at_zero_with_make_prompts_prompts():
         ({"source": "poisson", "rate": 1.0}, "workload source poisson needs n, seed, prompt, output"),
         ({"source": "pair", "prompt_tokens": 8}, "workload source pair needs output_tokens"),
         ({"source": "pair", "prompt_tokens": 0, "output_tokens": 1}, "prompt_tokens must be an integer >= 1"),
+        ({"source": "pair", "prompt_tokens": 10**23, "output_tokens": 4}, "prompt_tokens must be an integer <= 2147"),
+        ({"source": "azure-code", "max_total_tokens": 10**23}, "max_total_tokens must be an integer <= 2147483647"),
+        ({"source": "azure-code", "first": 3, "rate_multiplier": 1e-300}, "rate_multiplier 1e-300: the arrivals would"),
     ],
 )
 def test_bad_trace_and_pair_params_are_refused_by_name(params, message):
@@ -301,6 +304,9 @@ def test_bad_trace_and_pair_params_are_refused_by_name(params, message):
         ({"output": {"dist": "uniform", "lo": 5}}, r"output length \{dist: uniform\} takes exactly lo, hi"),
         ({"prompt": {"dist": "lognormal", "median": 0, "sigma": 1}}, "prompt median must be a finite number > 0"),
         ({"prompt": {"dist": "empirical", "trace": "chat"}}, "empirical trace 'chat' is not one of: code, conv"),
+        ({"n": 10**11}, "n must be an integer <= 1000000, got 100000000000"),  # refused, not allocated
+        ({"prompt": {"dist": "uniform", "lo": 1, "hi": 10**23}}, "prompt hi must be an integer <= 2147483647"),
+        ({"rate": 1e-15}, r"poisson rate 1e-15: the arrivals would span \S+ s, past the 1e\+07 s a workload may span"),
     ],
 )
 def test_bad_poisson_params_are_refused_by_name(change, message):

@@ -204,6 +204,7 @@ def run_serve_notebook(report, *, out, search=None, quiet: bool = False, log=pri
         serving.load_serving_report(report)
     if search is not None:
         serving.load_search_report(search)
+        serving.load_search_slos(search)  # the bounds its charts draw
     if not (NOTEBOOK_DIR / f"{SERVE_NOTEBOOK}.ipynb").is_file():
         raise InputError(f"notebook {SERVE_NOTEBOOK} not found in {NOTEBOOK_DIR} (run from a checkout)")
     out_dir = _claim(Path(out), log)

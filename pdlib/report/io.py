@@ -29,6 +29,8 @@ PACKAGE_DIR = Path(__file__).resolve().parent.parent  # pdlib/
 def claim_output(path) -> Path:
     """Check, before doing any work, that `path` can be written without overwriting anything. Creates
     nothing: folders are made only when the report is written."""
+    if str(path).endswith(("/", os.sep)):
+        raise InputError(f"output {str(path)!r} names a folder: give the report's file name")
     path = Path(path)
     if os.path.lexists(path):
         raise InputError(f"output {str(path)!r} already exists; pdlib never overwrites a report: choose a new path")

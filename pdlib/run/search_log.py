@@ -3,7 +3,7 @@ any point resumes from every run it finished (pdlib/run/serve_search.py).
 
     log = SearchLog(path, identity, note=print)   # locks the file; reads what is there; refuses another search's
     if log.header is None:
-        log.start({"slo": ...})                   # a new log: its header line, written once
+        log.start({"slo": ...})                   # a new log: its header, written with its first point
     log.append({"policy": "mixed", "rate": 2.0, "rep": 0, "summary": {...}, "gate": {...}})
     log.records                                   # every point in the log, in order
     log.keep("references", key, {"r0": {...}})    # what a later command reuses (a rep's FP32 references)
@@ -25,7 +25,10 @@ nothing: `serve --search --from-log`) takes the log's machine and switches as it
 import datetime
 import fcntl
 import json
+import math
 import os
+import re
+import stat
 from pathlib import Path
 
 from pdlib import settings
@@ -66,6 +69,49 @@ def with_later_switches(theirs, ours: dict):
     return {**theirs, "machine": {**theirs["machine"], "settings": old}}
 
 
+HEAD = ('{"schema":' + json.dumps(LOG_SCHEMA)).encode()  # how every log begins (_write, start)
+HEAD_AS_TEXT = re.compile(rb'\{\s*"schema"\s*:\s*' + re.escape(json.dumps(LOG_SCHEMA).encode()))  # also hand-written
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def damaged_point(r) -> str | None:
+    """What makes `r` no measured point (a field missing or of the wrong kind), or None."""
+    if not isinstance(r, dict):
+        return "not a measured point"
+    missing = [k for k in ("policy", "rate", "rep", "summary") if k not in r]
+    if missing:
+        return f"not a measured point: no {', '.join(missing)}"
+    for key, ok in (
+        ("policy", isinstance(r["policy"], str)),
+        ("rate", _number(r["rate"]) and math.isfinite(r["rate"]) and r["rate"] > 0),
+        ("rep", isinstance(r["rep"], int) and not isinstance(r["rep"], bool) and r["rep"] >= 0),
+        ("summary", isinstance(r["summary"], dict) and all(v is None or _number(v) for v in r["summary"].values())),
+        ("gate", isinstance(r.get("gate", {}), dict)),
+        ("rule", isinstance(r.get("rule", ""), str)),
+    ):
+        if not ok:
+            return f"{key} {json.dumps(r.get(key))[:60]}"
+    return None
+
+
+def damaged_header(h: dict) -> str | None:
+    """Which of the header's fields a search reads is missing or of the wrong kind, or None."""
+    slo = h.get("slo") if isinstance(h.get("slo"), dict) else {}
+    for key, ok in (
+        ("identity", isinstance(h.get("identity"), dict)),
+        ("created_utc", isinstance(h.get("created_utc"), str)),
+        ("slo", all(_number(slo.get(k)) and math.isfinite(slo[k]) and slo[k] > 0 for k in ("decode_ms", "ttft_ms"))),
+        ("slo", isinstance(slo.get("measured"), list)),
+        ("calibration", isinstance(h.get("calibration") or {}, dict)),
+    ):
+        if not ok:
+            return f"{key} {json.dumps(h.get(key))[:60]}"
+    return None
+
+
 def _kept_key(kind: str, key) -> tuple[str, str]:
     """A kept value's index: its kind and its key as JSON text, keys sorted (the same whether read or written)."""
     return kind, json.dumps(key, sort_keys=True)
@@ -78,11 +124,17 @@ class SearchLog:
         self.any_machine = any_machine  # a report made elsewhere from the log: its machine is the log's
         self.note = note or (lambda line: None)
         self.header, self.records, self.cut = None, [], 0
+        self.unwritten = None  # a started log's header until its first line is written
         self._kept: dict = {}  # (kind, json key) -> value
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.made = [p for p in reversed(self.path.parents) if not p.exists()] + [self.path] * (not self.path.exists())
+        self.fd = None
         try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
+            if not stat.S_ISREG(os.fstat(self.fd).st_mode):
+                raise OSError(0, "not a regular file")
         except OSError as e:
+            self.close()
             raise InputError(f"cannot open search log {str(self.path)!r}: {e.strerror or e}") from None
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -98,23 +150,30 @@ class SearchLog:
     def _read(self):
         with open(self.fd, "rb", closefd=False) as f:
             data = f.read()
-        if data and not data.endswith(b"\n"):  # a line cut by a kill: its run is measured again
-            keep = data.rfind(b"\n") + 1
-            self.cut = len(data) - keep
-            os.ftruncate(self.fd, keep)
-            data = data[:keep]
-            self.note(f"search log {self.path}: ignored a partial last line ({self.cut} bytes) left by a killed run")
-        lines = data.splitlines()
-        if not lines:
-            return
         where = f"search log {str(self.path)!r}"
+        keep = data.rfind(b"\n") + 1  # what follows the last newline is a line cut by a kill: measured again
+        lines = data[:keep].splitlines()
         try:
-            header = json.loads(lines[0])
+            header = json.loads(lines[0]) if lines else None
         except ValueError:
             header = None
-        if not isinstance(header, dict) or header.get("schema") != LOG_SCHEMA:
+        if lines and not (isinstance(header, dict) and header.get("schema") == LOG_SCHEMA):
             raise InputError(f"{where} is not a search log (line 1 is not a {LOG_SCHEMA} header)")
-        if self.any_machine and isinstance(header.get("identity"), dict):
+        if not lines and data and not (HEAD.startswith(data) or HEAD_AS_TEXT.match(data)):
+            raise InputError(f"{where} is not a search log (line 1 is not a {LOG_SCHEMA} header)")
+        if lines:
+            self._check(header, lines, where)
+        if keep < len(data):  # only now, the file known to be a log of these params: nothing else is cut
+            self.cut = len(data) - keep
+            os.ftruncate(self.fd, keep)
+            self.note(f"search log {self.path}: ignored a partial last line ({self.cut} bytes) left by a killed run")
+        self.header = header
+
+    def _check(self, header: dict, lines: list[bytes], where: str) -> None:
+        """The header's fields and identity, then every point and kept value, read into records and _kept."""
+        if bad := damaged_header(header):
+            raise InputError(f"{where}: line 1 is damaged (its {bad})")
+        if self.any_machine:
             self.identity["machine"] = header["identity"].get("machine")
         diff = first_difference(with_later_switches(header.get("identity"), self.identity), self.identity)
         if diff:
@@ -125,24 +184,24 @@ class SearchLog:
         for i, line in enumerate(lines[1:], start=2):
             try:
                 r = json.loads(line)
-                kept = isinstance(r, dict) and set(r) == {"kept", "key", "value"}
-                ok = kept or (isinstance(r, dict) and {"policy", "rate", "rep", "summary"} <= set(r))
+                kept = isinstance(r, dict) and set(r) == {"kept", "key", "value"} and isinstance(r["kept"], str)
+                bad = None if kept else damaged_point(r)
             except ValueError:
-                ok = False
-            if not ok:
-                raise InputError(f"{where}: line {i} is damaged (not a measured point); only a last line may be cut")
+                bad = "not JSON"
+            if bad:
+                raise InputError(f"{where}: line {i} is damaged ({bad}); only a last line may be cut")
             if kept:
                 self._kept[_kept_key(r["kept"], r["key"])] = r["value"]
             else:
                 self.records.append(r)
-        self.header = header
 
     def start(self, fields: dict) -> dict:
-        """Write the header of a new log: schema, identity, created_utc and `fields`."""
+        """The header of a new log: schema, identity, created_utc and `fields`, written before its first point or
+        kept value (a search refused before either leaves no log)."""
         if self.header is not None:
             raise RuntimeError("the log has a header already")
         self.header = {"schema": LOG_SCHEMA, "identity": self.identity, "created_utc": utc_now(), **fields}
-        self._write(self.header)
+        self.unwritten = self.header
         return self.header
 
     def append(self, record: dict) -> None:
@@ -168,6 +227,9 @@ class SearchLog:
         self._kept[_kept_key(kind, key)] = json.loads(json.dumps(value))
 
     def _write(self, obj: dict) -> None:
+        if self.unwritten is not None:
+            header, self.unwritten = self.unwritten, None
+            self._write(header)
         line = (json.dumps(obj, separators=(",", ":")) + "\n").encode()
         n = os.write(self.fd, line)  # O_APPEND: at the end, in one write
         if n != len(line):
@@ -175,9 +237,18 @@ class SearchLog:
         os.fsync(self.fd)
 
     def close(self) -> None:
+        """Release the log; one this command made and never wrote to (refused or stopped before its first point
+        or kept value) is removed with the folders made for it."""
         if self.fd is not None:
             os.close(self.fd)  # releases the lock
             self.fd = None
+        if (self.header is None or self.unwritten is not None) and self.made:
+            for p in reversed(self.made):
+                try:
+                    p.unlink() if p == self.path else p.rmdir()
+                except OSError:  # not empty, or gone: left as it is
+                    break
+            self.made = []
 
     def __enter__(self):
         return self

@@ -314,7 +314,8 @@ def warm_engine(engine: Engine, workloads: Sequence[Workload], chunk_size: int, 
     traced, the group sizes launched and the seconds."""
     t = time.perf_counter()
     most = engine.pool.shape[0] if engine.pool is not None else max(w.n for w in workloads)  # decodes in a step
-    rows = engine.model.warm(max(max(chunk_size, int(w.prompt_tokens.max())) + min(w.n, most) for w in workloads))
+    prompt_rows = [max(min(chunk_size, int(w.prompt_tokens.sum())), int(w.prompt_tokens.max())) for w in workloads]
+    rows = engine.model.warm(max(p + min(w.n, most) for p, w in zip(prompt_rows, workloads)))
     sizes = range(3, min(max(w.n for w in workloads), most) + 1)  # a round's rows each hold a cache
     rounds = engine.rounds.trace(engine.pool, sizes) if engine.decode_round == "compiled" else []
     if rounds and any(BATCH_POLICIES[resolve(p)[0]].remote_prefill == "slice" for p in policies):

@@ -35,7 +35,7 @@ from pdlib.config import parse_peer, peer_name
 from pdlib.errors import InputError, check_int
 from pdlib.report.serving import slos_from_step
 from pdlib.run.serve_replicas import resolve
-from pdlib.workload import Workload
+from pdlib.workload import TRACE_SOURCES, Workload
 
 SLO_KEYS = ("decode_ms", "ttft_ms")
 IDLE = ("wait", "skip")  # with no request in the system: wait for the next arrival, or jump the clock to it
@@ -76,7 +76,7 @@ def search_settings(spec) -> dict:
         raise InputError(f"search floor must be <= lo, got floor {out['floor']}, lo {out['lo']}")
     if out["hi"] < out["lo"] or out["start"] is not None and not out["lo"] <= out["start"] <= out["hi"]:
         raise InputError(f"search needs lo <= start <= hi, got lo {out['lo']}, start {out['start']}, hi {out['hi']}")
-    check_int("search reps", out["reps"], 1)
+    check_int("search reps", out["reps"], 1, 100)  # each rep's workload is made up front
     check_int("search max_per_rep", out["max_per_rep"], 1)
     slo = out["slo"]
     if not isinstance(slo, dict) or set(slo) - set(SLO_KEYS):
@@ -176,6 +176,8 @@ def load_serve_params(path, *, policies=None, peers=None) -> tuple[dict, ServePa
     except (OSError, yaml.YAMLError) as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise InputError(f"cannot read params file {str(path)!r}: {first}") from None
+    except RecursionError:
+        raise InputError(f"cannot read params file {str(path)!r}: its values nest too deeply") from None
     known = ("workload", *(f.name for f in fields(ServeParams)))
     if not isinstance(data, dict) or not data:
         raise InputError(f"params file {str(path)!r} must hold a mapping with keys: {', '.join(known)}")
@@ -189,4 +191,8 @@ def load_serve_params(path, *, policies=None, peers=None) -> tuple[dict, ServePa
     workload = data.pop("workload")
     Workload.from_params(workload)
     given = {"policies": policies, "peers": peers}
-    return dict(workload), ServeParams(**{**data, **{k: list(v) for k, v in given.items() if v is not None}})
+    params = ServeParams(**{**data, **{k: list(v) for k, v in given.items() if v is not None}})
+    if params.search is not None and workload.get("source") in ("poisson", *TRACE_SOURCES):  # its slowest rate too
+        slowest = params.search["floor"] or params.search["lo"]
+        Workload.from_params({**workload, "rate" if workload["source"] == "poisson" else "rate_multiplier": slowest})
+    return dict(workload), params

@@ -454,8 +454,7 @@ def search_params_file(
     settings = params.search if params.search is not None else search_settings({})
     bench = Bench(workload_params, params, settings["reps"])
     bench.warm_rate = budget.warm_rate = start_rate(settings["lo"], settings["hi"], settings["start"])
-    sources = source_hashes(params_file)
-    bench.sources_hash = sources_hash(sources)
+    bench.sources_hash = sources_hash(sources := source_hashes(params_file))
     budget.spans = [w.duration_s for w in bench.samples]
     budget.gaps = [w.arrival_s[1:] - w.arrival_s[:-1] for w in bench.samples] if params.skip_idle else None
     runs = [(p, False) for p in params.policies] + [(name, True) for name in bench.peers]
@@ -464,8 +463,7 @@ def search_params_file(
         bench.log, bench.from_log = lg, from_log
         logged, cut = len(lg.records), lg.cut
         if lg.header is None:
-            given = settings["slo"]
-            calib = None
+            given, calib = settings["slo"], None
             if given["decode_ms"] is None or given["ttft_ms"] is None:
                 calib = calibrate(bench.model, bench.samples[0], chunk_size=params.chunk_size)
             slo = {

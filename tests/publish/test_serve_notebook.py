@@ -172,6 +172,18 @@ def test_notebooks_search_report_refuses_what_it_cannot_render_in_one_line(tmp_p
     assert not out.exists()
 
 
+def test_a_search_report_whose_slos_cannot_be_drawn_is_refused_before_its_folder(tmp_path, capsys):
+    report = search_report(synthetic_searches(SLOS["strict"]))
+    report["slos"]["strict"]["ttft_ms"] = -1.0
+    bad = tmp_path / "search.json"
+    bad.write_text(json.dumps(report))
+    out = tmp_path / "o"
+    assert main(["notebooks", "--search-report", str(bad), "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: {bad}: ") and "ttft_ms" in err
+    assert not out.exists()  # refused before the folder or a kernel
+
+
 def test_a_search_report_written_without_its_weights_says_so():
     report = search_report({})
     del report["model"]  # as written before search reports named their weights

@@ -396,3 +396,20 @@ def test_compiled_rounds_are_traced_on_each_stream_a_round_can_run_on(tiny, work
     fewer.decode_round = "compiled"
     monkeypatch.setattr(fewer.rounds, "trace", trace)
     assert warm_engine(fewer, [workload], CHUNK, policies)["warm_rounds"] == [3, 4]
+
+
+@pytest.mark.parametrize("chunk, rows", [(CHUNK, 70 + 6), (100, 100 + 6), (2**31 - 1, 271 + 6)])
+def test_the_engine_warms_each_step_size_a_workload_can_meet_and_no_more(tiny, workload, monkeypatch, chunk, rows):
+    """A step carries at most a chunk (of one prompt or several) or a whole prompt (eager), never more prompt rows
+    than the workload holds (271), plus a decode per request: a chunk past them all warms 271 rows, not its own."""
+    from pdlib.engine import Engine
+    from pdlib.run.serve import warm_engine
+
+    engine = Engine(tiny, capacity=128, slots=workload.n)
+    asked = []
+    monkeypatch.setattr(engine.model, "warm", lambda max_rows: asked.append(max_rows) or [1])
+    warm_engine(engine, [workload], chunk)
+    assert asked == [rows]
+    few = dataclasses.replace(workload, prompt_tokens=np.array([4, 4, 4, 4, 4, 4]))  # 24 prompt rows in all
+    warm_engine(engine, [few], 2**31 - 1)
+    assert asked[-1] == 24 + 6

@@ -317,6 +317,45 @@ def test_an_existing_output_is_refused_before_any_work(tmp_path, params, fake):
     assert not (tmp_path / "log.jsonl").exists() and fake.calls == []
 
 
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (("", ""), r"one cache of \d+ positions needs .* GiB \(over PDLIB_KV_CACHE_GIB=1e-06\)"),
+        (("model: synthetic:tiny", "model: synthetic:nope"), "unknown model preset 'nope'"),
+        (("lo: 0.25", "lo: 1.0e-300"), "rate_multiplier 1e-300: the arrivals would span"),
+    ],
+)
+def test_a_search_refused_before_its_first_point_leaves_no_log(tmp_path, monkeypatch, change, message):
+    """Measured for real (the tiny model): the model, its caches' fit in memory and the slowest rate's workload
+    are refused before any point, and the log made for the search goes with its folders."""
+    if not change[0]:  # memory for no cache: refused as the first point prepares its rep
+        monkeypatch.setenv("PDLIB_KV_CACHE_GIB", "0.000001")
+    params = tmp_path / "search.yaml"
+    params.write_text(PARAMS.replace(*change))
+    with pytest.raises(InputError, match=message):
+        search_params_file(params, log=tmp_path / "logs" / "log.jsonl", note=lambda _: None)
+    assert not (tmp_path / "logs").exists()
+
+
+def test_the_cli_refuses_one_path_for_the_log_and_the_report(tmp_path, capsys, fake):
+    from pdlib.__main__ import main
+
+    params = tmp_path / "search.yaml"
+    params.write_text(PARAMS)
+    same = str(tmp_path / "same.json")
+    assert main(["serve", "--params", str(params), "--search", "--log", same, "--output", same]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: serve: --log and --output are both {same!r}: the log and the report need two paths"
+    ]
+    assert fake.calls == [] and not (tmp_path / "same.json").exists()
+    folder = str(tmp_path / "new") + "/"
+    assert main(["serve", "--params", str(params), "--search", "--log", same, "--output", folder]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: output {folder!r} names a folder: give the report's file name"
+    ]
+    assert fake.calls == [] and not (tmp_path / "new").exists()
+
+
 # ---- reps ----------------------------------------------------------------------------------------------------
 
 
@@ -401,6 +440,8 @@ def test_the_smoke_params_load():
 
 def logged_points(log) -> list[dict]:
     """A search log's measured points, in order (not its header, nor the values it keeps for later commands)."""
+    if not log.exists():  # a search stopped before any line: its log is removed
+        return []
     return [r for r in map(json.loads, log.read_text().splitlines()[1:]) if "policy" in r]
 
 
