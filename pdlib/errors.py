@@ -14,6 +14,11 @@ class RunFailure(RuntimeError):
     worker that failed. The CLI prints its message as one line and exits with code 1; nothing is written."""
 
 
+def is_number(x) -> bool:
+    """An int or float read from input (JSON, YAML), not a bool."""
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
 INT_MAX = 2**31 - 1  # the largest integer input by default: counts and lengths, far past any a run can use
 
 

@@ -93,6 +93,11 @@ def _number(name: str, value, *, lo: float, lo_ok: bool) -> float:
     return float(value)
 
 
+def at_rate(workload_params: dict, rate: float) -> dict:
+    """The params with their rate replaced: a trace's rate_multiplier, or poisson's rate (requests/s)."""
+    return {**workload_params, "rate" if workload_params.get("source") == "poisson" else "rate_multiplier": rate}
+
+
 MAX_REQUESTS = 1_000_000  # a drawn workload's n at most: 50x the longer Azure trace
 MAX_SPAN_S = 1e7  # arrivals span at most this (~116 days): a rate that slow is a typo, and ns must fit int64
 

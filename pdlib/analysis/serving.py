@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from pdlib.analysis.serving_time import time_frame, time_line
-from pdlib.errors import InputError
+from pdlib.errors import InputError, is_number
 from pdlib.report.io import read_text
 from pdlib.report.serving import NS_PER_MS, Slo, request_metrics, run_summary, slos_from_step
 from pdlib.report.serving_loss import gap_work
@@ -54,7 +54,7 @@ def check_serving_report(report, *, where: str = "report") -> dict:
     for key in ("params", "slos"):
         need(isinstance(report.get(key, {}), dict), f"{key} is not an object")
     w = report["workload"]
-    need(_is_int(w.get("requests")) and _is_number(w.get("duration_s")), "workload lacks requests or duration_s")
+    need(_is_int(w.get("requests")) and is_number(w.get("duration_s")), "workload lacks requests or duration_s")
     need(isinstance(report["gate"].get("near_ties", []), list), "gate.near_ties is not a list")
     runs = report.get("runs")
     need(isinstance(runs, list) and runs, "runs must be a non-empty list")
@@ -112,10 +112,6 @@ def check_serving_report(report, *, where: str = "report") -> dict:
     return report
 
 
-def _is_number(x) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool)
-
-
 def check_searches(searches) -> dict:
     """`searches` if shaped {run label: [report.serving.search result, ...]}, else InputError, one line."""
     if not isinstance(searches, dict) or not searches:
@@ -127,21 +123,21 @@ def check_searches(searches) -> dict:
             ok = (
                 isinstance(r, dict)
                 and isinstance(r.get("criterion"), str)
-                and _is_number(r.get("value"))
+                and is_number(r.get("value"))
                 and isinstance(r.get("ci"), list | tuple)
                 and len(r["ci"]) == 2
-                and _is_number(r["ci"][0])
-                and (r["ci"][1] is None or _is_number(r["ci"][1]))
-                and (r["ci"][1] is not None or _is_number(r.get("hi")))
-                and (r.get("ci_level") is None or _is_number(r["ci_level"]))
+                and is_number(r["ci"][0])
+                and (r["ci"][1] is None or is_number(r["ci"][1]))
+                and (r["ci"][1] is not None or is_number(r.get("hi")))
+                and (r.get("ci_level") is None or is_number(r["ci_level"]))
                 and isinstance(r.get("points"), list)
                 and all(
                     isinstance(p, dict)
-                    and _is_number(p.get("rate"))
+                    and is_number(p.get("rate"))
                     and p["rate"] > 0
                     and _is_int(p.get("rep"))
                     and isinstance(p.get("metric", {}) or {}, dict)
-                    and all(v is None or _is_number(v) for v in (p.get("metric") or {}).values())
+                    and all(v is None or is_number(v) for v in (p.get("metric") or {}).values())
                     and isinstance(p.get("pass"), bool)
                     for p in r["points"]
                 )

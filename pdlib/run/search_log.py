@@ -32,7 +32,7 @@ import stat
 from pathlib import Path
 
 from pdlib import settings
-from pdlib.errors import InputError
+from pdlib.errors import InputError, is_number
 
 LOG_SCHEMA = "pdlib.serve-search-log/1"
 
@@ -73,10 +73,6 @@ HEAD = ('{"schema":' + json.dumps(LOG_SCHEMA)).encode()  # how every log begins 
 HEAD_AS_TEXT = re.compile(rb'\{\s*"schema"\s*:\s*' + re.escape(json.dumps(LOG_SCHEMA).encode()))  # also hand-written
 
 
-def _number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
 def damaged_point(r) -> str | None:
     """What makes `r` no measured point (a field missing or of the wrong kind), or None."""
     if not isinstance(r, dict):
@@ -86,9 +82,9 @@ def damaged_point(r) -> str | None:
         return f"not a measured point: no {', '.join(missing)}"
     for key, ok in (
         ("policy", isinstance(r["policy"], str)),
-        ("rate", _number(r["rate"]) and math.isfinite(r["rate"]) and r["rate"] > 0),
+        ("rate", is_number(r["rate"]) and math.isfinite(r["rate"]) and r["rate"] > 0),
         ("rep", isinstance(r["rep"], int) and not isinstance(r["rep"], bool) and r["rep"] >= 0),
-        ("summary", isinstance(r["summary"], dict) and all(v is None or _number(v) for v in r["summary"].values())),
+        ("summary", isinstance(r["summary"], dict) and all(v is None or is_number(v) for v in r["summary"].values())),
         ("gate", isinstance(r.get("gate", {}), dict)),
         ("rule", isinstance(r.get("rule", ""), str)),
     ):
@@ -103,7 +99,7 @@ def damaged_header(h: dict) -> str | None:
     for key, ok in (
         ("identity", isinstance(h.get("identity"), dict)),
         ("created_utc", isinstance(h.get("created_utc"), str)),
-        ("slo", all(_number(slo.get(k)) and math.isfinite(slo[k]) and slo[k] > 0 for k in ("decode_ms", "ttft_ms"))),
+        ("slo", all(is_number(slo.get(k)) and math.isfinite(slo[k]) and slo[k] > 0 for k in ("decode_ms", "ttft_ms"))),
         ("slo", isinstance(slo.get("measured"), list)),
         ("calibration", isinstance(h.get("calibration") or {}, dict)),
     ):
@@ -157,9 +153,11 @@ class SearchLog:
             header = json.loads(lines[0]) if lines else None
         except ValueError:
             header = None
-        if lines and not (isinstance(header, dict) and header.get("schema") == LOG_SCHEMA):
-            raise InputError(f"{where} is not a search log (line 1 is not a {LOG_SCHEMA} header)")
-        if not lines and data and not (HEAD.startswith(data) or HEAD_AS_TEXT.match(data)):
+        if lines:
+            is_log = isinstance(header, dict) and header.get("schema") == LOG_SCHEMA
+        else:  # empty, or only a header cut by a kill
+            is_log = not data or HEAD.startswith(data) or HEAD_AS_TEXT.match(data) is not None
+        if not is_log:
             raise InputError(f"{where} is not a search log (line 1 is not a {LOG_SCHEMA} header)")
         if lines:
             self._check(header, lines, where)

@@ -35,7 +35,7 @@ from pdlib.config import parse_peer, peer_name
 from pdlib.errors import InputError, check_int
 from pdlib.report.serving import slos_from_step
 from pdlib.run.serve_replicas import resolve
-from pdlib.workload import TRACE_SOURCES, Workload
+from pdlib.workload import TRACE_SOURCES, Workload, at_rate
 
 SLO_KEYS = ("decode_ms", "ttft_ms")
 IDLE = ("wait", "skip")  # with no request in the system: wait for the next arrival, or jump the clock to it
@@ -193,6 +193,5 @@ def load_serve_params(path, *, policies=None, peers=None) -> tuple[dict, ServePa
     given = {"policies": policies, "peers": peers}
     params = ServeParams(**{**data, **{k: list(v) for k, v in given.items() if v is not None}})
     if params.search is not None and workload.get("source") in ("poisson", *TRACE_SOURCES):  # its slowest rate too
-        slowest = params.search["floor"] or params.search["lo"]
-        Workload.from_params({**workload, "rate" if workload["source"] == "poisson" else "rate_multiplier": slowest})
+        Workload.from_params(at_rate(workload, params.search["floor"] or params.search["lo"]))
     return dict(workload), params

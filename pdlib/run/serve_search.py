@@ -77,7 +77,7 @@ from pdlib.run.serve_slo import BUDGET_RULE, slo_budget, step_budget
 from pdlib.run.slo import StepCost
 from pdlib.traces import Trace, load_trace
 from pdlib.weights import load_model
-from pdlib.workload import LIMITS, TRACE_SOURCES, Workload, iter_prompts, trace_gap_ns, trace_window
+from pdlib.workload import LIMITS, TRACE_SOURCES, Workload, at_rate, iter_prompts, trace_gap_ns, trace_window
 
 REP_RULE = "pdlib.serve-search.rep/1: poisson seed+rep; trace first:K the rep-th K-block; window_s moved rep widths"
 RULES = {"slo-mixed": BUDGET_RULE}  # each point keeps its policy's rule: a log's points made under another are redone
@@ -126,8 +126,7 @@ def rep_sample(workload_params: dict, rep: int) -> dict:
 def rep_workload(workload_params: dict, rate: float, rep: int) -> Workload:
     """The workload of one point: the params' at `rate` (a trace's rate_multiplier, poisson's rate), rep's sample."""
     sample = rep_sample(workload_params, rep)
-    p = dict(workload_params)
-    p["rate" if p.get("source") == "poisson" else "rate_multiplier"] = rate
+    p = at_rate(workload_params, rate)
     if rep == 0 or "seed" in sample or "window_s" in sample:  # rep 0: the plain workload
         return Workload.from_params({**p, **({} if rep == 0 else sample)})
     i, j = sample["trace_rows"]
