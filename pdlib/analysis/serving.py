@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pdlib.analysis.search_results import check_searches
 from pdlib.analysis.serving_time import time_frame, time_line
 from pdlib.errors import InputError, is_number
 from pdlib.report.io import read_text
@@ -112,44 +113,6 @@ def check_serving_report(report, *, where: str = "report") -> dict:
     return report
 
 
-def check_searches(searches) -> dict:
-    """`searches` if shaped {run label: [report.serving.search result, ...]}, else InputError, one line."""
-    if not isinstance(searches, dict) or not searches:
-        raise InputError("searches must be a non-empty mapping {run label: [search results]}")
-    for run, results in searches.items():
-        if not isinstance(results, list) or not results:
-            raise InputError(f"searches[{run!r}] must be a non-empty list of search results")
-        for i, r in enumerate(results):
-            ok = (
-                isinstance(r, dict)
-                and isinstance(r.get("criterion"), str)
-                and is_number(r.get("value"))
-                and isinstance(r.get("ci"), list | tuple)
-                and len(r["ci"]) == 2
-                and is_number(r["ci"][0])
-                and (r["ci"][1] is None or is_number(r["ci"][1]))
-                and (r["ci"][1] is not None or is_number(r.get("hi")))
-                and (r.get("ci_level") is None or is_number(r["ci_level"]))
-                and isinstance(r.get("points"), list)
-                and all(
-                    isinstance(p, dict)
-                    and is_number(p.get("rate"))
-                    and p["rate"] > 0
-                    and _is_int(p.get("rep"))
-                    and isinstance(p.get("metric", {}) or {}, dict)
-                    and all(v is None or is_number(v) for v in (p.get("metric") or {}).values())
-                    and isinstance(p.get("pass"), bool)
-                    for p in r["points"]
-                )
-            )
-            if not ok:
-                raise InputError(
-                    f"searches[{run!r}][{i}] is not a search result (criterion, value, ci, points {{rate, rep, "
-                    f"metric, pass}})"
-                )
-    return searches
-
-
 def load_search_report(path) -> dict:
     """A report of `python -m pdlib serve --search` (pdlib.serve-search/1) as {run: [its searches' results]},
     the shape the rate charts take; InputError, one line, naming the file otherwise."""
@@ -168,6 +131,12 @@ def load_search_report(path) -> dict:
     for i, s in enumerate(report["searches"]):
         if not isinstance(s, dict) or not isinstance(s.get("policy"), str) or "result" not in s:
             raise InputError(f"{where}: searches[{i}] must hold a policy and a result")
+        got = s["result"].get("criterion") if isinstance(s["result"], dict) else None
+        kind, slo = str(got).split("_", 1) if "_" in str(got) else (got, None)
+        if s.get("criterion", kind) != kind or s.get("slo", slo) != slo:  # listed as what it is
+            raise InputError(
+                f"{where}: searches[{i}] is listed as {s.get('criterion')} at slo {s.get('slo')}, its result is {got}"
+            )
         grouped.setdefault(s["policy"], []).append(s["result"])
     try:
         return check_searches(grouped)

@@ -13,11 +13,13 @@ difference is not an error; it is recorded as a near-tie ("diverged at near-tie 
 stops there, since its later tokens continue a different sequence and legitimately differ.
 """
 
+import math
 import time
 from dataclasses import dataclass
 
 import mlx.core as mx
 
+from pdlib.errors import InputError, is_number
 from pdlib.report.checks import first_difference, mismatch
 from pdlib.run.reference import Reference
 from pdlib.run.trial import TokenMismatch
@@ -40,6 +42,31 @@ class ReferenceSeq:
         k = min(range(len(self.margin)), key=self.margin.__getitem__)
         close = [i for i, m in enumerate(self.margin) if m < NEAR_TIE_MARGIN]
         return {"min_margin": self.margin[k], "min_margin_at": k, "near_tie_positions": close}
+
+
+def _seq_fits(seq, n: int) -> bool:
+    """A kept ReferenceSeq of n outputs: one token, runner-up (ids >= 0) and margin (finite, >= 0) per output."""
+    return (
+        isinstance(seq, dict)
+        and set(seq) == {"tokens", "runner_up", "margin"}
+        and all(isinstance(v, list) and len(v) == n for v in seq.values())
+        and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in seq["tokens"] + seq["runner_up"])
+        and all(is_number(m) and 0 <= m < math.inf for m in seq["margin"])
+    )
+
+
+def kept_references(kept, outputs: dict, *, where: str) -> dict:
+    """{name: ReferenceSeq} from references an earlier command kept, checked against the requests they are for
+    (`outputs`: name -> output tokens); InputError, one line naming `where`, for any out of shape."""
+    if not isinstance(kept, dict) or set(kept) != set(outputs):
+        raise InputError(f"{where}: its kept references are for other requests than this rep's; use a new log")
+    bad = next((name for name, n in outputs.items() if not _seq_fits(kept[name], n)), None)
+    if bad is not None:
+        raise InputError(
+            f"{where}: its kept reference of {bad} is damaged (tokens, runner_up and margin need one entry for each "
+            f"of its {outputs[bad]} outputs); use a new log"
+        )
+    return {name: ReferenceSeq(**kept[name]) for name in outputs}
 
 
 def _top2(logits: mx.array) -> tuple[mx.array, mx.array, mx.array]:

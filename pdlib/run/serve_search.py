@@ -69,12 +69,11 @@ from pdlib.run.search_log import SearchLog, utc_now
 from pdlib.run.search_report import SCHEMA, SLO_NAMES, ci_text, memory_point, point_line, stderr_line, stopped_line
 from pdlib.run.search_slo import TTFT_FACTOR, calibrate
 from pdlib.run.serve import gated_run, kv_cache_bytes, prefill_worker, remote_join, serving_capacity, warm_engine
-from pdlib.run.serve_gate import ReferenceSeq, reference_sequences
+from pdlib.run.serve_gate import kept_references, reference_sequences
 from pdlib.run.serve_params import ServeParams, load_serve_params, search_settings
 from pdlib.run.serve_replay import replay_gate
 from pdlib.run.serve_replicas import parse_replicated, resolve
-from pdlib.run.serve_slo import BUDGET_RULE, slo_budget, step_budget
-from pdlib.run.slo import StepCost
+from pdlib.run.serve_slo import BUDGET_RULE, kept_budget, slo_budget
 from pdlib.traces import Trace, load_trace
 from pdlib.weights import load_model
 from pdlib.workload import LIMITS, TRACE_SOURCES, Workload, at_rate, iter_prompts, trace_gap_ns, trace_window
@@ -181,7 +180,7 @@ class Bench:
             logged = dict(rep=rep, model=m.source, prompts=[p.sha256 for p in made], outputs=list(outputs.values()))
             found = self.log.recall("references", logged) if self.log is not None else None
             if found is not None:
-                refs = {name: ReferenceSeq(**seq) for name, seq in found.items()}
+                refs = kept_references(found, outputs, where=f"search log {str(self.log.path)!r}")
                 self.references["from_log"] += 1
             else:
                 with checks_memory(f"rep {rep}'s FP32 references (the token gate's)"):
@@ -243,7 +242,7 @@ class Bench:
                 if self.log is not None:
                     self.log.keep("slo-fit", {"chunk_size": chunk}, self.slo[0])
             else:
-                self.slo = kept, step_budget(StepCost(**kept["cost"]), tbt_ms=kept["tbt_ms"], ceiling=chunk)
+                self.slo = kept_budget(kept, ceiling=chunk, where=f"search log {str(self.log.path)!r}")
         return self.slo
 
     def release_engine(self) -> None:

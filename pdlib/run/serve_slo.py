@@ -32,14 +32,16 @@ the one after that). An additive term, as host work per step is, and never negat
 BUDGET_RULE names the rule in each search point, so a log's points made under another are measured again.
 """
 
+import math
 from collections import deque
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import numpy as np
 
 from pdlib.batching import first_waiting
 from pdlib.engine import Engine
+from pdlib.errors import InputError, is_number
 from pdlib.run.slo import StepCost, calibrate, nonnegative_fit, timed_ms
 from pdlib.scheduler import RequestState
 from pdlib.workload import Workload
@@ -215,12 +217,39 @@ def slo_budget(engine: Engine, workload: Workload, *, chunk_size: int, slos: dic
     return record, step_budget(cost, tbt_ms=tbt_ms, ceiling=chunk_size)
 
 
+def _fit_problem(kept) -> str | None:
+    """What is out of shape in a kept fit (slo_budget's record, as a search log reads back), or None."""
+    if not isinstance(kept, dict) or not isinstance(kept.get("cost"), dict):
+        return "not a fit record with a cost"
+    if not (is_number(kept.get("tbt_ms")) and 0 < kept["tbt_ms"] < math.inf):
+        return f"tbt_ms {kept.get('tbt_ms')!r}"
+    cost, known = kept["cost"], {f.name for f in fields(StepCost)}
+    if not set(cost) <= known or not {"a", "b", "c", "decode_ms", "points"} <= set(cost):
+        return f"cost fields {sorted(cost)}"
+    bad = [k for k in ("a", "b", "c", "decode_ms", "spread_ms", "rows_a", "rows_b", "rows_c") if k in cost]
+    bad = [k for k in bad if not (is_number(cost[k]) and 0 <= cost[k] < math.inf)]
+    return f"cost {bad[0]} {cost[bad[0]]!r}" if bad else None
+
+
+def kept_budget(kept, *, ceiling: int, where: str) -> tuple[dict, StepBudget]:
+    """slo_budget's (record, budget) from a record kept by an earlier command; InputError, one line naming `where`,
+    for a record out of shape (a hand-edited log)."""
+    problem = _fit_problem(kept)
+    if problem is None:
+        try:
+            return kept, step_budget(StepCost(**kept["cost"]), tbt_ms=kept["tbt_ms"], ceiling=ceiling)
+        except (TypeError, ValueError) as e:  # a list field of the wrong shape
+            problem = str(e)
+    raise InputError(f"{where}: its kept slo fit is damaged ({problem}); use a new log")
+
+
 __all__ = [
     "BUDGET_RULE",
     "LOOP_WINDOW",
     "StepBudget",
     "calibrate_serving",
     "fit_rows",
+    "kept_budget",
     "predicted_ms",
     "rows_points",
     "slo_budget",

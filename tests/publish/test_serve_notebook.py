@@ -118,7 +118,13 @@ def search_report(searches: dict) -> dict:
         "slos": {k: asdict(v) for k, v in SLOS.items()},
         "environment": {"device_name": "a test CPU", "backend": "cpu", "mlx": "0"},
         "searches": [
-            {"policy": run, "peer": run.startswith("mlx-lm"), "slo": "strict", "criterion": r["criterion"], "result": r}
+            {
+                "policy": run,
+                "peer": run.startswith("mlx-lm"),
+                "slo": "strict",
+                "criterion": r["criterion"].split("_")[0],
+                "result": r,
+            }
             for run, results in searches.items()
             for r in results
         ],

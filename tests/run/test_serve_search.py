@@ -579,6 +579,18 @@ def test_a_resumed_search_gates_against_the_references_in_its_log(tmp_path, monk
     params.write_text(more.replace("chunked", "eager"))
     with pytest.raises(TokenMismatch, match="request r0"):
         search_params_file(params, log=log, note=lambda _: None)
+    for edit, said in (
+        (lambda v: v["r0"].update(tokens=v["r0"]["tokens"][:-1]), "kept reference of r0 is damaged"),
+        (lambda v: v["r0"]["margin"].__setitem__(0, "x"), "kept reference of r0 is damaged"),
+        (lambda v: v["r0"].pop("runner_up"), "kept reference of r0 is damaged"),
+        (lambda v: v.pop("r0"), "kept references are for other requests than this rep's"),
+    ):  # a hand-edited shape: one line naming the log, not a TypeError inside the gate
+        bad = json.loads(lines[at])
+        edit(bad["value"])
+        log.write_text("\n".join(lines[:at] + [json.dumps(bad)] + lines[at + 1 :]) + "\n")
+        with pytest.raises(InputError, match=f"^search log '{log}': its {said}") as e:
+            search_params_file(params, log=log, note=lambda _: None)
+        assert "\n" not in str(e.value) and str(e.value).endswith("use a new log")
 
 
 def test_the_cli_pairs_search_with_its_log(tmp_path, capsys):
@@ -653,6 +665,21 @@ def test_slo_mixed_runs_with_one_fit_per_log(tmp_path, monkeypatch):
     assert again["measurements"]["new"] >= 1
     points = logged_points(log)
     assert len(points) >= 2 and all(pt["gate"]["slo_policy"] == fit for pt in points)
+    lines = log.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith('{"kept":"slo-fit"'))
+    params.write_text(params.read_text().replace("reps: 1", "reps: 2"))  # rep 1's points need the fit
+    for edit, said in (
+        (lambda v: v.update(tbt_ms=-1.0), "tbt_ms -1.0"),
+        (lambda v: v["cost"].update(a=float("nan")), "cost a nan"),
+        (lambda v: v["cost"].pop("points"), "cost fields"),
+        (lambda v: v["cost"].update(extra=1), "cost fields"),
+    ):  # a hand-edited fit: one line naming the log
+        bad = json.loads(lines[at])
+        edit(bad["value"])
+        log.write_text("\n".join(lines[:at] + [json.dumps(bad)] + lines[at + 1 :]) + "\n")
+        with pytest.raises(InputError, match=f"^search log '{log}': its kept slo fit is damaged \\({said}") as e:
+            search_params_file(params, log=log, note=lambda _: None)
+        assert "\n" not in str(e.value)
 
 
 def test_the_full_checks_run_once_per_policy_and_rate(tmp_path):
