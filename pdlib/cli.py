@@ -19,9 +19,25 @@ class _Help(argparse.HelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
+PATH_FLAGS = ("params", "output", "out", "log", "report", "sweep", "serve", "search_report")  # an empty one is no path
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)  # --out must not stand for --output-tokens
+        super().__init__(*args, **kwargs)
+
     def error(self, message):  # one line, exit 2, as for every other bad input
         raise InputError(f"{self.prog}: {message}")
+
+    def parse_known_args(self, args=None, namespace=None):
+        ns, rest = super().parse_known_args(args, namespace)
+        empty = [k for k in PATH_FLAGS if getattr(ns, k, None) == ""]
+        if empty:  # '' would silently mean "not given" or the current folder
+            flag = "--" + empty[0].replace("_", "-")
+            flag = flag if flag in self._option_string_actions else empty[0]  # render's REPORT is positional
+            self.error(f"{flag} is an empty path: give a file or folder name")
+        return ns, rest
 
 
 def _defaults():
@@ -166,7 +182,7 @@ def params_from(args):
         "peers",
     )
     given = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
-    return RunParams.from_yaml(args.params, **given) if args.params else RunParams(**given)
+    return RunParams.from_yaml(args.params, **given) if args.params is not None else RunParams(**given)
 
 
 def parser(commands: dict, *, description: str) -> argparse.ArgumentParser:

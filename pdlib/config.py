@@ -7,7 +7,7 @@ cfg = preset("qwen3-0.6b")          # or "tiny" for fast CPU tests
 import math
 from dataclasses import asdict, dataclass, fields
 
-from pdlib.errors import InputError, check_int
+from pdlib.errors import InputError, check_int, is_number
 
 POLICY_ALIASES = {"slo": "slo-chunked"}
 PEER_SYSTEM = "mlx-lm"  # a peer: a system timed beside the policies on the same workload, never gated
@@ -25,6 +25,14 @@ SIZE_FIELDS = (
     "vocab_size",
     "max_position_embeddings",
 )
+
+
+def _finite_positive(x) -> bool:
+    """A number > 0 that is a finite float too (a 400-digit integer compares below inf, then overflows float())."""
+    try:
+        return is_number(x) and 0 < float(x) < math.inf
+    except OverflowError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -243,12 +251,8 @@ class RunParams:
                 raise InputError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if not isinstance(self.model, str) or not self.model:
             raise InputError(f"model must be a non-empty string, got {self.model!r}")
-        if (
-            not isinstance(self.stall_threshold_ms, (int, float))
-            or isinstance(self.stall_threshold_ms, bool)
-            or not self.stall_threshold_ms > 0
-        ):
-            raise InputError(f"stall_threshold_ms must be a number > 0, got {self.stall_threshold_ms!r}")
+        if not _finite_positive(self.stall_threshold_ms):
+            raise InputError(f"stall_threshold_ms must be a finite number > 0, got {self.stall_threshold_ms!r}")
         from pdlib.scheduler import POLICIES  # pure logic, no MLX
 
         if not self.policies:
@@ -264,11 +268,7 @@ class RunParams:
         names = [peer_name(*self.peer_config(p)) for p in self.peers]
         if len(set(names)) != len(names):
             raise InputError(f"peers must not repeat (chunk is {self.chunk_size}), got {' '.join(self.peers)}")
-        if self.tbt_slo_ms is not None and (
-            isinstance(self.tbt_slo_ms, bool)
-            or not isinstance(self.tbt_slo_ms, (int, float))
-            or not 0 < self.tbt_slo_ms < float("inf")
-        ):
+        if self.tbt_slo_ms is not None and not _finite_positive(self.tbt_slo_ms):
             raise InputError(f"tbt_slo_ms must be a finite number > 0, got {self.tbt_slo_ms!r}")
 
     def peer_config(self, spec: str) -> tuple[str, int]:

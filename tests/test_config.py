@@ -500,3 +500,13 @@ def test_cli_flag_turns_a_params_file_setting_off(tmp_path):
     run_options(parser)
     assert params_from(parser.parse_args(["--params", str(f)])).logical_cache_reset is True
     assert params_from(parser.parse_args(["--params", str(f), "--no-logical-cache-reset"])).logical_cache_reset is False
+
+
+@pytest.mark.parametrize("name", ["stall_threshold_ms", "tbt_slo_ms"])
+@pytest.mark.parametrize("value", [float("inf"), 10**400, float("nan"), 0, -1.0, True, "5"])
+def test_a_threshold_must_be_a_finite_float_above_zero(name, value):
+    """inf used to pass stall_threshold_ms (a report with Infinity that render then refused), and a 400-digit
+    integer both fields (an OverflowError later, with the report half-written)."""
+    with pytest.raises(InputError, match=f"^{name} must be a finite number > 0, got "):
+        RunParams(**{name: value})
+    assert getattr(RunParams(**{name: 7}), name) == 7

@@ -325,3 +325,34 @@ def test_a_device_out_of_memory_is_one_line_and_writes_nothing(tmp_path, monkeyp
     monkeypatch.setattr(serve, "serve_params_file", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("other")))
     with pytest.raises(RuntimeError, match="other"):
         main(["serve", "--params", "params/serve-smoke-cpu.yaml"])
+
+
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["run", "--params", "", "--output", "x.json"], "--params"),
+        (["validate", "--params", ""], "--params"),
+        (["run", "--params", "params/smoke-cpu.yaml", "--output", ""], "--output"),
+        (["render", "", "--out", "x"], "report"),
+        (["render", "tests/data/small-report.json", "--out", ""], "--out"),
+        (["notebooks", "--report", "x.json", "--out", ""], "--out"),
+        (["sweep", "--params", "params/smoke-cpu.yaml", "--chunk-sizes", "16", "--output", ""], "--output"),
+        (["serve", "--params", "params/serve-smoke-cpu.yaml", "--output", ""], "--output"),
+        (["bench-step", "--output", ""], "--output"),
+    ],
+)
+def test_an_empty_path_is_refused_not_taken_as_not_given(argv, flag, capsys, tmp_path, monkeypatch):
+    """'' used to mean "no params file" (the full default experiment ran) or the current folder (files written
+    there); it is one line, exit 2, before any work, and nothing is written."""
+    monkeypatch.chdir(Path(__file__).parent.parent)
+    before = sorted(Path().iterdir())
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f": {flag} is an empty path" in err
+    assert sorted(Path().iterdir()) == before
+
+
+def test_a_flags_prefix_is_not_taken_for_it(capsys):
+    """`validate --out 5` used to set --output-tokens 5 (argparse's abbreviations): now an unknown flag."""
+    assert main(["validate", "--params", "params/smoke-cpu.yaml", "--out", "5"]) == 2
+    assert capsys.readouterr().err == "error: python -m pdlib: unrecognized arguments: --out 5\n"
