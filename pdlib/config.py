@@ -291,24 +291,9 @@ class RunParams:
     @classmethod
     def from_yaml(cls, path, **overrides) -> "RunParams":
         """Read a params file (keys = field names); `overrides` (e.g. from CLI flags) win."""
-        import yaml
+        from pdlib.params_file import read_yaml
 
-        try:
-            with open(path, encoding="utf-8") as f:
-                data = yaml.safe_load(f)
-        except UnicodeDecodeError as e:  # a ValueError, not an OSError: it would escape as a traceback
-            raise InputError(f"params file {str(path)!r} is not UTF-8 text ({e.reason})") from None
-        except (OSError, yaml.YAMLError) as e:
-            mark = getattr(e, "problem_mark", None)  # a YAML syntax error's first line only says what it was reading
-            ok = mark is not None and getattr(e, "problem", None)
-            why = (
-                f"{e.problem} at line {mark.line + 1}, column {mark.column + 1}"
-                if ok
-                else (str(e).splitlines() or [type(e).__name__])[0]
-            )
-            raise InputError(f"cannot read params file {str(path)!r}: {why}") from None
-        except RecursionError:
-            raise InputError(f"cannot read params file {str(path)!r}: its values nest too deeply") from None
+        data = read_yaml(path)
         known = {f.name for f in fields(cls)}
         accepted = f"accepted: {', '.join(sorted(known))}"
         # Refused rather than run: every default is the full workload, minutes to hours of device time

@@ -510,3 +510,30 @@ def test_a_threshold_must_be_a_finite_float_above_zero(name, value):
     with pytest.raises(InputError, match=f"^{name} must be a finite number > 0, got "):
         RunParams(**{name: value})
     assert getattr(RunParams(**{name: 7}), name) == 7
+
+
+def test_a_params_file_is_a_regular_file_of_unique_keys(tmp_path, capsys):
+    """A FIFO used to block and /dev/zero to read until the machine ran out of memory; a repeated key used to
+    win silently (YAML's last-wins). Each is one line naming the file, for run/validate and serve alike."""
+    import os
+
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("trials: 1\nmodel: synthetic:tiny\ntrials: 2\n")
+    big = tmp_path / "big.yaml"
+    big.write_text("# x\n" * 300_000)
+    cases = {
+        fifo: "not a regular file",
+        "/dev/zero": "not a regular file",
+        twice: "key 'trials' appears twice at line 3, column 1",
+        big: "larger than 1048576 bytes, not a params file",
+    }
+    for path, said in cases.items():
+        for command in ("validate", "serve"):
+            assert main([command, "--params", str(path)]) == 2
+            assert capsys.readouterr().err == f"error: cannot read params file {str(path)!r}: {said}\n"
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("model: synthetic:tiny\npeers: [{a: 1, a: 2}]\n")
+    with pytest.raises(InputError, match="key 'a' appears twice"):
+        RunParams.from_yaml(nested)

@@ -10,7 +10,7 @@ PKG = Path(__file__).resolve().parent.parent / "pdlib"
 # Lowest first; a module may import its own layer's modules and any below it, never one above.
 LAYERS = [
     ("pdlib.errors",),
-    ("pdlib.text", "pdlib.tolerance", "pdlib.scheduler", "pdlib.batching"),
+    ("pdlib.text", "pdlib.tolerance", "pdlib.scheduler", "pdlib.batching", "pdlib.params_file"),
     ("pdlib.config", "pdlib.settings"),
     ("pdlib.prompts", "pdlib.weights", "pdlib.checkpoint", "pdlib.traces", "pdlib.workload"),
     ("pdlib.report",),

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, fields
 from pdlib.batching import BATCH_POLICIES, DECODE_ROUNDS
 from pdlib.config import parse_peer, peer_name
 from pdlib.errors import InputError, check_int
+from pdlib.params_file import read_yaml
 from pdlib.report.serving import slos_from_step
 from pdlib.run.serve_replicas import resolve
 from pdlib.workload import TRACE_SOURCES, Workload, at_rate
@@ -166,18 +167,7 @@ def load_serve_params(path, *, policies=None, peers=None) -> tuple[dict, ServePa
     """(workload params for Workload.from_params, ServeParams) from a YAML file; the workload is built once
     here, so a bad one is refused before any work. `policies`, `peers`: lists run instead of the file's (the
     CLI's --policies, --peers), refused as the file's would be."""
-    import yaml
-
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
-    except UnicodeDecodeError as e:
-        raise InputError(f"params file {str(path)!r} is not UTF-8 text ({e.reason})") from None
-    except (OSError, yaml.YAMLError) as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise InputError(f"cannot read params file {str(path)!r}: {first}") from None
-    except RecursionError:
-        raise InputError(f"cannot read params file {str(path)!r}: its values nest too deeply") from None
+    data = read_yaml(path)
     known = ("workload", *(f.name for f in fields(ServeParams)))
     if not isinstance(data, dict) or not data:
         raise InputError(f"params file {str(path)!r} must hold a mapping with keys: {', '.join(known)}")
