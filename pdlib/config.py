@@ -7,7 +7,7 @@ cfg = preset("qwen3-0.6b")          # or "tiny" for fast CPU tests
 import math
 from dataclasses import asdict, dataclass, fields
 
-from pdlib.errors import InputError, check_int, is_number
+from pdlib.errors import INT_MAX, InputError, check_int, is_number
 
 POLICY_ALIASES = {"slo": "slo-chunked"}
 PEER_SYSTEM = "mlx-lm"  # a peer: a system timed beside the policies on the same workload, never gated
@@ -211,8 +211,8 @@ def parse_peer(spec, chunk_size: int) -> tuple[str, int]:
     if system != PEER_SYSTEM or dtype not in PEER_DTYPES or not (size == "chunk" or size.isascii() and size.isdigit()):
         raise InputError(f"peers: unknown peer {spec!r}; {expected}")
     step = chunk_size if size == "chunk" else int(size)
-    if step < 1:
-        raise InputError(f"peers: {spec!r} needs a prefill_step_size >= 1")
+    if not 1 <= step <= INT_MAX:
+        raise InputError(f"peers: {spec!r} needs a prefill_step_size in [1, {INT_MAX}]")
     return dtype, step
 
 

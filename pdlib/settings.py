@@ -158,6 +158,7 @@ ENGINE = tuple(
 )  # those that change what the engine computes or how it is timed (the caches' memory: how many requests run)
 
 _TYPES = {int: "a whole number >= 1", float: "a number > 0", str: "any text"}
+_LIMITS = {int: 2_147_483_647, float: 10**15}  # far past any use; a 20-digit block count or inf GiB is a typo
 
 
 def _accepted(s: Switch) -> str:
@@ -174,8 +175,10 @@ def parse(name: str, value: str):
             v = kind(value)
         except ValueError:
             continue
-        if kind is str or v > 0:
+        if kind is str or 0 < v <= _LIMITS[kind]:  # nan fails both
             return v
+        if v > _LIMITS[kind]:
+            raise InputError(f"{name} must be {_accepted(s)}, at most {_LIMITS[kind]}, got {value!r}")
     raise InputError(f"{name} must be {_accepted(s)}, got {value!r}")
 
 

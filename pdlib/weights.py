@@ -98,9 +98,11 @@ def load_model(spec: str) -> LoadedModel:
             return model
         return checkpoint_model(directory, spec=repo, revision=directory.name)
     if spec.startswith("synthetic:"):
-        m = re.fullmatch(r"synthetic:([\w.\-]+)(?:@(\d+))?", spec)
-        if not m:
-            raise InputError(f"bad model spec {spec!r}; expected synthetic:PRESET[@SEED], e.g. synthetic:tiny@0")
+        m = re.fullmatch(r"synthetic:([\w.\-]+)(?:@([0-9]+))?", spec, flags=re.ASCII)  # @٣ is no seed
+        if not m or m.group(2) and int(m.group(2)) > 2**63 - 1:
+            raise InputError(
+                f"bad model spec {spec!r}; expected synthetic:PRESET[@SEED] (SEED 0 to 2^63 - 1), e.g. synthetic:tiny@0"
+            )
         return synthetic_model(m.group(1), seed=int(m.group(2) or 0))
     path = Path(spec).expanduser()
     if path.is_dir():

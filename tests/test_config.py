@@ -537,3 +537,16 @@ def test_a_params_file_is_a_regular_file_of_unique_keys(tmp_path, capsys):
     nested.write_text("model: synthetic:tiny\npeers: [{a: 1, a: 2}]\n")
     with pytest.raises(InputError, match="key 'a' appears twice"):
         RunParams.from_yaml(nested)
+
+
+def test_a_peers_step_and_a_synthetic_seed_are_bounded():
+    """A 26-digit prefill_step_size used to pass validate; `synthetic:tiny@٣` (an Arabic-Indic digit) ran as seed 3."""
+    from pdlib.weights import load_model
+
+    with pytest.raises(InputError, match=r"^peers: 'mlx-lm-fp32@9{26}' needs a prefill_step_size in \[1, 2147483647\]"):
+        RunParams(peers=["mlx-lm-fp32@" + "9" * 26])
+    assert RunParams(peers=["mlx-lm-fp32@2147483647"]).peers == ("mlx-lm-fp32@2147483647",)
+    for spec in ("synthetic:tiny@٣", "synthetic:tiny@9223372036854775808"):
+        with pytest.raises(InputError, match=r"^bad model spec .*SEED 0 to 2\^63 - 1"):
+            load_model(spec)
+    assert load_model("synthetic:tiny@9223372036854775807").source["seed"] == 2**63 - 1

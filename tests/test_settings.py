@@ -43,6 +43,13 @@ def test_values_are_read_at_call_time(monkeypatch):
         ),
         ("PDLIB_PERSISTENT_BLOCKS", "0", "PDLIB_PERSISTENT_BLOCKS must be a whole number >= 1, got '0'"),
         ("PDLIB_OVERLAP_TIMEOUT_S", "soon", "PDLIB_OVERLAP_TIMEOUT_S must be a number > 0, got 'soon'"),
+        ("PDLIB_OVERLAP_TIMEOUT_S", "nan", "PDLIB_OVERLAP_TIMEOUT_S must be a number > 0, got 'nan'"),
+        ("PDLIB_KV_CACHE_GIB", "inf", "PDLIB_KV_CACHE_GIB must be a number > 0, at most 1000000000000000, got 'inf'"),
+        (
+            "PDLIB_PERSISTENT_BLOCKS",
+            "9" * 20,
+            f"PDLIB_PERSISTENT_BLOCKS must be a whole number >= 1, at most 2147483647, got '{'9' * 20}'",
+        ),
         (
             "PDLIB_DISAGG_PREFILL_CHUNK",
             "1.5",
