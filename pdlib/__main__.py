@@ -199,17 +199,20 @@ def cmd_notebooks(args) -> int:
 
 def cmd_check_kernels(args) -> int:
     from pdlib.errors import check_int
+    from pdlib.report.io import claim_output
     from pdlib.tools.kernel_check import check_kernels, format_rows
 
     check_int("--jobs", args.jobs, 1)
+    check_int("--seed", args.seed, 0, 2**32 - 1)  # seed * 100 + i stays within mx.random.seed's uint64
+    out = claim_output(args.output) if args.output else None  # before minutes of kernels, not after
     rows = check_kernels(seed=args.seed, progress=True, jobs=args.jobs)
     print(format_rows(rows))
-    if args.output:
+    if out is not None:
         from pdlib.engine.kernels import BACKEND
-        from pdlib.report.io import claim_output, environment, source_hashes, write_report
+        from pdlib.report.io import environment, source_hashes, write_report
 
         write_report(
-            claim_output(args.output),
+            out,
             {
                 "schema": "pdlib.kernel-check/1",
                 "environment": environment(BACKEND),
@@ -290,8 +293,8 @@ def cmd_profile_step(args) -> int:
         raise InputError(f"profile-step takes one of --rounds, --chunk and --groups, got {' and '.join(modes)}")
     if args.chunk is not None:
         check_int("--chunk", args.chunk, 1)
-        for r in args.rows:
-            check_int("--rows", r, 0)
+    for r in args.rows:  # read with --chunk only, checked always
+        check_int("--rows", r, 0)
     if args.groups:
         from pdlib.engine.kernels.persistent_decode import MAX_GROUP
 

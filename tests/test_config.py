@@ -489,6 +489,22 @@ def test_cli_check_kernels_without_a_gpu_is_one_line(capsys):
     assert "no GPU backend" in _one_error_line(capsys)
 
 
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (["check-kernels", "--seed", "-1"], "--seed must be an integer >= 0, got -1"),
+        (["check-kernels", "--seed", str(2**32)], "--seed must be an integer <= 4294967295"),
+        (["check-kernels", "--output", "README.md"], "output 'README.md' already exists"),
+        (["profile-step", "--rows", "-1"], "--rows must be an integer >= 0, got -1"),
+    ],
+)
+def test_gpu_commands_check_their_flags_before_any_work(argv, said, capsys):
+    """Checked first on any machine: a GPU used to meet a bad --seed as a traceback, and an existing --output
+    only after minutes of kernels; --rows went unchecked without --chunk."""
+    assert main(argv) == 2
+    assert said in _one_error_line(capsys)
+
+
 def test_cli_flag_turns_a_params_file_setting_off(tmp_path):
     import argparse
 
