@@ -252,7 +252,7 @@ class RunParams:
         if not isinstance(self.model, str) or not self.model:
             raise InputError(f"model must be a non-empty string, got {self.model!r}")
         if not _finite_positive(self.stall_threshold_ms):
-            raise InputError(f"stall_threshold_ms must be a finite number > 0, got {self.stall_threshold_ms!r}")
+            raise InputError(f"stall_threshold_ms must be a finite number > 0, got {self.stall_threshold_ms!r:.60}")
         from pdlib.scheduler import POLICIES  # pure logic, no MLX
 
         if not self.policies:
@@ -269,7 +269,7 @@ class RunParams:
         if len(set(names)) != len(names):
             raise InputError(f"peers must not repeat (chunk is {self.chunk_size}), got {' '.join(self.peers)}")
         if self.tbt_slo_ms is not None and not _finite_positive(self.tbt_slo_ms):
-            raise InputError(f"tbt_slo_ms must be a finite number > 0, got {self.tbt_slo_ms!r}")
+            raise InputError(f"tbt_slo_ms must be a finite number > 0, got {self.tbt_slo_ms!r:.60}")
 
     def peer_config(self, spec: str) -> tuple[str, int]:
         """(dtype, prefill_step_size) of one of `peers`."""

@@ -13,6 +13,8 @@ HTML or SVG (each would carry the chart's data again, the HTML the ~1 MB vega bu
 the render command import this module; the GPU path never does.
 """
 
+import os
+import tempfile
 from pathlib import Path
 
 import altair as alt
@@ -424,9 +426,24 @@ def tables(metrics: pd.DataFrame, summary: pd.DataFrame, ratios: pd.DataFrame | 
 
 
 def out_folder(out_dir) -> Path:
+    """render's --out, checked before anything is drawn: InputError (one line) where it is a file, lies under
+    one, or its nearest existing folder takes no new entry (a read-only disk, /proc). Leaves nothing behind."""
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"output folder {str(out)!r} is an existing file; give a folder")
+    if os.path.lexists(out) and not os.path.isdir(out):
+        raise InputError(f"--out {str(out)!r} is an existing file, not a folder; give a folder")
+    base = out  # os.path rather than Path: no stat error (a folder that cannot be read) escapes as a traceback
+    while not os.path.isdir(base):
+        if os.path.lexists(base) or base == base.parent:
+            raise InputError(
+                f"--out {str(out)!r} lies under {str(base)!r}, an existing file, not a folder; give a folder"
+            )
+        base = base.parent
+    try:  # a write permission bit says nothing for root or for a pseudo file system: try making an entry
+        os.rmdir(tempfile.mkdtemp(prefix=".pdlib-probe-", dir=base))
+    except OSError as e:
+        raise InputError(
+            f"--out {str(out)!r}: cannot create a folder in {str(base)!r} ({e.strerror}); give a writable folder"
+        ) from None
     return out
 
 
@@ -445,10 +462,10 @@ def render_all(report: dict, out_dir, *, stall_threshold_ms: float = 100.0) -> l
     """Every figure and table for one report into out_dir; refuses before writing if any exists.
 
     ratios.csv (first declared policy / second, paired by trial) is written with >= 2 policies."""
+    out = out_folder(out_dir)
     metrics = an.metrics_frame(report, stall_threshold_ms=stall_threshold_ms)
     named = tables(metrics, an.summary_frame(metrics), default_ratios(metrics)[1])
     figures = report_charts(report, stall_threshold_ms=stall_threshold_ms)
-    out = out_folder(out_dir)
     refuse_existing([out / f"{name}.{fmt}" for name in figures for fmt in FORMATS] + [out / n for n in named])
     written = write_tables(out, named, refuse=False)
     for name, chart in figures.items():

@@ -25,8 +25,9 @@ def stall_threshold(report: dict, override=None) -> float:
     """The stall threshold in ms: `override` (a notebook parameter) if given, else the report's
     params.stall_threshold_ms, 100 for reports that lack it. Checked here, once, as user input."""
     value = (report.get("params") or {}).get("stall_threshold_ms", 100.0) if override is None else override
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
-        raise InputError(f"stall_threshold_ms must be a finite number > 0, got {value!r}")
+    # an integer past float range would pass `> 0` and then overflow in float()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise InputError(f"stall_threshold_ms must be a finite number > 0, got {value!r:.60}")
     return float(value)
 
 
@@ -53,11 +54,28 @@ def check_report_file(path) -> dict:
     for key in ("model", "environment"):
         if not isinstance(report[key], dict):
             raise InputError(f"{path}: {key} is not an object")
+    _check_prompts(report["prompts"], where=str(path))
     try:
         run_line(report)
-    except (KeyError, TypeError) as e:
+    except KeyError as e:
         raise InputError(f"{path}: lacks {e} for the run summary") from None
+    except TypeError as e:  # a field of the wrong kind, named by what Python could not do with it
+        raise InputError(f"{path}: the run summary cannot read model, environment or params ({e})") from None
     return report
+
+
+def _check_prompts(prompts, *, where: str) -> None:
+    """The report's prompts (null in reports made without them): each request's prompt an object naming the
+    tokenizer that made it, as the run summary reads it."""
+    if prompts is None:
+        return
+    if not isinstance(prompts, dict):
+        raise InputError(f"{where}: prompts is {prompts!r:.60}; expected an object mapping each request to its prompt")
+    for name, prompt in prompts.items():
+        if not isinstance(prompt, dict) or not isinstance(prompt.get("tokenizer"), str):
+            raise InputError(
+                f"{where}: prompts.{name} is {prompt!r:.60}; expected an object with its tokenizer's name (a string)"
+            )
 
 
 # ---- lines and tables ------------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 """What bench-step's JSON holds, checked and printed, without MLX (render reads it on any machine): the
 schema, the decode and prefill measures' keys, `check_result` and `format_table`."""
 
+import math
+
 from pdlib.errors import InputError
 
 SCHEMA = "pdlib.bench-step/1"
@@ -15,21 +17,54 @@ PREFILLS = {
 
 
 def check_result(result, *, where: str) -> dict:
-    """A bench-step JSON as render reads it: InputError, one line, naming what is missing."""
+    """A bench-step JSON as render reads it: InputError, one line, naming the first field its table and charts
+    could not use."""
     if not isinstance(result, dict) or result.get("schema") != SCHEMA:
         raise InputError(f"{where}: not a bench-step result (schema {SCHEMA!r})")
     engines, floors = result.get("engines"), result.get("floors")
     if not isinstance(engines, dict) or "pdlib" not in engines or not isinstance(floors, dict) or not floors:
         raise InputError(f"{where}: a bench-step result needs engines (pdlib among them) and floors")
+    for key in ("settings", "environment"):  # optional, but read as objects where present
+        if key in result and not isinstance(result[key], dict):
+            raise InputError(f"{where}: {key} is {result[key]!r:.60}; expected an object")
+    for ctx, f in floors.items():
+        if not (ctx.isdigit() and int(ctx) > 0) or not isinstance(f, dict):
+            raise InputError(f"{where}: floors[{ctx!r}] is {f!r:.60}; expected a positive context mapped to an object")
+        if not (_positive(f.get("bytes")) and _positive(f.get("floor_ms"))):
+            raise InputError(
+                f"{where}: floors[{ctx!r}] needs bytes and floor_ms, positive finite numbers; got {f!r:.80}"
+            )
     for name, e in engines.items():
-        if "error" in e:
-            continue
-        decode = e.get("decode_ms_median")
-        if not isinstance(decode, dict) or set(decode) != set(floors):
-            raise InputError(f"{where}: engine {name!r} lacks decode_ms_median at contexts {', '.join(floors)}")
+        _check_engine(name, e, set(floors), where)
     if result.get("rounds") is not None:
         _check_rounds(result["rounds"], where)
     return result
+
+
+def _check_engine(name: str, e, contexts: set, where: str) -> None:
+    """One engine's medians: decode (observed, pipelined where timed) at every context, pairs at some, prefills
+    as positive numbers. A peer that failed carries only its error; pdlib, which every ratio divides by, may not."""
+    if not isinstance(e, dict) or (name == "pdlib" and "error" in e):
+        want = "an object of its medians" + ("" if name == "pdlib" else ' (or {"error": ...})')
+        raise InputError(f"{where}: engine {name!r} is {e!r:.60}; expected {want}")
+    if "error" in e:
+        return
+    at = ", ".join(sorted(contexts, key=int))
+    for key in DECODES.values():
+        table = e.get(key)
+        if key == DECODES["observed"] or table is not None:
+            ok = isinstance(table, dict) and set(table) == contexts
+            if not ok or not all(_positive(v) for v in table.values()):
+                raise InputError(f"{where}: engine {name!r} lacks {key} at contexts {at} (positive numbers of ms)")
+    for key in PAIRS:
+        table = e.get(key)
+        if table is not None and not (
+            isinstance(table, dict) and set(table) <= contexts and all(_positive(v) for v in table.values())
+        ):
+            raise InputError(f"{where}: engine {name!r} {key} needs positive numbers of ms at contexts among {at}")
+    for key in PREFILLS:
+        if key in e and not _positive(e[key]):
+            raise InputError(f"{where}: engine {name!r} {key} is {e[key]!r:.60}; expected a positive number of s")
 
 
 def _check_rounds(r, where: str) -> None:
@@ -40,18 +75,34 @@ def _check_rounds(r, where: str) -> None:
     if not whole or not _positive(r.get("context")) or not isinstance(r.get("ms"), dict) or not r["ms"]:
         raise InputError(f"{where}: rounds need a context, rows (request counts), ms per mode and floor_ms per row")
     keys = {str(n) for n in rows}
+    for extra in ("pipelined_ms", "host_ms"):  # optional: per mode, where timed so
+        if not isinstance(r.get(extra) or {}, dict):
+            raise InputError(f"{where}: rounds {extra} is {r[extra]!r:.60}; expected an object of modes")
+    piped, host = r.get("pipelined_ms") or {}, r.get("host_ms") or {}
     tables = {"floor_ms": r.get("floor_ms")}
     tables |= {f"ms[{m!r}]": v for m, v in r["ms"].items()}
-    tables |= {f"pipelined_ms[{m!r}]": v for m, v in (r.get("pipelined_ms") or {}).items()}
+    tables |= {f"pipelined_ms[{m!r}]": v for m, v in piped.items()}
+    # the table prints the host's part beside every pipelined mode's round
+    tables |= {f"host_ms[{m!r}]": host.get(m) for m in dict.fromkeys([*piped, *host])}
+    at = ", ".join(sorted(keys, key=int))
     for name, table in tables.items():
         ok = isinstance(table, dict) and keys <= set(table)
-        if not ok or not all(_positive(table[k]) for k in keys):
-            at = ", ".join(sorted(keys, key=int))
+        if name.startswith("host_ms"):
+            if not ok or not all(_positive(table[k]) or _zero(table[k]) for k in keys):
+                raise InputError(f"{where}: rounds {name} needs a number >= 0 at rows {at}")
+        elif not ok or not all(_positive(table[k]) for k in keys):
             raise InputError(f"{where}: rounds {name} needs a positive number at rows {at}")
 
 
+def _zero(x) -> bool:
+    return type(x) in (int, float) and x == 0
+
+
 def _positive(x) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and x > 0
+    """A positive finite number; an integer within int64 (the charts' JSON reader takes no larger)."""
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return False
+    return 0 < x < 2**63 if isinstance(x, int) else 0 < x < math.inf
 
 
 def format_table(result: dict) -> str:

@@ -53,8 +53,11 @@ def _require(ok, message):
         raise InputError(message)
 
 
+INT64 = 2**63  # numpy's int64 and the charts' JSON reader hold no larger integer
+
+
 def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
+    return isinstance(x, int) and not isinstance(x, bool) and -INT64 <= x < INT64
 
 
 def check_report(report: dict, *, where: str = "report") -> None:
@@ -159,7 +162,10 @@ def _check_trial(trial, where):
     _require(isinstance(trial, dict), f"{where}: not an object")
     missing = [k for k in TRIAL_KEYS if k not in trial]
     _require(not missing, f"{where}: missing keys: {', '.join(missing)}")
-    where = f"{where} ({trial['policy']} trial {trial['trial']})"
+    _require(isinstance(trial["policy"], str), f"{where}: policy is {trial['policy']!r:.60}; expected a policy name")
+    n = trial["trial"]  # sorted, paired across policies and drawn: a number, as the runner counts from 1
+    _require(_is_int(n) and n >= 1, f"{where}: trial is {n!r:.60}; expected an integer >= 1 (the trial's number)")
+    where = f"{where} ({trial['policy']} trial {n})"
     requests = trial["requests"] if isinstance(trial["requests"], dict) else {}
     for name in REQUESTS:
         _check_request(requests.get(name), f"{where} request {name}")
@@ -223,7 +229,10 @@ def _check_request(req, where):
     )
     _require(emit, f"{where}: no timed outputs")
     # element by element first: a nested list or a float would make numpy fail or round, not refuse
-    _require(all(_is_int(t) for t in emit), f"{where}: emit_ns must be non-negative, non-decreasing integer ns")
+    _require(
+        all(_is_int(t) for t in emit),
+        f"{where}: emit_ns must be non-negative, non-decreasing integer ns (below 2**63)",
+    )
     e = np.asarray(emit, dtype=np.int64)
     _require(
         e[0] >= 0 and not np.any(np.diff(e) < 0),

@@ -248,3 +248,99 @@ def test_a_bench_json_without_its_numbers_is_a_one_line_error(bench_json, tmp_pa
     code, out, err = render(capsys, bad, "--out", tmp_path / "out")
     assert code == 2 and "engine 'mlx-lm' lacks decode_ms_median at contexts 32, 48" in one_line_error(err)
     assert not (tmp_path / "out").exists()
+
+
+def _spoil(path, change):
+    """A copy of the JSON at `path` with `change` applied to its dict."""
+
+    def spoiled(tmp_path):
+        data = json.loads(Path(path).read_text())
+        change(data)
+        bad = tmp_path / "bad.json"
+        bad.write_text(json.dumps(data))
+        return bad
+
+    return spoiled
+
+
+def _set(*keys, value):
+    def change(d):
+        for k in keys[:-1]:
+            d = d[k]
+        d[keys[-1]] = value
+
+    return change
+
+
+def _refused_before_writing(capsys, tmp_path, bad, named):
+    out = tmp_path / "out"
+    code, stdout, err = render(capsys, bad, "--out", out)
+    assert code == 2 and named in one_line_error(err) and stdout == ""
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        (_set("prompts", value="x"), "prompts is 'x'; expected an object"),
+        (_set("prompts", "A", value=None), "prompts.A is None; expected an object with its tokenizer's name"),
+        (_set("trials", 0, "trial", value=None), "trials[0]: trial is None; expected an integer >= 1"),
+        (_set("trials", 0, "trial", value="x"), "trials[0]: trial is 'x'; expected an integer >= 1"),
+        (_set("trials", 0, "trial", value=10**30), f"trials[0]: trial is {10**30}; expected an integer >= 1"),
+        (_set("trials", 0, "policy", value=[1]), "trials[0]: policy is [1]; expected a policy name"),
+        (
+            lambda r: r["trials"][0]["requests"]["A"]["emit_ns"].__setitem__(-1, 10**400),
+            "request A: emit_ns must be non-negative, non-decreasing integer ns (below 2**63)",
+        ),
+    ],
+)
+def test_a_damaged_report_field_is_one_line_and_writes_nothing(tmp_path, capsys, change, named):
+    _refused_before_writing(capsys, tmp_path, _spoil(REPORT, change)(tmp_path), named)
+
+
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        (_set("engines", "pdlib", value=1), "engine 'pdlib' is 1; expected an object of its medians"),
+        (_set("engines", "pdlib", value=None), "engine 'pdlib' is None; expected an object"),
+        (_set("engines", "pdlib", value="error"), "engine 'pdlib' is 'error'; expected an object"),
+        (_set("engines", "pdlib", value={"error": "x"}), "engine 'pdlib' is {'error': 'x'}; expected an object"),
+        (_set("engines", "mlx-lm", value=[]), "engine 'mlx-lm' is []; expected an object of its medians (or"),
+        (_set("engines", "pdlib", "decode_ms_median", "32", value="x"), "engine 'pdlib' lacks decode_ms_median"),
+        (_set("engines", "pdlib", "decode_ms_median", "32", value=None), "engine 'pdlib' lacks decode_ms_median"),
+        (_set("engines", "pdlib", "decode_ms_median", "32", value=0), "engine 'pdlib' lacks decode_ms_median"),
+        (_set("engines", "pdlib", "decode_ms_median", "32", value=10**400), "lacks decode_ms_median"),
+        (_set("engines", "mlx-lm", "decode_pipelined_ms_median", "48", value=-1), "lacks decode_pipelined_ms_median"),
+        (_set("engines", "pdlib", "pair_step_ms_median", value={"99": 1.0}), "pair_step_ms_median needs positive"),
+        (_set("engines", "pdlib", "prefill_whole_s", value="x"), "engine 'pdlib' prefill_whole_s is 'x'"),
+        (_set("floors", "32", value=1), "floors['32'] is 1; expected a positive context mapped to an object"),
+        (_set("floors", "32", "bytes", value="x"), "floors['32'] needs bytes and floor_ms, positive finite"),
+        (_set("settings", value=None), "settings is None; expected an object"),
+        (_set("environment", value=None), "environment is None; expected an object"),
+        (_set("rounds", "host_ms", value="x"), "rounds host_ms is 'x'; expected an object of modes"),
+    ],
+)
+def test_a_damaged_bench_json_field_is_one_line_and_writes_nothing(bench_json, tmp_path, capsys, change, named):
+    _refused_before_writing(capsys, tmp_path, _spoil(bench_json, change)(tmp_path), named)
+
+
+@pytest.mark.parametrize("source", ["report", "bench"])
+@pytest.mark.parametrize("under", ["file", "proc"])
+def test_an_out_folder_that_cannot_be_made_is_one_line_naming_out(bench_json, tmp_path, capsys, source, under):
+    if under == "proc" and not Path("/proc/version").is_file():
+        pytest.skip("no /proc here")
+    blocker = tmp_path / "x.json"
+    blocker.write_text("x")
+    out = blocker / "sub" if under == "file" else Path("/proc/version/sub")
+    code, stdout, err = render(capsys, REPORT if source == "report" else bench_json, "--out", out)
+    assert code == 2 and stdout == "" and "--out" in one_line_error(err) and "existing file" in err
+    assert blocker.read_text() == "x"
+
+
+def test_an_out_folder_where_no_entry_can_be_made_is_refused_and_left_as_it_was(tmp_path):
+    from pdlib.analysis.plots import out_folder
+
+    assert out_folder(tmp_path / "a" / "b") == tmp_path / "a" / "b" and list(tmp_path.iterdir()) == []
+    if Path("/proc/version").is_file():  # a pseudo file system takes no folder, whatever the permission bits say
+        with pytest.raises(InputError, match=r"^--out '/proc/pdlib-x': cannot create a folder in '/proc'"):
+            out_folder("/proc/pdlib-x")
