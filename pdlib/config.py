@@ -4,10 +4,9 @@ from pdlib.config import preset
 cfg = preset("qwen3-0.6b")          # or "tiny" for fast CPU tests
 """
 
-import math
 from dataclasses import asdict, dataclass, fields
 
-from pdlib.errors import INT_MAX, InputError, check_int, is_number
+from pdlib.errors import INT_MAX, InputError, check_int, is_finite
 
 POLICY_ALIASES = {"slo": "slo-chunked"}
 PEER_SYSTEM = "mlx-lm"  # a peer: a system timed beside the policies on the same workload, never gated
@@ -25,14 +24,6 @@ SIZE_FIELDS = (
     "vocab_size",
     "max_position_embeddings",
 )
-
-
-def _finite_positive(x) -> bool:
-    """A number > 0 that is a finite float too (a 400-digit integer compares below inf, then overflows float())."""
-    try:
-        return is_number(x) and 0 < float(x) < math.inf
-    except OverflowError:
-        return False
 
 
 @dataclass(frozen=True)
@@ -61,7 +52,7 @@ class ModelConfig:
             )
         for name in ("rope_theta", "rms_norm_eps"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+            if not (is_finite(value) and value > 0):
                 raise InputError(f"{name} must be a finite number > 0, got {value!r}")
         if not isinstance(self.tie_word_embeddings, bool):
             raise InputError(f"tie_word_embeddings must be true or false, got {self.tie_word_embeddings!r}")
@@ -251,7 +242,7 @@ class RunParams:
                 raise InputError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if not isinstance(self.model, str) or not self.model:
             raise InputError(f"model must be a non-empty string, got {self.model!r}")
-        if not _finite_positive(self.stall_threshold_ms):
+        if not (is_finite(self.stall_threshold_ms) and self.stall_threshold_ms > 0):
             raise InputError(f"stall_threshold_ms must be a finite number > 0, got {self.stall_threshold_ms!r:.60}")
         from pdlib.scheduler import POLICIES  # pure logic, no MLX
 
@@ -268,7 +259,7 @@ class RunParams:
         names = [peer_name(*self.peer_config(p)) for p in self.peers]
         if len(set(names)) != len(names):
             raise InputError(f"peers must not repeat (chunk is {self.chunk_size}), got {' '.join(self.peers)}")
-        if self.tbt_slo_ms is not None and not _finite_positive(self.tbt_slo_ms):
+        if self.tbt_slo_ms is not None and not (is_finite(self.tbt_slo_ms) and self.tbt_slo_ms > 0):
             raise InputError(f"tbt_slo_ms must be a finite number > 0, got {self.tbt_slo_ms!r:.60}")
 
     def peer_config(self, spec: str) -> tuple[str, int]:

@@ -2,6 +2,7 @@
 device that ran out of memory is told apart (MLX raises a plain RuntimeError for it)."""
 
 import contextlib
+import math
 
 
 class InputError(ValueError):
@@ -17,6 +18,14 @@ class RunFailure(RuntimeError):
 def is_number(x) -> bool:
     """An int or float read from input (JSON, YAML), not a bool."""
     return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def is_finite(x) -> bool:
+    """is_number and finite as a float: a 400-digit integer compares below inf, then overflows float()."""
+    try:
+        return is_number(x) and math.isfinite(x)
+    except OverflowError:
+        return False
 
 
 INT_MAX = 2**31 - 1  # the largest integer input by default: counts and lengths, far past any a run can use

@@ -566,3 +566,14 @@ def test_a_peers_step_and_a_synthetic_seed_are_bounded():
         with pytest.raises(InputError, match=r"^bad model spec .*SEED 0 to 2\^63 - 1"):
             load_model(spec)
     assert load_model("synthetic:tiny@9223372036854775807").source["seed"] == 2**63 - 1
+
+
+def test_is_finite_takes_an_integer_past_float_range_as_not_finite():
+    """One check for every finite-number input: `0 < x < inf` passes 10**400, which float() then overflows."""
+    from pdlib.analysis.present import stall_threshold
+    from pdlib.errors import is_finite
+
+    assert is_finite(1) and is_finite(2.5) and not is_finite(10**400) and not is_finite(float("nan"))
+    assert not is_finite(True) and not is_finite("1")
+    with pytest.raises(InputError, match="^stall_threshold_ms must be a finite number > 0, got 1000"):
+        stall_threshold({"params": {"stall_threshold_ms": 10**400}})

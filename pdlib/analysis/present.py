@@ -16,7 +16,7 @@ from pdlib import text
 from pdlib.analysis import findings
 from pdlib.analysis import frames as an
 from pdlib.config import RunParams
-from pdlib.errors import InputError
+from pdlib.errors import InputError, is_finite
 from pdlib.report.metrics import slo_summary
 
 
@@ -25,8 +25,7 @@ def stall_threshold(report: dict, override=None) -> float:
     """The stall threshold in ms: `override` (a notebook parameter) if given, else the report's
     params.stall_threshold_ms, 100 for reports that lack it. Checked here, once, as user input."""
     value = (report.get("params") or {}).get("stall_threshold_ms", 100.0) if override is None else override
-    # an integer past float range would pass `> 0` and then overflow in float()
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+    if not (is_finite(value) and value > 0):
         raise InputError(f"stall_threshold_ms must be a finite number > 0, got {value!r:.60}")
     return float(value)
 

@@ -5,10 +5,9 @@ makes. A report that fails is refused in one line rather than drawn as a wrong p
     check_searches(searches)   # searches, or InputError naming the run, the result and what is wrong
 """
 
-import math
 import re
 
-from pdlib.errors import InputError, is_number
+from pdlib.errors import InputError, is_finite, is_number
 
 CRITERION = re.compile(r"(capacity|goodput)_\w+")  # report.serving's capacity_criterion, goodput_criterion
 
@@ -18,7 +17,7 @@ def _is_int(x) -> bool:
 
 
 def _finite(x, lo: float = 0.0) -> bool:
-    return is_number(x) and math.isfinite(x) and x >= lo
+    return is_finite(x) and x >= lo
 
 
 def _point_ok(p) -> bool:

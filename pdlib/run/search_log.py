@@ -25,14 +25,13 @@ nothing: `serve --search --from-log`) takes the log's machine and switches as it
 import datetime
 import fcntl
 import json
-import math
 import os
 import re
 import stat
 from pathlib import Path
 
 from pdlib import settings
-from pdlib.errors import InputError, is_number
+from pdlib.errors import InputError, is_finite, is_number
 
 LOG_SCHEMA = "pdlib.serve-search-log/1"
 
@@ -82,7 +81,7 @@ def damaged_point(r) -> str | None:
         return f"not a measured point: no {', '.join(missing)}"
     for key, ok in (
         ("policy", isinstance(r["policy"], str)),
-        ("rate", is_number(r["rate"]) and math.isfinite(r["rate"]) and r["rate"] > 0),
+        ("rate", is_finite(r["rate"]) and r["rate"] > 0),
         ("rep", isinstance(r["rep"], int) and not isinstance(r["rep"], bool) and r["rep"] >= 0),
         ("summary", isinstance(r["summary"], dict) and all(v is None or is_number(v) for v in r["summary"].values())),
         ("gate", isinstance(r.get("gate", {}), dict)),
@@ -99,7 +98,7 @@ def damaged_header(h: dict) -> str | None:
     for key, ok in (
         ("identity", isinstance(h.get("identity"), dict)),
         ("created_utc", isinstance(h.get("created_utc"), str)),
-        ("slo", all(is_number(slo.get(k)) and math.isfinite(slo[k]) and slo[k] > 0 for k in ("decode_ms", "ttft_ms"))),
+        ("slo", all(is_finite(slo.get(k)) and slo[k] > 0 for k in ("decode_ms", "ttft_ms"))),
         ("slo", isinstance(slo.get("measured"), list)),
         ("calibration", isinstance(h.get("calibration") or {}, dict)),
     ):

@@ -13,13 +13,12 @@ difference is not an error; it is recorded as a near-tie ("diverged at near-tie 
 stops there, since its later tokens continue a different sequence and legitimately differ.
 """
 
-import math
 import time
 from dataclasses import dataclass
 
 import mlx.core as mx
 
-from pdlib.errors import InputError, is_number
+from pdlib.errors import InputError, is_finite
 from pdlib.report.checks import first_difference, mismatch
 from pdlib.run.reference import Reference
 from pdlib.run.trial import TokenMismatch
@@ -51,7 +50,7 @@ def _seq_fits(seq, n: int) -> bool:
         and set(seq) == {"tokens", "runner_up", "margin"}
         and all(isinstance(v, list) and len(v) == n for v in seq.values())
         and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in seq["tokens"] + seq["runner_up"])
-        and all(is_number(m) and 0 <= m < math.inf for m in seq["margin"])
+        and all(is_finite(m) and m >= 0 for m in seq["margin"])
     )
 
 

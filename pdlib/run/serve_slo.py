@@ -32,7 +32,6 @@ the one after that). An additive term, as host work per step is, and never negat
 BUDGET_RULE names the rule in each search point, so a log's points made under another are measured again.
 """
 
-import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import fields, replace
@@ -41,7 +40,7 @@ import numpy as np
 
 from pdlib.batching import first_waiting
 from pdlib.engine import Engine
-from pdlib.errors import InputError, is_number
+from pdlib.errors import InputError, is_finite
 from pdlib.run.slo import StepCost, calibrate, nonnegative_fit, timed_ms
 from pdlib.scheduler import RequestState
 from pdlib.workload import Workload
@@ -221,13 +220,13 @@ def _fit_problem(kept) -> str | None:
     """What is out of shape in a kept fit (slo_budget's record, as a search log reads back), or None."""
     if not isinstance(kept, dict) or not isinstance(kept.get("cost"), dict):
         return "not a fit record with a cost"
-    if not (is_number(kept.get("tbt_ms")) and 0 < kept["tbt_ms"] < math.inf):
+    if not (is_finite(kept.get("tbt_ms")) and kept["tbt_ms"] > 0):
         return f"tbt_ms {kept.get('tbt_ms')!r}"
     cost, known = kept["cost"], {f.name for f in fields(StepCost)}
     if not set(cost) <= known or not {"a", "b", "c", "decode_ms", "points"} <= set(cost):
         return f"cost fields {sorted(cost)}"
     bad = [k for k in ("a", "b", "c", "decode_ms", "spread_ms", "rows_a", "rows_b", "rows_c") if k in cost]
-    bad = [k for k in bad if not (is_number(cost[k]) and 0 <= cost[k] < math.inf)]
+    bad = [k for k in bad if not (is_finite(cost[k]) and cost[k] >= 0)]
     return f"cost {bad[0]} {cost[bad[0]]!r}" if bad else None
 
 

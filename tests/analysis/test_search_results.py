@@ -35,6 +35,7 @@ def _planted(searches, edit):
         (lambda r: r.update(value=math.nan), r"has value nan and ci .*both must be finite rates >= 0"),
         (lambda r: r.update(value=-1.0), r"has value -1.0 and ci"),
         (lambda r: r.update(value=math.inf), r"has value inf"),
+        (lambda r: r.update(value=10**400), r"has value 10+ and ci"),  # past float range: no OverflowError
         (lambda r: r["ci"].__setitem__(0, math.nan), r"has value \S+ and ci \[nan, .*both must be finite"),
         (lambda r: r.update(value=r["ci"][0] / 2 - 0.01), r"has value \S+ outside its own ci"),
         (lambda r: r.update(ci=[r["value"], r["value"] / 2]), r"has value \S+ outside its own ci"),
