@@ -21,6 +21,7 @@ slots: the prefill's attention reads the cache in place (kernels/flash_prefill.p
 through the fence but not before the next ones.
 """
 
+import gc
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -231,6 +232,7 @@ class Engine:
         self.clear_requests()
         self.pool = None
         self.rounds = CompiledRounds(self.model)
+        gc.collect()  # what sits in reference cycles (the old rounds' compiled method) goes now, not mid-run
         mx.clear_cache()
 
     def _held(self, name: str) -> Request:

@@ -34,7 +34,8 @@ run_loss, the fields (counts over the requests that emitted; shares NaN where no
   `kv_bytes_per_position` is given: what caches sized per request would need at the peak (a run's caches are
   allocated before it, each of the workload's longest request: this says how much of them the rate used);
   cache_waits: the requests that waited for a cache; peak_memory_gib: the device memory the run held at most
-  (everything the process holds there, as MLX counts it; absent where the run does not say).
+  (everything the process holds there, as MLX counts it; absent where the run does not say); held_gib (a
+  search's point): what the process held as the run began (models, references, the engine's caches).
 Under overlap, partition and disagg a prompt runs beside the steps and only the step that joins it carries its
 tokens: the wait then reads up to that step, and the gaps its prompt work slowed show none inside.
 
@@ -328,7 +329,10 @@ def limit_text(limit: dict | None) -> str:
         return "no failing rate measured"
     loss, n = limit["loss"], limit["slo"]
     if loss and loss.get("out_of_memory"):  # no latency to name: the run stopped
-        return f"lost at {limit['rate']:.4g} (rep {limit['rep']}): the run ran out of device memory -> memory"
+        at = f"lost at {limit['rate']:.4g} (rep {limit['rep']}): the run ran out of device memory"
+        if "held_gib" in loss:
+            at += f" ({loss['peak_memory_gib']:.3g} GiB in use at most, {loss['held_gib']:.3g} GiB of it as it began)"
+        return at + " -> memory"
     text = f"lost at {limit['rate']:.4g} (rep {limit['rep']}): " + "; ".join(_failed_text(f) for f in limit["failed"])
     if not loss:
         return text + " (the log's point has no breakdown)"
@@ -355,6 +359,8 @@ def limit_text(limit: dict | None) -> str:
         peak += f", {_n(waits, 'request')} waiting for a cache"
     if loss.get("peak_memory_gib"):
         peak += f"; {loss['peak_memory_gib']:.3g} GiB of device memory at most"
+        if "held_gib" in loss:
+            peak += f" ({loss['held_gib']:.3g} GiB as the run began)"
     parts.append(peak)
     causes = f" -> {', '.join(limit['causes'])}" if limit["causes"] else ""
     return f"{text}{causes}: " + "; ".join(parts)

@@ -23,13 +23,19 @@ def stderr_line(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def memory_point(error: BaseException, slos: dict, *, requests: int, wall_s: float) -> dict:
+def memory_point(
+    error: BaseException, slos: dict, *, requests: int, wall_s: float, held: int | None = None, peak: int | None = None
+) -> dict:
     """A point whose run ran out of device memory: it meets no bound (every latency NaN, no request attained), its
-    loss names memory (serving_loss's causes) and its gate keeps the error."""
+    loss names memory (serving_loss's causes) with the device memory in use as the run began (`held`, bytes) and at
+    most before it failed (`peak`), where known, and its gate keeps the error."""
     fields = run_summary([{"arrival_ns": 0, "emit_ns": [1]}], slos)  # the summary's fields, as a run has them
     summary = {k: 0.0 if k.startswith("attain_") else math.nan for k in fields} | {"n_requests": requests}
     error = " ".join(str(error).split())
-    return {"summary": summary, "loss": {"out_of_memory": True}, "gate": {"out_of_memory": error}, "wall_s": wall_s}
+    loss = {"out_of_memory": True}
+    if held is not None and peak is not None:
+        loss |= {"held_gib": held / 2**30, "peak_memory_gib": max(peak, held) / 2**30}
+    return {"summary": summary, "loss": loss, "gate": {"out_of_memory": error}, "wall_s": wall_s}
 
 
 def point_line(policy: str, rate: float, rep: int, point: dict) -> str:

@@ -6,13 +6,7 @@
     w = rep_workload(workload_params, rate=4.0, rep=1)          # the workload one point runs
     point = measure(bench, "mixed", 4.0, 1)     # {"summary", "gate", "warmups", "makespan_s", "wall_s"}
 
-The rate: a trace's `rate_multiplier` (arrivals divided by it), a poisson source's `rate` (requests/s); the
-params' own value is replaced by each measured rate. A rep is one fixed workload sample (REP_RULE):
-- poisson: seed + rep (the lengths do not depend on the rate: the gaps are drawn first, always n - 1 of them);
-- a trace with `first: K`: the rep-th block of K consecutive requests of the window (of the whole trace without
-  window_s), refused if the window holds fewer than reps*K: the trace's own burstiness with a fixed N;
-- a trace with window_s [a, b) and no `first`: the window moved by rep*(b - a) seconds; a whole trace: reps 1.
-Rep 0 is the params' workload itself (Workload.from_params at that rate).
+The rate and the reps: search_workload.py (rep_workload: the workload of one point; REP_RULE).
 
 A measured point runs one policy (serve.serve_once, gated as `serve` gates: a token mismatch, or a failed check on
 the replay of its steps, run on the first point of each policy and rate, stops the search in one line) or one peer
@@ -36,19 +30,19 @@ latency (report.serving_loss.run_loss), each result its `limit`: the failing poi
 """
 
 import dataclasses
+import gc
 import math
 import time
 from dataclasses import asdict
-from decimal import Decimal
 from pathlib import Path
 
 import mlx.core as mx
 
 from pdlib.batching import BATCH_POLICIES
-from pdlib.config import peer_name
+from pdlib.config import PEER_SYSTEM, peer_name
 from pdlib.engine import Engine
 from pdlib.engine.kernels import BACKEND
-from pdlib.errors import InputError, check_int, checks_memory, out_of_memory
+from pdlib.errors import InputError, checks_memory, out_of_memory
 from pdlib.report.io import claim_output, environment, sha256_file, source_hashes, sources_hash, write_report
 from pdlib.report.serving import (
     capacity_criterion,
@@ -68,73 +62,26 @@ from pdlib.run.search_budget import Budget, BudgetSpent
 from pdlib.run.search_log import SearchLog, utc_now
 from pdlib.run.search_report import SCHEMA, SLO_NAMES, ci_text, memory_point, point_line, stderr_line, stopped_line
 from pdlib.run.search_slo import TTFT_FACTOR, calibrate
+from pdlib.run.search_workload import REP_RULE, rep_sample, rep_workload
 from pdlib.run.serve import gated_run, kv_cache_bytes, prefill_worker, remote_join, serving_capacity, warm_engine
 from pdlib.run.serve_gate import kept_references, reference_sequences
 from pdlib.run.serve_params import ServeParams, load_serve_params, search_settings
 from pdlib.run.serve_replay import replay_gate
 from pdlib.run.serve_replicas import parse_replicated, resolve
 from pdlib.run.serve_slo import BUDGET_RULE, kept_budget, slo_budget
-from pdlib.traces import Trace, load_trace
 from pdlib.weights import load_model
-from pdlib.workload import LIMITS, TRACE_SOURCES, Workload, at_rate, iter_prompts, trace_gap_ns, trace_window
+from pdlib.workload import Workload, iter_prompts
 
-REP_RULE = "pdlib.serve-search.rep/1: poisson seed+rep; trace first:K the rep-th K-block; window_s moved rep widths"
 RULES = {"slo-mixed": BUDGET_RULE}  # each point keeps its policy's rule: a log's points made under another are redone
+PEER_RULE = "pdlib.serve-search.peer/2: the engine's memory released and collected before a peer's point"
 
 
 def policy_rule(name: str) -> str | None:
     """The rule a point of `name` (a policy, its replicas, or a peer) is measured under, where it has one."""
+    if name.startswith(f"{PEER_SYSTEM}-"):
+        return PEER_RULE
     replicated = parse_replicated(name)
     return RULES.get(replicated[0] if replicated else name)
-
-
-# ---- a rep's workload ----------------------------------------------------------------------------------------
-
-
-def rep_sample(workload_params: dict, rep: int) -> dict:
-    """What makes rep `rep` its own sample (module docstring): {"seed"}, {"trace_rows": [i, j]} (trace indices) or
-    {"window_s": [a, b]}; InputError when the params cannot give that rep."""
-    check_int("rep", rep, 0)
-    source, first, window = (workload_params.get(k) for k in ("source", "first", "window_s"))
-    if source == "poisson":
-        return {"seed": workload_params.get("seed", 0) + rep}
-    if source not in TRACE_SOURCES:
-        raise InputError(
-            f"a rate search needs arrivals to speed up: source azure-code, azure-conv or poisson, not {source!r}"
-        )
-    trace = load_trace(TRACE_SOURCES[source])
-    lo, hi = trace_window(trace, window)
-    if first is None and window is None:
-        if rep:
-            raise InputError("reps > 1 on a whole trace: set `first: K` (rep r: the r-th K requests) or window_s")
-        return {"trace_rows": [0, trace.n]}
-    if first is None:
-        a, b = (Decimal(str(x)) for x in window)
-        return {"window_s": [float(a + rep * (b - a)), float(b + rep * (b - a))]}
-    check_int("first", first, 1)
-    start = lo + rep * first
-    if start + first > hi:
-        where = f"window_s={list(window)}" if window is not None else f"trace {source}"
-        raise InputError(
-            f"rep {rep} needs requests [{start}, {start + first}) of {where}, which holds {hi - lo} "
-            f"({(hi - lo) // first} reps of first={first}): lower reps or first"
-        )
-    return {"trace_rows": [start, start + first]}
-
-
-def rep_workload(workload_params: dict, rate: float, rep: int) -> Workload:
-    """The workload of one point: the params' at `rate` (a trace's rate_multiplier, poisson's rate), rep's sample."""
-    sample = rep_sample(workload_params, rep)
-    p = at_rate(workload_params, rate)
-    if rep == 0 or "seed" in sample or "window_s" in sample:  # rep 0: the plain workload
-        return Workload.from_params({**p, **({} if rep == 0 else sample)})
-    i, j = sample["trace_rows"]
-    t = load_trace(TRACE_SOURCES[p["source"]])
-    sub = Trace(t.name, t.arrival_ns[i:j] - t.arrival_ns[i], t.prompt_tokens[i:j], t.output_tokens[i:j], t.start)
-    limits = {k: p.get(k) for k in LIMITS}
-    pace = {"pace": p["pace"], "pace_gap_ns": trace_gap_ns(t)} if p.get("pace") else {}  # the whole trace's rate
-    w = Workload.from_trace(sub, first=p["first"], rate_multiplier=rate, source=p["source"], **pace, **limits)
-    return dataclasses.replace(w, options={**w.options, "trace_requests": t.n})
 
 
 # ---- what every point shares ---------------------------------------------------------------------------------
@@ -159,7 +106,7 @@ class Bench:
         self.from_log = False  # a report of the log alone: no point is measured (search_params_file)
         self.references = {"computed": 0, "from_log": 0, "seconds": 0.0}  # reps' references, this command
         self.sources_hash, self.measured_with = None, {}  # this code's; and the code of each point a report uses
-        self._reference = None
+        self._reference, self.held_bytes = None, None  # device memory in use as the last point's run began
 
     @property
     def model(self):
@@ -250,6 +197,8 @@ class Bench:
         if self.engine is not None:
             self.engine.release()
             self.engine = self.in_engine = None
+            gc.collect()  # the engine's model is in cycles (its compiled methods): its arrays go now, not when
+            mx.clear_cache()  # Python next collects (an H100's mlx-lm points ran out of memory beside them)
 
     def peer_model(self, dtype: str):
         if dtype not in self.peer_models:
@@ -263,7 +212,7 @@ def measure(bench: Bench, policy: str, rate: float, rep: int, admit=None) -> dic
     peer), the warmups run first, makespan, wall time and `setup_s`, the part of it spent making what later points
     share (the model, the references, the engine's compiles, a fit). `admit(warmups)`, called once that is made
     and before any run, may refuse the point (search_budget.BudgetSpent)."""
-    t = time.perf_counter()
+    t, bench.held_bytes = time.perf_counter(), None
     w = rep_workload(bench.workload_params, rate, rep)
     prep = bench.prepare(rep, w)
     refs, chunk = prep["refs"], bench.params.chunk_size
@@ -280,6 +229,7 @@ def measure(bench: Bench, policy: str, rate: float, rep: int, admit=None) -> dic
         slo, budget = bench.slo_for(engine, w) if base == "slo-mixed" else (None, None)
         worker = bench.worker_for(prep, base)
     setup_s = time.perf_counter() - t
+    bench.held_bytes = mx.get_active_memory()  # before the run: the models, references and caches alive
     if admit is not None:
         admit(warmups)
     bench.warmed.add(policy)
@@ -329,7 +279,7 @@ def measure(bench: Bench, policy: str, rate: float, rep: int, admit=None) -> dic
         kv_bytes //= 2
     return {
         "summary": summary,
-        "loss": run_loss(run, bench.slos, kv_bytes_per_position=kv_bytes),
+        "loss": run_loss(run, bench.slos, kv_bytes_per_position=kv_bytes) | {"held_gib": bench.held_bytes / 2**30},
         "gate": check,
         "warmups": warmups,
         "warmup_rate": warm_rate,
@@ -385,9 +335,11 @@ def _run_searches(bench: Bench, name: str, peer: bool, settings: dict, budget: B
         except RuntimeError as e:  # the run's memory, not the search's failure: the point fails, named so
             if not out_of_memory(e):
                 raise
+            held, peak = bench.held_bytes, mx.get_peak_memory()  # the run's peak: each run resets it first
             bench.release_engine()  # a policy's run stopped midway: the next point makes the engine again
             mx.clear_cache()
-            point = memory_point(e, bench.slos, requests=bench.samples[rep].n, wall_s=time.perf_counter() - t)
+            wall_s = time.perf_counter() - t
+            point = memory_point(e, bench.slos, requests=bench.samples[rep].n, wall_s=wall_s, held=held, peak=peak)
         record = {"policy": name, "rate": grid_rate(rate), "rep": rep, **point, "created_utc": utc_now()}
         record["sources_hash"] = bench.sources_hash  # what measured it: a report from the log names each
         if rule is not None:

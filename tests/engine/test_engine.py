@@ -356,6 +356,7 @@ def test_a_steps_tokens_are_observed_together_and_each_is_seen_once(tiny, monkey
 def test_release_gives_every_cache_back_and_the_engine_still_serves(tiny):
     """What serve does before mlx-lm runs: every request's cache (here 4 of 512 positions) leaves device memory."""
     import gc
+    import weakref
 
     cfg = tiny.config
     engine = Engine(tiny, capacity=512, slots=4)
@@ -364,11 +365,15 @@ def test_release_gives_every_cache_back_and_the_engine_still_serves(tiny):
         engine.prefill_chunk(f"r{i}", 39).token.item()
     mx.synchronize()
     gc.collect()
-    before = mx.get_active_memory()
-    engine.release()
-    gc.collect()
+    before, rounds = mx.get_active_memory(), weakref.ref(engine.rounds)
+    gc.disable()  # what release frees, it frees itself: cycles included, not left to Python's next collection
+    try:
+        engine.release()
+    finally:
+        gc.enable()
     caches = 4 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * 512 * 2 * 4
     assert before - mx.get_active_memory() >= caches and not engine.requests and engine.pool is None
+    assert rounds() is None  # the compiled rounds (a cycle through their compiled method) are gone
     engine.add_request("again", list(range(1, 9)))  # a cache of its own now
     assert 0 <= engine.prefill_chunk("again", 8).token.item() < cfg.vocab_size
 
