@@ -10,6 +10,7 @@ gate on the tiny model.
 import fcntl
 import gc
 import json
+from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
@@ -437,6 +438,17 @@ def test_the_smoke_params_load():
     w, p = load_serve_params("params/serve-search-smoke-cpu.yaml")
     assert p.search["reps"] == 2 and p.search["slo"] == {"decode_ms": None, "ttft_ms": None}
     assert [rep_workload(w, 1.0, r).n for r in range(p.search["reps"])] == [8, 8]
+
+
+def test_every_serving_params_file_loads_with_every_rep_its_search_asks_for():
+    """A GPU command is no place to learn that a params file is refused: every `params/` file with a workload
+    loads, and a search section's reps can all be made."""
+    files = [f for f in sorted(Path("params").glob("*.yaml")) if "workload:" in f.read_text()]
+    assert len(files) >= 4
+    for f in files:
+        w, p = load_serve_params(f)
+        reps = p.search["reps"] if p.search else 1
+        assert [rep_workload(w, 1.0, r).n for r in range(reps)] == [w.get("first") or rep_workload(w, 1.0, 0).n] * reps
 
 
 # ---- one real search -----------------------------------------------------------------------------------------
