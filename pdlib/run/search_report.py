@@ -24,7 +24,7 @@ def stderr_line(line: str) -> None:
 
 
 def memory_point(
-    error: BaseException, slos: dict, *, requests: int, wall_s: float, held: int | None = None, peak: int | None = None
+    error: BaseException | str, slos: dict, *, requests: int, wall_s: float, held: int | None = None, peak=None
 ) -> dict:
     """A point whose run ran out of device memory: it meets no bound (every latency NaN, no request attained), its
     loss names memory (serving_loss's causes) with the device memory in use as the run began (`held`, bytes) and at

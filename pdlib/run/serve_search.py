@@ -24,9 +24,11 @@ ttft_ms TTFT_FACTOR times the p90 prompt's uncontended TTFT, Splitwise's P90 SLO
 Searches: per run, per SLO (strict, relaxed) and per criterion (capacity: pooled P99 TBT and P90 TTFT within the
 SLO; goodput: >= 90% of requests meet TTFT and TPOT), report.serving.search over [lo, hi]. The four searches of a
 run share one `known` cache of its summaries, seeded from the log (search_log.py), so no point is measured twice.
-A policy whose rule has changed since some of a log's points (RULES: slo-mixed's budget) keeps the rule in each
-point and search: the log's points made under another rule are measured again. Each point keeps where its run lost
-latency (report.serving_loss.run_loss), each result its `limit`: the failing point that bounds it and why.
+A run whose rule has changed since some of a log's points (RULES: slo-mixed's budget; PEER_RULE: a peer's point
+after the engine's memory is collected) keeps the rule in each point and search: the log's points made under
+another rule are measured again (a peer's earlier points only where they ran out of memory). Each point keeps
+where its run lost latency (report.serving_loss.run_loss), each result its `limit`: the failing point that bounds
+it and why.
 """
 
 import dataclasses
@@ -74,6 +76,14 @@ from pdlib.workload import Workload, iter_prompts
 
 RULES = {"slo-mixed": BUDGET_RULE}  # each point keeps its policy's rule: a log's points made under another are redone
 PEER_RULE = "pdlib.serve-search.peer/2: the engine's memory released and collected before a peer's point"
+
+
+def counts_under(rule: str | None, record: dict) -> bool:
+    """Whether a log's point counts under `rule`: made under it, or a peer's made before PEER_RULE that ran (one
+    that ran out of memory may have failed for the engine's memory, held then: it is measured again)."""
+    if record.get("rule") == rule:
+        return True
+    return rule == PEER_RULE and "rule" not in record and "out_of_memory" not in record.get("gate", {})
 
 
 def policy_rule(name: str) -> str | None:
@@ -193,12 +203,13 @@ class Bench:
         return self.slo
 
     def release_engine(self) -> None:
-        """Before a peer's point: the engine's caches go (76 GiB on the code trace); a policy's point remakes it."""
+        """Before a peer's point: the engine's caches go (76 GiB on the code trace); a policy's point remakes it.
+        Whatever a run left in reference cycles goes too (the engine's model, through its compiled methods)."""
         if self.engine is not None:
             self.engine.release()
             self.engine = self.in_engine = None
-            gc.collect()  # the engine's model is in cycles (its compiled methods): its arrays go now, not when
-            mx.clear_cache()  # Python next collects (an H100's mlx-lm points ran out of memory beside them)
+        gc.collect()
+        mx.clear_cache()
 
     def peer_model(self, dtype: str):
         if dtype not in self.peer_models:
@@ -229,7 +240,8 @@ def measure(bench: Bench, policy: str, rate: float, rep: int, admit=None) -> dic
         slo, budget = bench.slo_for(engine, w) if base == "slo-mixed" else (None, None)
         worker = bench.worker_for(prep, base)
     setup_s = time.perf_counter() - t
-    bench.held_bytes = mx.get_active_memory()  # before the run: the models, references and caches alive
+    bench.held_bytes = mx.get_active_memory()  # as the point's runs begin: models, references, caches
+    mx.reset_peak_memory()  # an out-of-memory point's peak is its own (each run resets it again)
     if admit is not None:
         admit(warmups)
     bench.warmed.add(policy)
@@ -316,10 +328,11 @@ def _run_searches(bench: Bench, name: str, peer: bool, settings: dict, budget: B
     appended to `out` as it finishes; each new point admitted by the budget, appended to the log as it ends."""
     lg = bench.log
     rule = policy_rule(name)
-    mine = [r for r in lg.records if r["policy"] == name and r.get("rule") == rule]
+    mine = [r for r in lg.records if r["policy"] == name and counts_under(rule, r)]
     stale = sum(r["policy"] == name for r in lg.records) - len(mine)
     if stale:
-        note(f"{name}: {stale} points of the log were measured under another rule; measuring again ({rule})")
+        redo = "not used (a search command measures them again)" if bench.from_log else "measuring again"
+        note(f"{name}: {stale} points of the log were measured under another rule; {redo} ({rule})")
     known = known_from_records(mine)
     records = {(grid_rate(r["rate"]), int(r["rep"])): r for r in mine}  # the points, for what bounds a search
 
@@ -328,18 +341,19 @@ def _run_searches(bench: Bench, name: str, peer: bool, settings: dict, budget: B
             raise BudgetSpent(name, rate, rep, math.nan, budget.left())
         if bench.from_log:  # measuring nothing: a point not in the log is where the report stops
             raise BudgetSpent(name, rate, rep, math.nan, 0.0, reason="not in the log")
-        t = time.perf_counter()
+        t, oom = time.perf_counter(), None
         try:
             point = measure(bench, name, rate, rep, admit=lambda w: budget.admit(name, rate, rep, warmups=w))
             budget.record(rate, rep, point)
         except RuntimeError as e:  # the run's memory, not the search's failure: the point fails, named so
             if not out_of_memory(e):
                 raise
-            held, peak = bench.held_bytes, mx.get_peak_memory()  # the run's peak: each run resets it first
+            oom = (str(e), bench.held_bytes, mx.get_peak_memory())
+        if oom is not None:  # released outside the except: its traceback holds the failed run's frames
             bench.release_engine()  # a policy's run stopped midway: the next point makes the engine again
-            mx.clear_cache()
+            error, held, peak = oom
             wall_s = time.perf_counter() - t
-            point = memory_point(e, bench.slos, requests=bench.samples[rep].n, wall_s=wall_s, held=held, peak=peak)
+            point = memory_point(error, bench.slos, requests=bench.samples[rep].n, wall_s=wall_s, held=held, peak=peak)
         record = {"policy": name, "rate": grid_rate(rate), "rep": rep, **point, "created_utc": utc_now()}
         record["sources_hash"] = bench.sources_hash  # what measured it: a report from the log names each
         if rule is not None:
@@ -416,6 +430,7 @@ def search_params_file(
             given, calib = settings["slo"], None
             if given["decode_ms"] is None or given["ttft_ms"] is None:
                 calib = calibrate(bench.model, bench.samples[0], chunk_size=params.chunk_size)
+                bench.release_engine()  # the calibration's engine (its model in cycles) goes before the search's
             slo = {
                 "decode_ms": calib["decode_ms"] if given["decode_ms"] is None else given["decode_ms"],
                 "ttft_ms": TTFT_FACTOR * calib["prefill_ms"] if given["ttft_ms"] is None else given["ttft_ms"],

@@ -10,6 +10,7 @@ gate on the tiny model.
 import fcntl
 import gc
 import json
+import weakref
 from pathlib import Path
 
 import mlx.core as mx
@@ -19,9 +20,9 @@ import pytest
 from pdlib.engine import Engine
 from pdlib.errors import InputError
 from pdlib.report.io import read_text, source_hashes, sources_hash
-from pdlib.report.serving import Slo, capacity_criterion, goodput_criterion
+from pdlib.report.serving import Slo, capacity_criterion, goodput_criterion, grid_rate
 from pdlib.report.serving_loss import failed_bounds, limit_text
-from pdlib.run import serve_search
+from pdlib.run import serve, serve_search
 from pdlib.run.search_log import LOG_SCHEMA
 from pdlib.run.search_report import SCHEMA, search_table
 from pdlib.run.search_workload import rep_sample, rep_workload
@@ -761,6 +762,75 @@ def test_a_point_out_of_device_memory_fails_for_memory_and_the_search_goes_on(tm
     monkeypatch.setattr(serve_search, "measure", broken)
     with pytest.raises(RuntimeError, match="unrelated"):
         search_params_file(params, log=tmp_path / "other.jsonl")
+
+
+def test_a_peers_earlier_points_count_unless_they_ran_out_of_memory(tmp_path, params, monkeypatch):
+    """Points of a peer logged before PEER_RULE (no `rule`) count where they ran; those that ran out of memory,
+    perhaps for the engine's memory still held then, are measured again (a report from the log alone says so),
+    and the searches go on from what they find."""
+    fake, log = Fake(), tmp_path / "log.jsonl"
+
+    def measure(bench, policy, rate, rep, admit=None):
+        if policy.startswith("mlx-lm") and rate > 1:
+            raise RuntimeError("[malloc] cudaMallocAsync(&data, size, stream) failed: out of memory")
+        return fake(bench, policy, rate, rep, admit)
+
+    monkeypatch.setattr(serve_search, "measure", measure)
+    search_params_file(params, log=log, note=lambda _: None)
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    peer = [r for r in lines if str(r.get("policy")).startswith("mlx-lm")]
+    assert peer and all(r["rule"] == serve_search.PEER_RULE for r in peer)
+    for r in peer:  # as the log was before the rule
+        del r["rule"]
+    log.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    oom = {(r["policy"], r["rate"], r["rep"]) for r in peer if "out_of_memory" in r["gate"]}
+    assert oom and len(oom) < len(peer)
+    notes = []
+    part = search_params_file(params, log=log, note=notes.append, from_log=True)
+    assert part["stopped"]["policy"].startswith("mlx-lm") and part["stopped"]["reason"] == "not in the log"
+    assert any(f"{len(oom)} points of the log were measured under another rule; not used" in n for n in notes)
+    fake.calls.clear()
+    monkeypatch.setattr(serve_search, "measure", fake)  # memory enough now
+    again = search_params_file(params, log=log, note=lambda _: None)
+    called = [(p, grid_rate(r), rep) for p, r, rep in fake.calls]
+    ran = {(r["policy"], r["rate"], r["rep"]) for r in peer} - oom
+    assert oom & set(called) and not ran & set(called) and len(called) == len(set(called))  # the rest reused
+    assert all("memory" not in (x["result"]["limit"] or {}).get("causes", []) for x in again["searches"])
+
+
+def test_an_engine_that_ran_out_of_memory_is_gone_before_the_next_peer_runs(tmp_path, monkeypatch):
+    """A policy's run that ran out of memory leaves its engine in the exception's traceback and its model in
+    reference cycles: it is released and collected outside the except clause, so the next engine, or the peer
+    after it, runs without it, with no wait for Python's next collection."""
+    models, seen, runs = [], [], [0]
+    real_init, real_serve_once, real_peer_once = Engine.__init__, serve.serve_once, serve_search.peer_once
+
+    def init(self, *args, **kw):
+        seen.append([m() is not None for m in models])  # the engines made before this one
+        real_init(self, *args, **kw)
+        models.append(weakref.ref(self.model))
+
+    def serve_once(engine, *args, **kw):
+        runs[0] += 1
+        if runs[0] >= 2:  # the warmup runs, then every run is out of memory
+            raise RuntimeError("[malloc] cudaMallocAsync(&data, size, stream) failed: out of memory")
+        return real_serve_once(engine, *args, **kw)
+
+    def peer_once(*args, **kw):
+        seen.append([m() is not None for m in models])
+        return real_peer_once(*args, **kw)
+
+    monkeypatch.setattr(Engine, "__init__", init)
+    monkeypatch.setattr(serve, "serve_once", serve_once)
+    monkeypatch.setattr(serve_search, "peer_once", peer_once)
+    gc.disable()
+    try:
+        params, log, report = small_search(tmp_path)
+    finally:
+        gc.enable()
+    points = logged_points(log)
+    assert any("out_of_memory" in p["gate"] and p["policy"] == "mixed" for p in points)
+    assert len(models) >= 2 and len(seen) > len(models) and all(alive == [False] * len(alive) for alive in seen)
 
 
 @pytest.mark.parametrize(
