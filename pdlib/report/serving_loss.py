@@ -35,7 +35,8 @@ run_loss, the fields (counts over the requests that emitted; shares NaN where no
   allocated before it, each of the workload's longest request: this says how much of them the rate used);
   cache_waits: the requests that waited for a cache; peak_memory_gib: the device memory the run held at most
   (everything the process holds there, as MLX counts it; absent where the run does not say); held_gib (a
-  search's point): what the process held as the run began (models, references, the engine's caches).
+  search's point): what the process held as the point's runs began, its warmups first (models, references, the
+  engine's caches).
 Under overlap, partition and disagg a prompt runs beside the steps and only the step that joins it carries its
 tokens: the wait then reads up to that step, and the gaps its prompt work slowed show none inside.
 
@@ -360,7 +361,7 @@ def limit_text(limit: dict | None) -> str:
     if loss.get("peak_memory_gib"):
         peak += f"; {loss['peak_memory_gib']:.3g} GiB of device memory at most"
         if "held_gib" in loss:
-            peak += f" ({loss['held_gib']:.3g} GiB as the run began)"
+            peak += f" ({loss['held_gib']:.3g} GiB as the point began)"
     parts.append(peak)
     causes = f" -> {', '.join(limit['causes'])}" if limit["causes"] else ""
     return f"{text}{causes}: " + "; ".join(parts)

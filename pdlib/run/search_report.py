@@ -27,8 +27,8 @@ def memory_point(
     error: BaseException | str, slos: dict, *, requests: int, wall_s: float, held: int | None = None, peak=None
 ) -> dict:
     """A point whose run ran out of device memory: it meets no bound (every latency NaN, no request attained), its
-    loss names memory (serving_loss's causes) with the device memory in use as the run began (`held`, bytes) and at
-    most before it failed (`peak`), where known, and its gate keeps the error."""
+    loss names memory (serving_loss's causes) with the device memory in use as the point's runs began (`held`,
+    bytes) and at most before it failed (`peak`), where known, and its gate keeps the error."""
     fields = run_summary([{"arrival_ns": 0, "emit_ns": [1]}], slos)  # the summary's fields, as a run has them
     summary = {k: 0.0 if k.startswith("attain_") else math.nan for k in fields} | {"n_requests": requests}
     error = " ".join(str(error).split())
