@@ -29,6 +29,7 @@ def is_finite(x) -> bool:
 
 
 INT_MAX = 2**31 - 1  # the largest integer input by default: counts and lengths, far past any a run can use
+INT64_MAX = 2**63 - 1  # the largest a seed or a report's integer may be: numpy's int64, the charts' JSON reader
 
 
 def check_int(name: str, value, lo: int, hi: int = INT_MAX) -> None:

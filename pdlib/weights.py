@@ -18,7 +18,7 @@ import numpy as np
 
 from pdlib.checkpoint import check_safetensors_files, read_json_object
 from pdlib.config import PRESETS, ModelConfig, preset
-from pdlib.errors import InputError
+from pdlib.errors import INT64_MAX, InputError
 
 HF_CACHE_HELP = (
     "populate the cache on a machine with network (`huggingface-cli download REPO`), copy "
@@ -99,7 +99,7 @@ def load_model(spec: str) -> LoadedModel:
         return checkpoint_model(directory, spec=repo, revision=directory.name)
     if spec.startswith("synthetic:"):
         m = re.fullmatch(r"synthetic:([\w.\-]+)(?:@([0-9]+))?", spec, flags=re.ASCII)  # @٣ is no seed
-        if not m or m.group(2) and int(m.group(2)) > 2**63 - 1:
+        if not m or m.group(2) and int(m.group(2)) > INT64_MAX:
             raise InputError(
                 f"bad model spec {spec!r}; expected synthetic:PRESET[@SEED] (SEED 0 to 2^63 - 1), e.g. synthetic:tiny@0"
             )

@@ -58,7 +58,7 @@ from decimal import Decimal
 
 import numpy as np
 
-from pdlib.errors import InputError, check_int
+from pdlib.errors import INT64_MAX, InputError, check_int
 from pdlib.prompts import Prompt, encoder, load_corpus, make_prompts, render
 from pdlib.traces import NS_PER_S, TRACES, Trace, load_trace
 
@@ -318,7 +318,7 @@ class Workload:
         """Poisson arrivals at `rate` requests/s with drawn lengths (the module docstring's poisson source)."""
         rate = _number("rate", rate, lo=0, lo_ok=False)
         check_int("n", n, 1, MAX_REQUESTS)
-        check_int("seed", seed, 0, 2**63 - 1)
+        check_int("seed", seed, 0, INT64_MAX)
         ps, os_ = _dist("prompt", prompt), _dist("output", output)
         rng = np.random.Generator(np.random.PCG64(seed))
         with np.errstate(over="ignore"):  # a rate too slow comes out inf, refused below

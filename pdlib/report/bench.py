@@ -3,7 +3,7 @@ schema, the decode and prefill measures' keys, `check_result` and `format_table`
 
 import math
 
-from pdlib.errors import InputError
+from pdlib.errors import INT64_MAX, InputError
 
 SCHEMA = "pdlib.bench-step/1"
 DECODES = {"observed": "decode_ms_median", "pipelined": "decode_pipelined_ms_median"}  # transformers': observed
@@ -102,7 +102,7 @@ def _positive(x) -> bool:
     """A positive finite number; an integer within int64 (the charts' JSON reader takes no larger)."""
     if isinstance(x, bool) or not isinstance(x, int | float):
         return False
-    return 0 < x < 2**63 if isinstance(x, int) else 0 < x < math.inf
+    return 0 < x <= INT64_MAX if isinstance(x, int) else 0 < x < math.inf
 
 
 def format_table(result: dict) -> str:

@@ -11,7 +11,7 @@ trials (timed, never gated: schema.py) carry their agreement with the reference 
 
 import numpy as np
 
-from pdlib.errors import InputError
+from pdlib.errors import INT64_MAX, InputError
 from pdlib.report.schema import EVENT_KINDS, REQUESTS, SCHEMA, TOP_LEVEL_KEYS
 
 TRIAL_KEYS = ("policy", "trial", "makespan_ns", "requests", "events")
@@ -53,11 +53,8 @@ def _require(ok, message):
         raise InputError(message)
 
 
-INT64 = 2**63  # numpy's int64 and the charts' JSON reader hold no larger integer
-
-
 def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool) and -INT64 <= x < INT64
+    return isinstance(x, int) and not isinstance(x, bool) and -INT64_MAX - 1 <= x <= INT64_MAX
 
 
 def check_report(report: dict, *, where: str = "report") -> None:
