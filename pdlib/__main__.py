@@ -86,6 +86,8 @@ def cmd_serve(args) -> int:
         raise InputError("serve: --search and --log go together (the log is where a search resumes from)")
     if args.budget_s is not None and not args.search:
         raise InputError(f"serve: --budget-s {args.budget_s:g} bounds a search: give it with --search and --log")
+    if args.start_from is not None and not args.search:
+        raise InputError(f"serve: --start-from {args.start_from} sets where searches begin: give it with --search")
     if args.from_log and not args.search:
         raise InputError("serve: --from-log reports a search's log: give it with --search and --log")
     if args.search and args.output is not None and os.path.realpath(args.log) == os.path.realpath(args.output):
@@ -94,7 +96,13 @@ def cmd_serve(args) -> int:
         chosen = {"policies": args.policies, "peers": args.peers}
         if args.search:
             report = search_params_file(
-                args.params, output=args.output, log=args.log, budget_s=args.budget_s, from_log=args.from_log, **chosen
+                args.params,
+                output=args.output,
+                log=args.log,
+                budget_s=args.budget_s,
+                from_log=args.from_log,
+                start_from=args.start_from,
+                **chosen,
             )
         else:
             report = serve_params_file(args.params, output=args.output, **chosen)

@@ -19,7 +19,17 @@ class _Help(argparse.HelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
-PATH_FLAGS = ("params", "output", "out", "log", "report", "sweep", "serve", "search_report")  # an empty one is no path
+PATH_FLAGS = (
+    "params",
+    "output",
+    "out",
+    "log",
+    "report",
+    "sweep",
+    "serve",
+    "search_report",
+    "start_from",
+)  # an empty one is no path
 
 
 class _Parser(argparse.ArgumentParser):
@@ -234,6 +244,12 @@ def parser(commands: dict, *, description: str) -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="with --search: start no point that is not expected to end within SECONDS of the start, then write the "
         "report of the searches finished (the log goes on from there)",
+    )
+    s.add_argument(
+        "--start-from",
+        metavar="REPORT",
+        help="with --search: begin each run's searches at its values in REPORT (another search's report, e.g. "
+        "another machine's); kept in the log, so a resumed or --from-log command takes the same path",
     )
     s.add_argument(
         "--from-log",

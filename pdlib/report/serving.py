@@ -16,19 +16,20 @@ p99 or max gap, then the median or p90 over the requests with a gap: stalls hitt
 show there and can vanish in the pooled p99). Percentiles are numpy's default linear interpolation over integer
 ns, converted to ms once.
 
-The search (the same for both numbers) treats each repetition index r as one fixed workload sample (the
-caller's seed for rep r) and searches its own threshold: geometric bracketing from `start` (doubling until a
-rate fails, or halving until one passes, within [lo, hi]), then geometric bisection until the failing rate is
-within `precision` of the passing one. A `floor` below lo lets a rep that fails at lo go on halving down to it
-(the path down to lo unchanged, so a log's points still serve), so a system that fails at lo gets a number,
-not only "none at lo". A rep's capacity is its highest passing rate. The reported capacity is
-the lower median over reps: where each rep passes below its threshold and fails above it, that is the highest
-rate at which at least half the reps pass, i.e. the median over reps meets the SLO. The CI is [lowest passing
-rate (0 for a rep with none), highest failing rate (None if a rep never failed)] over reps: it contains every
-rep's threshold, so by the order-statistic argument it covers the median threshold of the rep population with
-probability >= 1 - 2^(1-R) (R=5: 93.75%), with no assumption on its distribution. Rates are rounded to 6
-significant digits, so a rate read back from a JSONL cache is the same key and a resumed search (`known`) takes
-the same path and measures nothing twice.
+The search (the same for both numbers) treats each repetition index r as one fixed workload sample (the caller's
+seed for rep r) and searches its own threshold: geometric bracketing from `start` (doubling until a rate fails, or
+halving until one passes, within [lo, hi]), then geometric bisection until the failing rate is within `precision` of
+the passing one. A start where another search found each rep's value (`near`) brackets by a first step of 1 +
+precision, squared at each next one up to doubling, so a value found again costs two points. A `floor` below lo lets
+a rep that fails at lo go on halving down to it (the path down to lo unchanged, so a log's points still serve), so a
+system that fails at lo gets a number, not only "none at lo". A rep's capacity is its highest passing rate. The
+reported capacity is the lower median over reps: where each rep passes below its threshold and fails above it, that
+is the highest rate at which at least half the reps pass, i.e. the median over reps meets the SLO. The CI is [lowest
+passing rate (0 for a rep with none), highest failing rate (None if a rep never failed)] over reps: it contains
+every rep's threshold, so by the order-statistic argument it covers the median threshold of the rep population with
+probability >= 1 - 2^(1-R) (R=5: 93.75%), with no assumption on its distribution. Rates are rounded to 6 significant
+digits, so a rate read back from a JSONL cache is the same key and a resumed search (`known`) takes the same path
+and measures nothing twice.
 """
 
 import math
@@ -282,11 +283,18 @@ def known_from_records(records: Iterable[dict]) -> dict:
     return {(grid_rate(r["rate"]), int(r["rep"])): r["summary"] for r in records}
 
 
-def _one_rep(passes, rep: int, lows: tuple, hi: float, start: float, precision: float, budget: int) -> dict:
+def _one_rep(passes, rep: int, lows: tuple, hi: float, start: float, precision: float, budget: int, near: bool) -> dict:
     """One rep's bracketing and bisection: its highest passing rate (`lo`) and lowest failing one (`hi`). `lows`:
-    (lo, floor), halving clamped at lo first and then at floor."""
+    (lo, floor), halving clamped at lo first and then at floor. `near` (a start where the value was found before):
+    the bracket's first step is 1 + precision, each next one its square, up to doubling."""
     lo, floor = lows
     n, ok, bad = 0, None, None
+    factor = 1 + 0.9999 * precision if near else 2.0  # a hair under: the grid's rounding may not widen the bracket
+
+    def stride() -> float:
+        nonlocal factor
+        f, factor = factor, min(factor * factor, 2.0)
+        return f
 
     def step(x):
         nonlocal n
@@ -302,7 +310,7 @@ def _one_rep(passes, rep: int, lows: tuple, hi: float, start: float, precision: 
         while ok < hi:  # doubling up to hi
             if n >= budget:
                 return done("budget")
-            x = grid_rate(min(2 * x, hi))
+            x = grid_rate(min(x * stride(), hi))
             if not step(x):
                 bad = x
                 break
@@ -314,7 +322,7 @@ def _one_rep(passes, rep: int, lows: tuple, hi: float, start: float, precision: 
         while bad > floor:  # halving down to lo, then on to floor
             if n >= budget:
                 return done("budget")
-            x = grid_rate(max(x / 2, lo if bad > lo else floor))
+            x = grid_rate(max(x / stride(), lo if bad > lo else floor))
             if step(x):
                 ok = x
                 break
@@ -344,18 +352,21 @@ def search(
     lo: float,
     hi: float,
     reps: int = 5,
-    start: float | None = None,
+    start: float | list | None = None,
     precision: float = 0.05,
     max_per_rep: int = 16,
     known: dict | None = None,
     floor: float | None = None,
+    near: bool = False,
 ) -> dict:
     """The highest rate multiplier in [lo, hi] at which `meets(measure(rate, rep))` holds, with a CI (the module
     docstring says how). `known` maps (rate, rep) to summaries already measured; each new one is added to it,
     so a search resumed with it (or with known_from_records of the caller's log) measures nothing twice, and a
-    capacity and a goodput search over the same workload share their measurements. `start` defaults to the
-    geometric mean of lo and hi; `max_per_rep` caps one rep's measurements (cache hits count, so a resumed
-    search follows the same path). `floor` (<= lo; None: lo): where halving stops (module docstring).
+    capacity and a goodput search over the same workload share their measurements. `start` (anywhere in
+    [floor, hi], or one per rep; `near`: where another search found each rep's value, module docstring) defaults to
+    the geometric mean of lo and hi;
+    `max_per_rep` caps one rep's measurements (cache hits count, so a resumed search follows the same path).
+    `floor` (<= lo; None: lo): where halving stops (module docstring).
 
     Returns: value (the rate; 0.0 when none passes), value_rep (the rep it is from), status ("found", "none": not
     even lo passes, "at_least": hi passes, "budget": max_per_rep ran out), text, ci [low, high] (high None when
@@ -370,11 +381,14 @@ def search(
     if floor is not None and (isinstance(floor, bool) or not isinstance(floor, int | float) or not 0 < floor <= lo):
         raise InputError(f"floor must be a rate in (0, lo = {lo:g}], got {floor!r}")
     floor = lo if floor is None else grid_rate(floor)
-    start = start_rate(lo, hi, start)
-    if not lo <= start <= hi:
-        raise InputError(f"start ({start:g}) must lie in [lo, hi] = [{lo:g}, {hi:g}]")
     if not isinstance(reps, int) or isinstance(reps, bool) or reps < 1:
         raise InputError(f"reps must be an integer >= 1, got {reps!r}")
+    if isinstance(start, list | tuple) and len(start) != reps:
+        raise InputError(f"start: one rate per rep ({reps}), got {len(start)}")
+    starts = [start_rate(lo, hi, x) for x in (start if isinstance(start, list | tuple) else [start] * reps)]
+    for x in starts:
+        if not floor <= x <= hi:
+            raise InputError(f"start ({x:g}) must lie in [floor, hi] = [{floor:g}, {hi:g}]")
     if not isinstance(max_per_rep, int) or isinstance(max_per_rep, bool) or max_per_rep < 1:
         raise InputError(f"max_per_rep must be an integer >= 1, got {max_per_rep!r}")
     if not 0 < precision < math.inf:
@@ -394,7 +408,7 @@ def search(
         points.append({"rate": rate, "rep": rep, "metric": metric(known[key]), "pass": ok})
         return ok
 
-    per = [_one_rep(passes, r, (lo, floor), hi, start, precision, max_per_rep) for r in range(reps)]
+    per = [_one_rep(passes, r, (lo, floor), hi, starts[r], precision, max_per_rep, near) for r in range(reps)]
     est = [p["lo"] or 0.0 for p in per]  # a rep with no passing rate has capacity 0
     mid = per[sorted(range(reps), key=lambda r: est[r])[(reps - 1) // 2]]  # the lower median: a measured rate
     value, status = est[mid["rep"]], _STATUS[mid["status"]]
@@ -416,6 +430,8 @@ def search(
         "lo": lo,
         "hi": hi,
         "floor": floor,
+        "start": starts[0] if len(set(starts)) == 1 else starts,
+        "near": near,
         "precision": precision,
         "reps": per,
         "points": points,

@@ -64,6 +64,7 @@ from pdlib.run.search_budget import Budget, BudgetSpent
 from pdlib.run.search_log import SearchLog, utc_now
 from pdlib.run.search_report import SCHEMA, SLO_NAMES, ci_text, memory_point, point_line, stderr_line, stopped_line
 from pdlib.run.search_slo import TTFT_FACTOR, calibrate
+from pdlib.run.search_starts import run_starts, start_key, starts_from_report
 from pdlib.run.search_workload import REP_RULE, rep_sample, rep_workload
 from pdlib.run.serve import gated_run, kv_cache_bytes, prefill_worker, remote_join, serving_capacity, warm_engine
 from pdlib.run.serve_gate import kept_references, reference_sequences
@@ -75,15 +76,19 @@ from pdlib.weights import load_model
 from pdlib.workload import Workload, iter_prompts
 
 RULES = {"slo-mixed": BUDGET_RULE}  # each point keeps its policy's rule: a log's points made under another are redone
-PEER_RULE = "pdlib.serve-search.peer/2: the engine's memory released and collected before a peer's point"
+PEER_RULE = (
+    "pdlib.serve-search.peer/3: the engine's memory released and collected before a peer's point; "
+    "a warmup out of memory above the point's rate run again at it"
+)
 
 
 def counts_under(rule: str | None, record: dict) -> bool:
-    """Whether a log's point counts under `rule`: made under it, or a peer's made before PEER_RULE that ran (one
-    that ran out of memory may have failed for the engine's memory, held then: it is measured again)."""
+    """Whether a log's point counts under `rule`: made under it, or a peer's made under an earlier peer rule that
+    ran. One of those that ran out of memory is measured again: before peer/2 the engine's memory may still have
+    been held, before peer/3 its warmup, at a higher rate than its own, may have been what ran out."""
     if record.get("rule") == rule:
         return True
-    return rule == PEER_RULE and "rule" not in record and "out_of_memory" not in record.get("gate", {})
+    return rule == PEER_RULE and "out_of_memory" not in record.get("gate", {})
 
 
 def policy_rule(name: str) -> str | None:
@@ -112,6 +117,7 @@ class Bench:
         self.slo = None  # the slo policy's (record, budget), fitted once per log (serve_slo.py, slo_for)
         self.warm = None  # serve.warm_engine's record, once per command: compiled before any point is timed
         self.warmed, self.warm_rate = set(), 0.0  # warmed up in this command; warmups' lowest rate (measure)
+        self.given_starts = None  # --start-from's report, as search_starts.starts_from_report reads it
         self.log = None  # the search's log: each rep's FP32 references are kept there (search_log.py)
         self.from_log = False  # a report of the log alone: no point is measured (search_params_file)
         self.references = {"computed": 0, "from_log": 0, "seconds": 0.0}  # reps' references, this command
@@ -247,8 +253,10 @@ def measure(bench: Bench, policy: str, rate: float, rep: int, admit=None) -> dic
     bench.warmed.add(policy)
     if policy in bench.peers:
         how = dict(dtype=dtype, prefill_step_size=step, skip_idle=bench.params.skip_idle)
-        for _ in range(warmups):
-            peer_once(model, w_warm, prep["prompts"], **how)
+        w_warm = warm_up(
+            lambda x: peer_once(model, x, prep["prompts"], **how), warmups, w_warm, w, bench.release_engine
+        )
+        warm_rate = rate if w_warm is w else warm_rate  # what the warmups ran at, the point records
         run = peer_once(model, w, prep["prompts"], **how)
         record_agreement(run, refs)
         rs = run["requests"]
@@ -302,6 +310,25 @@ def measure(bench: Bench, policy: str, rate: float, rep: int, admit=None) -> dic
     }
 
 
+def warm_up(run, n: int, w_warm: Workload, w: Workload, release) -> Workload:
+    """n warmups, run(w_warm) each; where one runs out of device memory above the point's own rate (what says
+    nothing about the point: mlx-lm's FP32 batch on an H100 at 1x), the rest run at its rate (w), after
+    `release()` collects the failed one's memory. Returns the workload the last one ran. (A peer's: an engine's
+    warmup cannot run again without a new engine.)"""
+    for _ in range(n):
+        if w_warm is not w:
+            try:
+                run(w_warm)
+                continue
+            except RuntimeError as e:
+                if not out_of_memory(e):
+                    raise
+            release()  # outside the except: its traceback held the failed run's frames
+            w_warm = w
+        run(w)
+    return w_warm
+
+
 # ---- the searches --------------------------------------------------------------------------------------------
 
 
@@ -328,6 +355,7 @@ def _run_searches(bench: Bench, name: str, peer: bool, settings: dict, budget: B
     appended to `out` as it finishes; each new point admitted by the budget, appended to the log as it ends."""
     lg = bench.log
     rule = policy_rule(name)
+    starts = run_starts(lg, name, bench.given_starts, from_log=bench.from_log)  # search_starts.py
     mine = [r for r in lg.records if r["policy"] == name and counts_under(rule, r)]
     stale = sum(r["policy"] == name for r in lg.records) - len(mine)
     if stale:
@@ -373,7 +401,9 @@ def _run_searches(bench: Bench, name: str, peer: bool, settings: dict, budget: B
                 result = search(
                     measured,
                     meets=meets,
-                    **{k: settings[k] for k in ("lo", "hi", "reps", "start", "precision", "max_per_rep", "floor")},
+                    **{k: settings[k] for k in ("lo", "hi", "reps", "precision", "max_per_rep", "floor")},
+                    start=starts.get(start_key(slo_name, criterion), settings["start"]),
+                    near=start_key(slo_name, criterion) in starts,
                     known=known,
                 )
                 result["limit"] = search_limit(result, meets, bench.slos[slo_name], records)
@@ -395,6 +425,7 @@ def search_params_file(
     peers=None,
     budget_s: float | None = None,
     from_log: bool = False,
+    start_from=None,
 ) -> dict:
     """What `python -m pdlib serve --params FILE --search --output OUT --log LOG` runs: per policy and peer, per SLO
     and criterion, the rate search (module docstring); every measured point appended to `log` as it ends (made, or
@@ -404,7 +435,8 @@ def search_params_file(
     (--budget-s): no point starts that is not expected to end within it (search_budget.py); the report then
     holds the searches finished (later runs' too, where the log completes them) and says where it `stopped`.
     `from_log` (--from-log): measure nothing, on any machine; the report of the searches the log completes,
-    with the log's machine and switches as its environment."""
+    with the log's machine and switches as its environment. `start_from` (--start-from): a search report whose
+    values are where each run's searches begin (search_starts.py)."""
     t_start = time.perf_counter()
     budget = Budget(budget_s)  # its clock starts with the command; a bad value is refused before any work
     if from_log and budget_s is not None:
@@ -417,6 +449,9 @@ def search_params_file(
     workload_params, params = load_serve_params(params_file, policies=policies, peers=peers)
     settings = params.search if params.search is not None else search_settings({})
     bench = Bench(workload_params, params, settings["reps"])
+    if start_from is not None and from_log:
+        raise InputError(f"--from-log takes each run's starts from the log: drop --start-from {start_from}")
+    bench.given_starts = None if start_from is None else starts_from_report(start_from, settings)
     bench.warm_rate = budget.warm_rate = start_rate(settings["lo"], settings["hi"], settings["start"])
     bench.sources_hash = sources_hash(sources := source_hashes(params_file))
     budget.spans = [w.duration_s for w in bench.samples]
@@ -475,6 +510,7 @@ def search_params_file(
         "references": bench.references,
         "environment": search_report.log_environment(lg.identity["machine"]) if from_log else environment(BACKEND),
         "from_log": from_log,
+        "start_from": None if bench.given_starts is None else bench.given_starts["from"],
         "measured_with": bench.measured_with,  # sources hash -> the report's points measured by that code
         "sources": sources,
     }

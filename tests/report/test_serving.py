@@ -362,6 +362,47 @@ def test_a_floor_below_lo_finds_a_threshold_under_lo_on_the_same_path_down_to_lo
     assert search(Synthetic(), meets=crit, lo=1, hi=64, reps=1, floor=1)["floor"] == 1.0
     with pytest.raises(InputError, match="floor must be a rate in"):
         search(Synthetic(), meets=crit, lo=1, hi=64, reps=1, floor=2)
+    # a start under lo, as far down as the floor (another search's value, say): it fails there, none at once
+    m = Synthetic()
+    m.factor[0] = 100.0
+    at_floor = search(m, meets=crit, lo=0.5, hi=64, reps=1, start=0.125, floor=0.125)
+    assert at_floor["status"] == "none" and [p["rate"] for p in at_floor["points"]] == [0.125]
+    assert at_floor["start"] == 0.125
+    n = Synthetic()
+    n.factor[0] = 16.0  # threshold 0.3125: from 0.25 it doubles, then bisects under lo
+    up = search(n, meets=crit, lo=0.5, hi=64, reps=1, start=0.25, floor=0.125)
+    assert [p["rate"] for p in up["points"]][:2] == [0.25, 0.5] and up["reps"][0]["lo"] <= 0.3125 < up["reps"][0]["hi"]
+    # from each rep's value found before (`near`): a step of 1 + precision brackets it again in two points a rep,
+    # where doubling from the same start bisects down from twice it; farther off, the steps grow to doubling
+    q = Synthetic(sigma=0.3)
+    thresholds = [5 / q.factor[r] for r in range(3)]
+    found = search(q, meets=crit, lo=0.5, hi=64, reps=3, precision=0.05)
+    again = search(
+        Synthetic(sigma=0.3),
+        meets=crit,
+        lo=0.5,
+        hi=64,
+        reps=3,
+        precision=0.05,
+        start=[r["lo"] for r in found["reps"]],
+        near=True,
+    )
+    assert again["measured"] == 6 and again["value"] == found["value"] and again["near"]
+    plain = search(
+        Synthetic(sigma=0.3), meets=crit, lo=0.5, hi=64, reps=3, precision=0.05, start=[r["lo"] for r in found["reps"]]
+    )
+    assert plain["measured"] > 9 and plain["value"] == pytest.approx(found["value"], rel=0.05)
+    far = search(Synthetic(sigma=0.3), meets=crit, lo=0.5, hi=64, reps=3, precision=0.05, start=0.5, near=True)
+    rates = [p["rate"] for p in far["points"] if p["rep"] == 0]
+    f = 1 + 0.9999 * 0.05  # each step the last one squared, from (a hair under) 1 + precision, up to doubling
+    steps = [b / a for a, b in zip(rates, rates[1:5], strict=False)]
+    assert rates[0] == 0.5 and steps == pytest.approx([f, f**2, f**4, f**8], rel=1e-5)
+    assert rates[5] / rates[4] == pytest.approx(2.0, rel=1e-5)  # f**16 > 2: doubling
+    assert all(r["lo"] <= t < r["hi"] for r, t in zip(far["reps"], thresholds, strict=True))
+    with pytest.raises(InputError, match="one rate per rep"):
+        search(Synthetic(), meets=crit, lo=0.5, hi=64, reps=2, start=[1.0])
+    with pytest.raises(InputError, match=r"must lie in \[floor, hi\]"):
+        search(Synthetic(), meets=crit, lo=0.5, hi=64, reps=1, start=0.1, floor=0.125)
 
 
 def test_bad_search_arguments_are_refused():

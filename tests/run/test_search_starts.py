@@ -1,0 +1,220 @@
+"""Searches that begin where another search report found each value (pdlib.run.search_starts, `serve --search
+--start-from`): the same values in fewer points, the starts kept in the log so a resumed or composed search takes
+the same path, a report that is not one or disagrees with the kept starts refused in one line; and a peer's
+warmup above its point's rate that runs out of memory runs again at the point's rate (serve_search.warm_up).
+
+    .venv/bin/python -m pytest -q tests/run/test_search_starts.py
+"""
+
+import json
+
+import pytest
+from run.test_serve_search import BASE, PARAMS, PRECISION, SLOS, Fake, logged_points, threshold  # tests/ on sys.path
+
+from pdlib.__main__ import main
+from pdlib.errors import InputError
+from pdlib.report.io import sha256_file
+from pdlib.run import serve_search
+from pdlib.run.search_report import SCHEMA, search_table
+from pdlib.run.search_starts import KIND, start_key, starts_from_report
+from pdlib.run.serve_params import search_settings
+from pdlib.run.serve_search import search_params_file, warm_up
+
+CRITERIA = ("capacity", "goodput")
+
+
+def quiet(_):
+    pass
+
+
+def made_report(path, values: dict, status: str = "found"):
+    """A search report naming only what starts read: each run's value, the same at every SLO and criterion."""
+    searches = [
+        {"policy": run, "slo": slo, "criterion": c, "result": {"value": v, "status": status}}
+        for run, v in values.items()
+        for slo in SLOS
+        for c in CRITERIA
+    ]
+    path.write_text(json.dumps({"schema": SCHEMA, "searches": searches}))
+    return path
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    f = Fake()
+    monkeypatch.setattr(serve_search, "measure", f)
+    return f
+
+
+@pytest.fixture
+def far(tmp_path):
+    """The fake's params with the searches starting at hi, far above every threshold (2-40)."""
+    path = tmp_path / "far.yaml"
+    path.write_text(PARAMS.replace("precision:", "start: 64, precision:"))
+    return path
+
+
+def test_a_report_gives_each_search_its_value_within_floor_and_hi(tmp_path):
+    settings = search_settings({"lo": 0.25, "hi": 16, "floor": 0.03125, "reps": 5})
+    got = {}
+    for status, value in {"found": 0.149, "none": 0.0, "at_least": 64.0, "budget": 0.0}.items():
+        p = made_report(tmp_path / f"{status}.json", {"x": value}, status)
+        got[status] = starts_from_report(p, settings)
+        assert got[status]["from"] == {"path": str(p), "sha256": sha256_file(p)}
+    assert got["found"]["runs"]["x"] == {start_key(s, c): [0.149] * 5 for s in SLOS for c in CRITERIA}
+    assert {tuple(v) for v in got["none"]["runs"]["x"].values()} == {(0.03125,) * 5}  # none there: the floor
+    assert {tuple(v) for v in got["at_least"]["runs"]["x"].values()} == {(16.0,) * 5}  # beyond its hi: this hi
+    assert {tuple(v) for v in got["budget"]["runs"]["x"].values()} == {(0.03125,) * 5}  # none passed: the floor
+    # each rep at its own highest passing rate: none -> floor, all -> hi, a rep the report lacks at its value
+    reps = [{"rep": 0, "lo": 1.19, "status": "bracketed"}, {"rep": 1, "lo": None, "status": "none_pass"}]
+    reps += [{"rep": 2, "lo": 32.0, "status": "all_pass"}, {"rep": 3, "lo": None, "status": "budget"}]
+    one = {"policy": "x", "slo": "strict", "criterion": "capacity", "result": {"value": 0.5, "status": "found"}}
+    one["result"]["reps"] = reps
+    (tmp_path / "reps.json").write_text(json.dumps({"schema": SCHEMA, "searches": [one]}))
+    per = starts_from_report(tmp_path / "reps.json", settings)["runs"]["x"]["strict/capacity"]
+    assert per == [1.19, 0.03125, 16.0, 0.5, 0.5]
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("{", "not JSON"),
+        ('{"schema": "pdlib.serve/1", "searches": []}', "not a search report"),
+        (json.dumps({"schema": SCHEMA, "searches": [{"policy": "chunked", "slo": "strict"}]}), "searches.0. needs"),
+        (
+            json.dumps(
+                {
+                    "schema": SCHEMA,
+                    "searches": [{"policy": "x", "slo": "loose", "result": {"value": 1, "status": "found"}}],
+                }
+            ),
+            "searches.0. needs",
+        ),
+    ],
+)
+def test_what_is_not_a_search_report_is_refused_in_one_line(tmp_path, text, message):
+    p = tmp_path / "bad.json"
+    p.write_text(text)
+    with pytest.raises(InputError, match=message) as e:
+        starts_from_report(p, search_settings({}))
+    assert "\n" not in str(e.value) and str(p) in str(e.value)
+    with pytest.raises(InputError, match="missing.json: cannot read search report"):
+        starts_from_report(tmp_path / "missing.json", search_settings({}))
+
+
+def test_searches_from_a_reports_values_find_the_same_in_fewer_points(tmp_path, far, fake):
+    first = search_params_file(far, output=tmp_path / "a.json", log=tmp_path / "a.jsonl", note=quiet)
+    n_first = len(fake.calls)
+    fake.calls.clear()
+    log = tmp_path / "b.jsonl"
+    report = search_params_file(far, output=tmp_path / "b.json", log=log, note=quiet, start_from=tmp_path / "a.json")
+    assert 0 < len(fake.calls) < n_first / 2
+    assert report["start_from"] == {"path": str(tmp_path / "a.json"), "sha256": sha256_file(tmp_path / "a.json")}
+    for x, y in zip(first["searches"], report["searches"], strict=True):
+        assert y["result"]["start"] == [r["lo"] for r in x["result"]["reps"]] and x["result"]["start"] == 64.0
+        assert y["result"]["near"] and not x["result"]["near"]
+        want = threshold(y["policy"], 1, y["slo"], y["criterion"])
+        assert want / (1 + PRECISION) <= y["result"]["value"] <= want
+    kept = [json.loads(line) for line in log.read_text().splitlines() if '"kept":"starts"' in line.replace(" ", "")]
+    assert [k["key"]["run"] for k in kept] == list(BASE) and all(k["kept"] == KIND for k in kept)
+    # resumed without --start-from: the kept starts, the same path, nothing measured; composed from the log alike
+    fake.calls.clear()
+    again = search_params_file(far, log=log, note=quiet)
+    composed = search_params_file(far, log=log, note=quiet, from_log=True)
+    assert fake.calls == [] and again["measurements"]["new"] == 0 and composed["stopped"] is None
+    for r in (again, composed):
+        assert [x["result"]["points"] for x in r["searches"]] == [x["result"]["points"] for x in report["searches"]]
+    assert again["start_from"] is None  # this command gave none; each search's `start` says where it began
+    said = f"searches began at each rep's value in {tmp_path / 'a.json'}: chunked, mixed, mlx-lm-bf16@32"
+    assert said in search_table(report) and "began at" not in search_table(first)
+    assert "searches began at the starts its log keeps: chunked, mixed" in search_table(again)
+
+
+def test_starts_other_than_the_kept_ones_are_refused(tmp_path, far, fake):
+    log = tmp_path / "log.jsonl"
+    search_params_file(far, log=log, note=quiet, start_from=made_report(tmp_path / "a.json", {"chunked": 4.0}))
+    lines = log.read_text()
+    other = made_report(tmp_path / "b.json", {"chunked": 2.0})
+    with pytest.raises(InputError, match=r"searches of chunked started from .*a\.json .*give that report, or none"):
+        search_params_file(far, log=log, note=quiet, start_from=other)
+    with pytest.raises(InputError, match="--from-log takes each run's starts from the log"):
+        search_params_file(far, log=log, note=quiet, from_log=True, start_from=other)
+    assert log.read_text() == lines
+    # the same starts again (the same report, or another agreeing with the kept ones) are taken
+    same = made_report(tmp_path / "c.json", {"chunked": 4.0})
+    fake.calls.clear()
+    search_params_file(far, log=log, note=quiet, start_from=same)
+    assert fake.calls == []
+
+
+def test_the_cli_takes_start_from_only_with_a_search(tmp_path, capsys, far, fake):
+    report = made_report(tmp_path / "a.json", {"chunked": 4.0})
+    assert main(["serve", "--params", str(far), "--start-from", str(report)]) == 2
+    said = capsys.readouterr().err.strip()
+    assert said == f"error: serve: --start-from {report} sets where searches begin: give it with --search"
+    assert (
+        main(["serve", "--params", str(far), "--search", "--log", str(tmp_path / "l.jsonl"), "--start-from", ""]) == 2
+    )
+    assert "--start-from" in capsys.readouterr().err
+    log = tmp_path / "log.jsonl"
+    args = ["serve", "--params", str(far), "--search", "--log", str(log), "--start-from", str(report)]
+    assert main(args) == 0 and "chunked" in capsys.readouterr().out
+    assert any(r["policy"] == "chunked" for r in logged_points(log))
+
+
+class OutOfMemory:
+    """run's stand-in: out of device memory on the workloads named, else it records the run."""
+
+    def __init__(self, failing):
+        self.failing, self.calls = failing, []
+
+    def __call__(self, w):
+        self.calls.append(w)
+        if w in self.failing:
+            raise RuntimeError("[malloc] cudaMallocAsync(&data, size, stream) failed: out of memory")
+
+
+def test_a_warmup_out_of_memory_above_the_points_rate_runs_again_at_it():
+    high, own, released = "at 1x", "at 1/32x", []
+    run = OutOfMemory({high})
+    assert warm_up(run, 2, high, own, lambda: released.append(len(run.calls))) == own
+    assert run.calls == [high, own, own] and released == [1]  # collected before the warmup at the point's rate
+    fine = OutOfMemory(set())
+    assert warm_up(fine, 2, high, own, pytest.fail) == high and fine.calls == [high, high]
+    with pytest.raises(RuntimeError, match="out of memory"):  # at the point's own rate: the point's memory
+        warm_up(OutOfMemory({own}), 1, own, own, pytest.fail)
+
+    def broken(w):
+        raise RuntimeError("[cuda] kernel launch failed")
+
+    with pytest.raises(RuntimeError, match="kernel launch"):
+        warm_up(broken, 1, high, own, pytest.fail)
+
+
+def test_a_peers_first_point_below_the_start_warms_up_at_its_own_rate_when_the_start_is_too_much(tmp_path, monkeypatch):
+    """A peer whose search starts under the params' start (another report's value) warms up at the params'
+    start; where that runs out of memory (mlx-lm FP32 on an H100 at 1x), its point is measured after a warmup at
+    its own rate, not logged as out of memory."""
+    params = tmp_path / "real.yaml"
+    params.write_text(
+        "model: synthetic:tiny\nchunk_size: 16\npolicies: [chunked]\npeers: [mlx-lm-fp32@chunk]\nwarmups: 1\n"
+        "idle: skip\nworkload: {source: poisson, rate: 1.0, n: 4, seed: 0, prompt: 24, output: 3}\n"
+        "search: {lo: 40, hi: 160, start: 160, reps: 1, precision: 1.0, max_per_rep: 1, criteria: [capacity],"
+        " slo: {decode_ms: 1000, ttft_ms: 100000}}\n"
+    )
+    real, calls = serve_search.peer_once, []
+
+    def peer_once(model, w, *args, **kw):
+        calls.append(w.n and w.duration_s)
+        if len(calls) == 1:  # the warmup at 160
+            raise RuntimeError("[malloc] cudaMallocAsync(&data, size, stream) failed: out of memory")
+        return real(model, w, *args, **kw)
+
+    monkeypatch.setattr(serve_search, "peer_once", peer_once)
+    starts = made_report(tmp_path / "a.json", {"mlx-lm-fp32@16": 40.0})
+    log = tmp_path / "log.jsonl"
+    search_params_file(params, log=log, note=quiet, start_from=starts)
+    (point,) = [p for p in logged_points(log) if p["policy"] == "mlx-lm-fp32@16"]
+    assert point["rate"] == 40.0 and "out_of_memory" not in point["gate"] and point["gate"]["agreement"] == 12
+    assert point["warmups"] == 1 and point["warmup_rate"] == 40.0
+    assert len(calls) == 3 and calls[0] < calls[1] == calls[2]  # 160's arrivals span less than 40's
