@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pdlib.errors import InputError
+from pdlib.errors import InputError, is_finite
 
 NS_PER_MS = 1e6
 
@@ -289,7 +289,8 @@ def _one_rep(passes, rep: int, lows: tuple, hi: float, start: float, precision: 
     the bracket's first step is 1 + precision, each next one its square, up to doubling."""
     lo, floor = lows
     n, ok, bad = 0, None, None
-    factor = 1 + 0.9999 * precision if near else 2.0  # a hair under: the grid's rounding may not widen the bracket
+    # under 1 + precision by more than the grid's rounding (5e-6 at most): the first bracket is within precision
+    factor = (1 + precision) * (1 - 1e-5) if near else 2.0
 
     def stride() -> float:
         nonlocal factor
@@ -362,11 +363,10 @@ def search(
     """The highest rate multiplier in [lo, hi] at which `meets(measure(rate, rep))` holds, with a CI (the module
     docstring says how). `known` maps (rate, rep) to summaries already measured; each new one is added to it,
     so a search resumed with it (or with known_from_records of the caller's log) measures nothing twice, and a
-    capacity and a goodput search over the same workload share their measurements. `start` (anywhere in
-    [floor, hi], or one per rep; `near`: where another search found each rep's value, module docstring) defaults to
-    the geometric mean of lo and hi;
-    `max_per_rep` caps one rep's measurements (cache hits count, so a resumed search follows the same path).
-    `floor` (<= lo; None: lo): where halving stops (module docstring).
+    capacity and a goodput search over the same workload share their measurements. `start` (in [floor, hi], or
+    one per rep; default the geometric mean of lo and hi) is where each rep begins; `near`: it is where another
+    search found each rep's value (module docstring). `max_per_rep` caps one rep's measurements (cache hits count,
+    so a resumed search follows the same path). `floor` (<= lo; None: lo): where halving stops (module docstring).
 
     Returns: value (the rate; 0.0 when none passes), value_rep (the rep it is from), status ("found", "none": not
     even lo passes, "at_least": hi passes, "budget": max_per_rep ran out), text, ci [low, high] (high None when
@@ -385,7 +385,10 @@ def search(
         raise InputError(f"reps must be an integer >= 1, got {reps!r}")
     if isinstance(start, list | tuple) and len(start) != reps:
         raise InputError(f"start: one rate per rep ({reps}), got {len(start)}")
-    starts = [start_rate(lo, hi, x) for x in (start if isinstance(start, list | tuple) else [start] * reps)]
+    given = start if isinstance(start, list | tuple) else [start] * reps
+    if not all(x is None or is_finite(x) for x in given):
+        raise InputError(f"start must be a rate or one per rep, got {start!r}")
+    starts = [start_rate(lo, hi, x) for x in given]
     for x in starts:
         if not floor <= x <= hi:
             raise InputError(f"start ({x:g}) must lie in [floor, hi] = [{floor:g}, {hi:g}]")

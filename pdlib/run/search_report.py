@@ -79,11 +79,12 @@ def search_table(report: dict) -> str:
         f"{report['slos']['relaxed']['tbt_ms']:.3g} ms, TTFT {slo['ttft_ms']:.3g} ms; "
         f"{m['new']} runs measured, {m['from_log']} from the log; {report['wall_s']:.1f} s"
     )
-    near = sorted({s["policy"] for s in report["searches"] if s["result"].get("near")})
-    if near:  # search_starts.py
-        given = report.get("start_from")
-        where = f"each rep's value in {given['path']}" if given else "the starts its log keeps"
-        lines.append(f"searches began at {where}: {', '.join(near)}")
+    began: dict = {}  # search_starts.py: the report each run's searches began from
+    for s in report["searches"]:
+        if s.get("start_from"):
+            began.setdefault(s["start_from"]["path"], []).append(s["policy"])
+    for path, runs in began.items():
+        lines.append(f"searches began at each rep's value in {path}: {', '.join(dict.fromkeys(runs))}")
     rows = versus({run: list(results.values()) for run, results in by_run.items()})
     if rows:
         lines.append("the best policy against mlx-lm fp32 (report.serving_versus):")

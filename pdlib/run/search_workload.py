@@ -1,7 +1,9 @@
-"""A search's reps and the workload of one point (serve_search.py measures it).
+"""A search's reps, the workload of one point (serve_search.py measures it) and what its warmups run.
 
     w = rep_workload(workload_params, rate=4.0, rep=1)   # rep 1's sample at 4x
     rep_sample(workload_params, 1)                       # {"seed"}, {"trace_rows": [i, j]} or {"window_s": [a, b]}
+    warm_up(run, 1, w_warm, w, release=collect)          # the workload the warmups ran (w_warm, or w after one
+                                                         # at w_warm ran out of memory)
 
 The rate: a trace's `rate_multiplier` (arrivals divided by it), a poisson source's `rate` (requests/s); the
 params' own value is replaced by each measured rate. A rep is one fixed workload sample (REP_RULE):
@@ -15,7 +17,7 @@ Rep 0 is the params' workload itself (Workload.from_params at that rate).
 import dataclasses
 from decimal import Decimal
 
-from pdlib.errors import InputError, check_int
+from pdlib.errors import InputError, check_int, out_of_memory
 from pdlib.traces import Trace, load_trace
 from pdlib.workload import LIMITS, TRACE_SOURCES, Workload, at_rate, trace_gap_ns, trace_window
 
@@ -66,3 +68,22 @@ def rep_workload(workload_params: dict, rate: float, rep: int) -> Workload:
     pace = {"pace": p["pace"], "pace_gap_ns": trace_gap_ns(t)} if p.get("pace") else {}  # the whole trace's rate
     w = Workload.from_trace(sub, first=p["first"], rate_multiplier=rate, source=p["source"], **pace, **limits)
     return dataclasses.replace(w, options={**w.options, "trace_requests": t.n})
+
+
+def warm_up(run, n: int, w_warm: Workload, w: Workload, *, release) -> Workload:
+    """n warmups, run(w_warm) each (w_warm: the point's workload w, or the same rep at the search's start rate,
+    above it); where one runs out of device memory above the point's rate, which says nothing about the point, the
+    rest run at its rate (w), after `release()` collects the failed one's memory. Returns the workload the last
+    one ran. (For a peer: an engine's failed warmup cannot run again without a new engine.)"""
+    for _ in range(n):
+        if w_warm is not w:
+            try:
+                run(w_warm)
+                continue
+            except RuntimeError as e:
+                if not out_of_memory(e):
+                    raise
+            release()  # outside the except: its traceback held the failed run's frames
+            w_warm = w
+        run(w)
+    return w_warm

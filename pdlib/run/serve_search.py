@@ -64,8 +64,8 @@ from pdlib.run.search_budget import Budget, BudgetSpent
 from pdlib.run.search_log import SearchLog, utc_now
 from pdlib.run.search_report import SCHEMA, SLO_NAMES, ci_text, memory_point, point_line, stderr_line, stopped_line
 from pdlib.run.search_slo import TTFT_FACTOR, calibrate
-from pdlib.run.search_starts import run_starts, start_key, starts_from_report
-from pdlib.run.search_workload import REP_RULE, rep_sample, rep_workload
+from pdlib.run.search_starts import resolve_starts, start_key, start_rates, starts_from_report
+from pdlib.run.search_workload import REP_RULE, rep_sample, rep_workload, warm_up
 from pdlib.run.serve import gated_run, kv_cache_bytes, prefill_worker, remote_join, serving_capacity, warm_engine
 from pdlib.run.serve_gate import kept_references, reference_sequences
 from pdlib.run.serve_params import ServeParams, load_serve_params, search_settings
@@ -76,19 +76,15 @@ from pdlib.weights import load_model
 from pdlib.workload import Workload, iter_prompts
 
 RULES = {"slo-mixed": BUDGET_RULE}  # each point keeps its policy's rule: a log's points made under another are redone
-PEER_RULE = (
-    "pdlib.serve-search.peer/3: the engine's memory released and collected before a peer's point; "
-    "a warmup out of memory above the point's rate run again at it"
-)
+PEER_RULE = "pdlib.serve-search.peer/2: the engine's memory released and collected before a peer's point"
 
 
 def counts_under(rule: str | None, record: dict) -> bool:
-    """Whether a log's point counts under `rule`: made under it, or a peer's made under an earlier peer rule that
-    ran. One of those that ran out of memory is measured again: before peer/2 the engine's memory may still have
-    been held, before peer/3 its warmup, at a higher rate than its own, may have been what ran out."""
+    """Whether a log's point counts under `rule`: made under it, or a peer's made before PEER_RULE that ran (one
+    that ran out of memory may have failed for the engine's memory, held then: it is measured again)."""
     if record.get("rule") == rule:
         return True
-    return rule == PEER_RULE and "out_of_memory" not in record.get("gate", {})
+    return rule == PEER_RULE and "rule" not in record and "out_of_memory" not in record.get("gate", {})
 
 
 def policy_rule(name: str) -> str | None:
@@ -117,12 +113,13 @@ class Bench:
         self.slo = None  # the slo policy's (record, budget), fitted once per log (serve_slo.py, slo_for)
         self.warm = None  # serve.warm_engine's record, once per command: compiled before any point is timed
         self.warmed, self.warm_rate = set(), 0.0  # warmed up in this command; warmups' lowest rate (measure)
-        self.given_starts = None  # --start-from's report, as search_starts.starts_from_report reads it
+        self.given_starts, self.starts = None, {}  # --start-from's report; each run's (search_starts.py)
         self.log = None  # the search's log: each rep's FP32 references are kept there (search_log.py)
         self.from_log = False  # a report of the log alone: no point is measured (search_params_file)
         self.references = {"computed": 0, "from_log": 0, "seconds": 0.0}  # reps' references, this command
         self.sources_hash, self.measured_with = None, {}  # this code's; and the code of each point a report uses
         self._reference, self.held_bytes = None, None  # device memory in use as the last point's run began
+        self.during: dict = {}  # what the point being measured has run: its warmups, then its run (measure)
 
     @property
     def model(self):
@@ -229,7 +226,7 @@ def measure(bench: Bench, policy: str, rate: float, rep: int, admit=None) -> dic
     peer), the warmups run first, makespan, wall time and `setup_s`, the part of it spent making what later points
     share (the model, the references, the engine's compiles, a fit). `admit(warmups)`, called once that is made
     and before any run, may refuse the point (search_budget.BudgetSpent)."""
-    t, bench.held_bytes = time.perf_counter(), None
+    t, bench.held_bytes, bench.during = time.perf_counter(), None, {}
     w = rep_workload(bench.workload_params, rate, rep)
     prep = bench.prepare(rep, w)
     refs, chunk = prep["refs"], bench.params.chunk_size
@@ -251,12 +248,14 @@ def measure(bench: Bench, policy: str, rate: float, rep: int, admit=None) -> dic
     if admit is not None:
         admit(warmups)
     bench.warmed.add(policy)
+    bench.during = {"warmups": warmups, "warmup_rate": warm_rate, "out_of_memory_in": "a warmup"}  # a failure's
     if policy in bench.peers:
         how = dict(dtype=dtype, prefill_step_size=step, skip_idle=bench.params.skip_idle)
         w_warm = warm_up(
-            lambda x: peer_once(model, x, prep["prompts"], **how), warmups, w_warm, w, bench.release_engine
+            lambda x: peer_once(model, x, prep["prompts"], **how), warmups, w_warm, w, release=bench.release_engine
         )
-        warm_rate = rate if w_warm is w else warm_rate  # what the warmups ran at, the point records
+        warm_rate = rate if warmups and w_warm is w else warm_rate  # what the last warmup ran at
+        bench.during |= {"warmup_rate": warm_rate, "out_of_memory_in": "its run"}
         run = peer_once(model, w, prep["prompts"], **how)
         record_agreement(run, refs)
         rs = run["requests"]
@@ -286,6 +285,7 @@ def measure(bench: Bench, policy: str, rate: float, rep: int, admit=None) -> dic
 
         for _ in range(warmups):
             gated_run(engine, w_warm, policy, refs=refs, how=how)
+        bench.during["out_of_memory_in"] = "its run"
         replay = replayed if bench.params.replay_requests and not bench.replayed_at(policy, rate) else None
         run = gated_run(engine, w, policy, refs=refs, how=how, replay=replay, ties=check["near_ties"])
         if "replay" in run:
@@ -308,25 +308,6 @@ def measure(bench: Bench, policy: str, rate: float, rep: int, admit=None) -> dic
         "wall_s": time.perf_counter() - t,
         "setup_s": setup_s,
     }
-
-
-def warm_up(run, n: int, w_warm: Workload, w: Workload, release) -> Workload:
-    """n warmups, run(w_warm) each; where one runs out of device memory above the point's own rate (what says
-    nothing about the point: mlx-lm's FP32 batch on an H100 at 1x), the rest run at its rate (w), after
-    `release()` collects the failed one's memory. Returns the workload the last one ran. (A peer's: an engine's
-    warmup cannot run again without a new engine.)"""
-    for _ in range(n):
-        if w_warm is not w:
-            try:
-                run(w_warm)
-                continue
-            except RuntimeError as e:
-                if not out_of_memory(e):
-                    raise
-            release()  # outside the except: its traceback held the failed run's frames
-            w_warm = w
-        run(w)
-    return w_warm
 
 
 # ---- the searches --------------------------------------------------------------------------------------------
@@ -355,7 +336,7 @@ def _run_searches(bench: Bench, name: str, peer: bool, settings: dict, budget: B
     appended to `out` as it finishes; each new point admitted by the budget, appended to the log as it ends."""
     lg = bench.log
     rule = policy_rule(name)
-    starts = run_starts(lg, name, bench.given_starts, from_log=bench.from_log)  # search_starts.py
+    began = bench.starts.get(name)  # {"from": a report, "starts"}, or None: the params' start
     mine = [r for r in lg.records if r["policy"] == name and counts_under(rule, r)]
     stale = sum(r["policy"] == name for r in lg.records) - len(mine)
     if stale:
@@ -382,6 +363,7 @@ def _run_searches(bench: Bench, name: str, peer: bool, settings: dict, budget: B
             error, held, peak = oom
             wall_s = time.perf_counter() - t
             point = memory_point(error, bench.slos, requests=bench.samples[rep].n, wall_s=wall_s, held=held, peak=peak)
+            point |= bench.during  # the warmups before it, and whether one of them or its run ran out
         record = {"policy": name, "rate": grid_rate(rate), "rep": rep, **point, "created_utc": utc_now()}
         record["sources_hash"] = bench.sources_hash  # what measured it: a report from the log names each
         if rule is not None:
@@ -396,19 +378,21 @@ def _run_searches(bench: Bench, name: str, peer: bool, settings: dict, budget: B
     try:
         for slo_name in SLO_NAMES:
             for criterion in settings["criteria"]:
+                entry = began["starts"].get(start_key(slo_name, criterion)) if began else None
                 make = capacity_criterion if criterion == "capacity" else goodput_criterion
                 meets = make(bench.slos[slo_name])
                 result = search(
                     measured,
                     meets=meets,
                     **{k: settings[k] for k in ("lo", "hi", "reps", "precision", "max_per_rep", "floor")},
-                    start=starts.get(start_key(slo_name, criterion), settings["start"]),
-                    near=start_key(slo_name, criterion) in starts,
+                    start=settings["start"] if entry is None else start_rates(entry, settings),
+                    near=entry is not None,
                     known=known,
                 )
                 result["limit"] = search_limit(result, meets, bench.slos[slo_name], records)
-                entry = {"policy": name, "peer": peer, "slo": slo_name, "criterion": criterion, "result": result}
-                out.append({**entry, "rule": rule} if rule is not None else entry)
+                listed = {"policy": name, "peer": peer, "slo": slo_name, "criterion": criterion, "result": result}
+                listed |= {"start_from": began["from"]} if entry is not None else {}
+                out.append({**listed, "rule": rule} if rule is not None else listed)
                 lost = limit_text(result["limit"])
                 note(f"{name}: {criterion} at the {slo_name} SLO: {result['text']} (CI {ci_text(result)}); {lost}")
     finally:  # the searches finished, also where the budget stopped the next
@@ -451,7 +435,7 @@ def search_params_file(
     bench = Bench(workload_params, params, settings["reps"])
     if start_from is not None and from_log:
         raise InputError(f"--from-log takes each run's starts from the log: drop --start-from {start_from}")
-    bench.given_starts = None if start_from is None else starts_from_report(start_from, settings)
+    bench.given_starts = None if start_from is None else starts_from_report(start_from)
     bench.warm_rate = budget.warm_rate = start_rate(settings["lo"], settings["hi"], settings["start"])
     bench.sources_hash = sources_hash(sources := source_hashes(params_file))
     budget.spans = [w.duration_s for w in bench.samples]
@@ -476,6 +460,9 @@ def search_params_file(
         header = lg.header
         slos = slos_from_step(header["slo"]["decode_ms"], header["slo"]["ttft_ms"])
         bench.slos = slos
+        measured = {r["policy"] for r in lg.records if counts_under(policy_rule(r["policy"]), r)}
+        names = [name for name, _ in runs]
+        bench.starts = resolve_starts(lg, names, bench.given_starts, from_log=from_log, measured=measured)
         counts, searches = {"measured": 0}, []
         for name, peer in runs:
             try:

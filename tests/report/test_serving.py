@@ -394,13 +394,22 @@ def test_a_floor_below_lo_finds_a_threshold_under_lo_on_the_same_path_down_to_lo
     assert plain["measured"] > 9 and plain["value"] == pytest.approx(found["value"], rel=0.05)
     far = search(Synthetic(sigma=0.3), meets=crit, lo=0.5, hi=64, reps=3, precision=0.05, start=0.5, near=True)
     rates = [p["rate"] for p in far["points"] if p["rep"] == 0]
-    f = 1 + 0.9999 * 0.05  # each step the last one squared, from (a hair under) 1 + precision, up to doubling
+    f = 1.05 * (1 - 1e-5)  # each step the last one squared, from (just under) 1 + precision, up to doubling
     steps = [b / a for a, b in zip(rates, rates[1:5], strict=False)]
     assert rates[0] == 0.5 and steps == pytest.approx([f, f**2, f**4, f**8], rel=1e-5)
     assert rates[5] / rates[4] == pytest.approx(2.0, rel=1e-5)  # f**16 > 2: doubling
     assert all(r["lo"] <= t < r["hi"] for r, t in zip(far["reps"], thresholds, strict=True))
+    for precision in (0.01, 0.25):  # the grid's rounding never widens the first step's bracket past precision
+        for seed in range(20):
+            base = search(Synthetic(seed, sigma=0.5), meets=crit, lo=0.5, hi=64, reps=3, precision=precision)
+            starts = [r["lo"] for r in base["reps"]]
+            kw = dict(lo=0.5, hi=64, reps=3, precision=precision, start=starts, near=True)
+            assert search(Synthetic(seed, sigma=0.5), meets=crit, **kw)["measured"] == 6, (precision, seed)
     with pytest.raises(InputError, match="one rate per rep"):
         search(Synthetic(), meets=crit, lo=0.5, hi=64, reps=2, start=[1.0])
+    for bad in (["1", 2.0], [True, 2.0], [float("nan"), 2.0]):
+        with pytest.raises(InputError, match="start must be a rate or one per rep"):
+            search(Synthetic(), meets=crit, lo=0.5, hi=64, reps=2, start=bad)
     with pytest.raises(InputError, match=r"must lie in \[floor, hi\]"):
         search(Synthetic(), meets=crit, lo=0.5, hi=64, reps=1, start=0.1, floor=0.125)
 

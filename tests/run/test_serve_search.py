@@ -764,14 +764,10 @@ def test_a_point_out_of_device_memory_fails_for_memory_and_the_search_goes_on(tm
         search_params_file(params, log=tmp_path / "other.jsonl")
 
 
-@pytest.mark.parametrize(
-    "earlier", [None, "pdlib.serve-search.peer/2: the engine's memory released and collected before a peer's point"]
-)
-def test_a_peers_earlier_points_count_unless_they_ran_out_of_memory(tmp_path, params, monkeypatch, earlier):
-    """Points of a peer logged under an earlier rule (none, or peer/2) count where they ran; those that ran out
-    of memory, perhaps for the engine's memory still held then (before peer/2) or for a warmup at a higher rate
-    (before peer/3), are measured again (a report from the log alone says so), and the searches go on from what
-    they find."""
+def test_a_peers_earlier_points_count_unless_they_ran_out_of_memory(tmp_path, params, monkeypatch):
+    """Points of a peer logged before PEER_RULE (no `rule`) count where they ran; those that ran out of memory,
+    perhaps for the engine's memory still held then, are measured again (a report from the log alone says so),
+    and the searches go on from what they find."""
     fake, log = Fake(), tmp_path / "log.jsonl"
 
     def measure(bench, policy, rate, rep, admit=None):
@@ -786,8 +782,6 @@ def test_a_peers_earlier_points_count_unless_they_ran_out_of_memory(tmp_path, pa
     assert peer and all(r["rule"] == serve_search.PEER_RULE for r in peer)
     for r in peer:  # as the log was before the rule
         del r["rule"]
-        if earlier is not None:
-            r["rule"] = earlier
     log.write_text("".join(json.dumps(r) + "\n" for r in lines))
     oom = {(r["policy"], r["rate"], r["rep"]) for r in peer if "out_of_memory" in r["gate"]}
     assert oom and len(oom) < len(peer)
