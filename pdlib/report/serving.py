@@ -41,6 +41,7 @@ import numpy as np
 from pdlib.errors import InputError, is_finite
 
 NS_PER_MS = 1e6
+MIN_PRECISION = 1e-4  # a search's relative width: the rate grid has 6 significant digits
 
 
 # ---- requests -------------------------------------------------------------------------------------------------
@@ -394,8 +395,8 @@ def search(
             raise InputError(f"start ({x:g}) must lie in [floor, hi] = [{floor:g}, {hi:g}]")
     if not isinstance(max_per_rep, int) or isinstance(max_per_rep, bool) or max_per_rep < 1:
         raise InputError(f"max_per_rep must be an integer >= 1, got {max_per_rep!r}")
-    if not 0 < precision < math.inf:
-        raise InputError(f"precision must be a positive relative width, got {precision!r}")
+    if not MIN_PRECISION <= precision < math.inf:
+        raise InputError(f"precision must be a relative width of at least {MIN_PRECISION:g}, got {precision!r}")
     known = {} if known is None else known
     metric = getattr(meets, "metric", lambda s: None)
     points, counts = [], {"measured": 0, "reused": 0}

@@ -7,16 +7,17 @@ after a change, brackets from near its answer rather than halving down from the 
     starts = resolve_starts(log, ["chunked", "mlx-lm-fp32@2048"], given, from_log=False, measured=set())
     rates = start_rates(starts["chunked"]["starts"]["strict/capacity"], settings)  # a start per rep
 
-What a report says of one search is kept as it says it, not yet on this search's grid: per rep its highest
-passing rate, "floor" where it passed none, "hi" where it passed every rate, null where its budget ran out (then
-the search's value, or "floor"/"hi" as its status says). `start_rates` maps that onto the params in use, within
-[floor, hi], one rate per rep (a rep the report lacks at the search's value). From such a start a search brackets
-in steps of 1 + precision first (report.serving, `near`). A run the report lacks starts where the params say.
+What a report says of one search is kept as it says it, not yet on this search's grid: per rep its highest passing
+rate, "floor" where it passed none, "hi" where it passed every rate (this search's hi, not the report's), null where
+it has none of these (then the search's value, or "floor"/"hi" as its status says). `start_rates` maps that onto the
+params in use, within [floor, hi], one rate per rep (a rep the report lacks at the search's value). From such a
+start a search brackets in steps of 1 + precision first (report.serving, `near`). A run the report lacks starts
+where the params say.
 
 What a run started from is kept in its log before its first point, so a command that resumes the log, or composes
-a report from it (--from-log), takes the same path without the flag (a search's path decides which points it
-measures). Refused, in one line and before any point: another report's starts for a run whose starts are kept,
-and starts for a run the log already holds points of, measured from the params' start.
+a report from it (--from-log), takes the same starts without the flag (a search's path decides which points it
+measures). Refused, in one line and before any point: starts other than those kept for a run, and starts for a run
+the log already holds points of, measured from the params' start.
 """
 
 import json
@@ -46,8 +47,10 @@ def _search_entry(result: dict) -> dict:
     raw = "hi" if status == "at_least" else value if status in ("found", "budget") and value > 0 else "floor"
     reps = []
     for r in result.get("reps") if isinstance(result.get("reps"), list) else []:
+        status = r.get("status") if isinstance(r, dict) else None
         passed = r.get("lo") if isinstance(r, dict) else None
-        reps.append(passed if _raw(passed) else _REP_END.get(r.get("status")) if isinstance(r, dict) else None)
+        end = _REP_END.get(status) if isinstance(status, str) else None  # "hi" for all_pass, whose lo is its hi
+        reps.append(end or (passed if _raw(passed) else None))
     return {"value": raw, "reps": reps}
 
 
@@ -120,7 +123,7 @@ def resolve_starts(log, runs: list[str], given: dict | None, *, from_log: bool, 
             if run in measured:
                 raise InputError(
                     f"--start-from {given['from']['path']}: the log holds points of {run} searched from the params' "
-                    "start; resume it without --start-from, or begin another log"
+                    "start; resume it without --start-from, leave it out (--policies, --peers), or begin another log"
                 )
             out[run] = new[run] = {"from": given["from"], "starts": mine}
     for run, value in new.items() if not from_log else ():

@@ -34,7 +34,7 @@ from pdlib.batching import BATCH_POLICIES, DECODE_ROUNDS
 from pdlib.config import parse_peer, peer_name
 from pdlib.errors import InputError, check_int
 from pdlib.params_file import read_yaml
-from pdlib.report.serving import slos_from_step
+from pdlib.report.serving import MIN_PRECISION, slos_from_step
 from pdlib.run.serve_replicas import resolve
 from pdlib.workload import TRACE_SOURCES, Workload, at_rate
 
@@ -71,6 +71,8 @@ def search_settings(spec) -> dict:
     out = {**SEARCH_DEFAULTS, **spec}
     for k in ("lo", "hi", "precision"):
         _positive(f"search {k}", out[k])
+    if out["precision"] < MIN_PRECISION:
+        raise InputError(f"search precision must be at least {MIN_PRECISION:g} (6-digit rates), got {out['precision']}")
     _positive("search start", out["start"], null=True)
     _positive("search floor", out["floor"], null=True)
     if out["floor"] is not None and out["floor"] > out["lo"]:

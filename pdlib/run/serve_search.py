@@ -226,7 +226,7 @@ def measure(bench: Bench, policy: str, rate: float, rep: int, admit=None) -> dic
     peer), the warmups run first, makespan, wall time and `setup_s`, the part of it spent making what later points
     share (the model, the references, the engine's compiles, a fit). `admit(warmups)`, called once that is made
     and before any run, may refuse the point (search_budget.BudgetSpent)."""
-    t, bench.held_bytes, bench.during = time.perf_counter(), None, {}
+    t, bench.held_bytes, bench.during = time.perf_counter(), None, {"out_of_memory_in": "its setup"}
     w = rep_workload(bench.workload_params, rate, rep)
     prep = bench.prepare(rep, w)
     refs, chunk = prep["refs"], bench.params.chunk_size
@@ -251,9 +251,12 @@ def measure(bench: Bench, policy: str, rate: float, rep: int, admit=None) -> dic
     bench.during = {"warmups": warmups, "warmup_rate": warm_rate, "out_of_memory_in": "a warmup"}  # a failure's
     if policy in bench.peers:
         how = dict(dtype=dtype, prefill_step_size=step, skip_idle=bench.params.skip_idle)
-        w_warm = warm_up(
-            lambda x: peer_once(model, x, prep["prompts"], **how), warmups, w_warm, w, release=bench.release_engine
-        )
+
+        def fall_back():  # a warmup above the point's rate ran out of memory: the rest at its rate
+            bench.release_engine()
+            bench.during["warmup_rate"] = rate
+
+        w_warm = warm_up(lambda x: peer_once(model, x, prep["prompts"], **how), warmups, w_warm, w, release=fall_back)
         warm_rate = rate if warmups and w_warm is w else warm_rate  # what the last warmup ran at
         bench.during |= {"warmup_rate": warm_rate, "out_of_memory_in": "its run"}
         run = peer_once(model, w, prep["prompts"], **how)
@@ -463,6 +466,8 @@ def search_params_file(
         measured = {r["policy"] for r in lg.records if counts_under(policy_rule(r["policy"]), r)}
         names = [name for name, _ in runs]
         bench.starts = resolve_starts(lg, names, bench.given_starts, from_log=from_log, measured=measured)
+        if bench.given_starts is not None and (lacks := [n for n in names if n not in bench.given_starts["runs"]]):
+            note(f"--start-from {start_from}: no starts for {', '.join(lacks)}; they begin where the params say")
         counts, searches = {"measured": 0}, []
         for name, peer in runs:
             try:
@@ -472,6 +477,7 @@ def search_params_file(
                     budget.stopped = spent.record
                     note(stopped_line({"stopped": spent.record}))
         points, refs = len(lg.records), lg.kept_keys("references")  # keyed by the model: which weights, unloaded
+    asked = bench.given_starts["from"] if bench.given_starts is not None else None
     report = {
         "schema": SCHEMA,
         "created_utc": utc_now(),
@@ -497,7 +503,7 @@ def search_params_file(
         "references": bench.references,
         "environment": search_report.log_environment(lg.identity["machine"]) if from_log else environment(BACKEND),
         "from_log": from_log,
-        "start_from": None if bench.given_starts is None else bench.given_starts["from"],
+        "start_from": asked if any(s.get("start_from") == asked for s in searches) else None,  # this command's
         "measured_with": bench.measured_with,  # sources hash -> the report's points measured by that code
         "sources": sources,
     }

@@ -407,6 +407,8 @@ def test_a_floor_below_lo_finds_a_threshold_under_lo_on_the_same_path_down_to_lo
             assert search(Synthetic(seed, sigma=0.5), meets=crit, **kw)["measured"] == 6, (precision, seed)
     with pytest.raises(InputError, match="one rate per rep"):
         search(Synthetic(), meets=crit, lo=0.5, hi=64, reps=2, start=[1.0])
+    with pytest.raises(InputError, match="precision must be a relative width of at least 0.0001"):
+        search(Synthetic(), meets=crit, lo=0.5, hi=64, reps=1, precision=1e-6, start=2.0, near=True)
     for bad in (["1", 2.0], [True, 2.0], [float("nan"), 2.0]):
         with pytest.raises(InputError, match="start must be a rate or one per rep"):
             search(Synthetic(), meets=crit, lo=0.5, hi=64, reps=2, start=bad)

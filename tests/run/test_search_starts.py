@@ -72,12 +72,12 @@ def test_a_report_gives_each_search_its_value_within_floor_and_hi(tmp_path):
     assert rates["at_least"] == [[16.0] * 5] * 4  # every rate passed: this search's hi
     # each rep at its own highest passing rate: none -> floor, all -> hi, a rep the report lacks at its value
     reps = [{"rep": 0, "lo": 1.19, "status": "bracketed"}, {"rep": 1, "lo": None, "status": "none_pass"}]
-    reps += [{"rep": 2, "lo": 32.0, "status": "all_pass"}, {"rep": 3, "lo": None, "status": "budget"}]
+    reps += [{"rep": 2, "lo": 32.0, "status": "all_pass"}, {"rep": 3, "lo": None, "status": ["budget"]}]
     one = {"policy": "x", "slo": "strict", "criterion": "capacity", "result": {"value": 0.5, "status": "found"}}
     one["result"]["reps"] = reps
     (tmp_path / "reps.json").write_text(json.dumps({"schema": SCHEMA, "searches": [one]}))
     entry = starts_from_report(tmp_path / "reps.json")["runs"]["x"]["strict/capacity"]
-    assert entry == {"value": 0.5, "reps": [1.19, "floor", 32.0, None]}  # as the report says it, not yet clamped
+    assert entry == {"value": 0.5, "reps": [1.19, "floor", "hi", None]}  # as the report says it, not yet clamped
     assert start_rates(entry, settings) == [1.19, 0.03125, 16.0, 0.5, 0.5]
     assert start_rates(entry, {**settings, "reps": 2, "floor": None, "hi": 1}) == [1.0, 0.25]
 
@@ -229,13 +229,14 @@ def test_a_warmup_out_of_memory_above_the_points_rate_runs_again_at_it():
         warm_up(broken, 1, high, own, release=pytest.fail)
 
 
-@pytest.mark.parametrize("run_fails", [False, True])
+@pytest.mark.parametrize("fails", [(), (3,), (2,)])
 def test_a_peers_first_point_below_the_start_warms_up_at_its_own_rate_when_the_start_is_too_much(
-    tmp_path, monkeypatch, run_fails
+    tmp_path, monkeypatch, fails
 ):
     """A peer whose search starts under the params' start (another report's value) warms up at the params'
     start; where that runs out of memory, its point is measured after a warmup at its own rate, not logged as out
-    of memory; where its own run runs out too, the point says so (`out_of_memory_in`)."""
+    of memory; where its own run (call 3) or that warmup (call 2) runs out too, the point says which
+    (`out_of_memory_in`) and at what rate its last warmup ran."""
     params = tmp_path / "real.yaml"
     params.write_text(
         "model: synthetic:tiny\nchunk_size: 16\npolicies: [chunked]\npeers: [mlx-lm-fp32@chunk]\nwarmups: 1\n"
@@ -247,7 +248,7 @@ def test_a_peers_first_point_below_the_start_warms_up_at_its_own_rate_when_the_s
 
     def peer_once(model, w, *args, **kw):
         calls.append(w.duration_s)
-        if len(calls) == 1 or run_fails and len(calls) == 3:  # the warmup at 160; the point's run
+        if len(calls) == 1 or len(calls) in fails:  # the warmup at 160; that at 40 (2) or the point's run (3)
             raise RuntimeError("[malloc] cudaMallocAsync(&data, size, stream) failed: out of memory")
         return real(model, w, *args, **kw)
 
@@ -257,8 +258,23 @@ def test_a_peers_first_point_below_the_start_warms_up_at_its_own_rate_when_the_s
     search_params_file(params, log=log, note=quiet, start_from=starts)
     (point,) = [p for p in logged_points(log) if p["policy"] == "mlx-lm-fp32@16"]
     assert point["rate"] == 40.0 and point["warmups"] == 1 and point["warmup_rate"] == 40.0
-    assert len(calls) == 3 and calls[0] < calls[1] == calls[2]  # 160's arrivals span less than 40's
-    if run_fails:
-        assert "out_of_memory" in point["gate"] and point["out_of_memory_in"] == "its run"
+    assert len(calls) == (2 if 2 in fails else 3) and calls[0] < calls[1]  # 160's arrivals span less than 40's
+    if fails:
+        assert "out_of_memory" in point["gate"] and "held_gib" in point["loss"]
+        assert point["out_of_memory_in"] == {(2,): "a warmup", (3,): "its run"}[fails]
     else:
         assert "out_of_memory" not in point["gate"] and point["gate"]["agreement"] == 12
+
+
+def test_runs_a_report_lacks_are_named_and_begin_where_the_params_say(tmp_path, far, fake):
+    notes = []
+    only = made_report(tmp_path / "a.json", {"mixed": 8.0})
+    report = search_params_file(far, log=tmp_path / "log.jsonl", note=notes.append, start_from=only, peers=[])
+    assert f"--start-from {only}: no starts for chunked; they begin where the params say" in notes
+    by_run = {x["policy"]: x for x in report["searches"]}
+    assert by_run["chunked"]["result"]["start"] == 64.0 and not by_run["chunked"]["result"]["near"]
+    assert by_run["mixed"]["start_from"]["path"] == str(only) == report["start_from"]["path"]
+    alone = search_params_file(
+        far, log=tmp_path / "b.jsonl", note=quiet, start_from=only, policies=["chunked"], peers=[]
+    )
+    assert alone["start_from"] is None  # no search of this command began from it

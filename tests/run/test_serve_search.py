@@ -420,6 +420,7 @@ def test_a_rep_the_params_cannot_give_is_refused_in_one_line(params, rep, messag
     [
         ("{lo: 2, hi: 1}", "lo <= start <= hi"),
         ("{reps: 0}", "search reps must be an integer >= 1"),
+        ("{precision: 0.00001}", "search precision must be at least 0.0001 (6-digit rates), got 1e-05"),
         ("{criteria: [capacity, latency]}", "search criteria must be a non-empty list of capacity, goodput"),
         ("{slo: {decode_ms: -1}}", "search slo decode_ms must be a positive finite number or null"),
         ("{budget: 3}", "search: unknown key(s) budget"),
