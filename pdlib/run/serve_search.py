@@ -256,9 +256,9 @@ def measure(bench: Bench, policy: str, rate: float, rep: int, admit=None) -> dic
             bench.release_engine()
             bench.during["warmup_rate"] = rate
 
-        w_warm = warm_up(lambda x: peer_once(model, x, prep["prompts"], **how), warmups, w_warm, w, release=fall_back)
-        warm_rate = rate if warmups and w_warm is w else warm_rate  # what the last warmup ran at
-        bench.during |= {"warmup_rate": warm_rate, "out_of_memory_in": "its run"}
+        warm_up(lambda x: peer_once(model, x, prep["prompts"], **how), warmups, w_warm, w, release=fall_back)
+        warm_rate = bench.during["warmup_rate"]  # what the last warmup ran at
+        bench.during["out_of_memory_in"] = "its run"
         run = peer_once(model, w, prep["prompts"], **how)
         record_agreement(run, refs)
         rs = run["requests"]
@@ -428,6 +428,8 @@ def search_params_file(
     budget = Budget(budget_s)  # its clock starts with the command; a bad value is refused before any work
     if from_log and budget_s is not None:
         raise InputError(f"--from-log measures nothing: drop --budget-s {budget_s:g}")
+    if from_log and start_from is not None:
+        raise InputError(f"--from-log takes each run's starts from the log: drop --start-from {start_from}")
     if from_log and not (Path(log).is_file() and Path(log).stat().st_size):
         raise InputError(f"--from-log: no search log at {str(log)!r} (a search command with --log makes one)")
     note = note or stderr_line
@@ -436,8 +438,6 @@ def search_params_file(
     workload_params, params = load_serve_params(params_file, policies=policies, peers=peers)
     settings = params.search if params.search is not None else search_settings({})
     bench = Bench(workload_params, params, settings["reps"])
-    if start_from is not None and from_log:
-        raise InputError(f"--from-log takes each run's starts from the log: drop --start-from {start_from}")
     bench.given_starts = None if start_from is None else starts_from_report(start_from)
     bench.warm_rate = budget.warm_rate = start_rate(settings["lo"], settings["hi"], settings["start"])
     bench.sources_hash = sources_hash(sources := source_hashes(params_file))
