@@ -70,6 +70,13 @@ SWITCHES = {
         Switch("PDLIB_PERSISTENT_FOLD", ("0", "1"), "0", "1: o_proj folded into the persistent kernel's attention"),
         Switch("PDLIB_PERSISTENT_BLOCKS", (int,), None, "the persistent kernel's blocks; unset: the SM count"),
         Switch(
+            "PDLIB_PERSISTENT_LOAD",
+            ("early", "late"),
+            "early",
+            "where the persistent kernel's weight phases request their first weights: before the barrier (early)"
+            " or after staging their vectors (late)",
+        ),
+        Switch(
             "PDLIB_PREFILL_GEMM",
             ("bf16x3", "tf32x2", "tf32x3", "fp32", "wgmma"),
             "bf16x3",
@@ -146,6 +153,7 @@ ENGINE = tuple(
         "PDLIB_ROUND_GEMM",
         "PDLIB_PERSISTENT_FOLD",
         "PDLIB_PERSISTENT_BLOCKS",
+        "PDLIB_PERSISTENT_LOAD",
         "PDLIB_PREFILL_GEMM",
         "PDLIB_PREFILL_GEMM_SUM",
         "PDLIB_PREFILL_QK",

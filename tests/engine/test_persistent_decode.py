@@ -160,9 +160,14 @@ def persistent_text(consts: dict) -> str:
         "qwen3-0.6b, a group of 4",
         "qwen3-0.6b, a group of 8",
         "check-kernels timeout case, a group of 8",
+        "qwen3-0.6b, a group of 6, late loads",
+        "qwen3-0.6b, late loads",
+        "check-kernels timeout case, o_proj folded, late loads",
     ],
 )
 def test_the_cuda_source_compiles_for_the_h200(shape):
+    late = shape.endswith("late loads")
+    shape = shape.removesuffix(", late loads")
     nr = 2 if shape.endswith("a pair") else int(shape[-1]) if "a group of" in shape else 1
     c = (
         dict(D=1024, HQ=16, HKV=8, DH=128, FF=3072, NL=28, V=151936, CAP=5248, NB=132, S=16 // nr)
@@ -180,6 +185,7 @@ def test_the_cuda_source_compiles_for_the_h200(shape):
         NST=P.KV_STAGES,
         FOLD=int(shape.endswith("folded")),
         NR=nr,
+        LATE=int(late),
     )
     log = compile_sm90(persistent_text(c))
     regs, smem = re.search(
@@ -193,6 +199,8 @@ def test_the_cuda_source_compiles_for_the_h200(shape):
         r"entry function '[^']*pdlib_decode_persistent.*?(\d+) bytes spill loads", log, re.S
     ).groups()
     assert int(spilled) <= SPILL_LOADS, log
+    if late and c["D"] == 1024:  # weights requested after staging: nothing held across it, no spills
+        assert int(regs) < 255 and int(spilled) == 0, log
     # and `available` must know what it declares: its estimate is the compiler's count or a little over
     cfg = replace(
         preset("qwen3-0.6b"),
@@ -269,6 +277,18 @@ def test_the_fold_switch(monkeypatch):
     with pytest.raises(InputError, match="PDLIB_PERSISTENT_FOLD must be 0 or 1, got 'yes'"):
         P.folded()
     assert P.barriers_per_layer(True) == P.barriers_per_layer(False) - 1 == 4
+
+
+def test_the_load_switch(monkeypatch):
+    """Weights are requested before each phase's barrier unless PDLIB_PERSISTENT_LOAD=late; a bad value is
+    refused by name; the launch passes the choice as the kernel's LATE."""
+    monkeypatch.delenv(P.LOAD_ENV, raising=False)
+    assert not P.late_loads()
+    monkeypatch.setenv(P.LOAD_ENV, "late")
+    assert P.late_loads()
+    monkeypatch.setenv(P.LOAD_ENV, "later")
+    with pytest.raises(InputError, match="PDLIB_PERSISTENT_LOAD must be early or late, got 'later'"):
+        P.late_loads()
 
 
 def test_the_scratch_layout_is_the_kernels():
@@ -473,6 +493,7 @@ def test_a_group_launch_passes_each_requests_buffers_where_the_kernel_reads_them
     1 / n of the splits; a pair's vectors static and a group's after the ring, with three stages for eight of
     these widths; the outputs sized per request; and each request's logits, token, next position and fence
     read back from its own part of them."""
+    monkeypatch.delenv(P.LOAD_ENV, raising=False)
     D, F, Hq, Hkv, Dh, L, V, cap, nb = 1024, 3072, 2, 1, 128, 2, 10, 8, 64  # Qwen3-0.6B's widths
     dw = P.DecodeWeights(
         embed=mx.zeros((V, D)),
@@ -552,6 +573,10 @@ def test_a_group_launch_passes_each_requests_buffers_where_the_kernel_reads_them
     monkeypatch.setenv(P.FOLD_ENV, "1")  # the switch folds single launches; a group runs unfolded
     P.decode_persistent_group(reqs, dw, sync, heads=Hq, kv_heads=Hkv, eps=1e-6)
     assert not seen["template"]["FOLD"]
+    assert not t["LATE"]  # weights requested before each barrier unless asked otherwise
+    monkeypatch.setenv(P.LOAD_ENV, "late")
+    P.decode_persistent_group(reqs, dw, sync, heads=Hq, kv_heads=Hkv, eps=1e-6)
+    assert seen["template"]["LATE"]
     odd = (*reqs[-1][:2], mx.zeros((L, Hkv, cap + 1, Dh)), *reqs[-1][3:])
     with pytest.raises(ValueError, match="one shape"):
         P.decode_persistent_group([*reqs[:-1], odd], dw, sync, heads=Hq, kv_heads=Hkv, eps=1e-6)

@@ -93,7 +93,7 @@
 
     pdp::Phase<D, 1, NQKV, 2, TW, NR, XP4, MMA> gq;
     pdp::Phase<D, 1, V, 2, TW, NR, XP4, MMA> gl;
-    gq.load(WQKV, gw, lane);
+    if (!LATE) gq.load(WQKV, gw, lane);
     for (int l = 0; l < NL; ++l) {
         // the layer's input: the token's embedding, then h
         auto hin = [&](int q) { return l == 0 ? embed + (size_t)tk[q] * D : at(q, OFF_H); };
@@ -101,6 +101,7 @@
         PDP_STAMP(l * SPL)
         for (int q = 0; q < NR; ++q) in[q] = hin(q);
         pdp::stage<D, BLOCK, true, NR, XP4>(xs4, in, in_norm + l * D, eps, red);
+        if (LATE) gq.load(WQKV + (size_t)l * NQKV * (D / 8), gw, lane);
         PDP_STAMP(l * SPL + 1)
         gq.run(WQKV + (size_t)l * NQKV * (D / 8), gw, lane, xs4, part,
                   [&](int q, int row, float a, float) { __stcg(at(q, OFF_QKV) + row, a); });
@@ -134,7 +135,7 @@
         }
         pdp::Phase<D, 2, FF, 1, TW, NR, XP4, MMA> gg;
         if constexpr (FOLD) {  // o_proj is done (in parts): no phase 3
-            gg.load(WGU + (size_t)l * 2 * FF * (D / 8), gw, lane);
+            if (!LATE) gg.load(WGU + (size_t)l * 2 * FF * (D / 8), gw, lane);
             PDP_STAMP(l * SPL + 4)
             if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
             PDP_STAMP(l * SPL + 5)
@@ -142,17 +143,18 @@
             PDP_STAMP(l * SPL + 7)
         } else {
             pdp::Phase<NO, 1, D, 1, TW, NR, XP4, MMA> go;
-            go.load(WO + (size_t)l * D * (NO / 8), gw, lane);
+            if (!LATE) go.load(WO + (size_t)l * D * (NO / 8), gw, lane);
             PDP_STAMP(l * SPL + 4)
             if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
             // 3: o_proj + residual
             PDP_STAMP(l * SPL + 5)
             for (int q = 0; q < NR; ++q) in[q] = at(q, OFF_O);
             pdp::stage<NO, BLOCK, false, NR, XP4>(xs4, in, nullptr, 0.f, red);
+            if (LATE) go.load(WO + (size_t)l * D * (NO / 8), gw, lane);
             PDP_STAMP(l * SPL + 6)
             go.run(WO + (size_t)l * D * (NO / 8), gw, lane, xs4, part,
                       [&](int q, int row, float a, float) { __stcg(at(q, OFF_H) + row, __ldcg(hin(q) + row) + a); });
-            gg.load(WGU + (size_t)l * 2 * FF * (D / 8), gw, lane);
+            if (!LATE) gg.load(WGU + (size_t)l * 2 * FF * (D / 8), gw, lane);
             PDP_STAMP(l * SPL + 7)
             if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
         }
@@ -160,36 +162,40 @@
         PDP_STAMP(l * SPL + 8)
         if constexpr (FOLD) {
             pdp::stage_sum<D, BLOCK, HKV>(xs4, hin(0), HP, H2, b, NB, post_norm + l * D, eps, red);
+            if (LATE) gg.load(WGU + (size_t)l * 2 * FF * (D / 8), gw, lane);
         } else {
             for (int q = 0; q < NR; ++q) in[q] = at(q, OFF_H);
             pdp::stage<D, BLOCK, true, NR, XP4>(xs4, in, post_norm + l * D, eps, red);
+            if (LATE) gg.load(WGU + (size_t)l * 2 * FF * (D / 8), gw, lane);
         }
         PDP_STAMP(l * SPL + 9)
         gg.run(WGU + (size_t)l * 2 * FF * (D / 8), gw, lane, xs4, part,
                   [&](int q, int row, float g, float u) { __stcg(at(q, OFF_ACT) + row, g / (1.f + expf(-g)) * u); });
         pdp::Phase<FF, 1, D, 1, TW, NR, XP4, MMA> gd;
-        gd.load(WD + (size_t)l * D * (FF / 8), gw, lane);
+        if (!LATE) gd.load(WD + (size_t)l * D * (FF / 8), gw, lane);
         PDP_STAMP(l * SPL + 10)
         if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
         // 5: down + residual
         PDP_STAMP(l * SPL + 11)
         for (int q = 0; q < NR; ++q) in[q] = at(q, OFF_ACT);
         pdp::stage<FF, BLOCK, false, NR, XP4>(xs4, in, nullptr, 0.f, red);
+        if (LATE) gd.load(WD + (size_t)l * D * (FF / 8), gw, lane);
         PDP_STAMP(l * SPL + 12)
         gd.run(WD + (size_t)l * D * (FF / 8), gw, lane, xs4, part,
                   [&](int q, int row, float a, float) {
                       __stcg(at(q, OFF_H) + row, __ldcg(at(q, FOLD ? OFF_H2 : OFF_H) + row) + a);
                   });
-        if (l + 1 < NL) gq.load(WQKV + (size_t)(l + 1) * NQKV * (D / 8), gw, lane);
+        if (!LATE && l + 1 < NL) gq.load(WQKV + (size_t)(l + 1) * NQKV * (D / 8), gw, lane);
         PDP_STAMP(l * SPL + 13)
         if (!pdp::grid_sync(sy, NB, ++epoch, SPIN)) return;
     }
     // final RMSNorm + LM head, each warp keeping each request's best row (the first of equal maxima, as argmax
     // does)
     PDP_STAMP(NL * SPL)
-    gl.load(LM, gw, lane);
+    if (!LATE) gl.load(LM, gw, lane);
     for (int q = 0; q < NR; ++q) in[q] = at(q, OFF_H);
     pdp::stage<D, BLOCK, true, NR, XP4>(xs4, in, fnorm, eps, red);
+    if (LATE) gl.load(LM, gw, lane);
     float best[NR];
     int besti[NR];
     #pragma unroll
