@@ -356,9 +356,9 @@ def folded(fold: bool | None = None) -> bool:
 
 def late_loads() -> bool:
     """PDLIB_PERSISTENT_LOAD=late: each weight phase requests its first weights after staging its vectors, not
-    before the barrier that precedes it (early, the default): the same values, 218 registers and no spills
-    where early takes 255 and spills (NVRTC for sm_90, 1 to 6 requests); on an H100 a launch of 6 or 8 requests
-    took ~3% less (docs/engine.md), too little yet to change the default."""
+    before the barrier that precedes it (early, the default): the same values, 177-218 registers and no spills
+    where early takes 254-255 and most counts spill (NVRTC for sm_90, 1 to 7 requests); on an H100 a launch of
+    6 or 8 requests took ~3% less (docs/engine.md), too little yet to change the default."""
     return settings.get(LOAD_ENV) == "late"
 
 
