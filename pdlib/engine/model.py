@@ -360,7 +360,12 @@ class Qwen3:
                 o = o_rows
             else:
                 o = [attend(p, last) if isinstance(p, int) else o_rows[:, p] for p in plans[last]]
-                o = o[0] if len(o) == 1 else mx.concatenate(o, axis=1)
+                if len(o) == 1:
+                    o = o[0]
+                elif flash:  # pieces that lie as (rows, heads, Dh) (flash's merge, the rows'), joined so: one copy
+                    o = mx.concatenate([p.swapaxes(0, 1) for p in o]).swapaxes(0, 1)
+                else:
+                    o = mx.concatenate(o, axis=1)
             next_norm = self.layers[i + 1].in_norm if i < n_layers - 1 else self.norm
             h, x = self._p_out_mlp(
                 h,
