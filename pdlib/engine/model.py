@@ -360,22 +360,12 @@ class Qwen3:
                 o = o_rows
             else:
                 o = [attend(p, last) if isinstance(p, int) else o_rows[:, p] for p in plans[last]]
-                if len(o) == 1:
-                    o = o[0]
-                elif flash:  # pieces that lie as (rows, heads, Dh) (flash's merge, the rows'), joined so: one copy
-                    o = mx.concatenate([p.swapaxes(0, 1) for p in o]).swapaxes(0, 1)
-                else:
-                    o = mx.concatenate(o, axis=1)
+                if len(o) > 1 and flash:  # pieces that lie as (rows, heads, Dh) (the merge's, the rows'): so joined
+                    o = [mx.concatenate([p.swapaxes(0, 1) for p in o]).swapaxes(0, 1)]
+                o = o[0] if len(o) == 1 else mx.concatenate(o, axis=1)
             next_norm = self.layers[i + 1].in_norm if i < n_layers - 1 else self.norm
-            h, x = self._p_out_mlp(
-                h,
-                o,
-                (L.t["wo"], L.d_o),
-                L.post_norm,
-                (L.t["w_gate_up"], L.d_gate_up),
-                (L.t["w_down"], L.d_down),
-                next_norm,
-            )
+            wo, up, down = (L.t["wo"], L.d_o), (L.t["w_gate_up"], L.d_gate_up), (L.t["w_down"], L.d_down)
+            h, x = self._p_out_mlp(h, o, wo, L.post_norm, up, down, next_norm)
             # the last layer's x (the final norm's) feeds an emitting step only: a silent step's is never started
             used = [h, x] if i < n_layers - 1 else [x] if emitting else []
             # in place (a GPU) the caches' writes are done with the fence they share, else K and V are new arrays

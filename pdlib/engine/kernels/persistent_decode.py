@@ -26,8 +26,11 @@ goes: every item of a head waits for the head's others, merges it and applies it
 of the rows; phase 4 adds the heads' parts to the layer's input in head order. Four phases, four barriers.
 Then RMSNorm + LM head with a per-block argmax, and the last block to finish picks the token.
 Each warp requests its next phase's first weight rows before it waits at a barrier (weights do not depend on
-it), and each block its first attention item's keys and values (the Tensor Memory Accelerator streams them
-into a ring of stages in dynamic shared memory, 128 KB in flight per SM, without holding registers).
+it; with PDLIB_PERSISTENT_LOAD=late, after staging the phase's vectors instead: the same values, 177-218
+registers and no spills where early takes 254-255 and mostly spills, and on an H100 a launch of 6 or 8
+requests ~3% faster, too little yet to change the default: docs/engine.md), and each block its first
+attention item's keys and values (the Tensor Memory Accelerator streams them into a ring of stages in dynamic
+shared memory, 128 KB in flight per SM, without holding registers).
 
 Co-residency: a grid barrier deadlocks if a block is never scheduled, so the grid is one block per SM (read
 from the driver), 256 threads, ~23 KB (a pair's ~35 KB) of static and 128 KB of dynamic shared memory: always
@@ -149,26 +152,7 @@ HEADER = (
 
 BODY = source("persistent_decode.cu")
 
-INPUTS = [
-    "tok",
-    "pos",
-    "embed",
-    "wqkv",
-    "wo",
-    "wgu",
-    "wdown",
-    "lm",
-    "in_norm",
-    "post_norm",
-    "q_norm",
-    "k_norm",
-    "fnorm",
-    "inv_freq",
-    "sync_buf",
-    "kc",
-    "vc",
-    "fin",
-]
+INPUTS = "tok pos embed wqkv wo wgu wdown lm in_norm post_norm q_norm k_norm fnorm inv_freq sync_buf kc vc fin".split()
 OUTPUTS = ["logits", "tok_out", "pos_out", "scratch", "stamps", "fout"]
 MAX_GROUP = 8  # requests a launch (the sync buffer has mailbox words for 16; shared memory fits 8 of Qwen3-0.6B)
 
@@ -355,10 +339,8 @@ def folded(fold: bool | None = None) -> bool:
 
 
 def late_loads() -> bool:
-    """PDLIB_PERSISTENT_LOAD=late: each weight phase requests its first weights after staging its vectors, not
-    before the barrier that precedes it (early, the default): the same values, 177-218 registers and no spills
-    where early takes 254-255 and most counts spill (NVRTC for sm_90, 1 to 7 requests); on an H100 a launch of
-    6 or 8 requests took ~3% less (docs/engine.md), too little yet to change the default."""
+    """PDLIB_PERSISTENT_LOAD=late: each weight phase requests its first weights after staging its vectors (module
+    docstring), not before the barrier that precedes it (early, the default)."""
     return settings.get(LOAD_ENV) == "late"
 
 
