@@ -51,7 +51,8 @@ def first_difference(a, b, path: str = "") -> str | None:
     return None if a == b else f"{path or 'value'}: {json.dumps(a)} != {json.dumps(b)}"
 
 
-LATER_SWITCHES = ("PDLIB_ROUND_GROUP",)  # engine switches added after logs recorded the engine's settings
+# engine switches added after logs recorded the engine's settings
+LATER_SWITCHES = ("PDLIB_ROUND_GROUP", "PDLIB_PERSISTENT_LOAD")
 
 
 def with_later_switches(theirs, ours: dict):

@@ -204,23 +204,28 @@ def test_a_policys_points_made_under_another_rule_are_measured_again(tmp_path, p
     assert fake.calls == []  # every point now under the current rules
 
 
-def test_a_log_made_before_a_switch_existed_resumes_where_it_is_at_its_default(tmp_path, params, fake, monkeypatch):
+@pytest.mark.parametrize(
+    "switch, other, logged", [("PDLIB_ROUND_GROUP", "8", "8"), ("PDLIB_PERSISTENT_LOAD", "late", '"late"')]
+)
+def test_a_log_made_before_a_switch_existed_resumes_where_it_is_at_its_default(
+    tmp_path, params, fake, monkeypatch, switch, other, logged
+):
     """An engine switch added since a log was made (its header's settings lack it) changes nothing at its default:
     the log resumes, measuring nothing again; set otherwise, the log is refused, naming it."""
     log = tmp_path / "log.jsonl"
     first = search_params_file(params, log=log, note=lambda _: None)
     lines = log.read_text().splitlines()
     header = json.loads(lines[0])
-    del header["identity"]["machine"]["settings"]["PDLIB_ROUND_GROUP"]  # a log from before the switch
+    del header["identity"]["machine"]["settings"][switch]  # a log from before the switch
     log.write_text("\n".join([json.dumps(header)] + lines[1:]) + "\n")
     fake.calls.clear()
     again = search_params_file(params, log=log, note=lambda _: None)
     assert fake.calls == [] and again["measurements"]["new"] == 0
     assert [x["result"]["value"] for x in again["searches"]] == [x["result"]["value"] for x in first["searches"]]
-    monkeypatch.setenv("PDLIB_ROUND_GROUP", "8")
-    with pytest.raises(InputError, match=r"machine.settings.PDLIB_ROUND_GROUP: null != 8"):
+    monkeypatch.setenv(switch, other)
+    with pytest.raises(InputError, match=rf"machine.settings.{switch}: null != {logged}"):
         search_params_file(params, log=log, note=lambda _: None)
-    monkeypatch.delenv("PDLIB_ROUND_GROUP")  # a switch recorded later than it existed is refused, even at its default
+    monkeypatch.delenv(switch)  # a switch recorded later than it existed is refused, even at its default
     del header["identity"]["machine"]["settings"]["PDLIB_KV_CACHE_GIB"]
     log.write_text("\n".join([json.dumps(header)] + lines[1:]) + "\n")
     with pytest.raises(InputError, match=r"machine.settings.PDLIB_KV_CACHE_GIB: null != "):

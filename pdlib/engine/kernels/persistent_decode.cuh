@@ -132,8 +132,8 @@ struct Rows {
 
 // y_q = W x_q for each of NR staged vectors (x_q at xs4 + q XS4) over the warp's rows row0, row0 + STRIDE, ...
 // < N (R per pass): each weight is read once for every vector. g already holds the first pass (loaded before
-// the barrier), each pass requests the next before reducing its own (with one pass, as most phases have,
-// nothing is copied). epi(q, row, y[, y of row + N]) runs in lane r for the pass's row r.
+// the barrier, or after the staging with LATE), each pass requests the next before reducing its own (with one
+// pass, as most phases have, nothing is copied). epi(q, row, y[, y of row + N]) runs in lane r for the pass's row r.
 template <int K, int M, int R, int N, int STRIDE, int NR, int XS4, class Epi>
 __device__ __forceinline__ void gemv(Rows<K, M, R>& g, const uint4* W, int row0, int lane, const float4* xs4,
                                      Epi epi) {

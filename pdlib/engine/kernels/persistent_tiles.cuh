@@ -36,7 +36,8 @@ struct Tiles {
             for (int h = 0; h < 2; ++h)
                 w[s][m][h] = row + 8 * h < N ? W[(size_t)(row + 8 * h + m * N) * (K / 8) + c] : make_uint4(0, 0, 0, 0);
     }
-    // the first HOLD blocks of the warp's first unit (before the barrier that precedes its phase)
+    // the first HOLD blocks of the warp's first unit (before the barrier that precedes its phase; with LATE, after
+    // the phase's staging)
     __device__ __forceinline__ void first(const uint4* W, int gw, int lane) {
         if (gw < UNITS)
             #pragma unroll
@@ -132,7 +133,7 @@ struct Phase {
     static constexpr int KSPLIT = tile_split((N + 15) / 16, TW, K), HOLD = tile_hold(K / KSPLIT / 32, M);
     using Held = typename pick<MMA, Tiles<K, M, N, KSPLIT, HOLD>, Rows<K, M, R>>::type;
     Held w;
-    // the warp's first weights, before the barrier that precedes the phase
+    // the warp's first weights, before the barrier that precedes the phase (with LATE, after its staging)
     __device__ __forceinline__ void load(const uint4* W, int gw, int lane) {
         if constexpr (MMA) w.first(W, gw, lane);
         else w.load(W, N, gw * R, lane);
