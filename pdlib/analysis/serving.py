@@ -294,9 +294,9 @@ def gaps_frame(report: dict) -> pd.DataFrame:
 
 def summary_frame(report: dict, slos: dict | None = None) -> pd.DataFrame:
     """One row per run, in the report's order: run, peer, system, steps, requests, lost, makespan_s, then
-    report.serving.run_summary over the requests that emitted a token (attain_<name> per Slo of `slos`, default
-    the report's own), then near_ties (a policy's) or agree_all (a peer's requests whose every output equals
-    the reference's; NaN for a policy)."""
+    report.serving.run_summary (latencies over the requests that emitted a token; attain_<name> per Slo of
+    `slos`, default the report's own), then near_ties (a policy's) or agree_all (a peer's requests whose every
+    output equals the reference's; NaN for a policy)."""
     slos = report_slos(report) if slos is None else slos
     rows = []
     for run in report["runs"]:
@@ -310,7 +310,7 @@ def summary_frame(report: dict, slos: dict | None = None) -> pd.DataFrame:
             "requests": len(reqs),
             "lost": sum(bool(r.get("lost")) or not r["emit_ns"] for r in reqs),
             "makespan_s": run.get("makespan_ns", max(run["steps"]["t_end_ns"], default=0)) / 1e9,
-            **run_summary(_emitted(run), slos),
+            **run_summary(run["requests"], slos),
             "near_ties": np.nan if peer else sum((r.get("check") or {}).get("status") == "near-tie" for r in reqs),
             "agree_all": sum(r.get("agreement") == r.get("output_tokens") for r in reqs) if peer else np.nan,
         }

@@ -196,8 +196,9 @@ def attainment_chart(report: dict, slos: dict | None = None) -> alt.HConcatChart
 
 # ---- rate searches ---------------------------------------------------------------------------------------------
 def search_points(searches: dict) -> pd.DataFrame:
-    """One row per run, measured point and metric field: run, criterion, rate, rep, metric, value, passed (of that
-    criterion). A point measured for two criteria (they share measurements) appears once per criterion."""
+    """One row per run, measured point and metric field (n_lost aside): run, criterion, rate, rep, metric, value,
+    passed (of that criterion). A point measured for two criteria (they share measurements) appears once per
+    criterion."""
     rows = [
         {"run": run, "criterion": r["criterion"], "rate": p["rate"], "rep": p["rep"], "metric": k, "value": v,
          "passed": bool(p["pass"])}
@@ -205,6 +206,7 @@ def search_points(searches: dict) -> pd.DataFrame:
         for r in results
         for p in r["points"]
         for k, v in (p.get("metric") or {}).items()  # None: a `meets` without .metric
+        if k != "n_lost"  # a count, not a curve: a point that lost requests shows as failed
     ]  # fmt: skip
     cols = ["run", "criterion", "rate", "rep", "metric", "value", "passed"]
     return pd.DataFrame(rows, columns=cols).drop_duplicates(["run", "criterion", "metric", "rate", "rep"])

@@ -1,7 +1,9 @@
 """Metrics of a serving run of N requests, and the rate searches for capacity and goodput, in numpy only.
 
 A run is a list of requests, each {"arrival_ns": int, "emit_ns": [int, ...]}: ns since the run's start, the
-emits sorted (equal stamps allowed), the first not before the arrival, every request finished (one emit or more).
+emits sorted (equal stamps allowed), the first not before the arrival, every request finished (one emit or more)
+unless marked {"lost": True} (a peer's request that ended short, with or without emits): a lost request counts in
+the run, meets no SLO and makes the run fail capacity; the latency figures are over the requests that emitted.
 
     slos = slos_from_step(decode_ms=20.0, ttft_ms=2000.0)
     s = run_summary(requests, slos)          # s["tbt_p99_ms"], s["ttft_p90_ms"], s["attain_strict"], ...
@@ -69,8 +71,9 @@ def _is_int(x) -> bool:
     return isinstance(x, int | np.integer) and not isinstance(x, bool)
 
 
-def check_requests(requests) -> list[tuple[int, np.ndarray]]:
-    """(arrival_ns, emit_ns as int64) per request, or an InputError naming the first bad request."""
+def check_requests(requests, *, lost_empty: bool = False) -> list[tuple[int, np.ndarray]]:
+    """(arrival_ns, emit_ns as int64) per request, or an InputError naming the first bad request; `lost_empty`: a
+    lost request may have no emit."""
     if not isinstance(requests, list | tuple) or not requests:
         raise InputError(f"requests must be a non-empty list of {{'arrival_ns', 'emit_ns'}} dicts, got {requests!r}")
     out = []
@@ -81,12 +84,13 @@ def check_requests(requests) -> list[tuple[int, np.ndarray]]:
         if not _is_int(arrival) or arrival < 0:
             raise InputError(f"request {i}: arrival_ns must be an integer >= 0, got {arrival!r}")
         emit = np.asarray(r["emit_ns"])
-        if emit.ndim != 1 or emit.size == 0:
+        emit = emit.astype(np.int64) if emit.ndim == 1 and emit.size == 0 else emit
+        if emit.ndim != 1 or (emit.size == 0 and not (lost_empty and r.get("lost") is True)):
             raise InputError(f"request {i}: emit_ns must be a non-empty list (an unfinished request has no metrics)")
         if emit.dtype.kind not in "iu":  # a float or bool stamp is not an ns count
             raise InputError(f"request {i}: emit_ns must hold integers (ns), got dtype {emit.dtype}")
         emit = emit.astype(np.int64)
-        if emit[0] < arrival:
+        if emit.size and emit[0] < arrival:
             raise InputError(f"request {i}: first emit {int(emit[0])} ns is before its arrival {arrival} ns")
         if np.any(np.diff(emit) < 0):
             k = int(np.argmax(np.diff(emit) < 0))
@@ -186,8 +190,16 @@ def run_summary(requests, slos: Iterable[Slo] | dict = ()) -> dict:
     """One run's metrics as a flat dict of numbers (ms unless named otherwise; NaN where undefined): TTFT
     p50/p90/p99, TBT pooled p50/p99/p99.9/max, TBT per request (median and p90 over requests of each one's
     p99 gap, median of each one's max gap), TPOT p50/p90, E2E p50/p90, throughput in output tokens/s over
-    first arrival to last emit, and per Slo attain_<name>: the share of requests meeting its TTFT and TPOT."""
-    m = request_metrics(requests)
+    first arrival to last emit (all over the requests that emitted), n_lost (the requests marked lost), and per
+    Slo attain_<name>: the share of all the run's requests meeting its TTFT and TPOT, a lost one none."""
+    checked = check_requests(requests, lost_empty=True)
+    lost = np.array([r.get("lost") is True for r in requests])
+    emitted = [r for r, (_, e) in zip(requests, checked) if e.size]
+    if not emitted:  # every request lost before its first token: no latency to show, no SLO met
+        out = {k: math.nan for k in run_summary([{"arrival_ns": 0, "emit_ns": [1]}])}
+        out |= {"n_requests": len(requests), "n_lost": len(requests), "n_output_tokens": 0, "n_gaps": 0}
+        return out | {f"attain_{slo.name}": 0.0 for slo in slo_list(slos)}
+    m = request_metrics(emitted)
     gaps = [g for g in m["gaps_ns"] if g.size]
     pooled = np.concatenate(gaps) if gaps else np.zeros(0, dtype=np.int64)
     own_p99 = np.array([np.percentile(g, 99) for g in gaps])
@@ -199,7 +211,8 @@ def run_summary(requests, slos: Iterable[Slo] | dict = ()) -> dict:
     span_ns = int(m["last_ns"].max() - m["arrival_ns"].min())
     n_tokens = int(m["n_out"].sum())
     out = {
-        "n_requests": int(m["n_out"].size),
+        "n_requests": len(requests),
+        "n_lost": int(lost.sum()),
         "n_output_tokens": n_tokens,
         "n_gaps": int(pooled.size),
         "span_ms": span_ns / NS_PER_MS,
@@ -219,8 +232,9 @@ def run_summary(requests, slos: Iterable[Slo] | dict = ()) -> dict:
         "e2e_p90_ms": _pct_ms(m["e2e_ns"], [90])[0],
         "throughput_tok_s": n_tokens / (span_ns / 1e9) if span_ns else math.nan,
     }
+    met = ~lost[[e.size > 0 for _, e in checked]]  # the emitted requests not lost, each in emitted's order
     for slo in slo_list(slos):
-        out[f"attain_{slo.name}"] = float(attainment(m, slo).mean())
+        out[f"attain_{slo.name}"] = float((attainment(m, slo) & met).sum() / len(requests))
     return out
 
 
@@ -249,8 +263,11 @@ class Criterion:
 
 
 def capacity_criterion(slo: Slo) -> Criterion:
-    """Sarathi-Serve's capacity: pooled P99 TBT and P90 TTFT within the SLO."""
-    return Criterion(f"capacity_{slo.name}", at_most={"tbt_p99_ms": slo.tbt_ms, "ttft_p90_ms": slo.ttft_ms})
+    """Sarathi-Serve's capacity: pooled P99 TBT and P90 TTFT within the SLO, and no request lost (the latencies
+    are the emitted requests': a run that drops some must not pass on the rest)."""
+    return Criterion(
+        f"capacity_{slo.name}", at_most={"tbt_p99_ms": slo.tbt_ms, "ttft_p90_ms": slo.ttft_ms, "n_lost": 0}
+    )
 
 
 def goodput_criterion(slo: Slo, share: float = 0.9) -> Criterion:

@@ -49,8 +49,9 @@ host_share is unknown, as for a peer; none named with no gap over it: a NaN p99)
 a failed TTFT bound (or a failed attainment with requests over the TTFT bound) to "memory" when at least half
 of those requests' TTFT was spent waiting for a cache, else "queueing" when at least half was wait, else
 "prefill"; a failed attainment with requests over the TPOT bound to "prefill stalls" when at least half their gap
-time had prompt work inside, else "decode steps". A point whose run ran out of device memory (a search records it
-and goes on: run/search_report.memory_point) is lost to "memory" alone.
+time had prompt work inside, else "decode steps"; requests a run lost (a peer's that ended short) to "lost
+requests". A point whose run ran out of device memory (a search records it and goes on:
+run/search_report.memory_point) is lost to "memory" alone.
 """
 
 import math
@@ -255,7 +256,7 @@ def failed_bounds(criterion: Criterion, summary: dict) -> list[dict]:
     return out
 
 
-def _causes(failed: list[dict], loss: dict | None, slo: Slo) -> list[str]:
+def _causes(failed: list[dict], loss: dict | None, slo: Slo, lost: int = 0) -> list[str]:
     if not loss:
         return []
     if loss.get("out_of_memory"):  # the run stopped there (run/search_report.memory_point)
@@ -273,6 +274,8 @@ def _causes(failed: list[dict], loss: dict | None, slo: Slo) -> list[str]:
         causes.append("memory" if memory else "queueing" if loss[f"ttft_over_{n}_wait_share"] >= HALF else "prefill")
     if attain and loss[f"tpot_over_{n}"]:
         causes.append("prefill stalls" if loss[f"tpot_over_{n}_prompt_share"] >= HALF else "decode steps")
+    if lost and ("n_lost" in fields or attain):
+        causes.append("lost requests")
     return list(dict.fromkeys(causes))
 
 
@@ -296,7 +299,7 @@ def search_limit(result: dict, criterion: Criterion, slo: Slo, points: dict) -> 
         "rep": rep,
         "slo": slo.name,
         "failed": failed,
-        "causes": _causes(failed, loss, slo),
+        "causes": _causes(failed, loss, slo, lost=point["summary"].get("n_lost", 0)),
         "loss": loss,
     }
 
@@ -315,6 +318,8 @@ def share_below(value: float, bound: float) -> str:
 
 
 def _failed_text(f: dict) -> str:
+    if f["field"] == "n_lost":
+        return f"{_n(int(f['value']), 'request')} lost"
     if f["field"].startswith("attain_"):
         return f"{share_below(f['value'], f['bound'])} of requests met TTFT and TPOT (< {f['bound']:.0%})"
     return f"{_NAMES.get(f['field'], f['field'])} {f['value']:.4g} ms > {f['bound']:.4g} ms"

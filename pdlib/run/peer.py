@@ -302,6 +302,6 @@ def run_peers(
         run = peer_once(models[dtype], workload, prompts, dtype=dtype, prefill_step_size=step, skip_idle=skip_idle)
         record_agreement(run, refs)
         run["warmup_s"] = warmup_s
-        run["summary"] = run_summary([r for r in run["requests"] if r["emit_ns"]], slos or {})
+        run["summary"] = run_summary(run["requests"], slos or {})
         runs.append(run)
     return runs

@@ -69,6 +69,16 @@ def with_later_switches(theirs, ours: dict):
     return {**theirs, "machine": {**theirs["machine"], "settings": old}}
 
 
+def lost_counted(record: dict) -> dict | None:
+    """A point whose summary has n_lost: as logged, or, logged before summaries counted lost requests, its gate's
+    count (a policy's gate has none: it checks every request's tokens); None for a peer's point that lost requests
+    then (its summary left them out of the shares: measured again)."""
+    if "n_lost" in record["summary"]:
+        return record
+    lost = record.get("gate", {}).get("lost", 0)
+    return None if lost else {**record, "summary": {**record["summary"], "n_lost": 0}}
+
+
 HEAD = ('{"schema":' + json.dumps(LOG_SCHEMA)).encode()  # how every log begins (_write, start)
 HEAD_AS_TEXT = re.compile(rb'\{\s*"schema"\s*:\s*' + re.escape(json.dumps(LOG_SCHEMA).encode()))  # also hand-written
 

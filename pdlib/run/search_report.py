@@ -30,7 +30,8 @@ def memory_point(
     loss names memory (serving_loss's causes) with the device memory in use as the point's runs began (`held`,
     bytes) and at most before it failed (`peak`), where known, and its gate keeps the error."""
     fields = run_summary([{"arrival_ns": 0, "emit_ns": [1]}], slos)  # the summary's fields, as a run has them
-    summary = {k: 0.0 if k.startswith("attain_") else math.nan for k in fields} | {"n_requests": requests}
+    summary = {k: 0.0 if k.startswith("attain_") else math.nan for k in fields}
+    summary |= {"n_requests": requests, "n_lost": requests}
     error = " ".join(str(error).split())
     loss = {"out_of_memory": True}
     if held is not None and peak is not None:

@@ -61,7 +61,7 @@ from pdlib.run import search_report
 from pdlib.run.peer import peer_model, peer_once, record_agreement
 from pdlib.run.reference import Reference
 from pdlib.run.search_budget import Budget, BudgetSpent
-from pdlib.run.search_log import SearchLog, utc_now
+from pdlib.run.search_log import SearchLog, lost_counted, utc_now
 from pdlib.run.search_report import SCHEMA, SLO_NAMES, ci_text, memory_point, point_line, stderr_line, stopped_line
 from pdlib.run.search_slo import TTFT_FACTOR, calibrate
 from pdlib.run.search_starts import resolve_starts, start_key, start_rates, starts_from_report
@@ -296,7 +296,7 @@ def measure(bench: Bench, policy: str, rate: float, rep: int, admit=None) -> dic
         if slo is not None:  # fitted once per log: each point says with what, and what its run learned
             check["slo_policy"] = slo
             check["slo_loop_ms"] = run.get("slo_loop", {}).get("loop_ms")
-    summary = run_summary([r for r in run["requests"] if r["emit_ns"]], bench.slos)
+    summary = run_summary(run["requests"], bench.slos)
     kv_bytes = kv_cache_bytes(bench.model, requests=1, capacity=1)  # FP32 K and V a position; a bf16 peer's half
     if policy in bench.peers and dtype == "bf16":
         kv_bytes //= 2
@@ -340,10 +340,13 @@ def _run_searches(bench: Bench, name: str, peer: bool, settings: dict, budget: B
     lg = bench.log
     rule = policy_rule(name)
     began = bench.starts.get(name)  # {"from": a report, "starts"}, or None: the params' start
-    mine = [r for r in lg.records if r["policy"] == name and counts_under(rule, r)]
-    stale = sum(r["policy"] == name for r in lg.records) - len(mine)
+    ruled = [r for r in lg.records if r["policy"] == name and counts_under(rule, r)]
+    mine = [c for r in ruled if (c := lost_counted(r)) is not None]
+    stale = sum(r["policy"] == name for r in lg.records) - len(ruled)
+    redo = "not used (a search command measures them again)" if bench.from_log else "measuring again"
+    if len(mine) < len(ruled):
+        note(f"{name}: {len(ruled) - len(mine)} points of the log left lost requests out of their summaries; {redo}")
     if stale:
-        redo = "not used (a search command measures them again)" if bench.from_log else "measuring again"
         note(f"{name}: {stale} points of the log were measured under another rule; {redo} ({rule})")
     known = known_from_records(mine)
     records = {(grid_rate(r["rate"]), int(r["rep"])): r for r in mine}  # the points, for what bounds a search

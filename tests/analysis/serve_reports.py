@@ -126,7 +126,12 @@ def fake_measure(scale: float):
 
     def measure(rate, rep):
         k = rate * scale * (1 + 0.02 * rep)
-        return {"tbt_p99_ms": 5.0 * k, "ttft_p90_ms": 40.0 * k, "attain_strict": max(0.0, min(1.0, 1.2 - 0.1 * k))}
+        return {
+            "tbt_p99_ms": 5.0 * k,
+            "ttft_p90_ms": 40.0 * k,
+            "n_lost": 0,
+            "attain_strict": max(0.0, min(1.0, 1.2 - 0.1 * k)),
+        }
 
     return measure
 

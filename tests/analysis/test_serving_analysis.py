@@ -97,14 +97,17 @@ def test_an_slo_given_replaces_the_reports_and_a_bad_one_is_refused(report):
             sv.report_slos({"slos": bad})
 
 
-def test_a_lost_request_is_left_out_of_the_metrics_and_counted(report):
+def test_a_lost_request_counts_in_the_run_and_its_missing_tokens_in_no_metric(report):
     r = json.loads(json.dumps(report))
     peer = r["runs"][2]
     peer["requests"][2].update(emit_ns=[], lost=True, agreement=0)  # dropped before its first token
     peer["requests"][1].update(emit_ns=peer["requests"][1]["emit_ns"][:2], lost=True)  # ended short
     sv.check_serving_report(r)
     s = sv.summary_frame(r).set_index("run")
-    assert s.loc[PEER, "lost"] == 2 and s.loc[PEER, "n_requests"] == 2 and s.loc[PEER, "n_output_tokens"] == 6
+    assert s.loc[PEER, "lost"] == 2 and s.loc[PEER, "n_lost"] == 2 and s.loc[PEER, "n_requests"] == 3
+    assert s.loc[PEER, "n_output_tokens"] == 6 and all(
+        s.loc[PEER, f"attain_{n}"] <= 1 / 3 for n in ("strict", "relaxed")
+    )
     req = sv.requests_frame(r)
     lost = req[(req["run"] == PEER) & (req["request"] == "r2")].iloc[0]
     assert lost["lost"] and lost["emitted"] == 0 and math.isnan(lost["ttft_ms"])

@@ -46,6 +46,7 @@ def test_run_summary_is_the_hand_computed_percentiles():
     # linear interpolation: p(q) of sorted x = x[i] + f (x[i+1] - x[i]), i + f = q/100 (n - 1)
     expected = {
         "n_requests": 2,
+        "n_lost": 0,
         "n_output_tokens": 5,
         "n_gaps": 3,
         "span_ms": 900.0,  # 1000 (last emit) - 100 (first arrival)
@@ -159,6 +160,31 @@ def test_bad_requests_are_refused(bad, match):
     assert issubclass(InputError, ValueError)
 
 
+def test_a_lost_request_counts_in_the_run_and_meets_no_slo():
+    slo = Slo(300, 1e9, 100, "a")  # TWO's request 0 meets it, request 1 (TTFT 800) does not
+    good = goodput_criterion(slo, share=0.5)
+    assert run_summary(TWO, [slo])["attain_a"] == 0.5 and good(run_summary(TWO, [slo]))
+    # a third request lost before its first token: in the share's denominator, not in the latencies
+    gone = {"arrival_ns": 0, "emit_ns": [], "lost": True}
+    s = run_summary([*TWO, gone], [slo])
+    assert (s["n_requests"], s["n_lost"], s["attain_a"]) == (3, 1, 1 / 3) and not good(s)
+    assert s["ttft_p50_ms"] == run_summary(TWO)["ttft_p50_ms"] and s["n_output_tokens"] == 5
+    # lost after emitting: its latencies count, it meets no SLO, and no run that lost one has a capacity
+    short = dict(TWO[0], lost=True)
+    s = run_summary([short, TWO[1]], [slo])
+    assert (s["n_lost"], s["attain_a"], s["tbt_max_ms"]) == (1, 0.0, 150.0)
+    cap = capacity_criterion(Slo(1e9, 1e9, 1e9, "loose"))
+    assert cap(run_summary(TWO)) and not cap(run_summary([short, TWO[1]]))
+    # every request lost before a token: no latency, no SLO met, no traceback
+    s = run_summary([gone, dict(gone, arrival_ns=5)], [slo])
+    assert (s["n_requests"], s["n_lost"], s["attain_a"], s["n_output_tokens"]) == (2, 2, 0.0, 0)
+    assert math.isnan(s["ttft_p90_ms"]) and math.isnan(s["tbt_p99_ms"]) and not cap(s)
+    assert set(s) == set(run_summary(TWO, [slo]))
+    # only a request marked lost may have no emit
+    with pytest.raises(InputError, match="non-empty"):
+        run_summary([TWO[0], dict(gone, lost=1)])
+
+
 def test_equal_stamps_and_a_first_emit_at_arrival_are_accepted():
     s = run_summary([{"arrival_ns": 7, "emit_ns": [7, 9, 9]}])
     assert (s["ttft_p50_ms"], s["tbt_max_ms"], s["tpot_p50_ms"]) == (0.0, 2 / MS, 1 / MS)
@@ -167,9 +193,12 @@ def test_equal_stamps_and_a_first_emit_at_arrival_are_accepted():
 def test_criteria_meet_at_the_bound_and_need_their_fields():
     slo = Slo(100, 10, 10, "strict")
     cap = capacity_criterion(slo)
-    assert cap({"tbt_p99_ms": 10.0, "ttft_p90_ms": 100.0})
-    assert not cap({"tbt_p99_ms": 10.001, "ttft_p90_ms": 100.0})
-    assert not cap({"tbt_p99_ms": 10.0, "ttft_p90_ms": 100.001})
+    assert cap({"tbt_p99_ms": 10.0, "ttft_p90_ms": 100.0, "n_lost": 0})
+    assert not cap({"tbt_p99_ms": 10.001, "ttft_p90_ms": 100.0, "n_lost": 0})
+    assert not cap({"tbt_p99_ms": 10.0, "ttft_p90_ms": 100.001, "n_lost": 0})
+    assert not cap({"tbt_p99_ms": 10.0, "ttft_p90_ms": 100.0, "n_lost": 1})
+    with pytest.raises(KeyError, match="n_lost"):
+        cap({"tbt_p99_ms": 10.0, "ttft_p90_ms": 100.0})  # a summary from before lost requests were counted
     good = goodput_criterion(slo)
     assert good({"attain_strict": 0.9}) and not good({"attain_strict": 0.8999})
     with pytest.raises(KeyError, match="attain_strict"):
@@ -191,7 +220,7 @@ class Synthetic:
     def __call__(self, rate, rep):
         self.calls.append((rate, rep))
         j = np.exp(self.jitter * np.random.default_rng([self.seed, rep, int(rate * 1e6)]).standard_normal())
-        return {"tbt_p99_ms": rate * self.factor[rep] * j, "ttft_p90_ms": 1.0}
+        return {"tbt_p99_ms": rate * self.factor[rep] * j, "ttft_p90_ms": 1.0, "n_lost": 0}
 
 
 SLO5 = Slo(ttft_ms=10.0, tbt_ms=5.0, tpot_ms=5.0, name="strict")
@@ -208,7 +237,11 @@ def test_search_finds_a_noiseless_threshold_within_its_precision():
     assert [p["rate"] for p in r["points"][:2]] == [8.0, 4.0]
     assert r["points"][2]["rate"] == pytest.approx(math.sqrt(32), rel=1e-6)
     for p in r["points"]:
-        assert p["pass"] == (p["rate"] <= 5) and p["metric"] == {"tbt_p99_ms": p["rate"], "ttft_p90_ms": 1.0}
+        assert p["pass"] == (p["rate"] <= 5) and p["metric"] == {
+            "tbt_p99_ms": p["rate"],
+            "ttft_p90_ms": 1.0,
+            "n_lost": 0,
+        }
     assert r["measured"] == len(f.calls) == len(r["points"]) == rep["measurements"] and r["reused"] == 0
 
 

@@ -113,7 +113,12 @@ def measured(thresholds: dict):
 
     def measure(rate, rep):
         bad = rate > thresholds[rep]
-        summary = {"tbt_p99_ms": 9.0 if bad else 1.0, "ttft_p90_ms": 3.0, "attain_strict": 0.5 if bad else 1.0}
+        summary = {
+            "tbt_p99_ms": 9.0 if bad else 1.0,
+            "ttft_p90_ms": 3.0,
+            "n_lost": 0,
+            "attain_strict": 0.5 if bad else 1.0,
+        }
         loss = {
             "tbt_over_strict": 10 if bad else 0,
             "tbt_over_strict_prompt": 8,
@@ -191,12 +196,26 @@ def test_a_goodput_limit_names_its_waits_and_a_bound_never_failed_has_none():
     assert limit_text(None) == "no failing rate measured"
 
 
+def test_a_run_that_lost_requests_names_them():
+    measure, points = measured({0: 4.0})
+    crit = capacity_criterion(SLO)
+    result = search(measure, meets=crit, lo=0.5, hi=64, reps=1, start=2, precision=0.1)
+    point = points[search_limit(result, crit, SLO, points)["rate"], 0]
+    point["summary"].update(tbt_p99_ms=1.0, n_lost=2)  # its latencies within the bounds: failed by what it lost
+    lim = search_limit(result, crit, SLO, points)
+    assert lim["failed"] == [{"field": "n_lost", "value": 2, "bound": 0, "side": "at_most"}]
+    assert lim["causes"] == ["lost requests"] and "2 requests lost" in limit_text(lim)
+    good = goodput_criterion(SLO)
+    point["summary"].update(attain_strict=0.5)  # goodput: the lost ones among those that missed
+    assert search_limit(result, good, SLO, points)["causes"] == ["queueing", "lost requests"]
+
+
 def test_a_limit_that_would_contradict_its_search_is_refused():
     measure, points = measured({0: 4.0})
     crit = capacity_criterion(SLO)
     result = search(measure, meets=crit, lo=0.5, hi=64, reps=1, start=2, precision=0.1)
     rate = result["reps"][0]["hi"]
-    good = dict(points[rate, 0], summary={"tbt_p99_ms": 1.0, "ttft_p90_ms": 3.0})
+    good = dict(points[rate, 0], summary={"tbt_p99_ms": 1.0, "ttft_p90_ms": 3.0, "n_lost": 0})
     with pytest.raises(InputError, match="meets it, yet bounds the search"):
         search_limit(result, crit, SLO, {**points, (rate, 0): good})
     with pytest.raises(InputError, match="no measured point"):

@@ -62,7 +62,13 @@ def fake(monkeypatch, clock):
         wall = setup + span / rate + EXTRA_S + warmups * (span / warm + EXTRA_S)
         clock.t += wall - setup
         thr = THRESHOLD[policy] * (1 + 0.05 * rep)
-        summary = {"tbt_p99_ms": 5 * rate / thr, "ttft_p90_ms": 10.0, "attain_strict": 1.0, "attain_relaxed": 1.0}
+        summary = {
+            "tbt_p99_ms": 5 * rate / thr,
+            "ttft_p90_ms": 10.0,
+            "n_lost": 0,
+            "attain_strict": 1.0,
+            "attain_relaxed": 1.0,
+        }
         point = {"summary": summary, "gate": {"checks": "fake"}, "warmups": warmups, "warmup_rate": warm}
         point.update(makespan_s=0, wall_s=wall)
         return {**point, "setup_s": setup}

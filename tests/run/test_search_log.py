@@ -8,7 +8,7 @@ import json
 import pytest
 
 from pdlib.errors import InputError
-from pdlib.run.search_log import SearchLog
+from pdlib.run.search_log import SearchLog, lost_counted
 
 IDENTITY = {"model": "synthetic:tiny", "workload": {"first": 8}}
 POINT = {"policy": "chunked", "rate": 2.0, "rep": 0, "summary": {"tbt_p99_ms": 3.5, "ttft_p90_ms": None}, "gate": {}}
@@ -132,3 +132,12 @@ def test_another_searchs_log_with_a_partial_line_is_refused_and_not_cut(tmp_path
     with pytest.raises(InputError, match=r"other params or on another machine \(workload.first: 8 != 6\)"):
         SearchLog(path, {**IDENTITY, "workload": {"first": 6}})
     assert path.read_text() == text  # cut only once the log is known to be this search's
+
+
+def test_a_point_logged_before_lost_requests_were_counted_takes_its_gates_count():
+    assert lost_counted(POINT)["summary"] == {**POINT["summary"], "n_lost": 0}  # a policy's: its gate checks all
+    peer = {**POINT, "policy": "mlx-lm-fp32@2048", "gate": {"peer": True, "lost": 0}}
+    assert lost_counted(peer)["summary"]["n_lost"] == 0 and "n_lost" not in peer["summary"]
+    assert lost_counted({**peer, "gate": {"peer": True, "lost": 2}}) is None  # its shares left them out: redone
+    now = {**peer, "summary": {**POINT["summary"], "n_lost": 2}, "gate": {"peer": True, "lost": 2}}
+    assert lost_counted(now) is now

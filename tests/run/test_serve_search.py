@@ -70,6 +70,7 @@ class Fake:
         summary = {
             "tbt_p99_ms": 5 * rate / thr,
             "ttft_p90_ms": 10.0,
+            "n_lost": 0,
             "attain_strict": 1.0 if rate <= thr / 2 else 0.5,
             "attain_relaxed": 1.0 if rate <= 2 * thr else 0.5,
         }
