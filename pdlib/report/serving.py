@@ -286,6 +286,14 @@ def interval_text(ci, fmt: str = ".4g") -> str:
     return "[" + ", ".join("unbounded" if v is None else format(v, fmt) for v in ci) + "]"
 
 
+def ci_text(ci, level: float | None, fmt: str = ".4g") -> str:
+    """An interval with its coverage: "50% CI [low, high]"; "range [low, high]" where it claims none (one rep, or
+    a ratio of two 50% CIs); "CI [...]" where the level is not known (a result from before levels were kept)."""
+    if level is None:
+        return f"CI {interval_text(ci, fmt)}"
+    return f"{level:.0%} CI {interval_text(ci, fmt)}" if level > 0 else f"range {interval_text(ci, fmt)}"
+
+
 def grid_rate(rate: float) -> float:
     """A rate as the search measures and keys it: 6 significant digits, so it survives a JSON round trip as text."""
     return float(f"{rate:.6g}")

@@ -11,14 +11,14 @@ policy with the highest value (the first of equals), the peer likewise, the rati
 for it from their CIs, [policy's low / peer's high, policy's high / peer's low] (the low end 0 where the peer's
 CI has no upper end, the high end None where the policy's has none or the peer's low is 0): where both CIs hold
 their median thresholds, it holds the ratio of the two medians, so its coverage is at least 1 - (1 - c1) -
-(1 - c2) for the two searches' stated coverages (nothing at 2 reps, whose CIs claim 50% each: then it only
-shows the spread). `meets` reads the ratio of the values: at least `target`, or the peer has no rate (0: none
-at the search's lo) where the policy has one.
+(1 - c2) for the two searches' stated coverages (`ratio_ci_level`; nothing at 2 reps, whose CIs claim 50%
+each: then it only shows the spread, printed as a range, not a CI). `meets` reads the ratio of the values: at
+least `target`, or the peer has no rate (0: none at the search's lo) where the policy has one.
 """
 
 import re
 
-from pdlib.report.serving import interval_text
+from pdlib.report.serving import ci_text
 
 TARGET = 3.0
 _PEER = re.compile(r"^mlx-lm[- ](fp32|bf16) ?@(\d+)$")
@@ -32,6 +32,11 @@ def peer_kind(name: str) -> tuple[str, int] | None:
 
 def _best(runs: list[tuple[str, dict]]) -> tuple[str, dict] | None:
     return max(runs, key=lambda nr: nr[1]["value"], default=None)  # max keeps the first of equals
+
+
+def _joint(c1, c2):
+    """The coverage two intervals' ratio keeps (Bonferroni), None where either's is unknown."""
+    return None if c1 is None or c2 is None else max(0.0, c1 + c2 - 1)
 
 
 def _div(a, b):
@@ -65,6 +70,9 @@ def versus(searches: dict, *, dtype: str = "fp32", target: float = TARGET) -> li
                 "peer_ci": list(q["ci"]),
                 "ratio": ratio,
                 "ratio_ci": [0.0 if q["ci"][1] is None else _div(p["ci"][0], q["ci"][1]), _div(p["ci"][1], q["ci"][0])],
+                "policy_ci_level": p.get("ci_level"),
+                "peer_ci_level": q.get("ci_level"),
+                "ratio_ci_level": _joint(p.get("ci_level"), q.get("ci_level")),
                 "meets": (ratio is not None and ratio >= target) or (not q["value"] and p["value"] > 0),
                 "target": target,
             }
@@ -74,14 +82,14 @@ def versus(searches: dict, *, dtype: str = "fp32", target: float = TARGET) -> li
 
 def side_text(row: dict, side: str) -> str:
     """A versus row's policy or peer (`side`): its name, value and CI."""
-    return f"{row[side]} {row[f'{side}_value']:.4g} {interval_text(row[f'{side}_ci'])}"
+    return f"{row[side]} {row[f'{side}_value']:.4g} {ci_text(row[f'{side}_ci'], row.get(f'{side}_ci_level'))}"
 
 
 def ratio_text(row: dict) -> str:
     """A versus row's ratio with its interval, or why it has none."""
     if row["ratio"] is None:
         return "mlx-lm has none" if row["policy_value"] else "neither has a rate"
-    return f"{row['ratio']:.3g}x {interval_text(row['ratio_ci'], '.3g')}"
+    return f"{row['ratio']:.3g}x {ci_text(row['ratio_ci'], row.get('ratio_ci_level'), '.3g')}"
 
 
 def versus_line(row: dict) -> str:

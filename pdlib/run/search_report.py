@@ -11,7 +11,8 @@ import sys
 
 from pdlib.engine.kernels import BACKEND
 from pdlib.report.io import environment
-from pdlib.report.serving import interval_text, run_summary
+from pdlib.report.serving import ci_text as serving_ci_text
+from pdlib.report.serving import run_summary
 from pdlib.report.serving_loss import limit_text
 from pdlib.report.serving_versus import versus, versus_line
 
@@ -51,7 +52,8 @@ def point_line(policy: str, rate: float, rep: int, point: dict) -> str:
 
 
 def ci_text(result: dict) -> str:
-    return interval_text(result["ci"])
+    """A search result's CI with its coverage (report.serving.ci_text: 50% at 2 reps)."""
+    return serving_ci_text(result["ci"], result.get("ci_level"))
 
 
 def search_table(report: dict) -> str:
@@ -65,7 +67,7 @@ def search_table(report: dict) -> str:
         by_run.setdefault(s["policy"], {})[(s["criterion"], s["slo"])] = s["result"]
     rows = [["run", *(f"{c} {s}" for c, s in cols)]]
     for run, results in by_run.items():
-        rows.append([run, *(f"{r['text']} CI {ci_text(r)}" if (r := results.get(c)) else "-" for c in cols)])
+        rows.append([run, *(f"{r['text']} {ci_text(r)}" if (r := results.get(c)) else "-" for c in cols)])
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(x.ljust(w) for x, w in zip(row, widths)).rstrip() for row in rows]
     slo = report["slos"]["strict"]

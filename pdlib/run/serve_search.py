@@ -400,7 +400,7 @@ def _run_searches(bench: Bench, name: str, peer: bool, settings: dict, budget: B
                 listed |= {"start_from": began["from"]} if entry is not None else {}
                 out.append({**listed, "rule": rule} if rule is not None else listed)
                 lost = limit_text(result["limit"])
-                note(f"{name}: {criterion} at the {slo_name} SLO: {result['text']} (CI {ci_text(result)}); {lost}")
+                note(f"{name}: {criterion} at the {slo_name} SLO: {result['text']} ({ci_text(result)}); {lost}")
     finally:  # the searches finished, also where the budget stopped the next
         search_report.tally_sources(out[first:], records, bench.measured_with)
 

@@ -29,10 +29,21 @@ def test_the_best_policy_meets_the_best_fp32_peer():
     assert good["policy"] == "chunked" and good["ratio"] is None  # mlx-lm has none: a rate where it has none
     assert good["ratio_ci"] == [2.0 / 0.5, None] and good["meets"]  # no upper end: the peer's low is 0
     assert "mlx-lm has none; 3x target met" in versus_line(good)
-    assert versus_line(cap).startswith("capacity_strict: mixed 6 [5, 8] vs mlx-lm-fp32@512 2 [1, 4]: 3x [1.25, 8]")
+    # results without a level (older reports) say only "CI"
+    assert versus_line(cap).startswith(
+        "capacity_strict: mixed 6 CI [5, 8] vs mlx-lm-fp32@512 2 CI [1, 4]: 3x CI [1.25, 8]"
+    )
+    # at 2 reps each CI claims 50% and their ratio's interval nothing: a range; at 5 reps 94% each, 88% the ratio
+    for level, ratio in ((0.5, "range"), (0.9375, "88% CI")):
+        leveled = {run: [{**r, "ci_level": level} for r in rs] for run, rs in searches.items()}
+        row = versus(leveled)[0]
+        assert row["ratio_ci_level"] == pytest.approx(max(0.0, 2 * level - 1))
+        assert f"mixed 6 {level:.0%} CI [5, 8] vs mlx-lm-fp32@512 2 {level:.0%} CI [1, 4]: 3x {ratio} [1.25, 8]" in (
+            versus_line(row)
+        )
     assert not versus(searches, target=3.5)[0]["meets"]
     open_peer = {**searches, "mlx-lm-fp32@512": [result("capacity_strict", 2.0, [1.0, None])]}  # passed at hi
-    assert versus(open_peer)[0]["ratio_ci"] == [0.0, 8.0] and "3x [0, 8]" in versus_line(versus(open_peer)[0])
+    assert versus(open_peer)[0]["ratio_ci"] == [0.0, 8.0] and "3x CI [0, 8]" in versus_line(versus(open_peer)[0])
     (bf16,) = versus(searches, dtype="bf16")
     assert bf16["ratio"] == pytest.approx(6.0 / 5.0) and not bf16["meets"]
 
