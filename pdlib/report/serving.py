@@ -397,7 +397,8 @@ def search(
     Returns: value (the rate; 0.0 when none passes), value_rep (the rep it is from), status ("found", "none": not
     even lo passes, "at_least": hi passes, "budget": max_per_rep ran out), text, ci [low, high] (high None when
     unbounded), ci_level, per-rep results, every point {rate, rep, metric, pass} in search order, measured (new
-    measure calls) and reused (cache hits)."""
+    measure calls), reused (cache hits) and not_monotone (_not_monotone: passes known above a rep's failing rate,
+    also named in `text`)."""
     for k, v in (("lo", lo), ("hi", hi)):
         if isinstance(v, bool) or not isinstance(v, int | float) or not (0 < v < math.inf):
             raise InputError(f"{k} must be a positive finite rate, got {v!r}")
@@ -448,6 +449,9 @@ def search(
         "at_least": f">= {hi:g}",
         "budget": f"{value:.4g} (search budget spent)",
     }[status]
+    bent = _not_monotone(per, known, meets)
+    if bent:
+        text += f" (not monotone: rep {bent[0]['rep']} passes at {bent[0]['passes_at']:g} above its fail)"
     return {
         "criterion": getattr(meets, "name", None),
         "value": value,
@@ -466,4 +470,25 @@ def search(
         "points": points,
         "measured": counts["measured"],
         "reused": counts["reused"],
+        "not_monotone": bent,
     }
+
+
+def _not_monotone(per: list, known: dict, meets) -> list[dict]:
+    """Passes in `known` (another search's points over the same cache) above a rep's lowest failing rate: there the
+    rep's pass and fail are not monotone in the rate, so its value depends on the search's path. {rep, fails_at,
+    passes_at} each; a summary without the criterion's fields is not judged."""
+    out = []
+    for p in per:
+        if p["hi"] is None:
+            continue
+        for (rate, rep), summary in sorted(known.items()):
+            if rep != p["rep"] or rate <= p["hi"]:
+                continue
+            try:
+                ok = bool(meets(summary))
+            except KeyError:
+                continue
+            if ok:
+                out.append({"rep": rep, "fails_at": p["hi"], "passes_at": rate})
+    return out

@@ -80,7 +80,7 @@ def search_table(report: dict) -> str:
         f"rate = {unit}; decode step "
         f"{report['decode_step_ms']:.3g} ms, TBT/TPOT strict {slo['tbt_ms']:.3g} ms, relaxed "
         f"{report['slos']['relaxed']['tbt_ms']:.3g} ms, TTFT {slo['ttft_ms']:.3g} ms; "
-        f"{m['new']} runs measured, {m['from_log']} from the log; {report['wall_s']:.1f} s"
+        f"{m['new']} runs measured, {m['reused']} of the log's {m['from_log']} reused; {report['wall_s']:.1f} s"
     )
     began: dict = {}  # search_starts.py: the report each run's searches began from
     for s in report["searches"]:

@@ -41,7 +41,7 @@ from pathlib import Path
 import mlx.core as mx
 
 from pdlib.batching import BATCH_POLICIES
-from pdlib.config import PEER_SYSTEM, peer_name
+from pdlib.config import peer_name
 from pdlib.engine import Engine
 from pdlib.engine.kernels import BACKEND
 from pdlib.errors import InputError, checks_memory, out_of_memory
@@ -61,8 +61,9 @@ from pdlib.run import search_report
 from pdlib.run.peer import peer_model, peer_once, record_agreement
 from pdlib.run.reference import Reference
 from pdlib.run.search_budget import Budget, BudgetSpent
-from pdlib.run.search_log import SearchLog, lost_counted, utc_now
+from pdlib.run.search_log import SearchLog, utc_now
 from pdlib.run.search_report import SCHEMA, SLO_NAMES, ci_text, memory_point, point_line, stderr_line, stopped_line
+from pdlib.run.search_rules import counts_under, policy_rule, settings_note, usable_points
 from pdlib.run.search_slo import TTFT_FACTOR, calibrate
 from pdlib.run.search_starts import resolve_starts, start_key, start_rates, starts_from_report
 from pdlib.run.search_workload import REP_RULE, rep_sample, rep_workload, warm_up
@@ -70,30 +71,10 @@ from pdlib.run.serve import gated_run, kv_cache_bytes, prefill_worker, remote_jo
 from pdlib.run.serve_gate import kept_references, reference_sequences
 from pdlib.run.serve_params import ServeParams, load_serve_params, search_settings
 from pdlib.run.serve_replay import replay_gate
-from pdlib.run.serve_replicas import parse_replicated, resolve
-from pdlib.run.serve_slo import BUDGET_RULE, kept_budget, slo_budget
+from pdlib.run.serve_replicas import resolve
+from pdlib.run.serve_slo import kept_budget, slo_budget
 from pdlib.weights import load_model
 from pdlib.workload import Workload, iter_prompts
-
-RULES = {"slo-mixed": BUDGET_RULE}  # each point keeps its policy's rule: a log's points made under another are redone
-PEER_RULE = "pdlib.serve-search.peer/2: the engine's memory released and collected before a peer's point"
-
-
-def counts_under(rule: str | None, record: dict) -> bool:
-    """Whether a log's point counts under `rule`: made under it, or a peer's made before PEER_RULE that ran (one
-    that ran out of memory may have failed for the engine's memory, held then: it is measured again)."""
-    if record.get("rule") == rule:
-        return True
-    return rule == PEER_RULE and "rule" not in record and "out_of_memory" not in record.get("gate", {})
-
-
-def policy_rule(name: str) -> str | None:
-    """The rule a point of `name` (a policy, its replicas, or a peer) is measured under, where it has one."""
-    if name.startswith(f"{PEER_SYSTEM}-"):
-        return PEER_RULE
-    replicated = parse_replicated(name)
-    return RULES.get(replicated[0] if replicated else name)
-
 
 # ---- what every point shares ---------------------------------------------------------------------------------
 
@@ -340,14 +321,7 @@ def _run_searches(bench: Bench, name: str, peer: bool, settings: dict, budget: B
     lg = bench.log
     rule = policy_rule(name)
     began = bench.starts.get(name)  # {"from": a report, "starts"}, or None: the params' start
-    ruled = [r for r in lg.records if r["policy"] == name and counts_under(rule, r)]
-    mine = [c for r in ruled if (c := lost_counted(r)) is not None]
-    stale = sum(r["policy"] == name for r in lg.records) - len(ruled)
-    redo = "not used (a search command measures them again)" if bench.from_log else "measuring again"
-    if len(mine) < len(ruled):
-        note(f"{name}: {len(ruled) - len(mine)} points of the log left lost requests out of their summaries; {redo}")
-    if stale:
-        note(f"{name}: {stale} points of the log were measured under another rule; {redo} ({rule})")
+    mine = usable_points(lg.records, name, note, from_log=bench.from_log)
     known = known_from_records(mine)
     records = {(grid_rate(r["rate"]), int(r["rep"])): r for r in mine}  # the points, for what bounds a search
 
@@ -464,6 +438,7 @@ def search_params_file(
             fields = {"params_file_sha256": sha256_file(params_file), "search": settings, "slo": slo}
             lg.start({**fields, "calibration": calib})
         header = lg.header
+        settings_note(header, settings, note)
         slos = slos_from_step(header["slo"]["decode_ms"], header["slo"]["ttft_ms"])
         bench.slos = slos
         measured = {r["policy"] for r in lg.records if counts_under(policy_rule(r["policy"]), r)}
@@ -480,6 +455,8 @@ def search_params_file(
                     budget.stopped = spent.record
                     note(stopped_line({"stopped": spent.record}))
         points, refs = len(lg.records), lg.kept_keys("references")  # keyed by the model: which weights, unloaded
+    used = {(s["policy"], p["rate"], p["rep"]) for s in searches for p in s["result"]["points"]}
+    reused = len(used) - counts["measured"]  # the log's points the searches went through (a new one is in one)
     asked = bench.given_starts["from"] if bench.given_starts is not None else None
     report = {
         "schema": SCHEMA,
@@ -499,7 +476,13 @@ def search_params_file(
         "searches": searches,
         "stopped": budget.stopped,  # under --budget-s: the point it did not start (None: every search finished)
         "budget": budget.to_dict(),
-        "measurements": {"new": counts["measured"], "from_log": logged, "in_log": points, "cut_bytes": cut},
+        "measurements": {
+            "new": counts["measured"],
+            "reused": reused,
+            "from_log": logged,
+            "in_log": points,
+            "cut_bytes": cut,
+        },
         "log": {"path": str(log), "created_utc": header["created_utc"]},
         "wall_s": time.perf_counter() - t_start,
         "warm": bench.warm,

@@ -245,6 +245,24 @@ def test_search_finds_a_noiseless_threshold_within_its_precision():
     assert r["measured"] == len(f.calls) == len(r["points"]) == rep["measurements"] and r["reused"] == 0
 
 
+def test_a_pass_known_above_a_reps_failing_rate_is_named():
+    def bent(rate, rep):  # passes up to 2, fails at 4, passes again from 6: not monotone in the rate
+        return {"tbt_p99_ms": 1.0 if rate <= 2 or rate >= 6 else 9.0, "ttft_p90_ms": 1.0, "n_lost": 0}
+
+    crit = capacity_criterion(SLO5)
+    plain = search(bent, meets=crit, lo=1, hi=16, reps=1, start=1, precision=0.5)
+    assert plain["value"] == 2.0 and plain["not_monotone"] == [] and plain["text"] == "2"
+    known: dict = {}
+    search(bent, meets=crit, lo=1, hi=16, reps=1, start=8, precision=0.5, known=known)  # passes at 8 and 16
+    r = search(bent, meets=crit, lo=1, hi=16, reps=1, start=1, precision=0.5, known=known)
+    assert r["value"] == 2.0 and r["reps"][0]["hi"] < 8
+    assert {(b["passes_at"], b["rep"]) for b in r["not_monotone"]} == {(8.0, 0), (16.0, 0)}
+    assert r["text"].startswith("2 (not monotone: rep 0 passes at 8 above its fail)")
+    # a summary without the criterion's fields (another criterion's fake) is not judged
+    other = search(bent, meets=crit, lo=1, hi=16, reps=1, start=1, known={(16.0, 0): {"attain_strict": 1.0}})
+    assert other["not_monotone"] == []
+
+
 def test_search_reports_the_lower_median_of_per_rep_thresholds():
     f = Synthetic(seed=3, sigma=0.3)
     r = search(f, meets=capacity_criterion(SLO5), lo=0.5, hi=64, reps=5)

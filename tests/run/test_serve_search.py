@@ -22,7 +22,7 @@ from pdlib.errors import InputError
 from pdlib.report.io import read_text, source_hashes, sources_hash
 from pdlib.report.serving import Slo, capacity_criterion, goodput_criterion, grid_rate
 from pdlib.report.serving_loss import failed_bounds, limit_text
-from pdlib.run import serve, serve_search
+from pdlib.run import search_rules, serve, serve_search
 from pdlib.run.search_log import LOG_SCHEMA
 from pdlib.run.search_report import SCHEMA, search_table
 from pdlib.run.search_workload import rep_sample, rep_workload
@@ -142,6 +142,14 @@ def test_a_floor_in_the_params_takes_a_run_failing_at_lo_below_it(tmp_path, fake
     deep.write_text(PARAMS.replace("lo: 0.25", "lo: 8, floor: 0.5"))
     first = search_params_file(plain, log=tmp_path / "a.jsonl", note=lambda _: None)
     second = search_params_file(deep, log=tmp_path / "b.jsonl", note=lambda _: None)
+    # the plain log resumed with the floor: said, and only its points on the deeper search's path serve
+    notes: list = []
+    third = search_params_file(deep, log=tmp_path / "a.jsonl", note=notes.append)
+    assert [n for n in notes if "began with other settings (floor: null != 0.5)" in n], notes
+    m = third["measurements"]
+    assert m["reused"] + m["new"] == len({(x["policy"], q["rate"], q["rep"]) for x in third["searches"]
+                                          for q in x["result"]["points"]})  # fmt: skip
+    assert m["reused"] == m["from_log"] and m["new"] > 0  # every point of the plain search lies on the deep path
     below = 0
     for a, b in zip(first["searches"], second["searches"]):
         want = threshold(a["policy"], 1, a["slo"], a["criterion"])  # the median rep's
@@ -160,7 +168,9 @@ def test_a_killed_search_resumes_and_measures_only_what_it_lost(tmp_path, params
     first = search_params_file(params, output=tmp_path / "a.json", log=tmp_path / "log.jsonl", note=lambda _: None)
     n = len(fake.calls)
     again = search_params_file(params, output=tmp_path / "b.json", log=tmp_path / "log.jsonl", note=lambda _: None)
-    assert len(fake.calls) == n and again["measurements"] == {"new": 0, "from_log": n, "in_log": n, "cut_bytes": 0}
+    want = {"new": 0, "reused": n, "from_log": n, "in_log": n, "cut_bytes": 0}
+    assert len(fake.calls) == n and again["measurements"] == want
+    assert f"0 runs measured, {n} of the log's {n} reused" in search_table(again)
     assert again["from_log"] is False and "composed_on" not in again["environment"]  # resumed, not --from-log
     # killed while writing point k: the log ends in the middle of its line
     k = 7
@@ -171,7 +181,7 @@ def test_a_killed_search_resumes_and_measures_only_what_it_lost(tmp_path, params
     notes = []
     fake.calls.clear()
     resumed = search_params_file(params, output=tmp_path / "c.json", log=tmp_path / "cut.jsonl", note=notes.append)
-    assert len(fake.calls) == n - k and resumed["measurements"]["from_log"] == k
+    assert len(fake.calls) == n - k and resumed["measurements"]["from_log"] == k == resumed["measurements"]["reused"]
     assert resumed["measurements"]["cut_bytes"] == cut - starts[k]
     assert "ignored a partial last line" in notes[0]
     assert [x["result"]["value"] for x in resumed["searches"]] == [x["result"]["value"] for x in first["searches"]]
@@ -182,21 +192,21 @@ def test_a_killed_search_resumes_and_measures_only_what_it_lost(tmp_path, params
 def test_a_policys_points_made_under_another_rule_are_measured_again(tmp_path, params, fake, monkeypatch):
     """A policy whose rule changed (slo-mixed's budget) keeps the rule in each point and search: a log's points
     made under another rule are measured again, the other runs' are reused."""
-    assert serve_search.policy_rule("slo-mixed") == serve_search.policy_rule("slo-mixed-x2") is not None
-    assert serve_search.policy_rule("mixed") is None
-    assert serve_search.policy_rule("mlx-lm-bf16@32") == serve_search.PEER_RULE  # its memory collected first
+    assert search_rules.policy_rule("slo-mixed") == search_rules.policy_rule("slo-mixed-x2") is not None
+    assert search_rules.policy_rule("mixed") is None
+    assert search_rules.policy_rule("mlx-lm-bf16@32") == search_rules.PEER_RULE  # its memory collected first
     log = tmp_path / "log.jsonl"
     first = search_params_file(params, log=log, note=lambda _: None)
     n_mixed = sum(p == "mixed" for p, _, _ in fake.calls)
     fake.calls.clear()
-    monkeypatch.setitem(serve_search.RULES, "mixed", "mixed-rule/2")
+    monkeypatch.setitem(search_rules.RULES, "mixed", "mixed-rule/2")
     notes = []
     again = search_params_file(params, log=log, note=notes.append)
     assert {p for p, _, _ in fake.calls} == {"mixed"} and len(fake.calls) == n_mixed
     stale = f"mixed: {n_mixed} points of the log were measured under another rule"
     assert any(line.startswith(stale) for line in notes)
     assert [x.get("rule") for x in again["searches"] if x["policy"] == "mixed"] == ["mixed-rule/2"] * 4
-    assert all(x.get("rule") == serve_search.policy_rule(x["policy"]) for x in again["searches"])
+    assert all(x.get("rule") == search_rules.policy_rule(x["policy"]) for x in again["searches"])
     assert [x["result"]["value"] for x in again["searches"]] == [x["result"]["value"] for x in first["searches"]]
     ruled = [p for p in logged_points(log) if p["policy"] == "mixed" and p.get("rule") == "mixed-rule/2"]
     assert len(ruled) == n_mixed
@@ -786,7 +796,7 @@ def test_a_peers_earlier_points_count_unless_they_ran_out_of_memory(tmp_path, pa
     search_params_file(params, log=log, note=lambda _: None)
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     peer = [r for r in lines if str(r.get("policy")).startswith("mlx-lm")]
-    assert peer and all(r["rule"] == serve_search.PEER_RULE for r in peer)
+    assert peer and all(r["rule"] == search_rules.PEER_RULE for r in peer)
     for r in peer:  # as the log was before the rule
         del r["rule"]
     log.write_text("".join(json.dumps(r) + "\n" for r in lines))
