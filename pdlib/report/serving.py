@@ -188,8 +188,8 @@ def _pct_ms(values_ns: np.ndarray, qs) -> list[float]:
 
 def run_summary(requests, slos: Iterable[Slo] | dict = ()) -> dict:
     """One run's metrics as a flat dict of numbers (ms unless named otherwise; NaN where undefined): TTFT
-    p50/p90/p99, TBT pooled p50/p99/p99.9/max, TBT per request (median and p90 over requests of each one's
-    p99 gap, median of each one's max gap), TPOT p50/p90, E2E p50/p90, throughput in output tokens/s over
+    p50/p90/p99, TBT pooled p50/p99/p99.9/max, TBT per request (the median over requests of each one's p50, p99,
+    p99.9 and max gap, and the p90 of each one's p99), TPOT p50/p90, E2E p50/p90, throughput in output tokens/s over
     first arrival to last emit (all over the requests that emitted), n_lost (the requests marked lost), and per
     Slo attain_<name>: the share of all the run's requests meeting its TTFT and TPOT, a lost one none."""
     checked = check_requests(requests, lost_empty=True)
@@ -202,7 +202,7 @@ def run_summary(requests, slos: Iterable[Slo] | dict = ()) -> dict:
     m = request_metrics(emitted)
     gaps = [g for g in m["gaps_ns"] if g.size]
     pooled = np.concatenate(gaps) if gaps else np.zeros(0, dtype=np.int64)
-    own_p99 = np.array([np.percentile(g, 99) for g in gaps])
+    own_p50, own_p99, own_p999 = (np.array([np.percentile(g, q) for g in gaps]) for q in (50, 99, 99.9))
     own_max = np.array([g.max() for g in gaps], dtype=np.int64)
     tpot = m["tpot_ns"][~np.isnan(m["tpot_ns"])]
     ttft = _pct_ms(m["ttft_ns"], [50, 90, 99])
@@ -223,8 +223,10 @@ def run_summary(requests, slos: Iterable[Slo] | dict = ()) -> dict:
         "tbt_p99_ms": tbt[1],
         "tbt_p999_ms": tbt[2],
         "tbt_max_ms": tbt[3],
+        "tbt_req_p50_p50_ms": _pct_ms(own_p50, [50])[0],
         "tbt_req_p99_p50_ms": req_p99[0],
         "tbt_req_p99_p90_ms": req_p99[1],
+        "tbt_req_p999_p50_ms": _pct_ms(own_p999, [50])[0],
         "tbt_req_max_p50_ms": _pct_ms(own_max, [50])[0],
         "tpot_p50_ms": _pct_ms(tpot, [50])[0],
         "tpot_p90_ms": _pct_ms(tpot, [90])[0],

@@ -57,8 +57,10 @@ def test_run_summary_is_the_hand_computed_percentiles():
         "tbt_p99_ms": 149.0,  # index 1.98: 100 + 0.98 * 50
         "tbt_p999_ms": 149.9,
         "tbt_max_ms": 150.0,
-        "tbt_req_p99_p50_ms": 149.0,  # one request with gaps
+        "tbt_req_p50_p50_ms": 100.0,  # one request with gaps
+        "tbt_req_p99_p50_ms": 149.0,
         "tbt_req_p99_p90_ms": 149.0,
+        "tbt_req_p999_p50_ms": 149.9,
         "tbt_req_max_p50_ms": 150.0,
         "tpot_p50_ms": 100.0,  # request 1 has no TPOT
         "tpot_p90_ms": 100.0,
