@@ -11,9 +11,10 @@ are in serving_charts. Notebook 05 shows them.
 A run is a pdlib policy or a peer (`"peer": true`: mlx-lm's BatchGenerator on the same workload and clock). A
 peer is labelled by its system, dtype and prefill step ("mlx-lm fp32 @2048"), drawn like a policy and flagged
 as a peer in the tables; its requests carry `agreement` (leading output ids equal to the FP32 reference's)
-instead of the gate's `check`, and a request it lost may end short or emit nothing: the metrics count the
-requests that emitted a token, as the report's own summary does. Times are integer ns since each run's clock
-start, differenced in ns and converted to ms once; percentiles are report.serving's (numpy's linear).
+instead of the gate's `check`, and a request it lost may end short or emit nothing: it counts in the run and
+meets no SLO, its latencies (if any) among those of the requests that emitted, as in the report's own summary.
+Times are integer ns since each run's clock start, differenced in ns and converted to ms once; percentiles are
+report.serving's (numpy's linear).
 """
 
 import json

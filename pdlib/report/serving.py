@@ -85,7 +85,7 @@ def check_requests(requests, *, lost_empty: bool = False) -> list[tuple[int, np.
             raise InputError(f"request {i}: arrival_ns must be an integer >= 0, got {arrival!r}")
         emit = np.asarray(r["emit_ns"])
         emit = emit.astype(np.int64) if emit.ndim == 1 and emit.size == 0 else emit
-        if emit.ndim != 1 or (emit.size == 0 and not (lost_empty and r.get("lost") is True)):
+        if emit.ndim != 1 or (emit.size == 0 and not (lost_empty and r.get("lost"))):
             raise InputError(f"request {i}: emit_ns must be a non-empty list (an unfinished request has no metrics)")
         if emit.dtype.kind not in "iu":  # a float or bool stamp is not an ns count
             raise InputError(f"request {i}: emit_ns must hold integers (ns), got dtype {emit.dtype}")
@@ -193,7 +193,7 @@ def run_summary(requests, slos: Iterable[Slo] | dict = ()) -> dict:
     first arrival to last emit (all over the requests that emitted), n_lost (the requests marked lost), and per
     Slo attain_<name>: the share of all the run's requests meeting its TTFT and TPOT, a lost one none."""
     checked = check_requests(requests, lost_empty=True)
-    lost = np.array([r.get("lost") is True for r in requests])
+    lost = np.array([bool(r.get("lost")) for r in requests])
     emitted = [r for r, (_, e) in zip(requests, checked) if e.size]
     if not emitted:  # every request lost before its first token: no latency to show, no SLO met
         out = {k: math.nan for k in run_summary([{"arrival_ns": 0, "emit_ns": [1]}])}
@@ -260,8 +260,10 @@ class Criterion:
         return {k: summary[k] for k in (*self.at_most, *self.at_least)}
 
     def __call__(self, summary: dict) -> bool:
-        v = self.metric(summary)
-        return all(v[k] <= b for k, b in self.at_most.items()) and all(v[k] >= b for k, b in self.at_least.items())
+        v = self.metric(summary)  # None (a log's null) meets no bound, as NaN does
+        return all(v[k] is not None and v[k] <= b for k, b in self.at_most.items()) and all(
+            v[k] is not None and v[k] >= b for k, b in self.at_least.items()
+        )
 
 
 def capacity_criterion(slo: Slo) -> Criterion:
@@ -288,12 +290,13 @@ def interval_text(ci, fmt: str = ".4g") -> str:
     return "[" + ", ".join("unbounded" if v is None else format(v, fmt) for v in ci) + "]"
 
 
-def ci_text(ci, level: float | None, fmt: str = ".4g") -> str:
-    """An interval with its coverage: "50% CI [low, high]"; "range [low, high]" where it claims none (one rep, or
-    a ratio of two 50% CIs); "CI [...]" where the level is not known (a result from before levels were kept)."""
+def ci_text(ci, level: float | None, *, fmt: str = ".4g") -> str:
+    """An interval with its coverage, floored to a whole percent (9 reps: 99.6%, not 100%): "50% CI [low, high]";
+    "range [low, high]" where it claims none (one rep, or a ratio of two 50% CIs); "CI [...]" where the level is not
+    known (a result from before levels were kept)."""
     if level is None:
         return f"CI {interval_text(ci, fmt)}"
-    return f"{level:.0%} CI {interval_text(ci, fmt)}" if level > 0 else f"range {interval_text(ci, fmt)}"
+    return f"{math.floor(level * 100)}% CI {interval_text(ci, fmt)}" if level > 0 else f"range {interval_text(ci, fmt)}"
 
 
 def grid_rate(rate: float) -> float:
@@ -399,8 +402,8 @@ def search(
     Returns: value (the rate; 0.0 when none passes), value_rep (the rep it is from), status ("found", "none": not
     even lo passes, "at_least": hi passes, "budget": max_per_rep ran out), text, ci [low, high] (high None when
     unbounded), ci_level, per-rep results, every point {rate, rep, metric, pass} in search order, measured (new
-    measure calls), reused (cache hits) and not_monotone (_not_monotone: passes known above a rep's failing rate,
-    also named in `text`)."""
+    measure calls), reused (cache hits) and not_monotone (mark_not_monotone: passes known above a rep's failing
+    rate, also named in `text`)."""
     for k, v in (("lo", lo), ("hi", hi)):
         if isinstance(v, bool) or not isinstance(v, int | float) or not (0 < v < math.inf):
             raise InputError(f"{k} must be a positive finite rate, got {v!r}")
@@ -451,10 +454,7 @@ def search(
         "at_least": f">= {hi:g}",
         "budget": f"{value:.4g} (search budget spent)",
     }[status]
-    bent = _not_monotone(per, known, meets)
-    if bent:
-        text += f" (not monotone: rep {bent[0]['rep']} passes at {bent[0]['passes_at']:g} above its fail)"
-    return {
+    result = {
         "criterion": getattr(meets, "name", None),
         "value": value,
         "value_rep": mid["rep"],
@@ -472,16 +472,21 @@ def search(
         "points": points,
         "measured": counts["measured"],
         "reused": counts["reused"],
-        "not_monotone": bent,
     }
+    return mark_not_monotone(result, known, meets)
 
 
-def _not_monotone(per: list, known: dict, meets) -> list[dict]:
-    """Passes in `known` (another search's points over the same cache) above a rep's lowest failing rate: there the
-    rep's pass and fail are not monotone in the rate, so its value depends on the search's path. {rep, fails_at,
-    passes_at} each; a summary without the criterion's fields is not judged."""
+_BENT = " (not monotone:"
+
+
+def mark_not_monotone(result: dict, known: dict, meets) -> dict:
+    """`result` (search's) with not_monotone: the passes in `known` above a rep's lowest failing rate, {rep, fails_at,
+    passes_at} each (there the rep's pass and fail are not monotone in the rate, so its value depends on the path),
+    the first named in its text. Searches sharing a cache call it again on each once all have run, so a pass a later
+    one measured is seen as a re-composition from the log sees it. A summary without the criterion's fields is not
+    judged."""
     out = []
-    for p in per:
+    for p in result["reps"]:
         if p["hi"] is None:
             continue
         for (rate, rep), summary in sorted(known.items()):
@@ -493,4 +498,7 @@ def _not_monotone(per: list, known: dict, meets) -> list[dict]:
                 continue
             if ok:
                 out.append({"rep": rep, "fails_at": p["hi"], "passes_at": rate})
-    return out
+    text = result["text"].split(_BENT)[0]
+    if out:
+        text += f"{_BENT} rep {out[0]['rep']} passes at {out[0]['passes_at']:g} above its fail)"
+    return result | {"not_monotone": out, "text": text}

@@ -250,7 +250,7 @@ def failed_bounds(criterion: Criterion, summary: dict) -> list[dict]:
     for side, bounds in (("at_most", criterion.at_most), ("at_least", criterion.at_least)):
         for k, b in bounds.items():
             v = summary[k]
-            ok = v <= b if side == "at_most" else v >= b
+            ok = v is not None and (v <= b if side == "at_most" else v >= b)
             if not ok:
                 out.append({"field": k, "value": v, "bound": b, "side": side})
     return out
@@ -318,6 +318,8 @@ def share_below(value: float, bound: float) -> str:
 
 
 def _failed_text(f: dict) -> str:
+    if f["value"] is None:  # a log's null
+        return f"{_NAMES.get(f['field'], f['field'])} not recorded"
     if f["field"] == "n_lost":
         return f"{_n(int(f['value']), 'request')} lost"
     if f["field"].startswith("attain_"):

@@ -89,7 +89,7 @@ def ratio_text(row: dict) -> str:
     """A versus row's ratio with its interval, or why it has none."""
     if row["ratio"] is None:
         return "mlx-lm has none" if row["policy_value"] else "neither has a rate"
-    return f"{row['ratio']:.3g}x {ci_text(row['ratio_ci'], row.get('ratio_ci_level'), '.3g')}"
+    return f"{row['ratio']:.3g}x {ci_text(row['ratio_ci'], row.get('ratio_ci_level'), fmt='.3g')}"
 
 
 def versus_line(row: dict) -> str:

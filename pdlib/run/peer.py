@@ -288,7 +288,7 @@ def run_peers(
     model: LoadedModel, workload: Workload, prompts, refs: dict, peers, *, warmups: int = 0, slos=None, skip_idle=False
 ) -> list[dict]:
     """One timed run per (dtype, prefill_step_size) in `peers`, each after `warmups` untimed ones, with its
-    agreement and report.serving's summary (over the requests that emitted a token: a peer may lose one);
+    agreement and report.serving's summary (a request it lost counts, meeting no SLO);
     `skip_idle`: peer_once's."""
     models: dict[str, nn.Module] = {}
     runs = []

@@ -71,12 +71,14 @@ def with_later_switches(theirs, ours: dict):
 
 def lost_counted(record: dict) -> dict | None:
     """A point whose summary has n_lost: as logged, or, logged before summaries counted lost requests, its gate's
-    count (a policy's gate has none: it checks every request's tokens); None for a peer's point that lost requests
-    then (its summary left them out of the shares: measured again)."""
+    count (a policy's gate has none: it checks every request's tokens; a run out of memory lost them all); None for
+    a peer's point that lost requests then (its summary left them out of the shares: measured again)."""
     if "n_lost" in record["summary"]:
         return record
-    lost = record.get("gate", {}).get("lost", 0)
-    return None if lost else {**record, "summary": {**record["summary"], "n_lost": 0}}
+    gate = record.get("gate", {})
+    if "out_of_memory" in gate:  # every request, as run/search_report.memory_point now counts them
+        return {**record, "summary": {**record["summary"], "n_lost": record["summary"].get("n_requests")}}
+    return None if gate.get("lost", 0) else {**record, "summary": {**record["summary"], "n_lost": 0}}
 
 
 HEAD = ('{"schema":' + json.dumps(LOG_SCHEMA)).encode()  # how every log begins (_write, start)

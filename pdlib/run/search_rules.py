@@ -50,3 +50,16 @@ def settings_note(header: dict, settings: dict, note) -> None:
     moved = first_difference(header.get("search", settings), json.loads(json.dumps(settings)))
     if moved is not None:
         note(f"the log's searches began with other settings ({moved}): its points serve where they lie on this grid")
+
+
+class Touched(dict):
+    """A search's `known` cache that remembers every key a search asked for (report.serving.search asks `key in
+    known` before each point), so a command counts the log's points its searches went through."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.touched: set = set()
+
+    def __contains__(self, key) -> bool:
+        self.touched.add(key)
+        return super().__contains__(key)

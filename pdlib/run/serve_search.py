@@ -22,8 +22,10 @@ number for both. A `null` in `search.slo` is measured here (search_slo.calibrate
 ttft_ms TTFT_FACTOR times the p90 prompt's uncontended TTFT, Splitwise's P90 SLO), once: the log's header keeps it.
 
 Searches: per run, per SLO (strict, relaxed) and per criterion (capacity: pooled P99 TBT and P90 TTFT within the
-SLO; goodput: >= 90% of requests meet TTFT and TPOT), report.serving.search over [lo, hi]. The four searches of a
-run share one `known` cache of its summaries, seeded from the log (search_log.py), so no point is measured twice.
+SLO, no request lost; goodput: >= 90% of requests meet TTFT and TPOT), report.serving.search over [lo, hi]. The
+four searches of a run share one `known` cache of its summaries, seeded from the log (search_log.py), so no point
+is measured twice; once all four have run, each is checked again for passes above a rep's failing rate
+(report.serving.mark_not_monotone) that a later one measured.
 A run whose rule has changed since some of a log's points (RULES: slo-mixed's budget; PEER_RULE: a peer's point
 after the engine's memory is collected) keeps the rule in each point and search: the log's points made under
 another rule are measured again (a peer's earlier points only where they ran out of memory). Each point keeps
@@ -51,6 +53,7 @@ from pdlib.report.serving import (
     goodput_criterion,
     grid_rate,
     known_from_records,
+    mark_not_monotone,
     run_summary,
     search,
     slos_from_step,
@@ -63,7 +66,7 @@ from pdlib.run.reference import Reference
 from pdlib.run.search_budget import Budget, BudgetSpent
 from pdlib.run.search_log import SearchLog, utc_now
 from pdlib.run.search_report import SCHEMA, SLO_NAMES, ci_text, memory_point, point_line, stderr_line, stopped_line
-from pdlib.run.search_rules import counts_under, policy_rule, settings_note, usable_points
+from pdlib.run.search_rules import Touched, counts_under, policy_rule, settings_note, usable_points
 from pdlib.run.search_slo import TTFT_FACTOR, calibrate
 from pdlib.run.search_starts import resolve_starts, start_key, start_rates, starts_from_report
 from pdlib.run.search_workload import REP_RULE, rep_sample, rep_workload, warm_up
@@ -322,8 +325,9 @@ def _run_searches(bench: Bench, name: str, peer: bool, settings: dict, budget: B
     rule = policy_rule(name)
     began = bench.starts.get(name)  # {"from": a report, "starts"}, or None: the params' start
     mine = usable_points(lg.records, name, note, from_log=bench.from_log)
-    known = known_from_records(mine)
+    known = Touched(known_from_records(mine))
     records = {(grid_rate(r["rate"]), int(r["rep"])): r for r in mine}  # the points, for what bounds a search
+    logged = set(records)
 
     def measured(rate, rep):
         if budget.stopped is not None:  # after the point where the budget stopped, none is prepared
@@ -375,8 +379,17 @@ def _run_searches(bench: Bench, name: str, peer: bool, settings: dict, budget: B
                 out.append({**listed, "rule": rule} if rule is not None else listed)
                 lost = limit_text(result["limit"])
                 note(f"{name}: {criterion} at the {slo_name} SLO: {result['text']} ({ci_text(result)}); {lost}")
+        for listed in out[first:]:  # a pass a later search measured, seen as a re-composition sees it
+            make = capacity_criterion if listed["criterion"] == "capacity" else goodput_criterion
+            was, listed["result"] = (
+                listed["result"],
+                mark_not_monotone(listed["result"], known, make(bench.slos[listed["slo"]])),
+            )
+            if listed["result"]["not_monotone"] != was["not_monotone"]:
+                note(f"{name}: {listed['criterion']} at the {listed['slo']} SLO: {listed['result']['text']}")
     finally:  # the searches finished, also where the budget stopped the next
         search_report.tally_sources(out[first:], records, bench.measured_with)
+        counts["reused"] += len(known.touched & logged)  # the log's points a search went through
 
 
 def search_params_file(
@@ -446,7 +459,7 @@ def search_params_file(
         bench.starts = resolve_starts(lg, names, bench.given_starts, from_log=from_log, measured=measured)
         if bench.given_starts is not None and (lacks := [n for n in names if n not in bench.given_starts["runs"]]):
             note(f"--start-from {start_from}: no starts for {', '.join(lacks)}; they begin where the params say")
-        counts, searches = {"measured": 0}, []
+        counts, searches = {"measured": 0, "reused": 0}, []
         for name, peer in runs:
             try:
                 _run_searches(bench, name, peer, settings, budget, counts, note, searches)
@@ -455,8 +468,6 @@ def search_params_file(
                     budget.stopped = spent.record
                     note(stopped_line({"stopped": spent.record}))
         points, refs = len(lg.records), lg.kept_keys("references")  # keyed by the model: which weights, unloaded
-    used = {(s["policy"], p["rate"], p["rep"]) for s in searches for p in s["result"]["points"]}
-    reused = len(used) - counts["measured"]  # the log's points the searches went through (a new one is in one)
     asked = bench.given_starts["from"] if bench.given_starts is not None else None
     report = {
         "schema": SCHEMA,
@@ -478,7 +489,7 @@ def search_params_file(
         "budget": budget.to_dict(),
         "measurements": {
             "new": counts["measured"],
-            "reused": reused,
+            "reused": counts["reused"],
             "from_log": logged,
             "in_log": points,
             "cut_bytes": cut,

@@ -14,8 +14,10 @@ from pdlib.report.serving import (
     Slo,
     attainment,
     capacity_criterion,
+    ci_text,
     goodput_criterion,
     known_from_records,
+    mark_not_monotone,
     request_metrics,
     run_summary,
     search,
@@ -182,9 +184,12 @@ def test_a_lost_request_counts_in_the_run_and_meets_no_slo():
     assert (s["n_requests"], s["n_lost"], s["attain_a"], s["n_output_tokens"]) == (2, 2, 0.0, 0)
     assert math.isnan(s["ttft_p90_ms"]) and math.isnan(s["tbt_p99_ms"]) and not cap(s)
     assert set(s) == set(run_summary(TWO, [slo]))
-    # only a request marked lost may have no emit
+    # only a request marked lost may have no emit (any true mark, as the report's checks read it)
+    assert run_summary([TWO[0], dict(gone, lost=1)])["n_lost"] == 1
     with pytest.raises(InputError, match="non-empty"):
-        run_summary([TWO[0], dict(gone, lost=1)])
+        run_summary([TWO[0], dict(gone, lost=False)])
+    # a log's null meets no bound, as NaN does
+    assert not cap({**run_summary(TWO), "tbt_p99_ms": None})
 
 
 def test_equal_stamps_and_a_first_emit_at_arrival_are_accepted():
@@ -260,6 +265,13 @@ def test_a_pass_known_above_a_reps_failing_rate_is_named():
     assert r["value"] == 2.0 and r["reps"][0]["hi"] < 8
     assert {(b["passes_at"], b["rep"]) for b in r["not_monotone"]} == {(8.0, 0), (16.0, 0)}
     assert r["text"].startswith("2 (not monotone: rep 0 passes at 8 above its fail)")
+    # a later search over the same cache measures the pass: marking the earlier result again names it
+    early: dict = {}
+    first = search(bent, meets=crit, lo=1, hi=16, reps=1, start=1, precision=0.5, known=early)
+    search(bent, meets=crit, lo=1, hi=16, reps=1, start=8, precision=0.5, known=early)
+    assert first["not_monotone"] == [] and mark_not_monotone(first, early, crit)["text"] == r["text"]
+    assert mark_not_monotone(mark_not_monotone(first, early, crit), early, crit)["text"] == r["text"]  # said once
+    assert ci_text([1.0, 2.0], 1 - 2.0**-8) == "99% CI [1, 2]" and ci_text([1.0, None], 0.0) == "range [1, unbounded]"
     # a summary without the criterion's fields (another criterion's fake) is not judged
     other = search(bent, meets=crit, lo=1, hi=16, reps=1, start=1, known={(16.0, 0): {"attain_strict": 1.0}})
     assert other["not_monotone"] == []

@@ -152,12 +152,13 @@ def test_a_stopped_search_reports_what_it_finished_and_goes_on_from_its_log(tmp_
     assert all(x["result"]["status"] != "budget" for x in part["searches"])
     assert json.loads((tmp_path / "a.json").read_text())["stopped"] == s
     assert notes[-1] == stopped_line(part) and "goes on from there" in notes[-1]
-    assert search_table(part)
+    assert search_table(part) and part["measurements"]["reused"] == 0  # a new log: nothing of it to go through
     lines = (tmp_path / "log.jsonl").read_text().splitlines()
     assert len(lines) == 1 + k  # the header, then every point measured
     fake[:] = []
     rest = search_params_file(params, log=tmp_path / "log.jsonl", note=lambda _: None)
     assert fake == order[k:] and rest["stopped"] is None
+    assert rest["measurements"]["reused"] == k  # each point the stopped command measured, gone through again
     strip = lambda r: [(x["policy"], x["slo"], x["criterion"], x["result"]["value"], x["result"]["ci"]) for x in r]  # noqa: E731
     assert strip(rest["searches"]) == strip(whole["searches"])
 

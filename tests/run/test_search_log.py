@@ -141,3 +141,5 @@ def test_a_point_logged_before_lost_requests_were_counted_takes_its_gates_count(
     assert lost_counted({**peer, "gate": {"peer": True, "lost": 2}}) is None  # its shares left them out: redone
     now = {**peer, "summary": {**POINT["summary"], "n_lost": 2}, "gate": {"peer": True, "lost": 2}}
     assert lost_counted(now) is now
+    oom = {**POINT, "summary": {"n_requests": 48, "tbt_p99_ms": None}, "gate": {"out_of_memory": "..."}}
+    assert lost_counted(oom)["summary"]["n_lost"] == 48

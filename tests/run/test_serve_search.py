@@ -147,9 +147,12 @@ def test_a_floor_in_the_params_takes_a_run_failing_at_lo_below_it(tmp_path, fake
     third = search_params_file(deep, log=tmp_path / "a.jsonl", note=notes.append)
     assert [n for n in notes if "began with other settings (floor: null != 0.5)" in n], notes
     m = third["measurements"]
-    assert m["reused"] + m["new"] == len({(x["policy"], q["rate"], q["rep"]) for x in third["searches"]
-                                          for q in x["result"]["points"]})  # fmt: skip
     assert m["reused"] == m["from_log"] and m["new"] > 0  # every point of the plain search lies on the deep path
+    # resumed from another start: the deep search's path meets only some of the log's points
+    moved = tmp_path / "moved.yaml"
+    moved.write_text(PARAMS.replace("lo: 0.25", "lo: 8, floor: 0.5, start: 9"))
+    fourth = search_params_file(moved, log=tmp_path / "a.jsonl", note=lambda _: None)["measurements"]
+    assert 0 < fourth["reused"] < fourth["from_log"] and fourth["new"] > 0
     below = 0
     for a, b in zip(first["searches"], second["searches"]):
         want = threshold(a["policy"], 1, a["slo"], a["criterion"])  # the median rep's
