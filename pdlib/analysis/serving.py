@@ -303,15 +303,16 @@ def summary_frame(report: dict, slos: dict | None = None) -> pd.DataFrame:
     for run in report["runs"]:
         peer = bool(run.get("peer"))
         reqs = run["requests"]
+        summary = run_summary(reqs, slos)
         row = {
             "run": run_label(run),
             "peer": peer,
             "system": run.get("system") if peer else "pdlib",
             "steps": len(run["steps"]["work"]),
             "requests": len(reqs),
-            "lost": sum(bool(r.get("lost")) or not r["emit_ns"] for r in reqs),
+            "lost": summary["n_lost"],
             "makespan_s": run.get("makespan_ns", max(run["steps"]["t_end_ns"], default=0)) / 1e9,
-            **run_summary(run["requests"], slos),
+            **summary,
             "near_ties": np.nan if peer else sum((r.get("check") or {}).get("status") == "near-tie" for r in reqs),
             "agree_all": sum(r.get("agreement") == r.get("output_tokens") for r in reqs) if peer else np.nan,
         }

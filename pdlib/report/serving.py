@@ -102,7 +102,11 @@ def check_requests(requests, *, lost_empty: bool = False) -> list[tuple[int, np.
 def request_metrics(requests) -> dict:
     """Per request, in ns: arrival, ttft, e2e, n_out (int64 arrays), tpot (float64, NaN where n_out = 1), gaps
     (a list of int64 arrays, one per request, empty where n_out = 1)."""
-    checked = check_requests(requests)
+    return _metrics(check_requests(requests))
+
+
+def _metrics(checked: list[tuple[int, np.ndarray]]) -> dict:
+    """request_metrics of check_requests' (arrival_ns, emit_ns) pairs, each with an emit."""
     arrival = np.array([a for a, _ in checked], dtype=np.int64)
     first = np.array([e[0] for _, e in checked], dtype=np.int64)
     last = np.array([e[-1] for _, e in checked], dtype=np.int64)
@@ -194,12 +198,12 @@ def run_summary(requests, slos: Iterable[Slo] | dict = ()) -> dict:
     Slo attain_<name>: the share of all the run's requests meeting its TTFT and TPOT, a lost one none."""
     checked = check_requests(requests, lost_empty=True)
     lost = np.array([bool(r.get("lost")) for r in requests])
-    emitted = [r for r, (_, e) in zip(requests, checked) if e.size]
+    emitted = [(a, e) for a, e in checked if e.size]
     if not emitted:  # every request lost before its first token: no latency to show, no SLO met
         out = {k: math.nan for k in run_summary([{"arrival_ns": 0, "emit_ns": [1]}])}
         out |= {"n_requests": len(requests), "n_lost": len(requests), "n_output_tokens": 0, "n_gaps": 0}
         return out | {f"attain_{slo.name}": 0.0 for slo in slo_list(slos)}
-    m = request_metrics(emitted)
+    m = _metrics(emitted)
     gaps = [g for g in m["gaps_ns"] if g.size]
     pooled = np.concatenate(gaps) if gaps else np.zeros(0, dtype=np.int64)
     own_p50, own_p99, own_p999 = (np.array([np.percentile(g, q) for g in gaps]) for q in (50, 99, 99.9))
@@ -260,10 +264,16 @@ class Criterion:
         return {k: summary[k] for k in (*self.at_most, *self.at_least)}
 
     def __call__(self, summary: dict) -> bool:
-        v = self.metric(summary)  # None (a log's null) meets no bound, as NaN does
-        return all(v[k] is not None and v[k] <= b for k, b in self.at_most.items()) and all(
-            v[k] is not None and v[k] >= b for k, b in self.at_least.items()
+        v = self.metric(summary)
+        return all(meets_bound(v[k], b, "at_most") for k, b in self.at_most.items()) and all(
+            meets_bound(v[k], b, "at_least") for k, b in self.at_least.items()
         )
+
+
+def meets_bound(value, bound: float, side: str) -> bool:
+    """Whether a summary's value meets an `at_most` or `at_least` bound (met at equality); NaN and None (a log's
+    null) meet none."""
+    return value is not None and (value <= bound if side == "at_most" else value >= bound)
 
 
 def capacity_criterion(slo: Slo) -> Criterion:
@@ -485,11 +495,11 @@ def mark_not_monotone(result: dict, known: dict, meets) -> dict:
     the first named in its text. Searches sharing a cache call it again on each once all have run, so a pass a later
     one measured is seen as a re-composition from the log sees it. A summary without the criterion's fields is not
     judged."""
-    out = []
+    out, points = [], sorted(known.items())
     for p in result["reps"]:
         if p["hi"] is None:
             continue
-        for (rate, rep), summary in sorted(known.items()):
+        for (rate, rep), summary in points:
             if rep != p["rep"] or rate <= p["hi"]:
                 continue
             try:

@@ -59,7 +59,7 @@ import math
 import numpy as np
 
 from pdlib.errors import InputError
-from pdlib.report.serving import NS_PER_MS, Criterion, Slo, slo_list
+from pdlib.report.serving import NS_PER_MS, Criterion, Slo, meets_bound, slo_list
 
 GIB = 2**30
 HALF = 0.5  # the share at which a cause is named (module docstring)
@@ -249,10 +249,8 @@ def failed_bounds(criterion: Criterion, summary: dict) -> list[dict]:
     out = []
     for side, bounds in (("at_most", criterion.at_most), ("at_least", criterion.at_least)):
         for k, b in bounds.items():
-            v = summary[k]
-            ok = v is not None and (v <= b if side == "at_most" else v >= b)
-            if not ok:
-                out.append({"field": k, "value": v, "bound": b, "side": side})
+            if not meets_bound(summary[k], b, side):
+                out.append({"field": k, "value": summary[k], "bound": b, "side": side})
     return out
 
 

@@ -358,7 +358,7 @@ def _run_searches(bench: Bench, name: str, peer: bool, settings: dict, budget: B
         note(point_line(name, rate, rep, point))
         return point["summary"]
 
-    first = len(out)
+    first, judged = len(out), []  # judged: this run's searches, each with its criterion
     try:
         for slo_name in SLO_NAMES:
             for criterion in settings["criteria"]:
@@ -377,14 +377,11 @@ def _run_searches(bench: Bench, name: str, peer: bool, settings: dict, budget: B
                 listed = {"policy": name, "peer": peer, "slo": slo_name, "criterion": criterion, "result": result}
                 listed |= {"start_from": began["from"]} if entry is not None else {}
                 out.append({**listed, "rule": rule} if rule is not None else listed)
+                judged.append((out[-1], meets))
                 lost = limit_text(result["limit"])
                 note(f"{name}: {criterion} at the {slo_name} SLO: {result['text']} ({ci_text(result)}); {lost}")
-        for listed in out[first:]:  # a pass a later search measured, seen as a re-composition sees it
-            make = capacity_criterion if listed["criterion"] == "capacity" else goodput_criterion
-            was, listed["result"] = (
-                listed["result"],
-                mark_not_monotone(listed["result"], known, make(bench.slos[listed["slo"]])),
-            )
+        for listed, meets in judged:  # a pass a later search measured, seen as a re-composition sees it
+            was, listed["result"] = listed["result"], mark_not_monotone(listed["result"], known, meets)
             if listed["result"]["not_monotone"] != was["not_monotone"]:
                 note(f"{name}: {listed['criterion']} at the {listed['slo']} SLO: {listed['result']['text']}")
     finally:  # the searches finished, also where the budget stopped the next
