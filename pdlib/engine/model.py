@@ -360,6 +360,8 @@ class Qwen3:
                 o = o_rows
             else:
                 o = [attend(p, last) if isinstance(p, int) else o_rows[:, p] for p in plans[last]]
+                if len(o) > 1 and flash:  # most lie as (rows, heads, Dh) (the merge's, the rows'): joined so
+                    o = [mx.concatenate([p.swapaxes(0, 1) for p in o]).swapaxes(0, 1)]
                 o = o[0] if len(o) == 1 else mx.concatenate(o, axis=1)
             next_norm = self.layers[i + 1].in_norm if i < n_layers - 1 else self.norm
             wo, up, down = (L.t["wo"], L.d_o), (L.t["w_gate_up"], L.d_gate_up), (L.t["w_down"], L.d_down)

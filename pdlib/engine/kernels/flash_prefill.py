@@ -166,7 +166,8 @@ def flash_attention(
 
 def merged(part: mx.array, stats: mx.array, *, poison: bool = False) -> mx.array:
     """o (Hq, T, Dh) from the key splits' partial results part (z, Hq, T, Dh) and their (max, sum) stats: the
-    one split's own (normalised by the kernel) or the MERGE kernel's. `poison` as flash_attention's."""
+    one split's own (normalised by the kernel) or the MERGE kernel's, which lies as (T, Hq, Dh), the layout
+    o_proj reads (Qwen3._out_mlp's reshape is then no copy). `poison` as flash_attention's."""
     z, Hq, T, Dh = part.shape
     if z == 1:
         return part.reshape(Hq, T, Dh)
@@ -174,11 +175,11 @@ def merged(part: mx.array, stats: mx.array, *, poison: bool = False) -> mx.array
         inputs=[part, stats],
         grid=(Hq * T * Dh, 1, 1),
         threadgroup=(Dh, 1, 1),
-        output_shapes=[(Hq, T, Dh)],
+        output_shapes=[(T, Hq, Dh)],
         output_dtypes=[mx.float32],
         init_value=float("nan") if poison else None,
     )
-    return o
+    return o.swapaxes(0, 1)
 
 
 def flash_attention_ops(
