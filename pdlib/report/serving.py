@@ -412,8 +412,8 @@ def search(
     Returns: value (the rate; 0.0 when none passes), value_rep (the rep it is from), status ("found", "none": not
     even lo passes, "at_least": hi passes, "budget": max_per_rep ran out), text, ci [low, high] (high None when
     unbounded), ci_level, per-rep results, every point {rate, rep, metric, pass} in search order, measured (new
-    measure calls), reused (cache hits) and not_monotone (mark_not_monotone: passes known above a rep's failing
-    rate, also named in `text`)."""
+    measure calls), reused (cache hits) and not_monotone (mark_not_monotone: known points against a rep's bracket,
+    also named in `text`)."""
     for k, v in (("lo", lo), ("hi", hi)):
         if isinstance(v, bool) or not isinstance(v, int | float) or not (0 < v < math.inf):
             raise InputError(f"{k} must be a positive finite rate, got {v!r}")
@@ -490,25 +490,29 @@ _BENT = " (not monotone:"
 
 
 def mark_not_monotone(result: dict, known: dict, meets) -> dict:
-    """`result` (search's) with not_monotone: the passes in `known` above a rep's lowest failing rate, {rep, fails_at,
-    passes_at} each (there the rep's pass and fail are not monotone in the rate, so its value depends on the path),
-    the first named in its text. Searches sharing a cache call it again on each once all have run, so a pass a later
-    one measured is seen as a re-composition from the log sees it. A summary without the criterion's fields is not
+    """`result` (search's) with not_monotone: the points in `known` that contradict a rep's bracket, a pass above its
+    lowest failing rate or a fail below its highest passing one, {rep, fails_at, passes_at} each (fails_at below
+    passes_at: the rep is not monotone in the rate there, so its value depends on where the search began), the first
+    named in its text. Searches sharing a cache call it again on each once all have run, so a point a later one
+    measured is seen as a re-composition from the log sees it. A summary without the criterion's fields is not
     judged."""
     out, points = [], sorted(known.items())
     for p in result["reps"]:
-        if p["hi"] is None:
-            continue
         for (rate, rep), summary in points:
-            if rep != p["rep"] or rate <= p["hi"]:
+            above = p["hi"] is not None and rate > p["hi"]
+            below = p["lo"] is not None and rate < p["lo"]
+            if rep != p["rep"] or not (above or below):
                 continue
             try:
                 ok = bool(meets(summary))
             except KeyError:
                 continue
-            if ok:
+            if above and ok:
                 out.append({"rep": rep, "fails_at": p["hi"], "passes_at": rate})
+            elif below and not ok:
+                out.append({"rep": rep, "fails_at": rate, "passes_at": p["lo"]})
     text = result["text"].split(_BENT)[0]
     if out:
-        text += f"{_BENT} rep {out[0]['rep']} passes at {out[0]['passes_at']:g} above its fail)"
+        first = out[0]
+        text += f"{_BENT} rep {first['rep']} passes at {first['passes_at']:g} above a fail at {first['fails_at']:g})"
     return result | {"not_monotone": out, "text": text}

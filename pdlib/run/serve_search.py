@@ -24,8 +24,8 @@ ttft_ms TTFT_FACTOR times the p90 prompt's uncontended TTFT, Splitwise's P90 SLO
 Searches: per run, per SLO (strict, relaxed) and per criterion (capacity: pooled P99 TBT and P90 TTFT within the
 SLO, no request lost; goodput: >= 90% of requests meet TTFT and TPOT), report.serving.search over [lo, hi]. The
 four searches of a run share one `known` cache of its summaries, seeded from the log (search_log.py), so no point
-is measured twice; once all four have run, each is checked again for passes above a rep's failing rate
-(report.serving.mark_not_monotone) that a later one measured.
+is measured twice; once all four have run, each is checked again for points against a rep's bracket (a pass
+above its failing rate, a fail below its passing one: report.serving.mark_not_monotone) that a later one measured.
 A run whose rule has changed since some of a log's points (RULES: slo-mixed's budget; PEER_RULE: a peer's point
 after the engine's memory is collected) keeps the rule in each point and search: the log's points made under
 another rule are measured again (a peer's earlier points only where they ran out of memory). Each point keeps
@@ -380,7 +380,7 @@ def _run_searches(bench: Bench, name: str, peer: bool, settings: dict, budget: B
                 judged.append((out[-1], meets))
                 lost = limit_text(result["limit"])
                 note(f"{name}: {criterion} at the {slo_name} SLO: {result['text']} ({ci_text(result)}); {lost}")
-        for listed, meets in judged:  # a pass a later search measured, seen as a re-composition sees it
+        for listed, meets in judged:  # a point a later search measured, seen as a re-composition sees it
             was, listed["result"] = listed["result"], mark_not_monotone(listed["result"], known, meets)
             if listed["result"]["not_monotone"] != was["not_monotone"]:
                 note(f"{name}: {listed['criterion']} at the {listed['slo']} SLO: {listed['result']['text']}")

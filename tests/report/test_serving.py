@@ -264,7 +264,7 @@ def test_a_pass_known_above_a_reps_failing_rate_is_named():
     r = search(bent, meets=crit, lo=1, hi=16, reps=1, start=1, precision=0.5, known=known)
     assert r["value"] == 2.0 and r["reps"][0]["hi"] < 8
     assert {(b["passes_at"], b["rep"]) for b in r["not_monotone"]} == {(8.0, 0), (16.0, 0)}
-    assert r["text"].startswith("2 (not monotone: rep 0 passes at 8 above its fail)")
+    assert r["text"].startswith(f"2 (not monotone: rep 0 passes at 8 above a fail at {r['reps'][0]['hi']:g})")
     # a later search over the same cache measures the pass: marking the earlier result again names it
     early: dict = {}
     first = search(bent, meets=crit, lo=1, hi=16, reps=1, start=1, precision=0.5, known=early)
@@ -275,6 +275,26 @@ def test_a_pass_known_above_a_reps_failing_rate_is_named():
     # a summary without the criterion's fields (another criterion's fake) is not judged
     other = search(bent, meets=crit, lo=1, hi=16, reps=1, start=1, known={(16.0, 0): {"attain_strict": 1.0}})
     assert other["not_monotone"] == []
+
+
+def test_a_fail_known_below_a_reps_passing_rate_is_named():
+    def bent(rate, rep):  # fails at low rates (a warmup, say), passes from 2 to 4, fails above
+        return {"tbt_p99_ms": 1.0 if 2 <= rate <= 4 else 9.0, "ttft_p90_ms": 1.0, "n_lost": 0}
+
+    crit = capacity_criterion(SLO5)
+    known: dict = {}
+    high = search(bent, meets=crit, lo=0.25, hi=16, reps=1, start=2, precision=0.5, known=known)
+    assert high["value"] == 4.0 and high["not_monotone"] == []
+    low = search(bent, meets=crit, lo=0.25, hi=16, reps=1, start=0.5, precision=0.5, known=known)
+    assert low["reps"][0]["lo"] is None  # failed at 0.5 and 0.25: no passing rate of its own
+    # the low search's fails lie below the high one's pass, and the high one's passes above the low one's fail
+    again = mark_not_monotone(high, known, crit)
+    assert [(b["fails_at"], b["passes_at"]) for b in again["not_monotone"]] == [(0.25, 4.0), (0.5, 4.0)]
+    assert again["text"] == "4 (not monotone: rep 0 passes at 4 above a fail at 0.25)"
+    assert {(b["fails_at"], b["passes_at"]) for b in low["not_monotone"]} == {(0.25, 2.0), (0.25, 4.0)}
+    # a fail above the pass, or a pass below it, is what monotone means: nothing named
+    plain = {(8.0, 0): bent(8.0, 0), (3.0, 0): bent(3.0, 0)}
+    assert mark_not_monotone(high, plain, crit)["not_monotone"] == []
 
 
 def test_search_reports_the_lower_median_of_per_rep_thresholds():
