@@ -494,8 +494,8 @@ def mark_not_monotone(result: dict, known: dict, meets) -> dict:
     lowest failing rate or a fail below its highest passing one, {rep, fails_at, passes_at} each (fails_at below
     passes_at: the rep is not monotone in the rate there, so its value depends on where the search began), the first
     named in its text. Searches sharing a cache call it again on each once all have run, so a point a later one
-    measured is seen as a re-composition from the log sees it. A summary without the criterion's fields is not
-    judged."""
+    measured is seen as a re-composition from the log sees it. A fail of any cause counts (out of memory too: the
+    path decides that as well). A summary without the criterion's fields is not judged."""
     out, points = [], sorted(known.items())
     for p in result["reps"]:
         for (rate, rep), summary in points:

@@ -292,9 +292,14 @@ def test_a_fail_known_below_a_reps_passing_rate_is_named():
     assert [(b["fails_at"], b["passes_at"]) for b in again["not_monotone"]] == [(0.25, 4.0), (0.5, 4.0)]
     assert again["text"] == "4 (not monotone: rep 0 passes at 4 above a fail at 0.25)"
     assert {(b["fails_at"], b["passes_at"]) for b in low["not_monotone"]} == {(0.25, 2.0), (0.25, 4.0)}
-    # a fail above the pass, or a pass below it, is what monotone means: nothing named
-    plain = {(8.0, 0): bent(8.0, 0), (3.0, 0): bent(3.0, 0)}
-    assert mark_not_monotone(high, plain, crit)["not_monotone"] == []
+    # a fail above the pass, a pass below it, or either inside the bracket (4, 5.66) is monotone: nothing named
+    plain = {(8.0, 0): bent(8.0, 0), (3.0, 0): bent(3.0, 0), (5.0, 0): bent(5.0, 0), (2.0, 1): bent(0.5, 0)}
+    assert high["reps"][0]["hi"] > 5.0 and mark_not_monotone(high, plain, crit)["not_monotone"] == []
+    # a rep passing up to hi (no failing rate of its own) still has its fails below named
+    top = search(lambda rate, rep: bent(min(rate, 3.0), rep), meets=crit, lo=0.25, hi=4, reps=1, start=2)
+    assert top["status"] == "at_least" and top["reps"][0]["hi"] is None
+    named = mark_not_monotone(top, {(1.0, 0): bent(1.0, 0)}, crit)["not_monotone"]
+    assert named == [{"rep": 0, "fails_at": 1.0, "passes_at": 4.0}]
 
 
 def test_search_reports_the_lower_median_of_per_rep_thresholds():
