@@ -56,25 +56,10 @@ __device__ __noinline__ bool grid_sync(unsigned* sy, unsigned nb, unsigned epoch
 // twice. An involution within each aligned 16; K / 4 is even, so it stays inside the vector.
 __device__ __forceinline__ int xs_at(int i) { return i ^ ((i >> 3) & 1); }
 
-// The norm weights a thread applies (weight t + BLOCK j in w[j]), requested before the staged vectors are
-// waited for: read after them, each is a round trip to memory of its own (evicted by the streamed weights).
-template <int K, int BLOCK>
-struct NormW {
-    static constexpr int N = (K + BLOCK - 1) / BLOCK;
-    float w[N];
-    __device__ __forceinline__ void load(const float* nw) {
-        #pragma unroll
-        for (int j = 0; j < N; ++j) {
-            const int i = threadIdx.x + j * BLOCK;
-            w[j] = i < K ? __ldg(nw + i) : 0.f;
-        }
-    }
-};
-
 // NR staged vectors (K floats each in shared memory, vector q at xs4 + q XS4, float4 i at xs_at(i); ss[q]: this
-// thread's share of its sum of squares) RMSNormed in place by the norm weights nw holds (red: NR WARPS floats)
+// thread's share of its sum of squares) RMSNormed by nw in place (red: NR WARPS floats)
 template <int K, int BLOCK, int NR = 1, int XS4 = 0>
-__device__ __forceinline__ void normalize(float4* xs4, float* ss, const NormW<K, BLOCK>& nw, float eps, float* red) {
+__device__ __forceinline__ void normalize(float4* xs4, float* ss, const float* nw, float eps, float* red) {
     constexpr int WARPS = BLOCK / 32;
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
     #pragma unroll
@@ -90,12 +75,9 @@ __device__ __forceinline__ void normalize(float4* xs4, float* ss, const NormW<K,
         for (int w = 0; w < WARPS; ++w) tot += red[q * WARPS + w];
         inv[q] = rsqrtf(tot / K + eps);
     }
-    #pragma unroll
-    for (int j = 0; j < NormW<K, BLOCK>::N; ++j) {  // each norm weight read once for all NR vectors
-        const int i = t + j * BLOCK;
-        if (i >= K) break;
+    for (int i = t; i < K; i += BLOCK) {  // each norm weight read once for all NR vectors
         const int at = (xs_at(i >> 2) << 2) | (i & 3);
-        const float w = nw.w[j];
+        const float w = nw[i];
         #pragma unroll
         for (int q = 0; q < NR; ++q) {
             float* xs = reinterpret_cast<float*>(xs4 + q * XS4);
@@ -115,8 +97,6 @@ __device__ __forceinline__ void stage(float4* xs4, const float* const* x, const 
         for (int i = threadIdx.x; i < K / 4; i += BLOCK)
             pd_cp16(reinterpret_cast<float*>(xs4 + q * XS4 + xs_at(i)), x[q] + 4 * i, true);
     pd_cp_commit();
-    NormW<K, BLOCK> nwr;
-    if (NORM) nwr.load(nw);
     pd_cp_wait<0>();
     float ss[NR];
     #pragma unroll
@@ -127,7 +107,7 @@ __device__ __forceinline__ void stage(float4* xs4, const float* const* x, const 
             ss[q] += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
         }
     }
-    if (NORM) normalize<K, BLOCK, NR, XS4>(xs4, ss, nwr, eps, red);
+    if (NORM) normalize<K, BLOCK, NR, XS4>(xs4, ss, nw, eps, red);
     __syncthreads();
 }
 
@@ -473,8 +453,6 @@ __device__ __forceinline__ void stage_sum(float4* xs4, const float* base, const 
                                           int nb, const float* nw, float eps, float* red) {
     constexpr int K4 = K / 4;
     const int i0 = b * K4 / nb, i1 = (b + 1) * K4 / nb;
-    NormW<K, BLOCK> nwr;
-    nwr.load(nw);
     float ss = 0.f;
     for (int i = threadIdx.x; i < K4; i += BLOCK) {
         float4 v = __ldcg(reinterpret_cast<const float4*>(base) + i);
@@ -487,7 +465,7 @@ __device__ __forceinline__ void stage_sum(float4* xs4, const float* base, const 
         if (i >= i0 && i < i1) __stcg(reinterpret_cast<float4*>(out) + i, v);
         ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
     }
-    normalize<K, BLOCK>(xs4, &ss, nwr, eps, red);
+    normalize<K, BLOCK>(xs4, &ss, nw, eps, red);
     __syncthreads();
 }
 
