@@ -412,7 +412,7 @@ def search(
     Returns: value (the rate; 0.0 when none passes), value_rep (the rep it is from), status ("found", "none": not
     even lo passes, "at_least": hi passes, "budget": max_per_rep ran out), text, ci [low, high] (high None when
     unbounded), ci_level, per-rep results, every point {rate, rep, metric, pass} in search order, measured (new
-    measure calls), reused (cache hits) and not_monotone (mark_not_monotone: known points against a rep's bracket,
+    measure calls), reused (cache hits) and not_monotone (mark_not_monotone: known points contradicting a rep's bracket,
     also named in `text`)."""
     for k, v in (("lo", lo), ("hi", hi)):
         if isinstance(v, bool) or not isinstance(v, int | float) or not (0 < v < math.inf):

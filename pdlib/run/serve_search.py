@@ -24,7 +24,7 @@ ttft_ms TTFT_FACTOR times the p90 prompt's uncontended TTFT, Splitwise's P90 SLO
 Searches: per run, per SLO (strict, relaxed) and per criterion (capacity: pooled P99 TBT and P90 TTFT within the
 SLO, no request lost; goodput: >= 90% of requests meet TTFT and TPOT), report.serving.search over [lo, hi]. The
 four searches of a run share one `known` cache of its summaries, seeded from the log (search_log.py), so no point
-is measured twice; once all four have run, each is checked again for points against a rep's bracket (a pass
+is measured twice; once all four have run, each is checked again for points contradicting a rep's bracket (a pass
 above its failing rate, a fail below its passing one: report.serving.mark_not_monotone) that a later one measured.
 A run whose rule has changed since some of a log's points (RULES: slo-mixed's budget; PEER_RULE: a peer's point
 after the engine's memory is collected) keeps the rule in each point and search: the log's points made under
